@@ -1,0 +1,104 @@
+"""Adapter over private torch APIs (torch._dynamo, torch._functorch, torch._decomp, ...).
+
+Everything else in the SDK calls these functions instead of reaching into
+``torch._*`` itself. Supported: torch 2.11 and 2.13.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping
+
+import torch
+from torch._decomp import core_aten_decompositions, get_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.partitioners import min_cut_rematerialization_partition
+from torch._subclasses.fake_tensor import FakeTensor
+
+aten = torch.ops.aten
+OpOverload = torch._ops.OpOverload
+OpOverloadPacket = torch._ops.OpOverloadPacket
+
+#: Ops decomposed on top of Core ATen so that they reach lowering as
+#: pointwise math and reductions the scheduler can fuse.
+_EXTRA_DECOMPOSED = [
+    aten._softmax,
+    aten._log_softmax,
+    aten.native_layer_norm,
+    aten.native_batch_norm,
+    aten._native_batch_norm_legit_functional,
+    aten._native_batch_norm_legit_no_training,
+    aten.gelu,
+    aten.var_mean.correction,
+    aten.var.correction,
+    aten.std.correction,
+    aten.native_dropout,
+]
+
+
+def default_decompositions() -> dict[Any, Callable[..., Any]]:
+    """The core's default table: Core ATen decompositions plus the extras above."""
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions(_EXTRA_DECOMPOSED))
+    return table
+
+
+def expand_ops(ops: Iterable[Any]) -> set[Any]:
+    """OpOverloads named by ``ops`` (an OpOverloadPacket stands for all its overloads)."""
+    out: set[Any] = set()
+    for op in ops:
+        if isinstance(op, OpOverloadPacket):
+            out.update(getattr(op, name) for name in op.overloads())
+        else:
+            out.add(op)
+    return out
+
+
+def aot_compile(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    *,
+    forward: Callable[..., Any],
+    backward: Callable[..., Any],
+    inference: Callable[..., Any],
+    decompositions: Mapping[Any, Callable[..., Any]],
+) -> Callable[..., Any]:
+    """Run AOTAutograd on a Dynamo graph.
+
+    With no input that needs grad, AOTAutograd calls ``inference`` on a
+    functionalized ATen graph. Otherwise it traces the joint forward/backward
+    graph, splits it with the min-cut rematerialization partitioner and calls
+    ``forward`` now and ``backward`` when the backward first runs.
+    """
+    compiler = aot_autograd(
+        fw_compiler=forward,
+        bw_compiler=backward,
+        inference_compiler=inference,
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=dict(decompositions),
+        keep_inference_input_mutations=False,
+    )
+    return compiler(gm, example_inputs)
+
+
+def is_fake(t: Any) -> bool:
+    return isinstance(t, FakeTensor)
+
+
+def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(sizes):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+def reset_dynamo() -> None:
+    """Forget every compiled frame (used by ``explain`` and the benchmarks)."""
+    torch._dynamo.reset()
+
+
+def graph_break_count() -> int:
+    """How many graph breaks Dynamo has counted in this process."""
+    from torch._dynamo.utils import counters
+
+    return sum(counters["graph_break"].values())

@@ -1,0 +1,38 @@
+"""The op-level fallback: run an ATen graph op by op, exactly as eager would.
+
+It is the whole execution path when a graph cannot be compiled, and the path
+of every single op a plugin cannot generate. Each op run this way is recorded
+(:class:`sdk.report.FallbackReport`) with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch.fx
+
+from sdk.report import FallbackReport
+
+from .adapters.torch_private import OpOverload
+
+
+def aten_calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.nodes if n.op == "call_function"]
+
+
+def op_name(target: Any) -> str:
+    """``aten.mul.Tensor`` for an OpOverload, the qualified name for anything else."""
+    if isinstance(target, OpOverload):
+        return str(target)
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__name__', target)}".lstrip(".")
+
+
+def whole_graph(gm: torch.fx.GraphModule, reason: str) -> tuple[Callable, list[FallbackReport]]:
+    """Run all of ``gm`` through ATen; every call is recorded with ``reason``."""
+    reports = [FallbackReport(op_name(n.target), reason, n.name) for n in aten_calls(gm)]
+    forward = gm.forward
+
+    def run(args: list[Any]) -> Any:
+        return forward(*args)
+
+    return run, reports

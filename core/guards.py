@@ -1,0 +1,104 @@
+"""What a compiled graph assumes about its inputs, checked on every call.
+
+Dynamo guards sizes, dtypes and devices of the user's inputs. Generated
+kernels also bake in strides, storage offsets and pointer alignment, and a
+backward graph's inputs are not Dynamo-guarded at all. A :class:`Specializing`
+graph records those assumptions per variant and checks them with one
+generated Python function (a handful of tuple compares per input); on a
+mismatch it compiles a variant for the new layout instead of computing a wrong
+result.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+ALIGNMENT = 16  # bytes
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    dtype: torch.dtype
+    device: torch.device
+    aligned: bool
+
+    @classmethod
+    def of(cls, t: torch.Tensor, *, real: bool = True) -> TensorSpec:
+        return cls(
+            tuple(int(s) for s in t.shape),
+            tuple(int(s) for s in t.stride()),
+            int(t.storage_offset()),
+            t.dtype,
+            t.device,
+            # fake tensors have no address: assume aligned, the first call checks
+            (t.data_ptr() % ALIGNMENT == 0) if real else True,
+        )
+
+
+InputSpec = Any  # TensorSpec, or the int / float / None value of a non-tensor input
+
+
+def spec_of(x: Any, *, real: bool = True) -> InputSpec:
+    if isinstance(x, torch.Tensor):
+        return TensorSpec.of(x, real=real)
+    if isinstance(x, torch.SymInt):
+        hint = x.node.hint
+        return int(hint) if hint is not None else None
+    return x
+
+
+def make_check(specs: Sequence[InputSpec]) -> Callable[[Sequence[Any]], bool]:
+    """A generated function that is True when ``args`` match ``specs``."""
+    lines = ["def check(args):"]
+    env: dict[str, Any] = {}
+    for i, spec in enumerate(specs):
+        if isinstance(spec, TensorSpec):
+            env[f"s{i}"], env[f"t{i}"], env[f"d{i}"] = spec.sizes, spec.strides, spec.device
+            cond = (
+                f"a.size() != s{i} or a.stride() != t{i} or a.storage_offset() != {spec.offset}"
+                f" or a.device != d{i}"
+            )
+            if spec.aligned:
+                cond += f" or a.data_ptr() % {ALIGNMENT}"
+            lines += [f"    a = args[{i}]", f"    if {cond}:", "        return False"]
+        elif isinstance(spec, (int, float, bool)) or spec is None:
+            lines += [f"    if args[{i}] != {spec!r}:", "        return False"]
+    lines.append("    return True")
+    exec("\n".join(lines), env)  # noqa: S102 - our own generated code
+    return env["check"]
+
+
+class Specializing:
+    """A compiled graph that re-specializes when an input breaks its assumptions.
+
+    ``build(specs)`` compiles a variant for inputs of those specs. Called with a
+    graph's inputs as positional arguments; returns the outputs.
+    """
+
+    def __init__(self, build: Callable[[tuple[InputSpec, ...]], Callable], specs: tuple) -> None:
+        self._build = build
+        self._lock = threading.Lock()
+        self.variants: dict[tuple, Callable] = {}
+        self._fn = self._install(specs)
+
+    def _install(self, specs: tuple) -> Callable:
+        fn = self.variants.get(specs)
+        if fn is None:
+            fn = self._build(specs)
+            self.variants[specs] = fn
+        self._check = make_check(specs)
+        return fn
+
+    def __call__(self, *args: Any) -> Any:
+        if self._check(args):
+            return self._fn(args)
+        with self._lock:
+            self._fn = self._install(tuple(spec_of(a) for a in args))
+        return self._fn(args)

@@ -1,0 +1,80 @@
+"""Compile options: the core's, plus those each plugin declares in its PluginInfo.
+
+``torch.compile(..., mode=..., options={...})`` and ``sdk.backend(name, **options)``
+both end here. An unknown option or mode raises and lists the known ones.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from sdk.errors import OptionError
+from sdk.plugin import OptionSpec, PluginInfo
+
+CORE_OPTIONS: dict[str, OptionSpec] = {
+    "fallback": OptionSpec(
+        True, "run ops the plugin cannot generate through ATen, op by op (False: raise)", bool
+    ),
+    "fusion": OptionSpec(True, "let the scheduler fuse kernels", bool),
+    "debug": OptionSpec(False, "run the IR checker after every stage (also SDK_DEBUG=1)", bool),
+    "wrappers": OptionSpec((), "wrapper plugins to apply to each compiled graph", (tuple, list)),
+    "chain": OptionSpec(
+        (), "codegen plugins to try, in order, if this one fails to compile a graph", (tuple, list)
+    ),
+    "autotune": OptionSpec(False, "let the plugin time a few kernel configs", bool),
+}
+
+#: torch.compile modes and the options each stands for.
+MODES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "reduce-overhead": {"wrappers": ("cudagraphs",)},
+    "max-autotune": {"autotune": True, "wrappers": ("cudagraphs",)},
+    "max-autotune-no-cudagraphs": {"autotune": True},
+}
+
+
+def known_options(info: PluginInfo) -> dict[str, OptionSpec]:
+    clash = set(CORE_OPTIONS) & set(info.options)
+    if clash:
+        raise OptionError(
+            f"plugin {info.name!r} declares option(s) {sorted(clash)} that the core owns; "
+            "rename them in its PluginInfo"
+        )
+    return {**CORE_OPTIONS, **info.options}
+
+
+def resolve(
+    info: PluginInfo, mode: str | None, options: Mapping[str, Any] | None
+) -> Mapping[str, Any]:
+    """Defaults, then the mode's options, then the explicit ones; all validated."""
+    known = known_options(info)
+    mode = mode or "default"
+    if mode not in MODES:
+        raise OptionError(
+            f"unknown mode {mode!r} for sdk:{info.name}; known modes: {', '.join(MODES)}"
+        )
+    merged = {k: spec.default for k, spec in known.items()}
+    merged.update(MODES[mode])
+    for key, value in (options or {}).items():
+        if key not in known:
+            listing = "\n".join(f"  {k} (default {s.default!r}): {s.doc}" for k, s in known.items())
+            raise OptionError(
+                f"unknown option {key!r} for sdk:{info.name}; known options:\n{listing}"
+            )
+        spec = known[key]
+        if spec.type is not object and not isinstance(value, spec.type):
+            raise OptionError(
+                f"option {key!r} for sdk:{info.name} must be {_type_name(spec.type)}, "
+                f"got {type(value).__name__} {value!r}"
+            )
+        merged[key] = value
+    for key in ("wrappers", "chain"):
+        merged[key] = tuple(merged[key])
+    return MappingProxyType(merged)
+
+
+def _type_name(t: type | tuple[type, ...]) -> str:
+    if isinstance(t, tuple):
+        return " or ".join(x.__name__ for x in t)
+    return t.__name__

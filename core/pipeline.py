@@ -1,0 +1,258 @@
+"""From a Dynamo graph to a compiled callable: the compile's whole life.
+
+``Backend`` is what ``torch.compile(backend="sdk:<name>")`` calls. For each
+Dynamo graph it builds a :class:`Session` (the plugin, the resolved options,
+the hook callers), hands the graph to AOTAutograd with the session's
+decompositions, and compiles each ATen graph AOTAutograd produces (inference,
+or forward and backward) into a :class:`~core.guards.Specializing` program,
+wrapped by any wrapper plugins the options name.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import time
+from typing import Any, Callable, Mapping
+
+import torch
+
+from sdk.errors import OptionError, SDKError
+from sdk.plugin import CompileContext, PluginKind
+from sdk.report import GraphReport
+
+from . import config, fallback, options as opts
+from .adapters import torch_private as tp
+from .guards import Specializing, spec_of
+from .registry import Registry, registry
+
+#: explain() collectors: every GraphReport compiled while one is active lands in it.
+_collectors: contextvars.ContextVar[tuple[list[GraphReport], ...]] = contextvars.ContextVar(
+    "sdk_collectors", default=()
+)
+_graph_ids = itertools.count()
+
+
+class Backend:
+    """The torch.compile backend for one codegen plugin (``sdk:<name>``)."""
+
+    def __init__(self, name: str, options: Mapping[str, Any] | None = None,
+                 reg: Registry | None = None) -> None:
+        self._registry = reg
+        self.name = name
+        self.__name__ = f"sdk:{name}"  # torch.compile uses it in logs
+        rec = self.registry.require(name, PluginKind.CODEGEN)
+        self.options = dict(options or {})
+        opts.resolve(rec.info, None, self.options)  # fail now on a bad option
+
+    @property
+    def registry(self) -> Registry:
+        return self._registry or registry()
+
+    def __repr__(self) -> str:
+        return f"<sdk backend {self.name} {self.options or ''}>"
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], *,
+                 mode: str | None = None, options: Mapping[str, Any] | None = None) -> Callable:
+        merged = {**self.options, **(options or {})}
+        session = Session(self.registry, self.name, mode, merged)
+        return session.compile_dynamo_graph(gm, example_inputs)
+
+
+class Session:
+    """One Dynamo graph's compile: plugin, options and hook callers."""
+
+    def __init__(self, reg: Registry, plugin: str, mode: str | None,
+                 options: Mapping[str, Any]) -> None:
+        self.registry = reg
+        self.record = reg.require(plugin, PluginKind.CODEGEN)
+        self.info = self.record.info
+        self.options = opts.resolve(self.info, mode, options)
+        self.explicit_wrappers = "wrappers" in options
+        self.debug = self.options["debug"] or config.env().debug
+        self.hooks = _Hooks(reg, plugin)
+
+    # -- contexts -----------------------------------------------------------
+
+    def context(self, kind: str, name: str, device_type: str) -> CompileContext:
+        return CompileContext(
+            plugin=self.info.name,
+            device_type=device_type,
+            graph_kind=kind,
+            graph_name=name,
+            options=self.options,
+            capabilities=self.info.capabilities,
+        )
+
+    def decompositions(self, ctx: CompileContext) -> dict[Any, Callable]:
+        table = tp.default_decompositions()
+        for extra in self.hooks.sdk_decompositions(ctx=ctx):
+            table.update(extra or {})
+        keep: set[Any] = set()
+        for ops in self.hooks.sdk_keep_ops(ctx=ctx):
+            keep |= tp.expand_ops(ops or ())
+        for op in keep:
+            table.pop(op, None)
+        return table
+
+    # -- compile ------------------------------------------------------------
+
+    def compile_dynamo_graph(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        device = _device_type(example_inputs) or self.info.device_types[0]
+        self.graph_id = next(_graph_ids)
+        ctx = self.context("inference", f"g{self.graph_id}", device)
+        return tp.aot_compile(
+            gm,
+            example_inputs,
+            forward=self._aten_compiler("forward", device),
+            backward=self._aten_compiler("backward", device),
+            inference=self._aten_compiler("inference", device),
+            decompositions=self.decompositions(ctx),
+        )
+
+    def _aten_compiler(self, kind: str, device: str) -> Callable:
+        def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+            ctx = self.context(kind, f"g{self.graph_id}_{kind}", _device_type(example_inputs) or device)
+            return self.compile_aten_graph(ctx, gm, example_inputs)
+
+        return compile_aten
+
+    def compile_aten_graph(self, ctx: CompileContext, gm: torch.fx.GraphModule,
+                           example_inputs: list[Any]) -> Callable:
+        report = GraphReport(name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin)
+        report.aten_ops = len(fallback.aten_calls(gm))
+        start = time.perf_counter()
+
+        def build(specs: tuple) -> Callable:
+            fn = self._build_program(ctx, gm, specs, report)
+            return fn
+
+        static = all(_is_static(x) for x in example_inputs)
+        if static:
+            specs = tuple(spec_of(x, real=not tp.is_fake(x)) for x in example_inputs)
+            program = Specializing(build, specs)
+        else:  # symbolic shapes: specialize on the first real call
+            program = _LazySpecializing(build)
+        compiled = self._wrap(ctx, program, report)
+        report.compile_seconds = time.perf_counter() - start
+        for sink in _collectors.get():
+            sink.append(report)
+        self.registry.observers().sdk_on_graph_compiled(ctx=ctx, report=report)
+        return compiled
+
+    def _build_program(self, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple,
+                       report: GraphReport) -> Callable:
+        """Compile one variant; on failure try the chain, then the op-level fallback."""
+        from .program import build_program  # the IR path
+
+        errors = []
+        for plugin in (ctx.plugin, *self.options["chain"]):
+            session = self if plugin == ctx.plugin else self._chained(plugin)
+            c = ctx if plugin == ctx.plugin else session.context(
+                ctx.graph_kind, ctx.graph_name, ctx.device_type)
+            try:
+                fn, part = build_program(session, c, gm, specs)
+            except SDKError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - recorded, then the next in the chain
+                if self.debug:
+                    raise
+                errors.append(f"sdk:{plugin} failed: {type(exc).__name__}: {exc}")
+                continue
+            report.kernels[:] = part.kernels
+            report.externs[:] = part.externs
+            report.fallbacks[:] = part.fallbacks
+            report.views = part.views
+            report.plugin = plugin
+            self._announce(c, report)
+            return fn
+        if not self.options["fallback"]:
+            raise SDKError(
+                f"graph {ctx.graph_name} could not be compiled and options['fallback'] is "
+                f"False: {'; '.join(errors)}"
+            )
+        fn, fallbacks = fallback.whole_graph(gm, "; ".join(errors))
+        report.kernels.clear()
+        report.externs.clear()
+        report.fallbacks[:] = fallbacks
+        self._announce(ctx, report)
+        return fn
+
+    def _chained(self, plugin: str) -> Session:
+        return Session(self.registry, plugin, None, {
+            k: v for k, v in self.options.items() if k in opts.CORE_OPTIONS and k != "chain"
+        })
+
+    def _announce(self, ctx: CompileContext, report: GraphReport) -> None:
+        for f in report.fallbacks:
+            self.registry.observers().sdk_on_fallback(ctx=ctx, op=f.op, reason=f.reason)
+
+    def _wrap(self, ctx: CompileContext, program: Callable, report: GraphReport) -> Callable:
+        names = []
+        for name in self.options["wrappers"]:
+            rec = self.registry.record(name) if name in self.registry.records else None
+            why = self.registry.status(name) if rec else "not installed"
+            fits = rec is not None and why is None and rec.info.kind == PluginKind.WRAPPER \
+                and ctx.device_type in rec.info.device_types
+            if fits:
+                names.append(name)
+            elif self.explicit_wrappers:
+                raise OptionError(
+                    f"wrapper {name!r} cannot wrap a {ctx.device_type} graph of sdk:{ctx.plugin}: "
+                    + (why or f"it is not a wrapper plugin for {ctx.device_type}")
+                    + "; drop it from options['wrappers']"
+                )
+        if not names:
+            return program
+        report.wrappers = tuple(names)
+        return self.registry.caller("sdk_wrap_compiled", names)(ctx=ctx, compiled=program)
+
+
+class _Hooks:
+    """Hook callers that reach the compile's codegen plugin only."""
+
+    def __init__(self, reg: Registry, plugin: str) -> None:
+        self._reg, self._plugin, self._cache = reg, plugin, {}
+
+    def __getattr__(self, hook: str) -> Callable:
+        caller = self._cache.get(hook)
+        if caller is None:
+            caller = self._cache[hook] = self._reg.caller(hook, [self._plugin])
+        return caller
+
+
+class _LazySpecializing:
+    """Specializes on the first real call (graphs with symbolic shapes)."""
+
+    def __init__(self, build: Callable) -> None:
+        self._build = build
+        self._inner: Specializing | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self._inner is None:
+            self._inner = Specializing(self._build, tuple(spec_of(a) for a in args))
+        return self._inner(*args)
+
+
+def _device_type(inputs: list[Any]) -> str | None:
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device.type
+    return None
+
+
+def _is_static(x: Any) -> bool:
+    if isinstance(x, torch.SymInt):
+        return False
+    if isinstance(x, torch.Tensor):
+        return not any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride())) and \
+            not isinstance(x.storage_offset(), torch.SymInt)
+    return True
+
+
+def collect_reports(sink: list[GraphReport]) -> contextvars.Token:
+    return _collectors.set((*_collectors.get(), sink))
+
+
+def stop_collecting(token: contextvars.Token) -> None:
+    _collectors.reset(token)

@@ -1,0 +1,259 @@
+"""Plugin discovery: one entry-point group, one plugin manager, no special cases.
+
+Built-in plugins are found exactly like a third-party wheel's, through the
+``sdk.plugins`` entry points of the distribution that ships them. A plugin that
+is denied, fails to import, fails pluggy's validation, declares an unsupported
+hook-API version or mismatches its entry-point name is *unavailable*: it is
+listed with its distribution and the reason, and never affects the others.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import pluggy
+
+from sdk import hookspecs
+from sdk.errors import PluginUnavailableError, UnknownPluginError
+from sdk.plugin import SUPPORTED_HOOK_APIS, PluginInfo, PluginKind
+
+from . import config
+
+if sys.version_info >= (3, 10):
+    from importlib.metadata import EntryPoint, entry_points
+else:  # pragma: no cover - the backport, for interpreters without entry_points(group=)
+    from importlib_metadata import EntryPoint, entry_points
+
+ENTRY_POINT_GROUP = "sdk.plugins"
+hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT)
+
+
+@dataclass
+class PluginRecord:
+    """What discovery learnt about one entry point."""
+
+    name: str
+    value: str
+    distribution: str
+    dist_version: str
+    plugin: Any = None  # the registered module/object, when loaded
+    info: PluginInfo | None = None
+    error: str | None = None  # why it is unavailable (load-time)
+    traceback: str | None = None
+    _status: str | None = field(default=None, repr=False)
+    _status_checked: bool = field(default=False, repr=False)
+
+    @property
+    def loaded(self) -> bool:
+        return self.error is None and self.info is not None
+
+
+class _CoreImpls:
+    """The core's own hookimpls: the innermost answer of wrapper hooks."""
+
+    @hookimpl(trylast=True)
+    def sdk_wrap_compiled(self, compiled):
+        return compiled
+
+
+_CORE = "sdk-core"
+
+
+class Registry:
+    """All discovered plugins and the pluggy manager they are registered in."""
+
+    def __init__(self, eps: Iterable[EntryPoint] | None = None) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.pm.register(_CoreImpls(), name=_CORE)
+        self.records: dict[str, PluginRecord] = {}
+        self._discover(entry_points(group=ENTRY_POINT_GROUP) if eps is None else eps)
+
+    # -- discovery --------------------------------------------------------
+
+    def _discover(self, eps: Iterable[EntryPoint]) -> None:
+        env = config.env()
+        for ep in sorted(eps, key=lambda e: e.name):
+            dist = getattr(ep, "dist", None)
+            rec = PluginRecord(
+                name=ep.name,
+                value=ep.value,
+                distribution=getattr(dist, "name", None) or "<unknown distribution>",
+                dist_version=getattr(dist, "version", None) or "?",
+            )
+            if ep.name in self.records:
+                first = self.records[ep.name]
+                rec.error = (
+                    f"the name is already taken by {first.distribution}; "
+                    f"uninstall one of the two distributions"
+                )
+                self.records[f"{ep.name} ({rec.distribution})"] = rec
+                continue
+            self.records[ep.name] = rec
+            # Allow- and deny-lists are checked before anything is imported.
+            if ep.name in env.plugins_deny:
+                rec.error = "denied by SDK_PLUGINS_DENY; remove it from that variable to use it"
+            elif env.plugins_allow is not None and ep.name not in env.plugins_allow:
+                rec.error = "not in SDK_PLUGINS_ALLOW; add it to that variable to use it"
+            else:
+                self._load(ep, rec)
+
+    def _load(self, ep: EntryPoint, rec: PluginRecord) -> None:
+        try:
+            plugin = ep.load()
+        except BaseException as exc:  # noqa: BLE001 - a plugin must never break the rest
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            rec.error = f"import failed: {_one_line(exc)}; fix or reinstall {rec.distribution}"
+            rec.traceback = traceback.format_exc()
+            return
+        unmarked = [
+            n for n in dir(plugin)
+            if n.startswith("sdk_") and callable(getattr(plugin, n, None))
+            and self.pm.parse_hookimpl_opts(plugin, n) is None
+        ]
+        if unmarked:
+            rec.error = (
+                f"{', '.join(unmarked)} not decorated with @sdk.hookimpl; "
+                "decorate every hook function"
+            )
+            return
+        try:
+            self.pm.register(plugin, name=rec.name)
+        except Exception as exc:  # pluggy.PluginValidationError and friends
+            rec.error = f"invalid hookimpl: {_one_line(exc)}"
+            return
+        unknown = [hc.name for hc in self.pm.get_hookcallers(plugin) or () if not hc.has_spec()]
+        if unknown:
+            self.pm.unregister(plugin)
+            rec.error = (
+                f"unknown hook(s) {', '.join(sorted(unknown))}: no such hook in hook API "
+                f"{max(SUPPORTED_HOOK_APIS)}; see sdk/hookspecs.py for the names"
+            )
+            return
+        try:
+            info = self.pm.subset_hook_caller(
+                "sdk_plugin_info", remove_plugins=self._others(rec.name)
+            )()
+        except Exception as exc:
+            self.pm.unregister(plugin)
+            rec.error = f"sdk_plugin_info raised: {_one_line(exc)}"
+            return
+        problem = _check_info(info, rec.name)
+        if problem:
+            self.pm.unregister(plugin)
+            rec.error = problem
+            return
+        rec.plugin, rec.info = plugin, info
+
+    def _others(self, keep: str) -> list[Any]:
+        return [p for n, p in self.pm.list_name_plugin() if n not in (keep, _CORE)]
+
+    # -- queries ------------------------------------------------------------
+
+    def status(self, name: str) -> str | None:
+        """None when the plugin is usable here, else why not (and the fix)."""
+        rec = self.record(name)
+        if rec.error:
+            return rec.error
+        if not rec._status_checked:
+            try:
+                rec._status = self.caller("sdk_plugin_status", [name])()
+            except Exception as exc:
+                rec._status = f"sdk_plugin_status raised: {_one_line(exc)}"
+            rec._status_checked = True
+        return rec._status
+
+    def record(self, name: str) -> PluginRecord:
+        try:
+            return self.records[name]
+        except KeyError:
+            known = ", ".join(sorted(self.records)) or "none"
+            raise UnknownPluginError(
+                f"no SDK plugin named {name!r} is installed (discovered: {known}); "
+                f"install the wheel that provides it, which must declare an "
+                f"{ENTRY_POINT_GROUP!r} entry point named {name!r}"
+            ) from None
+
+    def require(self, name: str, kind: PluginKind | None = None) -> PluginRecord:
+        """The usable plugin called ``name``, or an error naming cause and fix."""
+        rec = self.record(name)
+        why = self.status(name)
+        if why:
+            raise PluginUnavailableError(
+                f"SDK plugin {name!r} from distribution {rec.distribution} "
+                f"{rec.dist_version} is unavailable: {why}"
+            )
+        if kind is not None and rec.info.kind != kind:
+            raise PluginUnavailableError(
+                f"SDK plugin {name!r} is a {rec.info.kind.value} plugin, not a "
+                f"{kind.value} plugin; use a codegen plugin as the backend "
+                f"(available: {', '.join(self.codegen_names()) or 'none'})"
+            )
+        return rec
+
+    def codegen_names(self) -> list[str]:
+        return [
+            n for n, r in self.records.items()
+            if r.loaded and r.info.kind == PluginKind.CODEGEN and self.status(n) is None
+        ]
+
+    def caller(self, hook: str, plugins: Iterable[str]) -> Any:
+        """A caller of ``hook`` that reaches only the named plugins (and the core)."""
+        keep = set(plugins) | {_CORE}
+        remove = [p for n, p in self.pm.list_name_plugin() if n not in keep]
+        return self.pm.subset_hook_caller(hook, remove_plugins=remove)
+
+    def observers(self) -> Any:
+        """The relay every available plugin observes: ``registry.observers().sdk_on_...``."""
+        return self.pm.hook
+
+
+def _check_info(info: Any, ep_name: str) -> str | None:
+    if not isinstance(info, PluginInfo):
+        return (
+            f"sdk_plugin_info returned {type(info).__name__}, not sdk.PluginInfo; "
+            "return a PluginInfo from that hook"
+        )
+    if info.name != ep_name:
+        return (
+            f"declares the name {info.name!r} but its entry point is named {ep_name!r}; "
+            "make the two agree"
+        )
+    if info.hook_api not in SUPPORTED_HOOK_APIS:
+        return (
+            f"written for hook API {info.hook_api}, but this SDK supports "
+            f"{min(SUPPORTED_HOOK_APIS)}..{max(SUPPORTED_HOOK_APIS)}; install a plugin "
+            "release built for this API, or upgrade torch-backend-sdk"
+        )
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+_lock = threading.Lock()
+_registry: Registry | None = None
+
+
+def registry() -> Registry:
+    """The process-wide registry, discovered on first use."""
+    global _registry
+    with _lock:
+        if _registry is None:
+            _registry = Registry()
+        return _registry
+
+
+def set_registry(reg: Registry | None) -> Registry | None:
+    """Swap the process-wide registry (tests, tools); returns the previous one."""
+    global _registry
+    with _lock:
+        prev, _registry = _registry, reg
+        return prev

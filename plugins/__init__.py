@@ -1,0 +1,1 @@
+"""The built-in device plugins. Each imports only the public ``sdk`` API."""

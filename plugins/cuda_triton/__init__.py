@@ -1,0 +1,49 @@
+"""The Triton-CUDA plugin: renders loop-IR kernels to Triton and launches them.
+
+With ``TRITON_INTERPRET=1`` Triton runs kernels on CPU tensors; the plugin then
+accepts CPU graphs, which is how CI checks its generated code without a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+import sdk
+
+__version__ = "0.1.0"
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+@sdk.hookimpl
+def sdk_plugin_info() -> sdk.PluginInfo:
+    return sdk.PluginInfo(
+        name="cuda_triton",
+        version=__version__,
+        hook_api=1,
+        device_types=("cuda", "cpu") if interpreting() else ("cuda",),
+        kind=sdk.PluginKind.CODEGEN,
+        capabilities=frozenset({
+            sdk.Capability.FP64, sdk.Capability.BF16, sdk.Capability.REDUCTIONS,
+            sdk.Capability.MULTI_STAGE, sdk.Capability.INDIRECT_LOADS, sdk.Capability.RANDOM,
+        }),
+        description="Triton kernels on NVIDIA GPUs (CPU tensors under TRITON_INTERPRET=1)",
+    )
+
+
+@sdk.hookimpl
+def sdk_plugin_status() -> str | None:
+    if importlib.util.find_spec("triton") is None:
+        return ("Triton is not installed; pip install 'torch-backend-sdk[triton]' "
+                "(or pip install triton)")
+    if interpreting():
+        return None
+    if not torch.cuda.is_available():
+        return ("no CUDA device visible (torch.cuda.is_available() is False); run on a machine "
+                "with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run kernels on CPU tensors")
+    return None

@@ -1,0 +1,89 @@
+"""torch-backend-sdk: plug a compiler backend into ``torch.compile``.
+
+The public API, and all a vendor imports::
+
+    import sdk
+
+    @sdk.hookimpl
+    def sdk_plugin_info():
+        return sdk.PluginInfo(name="acme", version="1.0", hook_api=sdk.HOOK_API_VERSION,
+                              device_types=("cpu",))
+
+Users compile with ``torch.compile(model, backend="sdk:<plugin>")``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+from sdk.errors import (
+    LoweringError,
+    OptionError,
+    PluginUnavailableError,
+    SDKError,
+    UnknownPluginError,
+)
+from sdk.explain import explain
+from sdk.hookspecs import PROJECT as _PROJECT
+from sdk.plugin import (
+    HOOK_API_VERSION,
+    Capability,
+    CompileContext,
+    KernelFn,
+    KernelSource,
+    OptionSpec,
+    PluginInfo,
+    PluginKind,
+    Support,
+    Verdict,
+)
+from sdk.report import ExplainReport, FallbackReport, GraphReport, KernelReport
+
+__version__ = "0.1.0"
+
+#: Marks a plugin's hook functions: ``@sdk.hookimpl`` (or ``@sdk.hookimpl(wrapper=True)``).
+hookimpl = pluggy.HookimplMarker(_PROJECT)
+
+
+def backend(name: str, **options: Any) -> Any:
+    """The ``torch.compile`` backend of plugin ``name`` (also spelt ``"sdk:name"``).
+
+    ``sdk.backend("cpu_cpp", fusion=False)`` is the same backend as
+    ``torch.compile(..., backend="sdk:cpu_cpp", options={"fusion": False})``.
+    Raises at once if the plugin is unknown or unavailable, or an option is.
+    """
+    from sdk.core.pipeline import Backend
+
+    if name.startswith("sdk:"):
+        name = name[4:]
+    return Backend(name, options)
+
+
+def list_plugins() -> list[dict[str, Any]]:
+    """Every discovered plugin: name, version, distribution, devices, kind, status."""
+    from sdk.core.registry import registry
+
+    reg = registry()
+    rows = []
+    for key, rec in reg.records.items():
+        why = reg.status(key)
+        info = rec.info
+        rows.append({
+            "name": rec.name,
+            "version": info.version if info else rec.dist_version,
+            "distribution": f"{rec.distribution} {rec.dist_version}",
+            "devices": ",".join(info.device_types) if info else "?",
+            "kind": info.kind.value if info else "?",
+            "status": "ok" if why is None else f"unavailable: {why}",
+        })
+    return rows
+
+
+__all__ = [
+    "HOOK_API_VERSION", "Capability", "CompileContext", "ExplainReport", "FallbackReport",
+    "GraphReport", "KernelFn", "KernelReport", "KernelSource", "LoweringError", "OptionError",
+    "OptionSpec", "PluginInfo", "PluginKind", "PluginUnavailableError", "SDKError", "Support",
+    "UnknownPluginError", "Verdict", "backend", "explain", "hookimpl", "list_plugins",
+]

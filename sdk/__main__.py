@@ -1,0 +1,3 @@
+from sdk.cli import main
+
+raise SystemExit(main())

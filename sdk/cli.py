@@ -1,0 +1,58 @@
+"""``python -m sdk``: list plugins, run the demo model, run the benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from sdk import list_plugins
+
+    rows = list_plugins()
+    if not rows:
+        print("no SDK plugins discovered (entry-point group 'sdk.plugins')")
+        return 1
+    cols = ["name", "version", "distribution", "devices", "kind", "status"]
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in cols[:-1]}
+    print("  ".join(c.ljust(widths.get(c, 0)) for c in cols))
+    for r in rows:
+        print("  ".join(r[c].ljust(widths.get(c, 0)) for c in cols))
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sdk.demo import run_demo
+
+    return run_demo(plugin=args.plugin, model=args.model, steps=args.steps)
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from sdk.bench import main as bench_main
+
+    return bench_main(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sdk", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list discovered plugins and their status").set_defaults(
+        func=_cmd_list)
+    run = sub.add_parser("run", help="compile a small real model, check it against eager, time it")
+    run.add_argument("--plugin", default=None,
+                     help="codegen plugin (default: cuda_triton on a GPU, else cpu_cpp)")
+    run.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"])
+    run.add_argument("--steps", type=int, default=10)
+    run.set_defaults(func=_cmd_run)
+    bench = sub.add_parser("bench", help="time workloads through sdk, Inductor and eager")
+    bench.add_argument("--plugin", default=None)
+    bench.add_argument("--only", default=None, help="comma-separated workload names")
+    bench.add_argument("--repeat", type=int, default=0, help="timed runs (0: automatic)")
+    bench.add_argument("--json", default=None, help="also write the results to this file")
+    bench.set_defaults(func=_cmd_bench)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

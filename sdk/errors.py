@@ -1,0 +1,26 @@
+"""Errors the SDK raises. Each message names the cause and the fix."""
+
+from __future__ import annotations
+
+
+class SDKError(RuntimeError):
+    """Base class of every error the SDK raises on purpose."""
+
+
+class PluginUnavailableError(SDKError):
+    """A plugin was asked for by name but cannot be used here."""
+
+
+class UnknownPluginError(SDKError, KeyError):
+    """No plugin of that name was discovered."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class OptionError(SDKError, ValueError):
+    """An unknown option, mode or option value."""
+
+
+class LoweringError(SDKError):
+    """An op could not be lowered and the fallback was switched off."""

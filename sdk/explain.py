@@ -1,0 +1,59 @@
+"""``sdk.explain``: compile a function and say what became of every op."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from sdk.report import ExplainReport
+
+
+def explain(fn: Callable[..., Any], *args: Any, backend: str = "sdk:cpu_cpp",
+            **options: Any) -> ExplainReport:
+    """Compile ``fn`` with ``backend`` on ``args``, run it once and report.
+
+    ``backend`` is ``"sdk:<plugin>"``; ``options`` are the backend's options.
+    If an output needs grad, the backward runs as well (through
+    ``torch.autograd.grad``, so no ``.grad`` is touched) and its graph is
+    reported. Dynamo's caches are reset first, so the report covers a cold
+    compile of ``fn``.
+    """
+    from sdk import backend as make_backend
+    from sdk.core import pipeline
+    from sdk.core.adapters import torch_private as tp
+
+    name = backend[4:] if backend.startswith("sdk:") else backend
+    compiled_backend = make_backend(name, **options)
+    report = ExplainReport()
+    tp.reset_dynamo()
+    breaks_before = tp.graph_break_count()
+    token = pipeline.collect_reports(report.graphs)
+    try:
+        out = torch.compile(fn, backend=compiled_backend)(*args)
+        leaves = _leaves(fn, args)
+        outs = [t for t in _tensors(out) if t.requires_grad and t.grad_fn is not None]
+        if outs and leaves:
+            torch.autograd.grad(outs, leaves, [torch.ones_like(t) for t in outs],
+                                allow_unused=True)
+    finally:
+        pipeline.stop_collecting(token)
+    report.graph_breaks = tp.graph_break_count() - breaks_before
+    return report
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for item in x for t in _tensors(item)]
+    if isinstance(x, dict):
+        return [t for item in x.values() for t in _tensors(item)]
+    return []
+
+
+def _leaves(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[torch.Tensor]:
+    leaves = [t for t in _tensors(list(args)) if t.requires_grad]
+    if isinstance(fn, torch.nn.Module):
+        leaves += [p for p in fn.parameters() if p.requires_grad]
+    return leaves

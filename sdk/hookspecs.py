@@ -1,0 +1,251 @@
+"""The hook specification: the whole contract between the SDK core and a plugin.
+
+A plugin is a module (or object) with functions named after these hooks and
+decorated with :data:`sdk.hookimpl`. It is found through the ``sdk.plugins``
+entry-point group (see the README, "Writing a plugin"). pluggy checks every
+hookimpl against this file when the plugin is registered: a misspelt hook name
+or an argument the spec lacks makes the plugin *unavailable*, with the reason,
+and leaves every other plugin working.
+
+Which plugins a hook reaches:
+
+* identity hooks (``sdk_plugin_info``, ``sdk_plugin_status``) are called on one
+  plugin at a time;
+* compile hooks (decompositions to codegen) are called on the *codegen plugin of
+  the compile* only, so one vendor can never change another vendor's compile;
+* ``sdk_wrap_compiled`` reaches the wrapper plugins the compile asked for
+  (``mode="reduce-overhead"`` or ``options={"wrappers": [...]}``);
+* observer hooks (``sdk_on_*``) reach every available plugin.
+
+Every hook receives only what it names; a hookimpl may take a subset of the
+arguments. All hooks appeared in hook-API version 1.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+
+import pluggy
+
+if TYPE_CHECKING:
+    import torch
+    from torch.fx import Node
+
+    from sdk.ir import FusionGroup, Kernel, TensorValue
+    from sdk.plugin import CompileContext, KernelFn, KernelSource, PluginInfo, Support, Verdict
+
+PROJECT = "sdk"
+hookspec = pluggy.HookspecMarker(PROJECT)
+
+
+# ---------------------------------------------------------------------------
+# Identity: called on one plugin at a time
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def sdk_plugin_info() -> PluginInfo:
+    """Describe the plugin: name, version, hook-API version, devices, kind, capabilities.
+
+    Called once, right after the plugin module is imported and registered, and
+    before any other hook. A plugin whose ``hook_api`` the core does not support
+    is unregistered and listed as unavailable.
+
+    :return: a :class:`sdk.PluginInfo`. Stops at first non-None result (each
+        plugin answers for itself only).
+
+    API version: 1.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_plugin_status() -> str | None:
+    """Say whether the plugin can run on this machine now.
+
+    Called lazily: by ``python -m sdk list`` and before the plugin's first
+    compile. Keep it cheap and free of side effects (no device initialisation
+    beyond a query such as ``torch.cuda.is_available()``).
+
+    :return: ``None`` when usable, else the reason it is not *and the fix*, e.g.
+        ``"no CUDA device visible (torch.cuda.is_available() is False); run on a
+        GPU machine or set TRITON_INTERPRET=1 to run kernels on CPU tensors"``.
+        Stops at first non-None result.
+
+    API version: 1.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Graph preparation: the compile's codegen plugin only
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def sdk_decompositions(
+    ctx: CompileContext,
+) -> Mapping[torch._ops.OpOverload, Callable[..., Any]] | None:
+    """Add decompositions to the core's default table.
+
+    Called once per compile before AOTAutograd traces the graph. The table used
+    is: core defaults, updated with every result (a plugin entry replaces the
+    core's for that op), minus the ops of ``sdk_keep_ops``.
+
+    :return: ``{OpOverload: fn}`` or None. 1:N, every answer is merged.
+
+    API version: 1.
+    """
+
+
+@hookspec
+def sdk_keep_ops(ctx: CompileContext) -> Iterable[torch._ops.OpOverload] | None:
+    """Name ATen ops that must reach lowering whole (not decomposed).
+
+    Use it for ops the plugin lowers better itself, or runs through a library
+    (``sdk_lower_op`` or an extern). Called right after ``sdk_decompositions``.
+
+    :return: an iterable of OpOverloads, or None. 1:N, the union is kept.
+
+    API version: 1.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Lowering: the compile's codegen plugin only
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def sdk_op_support(ctx: CompileContext, op: torch._ops.OpOverload, node: Node) -> Support | None:
+    """Say whether ``node`` (a call of ``op``) may go into a generated kernel.
+
+    Called for every ATen call in the graph, before lowering. ``node.meta["val"]``
+    holds the fake tensor(s) the op produces (shape, dtype, device). Refusing
+    sends the op to the op-level ATen fallback; ``explain`` shows the reason.
+
+    :return: :meth:`Support.no` with a reason to refuse, :meth:`Support.yes` or
+        None to accept. Stops at first non-None result.
+
+    API version: 1.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_lower_op(
+    ctx: CompileContext,
+    op: torch._ops.OpOverload,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> TensorValue | None:
+    """Lower one ATen call to loop IR in place of the core's lowering.
+
+    Called for every accepted ATen call, before the core's own lowering table.
+    Tensor arguments arrive as :class:`sdk.ir.TensorValue`; build the result with
+    the :mod:`sdk.ir` builders (``ir.pointwise``, ``ir.reduction``, ``ir.extern``).
+
+    :return: a TensorValue (or tuple of them for multi-output ops), or None to
+        let the core lower it. Stops at first non-None result.
+
+    API version: 1.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Scheduling: the compile's codegen plugin only
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def sdk_can_fuse(ctx: CompileContext, first: FusionGroup, second: FusionGroup) -> Verdict | None:
+    """Veto a fusion the core's scheduler proposes.
+
+    Called for each candidate pair the core found legal (compatible loop nests,
+    no cycle, dependencies satisfiable in one kernel), in order of memory
+    traffic saved. ``first`` runs before ``second`` in the graph.
+
+    :return: :meth:`Verdict.no` with a reason to refuse, or None / ``Verdict.yes``.
+        1:N, any refusal wins: every plugin with a say may veto a fusion.
+
+    API version: 1.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Codegen: the compile's codegen plugin only
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def sdk_render_kernel(ctx: CompileContext, kernel: Kernel) -> KernelSource | None:
+    """Render one scheduled IR kernel to source.
+
+    Called once per kernel after scheduling and memory planning. Must not
+    compile: ``explain`` and the cache read the source before any compile.
+
+    :return: a :class:`sdk.KernelSource`. Stops at first non-None result.
+
+    API version: 1.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_compile_kernels(ctx: CompileContext, sources: list[KernelSource]) -> list[KernelFn] | None:
+    """Compile all rendered kernels of one graph into callables.
+
+    Called once per graph with every kernel's source, so a plugin can build
+    them in one compiler run. Each callable takes the kernel's buffers
+    (tensors, in ``Kernel.args`` order) and returns nothing.
+
+    :return: callables in the order of ``sources``. Stops at first non-None result.
+
+    API version: 1.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Wrapping: the wrapper plugins the compile asked for
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def sdk_wrap_compiled(ctx: CompileContext, compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a compiled graph (for example to capture and replay it as a CUDA graph).
+
+    Called once per compiled graph. The core answers innermost with
+    ``compiled`` unchanged; implement it as ``@sdk.hookimpl(wrapper=True)``:
+    ``inner = yield`` gives the (possibly already wrapped) callable, and what
+    you return replaces it. The callable takes the graph's inputs (tensors
+    and ints) as positional arguments and returns a tuple of outputs.
+
+    :return: the callable to run. Stops at first non-None result.
+
+    API version: 1.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Observers: every available plugin
+# ---------------------------------------------------------------------------
+
+
+@hookspec
+def sdk_on_graph_compiled(ctx: CompileContext, report: Any) -> None:
+    """A graph finished compiling; ``report`` is its :class:`sdk.explain.GraphReport`.
+
+    1:N, results ignored. API version: 1.
+    """
+
+
+@hookspec
+def sdk_on_kernel_compiled(ctx: CompileContext, source: KernelSource) -> None:
+    """A kernel was rendered and compiled. 1:N, results ignored. API version: 1."""
+
+
+@hookspec
+def sdk_on_fallback(ctx: CompileContext, op: str, reason: str) -> None:
+    """An ATen op runs through the op-level fallback instead of a generated kernel.
+
+    1:N, results ignored. API version: 1.
+    """
+
+
+__all__ = [name for name in dir() if name.startswith("sdk_")] + ["hookspec", "PROJECT"]

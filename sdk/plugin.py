@@ -1,0 +1,125 @@
+"""The public value types a plugin exchanges with the core.
+
+Everything here is plain data: frozen dataclasses and enums. A plugin builds a
+:class:`PluginInfo` once, answers support and fusion questions with
+:class:`Support` / :class:`Verdict`, and receives a :class:`CompileContext` in
+every hook that concerns one compile.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+#: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
+#: the version it was written for in :attr:`PluginInfo.hook_api`; the core
+#: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
+HOOK_API_VERSION = 1
+SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
+
+
+class PluginKind(str, enum.Enum):
+    """What a plugin does in a compile."""
+
+    CODEGEN = "codegen"  # lowers, fuses and renders kernels: becomes `sdk:<name>`
+    WRAPPER = "wrapper"  # wraps a compiled graph made by a codegen plugin
+
+
+class Capability(str, enum.Enum):
+    """Capabilities a plugin declares; the core asks these, never the device name."""
+
+    FP64 = "fp64"  # kernels may compute in float64
+    BF16 = "bf16"  # bf16/fp16 loads and stores (compute may be fp32)
+    REDUCTIONS = "reductions"  # can render reduction stages
+    MULTI_STAGE = "multi_stage"  # a kernel may hold several reduction stages per row
+    INDIRECT_LOADS = "indirect_loads"  # loads through a computed index (gather, embedding)
+    RANDOM = "random"  # renders the counter-based RNG ops
+    GRAPH_CAPTURE = "graph_capture"  # wrapper: replays whole graphs (CUDA graphs)
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option a plugin accepts through ``torch.compile(options=...)``."""
+
+    default: Any
+    doc: str
+    type: type | tuple[type, ...] = object
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """A plugin's identity, returned by ``sdk_plugin_info``."""
+
+    name: str
+    version: str
+    hook_api: int
+    device_types: tuple[str, ...]
+    kind: PluginKind = PluginKind.CODEGEN
+    capabilities: frozenset[Capability] = frozenset()
+    options: Mapping[str, OptionSpec] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise ValueError(f"plugin name {self.name!r} must be a Python identifier")
+        object.__setattr__(self, "kind", PluginKind(self.kind))
+        object.__setattr__(self, "capabilities", frozenset(Capability(c) for c in self.capabilities))
+        object.__setattr__(self, "device_types", tuple(self.device_types))
+
+
+@dataclass(frozen=True)
+class Support:
+    """Answer of ``sdk_op_support``: may this op go into a generated kernel?"""
+
+    ok: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls) -> Support:
+        return cls(True)
+
+    @classmethod
+    def no(cls, reason: str) -> Support:
+        if not reason:
+            raise ValueError("a refusal needs a reason")
+        return cls(False, reason)
+
+
+#: Answer of ``sdk_can_fuse``; same shape as :class:`Support`.
+Verdict = Support
+
+
+@dataclass(frozen=True)
+class CompileContext:
+    """What a hook may know about the compile it is called for."""
+
+    plugin: str  # the codegen plugin doing this compile
+    device_type: str  # device of the graph's tensors
+    graph_kind: str  # "forward", "backward" or "inference"
+    graph_name: str
+    options: Mapping[str, Any]
+    capabilities: frozenset[Capability]
+
+    def has(self, capability: Capability) -> bool:
+        return capability in self.capabilities
+
+
+@dataclass
+class KernelSource:
+    """A rendered kernel: what ``sdk_render_kernel`` returns.
+
+    ``entry`` is the symbol the compiled artifact exposes; ``meta`` carries
+    whatever the plugin's own compile step needs (launch grid, argument kinds).
+    """
+
+    name: str
+    language: str  # "c++", "triton", ...
+    source: str
+    entry: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+#: A compiled kernel: called with the kernel's buffers (tensors), in the order
+#: of ``Kernel.args``, and returns nothing.
+KernelFn = Callable[..., None]

@@ -1,0 +1,101 @@
+"""What ``sdk.explain`` returns: plain data about each compiled graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """One generated kernel."""
+
+    name: str
+    plugin: str
+    nodes: tuple[str, ...]  # the ATen nodes it covers, as "node_name: aten.op.overload"
+    source: str
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(n.split(": ", 1)[1] for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class ExternReport:
+    """A library call (mm, conv, attention, ...) the IR runs through ATen on purpose."""
+
+    op: str
+    node: str
+
+
+@dataclass(frozen=True)
+class FallbackReport:
+    """An ATen op run op by op instead of inside a generated kernel."""
+
+    op: str
+    reason: str
+    node: str = ""
+
+
+@dataclass
+class GraphReport:
+    """One graph handed to the plugin: a forward, backward or inference graph."""
+
+    name: str
+    kind: str  # "forward", "backward" or "inference"
+    plugin: str
+    kernels: list[KernelReport] = field(default_factory=list)
+    externs: list[ExternReport] = field(default_factory=list)
+    fallbacks: list[FallbackReport] = field(default_factory=list)
+    aten_ops: int = 0  # ATen calls in the graph (views included)
+    views: int = 0  # of which views folded into index math
+    compile_seconds: float = 0.0
+    wrappers: tuple[str, ...] = ()
+
+    @property
+    def generated_fraction(self) -> float:
+        """Share of the graph's ATen calls that run inside generated kernels (views included)."""
+        covered = sum(len(k.nodes) for k in self.kernels) + self.views
+        return covered / self.aten_ops if self.aten_ops else 1.0
+
+    def __str__(self) -> str:
+        lines = [
+            f"graph {self.name} [{self.kind}] by sdk:{self.plugin}: {self.aten_ops} ATen calls, "
+            f"{len(self.kernels)} kernels, {len(self.externs)} externs, "
+            f"{len(self.fallbacks)} fallbacks, {self.generated_fraction:.0%} in generated "
+            f"kernels, compiled in {self.compile_seconds:.2f}s"
+            + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
+        ]
+        for k in self.kernels:
+            lines.append(f"  kernel {k.name}: {', '.join(k.ops)}")
+        for e in self.externs:
+            lines.append(f"  extern {e.op} ({e.node})")
+        for f in self.fallbacks:
+            lines.append(f"  fallback {f.op} ({f.node}): {f.reason}")
+        return "\n".join(lines)
+
+
+@dataclass
+class ExplainReport:
+    """Everything one ``sdk.explain`` call compiled."""
+
+    graphs: list[GraphReport] = field(default_factory=list)
+    graph_breaks: int = 0
+
+    @property
+    def kernels(self) -> list[KernelReport]:
+        return [k for g in self.graphs for k in g.kernels]
+
+    @property
+    def fallbacks(self) -> list[FallbackReport]:
+        return [f for g in self.graphs for f in g.fallbacks]
+
+    @property
+    def externs(self) -> list[ExternReport]:
+        return [e for g in self.graphs for e in g.externs]
+
+    def __str__(self) -> str:
+        head = (
+            f"{len(self.graphs)} graph(s), {len(self.kernels)} kernel(s), "
+            f"{len(self.fallbacks)} fallback(s), {self.graph_breaks} graph break(s)"
+        )
+        return "\n".join([head, *(str(g) for g in self.graphs)])
