@@ -1,0 +1,172 @@
+"""The per-user on-disk cache every plugin uses (public as :mod:`sdk.cache`).
+
+Layout: one root directory (see :func:`_root`) holding one sub-directory per
+namespace. Every directory is created with mode 0o700 and, before use, checked
+to be owned by the current user and not group/world writable; a directory that
+fails the check is refused with a :class:`PermissionError` that says how to fix
+it. Entry files are written atomically with mode 0o600.
+
+An entry written by :meth:`DiskCache.put` is a small header followed by the
+payload::
+
+    MAGIC | key length (4 bytes, little endian) | key (utf-8) | sha256(payload) | payload
+
+:meth:`DiskCache.get` checks all of it, so a truncated, corrupted, foreign or
+unsafe entry reads as a miss. Entries are not fsync'ed: a crash can at worst
+leave an entry that fails this check, which is a miss too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+_MAGIC = b"sdk-cache-entry-v1\n"
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
+
+
+def _root() -> Path:
+    """The cache root: ``$SDK_CACHE_DIR``, else ``$XDG_CACHE_HOME/torch-backend-sdk``,
+    else ``~/.cache/torch-backend-sdk``. The only place this module reads the environment."""
+    explicit = os.environ.get("SDK_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "torch-backend-sdk"
+
+
+def _is_private(st: os.stat_result) -> bool:
+    """Owned by the current user and writable by nobody else."""
+    return st.st_uid == os.geteuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _ensure_private_dir(path: Path) -> None:
+    """Create ``path`` with mode 0o700 if missing, then refuse it unless it is private."""
+    try:
+        path.mkdir(mode=_DIR_MODE)
+        os.chmod(path, _DIR_MODE)  # mkdir's mode is masked by the umask
+    except FileExistsError:
+        pass
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        cause = "not a directory"
+    elif st.st_uid != os.geteuid():
+        cause = f"owned by uid {st.st_uid}, not by the current user (uid {os.geteuid()})"
+    elif not _is_private(st):
+        cause = f"writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    else:
+        return
+    raise PermissionError(
+        f"refusing to use cache directory {path}: it is {cause}, so another user could "
+        f"plant files that would be loaded as compiled code. Fix: set SDK_CACHE_DIR to a "
+        f"private directory (owned by you, mode 0700), or repair this one."
+    )
+
+
+def cache_dir(*parts: str) -> Path:
+    """The cache directory ``<root>/<parts...>``, created private (0o700) and checked.
+
+    Each part is one plain path component. Raises :class:`PermissionError` when the
+    root or a sub-directory is not owned by the current user or is group/world writable.
+    """
+    for part in parts:
+        if not part or part in (".", "..") or "/" in part:
+            raise ValueError(f"cache directory part {part!r} must be a plain name")
+    path = _root()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _ensure_private_dir(path)
+    for part in parts:
+        path = path / part
+        _ensure_private_dir(path)
+    return path
+
+
+def _canonical(part: object) -> bytes:
+    """Type-tagged, length-prefixed encoding: distinct values never encode alike."""
+    if isinstance(part, bytes):
+        tag, body = b"b", part
+    elif isinstance(part, str):
+        tag, body = b"s", part.encode("utf-8", "surrogatepass")
+    elif isinstance(part, bool):  # before int: True must not hash like 1
+        tag, body = b"?", b"1" if part else b"0"
+    elif isinstance(part, int):
+        tag, body = b"i", str(part).encode()
+    elif isinstance(part, tuple):
+        tag, body = b"t", b"".join(_canonical(p) for p in part)
+    else:
+        raise TypeError(f"stable_hash accepts str, bytes, int and tuples; got {type(part).__name__}")
+    return tag + len(body).to_bytes(8, "little") + body
+
+
+def stable_hash(*parts: object) -> str:
+    """sha256 hex of a canonical encoding of ``parts`` (str, bytes, int, nested tuples).
+
+    Stable across processes and Python versions, unlike :func:`hash`.
+    """
+    return hashlib.sha256(_canonical(parts)).hexdigest()
+
+
+class DiskCache:
+    """Bytes stored under string keys in ``cache_dir(namespace)``.
+
+    The directory is resolved on every call, so a change of ``SDK_CACHE_DIR`` takes
+    effect at once. :meth:`get` never raises for a bad entry; a cache directory that
+    fails the ownership/mode check raises :class:`PermissionError` from :meth:`get`
+    and :meth:`put` alike.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def path_for(self, key: str, suffix: str) -> Path:
+        """The file for ``key`` with ``suffix`` (e.g. ``".so"``); the name is sha256(key)."""
+        name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+        return cache_dir(self.namespace) / (name + suffix)
+
+    def get(self, key: str) -> bytes | None:
+        """The payload stored under ``key``, or None when missing or not trustworthy."""
+        path = self.path_for(key, ".entry")  # a bad directory raises here, on purpose
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                if not (stat.S_ISREG(st.st_mode) and _is_private(st)):
+                    return None
+                blob = f.read()
+        except OSError:
+            return None
+        return _decode(blob, key)
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key``: written to a temp file, then renamed into place."""
+        path = self.path_for(key, ".entry")
+        key_bytes = key.encode("utf-8", "surrogatepass")
+        header = _MAGIC + len(key_bytes).to_bytes(4, "little") + key_bytes
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # mode 0o600
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(header + hashlib.sha256(data).digest() + data)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+
+def _decode(blob: bytes, key: str) -> bytes | None:
+    """The payload of an entry if its magic, key and hash all check out, else None."""
+    if not blob.startswith(_MAGIC):
+        return None
+    pos = len(_MAGIC)
+    key_len = int.from_bytes(blob[pos : pos + 4], "little")
+    pos += 4
+    if blob[pos : pos + key_len] != key.encode("utf-8", "surrogatepass"):
+        return None
+    pos += key_len
+    digest, payload = blob[pos : pos + 32], blob[pos + 32 :]
+    if len(digest) != 32 or hashlib.sha256(payload).digest() != digest:
+        return None
+    return payload

@@ -1,0 +1,92 @@
+"""Index arithmetic: sympy over non-negative integer loop variables.
+
+Views become index expressions built from ``+``, ``*``, integer constants and
+two functions, :class:`FloorDiv` and :class:`Mod`, both defined for
+non-negative operands (so C's ``/`` and ``%`` and Python's ``//`` and ``%``
+agree). :func:`print_index` renders an index for C-like or Python-like targets.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+
+def var(name: str) -> sympy.Symbol:
+    """A loop variable (or indirect index), integer and non-negative."""
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+class FloorDiv(sympy.Function):
+    """``a // b`` for a >= 0, b > 0."""
+
+    nargs = 2
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        if isinstance(a, FloorDiv) and b.is_Integer and a.args[1].is_Integer:
+            return FloorDiv(a.args[0], a.args[1] * b)
+        if b.is_Integer:
+            # pull out terms that are multiples of b: (b*x + y) // b = x + y // b, y >= 0
+            terms = sympy.Add.make_args(a)
+            whole = [t for t in terms if _coeff(t) % int(b) == 0]
+            if whole and all(t.is_nonnegative for t in terms):
+                rest = sympy.Add(*[t for t in terms if t not in whole])
+                return sympy.Add(*[t / b for t in whole]) + FloorDiv(rest, b)
+        return None
+
+
+class Mod(sympy.Function):
+    """``a % b`` for a >= 0, b > 0."""
+
+    nargs = 2
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        if b.is_Integer:
+            terms = sympy.Add.make_args(a)
+            keep = [t for t in terms if _coeff(t) % int(b) != 0]
+            if len(keep) != len(terms) and all(t.is_nonnegative for t in terms):
+                return Mod(sympy.Add(*keep), b)
+        return None
+
+
+def _coeff(term: sympy.Expr) -> int:
+    c, _ = term.as_coeff_Mul()
+    return int(c) if c.is_Integer else 1
+
+
+def print_index(expr: sympy.Expr, style: str = "c") -> str:
+    """Render ``expr``: ``style="c"`` uses ``/`` for FloorDiv, ``"python"`` uses ``//``."""
+    div = "/" if style == "c" else "//"
+
+    def go(e: sympy.Expr) -> str:
+        if e.is_Integer:
+            return str(int(e))
+        if e.is_Symbol:
+            return e.name
+        if isinstance(e, FloorDiv):
+            return f"({go(e.args[0])} {div} {go(e.args[1])})"
+        if isinstance(e, Mod):
+            return f"({go(e.args[0])} % {go(e.args[1])})"
+        if e.is_Add:
+            parts = [go(a) for a in sorted(e.args, key=sympy.default_sort_key)]
+            return "(" + " + ".join(parts) + ")"
+        if e.is_Mul:
+            return "(" + " * ".join(go(a) for a in e.args) + ")"
+        raise ValueError(f"cannot print index expression {e!r} ({type(e).__name__})")
+
+    return go(sympy.expand(expr) if not expr.has(FloorDiv, Mod) else expr)

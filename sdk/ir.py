@@ -1,0 +1,40 @@
+"""The loop IR, public: what a plugin renders, and what a lowering override builds.
+
+Kernels (:class:`Kernel`, :class:`Stage`, :class:`Store`, :class:`Reduction`,
+:class:`BufferArg`, :class:`Layout`) are what ``sdk_render_kernel`` receives.
+Scalar expressions (:class:`Const`, :class:`Load`, :class:`Op`,
+:class:`IndexValue`, :class:`LocalRef`) form each kernel's body; :data:`OPS`
+is the closed op vocabulary and :data:`REDUCTIONS` the reduction ops.
+Indices are sympy expressions over :func:`var` symbols using
+:class:`FloorDiv` and :class:`Mod`; :func:`print_index` renders them.
+"""
+
+from sdk.core.ir.expr import (
+    OPS,
+    PREDICATES,
+    REDUCTIONS,
+    Const,
+    Expr,
+    IndexValue,
+    Load,
+    LocalRef,
+    Op,
+    walk,
+)
+from sdk.core.ir.index import FloorDiv, Mod, print_index, var
+from sdk.core.ir.kernel import (
+    BufferArg,
+    IRCheckError,
+    Kernel,
+    Layout,
+    Reduction,
+    Stage,
+    Store,
+    check_kernel,
+)
+
+__all__ = [
+    "OPS", "PREDICATES", "REDUCTIONS", "BufferArg", "Const", "Expr", "IRCheckError",
+    "IndexValue", "Kernel", "Layout", "Load", "LocalRef", "Op", "Reduction", "Stage", "Store",
+    "check_kernel", "walk", "FloorDiv", "Mod", "print_index", "var",
+]

@@ -1,0 +1,364 @@
+"""Tests for the per-user disk cache (sdk.cache) and the cpu_cpp C++ toolchain."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import stat
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from sdk.cache import DiskCache, cache_dir, stable_hash
+from sdk.plugins.cpu_cpp import toolchain
+from sdk.plugins.cpu_cpp.toolchain import (
+    PRELUDE,
+    CompileError,
+    compile_and_load,
+    compile_library,
+    default_flags,
+    find_compiler,
+)
+
+
+@pytest.fixture(autouse=True)
+def cache_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own cache root; the real home cache is never touched."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("SDK_CACHE_DIR", str(root))
+    return root
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _has_compiler() -> bool:
+    try:
+        find_compiler()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+needs_cxx = pytest.mark.skipif(not _has_compiler(), reason="no C++ compiler")
+N = 1000  # elements in the test kernels; baked into their sources
+
+
+# --------------------------------------------------------------------------- cache_dir
+
+
+def test_cache_dir_created_private(cache_root: Path) -> None:
+    old_umask = os.umask(0)  # 0o700 must not depend on the umask
+    try:
+        path = cache_dir("ns", "sub")
+    finally:
+        os.umask(old_umask)
+    assert path == cache_root / "ns" / "sub"
+    for d in (cache_root, cache_root / "ns", path):
+        assert d.is_dir() and _mode(d) == 0o700
+
+
+def test_cache_dir_root_from_xdg_then_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SDK_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "torch-backend-sdk"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "torch-backend-sdk"
+
+
+@pytest.mark.parametrize("where", ["root", "sub"])
+def test_world_writable_cache_dir_rejected(cache_root: Path, where: str) -> None:
+    bad = cache_root if where == "root" else cache_root / "ns"
+    bad.mkdir(parents=True)
+    os.chmod(bad, 0o777)
+    with pytest.raises(PermissionError) as info:
+        cache_dir("ns")
+    message = str(info.value)
+    assert str(bad) in message and "writable by group or others" in message
+    assert "set SDK_CACHE_DIR to a private directory" in message
+
+
+def test_foreign_cache_dir_rejected(cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache_root.mkdir(mode=0o700)
+    other_uid = os.geteuid() + 1
+    monkeypatch.setattr(os, "geteuid", lambda: other_uid)  # the dir now belongs to someone else
+    with pytest.raises(PermissionError) as info:
+        cache_dir()
+    message = str(info.value)
+    assert str(cache_root) in message and "not by the current user" in message
+    assert "SDK_CACHE_DIR" in message
+
+
+@pytest.mark.parametrize("part", ["", ".", "..", "a/b"])
+def test_cache_dir_rejects_path_tricks(part: str) -> None:
+    with pytest.raises(ValueError):
+        cache_dir(part)
+
+
+# --------------------------------------------------------------------------- DiskCache
+
+
+def test_disk_cache_roundtrip() -> None:
+    cache = DiskCache("test")
+    assert cache.get("k") is None
+    cache.put("k", b"payload \x00\xff")
+    assert cache.get("k") == b"payload \x00\xff"
+    cache.put("k", b"")
+    assert cache.get("k") == b""
+    entry = cache.path_for("k", ".entry")
+    assert _mode(entry) == 0o600
+    assert "k" not in entry.name and len(entry.stem) == 64  # names are sha256 hex
+    assert not [p for p in entry.parent.iterdir() if p.name.startswith(".tmp")]
+
+
+def test_truncated_entry_is_a_miss() -> None:
+    cache = DiskCache("test")
+    cache.put("k", b"x" * 100)
+    entry = cache.path_for("k", ".entry")
+    blob = entry.read_bytes()
+    for cut in (len(blob) - 1, 40, 5, 0):
+        entry.write_bytes(blob[:cut])
+        assert cache.get("k") is None
+
+
+def test_corrupted_entry_is_a_miss() -> None:
+    cache = DiskCache("test")
+    cache.put("k", b"x" * 100)
+    entry = cache.path_for("k", ".entry")
+    blob = bytearray(entry.read_bytes())
+    blob[-10] ^= 0x01
+    entry.write_bytes(bytes(blob))
+    assert cache.get("k") is None
+    entry.write_bytes(b"garbage")
+    assert cache.get("k") is None
+
+
+def test_wrong_key_entry_is_a_miss() -> None:
+    cache = DiskCache("test")
+    cache.put("a", b"for a")
+    cache.path_for("b", ".entry").write_bytes(cache.path_for("a", ".entry").read_bytes())
+    assert cache.get("b") is None
+    assert cache.get("a") == b"for a"
+
+
+def test_group_writable_entry_is_a_miss() -> None:
+    cache = DiskCache("test")
+    cache.put("k", b"data")
+    entry = cache.path_for("k", ".entry")
+    os.chmod(entry, 0o620)
+    assert cache.get("k") is None
+    os.chmod(entry, 0o600)
+    assert cache.get("k") == b"data"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away needs root")
+def test_foreign_entry_is_a_miss() -> None:
+    cache = DiskCache("test")
+    cache.put("k", b"data")
+    os.chown(cache.path_for("k", ".entry"), 65534, -1)
+    assert cache.get("k") is None
+
+
+def test_stable_hash_is_canonical() -> None:
+    assert stable_hash("a", b"b", 3, ("c", (4,))) == stable_hash("a", b"b", 3, ("c", (4,)))
+    assert re.fullmatch("[0-9a-f]{64}", stable_hash("x"))
+    distinct = [("ab", "c"), ("a", "bc"), ("abc",), (1,), ("1",), (True,), (b"1",), ((1,),), ()]
+    assert len({stable_hash(*parts) for parts in distinct}) == len(distinct)
+    with pytest.raises(TypeError):
+        stable_hash(1.5)
+
+
+# --------------------------------------------------------------------------- toolchain
+
+
+def test_find_compiler_honours_cxx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CXX", "no-such-compiler-xyz")
+    with pytest.raises(FileNotFoundError, match="CXX"):
+        find_compiler()
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("CXX")
+    with pytest.raises(FileNotFoundError, match="no C\\+\\+ compiler found"):
+        find_compiler()
+
+
+def _add_kernel(tag: str) -> str:
+    """A small kernel, made unique by ``tag`` so each test compiles its own library."""
+    return PRELUDE + f"""
+// {tag}
+extern "C" void add(const float* __restrict x, const float* __restrict y, float* __restrict out) {{
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < {N}; ++i) out[i] = x[i] + y[i];
+}}
+"""
+
+
+def _check_add(fn) -> None:
+    x, y, out = torch.randn(N), torch.randn(N), torch.empty(N)
+    fn(x.data_ptr(), y.data_ptr(), out.data_ptr())
+    torch.testing.assert_close(out, x + y)
+
+
+@needs_cxx
+def test_compile_library_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    source = _add_kernel("caches")
+    path = compile_library(source)
+    assert path.parent.parent == cache_dir() and _mode(path) == 0o700
+    mtime = path.stat().st_mtime_ns
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError(f"compiler invoked on a cache hit: {args}")
+
+    monkeypatch.setattr(toolchain.subprocess, "run", no_compiler)
+    assert compile_library(source) == path
+    assert path.stat().st_mtime_ns == mtime
+    (fn,) = compile_and_load(source, ["add"], [3])
+    _check_add(fn)
+
+
+@needs_cxx
+def test_cache_key_covers_flags_and_plugin_version() -> None:
+    source = _add_kernel("key")
+    base = compile_library(source)
+    assert compile_library(source, plugin_version="1") != base
+    assert compile_library(source, flags=default_flags() + ("-DX=1",)) != base
+
+
+@needs_cxx
+def test_tampered_library_is_recompiled_not_loaded() -> None:
+    source = _add_kernel("tamper")
+    path = compile_library(source)  # not loaded yet: safe to change in place
+    good = path.read_bytes()
+    tampered = bytearray(good)
+    tampered[len(tampered) // 2] ^= 0xFF
+    path.write_bytes(bytes(tampered))
+    inode = path.stat().st_ino
+
+    again = compile_library(source)
+    assert again.read_bytes() != bytes(tampered)
+    assert again != path or again.stat().st_ino != inode  # a new file, renamed into place
+    (fn,) = compile_and_load(source, ["add"], [3])
+    _check_add(fn)
+
+
+@needs_cxx
+def test_unsafe_library_or_record_is_recompiled(cache_root: Path) -> None:
+    source = _add_kernel("unsafe")
+    path = compile_library(source)
+    os.chmod(path, 0o777)
+    assert _mode(compile_library(source)) == 0o700
+    (record,) = (cache_root / "cpp").glob("*.entry")
+    record.write_bytes(b"not a record")
+    assert compile_library(source) == path  # rebuilt (the build is deterministic) ...
+    assert record.read_bytes() != b"not a record"  # ... and recorded again
+
+
+@needs_cxx
+def test_concurrent_compiles_of_one_key() -> None:
+    source = _add_kernel("race")
+    with ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: compile_library(source), range(4)))
+    assert all(p.exists() for p in paths)
+    assert compile_library(source) in paths
+    (fn,) = compile_and_load(source, ["add"], [3])
+    _check_add(fn)
+
+
+@needs_cxx
+def test_compile_error_message(cache_root: Path) -> None:
+    source = PRELUDE + 'extern "C" void broken(float* x) { x[0] = undefined_name; }\n'
+    with pytest.raises(CompileError) as info:
+        compile_library(source)
+    message = str(info.value)
+    assert find_compiler() in message and "-fopenmp" in message  # the command
+    assert "undefined_name" in message and "error" in message  # the stderr tail
+    written = re.search(r"full source: (\S+)", message)
+    assert written and Path(written.group(1)).read_text() == source
+    assert not list((cache_root / "cpp").glob("*.so")) and not list((cache_root / "cpp").glob(".tmp*"))
+
+
+@needs_cxx
+def test_kernel_matches_torch() -> None:
+    source = PRELUDE + f"""
+extern "C" void silu_tanh(const float* __restrict x, const float* __restrict y, float* __restrict out) {{
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < {N}; ++i) out[i] = x[i] * (1.0f / (1.0f + expf(-x[i]))) + tanhf(y[i]);
+}}
+"""
+    (fn,) = compile_and_load(source, ["silu_tanh"], [3])
+    x, y, out = torch.randn(N) * 5, torch.randn(N) * 5, torch.empty(N)
+    x[:4] = torch.tensor([float("inf"), float("-inf"), float("nan"), -100.0])
+    fn(x.data_ptr(), y.data_ptr(), out.data_ptr())
+    torch.testing.assert_close(out, torch.nn.functional.silu(x) + torch.tanh(y), equal_nan=True)
+
+
+@needs_cxx
+def test_half_conversions_are_bit_exact() -> None:
+    generator = torch.Generator().manual_seed(0)
+    bits = torch.randint(-(2**31), 2**31, (N,), dtype=torch.int64, generator=generator)
+    floats = bits.to(torch.int32).view(torch.float32).clone()
+    edges = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), 65504.0, 65519.99, 65520.0,
+             2.0**-14, 2.0**-24, 2.0**-25, 1.5 * 2.0**-25, 3.0 * 2.0**-25, 1e-45, 3.0e38, 1.00390625]  # fmt: skip
+    floats[: len(edges)] = torch.tensor(edges)
+    floats[len(edges) : N // 2] = torch.randn(N // 2 - len(edges), generator=generator) * 1e-5
+    source = PRELUDE + f"""
+extern "C" void to_half(const float* __restrict x, uint16_t* __restrict bf, uint16_t* __restrict h) {{
+#pragma omp simd
+  for (int64_t i = 0; i < {N}; ++i) {{ bf[i] = sdk_float_to_bf16(x[i]); h[i] = sdk_float_to_fp16(x[i]); }}
+}}
+extern "C" void from_half(const uint16_t* __restrict bf, const uint16_t* __restrict h,
+                          float* __restrict from_bf, float* __restrict from_h) {{
+#pragma omp simd
+  for (int64_t i = 0; i < 65536; ++i) {{ from_bf[i] = sdk_bf16_to_float(bf[i]); from_h[i] = sdk_fp16_to_float(h[i]); }}
+}}
+"""
+    to_half, from_half = compile_and_load(source, ["to_half", "from_half"], [3, 4])
+
+    bf, h = torch.empty(N, dtype=torch.int16), torch.empty(N, dtype=torch.int16)
+    to_half(floats.data_ptr(), bf.data_ptr(), h.data_ptr())
+    for got, dtype in ((bf, torch.bfloat16), (h, torch.float16)):
+        expected = floats.to(dtype)
+        nan = expected.isnan()
+        assert torch.equal(got.view(dtype).isnan(), nan)
+        assert torch.equal(got[~nan], expected.view(torch.int16)[~nan]), dtype
+
+    every = torch.arange(65536, dtype=torch.int32).to(torch.int16)
+    from_bf, from_h = torch.empty(65536), torch.empty(65536)
+    from_half(every.data_ptr(), every.data_ptr(), from_bf.data_ptr(), from_h.data_ptr())
+    for got, dtype in ((from_bf, torch.bfloat16), (from_h, torch.float16)):
+        expected = every.view(dtype).float()
+        nan = expected.isnan()
+        assert torch.equal(got.isnan(), nan)
+        assert torch.equal(got.view(torch.int32)[~nan], expected.view(torch.int32)[~nan]), dtype
+
+
+def _has_libmvec() -> bool:
+    libc, version = platform.libc_ver()
+    return platform.machine() == "x86_64" and libc == "glibc" and tuple(map(int, version.split("."))) >= (2, 35)
+
+
+@needs_cxx
+@pytest.mark.skipif(not _has_libmvec(), reason="needs x86-64 glibc >= 2.35 (libmvec)")
+def test_simd_loop_calling_expf_is_vectorized(tmp_path: Path) -> None:
+    body = f"""
+extern "C" void sigmoid(const float* __restrict x, float* __restrict out) {{
+#pragma omp simd
+  for (int64_t i = 0; i < {N}; ++i) out[i] = 1.0f / (1.0f + expf(-x[i]));
+}}
+"""
+    source = PRELUDE + body
+    src = tmp_path / "k.cpp"
+    src.write_text(source)
+    line = source.count("\n", 0, source.index("for (int64_t")) + 1
+    report = subprocess.run(
+        [find_compiler(), str(src), "-o", str(tmp_path / "k.so"), *default_flags(), "-fopt-info-vec-optimized"],
+        capture_output=True, text=True, check=True,
+    ).stderr  # fmt: skip
+    assert re.search(rf"k\.cpp:{line}:\d+: optimized: loop vectorized", report), report
+    # The vector body calls libmvec's expf variant (e.g. _ZGVeN16v_expf), not only scalar expf.
+    assert re.search(rb"_ZGV[bcde]N\d+v_expf", compile_library(source).read_bytes())
