@@ -7,6 +7,7 @@ of every single op a plugin cannot generate. Each op run this way is recorded
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable
 
 import torch.fx
@@ -17,7 +18,9 @@ from .adapters.torch_private import OpOverload
 
 
 def aten_calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
-    return [n for n in gm.graph.nodes if n.op == "call_function"]
+    """The op calls of ``gm`` (tuple unpacking through getitem is not an op)."""
+    return [n for n in gm.graph.nodes
+            if n.op == "call_function" and n.target is not operator.getitem]
 
 
 def op_name(target: Any) -> str:

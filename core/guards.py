@@ -96,7 +96,11 @@ class Specializing:
         self._check = make_check(specs)
         return fn
 
+    _boxed_call = True  # AOTAutograd may pass the inputs as one list
+
     def __call__(self, *args: Any) -> Any:
+        if len(args) == 1 and type(args[0]) is list:
+            args = args[0]
         if self._check(args):
             return self._fn(args)
         with self._lock:

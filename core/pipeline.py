@@ -228,7 +228,11 @@ class _LazySpecializing:
         self._build = build
         self._inner: Specializing | None = None
 
+    _boxed_call = True
+
     def __call__(self, *args: Any) -> Any:
+        if len(args) == 1 and type(args[0]) is list:
+            args = args[0]
         if self._inner is None:
             self._inner = Specializing(self._build, tuple(spec_of(a) for a in args))
         return self._inner(*args)

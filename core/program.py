@@ -1,7 +1,9 @@
 """Build the executable program of one ATen graph variant.
 
-Until the loop IR lands, every ATen call runs op by op through the fallback
-and is recorded as such.
+lowering -> scheduling -> kernels -> the plugin renders and compiles them ->
+memory planning -> a generated Python function that allocates buffers,
+launches kernels and externs in order, frees what is dead, and returns the
+outputs. That function's per-call work is the launches and allocations only.
 """
 
 from __future__ import annotations
@@ -9,12 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
 import torch.fx
 
+from sdk.errors import SDKError
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport, KernelReport
 
-from . import fallback
+from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
+from .ir.kernel import Kernel, Layout, check_kernel
+from .lowering import SEED_BUFFER, Lowerer
+from .memory import plan_memory
+from .scheduler import Decision, Group, Scheduler, _Builder, kernel_name
 
 
 @dataclass
@@ -23,9 +31,187 @@ class ProgramParts:
     externs: list[ExternReport] = field(default_factory=list)
     fallbacks: list[FallbackReport] = field(default_factory=list)
     views: int = 0
+    decisions: list[Decision] = field(default_factory=list)
+    wrapper_source: str = ""
 
 
 def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
                   specs: tuple) -> tuple[Callable, ProgramParts]:
-    fn, reports = fallback.whole_graph(gm, "no loop-IR lowering in this SDK version")
-    return fn, ProgramParts(fallbacks=reports)
+    L = Lowerer(gm, specs, ctx, session.hooks)
+    L.run()
+    outputs, keep = _plan_outputs(L)
+    sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.options["fusion"])
+    steps = sched.run()
+
+    layouts: dict[str, Layout] = {}
+    for name, spec in L.inputs:
+        if name:
+            layouts[name] = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype,
+                                   spec.device.type)
+    for n in L.nodes:
+        if isinstance(n, ExternNode):
+            layouts.update({o[0]: o[1] for o in n.outputs if o})
+        else:
+            layouts[n.name] = n.layout
+    for name, t in L.constants.items():
+        layouts[name] = Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype,
+                               t.device.type)
+    layouts[SEED_BUFFER] = Layout((1,), (1,), 0, torch.int64, ctx.device_type)
+
+    owner = sched._owner()
+    program: list[Kernel | ExternNode] = []
+    used_names: set[str] = set()
+    for step in steps:
+        if isinstance(step, ExternNode):
+            program.append(step)
+            continue
+        stored = sched.stored(step, owner)
+        if not stored:
+            continue  # nothing outside the group needs it: dead
+        name = kernel_name(step)
+        base, i = name, 0
+        while name in used_names:
+            i += 1
+            name = f"{base}_{i}"
+        used_names.add(name)
+        origins = tuple(dict.fromkeys(o for n in step.members for o in n.origins))
+        program.append(_Builder(sched, step).kernel(name, stored, layouts, origins))
+
+    kernels = [k for k in program if isinstance(k, Kernel)]
+    debug = session.debug
+    sources = []
+    for k in kernels:
+        if debug:
+            check_kernel(k)
+        src = session.hooks.sdk_render_kernel(ctx=ctx, kernel=k)
+        if src is None:
+            raise SDKError(f"sdk:{ctx.plugin} rendered nothing for kernel {k.name}; "
+                           "its sdk_render_kernel hook must return a KernelSource")
+        sources.append(src)
+    fns: list[Callable] = []
+    if sources:
+        fns = session.hooks.sdk_compile_kernels(ctx=ctx, sources=sources)
+        if fns is None or len(fns) != len(sources):
+            raise SDKError(f"sdk:{ctx.plugin} compiled {0 if fns is None else len(fns)} of "
+                           f"{len(sources)} kernels; sdk_compile_kernels must return one "
+                           "callable per source")
+    observers = session.registry.observers()
+    for src in sources:
+        observers.sdk_on_kernel_compiled(ctx=ctx, source=src)
+
+    compiled = dict(zip((k.name for k in kernels), fns))
+    fn, wrapper_source = _codegen(L, program, compiled, outputs, layouts, specs, ctx)
+    parts = ProgramParts(
+        kernels=[KernelReport(k.name, ctx.plugin, k.origins, s.source)
+                 for k, s in zip(kernels, sources)],
+        externs=L.externs, fallbacks=L.fallbacks, views=L.views,
+        decisions=sched.decisions, wrapper_source=wrapper_source,
+    )
+    return fn, parts
+
+
+def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
+    """How each graph output is produced, and the computed buffers that must be stored."""
+    plan, keep = [], set()
+    for v in L.outputs:
+        if isinstance(v, ComputedView) and v.reindex is None and v.sizes == v.node.sizes:
+            plan.append(("buf", v.node.name, None))
+            keep.add(v.node.name)
+        elif isinstance(v, TensorValue) and v.storage is not None:
+            st = v.storage
+            plan.append(("view", st.buffer, st.layout))
+            if isinstance(v, ComputedView):
+                keep.add(v.node.name)
+        elif isinstance(v, TensorValue):
+            copy = L.pointwise(v.sizes, v.dtype, v.load)
+            plan.append(("buf", copy.node.name, None))
+            keep.add(copy.node.name)
+        else:
+            plan.append(("const", v, None))
+    return plan, keep
+
+
+def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: list[tuple],
+             layouts: dict[str, Layout], specs: tuple, ctx: CompileContext
+             ) -> tuple[Callable, str]:
+    env: dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
+                           "_as_strided": torch.as_strided}
+    device = next((s.device for s in specs if hasattr(s, "device")),
+                   torch.device(ctx.device_type))
+    env["_dev"] = device
+    env.update(L.constants)
+    consts: dict[int, str] = {}
+
+    def const(x: Any) -> str:
+        key = id(x)
+        if key not in consts:
+            consts[key] = f"_c{len(consts)}"
+            env[consts[key]] = x
+        return consts[key]
+
+    out_bufs = {b for kind, b, _ in outputs if kind in ("buf", "view")}
+    mem = plan_memory(program, layouts, out_bufs, {n for n, _ in L.inputs if n})
+
+    lines = ["def call(args):"]
+    for i, (name, _spec) in enumerate(L.inputs):
+        if name:
+            lines.append(f"    {name} = args[{i}]")
+    if L.needs_seed:
+        env["_seed"] = _make_seed
+        lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
+
+    def arg_expr(x: Any) -> str:
+        if isinstance(x, StorageView):
+            base = layouts[x.buffer]
+            if x.layout == base:
+                return x.buffer
+            return (f"_as_strided({x.buffer}, {tuple(x.layout.sizes)}, "
+                    f"{tuple(x.layout.strides)}, {x.layout.offset})")
+        if isinstance(x, (list, tuple)):
+            inner = ", ".join(arg_expr(y) for y in x)
+            return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+        if isinstance(x, (bool, int, float)) or x is None:
+            return repr(x) if not (isinstance(x, float) and (x != x or x in (float("inf"),
+                                                                             float("-inf")))) \
+                else const(x)
+        return const(x)
+
+    for i, step in enumerate(program):
+        for line in mem.before.get(i, []):
+            lines.append("    " + line)
+        if isinstance(step, Kernel):
+            fname = const(compiled[step.name])
+            lines.append(f"    {fname}({', '.join(a.name for a in step.args)})")
+        else:
+            op = const(step.target)
+            call_args = ", ".join(arg_expr(a) for a in step.args)
+            kw = ", ".join(f"{k}={arg_expr(v)}" for k, v in step.kwargs.items())
+            call = f"{op}({call_args}{', ' if call_args and kw else ''}{kw})"
+            names = [o[0] if o else "_" for o in step.outputs]
+            if step.multi_output:
+                lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {call}")
+            else:
+                lines.append(f"    {names[0]} = {call}")
+        for line in mem.after.get(i, []):
+            lines.append("    " + line)
+
+    rets = []
+    for kind, buf, layout in outputs:
+        if kind == "buf":
+            rets.append(buf)
+        elif kind == "view":
+            base = layouts[buf]
+            rets.append(buf if layout == base else
+                        f"_as_strided({buf}, {tuple(layout.sizes)}, {tuple(layout.strides)}, "
+                        f"{layout.offset})")
+        else:
+            rets.append(const(buf))
+    lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+    source = "\n".join(lines)
+    exec(compile(source, f"<sdk wrapper {ctx.graph_name}>", "exec"), env)  # noqa: S102
+    return env["call"], source
+
+
+def _make_seed(device: torch.device) -> torch.Tensor:
+    """A fresh seed per call, drawn from torch's generator (so manual_seed reproduces runs)."""
+    return torch.randint(0, 2**62, (1,), dtype=torch.int64).to(device)

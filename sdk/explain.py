@@ -31,8 +31,8 @@ def explain(fn: Callable[..., Any], *args: Any, backend: str = "sdk:cpu_cpp",
     token = pipeline.collect_reports(report.graphs)
     try:
         out = torch.compile(fn, backend=compiled_backend)(*args)
-        leaves = _leaves(fn, args)
         outs = [t for t in _tensors(out) if t.requires_grad and t.grad_fn is not None]
+        leaves = _leaves(outs)
         if outs and leaves:
             torch.autograd.grad(outs, leaves, [torch.ones_like(t) for t in outs],
                                 allow_unused=True)
@@ -52,8 +52,18 @@ def _tensors(x: Any) -> list[torch.Tensor]:
     return []
 
 
-def _leaves(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[torch.Tensor]:
-    leaves = [t for t in _tensors(list(args)) if t.requires_grad]
-    if isinstance(fn, torch.nn.Module):
-        leaves += [p for p in fn.parameters() if p.requires_grad]
-    return leaves
+def _leaves(outs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The leaf tensors the outputs' autograd graph accumulates into (inputs, parameters)."""
+    leaves: dict[int, torch.Tensor] = {}
+    seen: set[int] = set()
+    stack = [t.grad_fn for t in outs if t.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        leaf = getattr(fn, "variable", None)
+        if isinstance(leaf, torch.Tensor):
+            leaves[id(leaf)] = leaf
+        stack.extend(f for f, _ in fn.next_functions)
+    return list(leaves.values())

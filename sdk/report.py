@@ -54,7 +54,7 @@ class GraphReport:
     @property
     def generated_fraction(self) -> float:
         """Share of the graph's ATen calls that run inside generated kernels (views included)."""
-        covered = sum(len(k.nodes) for k in self.kernels) + self.views
+        covered = len({n for k in self.kernels for n in k.nodes}) + self.views
         return covered / self.aten_ops if self.aten_ops else 1.0
 
     def __str__(self) -> str:

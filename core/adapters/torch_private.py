@@ -15,6 +15,7 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import FakeTensor
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 OpOverload = torch._ops.OpOverload
 OpOverloadPacket = torch._ops.OpOverloadPacket
 
@@ -28,8 +29,6 @@ _EXTRA_DECOMPOSED = [
     aten._native_batch_norm_legit_functional,
     aten._native_batch_norm_legit_no_training,
     aten.gelu,
-    aten.var_mean.correction,
-    aten.var.correction,
     aten.std.correction,
     aten.native_dropout,
 ]
@@ -69,9 +68,18 @@ def aot_compile(
     graph, splits it with the min-cut rematerialization partitioner and calls
     ``forward`` now and ``backward`` when the backward first runs.
     """
+    def compile_backward(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        # What Dynamo's wrapper does (keep Dynamo out of the compiler and of the
+        # compiled backward), but keeping the boxed calling convention.
+        compiled = torch._dynamo.disable(backward)(gm, example_inputs)
+        wrapped = torch._dynamo.disable(compiled)
+        wrapped._boxed_call = getattr(compiled, "_boxed_call", False)
+        return wrapped
+
+    compile_backward._is_wrapped_bw_compiler = True
     compiler = aot_autograd(
         fw_compiler=forward,
-        bw_compiler=backward,
+        bw_compiler=compile_backward,
         inference_compiler=inference,
         partition_fn=min_cut_rematerialization_partition,
         decompositions=dict(decompositions),

@@ -1,0 +1,180 @@
+"""The lowered graph: computed nodes, extern nodes, and the tensor values between them.
+
+Lowering turns each ATen call into either nothing (a view: index arithmetic
+on its input), one :class:`Node` (pointwise math or a reduction, with its own
+output buffer in *logical* coordinates), or one :class:`ExternNode` (a library
+call run through ATen). The scheduler later decides which nodes share a kernel
+and which buffers are ever written to memory.
+
+Tensor values:
+
+* :class:`StorageView` reads a buffer that lives in memory with a known
+  layout (a graph input, an extern's output, or a view of one): loads carry a
+  linear index.
+* :class:`ComputedView` reads a computed node's output in its logical
+  coordinates (``Load.index`` is a tuple), so the scheduler can inline the
+  node's expression into the reader by substituting the index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import sympy
+import torch
+
+from .expr import Const, Expr, Load, Op
+from .index import var
+from .kernel import Layout
+
+Index = tuple[sympy.Expr, ...]
+
+
+def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(sizes):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+class TensorValue:
+    """A tensor during lowering: sizes, dtype, and how to read an element."""
+
+    sizes: tuple[int, ...]
+    dtype: torch.dtype
+
+    def load(self, index: Index) -> Expr:
+        raise NotImplementedError
+
+    @property
+    def storage(self) -> StorageView | None:
+        """The same tensor as a strided view of a buffer in memory, if it is one."""
+        return None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.sizes)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({list(self.sizes)}, {self.dtype})"
+
+
+class StorageView(TensorValue):
+    def __init__(self, buffer: str, layout: Layout) -> None:
+        self.buffer = buffer
+        self.layout = layout
+        self.sizes = tuple(int(s) for s in layout.sizes)
+        self.dtype = layout.dtype
+
+    def load(self, index: Index) -> Expr:
+        return Load(self.buffer, self.layout.linear(index), self.dtype)
+
+    @property
+    def storage(self) -> StorageView:
+        return self
+
+
+class ComputedView(TensorValue):
+    def __init__(self, node: Node, sizes: tuple[int, ...],
+                 reindex: Callable[[Index], Index] | None = None,
+                 storage: StorageView | None = None) -> None:
+        self.node = node
+        self.sizes = tuple(int(s) for s in sizes)
+        self.dtype = node.dtype
+        self.reindex = reindex
+        self._storage = storage
+
+    def load(self, index: Index) -> Expr:
+        idx = tuple(index) if self.reindex is None else tuple(self.reindex(tuple(index)))
+        return Load(self.node.name, idx, self.dtype)
+
+    @property
+    def storage(self) -> StorageView | None:
+        return self._storage
+
+
+class ScalarValue(TensorValue):
+    """A 0-d tensor or broadcast scalar whose value is an expression (e.g. a constant)."""
+
+    def __init__(self, expr: Expr, sizes: tuple[int, ...] = ()) -> None:
+        self.expr = expr
+        self.sizes = tuple(sizes)
+        self.dtype = expr.dtype
+
+    def load(self, index: Index) -> Expr:
+        return self.expr
+
+
+@dataclass(eq=False)
+class Node:
+    """A computed buffer: ``out[vars] = value`` or ``out[vars] = reduce(value over rvars)``."""
+
+    name: str
+    sizes: tuple[int, ...]
+    dtype: torch.dtype  # of the buffer; ``value`` may compute in a wider type
+    vars: tuple[sympy.Symbol, ...]
+    value: Expr
+    layout: Layout
+    rvars: tuple[sympy.Symbol, ...] = ()
+    rsizes: tuple[int, ...] = ()
+    reduce_op: str | None = None
+    origins: list[str] = field(default_factory=list)
+    reads: set[str] = field(default_factory=set)  # buffers loaded by value
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.reduce_op is not None
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    def store_value(self, result: Expr) -> Expr:
+        """``result`` (value, or the reduction's result) cast to the buffer's dtype."""
+        return result if result.dtype == self.dtype else Op("cast", (result,), self.dtype)
+
+    def __repr__(self) -> str:
+        kind = f"reduce {self.reduce_op} over {list(self.rsizes)}" if self.is_reduction else "pw"
+        return f"Node({self.name}, {list(self.sizes)}, {self.dtype}, {kind})"
+
+
+@dataclass(eq=False)
+class ExternNode:
+    """An op run through ATen on buffers in memory: a library call or a fallback."""
+
+    name: str
+    target: Any  # the OpOverload (or callable) to run
+    args: tuple[Any, ...]  # StorageViews stand for tensors
+    kwargs: dict[str, Any]
+    outputs: list[tuple[str, Layout]]  # buffer name and layout of each tensor output
+    origins: list[str] = field(default_factory=list)
+    fallback_reason: str | None = None  # None: a library call on purpose
+    multi_output: bool = False
+
+    @property
+    def reads(self) -> set[str]:
+        out: set[str] = set()
+
+        def visit(x: Any) -> None:
+            if isinstance(x, StorageView):
+                out.add(x.buffer)
+            elif isinstance(x, (list, tuple)):
+                for y in x:
+                    visit(y)
+
+        visit(self.args)
+        visit(list(self.kwargs.values()))
+        return out
+
+
+def const(value: Any, dtype: torch.dtype) -> Const:
+    return Const(value, dtype)
+
+
+def fresh_vars(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
+    return tuple(var(f"{prefix}{i}") for i in range(n))

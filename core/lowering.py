@@ -1,0 +1,1257 @@
+"""Lowering: ATen graph -> loop IR nodes.
+
+:class:`Lowerer` walks a functionalized ATen graph. For each call it asks the
+plugin whether the op may go into a generated kernel (``sdk_op_support``),
+then for an override (``sdk_lower_op``), then the core table :data:`LOWERINGS`.
+An op with no lowering, or refused, runs through ATen as a fallback extern and
+is recorded with the reason. Library ops in :data:`EXTERN_OPS` run through
+ATen on purpose and are recorded as externs.
+
+Element types: floating math in bf16/fp16 is computed in fp32 and rounded
+once when stored; eager rounds after every op, so fused results are slightly
+*more* accurate than eager (as with Inductor).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import sympy
+import torch
+import torch.fx
+
+from sdk.plugin import CompileContext
+from sdk.report import ExternReport, FallbackReport
+
+from .adapters.torch_private import OpOverloadPacket, aten, prims
+from .fallback import op_name
+from .ir.expr import Const, Expr, IndexValue, Load, Op
+from .ir.graph import (
+    ComputedView,
+    ExternNode,
+    Index,
+    Node,
+    ScalarValue,
+    StorageView,
+    TensorValue,
+    contiguous_strides,
+    fresh_vars,
+)
+from .ir.index import FloorDiv, Mod, var
+from .ir.kernel import Layout
+
+LOWERINGS: dict[Any, Callable[..., Any]] = {}
+
+#: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
+EXTERN_OPS = {
+    aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default,
+    aten.convolution.default, aten.convolution_backward.default,
+    aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    aten._scaled_dot_product_cudnn_attention.default,
+    aten._scaled_dot_product_cudnn_attention_backward.default,
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
+    aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d_backward.default,
+    aten.avg_pool2d.default, aten.avg_pool2d_backward.default,
+    aten.index_put.default, aten.scatter_add.default, aten.scatter.src,
+    aten.scatter.value, aten.scatter_reduce.two, aten.index_add.default,
+    aten.sort.default, aten.topk.default, aten.cumsum.default,
+    aten._embedding_bag.default, aten.upsample_nearest2d.default,
+}
+
+
+class Unsupported(Exception):
+    """Raised by a lowering for a case it does not handle: the op falls back."""
+
+
+def register(*ops: Any) -> Callable:
+    def deco(fn: Callable) -> Callable:
+        for op in ops:
+            if isinstance(op, OpOverloadPacket):
+                for name in op.overloads():
+                    LOWERINGS.setdefault(getattr(op, name), fn)
+            else:
+                LOWERINGS[op] = fn
+        return fn
+
+    return deco
+
+
+def upcast(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def cast(e: Expr, dtype: torch.dtype) -> Expr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        return Const(e.value if dtype != torch.bool else bool(e.value), dtype)
+    # fp32 -> bf16 -> fp32 is not an identity; keep it (stores round on purpose)
+    return Op("cast", (e,), dtype)
+
+
+class Lowerer:
+    """Lowers one ATen graph variant; the result feeds the scheduler."""
+
+    def __init__(self, gm: torch.fx.GraphModule, specs: tuple, ctx: CompileContext,
+                 hooks: Any) -> None:
+        self.gm, self.specs, self.ctx, self.hooks = gm, specs, ctx, hooks
+        self.nodes: list[Node | ExternNode] = []
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.inputs: list[tuple[str, Any]] = []  # (buffer name or "", spec)
+        self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors, by buffer name
+        self.outputs: list[Any] = []
+        self.fallbacks: list[FallbackReport] = []
+        self.externs: list[ExternReport] = []
+        self.views = 0
+        self.needs_seed = False
+        self._names: dict[str, int] = {}
+        self._fx: torch.fx.Node | None = None
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        self._graph_outputs = {a for a in out_node.args[0] if isinstance(a, torch.fx.Node)}
+
+    # -- naming -------------------------------------------------------------
+
+    def fresh(self, prefix: str) -> str:
+        n = self._names.get(prefix, 0)
+        self._names[prefix] = n + 1
+        return f"{prefix}{n}"
+
+    @property
+    def origin(self) -> str:
+        n = self._fx
+        return f"{n.name}: {op_name(n.target)}" if n is not None else ""
+
+    def meta(self, index: int | None = None) -> torch.Tensor:
+        val = self._fx.meta["val"]
+        return val[index] if index is not None else val
+
+    # -- the walk -------------------------------------------------------------
+
+    def run(self) -> None:
+        placeholder = 0
+        for n in self.gm.graph.nodes:
+            self._fx = n
+            if n.op == "placeholder":
+                self.env[n] = self._input(placeholder, self.specs[placeholder])
+                placeholder += 1
+            elif n.op == "call_function":
+                self.env[n] = self._call(n)
+            elif n.op == "output":
+                self.outputs = [self.env[a] if isinstance(a, torch.fx.Node) else a
+                                for a in n.args[0]]
+            elif n.op == "get_attr":
+                self.env[n] = self._constant(n)
+        self._fx = None
+
+    def _input(self, i: int, spec: Any) -> Any:
+        if hasattr(spec, "strides"):
+            name = f"arg{i}"
+            layout = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype, spec.device.type)
+            self.inputs.append((name, spec))
+            return StorageView(name, layout)
+        self.inputs.append(("", spec))
+        return spec  # ints are specialized (guarded) values
+
+    def _constant(self, n: torch.fx.Node) -> Any:
+        value = self.gm
+        for part in n.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            return value
+        name = f"const{len(self.constants)}"
+        self.constants[name] = value
+        return StorageView(name, Layout(
+            tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype,
+            value.device.type))
+
+    def _call(self, n: torch.fx.Node) -> Any:
+        target = n.target
+        if target is operator.getitem:
+            return self.env[n.args[0]][n.args[1]]
+        args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
+        kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
+        if target in EXTERN_OPS:
+            return self.extern(target, args, kwargs)
+        verdict = self.hooks.sdk_op_support(ctx=self.ctx, op=target, node=n)
+        if verdict is not None and not verdict.ok:
+            return self.extern(target, args, kwargs, reason=f"refused by sdk:{self.ctx.plugin}: "
+                               f"{verdict.reason}")
+        if not _tensor_meta_ok(n):
+            return self.extern(target, args, kwargs, reason="complex, sparse or quantized dtype")
+        override = self.hooks.sdk_lower_op(ctx=self.ctx, op=target, args=args, kwargs=kwargs)
+        if override is not None:
+            return override
+        fn = LOWERINGS.get(target)
+        if fn is None:
+            return self.extern(target, args, kwargs, reason="no IR lowering for this op")
+        mark = len(self.nodes)
+        try:
+            return fn(self, *args, **kwargs)
+        except Unsupported as exc:
+            del self.nodes[mark:]
+            return self.extern(target, args, kwargs, reason=str(exc))
+
+    # -- builders -------------------------------------------------------------
+
+    def _layout_for(self, sizes: tuple[int, ...], dtype: torch.dtype,
+                    meta: torch.Tensor | None) -> Layout:
+        if meta is not None and self._fx is not None and self._fx in self._graph_outputs and \
+                tuple(meta.shape) == tuple(sizes):
+            # a graph output gets the strides eager would give it
+            strides = tuple(int(s) for s in meta.stride())
+            if _dense(sizes, strides):
+                return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
+        return Layout(tuple(sizes), contiguous_strides(sizes), 0, dtype, self.ctx.device_type)
+
+    def pointwise(self, sizes: tuple[int, ...], dtype: torch.dtype,
+                  body: Callable[[Index], Expr]) -> ComputedView:
+        sizes = tuple(int(s) for s in sizes)
+        vs = fresh_vars("i", len(sizes))
+        value = body(vs)
+        return self._add(Node(
+            name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs, value=value,
+            layout=self._layout_for(sizes, dtype, self._meta_or_none()),
+        ))
+
+    def reduction(self, sizes: tuple[int, ...], rsizes: tuple[int, ...], op: str,
+                  dtype: torch.dtype, body: Callable[[Index, Index], Expr]) -> ComputedView:
+        sizes = tuple(int(s) for s in sizes)
+        rsizes = tuple(int(s) for s in rsizes)
+        vs, rvs = fresh_vars("i", len(sizes)), fresh_vars("r", len(rsizes))
+        rn = math.prod(rsizes)
+        if rn <= 1:  # nothing to loop over: a pointwise node
+            return self._degenerate(sizes, rsizes, op, dtype, body, rn)
+        value = body(vs, rvs)
+        if op in ("sum", "prod") and value.dtype.is_floating_point:
+            value = cast(value, upcast(value.dtype))
+        return self._add(Node(
+            name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs, value=value,
+            layout=self._layout_for(sizes, dtype, self._meta_or_none()),
+            rvars=rvs, rsizes=rsizes, reduce_op=op,
+        ))
+
+    def _degenerate(self, sizes: tuple[int, ...], rsizes: tuple[int, ...], op: str,
+                    dtype: torch.dtype, body: Callable, rn: int) -> ComputedView:
+        if rn == 0:
+            if op in ("max", "min", "argmax", "argmin"):
+                raise Unsupported(f"{op} of an empty tensor (eager raises)")
+            ident = {"sum": 0, "prod": 1, "any": False, "all": True}[op]
+            return self.pointwise(sizes, dtype, lambda idx: Const(ident, dtype))
+        zeros = tuple(sympy.Integer(0) for _ in rsizes)
+
+        def one(idx: Index) -> Expr:
+            if op in ("argmax", "argmin"):
+                return Const(0, dtype)
+            return cast(body(idx, zeros), dtype)
+
+        return self.pointwise(sizes, dtype, one)
+
+    def _meta_or_none(self) -> torch.Tensor | None:
+        val = self._fx.meta.get("val") if self._fx is not None else None
+        return val if isinstance(val, torch.Tensor) else None
+
+    def _add(self, node: Node) -> ComputedView:
+        node.origins.append(self.origin)
+        node.reads = {ld.buffer for ld in _loads(node.value)}
+        self.nodes.append(node)
+        storage = StorageView(node.name, node.layout)
+        return ComputedView(node, node.sizes, None, storage)
+
+    def realize(self, value: Any) -> Any:
+        """A value as a buffer in memory (for externs): a strided view, or a copy."""
+        if not isinstance(value, TensorValue):
+            return value
+        if value.storage is not None:
+            return value.storage
+        copy = self.pointwise(value.sizes, value.dtype, value.load)
+        return copy.storage
+
+    def extern(self, target: Any, args: tuple, kwargs: dict, reason: str | None = None) -> Any:
+        args = _map_values(args, self.realize)
+        kwargs = _map_values(kwargs, self.realize)
+        val = self._fx.meta.get("val")
+        vals = list(val) if isinstance(val, (list, tuple)) else [val]
+        outputs, results = [], []
+        for v in vals:
+            if isinstance(v, torch.Tensor):
+                name = self.fresh("ext")
+                layout = Layout(tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride()),
+                                int(v.storage_offset()), v.dtype, self.ctx.device_type)
+                outputs.append((name, layout))
+                results.append(StorageView(name, layout))
+            else:
+                outputs.append(None)
+                results.append(None)
+        node = ExternNode(self.fresh("extern"), target, args, kwargs, outputs,
+                          [self.origin], reason, isinstance(val, (list, tuple)))
+        self.nodes.append(node)
+        name = op_name(target)
+        if reason is None:
+            self.externs.append(ExternReport(name, self._fx.name))
+        else:
+            self.fallbacks.append(FallbackReport(name, reason, self._fx.name))
+        return tuple(results) if node.multi_output else results[0]
+
+    def view(self, value: TensorValue, sizes: tuple[int, ...],
+             reindex: Callable[[Index], Index], op: Any, args: tuple) -> TensorValue:
+        """A view: index arithmetic over ``value``, never a copy."""
+        self.views += 1
+        sizes = tuple(int(s) for s in sizes)
+        storage = None
+        if value.storage is not None:
+            layout = _meta_view(value.storage.layout, op, args)
+            if layout is not None:
+                storage = StorageView(value.storage.buffer, layout)
+        if isinstance(value, StorageView):
+            if storage is not None:
+                return storage
+            return _IndexedView(value, sizes, reindex)
+        if isinstance(value, ComputedView):
+            inner = value.reindex
+            fn = reindex if inner is None else (lambda idx: inner(reindex(idx)))
+            return ComputedView(value.node, sizes, fn, storage)
+        if isinstance(value, ScalarValue):
+            return ScalarValue(value.expr, sizes)
+        return _IndexedView(value, sizes, reindex)
+
+
+class _IndexedView(TensorValue):
+    """A view that is not strided (e.g. reshape of a transposed input)."""
+
+    def __init__(self, base: TensorValue, sizes: tuple[int, ...],
+                 reindex: Callable[[Index], Index]) -> None:
+        self.base, self.sizes, self.dtype, self.reindex = base, tuple(sizes), base.dtype, reindex
+
+    def load(self, index: Index) -> Expr:
+        return self.base.load(tuple(self.reindex(tuple(index))))
+
+
+def _loads(e: Expr) -> list[Load]:
+    from .ir.expr import loads
+
+    return loads(e)
+
+
+def _dense(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Strides that cover exactly numel elements (a permutation of contiguous)."""
+    dims = sorted((st, sz) for st, sz in zip(strides, sizes) if sz != 1)
+    expect = 1
+    for st, sz in dims:
+        if st != expect:
+            return False
+        expect *= sz
+    return True
+
+
+def _tensor_meta_ok(n: torch.fx.Node) -> bool:
+    val = n.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    for v in vals:
+        if isinstance(v, torch.Tensor) and (v.is_complex() or v.is_sparse or v.is_quantized):
+            return False
+    for a in n.all_input_nodes:
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor) and v.is_complex():
+            return False
+    return True
+
+
+def _map_values(x: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(x, TensorValue):
+        return fn(x)
+    if isinstance(x, tuple):
+        return tuple(_map_values(y, fn) for y in x)
+    if isinstance(x, list):
+        return [_map_values(y, fn) for y in x]
+    if isinstance(x, dict):
+        return {k: _map_values(v, fn) for k, v in x.items()}
+    return x
+
+
+def _meta_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
+    """Run a view op on a meta tensor of ``layout``: the strided layout it gives, if any."""
+    try:
+        base = torch.empty_strided(
+            (layout.storage_size,), (1,), dtype=layout.dtype, device="meta"
+        ).as_strided(layout.sizes, layout.strides, layout.offset)
+        out = op(base, *args)
+    except Exception:  # noqa: BLE001 - not expressible as a view of this layout
+        return None
+    if not isinstance(out, torch.Tensor):
+        return None
+    return Layout(tuple(int(s) for s in out.shape), tuple(int(s) for s in out.stride()),
+                  int(out.storage_offset()), layout.dtype, layout.device)
+
+
+# ---------------------------------------------------------------------------
+# helpers for lowerings
+# ---------------------------------------------------------------------------
+
+
+def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
+
+
+def bload(x: Any, sizes: tuple[int, ...], idx: Index, dtype: torch.dtype) -> Expr:
+    """Load ``x`` broadcast to ``sizes`` at ``idx``, as ``dtype``."""
+    if isinstance(x, TensorValue):
+        nd = len(x.sizes)
+        sub = idx[len(idx) - nd:] if nd else ()
+        sub = tuple(sympy.Integer(0) if s == 1 else i for s, i in zip(x.sizes, sub))
+        return cast(x.load(sub), dtype)
+    if isinstance(x, Expr):
+        return cast(x, dtype)
+    return Const(x, dtype)
+
+
+def tensor_args(*xs: Any) -> list[TensorValue]:
+    return [x for x in xs if isinstance(x, TensorValue)]
+
+
+def out_dtype(L: Lowerer, i: int | None = None) -> torch.dtype:
+    return L.meta(i).dtype
+
+
+def promoted(a: Any, b: Any) -> torch.dtype:
+    """torch's type promotion of two operands (tensors by dtype and rank, or Python scalars)."""
+
+    def meta(x: Any) -> Any:
+        if isinstance(x, TensorValue):
+            return torch.empty((1,) * x.ndim, dtype=x.dtype, device="meta")
+        return x
+
+    return torch.result_type(meta(a), meta(b))
+
+
+def elementwise(L: Lowerer, name: str, *xs: Any, compute: torch.dtype | None = None,
+                result: torch.dtype | None = None) -> ComputedView:
+    """``name(*xs)`` broadcast, computed in ``compute`` and stored as the graph's dtype."""
+    dtype = out_dtype(L)
+    sizes = tuple(L.meta().shape)
+    compute = compute or upcast(dtype)
+    res = result or (torch.bool if name in _PRED else compute)
+
+    if compute == torch.bool and name.startswith("bitwise_"):
+        name = "logical_" + name[len("bitwise_"):]
+        res = torch.bool
+
+    def body(idx: Index) -> Expr:
+        return cast(Op(name, tuple(bload(x, sizes, idx, compute) for x in xs), res), dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+from .ir.expr import PREDICATES as _PRED  # noqa: E402
+
+# ---------------------------------------------------------------------------
+# elementwise
+# ---------------------------------------------------------------------------
+
+_UNARY_FLOAT = {
+    aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1", aten.log: "log", aten.log2: "log2",
+    aten.log10: "log10", aten.log1p: "log1p", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt",
+    aten.sin: "sin", aten.cos: "cos", aten.tan: "tan", aten.asin: "asin", aten.acos: "acos",
+    aten.atan: "atan", aten.sinh: "sinh", aten.cosh: "cosh", aten.tanh: "tanh",
+    aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh", aten.erf: "erf",
+    aten.erfc: "erfc", aten.sigmoid: "sigmoid", aten.reciprocal: "reciprocal",
+}
+_UNARY_SAME = {
+    aten.neg: "neg", aten.abs: "abs", aten.floor: "floor", aten.ceil: "ceil",
+    aten.trunc: "trunc", aten.round.default: "round", aten.sign: "sign",
+    aten.bitwise_not: "bitwise_not",
+}
+_UNARY_PRED = {aten.isnan: "isnan", aten.isinf: "isinf", aten.signbit: "signbit",
+               aten.logical_not: "logical_not"}
+_BINARY = {
+    aten.mul: "mul", aten.maximum: "maximum", aten.minimum: "minimum",
+    aten.atan2: "atan2", aten.remainder: "remainder", aten.fmod: "fmod",
+    aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or",
+    aten.bitwise_xor: "bitwise_xor", aten.copysign: "copysign",
+    aten.bitwise_left_shift: "lshift", aten.bitwise_right_shift: "rshift",
+    prims.mul: "mul",
+}
+_COMPARE = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt",
+            aten.ge: "ge", aten.logical_and: "logical_and", aten.logical_or: "logical_or",
+            aten.logical_xor: "logical_xor"}
+
+
+def _reg_unary(op: Any, name: str, kind: str) -> None:
+    def lower(L: Lowerer, x: Any, *rest: Any, **kw: Any) -> Any:
+        if kind == "pred":
+            return elementwise(L, name, x, compute=upcast(x.dtype))
+        if kind == "float":
+            return elementwise(L, name, x)
+        if name == "round" and (rest or kw.get("decimals")):
+            raise Unsupported("round with decimals")
+        return elementwise(L, name, x)
+
+    register(op)(lower)
+
+
+for _op, _name in _UNARY_FLOAT.items():
+    _reg_unary(_op, _name, "float")
+for _op, _name in _UNARY_SAME.items():
+    _reg_unary(_op, _name, "same")
+for _op, _name in _UNARY_PRED.items():
+    _reg_unary(_op, _name, "pred")
+
+
+def _reg_binary(op: Any, name: str) -> None:
+    def lower(L: Lowerer, a: Any, b: Any, **kw: Any) -> Any:
+        return elementwise(L, name, a, b)
+
+    register(op)(lower)
+
+
+for _op, _name in _BINARY.items():
+    _reg_binary(_op, _name)
+
+
+def _reg_compare(op: Any, name: str) -> None:
+    def lower(L: Lowerer, a: Any, b: Any) -> Any:
+        compute = torch.bool if name.startswith("logical") else upcast(promoted(a, b))
+        return elementwise(L, name, a, b, compute=compute)
+
+    register(op)(lower)
+
+
+for _op, _name in _COMPARE.items():
+    _reg_compare(_op, _name)
+
+
+@register(aten.add, prims.add)
+def _add(L: Lowerer, a: Any, b: Any, alpha: Any = 1) -> Any:
+    if alpha != 1:
+        return _alpha(L, "add", a, b, alpha)
+    return elementwise(L, "add", a, b)
+
+
+@register(aten.sub, prims.sub)
+def _sub(L: Lowerer, a: Any, b: Any, alpha: Any = 1) -> Any:
+    if alpha != 1:
+        return _alpha(L, "sub", a, b, alpha)
+    return elementwise(L, "sub", a, b)
+
+
+def _alpha(L: Lowerer, name: str, a: Any, b: Any, alpha: Any) -> Any:
+    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    c = upcast(dtype)
+
+    def body(idx: Index) -> Expr:
+        scaled = Op("mul", (bload(b, sizes, idx, c), Const(alpha, c)), c)
+        return cast(Op(name, (bload(a, sizes, idx, c), scaled), c), dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.div.Tensor, aten.div.Scalar, prims.div)
+def _div(L: Lowerer, a: Any, b: Any) -> Any:
+    dtype = out_dtype(L)
+    if not dtype.is_floating_point:  # prims.div on integers truncates
+        return _div_mode(L, a, b, rounding_mode="trunc")
+    return elementwise(L, "truediv", a, b)
+
+
+@register(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(L: Lowerer, a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
+    if rounding_mode is None:
+        return elementwise(L, "truediv", a, b)
+    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    c = upcast(dtype)
+
+    def body(idx: Index) -> Expr:
+        x, y = bload(a, sizes, idx, c), bload(b, sizes, idx, c)
+        if rounding_mode == "floor":
+            return cast(Op("floordiv", (x, y), c), dtype)
+        if c.is_floating_point:
+            return cast(Op("trunc", (Op("truediv", (x, y), c),), c), dtype)
+        # integer truncating division: sign-aware on top of floor division
+        q = Op("floordiv", (x, y), c)
+        r = Op("fmod", (x, y), c)
+        fix = Op("logical_and", (Op("ne", (r, Const(0, c)), torch.bool),
+                                 Op("ne", (Op("lt", (x, Const(0, c)), torch.bool),
+                                           Op("lt", (y, Const(0, c)), torch.bool)), torch.bool)),
+                 torch.bool)
+        return cast(Op("where", (fix, Op("add", (q, Const(1, c)), c), q), c), dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, prims.pow)
+def _pow(L: Lowerer, a: Any, b: Any) -> Any:
+    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    c = upcast(dtype)
+    if isinstance(b, (int, float)) and not isinstance(a, (int, float)) and b == int(b) \
+            and 0 <= b <= 4:
+        def body(idx: Index) -> Expr:  # small integer powers as products
+            x = bload(a, sizes, idx, c)
+            out: Expr = Const(1, c)
+            for _ in range(int(b)):
+                out = x if isinstance(out, Const) and out.value == 1 else Op("mul", (out, x), c)
+            return cast(out, dtype)
+
+        return L.pointwise(sizes, dtype, body)
+    if isinstance(b, float) and b == 0.5:
+        return elementwise(L, "sqrt", a)
+    return elementwise(L, "pow", a, b)
+
+
+@register(aten.relu)
+def _relu(L: Lowerer, x: Any) -> Any:
+    return elementwise(L, "maximum", x, 0)
+
+
+@register(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(L: Lowerer, x: Any, min: Any = None, max: Any = None) -> Any:
+    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    c = upcast(dtype)
+
+    def body(idx: Index) -> Expr:
+        v = bload(x, sizes, idx, c)
+        if min is not None:
+            v = Op("maximum", (v, bload(min, sizes, idx, c)), c)
+        if max is not None:
+            v = Op("minimum", (v, bload(max, sizes, idx, c)), c)
+        return cast(v, dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.clamp_min)
+def _clamp_min(L: Lowerer, x: Any, m: Any) -> Any:
+    return _clamp(L, x, min=m)
+
+
+@register(aten.clamp_max)
+def _clamp_max(L: Lowerer, x: Any, m: Any) -> Any:
+    return _clamp(L, x, max=m)
+
+
+@register(aten.hardtanh.default)
+def _hardtanh(L: Lowerer, x: Any, lo: float = -1.0, hi: float = 1.0) -> Any:
+    return _clamp(L, x, min=lo, max=hi)
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar,
+          prims.where)
+def _where(L: Lowerer, cond: Any, a: Any, b: Any) -> Any:
+    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    c = upcast(dtype)
+
+    def body(idx: Index) -> Expr:
+        return cast(Op("where", (bload(cond, sizes, idx, torch.bool), bload(a, sizes, idx, c),
+                                 bload(b, sizes, idx, c)), c), dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(L: Lowerer, x: Any, mask: Any, value: Any) -> Any:
+    return _where(L, mask, value, x)
+
+
+@register(aten._to_copy.default, prims.convert_element_type.default, aten.clone.default,
+          aten.copy.default, aten.lift_fresh_copy.default, aten.alias.default,
+          aten.detach.default, aten.contiguous.default)
+def _copy(L: Lowerer, x: Any, *rest: Any, **kw: Any) -> Any:
+    if L._fx.target is aten.copy.default:
+        x = rest[0]  # copy(self, src): the values of src
+    if L._fx.target in (aten.alias.default, aten.detach.default):
+        return x
+    val = L.meta()
+    if kw.get("device") is not None and torch.device(kw["device"]).type != L.ctx.device_type:
+        raise Unsupported("copy to another device")
+    dtype, sizes = val.dtype, tuple(val.shape)
+    if not isinstance(x, TensorValue):
+        return L.pointwise(sizes, dtype, lambda idx: Const(x, dtype))
+    return L.pointwise(sizes, dtype, lambda idx: cast(bload(x, sizes, idx, x.dtype), dtype))
+
+
+@register(aten.full.default, aten.full_like.default, aten.zeros_like.default,
+          aten.ones_like.default, aten.empty_like.default, aten.zeros.default, aten.ones.default,
+          aten.empty.memory_format, aten.new_zeros.default, aten.new_ones.default,
+          aten.new_empty.default, aten.new_full.default, aten.scalar_tensor.default,
+          aten.fill.Scalar, aten.empty_strided.default, aten.new_empty_strided.default)
+def _full(L: Lowerer, *args: Any, **kw: Any) -> Any:
+    target = L._fx.target
+    val = L.meta()
+    fill: Any = 0
+    if target in (aten.full.default, aten.full_like.default, aten.fill.Scalar):
+        fill = args[1]
+    elif target is aten.new_full.default:
+        fill = args[2]
+    elif target in (aten.ones_like.default, aten.ones.default, aten.new_ones.default):
+        fill = 1
+    elif target is aten.scalar_tensor.default:
+        fill = args[0]
+    if isinstance(fill, TensorValue):
+        raise Unsupported("fill with a tensor value")
+    return L.pointwise(tuple(val.shape), val.dtype, lambda idx: Const(fill, val.dtype))
+
+
+@register(aten.fill.Tensor)
+def _fill_tensor(L: Lowerer, x: Any, value: Any) -> Any:
+    val = L.meta()
+    return L.pointwise(tuple(val.shape), val.dtype,
+                       lambda idx: cast(value.load(()), val.dtype))
+
+
+@register(aten.arange.start_step, aten.arange.default, aten.arange.start, prims.iota.default)
+def _arange(L: Lowerer, *args: Any, **kw: Any) -> Any:
+    val = L.meta()
+    target = L._fx.target
+    if target is prims.iota.default:
+        start, step = kw.get("start", 0), kw.get("step", 1)
+    elif target is aten.arange.default:
+        start, step = 0, 1
+    else:
+        start = args[0]
+        step = args[2] if len(args) > 2 else kw.get("step", 1)
+    dtype = val.dtype
+    c = upcast(dtype)
+
+    def body(idx: Index) -> Expr:
+        i = IndexValue(idx[0])
+        return cast(Op("add", (Const(start, c), Op("mul", (cast(i, c), Const(step, c)), c)), c),
+                    dtype)
+
+    return L.pointwise(tuple(val.shape), dtype, body)
+
+
+# random numbers: counter-based, seeded per call from torch's default generator
+@register(aten.rand.default, aten.rand_like.default, aten.randn.default, aten.randn_like.default)
+def _rand(L: Lowerer, *args: Any, **kw: Any) -> Any:
+    val = L.meta()
+    name = "randn" if L._fx.target in (aten.randn.default, aten.randn_like.default) else "rand"
+    if kw.get("generator") is not None:
+        raise Unsupported("an explicit generator")
+    L.needs_seed = True
+    seed = Load(SEED_BUFFER, sympy.Integer(0), torch.int64)
+    offset_base = L.fresh("rng")  # distinct streams per op: salt the seed
+    salt = int(offset_base[3:]) * 0x9E3779B9
+    sizes = tuple(val.shape)
+    strides = contiguous_strides(sizes)
+    dtype = val.dtype
+
+    def body(idx: Index) -> Expr:
+        lin = sum((st * i for st, i in zip(strides, idx)), sympy.Integer(0))
+        s = Op("add", (seed, Const(salt, torch.int64)), torch.int64) if salt else seed
+        return cast(Op(name, (s, IndexValue(lin)), torch.float32), dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+SEED_BUFFER = "seed"
+
+
+# ---------------------------------------------------------------------------
+# reductions
+# ---------------------------------------------------------------------------
+
+
+def _dims(dims: Any, ndim: int) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted(d % ndim if ndim else 0 for d in dims)
+
+
+def reduce_over(L: Lowerer, x: TensorValue, dims: list[int], keepdim: bool, op: str,
+                dtype: torch.dtype, prologue: Callable[[Expr], Expr] | None = None) -> ComputedView:
+    """``op`` over ``dims`` of ``x``; the kept dims come first in the output's loop order."""
+    nd = len(x.sizes)
+    kept = [d for d in range(nd) if d not in dims]
+    out_sizes = tuple(1 if (keepdim and d in dims) else x.sizes[d]
+                      for d in range(nd) if keepdim or d not in dims)
+    rsizes = tuple(x.sizes[d] for d in dims)
+
+    def body(idx: Index, ridx: Index) -> Expr:
+        full: list[Any] = [None] * nd
+        pos = iter(idx)
+        for d in range(nd):
+            if keepdim:
+                i = next(pos)
+                full[d] = i if d not in dims else None
+            elif d not in dims:
+                full[d] = next(pos)
+        for d, r in zip(dims, ridx):
+            full[d] = r
+        v = x.load(tuple(full))
+        return prologue(v) if prologue else v
+
+    del kept
+    return L.reduction(out_sizes, rsizes, op, dtype, body)
+
+
+@register(aten.sum.dim_IntList, aten.sum.default, prims.sum.default)
+def _sum(L: Lowerer, x: Any, dims: Any = None, keepdim: bool = False, *, dtype: Any = None,
+         output_dtype: Any = None) -> Any:
+    out = out_dtype(L)
+    return reduce_over(L, x, _dims(dims, x.ndim), keepdim, "sum", out,
+                       lambda v: cast(v, upcast(out)))
+
+
+@register(aten.prod.dim_int, aten.prod.default)
+def _prod(L: Lowerer, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    out = out_dtype(L)
+    return reduce_over(L, x, _dims(dim, x.ndim), keepdim, "prod", out,
+                       lambda v: cast(v, upcast(out)))
+
+
+@register(aten.mean.dim, aten.mean.default)
+def _mean(L: Lowerer, x: Any, dims: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    out = out_dtype(L)
+    c = upcast(out)
+    d = _dims(dims, x.ndim)
+    n = math.prod(x.sizes[i] for i in d)
+    s = reduce_over(L, x, d, keepdim, "sum", c, lambda v: cast(v, c))
+    return L.pointwise(s.sizes, out, lambda idx: cast(
+        Op("truediv", (s.load(idx), Const(n, c)), c), out))
+
+
+@register(aten.amax, aten.amin, aten.max.default, aten.min.default, prims.amax, prims.amin)
+def _amax(L: Lowerer, x: Any, dims: Any = None, keepdim: bool = False) -> Any:
+    target = L._fx.target
+    op = "max" if target in (aten.amax.default, aten.max.default, prims.amax.default) else "min"
+    return reduce_over(L, x, _dims(dims, x.ndim), keepdim, op, x.dtype)
+
+
+@register(aten.max.dim, aten.min.dim)
+def _max_dim(L: Lowerer, x: Any, dim: int, keepdim: bool = False) -> Any:
+    op = "max" if L._fx.target is aten.max.dim else "min"
+    d = _dims(dim, x.ndim)
+    vals = reduce_over(L, x, d, keepdim, op, x.dtype)
+    idx = reduce_over(L, x, d, keepdim, "arg" + op, torch.int64)
+    return vals, idx
+
+
+@register(aten.argmax.default, aten.argmin.default)
+def _argmax(L: Lowerer, x: Any, dim: Any = None, keepdim: bool = False) -> Any:
+    op = "argmax" if L._fx.target is aten.argmax.default else "argmin"
+    if dim is None:
+        flat = L.view(x, (math.prod(x.sizes),), reshape_reindex(x.sizes, (math.prod(x.sizes),)),
+                      aten.reshape.default, ((math.prod(x.sizes),),))
+        L.views -= 1
+        out = reduce_over(L, flat, [0], False, op, torch.int64)
+        return out
+    return reduce_over(L, x, _dims(dim, x.ndim), keepdim, op, torch.int64)
+
+
+@register(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
+          aten.all.default)
+def _any(L: Lowerer, x: Any, dim: Any = None, keepdim: bool = False) -> Any:
+    op = "any" if L._fx.target in (aten.any.dim, aten.any.dims, aten.any.default) else "all"
+    return reduce_over(L, x, _dims(dim, x.ndim), keepdim, op, torch.bool,
+                       lambda v: cast(v, torch.bool))
+
+
+@register(aten.var_mean.correction, aten.var.correction, aten.var.dim, aten.var_mean.dim,
+          prims.var.default)
+def _var_mean(L: Lowerer, x: Any, dims: Any = None, *args: Any, correction: Any = None,
+              keepdim: bool = False, unbiased: Any = None) -> Any:
+    """Two passes (mean, then the sum of squared deviations): numerically stable."""
+    target = L._fx.target
+    if target is prims.var.default:
+        correction = args[0] if args else correction
+    elif target in (aten.var.dim, aten.var_mean.dim):
+        unbiased = args[0] if args else (True if unbiased is None else unbiased)
+        keepdim = args[1] if len(args) > 1 else keepdim
+        correction = 1 if unbiased else 0
+    correction = 1 if correction is None else correction
+    d = _dims(dims, x.ndim)
+    n = math.prod(x.sizes[i] for i in d)
+    is_pair = target in (aten.var_mean.correction, aten.var_mean.dim)
+    out = L.meta(0).dtype if is_pair else L.meta().dtype
+    c = upcast(out)
+    total = reduce_over(L, x, d, True, "sum", c, lambda v: cast(v, c))
+    mean_k = L.pointwise(total.sizes, c, lambda idx: Op(
+        "truediv", (total.load(idx), Const(n, c)), c))
+
+    def sq(idx: Index, ridx: Index) -> Expr:
+        full: list[Any] = list(idx)
+        for dd, r in zip(d, ridx):
+            full[dd] = r
+        dev = Op("sub", (cast(x.load(tuple(full)), c), mean_k.load(idx)), c)
+        return Op("mul", (dev, dev), c)
+
+    ssq = L.reduction(mean_k.sizes, tuple(x.sizes[i] for i in d), "sum", c, sq)
+    denom = max(n - correction, 0)
+    out_sizes = tuple(1 if i in d else s for i, s in enumerate(x.sizes)) if keepdim else \
+        tuple(s for i, s in enumerate(x.sizes) if i not in d)
+    if not keepdim:
+        squeeze = [i for i in range(x.ndim) if i not in d]
+
+        def drop(idx: Index) -> Index:
+            full = [sympy.Integer(0)] * x.ndim
+            for k, i in zip(squeeze, idx):
+                full[k] = i
+            return tuple(full)
+    else:
+        def drop(idx: Index) -> Index:
+            return idx
+
+    var_ = L.pointwise(out_sizes, out, lambda idx: cast(
+        Op("truediv", (ssq.load(drop(idx)), Const(denom if denom else float("nan"), c)), c)
+        if denom else Op("truediv", (ssq.load(drop(idx)), Const(0.0, c)), c), out))
+    if not is_pair:
+        return var_
+    mean = L.pointwise(out_sizes, out, lambda idx: cast(mean_k.load(drop(idx)), out))
+    return var_, mean
+
+
+# ---------------------------------------------------------------------------
+# views: index arithmetic only
+# ---------------------------------------------------------------------------
+
+
+def reshape_reindex(old: tuple[int, ...], new: tuple[int, ...]) -> Callable[[Index], Index]:
+    """Map an index of shape ``new`` to the same element's index in shape ``old`` (row-major)."""
+    old, new = tuple(old), tuple(new)
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(old) or j < len(new):
+        go, gn = [], []
+        po = pn = 1
+        # take size-1 dims greedily, then grow until the products agree
+        while True:
+            if po == pn and (go or gn) and not (i < len(old) and old[i] == 1) and \
+                    not (j < len(new) and new[j] == 1):
+                break
+            if i < len(old) and (po <= pn or j >= len(new)):
+                go.append(i)
+                po *= old[i]
+                i += 1
+            elif j < len(new):
+                gn.append(j)
+                pn *= new[j]
+                j += 1
+            else:
+                break
+        groups.append((go, gn))
+
+    def fn(idx: Index) -> Index:
+        out: list[Any] = [sympy.Integer(0)] * len(old)
+        for go, gn in groups:
+            lin = sympy.Integer(0)
+            for k in gn:
+                lin = lin * new[k] + idx[k]
+            for pos, k in enumerate(go):
+                inner = math.prod(old[m] for m in go[pos + 1:])
+                v = FloorDiv(lin, inner) if inner != 1 else lin
+                out[k] = Mod(v, old[k]) if pos > 0 else v
+                if old[k] == 1:
+                    out[k] = sympy.Integer(0)
+        return tuple(out)
+
+    return fn
+
+
+@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+          prims.reshape.default)
+def _view(L: Lowerer, x: Any, sizes: Any) -> Any:
+    sizes = list(sizes)
+    if -1 in sizes:
+        known = math.prod(s for s in sizes if s != -1)
+        sizes[sizes.index(-1)] = math.prod(x.sizes) // known if known else 0
+    sizes = tuple(int(s) for s in sizes)
+    return L.view(x, sizes, reshape_reindex(x.sizes, sizes), aten.reshape.default, (sizes,))
+
+
+@register(aten.permute.default, prims.transpose.default)
+def _permute(L: Lowerer, x: Any, dims: Any) -> Any:
+    dims = [d % x.ndim for d in dims]
+    sizes = tuple(x.sizes[d] for d in dims)
+
+    def fn(idx: Index) -> Index:
+        out = [None] * x.ndim
+        for k, d in enumerate(dims):
+            out[d] = idx[k]
+        return tuple(out)
+
+    return L.view(x, sizes, fn, aten.permute.default, (dims,))
+
+
+@register(aten.t.default)
+def _t(L: Lowerer, x: Any) -> Any:
+    return _permute(L, x, list(range(x.ndim))[::-1])
+
+
+@register(aten.transpose.int)
+def _transpose(L: Lowerer, x: Any, a: int, b: int) -> Any:
+    dims = list(range(x.ndim))
+    a, b = a % max(x.ndim, 1), b % max(x.ndim, 1)
+    dims[a], dims[b] = dims[b], dims[a]
+    return _permute(L, x, dims)
+
+
+@register(aten.expand.default, prims.broadcast_in_dim.default)
+def _expand(L: Lowerer, x: Any, sizes: Any, bdims: Any = None, *, implicit: bool = False) -> Any:
+    if not isinstance(x, TensorValue):
+        return ScalarValue(Const(x, L.meta().dtype), tuple(sizes))
+    sizes = tuple(int(s) for s in sizes)
+    if bdims is not None:  # prims.broadcast_in_dim: x's dims land at bdims
+        def fn(idx: Index) -> Index:
+            return tuple(sympy.Integer(0) if x.sizes[k] == 1 else idx[d]
+                         for k, d in enumerate(bdims))
+        return L.view(x, sizes, fn, prims.broadcast_in_dim.default, (sizes, bdims))
+    sizes = tuple(x.sizes[k - (len(sizes) - x.ndim)] if s == -1 else s
+                  for k, s in enumerate(sizes))
+    lead = len(sizes) - x.ndim
+
+    def fn(idx: Index) -> Index:
+        return tuple(sympy.Integer(0) if x.sizes[k] == 1 else idx[k + lead]
+                     for k in range(x.ndim))
+
+    return L.view(x, sizes, fn, aten.expand.default, (sizes,))
+
+
+@register(aten.unsqueeze.default)
+def _unsqueeze(L: Lowerer, x: Any, dim: int) -> Any:
+    dim = dim % (x.ndim + 1)
+    sizes = x.sizes[:dim] + (1,) + x.sizes[dim:]
+    return L.view(x, sizes, lambda idx: idx[:dim] + idx[dim + 1:], aten.unsqueeze.default, (dim,))
+
+
+@register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, prims.squeeze.default)
+def _squeeze(L: Lowerer, x: Any, dims: Any = None) -> Any:
+    if dims is None:
+        dims = [d for d, s in enumerate(x.sizes) if s == 1]
+    elif isinstance(dims, int):
+        dims = [dims]
+    dims = sorted({d % x.ndim for d in dims if x.ndim and x.sizes[d % x.ndim] == 1})
+    sizes = tuple(s for d, s in enumerate(x.sizes) if d not in dims)
+
+    def fn(idx: Index) -> Index:
+        it = iter(idx)
+        return tuple(sympy.Integer(0) if d in dims else next(it) for d in range(x.ndim))
+
+    return L.view(x, sizes, fn, aten.squeeze.dims, (dims,))
+
+
+@register(aten.slice.Tensor)
+def _slice(L: Lowerer, x: Any, dim: int = 0, start: Any = None, end: Any = None,
+           step: int = 1) -> Any:
+    dim = dim % x.ndim
+    n = x.sizes[dim]
+    start = 0 if start is None else (start + n if start < 0 else start)
+    end = n if end is None else (end + n if end < 0 else end)
+    start, end = min(max(start, 0), n), min(max(end, 0), n)
+    length = max(0, (end - start + step - 1) // step)
+    sizes = x.sizes[:dim] + (length,) + x.sizes[dim + 1:]
+
+    def fn(idx: Index) -> Index:
+        return idx[:dim] + (start + step * idx[dim],) + idx[dim + 1:]
+
+    return L.view(x, sizes, fn, aten.slice.Tensor, (dim, start, end, step))
+
+
+@register(aten.select.int)
+def _select(L: Lowerer, x: Any, dim: int, index: int) -> Any:
+    dim = dim % x.ndim
+    index = index + x.sizes[dim] if index < 0 else index
+    sizes = x.sizes[:dim] + x.sizes[dim + 1:]
+    return L.view(x, sizes, lambda idx: idx[:dim] + (sympy.Integer(index),) + idx[dim:],
+                  aten.select.int, (dim, index))
+
+
+@register(aten.split.Tensor, aten.split_with_sizes.default)
+def _split(L: Lowerer, x: Any, size: Any, dim: int = 0) -> Any:
+    dim = dim % x.ndim
+    n = x.sizes[dim]
+    sizes = list(size) if isinstance(size, (list, tuple)) else \
+        [min(size, n - s) for s in range(0, n, size)]
+    out, start = [], 0
+    for s in sizes:
+        out.append(_slice(L, x, dim, start, start + s))
+        start += s
+    return tuple(out)
+
+
+@register(aten.unbind.int)
+def _unbind(L: Lowerer, x: Any, dim: int = 0) -> Any:
+    return tuple(_select(L, x, dim, i) for i in range(x.sizes[dim % x.ndim]))
+
+
+@register(aten.as_strided.default)
+def _as_strided(L: Lowerer, x: Any, sizes: Any, strides: Any, offset: Any = None) -> Any:
+    if x.storage is None:
+        raise Unsupported("as_strided of a value that is not a strided buffer")
+    base = x.storage
+    layout = Layout(tuple(sizes), tuple(strides),
+                    base.layout.offset if offset is None else offset, x.dtype, base.layout.device)
+    L.views += 1
+    return StorageView(base.buffer, layout)
+
+
+# ---------------------------------------------------------------------------
+# data movement with computed indices
+# ---------------------------------------------------------------------------
+
+
+def _safe(i: sympy.Expr, lo: int, n: int, reach: int) -> sympy.Expr:
+    """``i - lo`` folded into [0, n): exact where it is in range, in bounds elsewhere.
+
+    ``reach`` bounds how far below zero ``i - lo`` can go.
+    """
+    if n <= 0:
+        return sympy.Integer(0)
+    span = n * ((abs(reach) + n - 1) // n)
+    return Mod(i - lo + span, n)
+
+
+@register(aten.cat.default)
+def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
+    val = L.meta()
+    dtype, sizes = val.dtype, tuple(val.shape)
+    dim = dim % len(sizes)
+    parts = [x for x in xs if isinstance(x, TensorValue) and not (x.ndim == 1 and x.sizes[0] == 0)]
+    offsets, acc = [], 0
+    for x in parts:
+        offsets.append(acc)
+        acc += x.sizes[dim]
+
+    def body(idx: Index) -> Expr:
+        i = idx[dim]
+        out: Expr | None = None
+        for x, off in reversed(list(zip(parts, offsets))):
+            sub = idx[:dim] + (_safe(i, off, x.sizes[dim], acc),) + idx[dim + 1:]
+            v = cast(x.load(sub), dtype)
+            if out is None:
+                out = v
+            else:
+                cond = Op("lt", (IndexValue(i), Const(off + x.sizes[dim], torch.int64)),
+                          torch.bool)
+                out = Op("where", (cond, v, out), dtype)
+        return out
+
+    return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.constant_pad_nd.default)
+def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
+    val = L.meta()
+    dtype, sizes = val.dtype, tuple(val.shape)
+    pairs = [(pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+
+    def body(idx: Index) -> Expr:
+        sub, conds = list(idx), []
+        for k, (before, _after) in enumerate(pairs):
+            d = len(sizes) - 1 - k
+            n = x.sizes[d]
+            i = idx[d]
+            sub[d] = _safe(i, before, n, before)
+            iv = IndexValue(i - before) if before else IndexValue(i)
+            ge = Op("ge", (iv, Const(0, torch.int64)), torch.bool)
+            lt = Op("lt", (iv, Const(n, torch.int64)), torch.bool)
+            conds.append(Op("logical_and", (ge, lt), torch.bool))
+        inside = conds[0]
+        for cnd in conds[1:]:
+            inside = Op("logical_and", (inside, cnd), torch.bool)
+        return Op("where", (inside, cast(x.load(tuple(sub)), dtype), Const(value, dtype)), dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+def _indirect(L: Lowerer, x: TensorValue, index_exprs: list[Any], extents: list[int]) -> Callable:
+    """Loader of ``x`` where some dims take computed (indirect) indices."""
+    src = x.storage
+    if src is None:
+        raise Unsupported("indexing into a non-strided view")
+
+    def load(idx_parts: list[Any]) -> Expr:
+        binds, full = [], []
+        for part, n in zip(idx_parts, extents):
+            if isinstance(part, Expr):
+                sym = var(L.fresh("ind"))
+                v = cast(part, torch.int64)
+                wrapped = Op("where", (Op("lt", (v, Const(0, torch.int64)), torch.bool),
+                                       Op("add", (v, Const(n, torch.int64)), torch.int64), v),
+                             torch.int64)
+                binds.append((sym, wrapped, n))
+                full.append(sym)
+            else:
+                full.append(part)
+        return Load(src.buffer, src.layout.linear(tuple(full)), src.dtype, tuple(binds))
+
+    del index_exprs
+    return load
+
+
+@register(aten.embedding.default)
+def _embedding(L: Lowerer, weight: Any, indices: Any, *rest: Any) -> Any:
+    val = L.meta()
+    sizes, dtype = tuple(val.shape), val.dtype
+    load = _indirect(L, weight, [], list(weight.sizes))
+    k = indices.ndim
+
+    def body(idx: Index) -> Expr:
+        return load([indices.load(idx[:k]), idx[k]])
+
+    return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.index_select.default)
+def _index_select(L: Lowerer, x: Any, dim: int, index: Any) -> Any:
+    val = L.meta()
+    dim = dim % max(x.ndim, 1)
+    load = _indirect(L, x, [], list(x.sizes))
+
+    def body(idx: Index) -> Expr:
+        parts = list(idx)
+        parts[dim] = index.load((idx[dim],))
+        return load(parts)
+
+    return L.pointwise(tuple(val.shape), val.dtype, body)
+
+
+@register(aten.gather.default)
+def _gather(L: Lowerer, x: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
+    val = L.meta()
+    dim = dim % max(x.ndim, 1)
+    load = _indirect(L, x, [], list(x.sizes))
+
+    def body(idx: Index) -> Expr:
+        parts = list(idx)
+        parts[dim] = index.load(idx)
+        return load(parts)
+
+    return L.pointwise(tuple(val.shape), val.dtype, body)
+
+
+@register(aten.index.Tensor)
+def _index(L: Lowerer, x: Any, indices: Any) -> Any:
+    val = L.meta()
+    sizes = tuple(val.shape)
+    idx_pos = [k for k, t in enumerate(indices) if t is not None]
+    if not idx_pos:
+        raise Unsupported("index with no tensors")
+    if any(getattr(indices[k], "dtype", None) == torch.bool for k in idx_pos):
+        raise Unsupported("boolean mask indexing (data-dependent shape)")
+    tensors = [indices[k] for k in idx_pos]
+    bshape = broadcast_shapes(*[t.sizes for t in tensors])
+    adjacent = idx_pos == list(range(idx_pos[0], idx_pos[-1] + 1))
+    front = 0 if not adjacent else idx_pos[0]
+    nb = len(bshape)
+    load = _indirect(L, x, [], list(x.sizes))
+
+    def body(idx: Index) -> Expr:
+        bidx = idx[front:front + nb]
+        rest = list(idx[:front]) + list(idx[front + nb:])
+        parts: list[Any] = []
+        it = iter(rest)
+        for k in range(x.ndim):
+            if k in idx_pos:
+                parts.append(bload(indices[k], bshape, bidx, torch.int64))
+            else:
+                parts.append(next(it))
+        return load(parts)
+
+    return L.pointwise(sizes, val.dtype, body)

@@ -1,0 +1,120 @@
+"""Memory planning for one program: allocations, reuse of dead buffers, in-place kernels.
+
+Walking the program in order, each buffer a kernel writes is
+
+* written *in place* over an input of the same kernel when that input is a
+  temporary that dies here, has the same layout, and every load of it reads
+  exactly the element being stored (a pointwise kernel), or else
+* carved from a dead temporary of the same dtype and storage size, or else
+* freshly allocated.
+
+Graph inputs and buffers that are (or back) outputs are never reused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+
+from .ir.expr import Load, walk
+from .ir.graph import ExternNode
+from .ir.kernel import Kernel, Layout
+
+
+@dataclass
+class MemoryPlan:
+    before: dict[int, list[str]] = field(default_factory=dict)  # step -> wrapper lines
+    after: dict[int, list[str]] = field(default_factory=dict)
+    reused: int = 0
+    in_place: int = 0
+    allocated: int = 0
+
+
+def _reads(step: Any) -> set[str]:
+    if isinstance(step, Kernel):
+        return {a.name for a in step.args if a.role != "out"}
+    return set(step.reads)
+
+
+def _writes(step: Any) -> list[str]:
+    if isinstance(step, Kernel):
+        return [a.name for a in step.args if a.role == "out"]
+    return [o[0] for o in step.outputs if o]
+
+
+def _in_place_ok(k: Kernel, src: str, dst: str) -> bool:
+    if k.is_reduction or len(k.stages) != 1 or k.stages[0].vars:
+        return False
+    stores = [s for s in k.stages[0].stores if s.buffer == dst]
+    if len(stores) != 1 or len(k.stages[0].stores) != 1:
+        return False
+    target = sympy.expand(stores[0].index)
+    for e in walk([s.value for s in k.stages[0].stores]):
+        if isinstance(e, Load) and e.buffer == src and (e.binds or sympy.expand(e.index) != target):
+            return False
+    return True
+
+
+def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
+                keep: set[str], inputs: set[str]) -> MemoryPlan:
+    plan = MemoryPlan()
+    last_use: dict[str, int] = {}
+    for i, step in enumerate(program):
+        for b in _reads(step) | set(_writes(step)):
+            last_use[b] = i
+    # a buffer that backs another (in place, reuse) must live as long as it
+    alias_of: dict[str, str] = {}
+    pool: dict[tuple, list[str]] = {}
+
+    def key(name: str) -> tuple:
+        lay = layouts[name]
+        return (lay.dtype, lay.storage_size, lay.device)
+
+    # only buffers our kernels write are ours to recycle: an extern's output
+    # may alias one of its inputs
+    ours = {b for step in program if isinstance(step, Kernel) for b in _writes(step)}
+
+    def free(name: str) -> bool:
+        return name in ours and name not in keep and name not in inputs
+
+    for i, step in enumerate(program):
+        lines = plan.before.setdefault(i, [])
+        if isinstance(step, Kernel):
+            dying = [a.name for a in step.args if a.role == "in" and free(a.name)
+                     and last_use.get(a.name) == i]
+            for dst in _writes(step):
+                lay = layouts[dst]
+                src = next((s for s in dying if layouts[s] == lay and dst not in keep
+                            and _in_place_ok(step, s, dst)), None)
+                if src is not None:
+                    dying.remove(src)
+                    alias_of[dst] = src
+                    lines.append(f"{dst} = {src}")
+                    plan.in_place += 1
+                    continue
+                cands = pool.get(key(dst)) if dst not in keep else None
+                if cands:
+                    src = cands.pop()
+                    alias_of[dst] = src
+                    lines.append(f"{dst} = _as_strided({src}, {tuple(lay.sizes)}, "
+                                 f"{tuple(lay.strides)}, {lay.offset})")
+                    plan.reused += 1
+                else:
+                    lines.append(f"{dst} = _empty({tuple(lay.sizes)}, {tuple(lay.strides)}, "
+                                 f"dtype={lay.dtype}, device=_dev)")
+                    plan.allocated += 1
+                    if lay.offset:
+                        lines[-1] = (f"{dst} = _as_strided(_empty(({lay.storage_size},), (1,), "
+                                     f"dtype={lay.dtype}, device=_dev), {tuple(lay.sizes)}, "
+                                     f"{tuple(lay.strides)}, {lay.offset})")
+        after = plan.after.setdefault(i, [])
+        for b in sorted(_reads(step) | set(_writes(step))):
+            if last_use.get(b) == i and free(b) and b not in alias_of.values():
+                root = b
+                if layouts[root].offset == 0:
+                    pool.setdefault(key(root), []).append(root)
+                else:
+                    after.append(f"del {root}")
+    return plan

@@ -1,0 +1,535 @@
+"""The fusion scheduler: which lowered nodes share a kernel.
+
+Every computed node starts as a group of its own. A group has an outer
+iteration space ``X`` (the parallel loops) and, if it reduces, an inner space
+``R``; size-1 dimensions are dropped from both. A node fits a group when it is
+a reduction over ``(X, R)``, or pointwise over ``X`` (runs once per outer
+point) or over ``X + R`` (runs inside the inner loop).
+
+Candidates are pairs of groups that are connected (the second reads the
+first: vertical fusion, which covers pointwise chains and reductions with
+their prologue and epilogue) or read a common buffer (horizontal fusion of
+siblings). Each is ranked by the bytes of memory traffic it saves, checked by
+the core (compatible spaces, no cycle through a third group, every read of a
+reduction result at the reader's own outer point, the plugin's capabilities)
+and then put to the plugin's ``sdk_can_fuse`` veto. The best legal candidate
+is merged and the search repeats. Ties break on graph order: deterministic.
+
+Inside a group, pointwise nodes are inlined into their readers (recomputed,
+never stored unless something outside the group or the graph's output needs
+them) and reduction results become ``LocalRef`` s of later stages.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+
+from sdk.plugin import Capability, CompileContext, Support
+
+from .ir.expr import Expr, IndexValue, Load, LocalRef, loads, rewrite, subs_index, walk
+from .ir.graph import ExternNode, Node
+from .ir.index import var
+from .ir.kernel import BufferArg, Kernel, Layout, Reduction, Stage, Store
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    """What the plugin's ``sdk_can_fuse`` sees of a group (public, read-only)."""
+
+    name: str
+    origins: tuple[str, ...]
+    sizes: tuple[int, ...]  # outer (parallel) iteration space, size-1 dims dropped
+    reduction_sizes: tuple[int, ...]  # inner space; () for pointwise
+    num_reductions: int
+    num_nodes: int
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.num_reductions > 0
+
+
+@dataclass(eq=False)
+class Group:
+    id: int
+    members: list[Node]
+    X: tuple[int, ...]
+    R: tuple[int, ...]
+    order: int  # position of the first member in the graph
+
+    @property
+    def names(self) -> set[str]:
+        return {n.name for n in self.members}
+
+
+@dataclass
+class Decision:
+    """One fusion the scheduler considered: for ``explain`` and the tests."""
+
+    first: str
+    second: str
+    saved_bytes: int
+    fused: bool
+    reason: str = ""
+
+
+def _squeeze(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(s for s in sizes if s != 1)
+
+
+def _space(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if node.is_reduction:
+        return _squeeze(node.sizes), _squeeze(node.rsizes)
+    return _squeeze(node.sizes), ()
+
+
+def _fits(node: Node, X: tuple[int, ...], R: tuple[int, ...]) -> str | None:
+    """'red', 'outer' or 'inner' when ``node`` fits a group over (X, R), else None."""
+    if node.is_reduction:
+        return "red" if _space(node) == (X, R) else None
+    sq = _squeeze(node.sizes)
+    if sq == X:
+        return "outer"
+    if R and sq == X + R:
+        return "inner"
+    return None
+
+
+def _merged_space(a: Group, b: Group) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    for X, R in ((a.X, a.R), (b.X, b.R)):
+        if all(_fits(n, X, R) for n in itertools.chain(a.members, b.members)):
+            return X, R
+    return None
+
+
+class Scheduler:
+    def __init__(self, nodes: list[Node | ExternNode], ctx: CompileContext, hooks: Any,
+                 keep: set[str], fusion: bool = True) -> None:
+        """``keep``: buffers that must be in memory (graph outputs)."""
+        self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
+        self.steps = nodes
+        self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
+        self.index = {id(n): i for i, n in enumerate(nodes)}
+        self.groups: list[Group] = [
+            Group(i, [n], *_space(n), self.index[id(n)])
+            for i, n in enumerate(x for x in nodes if isinstance(x, Node))
+        ]
+        self._ids = itertools.count(len(self.groups))
+        self.decisions: list[Decision] = []
+        self._refused: dict[tuple[int, int], str] = {}
+        # buffers read raw (linear index) or by externs must be in memory
+        self.raw_reads: set[str] = set()
+        for n in nodes:
+            if isinstance(n, ExternNode):
+                self.raw_reads |= n.reads
+            else:
+                for ld in loads(n.value):
+                    if not isinstance(ld.index, tuple):
+                        self.raw_reads.add(ld.buffer)
+
+    # -- the fusion loop ------------------------------------------------------
+
+    def run(self) -> list[Group | ExternNode]:
+        while self.fusion:
+            owner = self._owner()
+            best = None
+            for saved, a, b in self._candidates(owner):
+                key = (a.id, b.id)
+                if key in self._refused:
+                    continue
+                why = self._legal(a, b, owner)
+                if why is None:
+                    verdicts = self.hooks.sdk_can_fuse(
+                        ctx=self.ctx, first=self.public(a), second=self.public(b))
+                    refusals = [v.reason for v in verdicts if isinstance(v, Support) and not v.ok]
+                    if refusals:
+                        why = f"refused by sdk:{self.ctx.plugin}: {'; '.join(refusals)}"
+                if why is not None:
+                    self._refused[key] = why
+                    self.decisions.append(Decision(self._label(a), self._label(b), saved,
+                                                   False, why))
+                    continue
+                best = (saved, a, b)
+                break
+            if best is None:
+                break
+            saved, a, b = best
+            self.decisions.append(Decision(self._label(a), self._label(b), saved, True))
+            self._merge(a, b)
+        return self._ordered()
+
+    def _owner(self) -> dict[str, Group]:
+        return {n.name: g for g in self.groups for n in g.members}
+
+    def _candidates(self, owner: dict[str, Group]) -> list[tuple[int, Group, Group]]:
+        pairs: dict[tuple[int, int], int] = {}
+        readers: dict[str, list[Group]] = {}
+        for g in self.groups:
+            for n in g.members:
+                for buf in n.reads:
+                    if buf in owner and owner[buf] is not g:
+                        a = owner[buf]
+                        first, second = (a, g) if a.order < g.order else (g, a)
+                        key = (first.id, second.id)
+                        nbytes = _nbytes(self.by_name[buf])
+                        saved = nbytes if buf in self.keep or buf in self.raw_reads \
+                            else 2 * nbytes
+                        pairs[key] = max(pairs.get(key, 0), saved)
+                    elif buf not in owner:
+                        lst = readers.setdefault(buf, [])
+                        if g not in lst:
+                            lst.append(g)
+        for buf, gs in readers.items():
+            if len(gs) > 8:  # a buffer read everywhere (a weight): no siblings
+                continue
+            for a, b in itertools.combinations(sorted(gs, key=lambda g: g.order), 2):
+                key = (a.id, b.id)
+                if key not in pairs:
+                    pairs[key] = 1  # horizontal: saves a re-read, ranked after vertical
+        by_id = {g.id: g for g in self.groups}
+        return sorted(((s, by_id[a], by_id[b]) for (a, b), s in pairs.items()),
+                      key=lambda t: (-t[0], t[1].order, t[2].order))
+
+    def _legal(self, a: Group, b: Group, owner: dict[str, Group]) -> str | None:
+        space = _merged_space(a, b)
+        if space is None:
+            return (f"iteration spaces differ: {list(a.X)}x{list(a.R)} vs "
+                    f"{list(b.X)}x{list(b.R)}")
+        if self._path_through_other(a, b, owner):
+            return "another kernel runs between them (fusing would form a cycle)"
+        if not self.ctx.has(Capability.REDUCTIONS) and (a.R or b.R):
+            return "the plugin does not declare the REDUCTIONS capability"
+        members = a.members + b.members
+        names = {n.name for n in members}
+        for n in members:
+            for ld in loads(n.value):
+                if ld.buffer in names and not isinstance(ld.index, tuple):
+                    return f"{n.name} reads {ld.buffer} through a computed address"
+        trial = Group(-1, sorted(members, key=lambda n: self.index[id(n)]), *space,
+                      min(a.order, b.order))
+        try:
+            levels = _Builder(self, trial).levels()
+        except _NotFusable as exc:
+            return str(exc)
+        if max(levels.values(), default=0) > 0 and not self.ctx.has(Capability.MULTI_STAGE):
+            return "needs several reduction stages; the plugin lacks MULTI_STAGE"
+        return None
+
+    def _path_through_other(self, a: Group, b: Group, owner: dict[str, Group]) -> bool:
+        """Does some group other than a and b lie on a path between them?"""
+        succ: dict[int, set[int]] = {}
+        for g in self.groups:
+            for n in g.members:
+                for buf in n.reads:
+                    p = owner.get(buf)
+                    if p is not None and p is not g:
+                        succ.setdefault(p.id, set()).add(g.id)
+        extern_edges = self._extern_edges(owner)
+        for p, gs in extern_edges.items():
+            succ.setdefault(p, set()).update(gs)
+        first, second = (a, b) if a.order < b.order else (b, a)
+        stack = [s for s in succ.get(first.id, ()) if s != second.id]
+        seen = set(stack)
+        while stack:
+            cur = stack.pop()
+            if cur == second.id:
+                return True
+            for s in succ.get(cur, ()):
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return False
+
+    def _extern_edges(self, owner: dict[str, Group]) -> dict[Any, set[Any]]:
+        """Edges group -> extern -> group, with externs as pseudo-groups."""
+        edges: dict[Any, set[Any]] = {}
+        produced = {}
+        for st in self.steps:
+            if isinstance(st, ExternNode):
+                key = ("extern", st.name)
+                for buf in st.reads:
+                    if buf in owner:
+                        edges.setdefault(owner[buf].id, set()).add(key)
+                    elif buf in produced:
+                        edges.setdefault(produced[buf], set()).add(key)
+                for out in st.outputs:
+                    if out:
+                        produced[out[0]] = key
+        for g in self.groups:
+            for n in g.members:
+                for buf in n.reads:
+                    if buf in produced:
+                        edges.setdefault(produced[buf], set()).add(g.id)
+        return edges
+
+    def _merge(self, a: Group, b: Group) -> None:
+        X, R = _merged_space(a, b)
+        members = sorted(a.members + b.members, key=lambda n: self.index[id(n)])
+        g = Group(next(self._ids), members, X, R, min(a.order, b.order))
+        self.groups = [x for x in self.groups if x is not a and x is not b] + [g]
+
+    def _ordered(self) -> list[Group | ExternNode]:
+        """Groups and externs in an order that respects every dependency."""
+        owner = self._owner()
+        items: list[Any] = list(self.groups) + [s for s in self.steps if isinstance(s, ExternNode)]
+        produced_by: dict[str, Any] = dict(owner)
+        for s in self.steps:
+            if isinstance(s, ExternNode):
+                for out in s.outputs:
+                    if out:
+                        produced_by[out[0]] = s
+        deps: dict[int, set[int]] = {}
+        for it in items:
+            reads = it.reads if isinstance(it, ExternNode) else \
+                set().union(*(n.reads for n in it.members))
+            deps[id(it)] = {id(produced_by[r]) for r in reads
+                            if r in produced_by and produced_by[r] is not it}
+        pos = {id(it): (it.order if isinstance(it, Group) else self.index[id(it)])
+               for it in items}
+        done: set[int] = set()
+        out: list[Any] = []
+        pending = sorted(items, key=lambda it: pos[id(it)])
+        while pending:
+            for i, it in enumerate(pending):
+                if deps[id(it)] <= done:
+                    out.append(it)
+                    done.add(id(it))
+                    del pending[i]
+                    break
+            else:  # pragma: no cover - the legality check prevents cycles
+                raise RuntimeError("scheduler produced a dependency cycle")
+        return out
+
+    # -- views for plugins and reports --------------------------------------
+
+    def public(self, g: Group) -> FusionGroup:
+        return FusionGroup(
+            name=self._label(g),
+            origins=tuple(o for n in g.members for o in n.origins),
+            sizes=g.X, reduction_sizes=g.R,
+            num_reductions=sum(n.is_reduction for n in g.members),
+            num_nodes=len(g.members),
+        )
+
+    def _label(self, g: Group) -> str:
+        return "+".join(n.name for n in g.members)
+
+    def stored(self, g: Group, owner: dict[str, Group] | None = None) -> set[str]:
+        """Buffers of ``g`` that must be written to memory."""
+        owner = owner or self._owner()
+        need = set()
+        for n in g.members:
+            if n.name in self.keep or n.name in self.raw_reads:
+                need.add(n.name)
+        for other in self.groups:
+            if other is g:
+                continue
+            for n in other.members:
+                need |= n.reads & g.names
+        return need
+
+
+class _NotFusable(Exception):
+    pass
+
+
+class _Builder:
+    """Turns a group into one kernel."""
+
+    def __init__(self, sched: Scheduler, group: Group) -> None:
+        self.s, self.g = sched, group
+        self.xs = tuple(var(f"x{i}") for i in range(len(group.X)))
+        self.rs = tuple(var(f"r{i}") for i in range(len(group.R)))
+        self.members = {n.name: n for n in group.members}
+        self._resolved: dict[str, Expr] = {}
+        self._level: dict[str, int] = {}
+        self._inlined: dict[tuple, Expr] = {}
+
+    def _mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
+        """Node vars -> group vars (size-1 dims -> 0)."""
+        kind = _fits(node, self.g.X, self.g.R)
+        if kind is None:
+            raise _NotFusable(f"{node.name} does not fit the group's loops")
+        group_vars = iter(self.xs + self.rs)
+        mapping: dict[sympy.Symbol, sympy.Expr] = {}
+        for v, s in zip(node.vars, node.sizes):
+            mapping[v] = sympy.Integer(0) if s == 1 else next(group_vars)
+        if node.is_reduction:
+            for v, s in zip(node.rvars, node.rsizes):
+                mapping[v] = sympy.Integer(0) if s == 1 else next(group_vars)
+        return mapping
+
+    def store_index(self, node: Node) -> tuple[sympy.Expr, ...]:
+        m = self._mapping(node)
+        return tuple(m[v] for v in node.vars)
+
+    def resolved(self, node: Node) -> Expr:
+        """The node's value in group vars, with group-local reads inlined or LocalRef'd."""
+        hit = self._resolved.get(node.name)
+        if hit is not None:
+            return hit
+        expr = subs_index(node.value, self._mapping(node))
+        expr = self._resolve_reads(expr)
+        self._resolved[node.name] = expr
+        return expr
+
+    def _resolve_reads(self, expr: Expr) -> Expr:
+        def fn(e: Expr) -> Expr | None:
+            if isinstance(e, Load) and isinstance(e.index, tuple) and e.buffer in self.members:
+                p = self.members[e.buffer]
+                if p.is_reduction:
+                    if tuple(sympy.expand(i) for i in e.index) != tuple(
+                            sympy.expand(i) for i in self.store_index(p)):
+                        raise _NotFusable(
+                            f"reads the reduction {p.name} at another outer point")
+                    return LocalRef(p.name, self.result_dtype(p))
+                # inline: p's value at the reader's index, its own reads resolved too
+                key = (p.name, e.index)
+                hit = self._inlined.get(key)
+                if hit is None:
+                    at = subs_index(p.value, dict(zip(p.vars, e.index)))
+                    hit = self._inlined[key] = _cast_to(self._resolve_reads(at), p.dtype)
+                return hit
+            return None
+
+        return rewrite(expr, fn)
+
+    def result_dtype(self, node: Node) -> torch.dtype:
+        if node.reduce_op in ("argmax", "argmin"):
+            return torch.int64
+        if node.reduce_op in ("any", "all"):
+            return torch.bool
+        return node.value.dtype
+
+    def levels(self) -> dict[str, int]:
+        """Stage level of each reduction (0: needs no other reduction of the group)."""
+        for n in self.g.members:
+            if n.is_reduction:
+                self._level_of(n)
+            else:
+                self.resolved(n)
+        return dict(self._level)
+
+    def _level_of(self, n: Node) -> int:
+        if n.name in self._level:
+            return self._level[n.name]
+        refs = [r for r in walk([self.resolved(n)]) if isinstance(r, LocalRef)]
+        lvl = 1 + max((self._level_of(self.members[r.name]) for r in refs), default=-1)
+        self._level[n.name] = lvl
+        return lvl
+
+    def _needs(self, e: Expr) -> int:
+        """Level after which ``e`` can be evaluated (-1: any time)."""
+        refs = [r for r in walk([e]) if isinstance(r, LocalRef)]
+        return max((self._level_of(self.members[r.name]) for r in refs), default=-1)
+
+    def kernel(self, name: str, stored: set[str], layouts: dict[str, Layout],
+               origins: tuple[str, ...]) -> Kernel:
+        self.levels()
+        inner: dict[int, Stage] = {}
+        outer: dict[int, Stage] = {}
+
+        def inner_stage(lvl: int) -> Stage:
+            return inner.setdefault(lvl, Stage(self.rs, self.g.R))
+
+        def outer_stage(lvl: int) -> Stage:
+            return outer.setdefault(lvl, Stage((), ()))
+
+        for n in self.g.members:
+            if n.is_reduction:
+                lvl = self._level[n.name]
+                value = self.resolved(n)
+                inner_stage(lvl).reductions.append(
+                    Reduction(n.name, n.reduce_op, value, self.result_dtype(n)))
+                if n.name in stored:
+                    ref = LocalRef(n.name, self.result_dtype(n))
+                    outer_stage(lvl).stores.append(Store(
+                        n.name, layouts[n.name].linear(self.store_index(n)), n.store_value(ref)))
+            elif n.name in stored:
+                value = n.store_value(self.resolved(n))
+                kind = _fits(n, self.g.X, self.g.R)
+                need = self._needs(value)
+                stage = inner_stage(need + 1) if kind == "inner" else outer_stage(need)
+                stage.stores.append(Store(n.name, layouts[n.name].linear(self.store_index(n)),
+                                          value))
+        stages: list[Stage] = []
+        top = max(list(inner) + list(outer) + [-1])
+        for lvl in range(-1, top + 1):
+            if lvl in inner:
+                stages.append(inner[lvl])
+            if lvl in outer:
+                stages.append(outer[lvl])
+        stages = [_linearize(st, layouts) for st in stages]
+        args = _arguments(stages, layouts, stored)
+        return Kernel(name, self.xs, self.g.X, stages, args, origins)
+
+
+def _cast_to(e: Expr, dtype: torch.dtype) -> Expr:
+    from .lowering import cast
+
+    # A reader sees the producer's value rounded to the producer's dtype, as if
+    # stored, except that an fp32 value read by an fp32 upcast skips the round trip.
+    return cast(e, dtype)
+
+
+def _linearize(stage: Stage, layouts: dict[str, Layout]) -> Stage:
+    memo: dict = {}
+
+    def fn(e: Expr) -> Expr | None:
+        if isinstance(e, Load) and isinstance(e.index, tuple):
+            binds = tuple((s, rewrite(x, fn, memo), n) for s, x, n in e.binds)
+            return Load(e.buffer, layouts[e.buffer].linear(e.index), e.dtype, binds)
+        if isinstance(e, Load) and e.binds:
+            binds = tuple((s, rewrite(x, fn, memo), n) for s, x, n in e.binds)
+            return Load(e.buffer, sympy.expand(e.index), e.dtype, binds)
+        if isinstance(e, Load):
+            return Load(e.buffer, sympy.expand(e.index), e.dtype)
+        if isinstance(e, IndexValue):
+            return IndexValue(sympy.expand(e.expr), e.dtype)
+        return None
+
+    return Stage(
+        stage.vars, stage.sizes,
+        [Reduction(r.name, r.op, rewrite(r.value, fn, memo), r.dtype) for r in stage.reductions],
+        [Store(s.buffer, s.index, rewrite(s.value, fn, memo)) for s in stage.stores],
+    )
+
+
+def _arguments(stages: list[Stage], layouts: dict[str, Layout], stored: set[str]) -> list[BufferArg]:
+    reads: list[str] = []
+    writes: list[str] = []
+    for st in stages:
+        roots = [r.value for r in st.reductions] + [s.value for s in st.stores]
+        for e in walk(roots):
+            if isinstance(e, Load) and e.buffer not in reads:
+                reads.append(e.buffer)
+        for s in st.stores:
+            if s.buffer not in writes:
+                writes.append(s.buffer)
+    args = [BufferArg(b, layouts[b], "inout" if b in writes else "in") for b in reads]
+    args += [BufferArg(b, layouts[b], "out") for b in writes if b not in reads]
+    return args
+
+
+def _nbytes(node: Node) -> int:
+    return node.numel * torch.empty((), dtype=node.dtype, device="meta").element_size()
+
+
+def kernel_name(g: Group, prefix: str = "k") -> str:
+    """Readable: named after the ops it fuses."""
+    ops = []
+    for n in g.members:
+        for o in n.origins:
+            short = o.split(": ", 1)[-1].split(".")[1] if ": " in o else o
+            if short not in ops:
+                ops.append(short)
+    body = "_".join(ops[:4]) + ("_etc" if len(ops) > 4 else "")
+    return f"{prefix}_{body}".replace("-", "_")[:60]
+
+
+__all__ = ["FusionGroup", "Scheduler", "Group", "Decision", "kernel_name", "math"]
