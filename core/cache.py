@@ -63,8 +63,8 @@ def _ensure_private_dir(path: Path) -> None:
         return
     raise PermissionError(
         f"refusing to use cache directory {path}: it is {cause}, so another user could "
-        f"plant files that would be loaded as compiled code. Fix: set SDK_CACHE_DIR to a "
-        f"private directory (owned by you, mode 0700), or repair this one."
+        "plant files that would be loaded as compiled code. Fix: set SDK_CACHE_DIR to a "
+        "private directory (owned by you, mode 0700), or repair this one."
     )
 
 
@@ -99,7 +99,7 @@ def _canonical(part: object) -> bytes:
     elif isinstance(part, tuple):
         tag, body = b"t", b"".join(_canonical(p) for p in part)
     else:
-        raise TypeError(f"stable_hash accepts str, bytes, int and tuples; got {type(part).__name__}")
+        raise TypeError(f"stable_hash takes str, bytes, int and tuples, not {type(part).__name__}")
     return tag + len(body).to_bytes(8, "little") + body
 
 

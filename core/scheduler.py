@@ -481,14 +481,12 @@ def _linearize(stage: Stage, layouts: dict[str, Layout]) -> Stage:
     memo: dict = {}
 
     def fn(e: Expr) -> Expr | None:
-        if isinstance(e, Load) and isinstance(e.index, tuple):
-            binds = tuple((s, rewrite(x, fn, memo), n) for s, x, n in e.binds)
-            return Load(e.buffer, layouts[e.buffer].linear(e.index), e.dtype, binds)
-        if isinstance(e, Load) and e.binds:
-            binds = tuple((s, rewrite(x, fn, memo), n) for s, x, n in e.binds)
-            return Load(e.buffer, sympy.expand(e.index), e.dtype, binds)
         if isinstance(e, Load):
-            return Load(e.buffer, sympy.expand(e.index), e.dtype)
+            # indices count from the argument's data pointer, which is at its offset
+            base = layouts[e.buffer]
+            index = base.linear(e.index) if isinstance(e.index, tuple) else e.index
+            binds = tuple((s, rewrite(x, fn, memo), n) for s, x, n in e.binds)
+            return Load(e.buffer, sympy.expand(index - base.offset), e.dtype, binds)
         if isinstance(e, IndexValue):
             return IndexValue(sympy.expand(e.expr), e.dtype)
         return None
@@ -496,7 +494,8 @@ def _linearize(stage: Stage, layouts: dict[str, Layout]) -> Stage:
     return Stage(
         stage.vars, stage.sizes,
         [Reduction(r.name, r.op, rewrite(r.value, fn, memo), r.dtype) for r in stage.reductions],
-        [Store(s.buffer, s.index, rewrite(s.value, fn, memo)) for s in stage.stores],
+        [Store(s.buffer, sympy.expand(s.index - layouts[s.buffer].offset),
+               rewrite(s.value, fn, memo)) for s in stage.stores],
     )
 
 

@@ -5,8 +5,9 @@ parallel loops), and for each outer point runs its :class:`Stage` s in order.
 A stage with inner ranges loops over them, folding :class:`Reduction` s and
 doing :class:`Store` s per inner point; a stage without inner ranges runs its
 stores once per outer point. A reduction's result is visible to later stages
-as ``LocalRef(name)``. Every load and store index is linear: strides and
-offsets of the buffer are already applied.
+as ``LocalRef(name)``. Every load and store index is linear, in elements,
+counted from the argument's data pointer (``tensor.data_ptr()``, which already
+points at its storage offset): strides and offsets are applied.
 
 Pointwise kernel:  one stage, no inner ranges.
 Softmax row:       stage 0 reduces max, stage 1 reduces sum(exp(x - max)),

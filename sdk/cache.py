@@ -1,0 +1,10 @@
+"""The per-user on-disk cache, for every plugin: private directories, verified entries.
+
+``cache_dir(*parts)`` is a directory only the current user can use;
+``DiskCache(namespace)`` stores bytes under keys and reads a corrupt, foreign
+or unsafe entry as a miss; ``stable_hash(*parts)`` builds keys.
+"""
+
+from sdk.core.cache import DiskCache, cache_dir, stable_hash
+
+__all__ = ["DiskCache", "cache_dir", "stable_hash"]
