@@ -109,7 +109,7 @@ class Lowerer:
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReport] = []
         self.externs: list[ExternReport] = []
-        self.views = 0
+        self.views: set[str] = set()  # ATen calls that became index arithmetic
         self.needs_seed = False
         self._names: dict[str, int] = {}
         self._fx: torch.fx.Node | None = None
@@ -302,7 +302,7 @@ class Lowerer:
     def view(self, value: TensorValue, sizes: tuple[int, ...],
              reindex: Callable[[Index], Index], op: Any, args: tuple) -> TensorValue:
         """A view: index arithmetic over ``value``, never a copy."""
-        self.views += 1
+        self.views.add(self.origin)
         sizes = tuple(int(s) for s in sizes)
         storage = None
         if value.storage is not None:
@@ -664,6 +664,7 @@ def _copy(L: Lowerer, x: Any, *rest: Any, **kw: Any) -> Any:
     if L._fx.target is aten.copy.default:
         x = rest[0]  # copy(self, src): the values of src
     if L._fx.target in (aten.alias.default, aten.detach.default):
+        L.views.add(L.origin)
         return x
     val = L.meta()
     if kw.get("device") is not None and torch.device(kw["device"]).type != L.ctx.device_type:
@@ -839,7 +840,6 @@ def _argmax(L: Lowerer, x: Any, dim: Any = None, keepdim: bool = False) -> Any:
     if dim is None:
         flat = L.view(x, (math.prod(x.sizes),), reshape_reindex(x.sizes, (math.prod(x.sizes),)),
                       aten.reshape.default, ((math.prod(x.sizes),),))
-        L.views -= 1
         out = reduce_over(L, flat, [0], False, op, torch.int64)
         return out
     return reduce_over(L, x, _dims(dim, x.ndim), keepdim, op, torch.int64)
@@ -1087,7 +1087,7 @@ def _as_strided(L: Lowerer, x: Any, sizes: Any, strides: Any, offset: Any = None
     base = x.storage
     layout = Layout(tuple(sizes), tuple(strides),
                     base.layout.offset if offset is None else offset, x.dtype, base.layout.device)
-    L.views += 1
+    L.views.add(L.origin)
     return StorageView(base.buffer, layout)
 
 

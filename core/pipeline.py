@@ -162,7 +162,7 @@ class Session:
             report.kernels[:] = part.kernels
             report.externs[:] = part.externs
             report.fallbacks[:] = part.fallbacks
-            report.views = part.views
+            report.view_nodes = tuple(sorted(part.views))
             report.plugin = plugin
             self._announce(c, report)
             return fn
@@ -174,6 +174,7 @@ class Session:
         fn, fallbacks = fallback.whole_graph(gm, "; ".join(errors))
         report.kernels.clear()
         report.externs.clear()
+        report.view_nodes = ()
         report.fallbacks[:] = fallbacks
         self._announce(ctx, report)
         return fn

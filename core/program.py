@@ -30,7 +30,7 @@ class ProgramParts:
     kernels: list[KernelReport] = field(default_factory=list)
     externs: list[ExternReport] = field(default_factory=list)
     fallbacks: list[FallbackReport] = field(default_factory=list)
-    views: int = 0
+    views: set[str] = field(default_factory=set)
     decisions: list[Decision] = field(default_factory=list)
     wrapper_source: str = ""
 

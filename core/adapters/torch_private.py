@@ -34,10 +34,18 @@ _EXTRA_DECOMPOSED = [
 ]
 
 
+#: Core ATen decompositions that are wrong for training graphs: the CPU flash
+#: attention decomposition returns attention weights where its backward expects
+#: the log-sum-exp (it exists for export; Inductor excludes it too).
+_NOT_DECOMPOSED = [aten._scaled_dot_product_flash_attention_for_cpu.default]
+
+
 def default_decompositions() -> dict[Any, Callable[..., Any]]:
     """The core's default table: Core ATen decompositions plus the extras above."""
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA_DECOMPOSED))
+    for op in _NOT_DECOMPOSED:
+        table.pop(op, None)
     return table
 
 
