@@ -14,7 +14,6 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from sdk.errors import SDKError
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport, KernelReport
 
@@ -23,6 +22,10 @@ from .ir.kernel import Kernel, Layout, check_kernel
 from .lowering import SEED_BUFFER, Lowerer
 from .memory import plan_memory
 from .scheduler import Decision, Group, Scheduler, _Builder, kernel_name
+
+
+class PluginFailure(RuntimeError):
+    """The plugin could not produce the graph's kernels: the pipeline falls back."""
 
 
 @dataclass
@@ -85,16 +88,16 @@ def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
             check_kernel(k)
         src = session.hooks.sdk_render_kernel(ctx=ctx, kernel=k)
         if src is None:
-            raise SDKError(f"sdk:{ctx.plugin} rendered nothing for kernel {k.name}; "
-                           "its sdk_render_kernel hook must return a KernelSource")
+            raise PluginFailure(f"sdk:{ctx.plugin} rendered nothing for kernel {k.name} "
+                                "(its sdk_render_kernel returned None)")
         sources.append(src)
     fns: list[Callable] = []
     if sources:
         fns = session.hooks.sdk_compile_kernels(ctx=ctx, sources=sources)
         if fns is None or len(fns) != len(sources):
-            raise SDKError(f"sdk:{ctx.plugin} compiled {0 if fns is None else len(fns)} of "
-                           f"{len(sources)} kernels; sdk_compile_kernels must return one "
-                           "callable per source")
+            raise PluginFailure(f"sdk:{ctx.plugin} compiled {0 if fns is None else len(fns)} "
+                                f"of {len(sources)} kernels; sdk_compile_kernels must return "
+                                "one callable per source")
     observers = session.registry.observers()
     for src in sources:
         observers.sdk_on_kernel_compiled(ctx=ctx, source=src)

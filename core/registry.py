@@ -125,7 +125,13 @@ class Registry:
         try:
             self.pm.register(plugin, name=rec.name)
         except Exception as exc:  # pluggy.PluginValidationError and friends
-            rec.error = f"invalid hookimpl: {_one_line(exc)}"
+            # pluggy registers hookimpls one by one: drop the ones already in
+            if self.pm.get_plugin(rec.name) is not None:
+                self.pm.unregister(name=rec.name)
+            rec.error = (
+                f"invalid hookimpl: {' '.join(str(exc).split())}; a hookimpl may take only "
+                "arguments its hook declares in sdk/hookspecs.py"
+            )
             return
         unknown = [hc.name for hc in self.pm.get_hookcallers(plugin) or () if not hc.has_spec()]
         if unknown:
@@ -141,7 +147,8 @@ class Registry:
             )()
         except Exception as exc:
             self.pm.unregister(plugin)
-            rec.error = f"sdk_plugin_info raised: {_one_line(exc)}"
+            rec.error = (f"sdk_plugin_info raised: {_one_line(exc)}; fix that hook or "
+                         f"reinstall {rec.distribution}")
             return
         problem = _check_info(info, rec.name)
         if problem:
@@ -164,7 +171,8 @@ class Registry:
             try:
                 rec._status = self.caller("sdk_plugin_status", [name])()
             except Exception as exc:
-                rec._status = f"sdk_plugin_status raised: {_one_line(exc)}"
+                rec._status = (f"sdk_plugin_status raised: {_one_line(exc)}; fix that hook "
+                               f"or reinstall {rec.distribution}")
             rec._status_checked = True
         return rec._status
 

@@ -46,7 +46,7 @@ def sdk_wrap_compiled(ctx: sdk.CompileContext, compiled: Callable[..., Any]):
 class CudaGraphed:
     """Replays ``fn`` as a CUDA graph; re-records when input shapes change."""
 
-    def __init__(self, fn: Callable[[list[Any]], Any]) -> None:
+    def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
         self._graphs: dict[tuple, tuple] = {}
 
@@ -55,10 +55,14 @@ class CudaGraphed:
             (tuple(a.shape), tuple(a.stride()), a.dtype, a.device) if isinstance(a, torch.Tensor)
             else a for a in args)
 
+    _boxed_call = True  # AOTAutograd may hand the inputs over as one list
+
     def __call__(self, *args: Any) -> Any:
+        if len(args) == 1 and type(args[0]) is list:
+            args = tuple(args[0])
         if torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            return self.fn(args)  # autograd state cannot live in a graph
+            return self.fn(*args)  # autograd state cannot live in a graph
         key = self._key(args)
         entry = self._graphs.get(key)
         if entry is None:
@@ -76,9 +80,9 @@ class CudaGraphed:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: lazy compiles and allocator growth stay out
-                self.fn(list(static_in))
+                self.fn(*static_in)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            static_out = self.fn(list(static_in))
+            static_out = self.fn(*static_in)
         return graph, static_in, tuple(static_out)
