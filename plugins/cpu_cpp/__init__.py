@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
+from typing import Any
 
 import sdk
 
@@ -35,3 +37,34 @@ def sdk_plugin_status() -> str | None:
     if any(shutil.which(c) for c in ("g++", "c++", "clang++")):
         return None
     return "no C++ compiler found (looked for $CXX, g++, c++, clang++); install g++ or set CXX"
+
+
+@sdk.hookimpl
+def sdk_render_kernel(ctx: sdk.CompileContext, kernel: Any) -> sdk.KernelSource:
+    from . import render
+
+    return render.render_kernel(kernel)
+
+
+@sdk.hookimpl
+def sdk_compile_kernels(
+    ctx: sdk.CompileContext, sources: list[sdk.KernelSource]
+) -> list[sdk.KernelFn]:
+    """Build every kernel of the graph in one translation unit (one compiler run)."""
+    from . import render, toolchain
+
+    unit = render.translation_unit(toolchain.PRELUDE, sources)
+    fns = toolchain.compile_and_load(
+        unit, [s.entry for s in sources], [s.meta["nargs"] for s in sources],
+        plugin_version=__version__,
+    )
+    return [_launcher(fn) for fn in fns]
+
+
+def _launcher(fn: Callable[..., None]) -> sdk.KernelFn:
+    """``launch(*tensors)``: ``fn`` with the tensors' data pointers."""
+
+    def launch(*tensors: Any) -> None:
+        fn(*[t.data_ptr() for t in tensors])
+
+    return launch

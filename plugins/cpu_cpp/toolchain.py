@@ -56,8 +56,8 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from sdk.cache import DiskCache, stable_hash
 
@@ -86,7 +86,8 @@ def _simd_declarations() -> str:
         arity = 2 if name in _MVEC_BINARY else 1
         for ctype, symbol in (("float", name + "f"), ("double", name)):
             params = ", ".join([ctype] * arity)
-            lines += ["#pragma omp declare simd notinbranch", f"{ctype} {symbol}({params}) noexcept;"]
+            lines.append("#pragma omp declare simd notinbranch")
+            lines.append(f"{ctype} {symbol}({params}) noexcept;")
     return "\n".join(lines)
 
 
@@ -173,11 +174,14 @@ def default_flags() -> tuple[str, ...]:
 @functools.cache
 def _compiler_identity(compiler: str) -> str:
     """``--version`` output plus what ``-march=native`` expands to on this host."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    version = subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, check=False
+    ).stdout
     native = subprocess.run(
         [compiler, "-march=native", "-v", "-E", "-x", "c++", os.devnull, "-o", os.devnull],
         capture_output=True,
         text=True,
+        check=False,
     ).stderr
     return version + native
 
@@ -219,7 +223,7 @@ def _build(compiler: str, source: str, flags: tuple[str, ...], cache: DiskCache,
     os.close(fd)
     cmd = [compiler, str(src), "-o", tmp, *flags]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
             raise CompileError(
@@ -229,9 +233,7 @@ def _build(compiler: str, source: str, flags: tuple[str, ...], cache: DiskCache,
                 f"compiler output (last lines):\n{tail}"
             )
         os.chmod(tmp, 0o700)  # the linker creates its output under the umask
-        digest = _trusted_digest(tmp)
-        if digest is None:
-            raise CompileError(f"compiler output {tmp} is not a private regular file")
+        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
         os.replace(tmp, _library_path(cache, key, digest))
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -253,8 +255,9 @@ def compile_library(
     cache = DiskCache("cpp")
     recorded = cache.get(key)
     if recorded is not None and _HEX_DIGEST.fullmatch(recorded):
-        path = _library_path(cache, key, recorded.decode())
-        if _trusted_digest(path) == recorded.decode():
+        digest = recorded.decode()
+        path = _library_path(cache, key, digest)
+        if _trusted_digest(path) == digest:
             return path
     digest = _build(compiler, source, flags, cache, key)
     cache.put(key, digest.encode())

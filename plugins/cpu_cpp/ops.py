@@ -1,0 +1,262 @@
+"""The C++ the cpu_cpp renderer writes for each IR op and reduction: data, not code.
+
+In the shape of tinygrad's ``cstyle`` renderer:
+
+* :data:`TYPE_MAP`: torch dtype -> C type. bf16 and fp16 values are kept as
+  their raw bits (``uint16_t``); an op that computes on one converts it to
+  float with the toolchain prelude's helpers (:data:`HALF`) and rounds back
+  (nearest even).
+* :data:`CODE_FOR_OP`: IR op name -> small function returning a C++
+  expression, called as ``fn(*operands, dtype=..., src=...)``: ``dtype`` is the
+  type the result is computed in (bf16/fp16 -> float32), ``src`` the operands'
+  (the same, except for predicates and ``cast``). The renderer has already
+  converted the operands of arithmetic ops to ``dtype``.
+* :data:`REDUCERS`: reduction op -> accumulator init, update, OpenMP clause and
+  combine step.
+* :func:`render_const`: C++ literals.
+
+A C++-like target that differs in a few ops copies these tables and overrides
+those entries (``{**CODE_FOR_OP, "erf": ...}``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+import sdk
+
+F32, F64, BOOL, I64 = torch.float32, torch.float64, torch.bool, torch.int64
+
+TYPE_MAP: dict[torch.dtype, str] = {
+    torch.float32: "float", torch.float64: "double",
+    torch.int8: "int8_t", torch.int16: "int16_t", torch.int32: "int32_t", torch.int64: "int64_t",
+    torch.uint8: "uint8_t", torch.uint16: "uint16_t", torch.uint32: "uint32_t",
+    torch.uint64: "uint64_t", torch.bool: "bool",
+    torch.bfloat16: "uint16_t", torch.float16: "uint16_t",  # raw bits
+}  # fmt: skip
+
+#: Half types: dtype -> (to float, from float) helpers of the toolchain prelude.
+HALF: dict[torch.dtype, tuple[str, str]] = {
+    torch.bfloat16: ("sdk_bf16_to_float", "sdk_float_to_bf16"),
+    torch.float16: ("sdk_fp16_to_float", "sdk_float_to_fp16"),
+}
+
+
+def ctype(dtype: torch.dtype) -> str:
+    try:
+        return TYPE_MAP[dtype]
+    except KeyError:
+        raise sdk.LoweringError(f"cpu_cpp: no C type for {dtype}") from None
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype arithmetic on ``dtype`` runs in (half types compute in float32)."""
+    return F32 if dtype in HALF else dtype
+
+
+# ----------------------------------------------------------------------------- op table
+
+
+def _fn(name: str, dtype: torch.dtype) -> str:
+    """libm name: ``expf`` for float32 (vectorized through libmvec), ``exp`` otherwise."""
+    return name + "f" if dtype == F32 else name
+
+
+def _one(dtype: torch.dtype) -> str:
+    return "1.0f" if dtype == F32 else "1.0" if dtype == F64 else "1"
+
+
+def _math(name: str) -> Callable[..., str]:
+    return lambda *a, dtype, **_: f"{_fn(name, dtype)}({', '.join(a)})"
+
+
+def _float_or(float_code: Callable[..., str], int_code: Callable[..., str]) -> Callable[..., str]:
+    def code(*a: str, dtype: torch.dtype, src: torch.dtype) -> str:
+        return (float_code if dtype.is_floating_point else int_code)(*a, dtype=dtype, src=src)
+
+    return code
+
+
+def _pred_float(code: Callable[[str], str], otherwise: str) -> Callable[..., str]:
+    """A predicate on floats; ``otherwise`` is its value on integers."""
+    return lambda x, src, **_: code(x) if src.is_floating_point else otherwise
+
+
+def truth(x: str, src: torch.dtype) -> str:
+    return x if src == BOOL else f"({x} != 0)"
+
+
+def _helper(name: str) -> Callable[..., str]:
+    """A templated helper of :data:`RENDER_PRELUDE`, instantiated at the compute type."""
+    return lambda *a, dtype, **_: f"{name}<{ctype(dtype)}>({', '.join(a)})"
+
+
+def cast(x: str, dtype: torch.dtype, src: torch.dtype) -> str:
+    if dtype == src:
+        return x
+    if dtype == BOOL:
+        return f"({x} != 0)"
+    if src.is_floating_point and not dtype.is_floating_point and dtype.itemsize < 8:
+        # torch converts floats to narrow integers through int64 (300.0 -> uint8 44)
+        return f"static_cast<{ctype(dtype)}>(static_cast<int64_t>({x}))"
+    return f"static_cast<{ctype(dtype)}>({x})"
+
+
+_UNARY_MATH = (
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan", "asin",
+    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
+)  # fmt: skip
+
+CODE_FOR_OP: dict[str, Callable[..., str]] = {
+    # arithmetic
+    "add": lambda a, b, **_: f"{a} + {b}",
+    "sub": lambda a, b, **_: f"{a} - {b}",
+    "mul": lambda a, b, **_: f"{a} * {b}",
+    "truediv": lambda a, b, **_: f"{a} / {b}",
+    "floordiv": _helper("sdk_floordiv"),
+    "remainder": _helper("sdk_remainder"),
+    "fmod": _float_or(_math("fmod"), _helper("sdk_fmod")),
+    "pow": _float_or(_math("pow"), _helper("sdk_ipow")),
+    "atan2": _math("atan2"),
+    "maximum": _helper("sdk_max"),
+    "minimum": _helper("sdk_min"),
+    "copysign": _math("copysign"),
+    "neg": lambda a, **_: f"-{a}",
+    "abs": _float_or(
+        _math("fabs"), lambda a, dtype, **_: f"({a} < 0 ? -{a} : {a})" if dtype.is_signed else a
+    ),
+    "reciprocal": lambda a, dtype, **_: f"{_one(dtype)} / {a}",
+    "sign": lambda a, dtype, **_: f"static_cast<{ctype(dtype)}>((0 < {a}) - ({a} < 0))",
+    # transcendental
+    **{name: _math(name) for name in _UNARY_MATH},
+    "rsqrt": lambda a, dtype, **_: f"{_one(dtype)} / {_fn('sqrt', dtype)}({a})",
+    "sigmoid": lambda a, dtype, **_: f"{_one(dtype)} / ({_one(dtype)} + {_fn('exp', dtype)}(-{a}))",
+    # rounding (identity on integers)
+    "floor": _float_or(_math("floor"), lambda a, **_: a),
+    "ceil": _float_or(_math("ceil"), lambda a, **_: a),
+    "trunc": _float_or(_math("trunc"), lambda a, **_: a),
+    "round": _float_or(_math("nearbyint"), lambda a, **_: a),  # nearest even
+    # predicates and logic
+    "eq": lambda a, b, **_: f"{a} == {b}",
+    "ne": lambda a, b, **_: f"{a} != {b}",
+    "lt": lambda a, b, **_: f"{a} < {b}",
+    "le": lambda a, b, **_: f"{a} <= {b}",
+    "gt": lambda a, b, **_: f"{a} > {b}",
+    "ge": lambda a, b, **_: f"{a} >= {b}",
+    "isnan": _pred_float(lambda a: f"{a} != {a}", "false"),
+    "isinf": _pred_float(lambda a: f"std::isinf({a})", "false"),
+    "signbit": lambda a, src, **_: (
+        f"std::signbit({a})" if src.is_floating_point else f"{a} < 0" if src.is_signed else "false"
+    ),
+    "logical_and": lambda a, b, src, **_: f"{truth(a, src)} & {truth(b, src)}",
+    "logical_or": lambda a, b, src, **_: f"{truth(a, src)} | {truth(b, src)}",
+    "logical_xor": lambda a, b, src, **_: f"{truth(a, src)} != {truth(b, src)}",
+    "logical_not": lambda a, src, **_: f"!{truth(a, src)}",
+    # integer bit ops
+    "bitwise_and": lambda a, b, **_: f"{a} & {b}",
+    "bitwise_or": lambda a, b, **_: f"{a} | {b}",
+    "bitwise_xor": lambda a, b, **_: f"{a} ^ {b}",
+    "bitwise_not": lambda a, dtype, **_: f"!{a}" if dtype == BOOL else f"~{a}",
+    "lshift": _helper("sdk_shl"),
+    "rshift": _helper("sdk_shr"),
+    # selection and conversion
+    "where": lambda c, a, b, **_: f"{c} ? {a} : {b}",
+    "cast": lambda a, dtype, src: cast(a, dtype, src),
+    # counter-based random numbers
+    "rand": lambda seed, offset, **_: f"sdk_rand({seed}, {offset})",
+    "randn": lambda seed, offset, **_: f"sdk_randn({seed}, {offset})",
+}
+
+#: Ops whose operands are not converted to the result's type.
+OWN_OPERAND_TYPES = frozenset({"cast", "where", "rand", "randn", *sdk.ir.PREDICATES})
+
+
+# ----------------------------------------------------------------------------- reductions
+
+
+def _lowest(dtype: torch.dtype) -> str:
+    if dtype.is_floating_point:
+        return "-INFINITY"
+    return "false" if dtype == BOOL else f"std::numeric_limits<{ctype(dtype)}>::lowest()"
+
+
+def _highest(dtype: torch.dtype) -> str:
+    if dtype.is_floating_point:
+        return "INFINITY"
+    return "true" if dtype == BOOL else f"std::numeric_limits<{ctype(dtype)}>::max()"
+
+
+@dataclass(frozen=True)
+class Reducer:
+    """How one reduction op accumulates. Format fields: ``{acc}``, ``{v}`` (the value),
+    ``{p}`` (another partial), ``{T}`` (accumulator C type)."""
+
+    init: Callable[[torch.dtype], str]  # accumulator dtype -> initial value
+    update: str  # one step inside the inner loop
+    omp: str | None  # OpenMP simd reduction identifier; None: the loop is not vectorized
+    combine: str  # fold a partial into acc (thread partials, in thread order)
+    nan_flag: bool = False  # floats: track NaN separately (the result is NaN if any was)
+    arg: bool = False  # the result is a position
+
+
+REDUCERS: dict[str, Reducer] = {
+    "sum": Reducer(lambda d: "0", "{acc} += {v};", "+", "{acc} += {p};"),
+    "prod": Reducer(lambda d: "1", "{acc} *= {v};", "*", "{acc} *= {p};"),
+    "max": Reducer(_lowest, "{acc} = {v} > {acc} ? {v} : {acc};", "max",
+                   "{acc} = sdk_max<{T}>({acc}, {p});", nan_flag=True),
+    "min": Reducer(_highest, "{acc} = {v} < {acc} ? {v} : {acc};", "min",
+                   "{acc} = sdk_min<{T}>({acc}, {p});", nan_flag=True),
+    "any": Reducer(lambda d: "0", "{acc} |= {v};", "|", "{acc} |= {p};"),
+    "all": Reducer(lambda d: "1", "{acc} &= {v};", "&", "{acc} &= {p};"),
+    # first occurrence; NaN counts as the maximum (and as the minimum), as in torch
+    "argmax": Reducer(_lowest, "if ({v} > {acc} || ({v} != {v} && {acc} == {acc})) "
+                      "{{ {acc} = {v}; {idx} = {pos}; }}", None, "", arg=True),
+    "argmin": Reducer(_highest, "if ({v} < {acc} || ({v} != {v} && {acc} == {acc})) "
+                      "{{ {acc} = {v}; {idx} = {pos}; }}", None, "", arg=True),
+}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- constants
+
+
+def _shortest(v: float, dtype: torch.dtype) -> str:
+    """The shortest decimal that reads back as ``v`` in ``dtype`` (with a '.' or 'e')."""
+    s = repr(v)
+    if dtype == F32:
+        for digits in range(1, 10):
+            s = f"{v:.{digits}g}"
+            if torch.tensor(float(s), dtype=F32).item() == v:
+                break
+    return s if any(c in s for c in ".en") else s + ".0"
+
+
+def render_const(value: object, dtype: torch.dtype) -> str:
+    """A C++ literal of ``dtype`` (parenthesised when negative)."""
+    if dtype == BOOL:
+        return "true" if value else "false"
+    if dtype in HALF:
+        bits = torch.tensor(float(value), dtype=dtype).view(torch.int16).item() & 0xFFFF
+        return f"uint16_t(0x{bits:04x})"
+    if dtype.is_floating_point:
+        v = float(value)
+        if dtype == F32:
+            v = torch.tensor(v, dtype=F32).item()  # the float32 value, printed exactly
+        if math.isnan(v):
+            s = "NAN"
+        elif v in (float("inf"), float("-inf")):
+            s = "INFINITY" if v > 0 else "-INFINITY"
+        else:
+            s = _shortest(v, dtype) + ("f" if dtype == F32 else "")
+        return f"({s})" if s.startswith("-") else s
+    v = int(value)
+    if -(2**31) < v < 2**31:
+        s = str(v)
+    elif v == -(2**63):
+        s = "INT64_MIN"
+    else:
+        s = f"{v}ULL" if v >= 2**63 else f"{v}LL"
+    return f"({s})" if s.startswith("-") else s

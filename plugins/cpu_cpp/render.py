@@ -1,0 +1,710 @@
+"""Render loop-IR kernels (:class:`sdk.ir.Kernel`) to C++ with OpenMP.
+
+What C++ each op, reduction and dtype becomes is data, in :mod:`.ops`
+(:data:`CODE_FOR_OP`, :data:`REDUCERS`, :data:`TYPE_MAP`); the helpers those
+call are :data:`RENDER_PRELUDE` (:mod:`.helpers`). This module decides the
+code around them: loops, parallelism, vectorization, where each value is
+computed.
+
+Loop structure (:func:`render_kernel`):
+
+* Loop dimensions are merged when every index and index value of the kernel is
+  linear in them with matching strides (a contiguous 2048x4096 pointwise kernel
+  becomes one loop of 8M), size-1 dimensions are dropped.
+* Pointwise kernels (no inner ranges): the innermost dimension is cut into
+  blocks of :data:`BLOCK`; one ``omp parallel for`` runs over (outer points x
+  blocks), each block an ``omp simd`` loop. Kernels of fewer than
+  :data:`PARALLEL_MIN_WORK` elements run serially (no OpenMP fork).
+* Reduction and multi-stage kernels: ``omp parallel for`` over the outer
+  points; each runs its stages in order, every inner loop ``omp simd`` with a
+  ``reduction`` clause (max/min keep a separate NaN flag so they vectorize and
+  still propagate NaN; argmax/argmin run a scalar loop). When the outer extent
+  is small and the rows long, the rows are instead reduced by all threads
+  together (per-thread partials, combined in thread order after a barrier);
+  which of the two runs is decided at run time from ``omp_get_max_threads()``.
+* Expressions are emitted once per loop body (CSE on the hashable IR nodes) as
+  ``const T tN = ...;`` lines, each at the outermost loop level it depends on
+  (loop invariants before the parallel loop, per-row values before the inner
+  loops).
+* Loads are evaluated unconditionally (a ``where`` selects between computed
+  values), so a load whose index cannot be proven to lie in its buffer is
+  clamped into it, and indirect (bind) indices are clamped to their extent.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import sympy
+import torch
+
+import sdk
+from sdk.ir import (
+    Const,
+    Expr,
+    IndexValue,
+    Kernel,
+    Load,
+    LocalRef,
+    Op,
+    Reduction,
+    Stage,
+    print_index,
+    var,
+    walk,
+)
+
+from .helpers import RENDER_PRELUDE
+from .indexing import index_bounds, merge_dims
+from .ops import (
+    BOOL,
+    CODE_FOR_OP,
+    F32,
+    HALF,
+    I64,
+    OWN_OPERAND_TYPES,
+    REDUCERS,
+    TYPE_MAP,
+    Reducer,
+    cast,
+    compute_dtype,
+    ctype,
+    render_const,
+    truth,
+)
+
+__all__ = [
+    "BLOCK", "CODE_FOR_OP", "PARALLEL_MIN_WORK", "REDUCERS", "RENDER_PRELUDE", "SPLIT_MAX_OUTER",
+    "SPLIT_MIN_INNER", "TYPE_MAP", "render_kernel", "translation_unit",
+]  # fmt: skip
+
+#: Work (elements) below which a kernel runs on one thread.
+PARALLEL_MIN_WORK = 32768
+#: Elements of the innermost dimension a pointwise block covers.
+BLOCK = 4096
+#: A reduction kernel with fewer outer points than this and long rows also gets
+#: the variant that reduces each row with all threads.
+SPLIT_MAX_OUTER = 256
+#: ... when its rows have at least this many elements.
+SPLIT_MIN_INNER = 4096
+
+
+# ----------------------------------------------------------------------------- emission
+
+#: Identifiers a buffer, loop or kernel name must not take: C++ keywords, the names
+#: the op table and the helpers call, and the renderer's own locals.
+_RESERVED = frozenset(
+    """auto bool break case char const continue default do double else enum extern float for goto
+    if inline int long register restrict return short signed sizeof static struct switch typedef
+    union unsigned void volatile while class namespace new delete template this operator private
+    public protected virtual friend using typename true false nullptr std INFINITY NAN INT64_MIN
+    fabs fmod pow atan2 copysign floor ceil trunc nearbyint sqrt exp exp2 expm1 log log2 log10
+    log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh erf erfc
+    p t tid nth nt lo hi""".split()  # noqa: SIM905
+)
+_RESERVED |= {n + "f" for n in _RESERVED if n.islower() and len(n) > 2}
+
+
+class _Names:
+    """Unique C identifiers."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set(_RESERVED)
+        self.counter = 0
+
+    def take(self, want: str) -> str:
+        base = re.sub(r"\W", "_", want) or "v"
+        if base[0].isdigit() or base.startswith("sdk_"):
+            base = "v_" + base
+        name, n = base, 1
+        while name in self.used:
+            name, n = f"{base}_{n}", n + 1
+        self.used.add(name)
+        return name
+
+    def temp(self) -> str:
+        while f"t{self.counter}" in self.used:
+            self.counter += 1
+        name = f"t{self.counter}"
+        self.used.add(name)
+        return name
+
+
+class _Emitter:
+    """Emits the IR expressions of one kernel as ``const T tN = ...;`` lines,
+    each into the block of the outermost loop level it depends on."""
+
+    def __init__(self, kernel: Kernel, names: _Names, bufs: dict[str, str]) -> None:
+        self.names = names
+        self.bufs = bufs
+        self.written = {a.name for a in kernel.args if a.role != "in"}
+        # elements reachable from each argument's data pointer (at its storage offset)
+        self.extent = {a.name: a.layout.storage_size - a.layout.offset for a in kernel.args}
+        self.levels: dict[sympy.Symbol, int] = {}  # loop variable -> level
+        self.subs: dict[sympy.Symbol, sympy.Expr] = {}  # merged / renamed loop variables
+        self.ranges: dict[sympy.Symbol, tuple[int, int]] = {}  # original variables' ranges
+        self.deepest = 0
+        self.memo: dict[Expr, tuple[str, int]] = {}
+        self.converted: dict[tuple[Expr, torch.dtype | None], tuple[str, int]] = {}
+        self.blocks: dict[int, list[str]] = defaultdict(list)
+
+    # -- scopes
+    def forget_from(self, level: int) -> None:
+        """Leave the loops of ``level`` and deeper: their values are out of scope."""
+        self.memo = {k: v for k, v in self.memo.items() if v[1] < level}
+        self.converted = {k: v for k, v in self.converted.items() if v[1] < level}
+        assert not any(self.blocks[lvl] for lvl in self.blocks if lvl >= level), "unplaced lines"
+
+    def take_block(self, level: int) -> list[str]:
+        return self.blocks.pop(level, [])
+
+    # -- expressions
+    def index(self, e: sympy.Expr) -> tuple[sympy.Expr, int]:
+        e = e.xreplace(self.subs)
+        return e, max((self.levels.get(s, 0) for s in e.free_symbols), default=0)
+
+    def operand(self, node: Expr, want: torch.dtype | None) -> str:
+        """``node``'s value as C, converted to dtype ``want`` (half types to float)."""
+        s, _ = self.memo[node]
+        d = node.dtype
+        if d in HALF:
+            s, d = f"{HALF[d][0]}({s})", F32
+        if want is not None and d != want:
+            s = cast(s, want, d)
+        return s
+
+    def value(self, node: Expr, want: torch.dtype | None) -> str:
+        """Like :meth:`operand`, but a conversion gets its own ``const`` line."""
+        name, lvl = self.memo[node]
+        code = self.operand(node, want)
+        if code == name or isinstance(node, Const):
+            return code
+        key = (node, want)
+        if key not in self.converted:
+            self.converted[key] = (self._line(lvl, want or compute_dtype(node.dtype), code), lvl)
+        return self.converted[key][0]
+
+    def _line(self, level: int, dtype: torch.dtype, code: str) -> str:
+        name = self.names.temp()
+        self.blocks[level].append(f"const {ctype(dtype)} {name} = {code};")
+        return name
+
+    def emit(self, roots: Iterable[Expr]) -> None:
+        for node in walk(list(roots)):
+            if node not in self.memo:
+                self.memo[node] = self._emit(node)
+
+    def _emit(self, node: Expr) -> tuple[str, int]:
+        if isinstance(node, Const):
+            return render_const(node.value, node.dtype), 0
+        if isinstance(node, LocalRef):
+            raise sdk.LoweringError(f"cpu_cpp: {node.name} is read before it is reduced")
+        if isinstance(node, IndexValue):
+            e, lvl = self.index(node.expr)
+            code = print_index(e, "c")
+            if node.dtype != I64:
+                code = f"static_cast<{ctype(node.dtype)}>({code})"
+            return self._line(lvl, node.dtype, code), lvl
+        if isinstance(node, Load):
+            return self._load(node)
+        if isinstance(node, Op):
+            return self._op(node)
+        raise sdk.LoweringError(f"cpu_cpp: cannot render {type(node).__name__}")
+
+    def _load(self, node: Load) -> tuple[str, int]:
+        lvl = 0
+        subs = dict(self.subs)
+        ranges = dict(self.ranges)
+        for sym, value, extent in node.binds:
+            vname, vlvl = self.memo[value]
+            lvl = max(lvl, vlvl)
+            vname = self.operand(value, I64)
+            if isinstance(extent, (int, sympy.Integer)) and int(extent) > 0:
+                vname = self._line(vlvl, I64, f"sdk_clamp_index({vname}, {int(extent) - 1})")
+                ranges[sym] = (0, int(extent) - 1)
+            elif not re.fullmatch(r"\w+", vname):
+                vname = self._line(vlvl, I64, vname)
+            subs[sym] = sympy.Integer(vname) if vname.lstrip("-").isdigit() else var(vname)
+        idx = node.index
+        bounds = index_bounds(idx, ranges)
+        idx, ilvl = self.index(idx.xreplace(subs))
+        lvl = max(lvl, ilvl)
+        code = print_index(idx, "c")
+        size = self.extent[node.buffer]
+        if bounds is None or bounds[0] < 0 or bounds[1] >= size:
+            code = f"sdk_clamp_index({code}, {size - 1})"
+        if node.buffer in self.written:
+            lvl = self.deepest  # never hoisted above this kernel's stores
+        return self._line(lvl, node.dtype, f"{self.bufs[node.buffer]}[{code}]"), lvl
+
+    def _op(self, node: Op) -> tuple[str, int]:
+        lvl = max(self.memo[a][1] for a in node.args)
+        dtype = compute_dtype(node.dtype)
+        if node.name == "where" and node.args[1].dtype == node.args[2].dtype == node.dtype:
+            # a select moves bits: no conversion, also for bf16/fp16
+            args = [self.memo[a][0] for a in node.args]
+            return self._line(lvl, node.dtype, CODE_FOR_OP["where"](*args)), lvl
+        if node.name in OWN_OPERAND_TYPES:
+            src = compute_dtype(node.args[0].dtype) if node.name != "where" else dtype
+            if node.name == "where":
+                args = [self.operand(node.args[0], None)] + [
+                    self.operand(a, dtype) for a in node.args[1:]
+                ]
+            elif node.name in ("rand", "randn"):
+                args = [self.operand(a, I64) for a in node.args]
+            else:
+                args = [self.operand(a, None) for a in node.args]
+                if len(node.args) == 2:  # compare in the promoted type
+                    other = compute_dtype(node.args[1].dtype)
+                    src = torch.promote_types(src, other)
+                    args = [self.operand(a, src) for a in node.args]
+        else:
+            src = dtype
+            second = None if node.name in ("lshift", "rshift") else dtype
+            args = [self.operand(a, dtype if i == 0 else second) for i, a in enumerate(node.args)]
+        try:
+            fn = CODE_FOR_OP[node.name]
+        except KeyError:
+            raise sdk.LoweringError(f"cpu_cpp: op {node.name!r} has no C++ rendering") from None
+        code = fn(*args, dtype=dtype, src=src)
+        if node.dtype in HALF:
+            code = f"{HALF[node.dtype][1]}({code})"
+        return self._line(lvl, node.dtype, code), lvl
+
+
+# ----------------------------------------------------------------------------- loops
+
+
+def _indent(lines: list[str], n: int = 1) -> list[str]:
+    pad = "  " * n
+    return [pad + ln if ln else ln for ln in lines]
+
+
+def _loop(var_: str, lo: str, hi: str, body: list[str], pragma: str | None = None) -> list[str]:
+    head = [f"#pragma omp {pragma}"] if pragma else []
+    return head + [f"for (int64_t {var_} = {lo}; {var_} < {hi}; ++{var_}) {{", *_indent(body), "}"]
+
+
+def _decompose(p: str, dims: list[tuple[str, int]], tail: int = 1) -> list[str]:
+    """Lines deriving the row-major variables ``dims`` from the flat index ``p``,
+    whose fastest-moving part (of extent ``tail``) is not among them."""
+    lines, stride = [], tail
+    for i in range(len(dims) - 1, -1, -1):
+        name, size = dims[i]
+        code = f"{p} / {stride}" if stride != 1 else p
+        if i:
+            code = f"({code}) % {size}" if stride != 1 else f"{p} % {size}"
+        lines.insert(0, f"const int64_t {name} = {code};")
+        stride *= size
+    return lines
+
+
+def _slot(slot: str, thread: str) -> str:
+    """Index of ``thread``'s partial in a double-buffered, padded partials array."""
+    if slot == "0":
+        return "0" if thread == "0" else f"{thread} * 16"
+    return f"{slot} * nth * 16" if thread == "0" else f"({slot} * nth + {thread}) * 16"
+
+
+@dataclass
+class _Dims:
+    """Loop dimensions after merging: C names, sizes, the symbols that stand for them
+    in substituted expressions, and the substitution."""
+
+    names: list[str]
+    sizes: list[int]
+    syms: list[sympy.Symbol]
+    subs: dict[sympy.Symbol, sympy.Expr]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+
+@dataclass
+class _Red:
+    """One reduction as rendered: its C names and accumulator type."""
+
+    r: Reduction
+    info: Reducer
+    name: str  # the result (what LocalRef(r.name) reads)
+    acc: str
+    T: str  # accumulator C type
+    acc_dt: torch.dtype
+    nan: bool  # keeps a NaN flag {name}_nan
+    idx: str  # position (argmax/argmin)
+    part: str  # per-thread partials (split variant)
+    ipart: str
+
+
+@dataclass
+class _StageInfo:
+    st: Stage
+    dims: _Dims
+    reds: list[_Red]
+
+
+class _KernelRenderer:
+    def __init__(self, kernel: Kernel) -> None:
+        self.k = kernel
+        self.names = _Names()
+        self.fn_name = self.names.take(kernel.name)
+        self.bufs = {a.name: self.names.take(a.name) for a in kernel.args}
+        self.loop_names: dict[sympy.Symbol, str] = {}
+        self.em = _Emitter(kernel, self.names, self.bufs)
+
+    # -- shared pieces
+    def _dims(self, vars_: tuple, sizes: tuple, exprs: list[sympy.Expr]) -> _Dims:
+        for v, s in zip(vars_, sizes):
+            self.em.ranges[v] = (0, int(s) - 1)
+        dims, subs = merge_dims(list(zip(vars_, (int(s) for s in sizes))), exprs)
+        names, syms = [], []
+        for v, _ in dims:
+            if v not in self.loop_names:  # one symbol: one name (stages never nest)
+                self.loop_names[v] = self.names.take(v.name)
+            c = self.loop_names[v]
+            if c != v.name:
+                subs[v] = var(c)
+            names.append(c)
+            syms.append(var(c))
+        return _Dims(names, [s for _, s in dims], syms, subs)
+
+    @staticmethod
+    def _arg_pos(st: Stage) -> sympy.Expr:
+        """Row-major position within the stage's inner ranges."""
+        pos, stride = sympy.Integer(0), 1
+        for v, s in reversed(list(zip(st.vars, st.sizes))):
+            pos += stride * v
+            stride *= int(s)
+        return pos
+
+    def _index_exprs(self, stages: list[Stage]) -> list[sympy.Expr]:
+        out: list[sympy.Expr] = []
+        roots: list[Expr] = []
+        for st in stages:
+            out += [s.index for s in st.stores]
+            roots += [r.value for r in st.reductions] + [s.value for s in st.stores]
+            if any(REDUCERS[r.op].arg for r in st.reductions):
+                out.append(self._arg_pos(st))
+        for n in walk(roots):
+            if isinstance(n, Load):
+                out.append(n.index)
+            elif isinstance(n, IndexValue):
+                out.append(n.expr)
+        return out
+
+    def _stores(self, st: Stage) -> list[str]:
+        out = []
+        for s in st.stores:
+            idx, _ = self.em.index(s.index)
+            out.append(
+                f"{self.bufs[s.buffer]}[{print_index(idx, 'c')}] = {self.em.memo[s.value][0]};"
+            )
+        return out
+
+    # -- whole kernel
+    def render(self) -> str:
+        k = self.k
+        for st in k.stages:
+            for r in st.reductions:
+                if r.op not in REDUCERS:
+                    raise sdk.LoweringError(f"cpu_cpp: no C++ rendering of reduction {r.op!r}")
+        exprs = self._index_exprs(k.stages)
+        if any(st.vars for st in k.stages):
+            body = self._reduction_kernel(exprs)
+        else:
+            body = self._pointwise_kernel(exprs)
+        params = ", ".join(
+            f"{'const ' if a.role == 'in' else ''}{ctype(a.layout.dtype)}* {self.bufs[a.name]}"
+            for a in k.args
+        )
+        return "\n".join(
+            self._header()
+            + [f'extern "C" void {self.fn_name}({params}) {{', *_indent(body), "}", ""]
+        )
+
+    def _header(self) -> list[str]:
+        k = self.k
+        out = [f"// kernel {k.name}"]
+        out += [f"//   from {o}".replace("\n", " ") for o in k.origins]
+        if k.vars:
+            out.append("// outer: " + ", ".join(f"{v} < {s}" for v, s in zip(k.vars, k.sizes)))
+        for i, st in enumerate(k.stages):
+            rng = ", ".join(f"{v} < {s}" for v, s in zip(st.vars, st.sizes)) or "-"
+            what = [f"{r.name} = {r.op}" for r in st.reductions] + [
+                f"store {s.buffer}" for s in st.stores
+            ]
+            out.append(f"// stage {i}: inner {rng}: {'; '.join(what)}")
+        return out
+
+    # -- pointwise: one stage (or several) without inner ranges
+    def _pointwise_kernel(self, exprs: list[sympy.Expr]) -> list[str]:
+        k, em = self.k, self.em
+        dims = self._dims(k.vars, k.sizes, exprs)
+        em.subs = dims.subs
+        n = len(dims.names)
+        parallel = n > 0 and dims.numel >= PARALLEL_MIN_WORK
+        # parallel: level 1 is a block's outer point, level 2 the innermost loop;
+        # serial: one level per loop
+        levels = [1] * (n - 1) + [2] if parallel else list(range(1, n + 1))
+        for s, lvl in zip(dims.syms, levels):
+            em.levels[s] = lvl
+        em.deepest = levels[-1] if n else 0
+        body: list[str] = []
+        for st in k.stages:  # stages without inner ranges run one after the other
+            em.emit([s.value for s in st.stores])
+            body += em.take_block(em.deepest) + self._stores(st)
+        top = em.take_block(0)
+        if n == 0:
+            return top + body
+        if not parallel:
+            nest = body
+            for i in range(n - 1, -1, -1):
+                content = nest if i == n - 1 else em.take_block(i + 1) + nest
+                nest = _loop(
+                    dims.names[i], "0", str(dims.sizes[i]), content, "simd" if i == n - 1 else None
+                )
+            return top + nest
+        inner, isize = dims.names[-1], dims.sizes[-1]
+        nblk = -(-isize // BLOCK)
+        outer = list(zip(dims.names[:-1], dims.sizes[:-1]))
+        units = dims.numel // isize * nblk
+        pre = _decompose("p", outer, nblk) if outer else []
+        if nblk > 1:
+            pre += [
+                f"const int64_t lo = {'(p % ' + str(nblk) + ')' if outer else 'p'} * {BLOCK};",
+                f"const int64_t hi = std::min<int64_t>(lo + {BLOCK}, {isize});",
+            ]
+            lo, hi = "lo", "hi"
+        else:
+            lo, hi = "0", str(isize)
+        unit = pre + em.take_block(1) + _loop(inner, lo, hi, body, "simd")
+        blk = min(BLOCK, isize)
+        return (
+            top
+            + [f"// {units} blocks of up to {blk} elements"]
+            + _loop("p", "0", str(units), unit, "parallel for schedule(static)")
+        )
+
+    # -- reductions and multi-stage kernels
+    def _reduction_kernel(self, exprs: list[sympy.Expr]) -> list[str]:
+        k, em = self.k, self.em
+        dims = self._dims(k.vars, k.sizes, exprs)
+        self.outer_subs = dims.subs
+        for s in dims.syms:
+            em.levels[s] = 1
+        self.stages = [self._prepare(st) for st in k.stages]
+        rows = dims.numel
+        inner = max(si.dims.numel for si in self.stages)
+        work = rows * sum(si.dims.numel for si in self.stages)
+        parallel = work >= PARALLEL_MIN_WORK
+        split = parallel and rows < SPLIT_MAX_OUTER and inner >= SPLIT_MIN_INNER
+        outer = list(zip(dims.names, dims.sizes))
+        variants: list[list[str]] = []
+        if not (split and rows == 1):
+            variants.append(self._rows_variant(outer, rows, parallel and rows > 1))
+        if split:
+            variants.append(self._split_variant(outer, rows))
+        top = em.take_block(0)
+        if len(variants) == 1:
+            return top + variants[0]
+        return top + [
+            f"if ({rows} >= 4 * omp_get_max_threads()) {{",
+            "  // enough rows: each thread reduces whole rows",
+            *_indent(variants[0]),
+            "} else {",
+            "  // few long rows: all threads reduce each row",
+            *_indent(variants[1]),
+            "}",
+        ]
+
+    def _prepare(self, st: Stage) -> _StageInfo:
+        dims = self._dims(st.vars, st.sizes, self._index_exprs([st]))
+        if st.vars and not dims.names:  # every inner range has size 1: keep one loop
+            dims = _Dims([self.names.take("r")], [1], [], dims.subs)
+        reds = []
+        for r in st.reductions:
+            info = REDUCERS[r.op]
+            acc_dt = compute_dtype(r.value.dtype if info.arg else r.dtype)
+            if r.op in ("any", "all"):
+                acc_dt = BOOL
+            name = self.names.take(r.name)
+            take = self.names.take
+            take(name + "_nan")
+            reds.append(
+                _Red(
+                    r,
+                    info,
+                    name,
+                    take(name + "_acc"),
+                    "int" if acc_dt == BOOL else ctype(acc_dt),
+                    acc_dt,
+                    info.nan_flag and acc_dt.is_floating_point,
+                    take(name + "_idx"),
+                    take(name + "_part"),
+                    take(name + "_ipart"),
+                )
+            )
+        return _StageInfo(st, dims, reds)
+
+    def _row_loop(
+        self, outer: list[tuple[str, int]], rows: int, body: list[str], pragma: str | None
+    ) -> list[str]:
+        if not outer:
+            return ["{", *_indent(body), "}"]
+        if len(outer) == 1:
+            return _loop(outer[0][0], "0", str(rows), body, pragma)
+        return _loop("p", "0", str(rows), _decompose("p", outer) + body, pragma)
+
+    def _rows_variant(self, outer: list[tuple[str, int]], rows: int, parallel: bool) -> list[str]:
+        body: list[str] = []
+        for si in self.stages:
+            body += self._stage(si, None)
+        self.em.forget_from(1)
+        return self._row_loop(
+            outer, rows, body, "parallel for schedule(static)" if parallel else None
+        )
+
+    def _split_variant(self, outer: list[tuple[str, int]], rows: int) -> list[str]:
+        slot = "(p & 1)" if rows > 1 else "0"  # partials double-buffered across rows
+        body: list[str] = []
+        for si in self.stages:
+            body += self._stage(si, slot)
+        self.em.forget_from(1)
+        decl = ["const int nt = omp_get_max_threads();"]
+        for si in self.stages:
+            for red in si.reds:
+                decl.append(f"std::vector<{red.T}> {red.part}(2 * nt * 16);")
+                if red.info.arg:
+                    decl.append(f"std::vector<int64_t> {red.ipart}(2 * nt * 16);")
+        if len(outer) == 1:
+            body = [f"const int64_t {outer[0][0]} = p;"] + body
+        elif outer:
+            body = _decompose("p", outer) + body
+        region = ["const int tid = omp_get_thread_num(), nth = omp_get_num_threads();"]
+        region += _loop("p", "0", str(rows), body) if outer else body
+        return decl + ["#pragma omp parallel", "{", *_indent(region), "}"]
+
+    def _stage(self, si: _StageInfo, slot: str | None) -> list[str]:
+        """One stage for the current row. ``slot``: the split variant's partial slot
+        (every thread takes a chunk of the stage's first inner dimension); None: the
+        whole row runs on this thread."""
+        em, st, dims = self.em, si.st, si.dims
+        n = len(dims.names)
+        em.subs = {**self.outer_subs, **dims.subs}
+        for i, s in enumerate(dims.syms):
+            em.levels[s] = 2 + i
+        em.deepest = 1 + n
+        em.emit([r.value for r in st.reductions] + [s.value for s in st.stores])
+        what = ", ".join(f"{r.name} = {r.op}" for r in st.reductions) or "stores"
+        over = f" over {' x '.join(map(str, dims.sizes))}" if n else ", once per row"
+        out = [f"// {what}{over}"] + em.take_block(1)
+        if not n:  # stores once per row
+            stores = self._stores(st)
+            return out + (["if (tid == 0) {", *_indent(stores), "}"] if slot else stores)
+        decls, clauses, updates = [], [], []
+        chunk_start = "lo" if slot else "0"
+        if slot and n > 1:
+            chunk_start = f"lo * {dims.numel // dims.sizes[0]}"
+        for red in si.reds:
+            info = red.info
+            if red.r.op in ("any", "all"):
+                v = truth(em.value(red.r.value, None), compute_dtype(red.r.value.dtype))
+            else:
+                v = em.value(red.r.value, red.acc_dt)
+            decls.append(f"{red.T} {red.acc} = {info.init(red.acc_dt)};")
+            pos = ""
+            if info.arg:
+                decls.append(f"int64_t {red.idx} = {chunk_start};")
+                pos = print_index(em.index(self._arg_pos(st))[0], "c")
+            if red.nan:
+                decls.append(f"int {red.name}_nan = 0;")
+                clauses.append(f"reduction(|:{red.name}_nan)")
+                updates.append(f"{red.name}_nan |= {v} != {v};")
+            if info.omp:
+                clauses.append(f"reduction({info.omp}:{red.acc})")
+            updates.append(info.update.format(acc=red.acc, v=v, idx=red.idx, pos=pos))
+        simd = not any(red.info.arg for red in si.reds)  # argmax/argmin: scalar loop
+        nest = em.take_block(1 + n) + updates + self._stores(st)
+        for i in range(n - 1, -1, -1):
+            lo, hi = ("lo", "hi") if slot and i == 0 else ("0", str(dims.sizes[i]))
+            pragma = " ".join(["simd", *clauses]) if simd and i == n - 1 else None
+            nest = _loop(
+                dims.names[i], lo, hi, nest if i == n - 1 else em.take_block(2 + i) + nest, pragma
+            )
+        if slot is None:
+            out += decls + nest + [self._final(red, red.nan) for red in si.reds]
+        else:
+            chunk = ["int64_t lo, hi;", f"sdk_chunk({dims.sizes[0]}, tid, nth, lo, hi);"]
+            publish, mine = [], _slot(slot, "tid")
+            for red in si.reds:
+                val = f"{red.name}_nan ? NAN : {red.acc}" if red.nan else red.acc
+                publish.append(f"{red.part}[{mine}] = {val};")
+                if red.info.arg:
+                    publish.append(f"{red.ipart}[{mine}] = {red.idx};")
+            out += ["{", *_indent(chunk + decls + nest + publish), "}"]
+            if si.reds:
+                out += ["#pragma omp barrier"] + self._combine(si.reds, slot)
+        em.forget_from(2)
+        for red in si.reds:
+            em.memo[LocalRef(red.r.name, red.r.dtype)] = (red.name, 1)
+        return out
+
+    @staticmethod
+    def _final(red: _Red, nan: bool) -> str:
+        r = red.r
+        if red.info.arg:
+            val = red.idx
+        elif r.dtype == BOOL:
+            val = f"{red.acc} != 0"
+        else:
+            val = f"{red.name}_nan ? NAN : {red.acc}" if nan else red.acc
+            if r.dtype in HALF:
+                val = f"{HALF[r.dtype][1]}({val})"
+        return f"const {ctype(r.dtype)} {red.name} = {val};"
+
+    @staticmethod
+    def _combine(reds: list[_Red], slot: str) -> list[str]:
+        """Fold the threads' partials in thread order (the same on every thread)."""
+        out = []
+        for red in reds:
+            first, at = f"[{_slot(slot, '0')}]", f"[{_slot(slot, 't')}]"
+            out.append(f"{red.T} {red.acc} = {red.part}{first};")
+            if red.info.arg:
+                out.append(f"int64_t {red.idx} = {red.ipart}{first};")
+                step = red.info.update.format(
+                    acc=red.acc, v=f"{red.part}{at}", idx=red.idx, pos=f"{red.ipart}{at}"
+                )
+            else:
+                step = red.info.combine.format(acc=red.acc, p=f"{red.part}{at}", T=red.T)
+            out += [f"for (int t = 1; t < nth; ++t) {step}", _KernelRenderer._final(red, False)]
+        return out
+
+
+def render_kernel(kernel: Kernel) -> sdk.KernelSource:
+    """Render ``kernel`` to one ``extern "C"`` C++ function named after it, taking one
+    pointer per buffer in ``kernel.args`` order: each tensor's ``data_ptr()``, from
+    which the kernel's indices count. ``meta["nargs"]`` is the number of pointers."""
+    r = _KernelRenderer(kernel)
+    source = r.render()
+    return sdk.KernelSource(kernel.name, "c++", source, r.fn_name, meta={"nargs": len(kernel.args)})
+
+
+def translation_unit(prelude: str, sources: list[sdk.KernelSource]) -> str:
+    """One C++ file: ``prelude``, :data:`RENDER_PRELUDE`, then each kernel once."""
+    seen: dict[str, str] = {}
+    parts = [prelude, RENDER_PRELUDE]
+    for s in sources:
+        if s.entry in seen:
+            if seen[s.entry] != s.source:
+                raise ValueError(f"cpu_cpp: two different kernels are both named {s.entry!r}")
+            continue
+        seen[s.entry] = s.source
+        parts.append(s.source)
+    return "\n".join(parts)
