@@ -34,7 +34,7 @@ OPS: dict[str, tuple[int, str]] = {
     "minimum": (2, "min, NaN-propagating (torch.minimum)"),
     "copysign": (2, "copysign(a, b)"),
     "neg": (1, "-a"), "abs": (1, "|a|"), "reciprocal": (1, "1 / a"),
-    "sign": (1, "-1, 0 or 1 (NaN stays NaN)"),
+    "sign": (1, "-1, 0 or 1; NaN gives 0 (torch.sign)"),
     # transcendental
     "exp": (1, ""), "exp2": (1, ""), "expm1": (1, ""), "log": (1, ""), "log2": (1, ""),
     "log10": (1, ""), "log1p": (1, ""), "sqrt": (1, ""), "rsqrt": (1, "1 / sqrt(a)"),

@@ -9,6 +9,9 @@ as ``LocalRef(name)``. Every load and store index is linear, in elements,
 counted from the argument's data pointer (``tensor.data_ptr()``, which already
 points at its storage offset): strides and offsets are applied.
 
+Every load's index is in bounds at every point of its loops, whatever
+``where`` it sits under: a renderer may evaluate both arms of a select.
+
 Pointwise kernel:  one stage, no inner ranges.
 Softmax row:       stage 0 reduces max, stage 1 reduces sum(exp(x - max)),
                    stage 2 stores exp(x - max) / sum; all over the same row.

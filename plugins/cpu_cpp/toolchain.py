@@ -2,11 +2,12 @@
 
 Flags (:func:`default_flags`)
 -----------------------------
-``-O3 -shared -fPIC -fopenmp -march=native -std=c++17 -fno-math-errno -fno-trapping-math``
+``-O3 -shared -fPIC -fopenmp -march=native -std=c++17 -fno-math-errno -fno-trapping-math -fwrapv``
 
 * ``-fno-math-errno``: math functions need not set ``errno``, so calls such as
   ``sqrtf`` become instructions and calls such as ``expf`` may be vectorized.
 * ``-fno-trapping-math``: lets the vectorizer if-convert and speculate FP code.
+* ``-fwrapv``: signed integer overflow wraps, as it does in torch.
 * No ``-ffast-math``: it implies ``-ffinite-math-only`` (``isnan(x)`` folds to
   false, NaN/inf are not propagated) and ``-fassociative-math`` (reductions
   change results), which would break torch's semantics.
@@ -70,6 +71,7 @@ _FLAGS = (
     "-std=c++17",
     "-fno-math-errno",
     "-fno-trapping-math",
+    "-fwrapv",
 )
 
 # libmvec's functions (float and double variants) of one and of two arguments.

@@ -47,3 +47,43 @@ def sdk_plugin_status() -> str | None:
         return ("no CUDA device visible (torch.cuda.is_available() is False); run on a machine "
                 "with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run kernels on CPU tensors")
     return None
+
+
+@sdk.hookimpl
+def sdk_op_support(ctx: sdk.CompileContext, op: torch._ops.OpOverload,
+                   node: torch.fx.Node) -> sdk.Support | None:
+    from .ops import unsupported_dtype
+
+    for t in _tensors(node.meta.get("val")):
+        why = unsupported_dtype(t.dtype)
+        if why:
+            return sdk.Support.no(why)
+    for arg in node.all_input_nodes:
+        for t in _tensors(arg.meta.get("val")):
+            why = unsupported_dtype(t.dtype)
+            if why:
+                return sdk.Support.no(f"input {arg.name}: {why}")
+    return None
+
+
+def _tensors(val: object) -> list[torch.Tensor]:
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (list, tuple)):
+        return [t for v in val for t in _tensors(v)]
+    return []
+
+
+@sdk.hookimpl
+def sdk_render_kernel(ctx: sdk.CompileContext, kernel: object) -> sdk.KernelSource:
+    from .render import render
+
+    return render(kernel, debug=bool(ctx.options.get("debug", False)))  # type: ignore[arg-type]
+
+
+@sdk.hookimpl
+def sdk_compile_kernels(ctx: sdk.CompileContext,
+                        sources: list[sdk.KernelSource]) -> list[sdk.KernelFn]:
+    from .launch import compile_sources
+
+    return compile_sources(sources, autotune=bool(ctx.options.get("autotune", False)))
