@@ -71,6 +71,8 @@ class Session:
         self.explicit_wrappers = "wrappers" in options
         self.debug = self.options["debug"] or config.env().debug
         self.hooks = _Hooks(reg, plugin)
+        # read now: a backward graph compiles later, in autograd's thread
+        self.sinks = _collectors.get()
 
     # -- contexts -----------------------------------------------------------
 
@@ -135,7 +137,7 @@ class Session:
             program = _LazySpecializing(build)
         compiled = self._wrap(ctx, program, report)
         report.compile_seconds = time.perf_counter() - start
-        for sink in _collectors.get():
+        for sink in self.sinks:
             sink.append(report)
         self.registry.observers().sdk_on_graph_compiled(ctx=ctx, report=report)
         return compiled

@@ -94,3 +94,17 @@ def test_reused_buffers_do_not_leak_between_outputs(plugin):
     x = torch.randn(64, 32, device=dev)
     for o, r in zip(compiled(fn, plugin)(x), fn(x)):
         torch.testing.assert_close(o, r)
+
+
+def test_batch_norm_updates_running_stats_and_eval_uses_them(plugin):
+    dev = device_of(plugin)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+                            torch.nn.ReLU()).to(dev)
+    ref = __import__("copy").deepcopy(m)
+    x = torch.randn(2, 3, 12, 12, device=dev)
+    torch.testing.assert_close(compiled(m, plugin)(x), ref(x))
+    torch.testing.assert_close(m[1].running_mean, ref[1].running_mean)
+    torch.testing.assert_close(m[1].running_var, ref[1].running_var)
+    m.eval(), ref.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(m, plugin)(x), ref(x))

@@ -22,15 +22,15 @@ OpOverloadPacket = torch._ops.OpOverloadPacket
 #: Ops decomposed on top of Core ATen so that they reach lowering as
 #: pointwise math and reductions the scheduler can fuse.
 _EXTRA_DECOMPOSED = [
-    aten._softmax,
-    aten._log_softmax,
-    aten.native_layer_norm,
-    aten.native_batch_norm,
-    aten._native_batch_norm_legit_functional,
-    aten._native_batch_norm_legit_no_training,
-    aten.gelu,
-    aten.std.correction,
-    aten.native_dropout,
+    getattr(aten, name)
+    for name in (
+        "_softmax", "_log_softmax", "native_layer_norm", "gelu", "std", "native_dropout",
+        # every batch-norm entry point, as Inductor does: some mutate running stats
+        "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+        "_native_batch_norm_legit_no_training", "_batch_norm_with_update",
+        "_batch_norm_with_update_functional", "_batch_norm_no_update", "batch_norm_backward",
+    )
+    if hasattr(aten, name)  # not every op exists in every supported torch
 ]
 
 
