@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import itertools
 import json
 import math
 import os
@@ -49,36 +50,12 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: Set at the top of :func:`main`, before anything compiles.
 _CACHE_ENV = ("SDK_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-
-
-# ---------------------------------------------------------------------------
-# Private torch configuration.
-# TODO(lead): move configure_for_benchmark() verbatim into
-# core/adapters/torch_private.py (the only module allowed to touch private torch
-# APIs) and call it from here as torch_private.configure_for_benchmark().
-# ---------------------------------------------------------------------------
-
-
-def configure_for_benchmark() -> None:
-    """Switch off Inductor's persistent caches so that cold compiles are cold.
-
-    ``fx_graph_cache`` (Inductor's compiled-graph cache) and
-    ``enable_autograd_cache`` (AOTAutograd's cache) would otherwise turn a
-    "cold" compile into a cache load. Attributes missing from a torch version
-    are skipped.
-    """
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-
-    if hasattr(inductor_config, "fx_graph_cache"):
-        inductor_config.fx_graph_cache = False
-    if hasattr(functorch_config, "enable_autograd_cache"):
-        functorch_config.enable_autograd_cache = False
 
 
 # ---------------------------------------------------------------------------
@@ -276,7 +253,7 @@ def _mlp(sizes: list[int], act: Callable[[], Any]) -> Any:
     import torch
 
     layers: list[Any] = []
-    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
         if i:
             layers.append(act())
         layers.append(torch.nn.Linear(a, b))
@@ -553,7 +530,8 @@ def _run_backend(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any
         res.ms = statistics.median(res.samples_ms)
     except Exception as e:  # noqa: BLE001 - reported in the row and on stderr
         res.check = "error"
-        res.error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+        lines = [ln.strip() for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()]
+        res.error = " ".join(lines[:2])[:300]
         res.detail = traceback.format_exc()
         print(f"\n[{name}] raised:\n{res.detail}", file=sys.stderr, flush=True)
     return res, outs
@@ -659,9 +637,7 @@ def _copy_bandwidth(clock: _Clock) -> float:
     for _ in range(3):
         dst.copy_(src)
     secs = _Clock(True, clock.repeat or 50).samples(lambda: dst.copy_(src))
-    del src, dst
-    torch.cuda.empty_cache()
-    return 2 * n / statistics.median(secs)
+    return 2 * n / statistics.median(secs)  # the buffers are freed on return
 
 
 # ---------------------------------------------------------------------------
@@ -777,6 +753,9 @@ def _table(rows: list[Row], bandwidth: float | None) -> tuple[str, float | None,
         else:
             lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
                                    for i, (c, w) in enumerate(zip(b, widths))))
+    lines.append("sdk graphs: g graphs, k generated kernels, x library calls (mm, conv, ...), "
+                 "fb ops run through the ATen fallback, % of ATen calls in generated kernels; "
+                 "ratios < 1 mean sdk is faster")
     if bandwidth:
         lines.append("")
         lines.append(f"device copy bandwidth (1 GiB D2D copy, read + write, median): "
@@ -833,13 +812,13 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
     import torch
 
     import sdk
+    from sdk.core.adapters import torch_private
 
-    configure_for_benchmark()
+    torch_private.configure_for_benchmark()
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
     plugin = args.plugin or ("cuda_triton" if cuda else "cpu_cpp")
-    if plugin.startswith("sdk:"):
-        plugin = plugin[4:]
+    plugin = plugin.removeprefix("sdk:")
     try:
         sdk_backend = sdk.backend(plugin)
     except sdk.SDKError as e:
@@ -881,6 +860,8 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
 
     prewarm_s = _prewarm(dev, sdk_backend)
     bandwidth = _copy_bandwidth(clock) if cuda else None
+    if cuda:
+        torch.cuda.empty_cache()
     rows: list[Row] = []
     for name in names:
         rows.append(_run_workload(name, suite[name], dev, clock, sdk_backend))
@@ -890,7 +871,8 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
     print()
     print(table)
     if dev.type == "cpu" and info["load_average_at_end"] is not None:
-        print(f"load average at end: {' '.join(map(str, info['load_average_at_end']))}")
+        print(f"load average at end (this run's own compiler processes included): "
+              f"{' '.join(map(str, info['load_average_at_end']))}")
     notes = _notes(rows)
     if notes:
         print()

@@ -49,8 +49,6 @@ def test_ci_runs_the_readme_test_command():
 @pytest.mark.slow
 def test_sdk_run_mlp(tmp_path):
     """``python -m sdk run`` (the README's main job), on the small model."""
-    if not (ROOT / "sdk" / "demo.py").exists():
-        pytest.skip("sdk/demo.py (python -m sdk run) is not written yet")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDK_")}
     proc = subprocess.run([sys.executable, "-m", "sdk", "run", "--model", "mlp", "--steps", "2"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,

@@ -118,3 +118,20 @@ def graph_break_count() -> int:
     from torch._dynamo.utils import counters
 
     return sum(counters["graph_break"].values())
+
+
+def configure_for_benchmark() -> None:
+    """Switch off Inductor's persistent caches so that cold compiles are cold.
+
+    ``fx_graph_cache`` (Inductor's compiled-graph cache) and
+    ``enable_autograd_cache`` (AOTAutograd's cache) would otherwise turn a
+    "cold" compile into a cache load. Attributes missing from a torch version
+    are skipped.
+    """
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    if hasattr(inductor_config, "fx_graph_cache"):
+        inductor_config.fx_graph_cache = False
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        functorch_config.enable_autograd_cache = False
