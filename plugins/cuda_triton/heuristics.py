@@ -1,0 +1,174 @@
+"""Block sizes, kernel shapes and autotune candidates for the Triton renderer.
+
+Every number the renderer and the launcher choose comes from here, so tuning
+the plugin means reading one file.
+
+Kernel shapes (:func:`plan`)
+----------------------------
+``pointwise``   no stage has inner ranges: the outer iteration is flattened
+                to one index and cut into 1D blocks of ``XBLOCK``.
+``pointwise2d`` the same, tiled ``[YBLOCK, XBLOCK]`` when a load is contiguous
+                along another outer variable than the last (a transpose):
+                the outer variables up to that one index the tile's rows,
+                the rest its columns, so loads and stores both coalesce.
+``persistent``  reduction kernel whose largest inner range fits one block
+                (``<= PERSISTENT_MAX`` elements): ``XBLOCK`` rows per program,
+                the whole row in ``RBLOCK = next_power_of_2(inner)`` lanes.
+``looped``      longer rows: ``XBLOCK`` rows per program, each stage loops
+                over its row in chunks of ``RBLOCK`` with ``[XBLOCK, RBLOCK]``
+                accumulators.
+``split``       few rows, very long (e.g. the sum of all elements): a first
+                kernel reduces ``SPLIT`` chunks of each row into a scratch
+                buffer, a second combines the partials and runs the epilogue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Rows up to this many elements are reduced in one block (persistent reduction).
+PERSISTENT_MAX = 4096
+#: Split a reduction across programs when rows are at least this long ...
+SPLIT_MIN_INNER = 16384
+#: ... and there are at most this many of them.
+SPLIT_MAX_OUTER = 32
+#: Each program of a split reduction reduces at least this many elements.
+SPLIT_MIN_CHUNK = 4096
+#: Programs a split reduction aims for (about 8 per SM of a 132-SM H100/H200).
+SPLIT_TARGET_PROGRAMS = 1024
+#: Launch at least this many programs before putting more rows in a block.
+MIN_PROGRAMS = 264
+#: Largest block of a pointwise kernel.
+POINTWISE_XBLOCK = 1024
+#: Chunk of a looped reduction.
+LOOPED_RBLOCK = 4096
+#: Chunk of the first kernel of a split reduction.
+SPLIT_RBLOCK = 2048
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class Plan:
+    """The shape of a rendered kernel and its default launch configuration."""
+
+    mode: str  # "pointwise", "pointwise2d", "persistent", "looped" or "split"
+    xnumel: int
+    rnumel: int  # largest inner range (0 for pointwise)
+    config: dict[str, int]  # constexprs and num_warps of the main kernel
+    rblock: int = 0  # persistent: the block of the row (a literal in the source)
+    split: int = 0  # split: programs per row
+    chunk: int = 0  # split: elements per program
+    pre_config: dict[str, int] = field(default_factory=dict)  # split: the first kernel's
+
+
+def _warps(elements: int) -> int:
+    if elements >= 4096:
+        return 8
+    if elements >= 1024:
+        return 4
+    if elements >= 256:
+        return 2
+    return 1
+
+
+#: Largest side of a 2D pointwise tile.
+TILE = 64
+
+
+def tile_2d(ynumel: int, xnumel: int) -> dict[str, int] | None:
+    """Default ``[YBLOCK, XBLOCK]`` tile of a transposing pointwise kernel, or None
+    when tiling does not pay (a side under 16) or the grid's y-dimension would overflow."""
+    if ynumel < 16 or xnumel < 16:
+        return None
+    yb, xb = min(TILE, next_power_of_2(ynumel)), min(TILE, next_power_of_2(xnumel))
+    if cdiv(ynumel, yb) > 65535:
+        return None
+    return {"XBLOCK": xb, "YBLOCK": yb, "num_warps": 4 if xb * yb >= 2048 else 2}
+
+
+def plan(xnumel: int, inner_numels: list[int], splittable: bool) -> Plan:
+    """Choose the kernel shape and its default block sizes.
+
+    ``inner_numels``: the numel of every stage with inner ranges (empty for a
+    pointwise kernel); ``splittable``: the kernel has the one-reduction-stage
+    form a split reduction needs (see ``render``).
+    """
+    if not inner_numels:
+        xblock = min(POINTWISE_XBLOCK, next_power_of_2(xnumel))
+        warps = 8 if xnumel >= 65536 else max(1, min(4, xblock // 128))
+        return Plan("pointwise", xnumel, 0, {"XBLOCK": xblock, "num_warps": warps})
+    rnumel = max(inner_numels)
+    if splittable and xnumel <= SPLIT_MAX_OUTER and rnumel >= SPLIT_MIN_INNER:
+        split = min(cdiv(rnumel, SPLIT_MIN_CHUNK), max(2, SPLIT_TARGET_PROGRAMS // max(xnumel, 1)))
+        if split >= 2:
+            chunk = cdiv(rnumel, split)
+            rblock = min(SPLIT_RBLOCK, next_power_of_2(chunk))
+            xblock = min(next_power_of_2(xnumel), 16)
+            sblock = next_power_of_2(split)
+            return Plan("split", xnumel, rnumel,
+                        {"XBLOCK": xblock, "num_warps": _warps(xblock * sblock)},
+                        split=split, chunk=chunk,
+                        pre_config={"XBLOCK": 1, "RBLOCK": rblock,
+                                    "num_warps": 16 if chunk >= 8192 else _warps(4 * rblock)})
+    if rnumel <= PERSISTENT_MAX:
+        rblock = next_power_of_2(rnumel)
+        xblock = max(1, min(next_power_of_2(xnumel), 4096 // rblock, 256))
+        while xblock > 1 and cdiv(xnumel, xblock) < MIN_PROGRAMS:
+            xblock //= 2
+        return Plan("persistent", xnumel, rnumel,
+                    {"XBLOCK": xblock, "num_warps": _warps(xblock * rblock)}, rblock=rblock)
+    rblock = min(LOOPED_RBLOCK, next_power_of_2(rnumel))
+    return Plan("looped", xnumel, rnumel, {"XBLOCK": 1, "RBLOCK": rblock,
+                                           "num_warps": 16 if rblock >= 4096 else 8})
+
+
+def candidates(meta: dict[str, Any]) -> list[dict[str, int]]:
+    """Configurations the autotuner times for a kernel (the default first).
+
+    Only constexprs and ``num_warps`` vary, never the source: a persistent
+    kernel keeps its ``RBLOCK`` and a split kernel its ``SPLIT``.
+    """
+    mode, x = meta["mode"], meta["xnumel"]
+    default = dict(meta["config"])
+    out: list[dict[str, int]] = [default]
+    if mode == "pointwise2d":
+        y, x2 = meta["grid"][1][0], meta["grid"][0][0]
+        for yb, xb in ((32, 32), (64, 64), (32, 128), (128, 32), (64, 32), (32, 64), (16, 128)):
+            if yb <= next_power_of_2(y) and xb <= next_power_of_2(x2):
+                for w in (2, 4, 8):
+                    out.append({"XBLOCK": xb, "YBLOCK": yb, "num_warps": w})
+    elif mode == "pointwise":
+        for xb in (256, 512, 1024, 2048):
+            for w in (4, 8):
+                if xb <= max(next_power_of_2(x), 256):
+                    out.append({"XBLOCK": xb, "num_warps": w})
+    elif mode == "persistent":
+        rb = meta["rblock"]
+        for xb in (1, 2, 4, 8, 16, 32):
+            if xb * rb <= 16384 and xb <= next_power_of_2(x):
+                for w in (2, 4, 8):
+                    out.append({"XBLOCK": xb, "num_warps": w})
+    elif mode == "looped":
+        for xb, rb in ((1, 1024), (1, 2048), (1, 4096), (2, 1024), (4, 512), (8, 256)):
+            if xb <= next_power_of_2(x):
+                for w in (4, 8, 16):
+                    out.append({"XBLOCK": xb, "RBLOCK": rb, "num_warps": w})
+    elif mode == "split":
+        for rb in (1024, 2048, 4096):
+            for w in (8, 16):
+                out.append({**default, "pre": {"XBLOCK": 1, "RBLOCK": rb, "num_warps": w}})
+    seen, uniq = set(), []
+    for c in out:
+        key = repr(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            uniq.append(c)
+    return uniq

@@ -1,0 +1,150 @@
+"""Making generated kernels run well under ``TRITON_INTERPRET=1``.
+
+:func:`prepare` is applied by the launcher to each generated module when it
+is imported under the interpreter; compiled kernels on a GPU never see this
+module. It does two things, both specific to Triton's interpreter internals
+(written against 3.9, and a no-op where those internals are missing):
+
+* ``libdevice``: the interpreter has no ``extern_elementwise``; a call of
+  ``triton.language.extra.libdevice.tan`` in an interpreted kernel returns
+  ``None``. The module's ``libdevice`` name is rebound to :data:`libdevice`,
+  whose functions apply the NumPy equivalent to the interpreter's tensors
+  (``tl.tensor`` wrapping a ``TensorHandle`` whose ``.data`` is a NumPy array).
+* Rounding: the interpreter converts float32 to bfloat16 by truncation where
+  compiled Triton (and torch) round to nearest even; a long chain of bf16
+  intermediates then drifts (gradients with cancellation fail their
+  tolerances). That one conversion is made to round to nearest even.
+* Reductions: ``tl.reduce`` with a combine function that is not one of
+  Triton's own runs a Python loop per element. The module's combine helpers
+  (``_sum``, ``_maximum``, ``_argmax_combine``, ...) are tagged with what
+  they compute, and ``ReduceOps.apply_impl`` is wrapped once to reduce tagged
+  combines with NumPy (same semantics: NaN-propagating max/min, first index
+  of the extremum). Untagged reductions are left to Triton.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def _erfc(x: np.ndarray) -> np.ndarray:
+    import math
+
+    return np.vectorize(math.erfc, otypes=[x.dtype])(x)
+
+
+def _np(fn: Callable[..., np.ndarray]) -> Callable[..., Any]:
+    def call(*args: Any, **_kw: Any) -> Any:
+        import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
+
+        ref = next(a for a in args if isinstance(a, tl.tensor))
+        datas = [a.handle.data if isinstance(a, tl.tensor) else a for a in args]
+        with np.errstate(all="ignore"):
+            out = np.asarray(fn(*datas)).astype(ref.handle.data.dtype, copy=False)
+        scalar = ref.dtype
+        ty = tl.block_type(scalar, list(out.shape)) if out.ndim else scalar
+        return tl.tensor(TensorHandle(out, scalar), ty)
+
+    return call
+
+
+#: Every libdevice function the renderer emits, by name.
+FUNCTIONS: dict[str, Callable[..., np.ndarray]] = {
+    "pow": np.power, "atan2": np.arctan2, "copysign": np.copysign,
+    "expm1": np.expm1, "log10": np.log10, "log1p": np.log1p,
+    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
+    "acosh": np.arccosh, "atanh": np.arctanh, "erfc": _erfc, "trunc": np.trunc,
+    "rint": np.rint, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
+    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "sin": np.sin, "cos": np.cos,
+    "erf": lambda x: np.vectorize(__import__("math").erf, otypes=[x.dtype])(x),
+    "floor": np.floor, "ceil": np.ceil,
+}
+
+libdevice = types.SimpleNamespace(**{name: _np(fn) for name, fn in FUNCTIONS.items()})
+
+
+#: Combine helper of the generated source -> what it reduces.
+REDUCERS = {"_sum": "sum", "_prod": "prod", "_maximum": "max", "_minimum": "min",
+            "_argmax_combine": "argmax", "_argmin_combine": "argmin"}
+
+
+def _fast_reduce(op: Any, inputs: tuple[Any, ...], kind: str) -> Any:
+    axis, keep = op.axis, op.keep_dims
+    datas = [t.handle.data for t in inputs]
+    with np.errstate(all="ignore"):
+        if kind in ("argmax", "argmin"):
+            v, i = datas
+            m = (np.max if kind == "argmax" else np.min)(v, axis=axis, keepdims=True)
+            hit = v == m
+            if v.dtype.kind == "f":
+                hit |= np.isnan(m) & np.isnan(v)  # NaN is the extremum
+            idx = np.where(hit, i, np.iinfo(i.dtype).max).min(axis=axis, keepdims=keep)
+            m = m if keep else np.squeeze(m, axis=axis)
+            return [op.to_tensor(m, inputs[0].dtype), op.to_tensor(idx, inputs[1].dtype)]
+        fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[kind]
+        return op.to_tensor(fn(datas[0], axis=axis, keepdims=keep), inputs[0].dtype)
+
+
+def _install_fast_reduce() -> None:
+    try:
+        from triton.runtime.interpreter import ReduceOps
+    except ImportError:
+        return
+    if getattr(ReduceOps, "_sdk_fast_reduce", False) or not hasattr(ReduceOps, "apply_impl"):
+        return
+    original = ReduceOps.apply_impl
+
+    def apply_impl(self: Any, inputs: Any) -> Any:
+        kind = getattr(self.combine_fn, "_sdk_reduce", None)
+        if kind is None or self.axis is None:
+            return original(self, inputs)
+        return _fast_reduce(self, inputs, kind)
+
+    ReduceOps.apply_impl = apply_impl
+    ReduceOps._sdk_fast_reduce = True
+
+
+def _f32_to_bf16_rtne(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bits (uint16), round to nearest even, NaN kept quiet."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        r[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return r
+
+
+def _install_bf16_rounding() -> None:
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return
+    original = getattr(interpreter, "_convert_float", None)
+    if original is None or getattr(original, "_sdk_rtne", False):
+        return
+
+    def convert(input: Any, input_dtype: Any, output_dtype: Any, rounding_mode: Any) -> Any:
+        if rounding_mode is None and input_dtype == tl.float32 and output_dtype == tl.bfloat16:
+            return _f32_to_bf16_rtne(np.asarray(input).view(np.float32))
+        return original(input, input_dtype, output_dtype, rounding_mode)
+
+    convert._sdk_rtne = True  # type: ignore[attr-defined]
+    interpreter._convert_float = convert
+
+
+def prepare(mod: types.ModuleType) -> None:
+    """Rebind ``libdevice``, tag the combine helpers, fix bf16 rounding (see above)."""
+    mod.libdevice = libdevice  # type: ignore[attr-defined]
+    _install_fast_reduce()
+    _install_bf16_rounding()
+    for name, kind in REDUCERS.items():
+        fn = getattr(mod, name, None)
+        if fn is not None:
+            fn._sdk_reduce = kind

@@ -1,0 +1,305 @@
+"""Load rendered Triton sources and turn each into a lean launcher ``fn(*tensors)``.
+
+Modules
+-------
+Each source is written to ``cache_dir("triton", "kernels")/k<sha256>.py``
+(named by the hash of the source; an existing file is used only if its text is
+the source) and imported with importlib, once per process. Triton needs the
+file: ``@triton.jit`` reads its function's source through ``inspect``.
+
+Launchers
+---------
+Sizes are static per kernel, so the grid and the keyword arguments are
+computed once when the launcher is built. A launcher takes the kernel's
+buffers in ``Kernel.args`` order; each buffer's ``data_ptr()`` must be
+element 0 of the kernel's index space (indices carry the layout's offset).
+
+On a GPU the first call goes through ``kernel[grid](...)``, which compiles and
+returns the ``CompiledKernel``; later calls skip Triton's Python dispatch
+(argument binding, specialisation key, cache lookup) and call
+``CompiledKernel.run(gx, gy, gz, stream, function, packed_metadata,
+launch_metadata, enter_hook, exit_hook, *args, *constexprs)`` directly: the
+signature Triton's own ``JITFunction.run`` uses in 3.x. If that call is
+refused (``TypeError`` from the C launcher's argument parsing, before any
+launch) the launcher stays on the portable ``kernel[grid]`` path; while
+Triton launch hooks (profilers) are active, or another device is current, a
+call takes the portable path too. Under ``TRITON_INTERPRET=1`` only the portable path
+exists and CPU tensors are accepted.
+
+Split reductions launch two kernels and pass scratch buffers after the
+arguments; the scratch is allocated on the first call per device and reused
+(so one launcher must not run concurrently on two streams).
+
+Autotuning
+----------
+With the ``autotune`` option, on a GPU, each kernel's candidate configs
+(:func:`.heuristics.candidates`) are timed once with ``triton.testing.do_bench``
+on synthetic buffers (floats random, integers zero, so indirect indices stay in
+range), and the winner is stored in ``DiskCache("triton-autotune")`` under the
+hash of the source, meta, Triton version and device name. Under the
+interpreter, autotuning is skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+
+import sdk
+from sdk.cache import DiskCache, cache_dir, stable_hash
+
+from . import heuristics, interpreting
+
+_MODULES: dict[tuple[str, bool], ModuleType] = {}
+_log = logging.getLogger(__name__)
+
+
+def load_module(source: str) -> ModuleType:
+    """Import ``source`` from its file in the cache (once per process)."""
+    digest = stable_hash("cuda_triton-source", source)
+    interp = interpreting()  # @triton.jit decides at decoration time
+    mod = _MODULES.get((digest, interp))
+    if mod is not None:
+        return mod
+    name = f"k{digest[:40]}"
+    path = cache_dir("triton", "kernels") / f"{name}.py"
+    try:
+        ok = path.read_text() == source
+    except OSError:
+        ok = False
+    if not ok:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    modname = f"sdk_cuda_triton_{name}" + ("_interp" if interp else "")
+    spec = importlib.util.spec_from_file_location(modname, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = mod
+    spec.loader.exec_module(mod)
+    if interp:
+        from .interp import prepare
+
+        prepare(mod)
+    _MODULES[(digest, interp)] = mod
+    return mod
+
+
+# ---------------------------------------------------------------------------
+# One kernel launch
+# ---------------------------------------------------------------------------
+
+
+def _hooks_probe() -> Callable[[], bool]:
+    """A cheap ``() -> bool``: are Triton launch hooks (profilers) active right now?
+
+    Triton >= 3.5 keeps them in ``knobs.runtime`` as ``HookChain`` objects that
+    are never None (active when they hold calls); older 3.x in ``knobs`` or on
+    ``CompiledKernel`` as None-or-callable.
+    """
+    try:
+        from triton import knobs
+
+        holder: Any = knobs.runtime
+    except ImportError:
+        from triton.compiler import CompiledKernel as holder
+
+    def active() -> bool:
+        for hook in (getattr(holder, "launch_enter_hook", None),
+                     getattr(holder, "launch_exit_hook", None)):
+            if hook is not None and getattr(hook, "calls", True):
+                return True
+        return False
+
+    return active
+
+
+def _fast(compiled: Any, grid: tuple[int, int, int], consts: tuple[Any, ...]) -> Callable | None:
+    """A direct ``CompiledKernel.run`` caller, or None where it is not available.
+
+    It returns False without launching when the current device changed or
+    launch hooks became active (they need Triton's launch metadata).
+    """
+    try:
+        from triton.runtime import driver
+
+        run, function = compiled.run, compiled.function
+        packed = compiled.packed_metadata
+        get_device = driver.active.get_current_device
+        get_stream = driver.active.get_current_stream
+        hooks_active = _hooks_probe()
+    except (ImportError, AttributeError):
+        return None
+    g0, g1, g2 = grid
+    device = get_device()
+
+    def fast(*args: Any) -> bool:
+        dev = get_device()
+        if dev != device or hooks_active():
+            return False
+        run(g0, g1, g2, get_stream(dev), function, packed, None, None, None, *args, *consts)
+        return True
+
+    return fast
+
+
+def kernel_call(jit_fn: Any, grid: tuple[int, int, int], constexprs: dict[str, int],
+                options: dict[str, Any]) -> Callable[..., None]:
+    """``fn(*args)`` launching ``jit_fn`` on ``grid`` with fixed constexprs and options.
+
+    ``fn.path()`` says which launch path the next call takes ("portable" or "fast").
+    """
+    portable = jit_fn[grid]
+    kw = {**constexprs, **options}
+    if interpreting() or not torch.cuda.is_available():
+        import numpy as np
+
+        def interpreted(*args: Any) -> None:
+            # NaN/inf results are kernel semantics, not errors: keep NumPy quiet
+            with np.errstate(all="ignore"):
+                portable(*args, **kw)
+
+        interpreted.path = lambda: "portable"  # type: ignore[attr-defined]
+        return interpreted
+    consts = tuple(constexprs.values())
+    state: dict[str, Any] = {"fast": None, "tried": False}
+
+    def call(*args: Any) -> None:
+        fast = state["fast"]
+        if fast is not None:
+            try:
+                if fast(*args):
+                    return
+            except TypeError:
+                state["fast"] = None  # refused before launching: stay portable
+        if not state["tried"]:
+            state["tried"] = True
+            compiled = portable(*args, **kw)
+            state["fast"] = _fast(compiled, grid, consts)
+            return
+        portable(*args, **kw)
+
+    call.path = lambda: "fast" if state["fast"] is not None else "portable"  # type: ignore[attr-defined]
+    return call
+
+
+# ---------------------------------------------------------------------------
+# A kernel source -> launcher
+# ---------------------------------------------------------------------------
+
+
+def _split_config(meta: dict[str, Any], cfg: dict[str, Any], names: list[str]
+                  ) -> tuple[dict[str, int], dict[str, Any]]:
+    consts = {k: int(cfg[k]) for k in names}
+    opts: dict[str, Any] = {k: int(cfg[k]) for k in ("num_warps", "num_stages") if k in cfg}
+    if meta.get("debug"):
+        opts["debug"] = True  # device_assert is compiled only in debug mode
+    return consts, opts
+
+
+def _grid(spec: list[list[Any]], consts: dict[str, int]) -> tuple[int, int, int]:
+    """Grid from per-axis ``[numel, divisor constexpr or None]`` specs."""
+    dims = [heuristics.cdiv(int(n), consts[b]) if b else int(n) for n, b in spec]
+    return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callable[..., None]:
+    """The launcher of ``src`` with ``config`` (default: the renderer's)."""
+    meta = src.meta
+    cfg = dict(meta["config"] if config is None else config)
+    consts, opts = _split_config(meta, cfg, meta["constexprs"])
+    grid = _grid(meta["grid"], consts)
+    if 0 in grid:
+        return lambda *args: None
+    mod = load_module(src.source)
+    main = kernel_call(getattr(mod, src.entry), grid, consts, opts)
+    if meta["mode"] != "split":
+        return main
+    pre_meta = meta["pre"]
+    pconsts, popts = _split_config(meta, cfg["pre"], pre_meta["constexprs"])
+    pre = kernel_call(getattr(mod, pre_meta["fn"]), _grid(pre_meta["grid"], pconsts), pconsts,
+                      popts)
+    specs = [(int(n), getattr(torch, dt)) for n, dt in meta["scratch"]]
+    scratch: dict[Any, list[torch.Tensor]] = {}
+
+    def launch(*args: torch.Tensor) -> None:
+        dev = args[0].device
+        bufs = scratch.get(dev)
+        if bufs is None:
+            bufs = scratch[dev] = [torch.empty(n, dtype=dt, device=dev) for n, dt in specs]
+        pre(*args, *bufs)
+        main(*args, *bufs)
+
+    return launch
+
+
+def _synthetic_args(meta: dict[str, Any]) -> list[torch.Tensor]:
+    out = []
+    for _name, storage, dtype, _role in meta["args"]:
+        dt = getattr(torch, dtype)
+        t = torch.empty(max(int(storage), 1), dtype=dt, device="cuda")
+        if dt.is_floating_point:
+            t.normal_()
+        else:
+            t.zero_()
+        out.append(t)
+    return out
+
+
+def tuned_config(src: sdk.KernelSource) -> dict[str, Any]:
+    """The fastest of the candidate configs, timed once and remembered on disk."""
+    import triton
+    import triton.testing
+
+    meta = src.meta
+    key = stable_hash("cuda_triton-autotune", src.source, json.dumps(meta, sort_keys=True),
+                      triton.__version__, torch.cuda.get_device_name())
+    cache = DiskCache("triton-autotune")
+    cands = heuristics.candidates(meta)
+    hit = cache.get(key)
+    if hit is not None:
+        try:
+            cfg = json.loads(hit)
+            if cfg in cands:
+                return cfg
+        except ValueError:
+            pass
+    args = _synthetic_args(meta)
+    best, best_ms = cands[0], float("inf")
+    for cfg in cands:
+        try:
+            fn = bind(src, cfg)
+            ms = triton.testing.do_bench(lambda fn=fn: fn(*args), warmup=5, rep=20)
+        except Exception as e:  # noqa: BLE001 - a config may not compile (resources)
+            _log.info("autotune %s: config %s failed: %s", src.name, cfg, e)
+            continue
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    cache.put(key, json.dumps(best).encode())
+    return best
+
+
+def compile_sources(sources: list[sdk.KernelSource], *, autotune: bool = False
+                    ) -> list[Callable[..., None]]:
+    """One launcher per source, in order (what ``sdk_compile_kernels`` returns)."""
+    tune = autotune and not interpreting() and torch.cuda.is_available()
+    out = []
+    for src in sources:
+        if src.language != "triton":
+            raise ValueError(f"kernel {src.name} is {src.language}, not triton")
+        out.append(bind(src, tuned_config(src) if tune else None))
+    return out

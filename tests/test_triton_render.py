@@ -1,0 +1,576 @@
+"""The cuda_triton plugin's renderer and launcher, on hand-built IR kernels.
+
+Runs on a GPU when CUDA is available, else under Triton's interpreter
+(``TRITON_INTERPRET=1``), which runs the generated kernels on CPU tensors.
+Results are compared with torch. The conftest imports Triton (through
+torch._dynamo) before this module can set the variable; the generated
+kernels do not depend on that order (see ``plugins/cuda_triton/ops.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # read when @triton.jit decorates a kernel
+pytest.importorskip("triton")
+pytest.importorskip("numpy")
+
+import sympy
+
+import sdk
+from sdk import ir
+from sdk.plugins import cuda_triton
+from sdk.plugins.cuda_triton import launch, render
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+F32, BF16, I64 = torch.float32, torch.bfloat16, torch.int64
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SDK_CACHE_DIR", str(tmp_path_factory.mktemp("sdk-cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch: pytest.MonkeyPatch) -> None:
+    """conftest clears TRITON_INTERPRET for every test; without a GPU it must be on here."""
+    if DEV == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+# ---------------------------------------------------------------------------
+# Building kernels
+# ---------------------------------------------------------------------------
+
+
+def lay(sizes, dtype=F32, strides=None, offset=0) -> ir.Layout:
+    if strides is None:
+        strides, acc = [], 1
+        for s in reversed(sizes):
+            strides.insert(0, acc)
+            acc *= s
+    return ir.Layout(tuple(sizes), tuple(strides), offset, dtype, DEV)
+
+
+def V(*names: str):
+    return [ir.var(n) for n in names]
+
+
+def op(name: str, *args: ir.Expr, dtype=None) -> ir.Op:
+    if dtype is None:
+        dtype = torch.bool if name in ir.PREDICATES else args[-1].dtype
+    return ir.Op(name, args, dtype)
+
+
+def run(kernel: ir.Kernel, *tensors: torch.Tensor, debug: bool = False) -> sdk.KernelSource:
+    """Render, compile and run ``kernel`` on ``tensors`` (in Kernel.args order)."""
+    ir.check_kernel(kernel)
+    src = render.render(kernel, debug=debug)
+    compile(src.source, src.name, "exec")
+    (fn,) = launch.compile_sources([src])
+    fn(*tensors)
+    return src
+
+
+def pointwise(name: str, ins: dict[str, ir.Layout], out: ir.Layout, body) -> ir.Kernel:
+    """out[i...] = body(load per input at the same logical index)."""
+    vs = tuple(V(*[f"i{d}" for d in range(len(out.sizes))]))
+    loads = {n: ir.Load(n, lo.linear(vs), lo.dtype) for n, lo in ins.items()}
+    value = body(**loads)
+    args = [ir.BufferArg(n, lo, "in") for n, lo in ins.items()] + [ir.BufferArg("out", out, "out")]
+    return ir.Kernel(name, vs, out.sizes, [ir.Stage((), (), [], [ir.Store("out", out.linear(vs),
+                                                                            value)])], args,
+                     origins=(f"{name}: test",))
+
+
+def close(actual, expected, **kw):
+    torch.testing.assert_close(actual.cpu(), expected.cpu(), equal_nan=True, **kw)
+
+
+# ---------------------------------------------------------------------------
+# Pointwise
+# ---------------------------------------------------------------------------
+
+
+def test_pointwise_chain_fp32():
+    shape = (37, 50)
+    k = pointwise("fused_exp_mul_sigmoid_add", {"a": lay(shape), "b": lay(shape)}, lay(shape),
+                  lambda a, b: op("add", op("mul", op("exp", a), ir.Const(2.0, F32)),
+                                  op("where", op("gt", b, ir.Const(0.0, F32)), op("sigmoid", b),
+                                     op("neg", b))))
+    a, b = torch.randn(shape, device=DEV), torch.randn(shape, device=DEV)
+    out = torch.empty(shape, device=DEV)
+    src = run(k, a, b, out)
+    close(out, a.exp() * 2 + torch.where(b > 0, b.sigmoid(), -b))
+    assert "@triton.jit\ndef fused_exp_mul_sigmoid_add(" in src.source
+    assert "# kernel fused_exp_mul_sigmoid_add: pointwise, int32 indices" in src.source
+    assert "from fused_exp_mul_sigmoid_add: test" in src.source
+    assert src.source.count("tl.load(a_ptr") == 1 and src.source.count("tl.load(b_ptr") == 1  # CSE
+    assert src.meta["mode"] == "pointwise"
+
+
+def test_bf16_in_out():
+    shape = (10, 33)
+    k = pointwise("bf16_gelu_ish", {"a": lay(shape, BF16)}, lay(shape, BF16),
+                  lambda a: op("cast", op("mul", op("cast", a, dtype=F32),
+                                          op("tanh", op("cast", a, dtype=F32))), dtype=BF16))
+    a = torch.randn(shape, device=DEV).to(BF16)
+    out = torch.empty(shape, device=DEV, dtype=BF16)
+    run(k, a, out)
+    af = a.float()
+    close(out, (af * af.tanh()).to(BF16), rtol=0, atol=0)
+
+
+def test_half_precision_op_computes_in_fp32():
+    k = pointwise("bf16_exp", {"a": lay((64,), BF16)}, lay((64,), BF16), lambda a: op("exp", a))
+    a = torch.randn(64, device=DEV).to(BF16)
+    out = torch.empty(64, device=DEV, dtype=BF16)
+    run(k, a, out)
+    close(out, a.exp(), rtol=0, atol=0)
+
+
+_SPECIAL = [float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1.0,
+            -1.0, 3.0, -7.25, 1e-3, 100.0]
+
+
+def _floats(n=48, seed=0, lo=-3.0, hi=3.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n - len(_SPECIAL), generator=g) * (hi - lo) + lo
+    return torch.cat([torch.tensor(_SPECIAL), x]).to(DEV)
+
+
+UNARY_FLOAT = {
+    "neg": torch.neg, "abs": torch.abs, "reciprocal": torch.reciprocal, "sign": torch.sign,
+    "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1, "log": torch.log,
+    "log2": torch.log2, "log10": torch.log10, "log1p": torch.log1p, "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan,
+    "asin": torch.asin, "acos": torch.acos, "atan": torch.atan, "sinh": torch.sinh,
+    "cosh": torch.cosh, "tanh": torch.tanh, "asinh": torch.asinh, "acosh": torch.acosh,
+    "atanh": torch.atanh, "erf": torch.erf, "erfc": torch.erfc, "sigmoid": torch.sigmoid,
+    "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "round": torch.round,
+    "isnan": torch.isnan, "isinf": torch.isinf, "signbit": torch.signbit,
+    "logical_not": torch.logical_not,
+}
+BINARY_FLOAT = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
+    "floordiv": torch.floor_divide, "remainder": torch.remainder, "fmod": torch.fmod,
+    "pow": torch.pow, "atan2": torch.atan2, "maximum": torch.maximum, "minimum": torch.minimum,
+    "copysign": torch.copysign, "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le,
+    "gt": torch.gt, "ge": torch.ge, "logical_and": torch.logical_and,
+    "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
+}
+BINARY_INT = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "floordiv": torch.floor_divide,
+    "remainder": torch.remainder, "fmod": torch.fmod, "maximum": torch.maximum,
+    "minimum": torch.minimum, "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
+    "bitwise_xor": torch.bitwise_xor, "lshift": torch.bitwise_left_shift,
+    "rshift": torch.bitwise_right_shift, "lt": torch.lt, "eq": torch.eq,
+}
+UNARY_INT = {"neg": torch.neg, "abs": torch.abs, "sign": torch.sign,
+             "bitwise_not": torch.bitwise_not, "isnan": torch.isnan, "signbit": torch.signbit}
+
+
+def _unary(name, fn, x, dtype):
+    out_dtype = torch.bool if name in ir.PREDICATES else dtype
+    k = pointwise(f"op_{name}", {"a": lay(x.shape, dtype)}, lay(x.shape, out_dtype),
+                  lambda a: op(name, a, dtype=out_dtype))
+    out = torch.empty(x.shape, device=DEV, dtype=out_dtype)
+    run(k, x, out)
+    close(out, fn(x), rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY_FLOAT))
+def test_unary_float_ops(name):
+    _unary(name, UNARY_FLOAT[name], _floats(), F32)
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "sin", "sqrt", "tanh", "sigmoid", "floor", "erf"])
+def test_unary_float64_ops(name):
+    _unary(name, UNARY_FLOAT[name], _floats().double(), torch.float64)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY_FLOAT))
+def test_binary_float_ops(name):
+    a = _floats(seed=1)
+    b = torch.roll(_floats(seed=2), 3)
+    if name == "pow":
+        a = a.abs()
+    out_dtype = torch.bool if name in ir.PREDICATES else F32
+    k = pointwise(f"op_{name}", {"a": lay(a.shape), "b": lay(b.shape)}, lay(a.shape, out_dtype),
+                  lambda a, b: op(name, a, b, dtype=out_dtype))
+    out = torch.empty(a.shape, device=DEV, dtype=out_dtype)
+    run(k, a, b, out)
+    close(out, BINARY_FLOAT[name](a, b), rtol=2e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY_INT))
+def test_binary_int_ops(name):
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(-50, 50, (64,), generator=g, dtype=torch.int32).to(DEV)
+    b = torch.randint(-9, 9, (64,), generator=g, dtype=torch.int32).to(DEV)
+    if name in ("floordiv", "remainder", "fmod"):
+        b = torch.where(b == 0, 7, b)
+    if name in ("lshift", "rshift"):
+        b = b.abs() % 5
+    out_dtype = torch.bool if name in ir.PREDICATES else torch.int32
+    k = pointwise(f"iop_{name}", {"a": lay((64,), torch.int32), "b": lay((64,), torch.int32)},
+                  lay((64,), out_dtype), lambda a, b: op(name, a, b, dtype=out_dtype))
+    out = torch.empty(64, device=DEV, dtype=out_dtype)
+    run(k, a, b, out)
+    close(out, BINARY_INT[name](a, b), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY_INT))
+def test_unary_int_ops(name):
+    x = torch.arange(-20, 20, dtype=torch.int64, device=DEV)
+    _unary(name, UNARY_INT[name], x, I64)
+
+
+def test_casts_and_where_on_ints():
+    x = torch.tensor([-2.7, -0.5, 0.0, 0.4, 3.9, 1e3], device=DEV)
+    k = pointwise("casts", {"a": lay((6,))}, lay((6,), I64),
+                  lambda a: op("where", op("cast", a, dtype=torch.bool),
+                               op("cast", a, dtype=torch.int32),
+                               ir.Const(-1, I64), dtype=I64))
+    out = torch.empty(6, device=DEV, dtype=I64)
+    run(k, x, out)
+    close(out, torch.where(x.bool(), x.to(torch.int32).long(), -1))
+
+
+# ---------------------------------------------------------------------------
+# Reductions
+# ---------------------------------------------------------------------------
+
+
+def softmax_kernel(rows: int, cols: int) -> ir.Kernel:
+    (i,) = V("i")
+    r0, r1, r2 = V("r0", "r1", "r2")
+    X, Y = lay((rows, cols)), lay((rows, cols))
+    x = lambda r: ir.Load("x", X.linear((i, r)), F32)
+    mx, sm = ir.LocalRef("mx", F32), ir.LocalRef("sm", F32)
+    e = lambda r: op("exp", op("sub", x(r), mx))
+    return ir.Kernel(
+        f"softmax_{rows}x{cols}", (i,), (rows,),
+        [ir.Stage((r0,), (cols,), [ir.Reduction("mx", "max", x(r0), F32)]),
+         ir.Stage((r1,), (cols,), [ir.Reduction("sm", "sum", e(r1), F32)]),
+         ir.Stage((r2,), (cols,), [], [ir.Store("y", Y.linear((i, r2)), op("truediv", e(r2), sm))])],
+        [ir.BufferArg("x", X, "in"), ir.BufferArg("y", Y, "out")],
+        origins=("amax: aten.amax", "sub: aten.sub", "exp: aten.exp", "sum: aten.sum",
+                 "div: aten.div"))
+
+
+@pytest.mark.parametrize("shape,mode", [((8, 1000), "persistent"), ((4, 5000), "looped")])
+def test_softmax_three_stages(shape, mode):
+    x = torch.randn(shape, device=DEV) * 3
+    y = torch.empty(shape, device=DEV)
+    src = run(softmax_kernel(*shape), x, y)
+    assert src.meta["mode"] == mode
+    close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+
+
+def reduce_kernel(name, n_rows, n_cols, reds, dtype=F32, split_ok=True) -> ir.Kernel:
+    """out_<op>[i] = op(x[i, :]) for each op in ``reds``; rows == 1 drops the outer range."""
+    (i,), (r,) = V("i"), V("r")
+    X = lay((n_rows, n_cols), dtype)
+    outer = ((i,), (n_rows,)) if n_rows > 1 else ((), ())
+    idx = X.linear((i if n_rows > 1 else sympy.Integer(0), r))
+    x = ir.Load("x", idx, dtype)
+    reductions, stores, args = [], [], [ir.BufferArg("x", X, "in")]
+    for opname in reds:
+        out_dtype = I64 if opname.startswith("arg") else (
+            torch.bool if opname in ("any", "all") else F32)
+        value = x if opname.startswith("arg") or opname in ("any", "all") else (
+            x if dtype == F32 else op("cast", x, dtype=F32))
+        reductions.append(ir.Reduction(opname, opname, value, out_dtype))
+        O = lay((n_rows,), out_dtype)
+        args.append(ir.BufferArg(f"out_{opname}", O, "out"))
+        at = O.linear((i,)) if n_rows > 1 else sympy.Integer(0)
+        stores.append(ir.Store(f"out_{opname}", at, ir.LocalRef(opname, out_dtype)))
+    return ir.Kernel(name, *outer, [ir.Stage((r,), (n_cols,), reductions),
+                                    ir.Stage((), (), [], stores)], args)
+
+
+REF = {"sum": lambda x: x.float().sum(-1), "max": lambda x: x.float().amax(-1),
+       "min": lambda x: x.float().amin(-1), "prod": lambda x: x.float().prod(-1),
+       "argmax": lambda x: x.argmax(-1), "argmin": lambda x: x.argmin(-1),
+       "any": lambda x: x.bool().any(-1), "all": lambda x: x.bool().all(-1)}
+
+
+def _reduce(x, reds, mode, **tol):
+    rows, cols = x.shape
+    k = reduce_kernel(f"reduce_{'_'.join(reds)}_{rows}x{cols}", rows, cols, reds, x.dtype)
+    outs = [torch.empty(rows, device=DEV, dtype=a.layout.dtype) for a in k.args[1:]]
+    src = run(k, x, *outs)
+    assert src.meta["mode"] == mode
+    for red, out in zip(reds, outs):
+        close(out, REF[red](x), **tol)
+
+
+def test_full_sum_split():
+    x = torch.randn(1, 100000, device=DEV)
+    k = reduce_kernel("sum_all", 1, 100000, ["sum", "max", "min"])
+    outs = [torch.empty((), device=DEV) for _ in range(3)]
+    src = run(k, x, *outs)
+    assert src.meta["mode"] == "split" and src.meta["split"] >= 2
+    assert len(src.meta["scratch"]) == 3
+    close(outs[0], x.double().sum().float(), rtol=1e-5, atol=1e-3)
+    close(outs[1], x.max())
+    close(outs[2], x.min())
+    # the launcher reuses its scratch: a second call gives the same answer
+    again = [torch.empty((), device=DEV) for _ in range(3)]
+    (fn,) = launch.compile_sources([src])
+    fn(x, *again)
+    assert all(torch.equal(a, b) for a, b in zip(outs, again))
+
+
+def _ties(rows, cols, nan_row=True):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randint(0, 5, (rows, cols), generator=g).float()  # many ties
+    x[0, :] = -float("inf")  # all equal: first index
+    x[1, cols // 3] = x[1, cols - 2] = 9.0
+    if nan_row and rows > 2:
+        x[2, cols // 2] = float("nan")
+        x[2, cols - 1] = float("nan")
+    return x.to(DEV)
+
+
+@pytest.mark.parametrize("rows,cols,mode", [(6, 37, "persistent"), (3, 5000, "looped"),
+                                            (1, 100000, "split")])
+def test_argmax_argmin_ties(rows, cols, mode):
+    if rows == 1:  # ties across split chunks
+        x = torch.ones(1, cols, device=DEV)
+        x[0, 50000] = x[0, 70000] = 2.0
+        x[0, 60000] = x[0, 99999] = -1.0
+    else:
+        x = _ties(rows, cols)
+    _reduce(x, ["argmax", "argmin", "max", "min"], mode, rtol=0, atol=0)
+
+
+def test_reductions_bf16_prod_any_all():
+    x = (torch.rand(5, 300, device=DEV) * 0.2 + 0.9).to(BF16)
+    _reduce(x, ["sum", "prod", "max"], "persistent", rtol=1e-4, atol=1e-4)
+    b = torch.rand(4, 200, device=DEV) > 0.97
+    b[1] = False
+    b[2] = True
+    _reduce(b.to(torch.uint8), ["any", "all"], "persistent")
+
+
+def test_reduce_two_inner_dims_strided_and_nan():
+    """out[j] = sum/max over (i, k) of x[i, j, k]: outer var in the middle, inner strided."""
+    j, i, kk = V("j", "i", "k")
+    X = lay((6, 5, 7))
+    x = ir.Load("x", X.linear((i, j, kk)), F32)
+    O1, O2 = lay((5,)), lay((5,))
+    kern = ir.Kernel("sum_max_dims_0_2", (j,), (5,),
+                     [ir.Stage((i, kk), (6, 7), [ir.Reduction("s", "sum", x, F32),
+                                                 ir.Reduction("m", "max", x, F32)]),
+                      ir.Stage((), (), [], [ir.Store("o1", O1.linear((j,)), ir.LocalRef("s", F32)),
+                                            ir.Store("o2", O2.linear((j,)),
+                                                     ir.LocalRef("m", F32))])],
+                     [ir.BufferArg("x", X, "in"), ir.BufferArg("o1", O1, "out"),
+                      ir.BufferArg("o2", O2, "out")])
+    t = torch.randn(6, 5, 7, device=DEV)
+    t[3, 2, 4] = float("nan")
+    o1, o2 = torch.empty(5, device=DEV), torch.empty(5, device=DEV)
+    run(kern, t, o1, o2)
+    close(o1, t.sum((0, 2)), rtol=1e-5, atol=1e-5)
+    close(o2, t.amax((0, 2)))
+    assert math.isnan(o2[2].item())
+
+
+def test_stages_of_different_inner_sizes():
+    """One kernel: a = sum(x[i, :30]); b = max(y[i, :50]); out[i] = a * b (two r groups)."""
+    i, r, s = V("i", "r", "s")
+    X, Y, O = lay((9, 30)), lay((9, 50)), lay((9,))
+    kern = ir.Kernel("two_groups", (i,), (9,),
+                     [ir.Stage((r,), (30,), [ir.Reduction("a", "sum", ir.Load("x", X.linear((i, r)),
+                                                                               F32), F32)]),
+                      ir.Stage((s,), (50,), [ir.Reduction("b", "max", ir.Load("y", Y.linear((i, s)),
+                                                                               F32), F32)]),
+                      ir.Stage((), (), [], [ir.Store("o", O.linear((i,)),
+                                                     op("mul", ir.LocalRef("a", F32),
+                                                        ir.LocalRef("b", F32)))])],
+                     [ir.BufferArg("x", X, "in"), ir.BufferArg("y", Y, "in"),
+                      ir.BufferArg("o", O, "out")])
+    x, y, o = torch.randn(9, 30, device=DEV), torch.randn(9, 50, device=DEV), torch.empty(9,
+                                                                                       device=DEV)
+    run(kern, x, y, o)
+    close(o, x.sum(1) * y.amax(1), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Layouts, indirect loads, random numbers, index width
+# ---------------------------------------------------------------------------
+
+
+def test_non_contiguous_offset_and_broadcast_loads():
+    """out[i, j] = xt[i, j] * 2 + row[j]: xt a transposed view at an offset, row broadcast."""
+    base = torch.randn(200, device=DEV)
+    Xt = lay((5, 7), strides=(1, 9), offset=13)  # a transposed window of a (7, 9) matrix
+    R = lay((5, 7), strides=(0, 3), offset=2)  # row[j] = base2[2 + 3 j], stride 0 over i
+    base2 = torch.randn(30, device=DEV)
+    k = pointwise("strided", {"xt": Xt, "row": R}, lay((5, 7)),
+                  lambda xt, row: op("add", op("mul", xt, ir.Const(2.0, F32)), row))
+    out = torch.empty(5, 7, device=DEV)
+    run(k, base, base2, out)
+    xt = torch.as_strided(base, (5, 7), (1, 9), 13)
+    row = torch.as_strided(base2, (5, 7), (0, 3), 2)
+    close(out, xt * 2 + row)
+
+
+@pytest.mark.parametrize("sizes,perm", [((37, 70), (1, 0)), ((3, 20, 45), (0, 2, 1))])
+def test_transposing_pointwise_is_tiled_2d(sizes, perm):
+    """out = x.permute(perm) * 2 + y: x is read across its rows, so the kernel tiles in 2D."""
+    base = lay(sizes)
+    out_sizes = tuple(sizes[p] for p in perm)
+    xt = lay(out_sizes, strides=tuple(base.strides[p] for p in perm))
+    k = pointwise("permute_mul_add", {"x": xt, "y": lay(out_sizes)}, lay(out_sizes),
+                  lambda x, y: op("add", op("mul", x, ir.Const(2.0, F32)), y))
+    x, y = torch.randn(sizes, device=DEV), torch.randn(out_sizes, device=DEV)
+    out = torch.empty(out_sizes, device=DEV)
+    src = run(k, x, y, out)
+    assert src.meta["mode"] == "pointwise2d" and "YBLOCK" in src.source
+    close(out, x.permute(perm) * 2 + y)
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_indirect_embedding_load(debug):
+    """out[i, j, k] = weight[idx[i, j], k]; debug adds a device-side bounds check."""
+    i, j, kk = V("i", "j", "k")
+    s = ir.var("s")
+    W, IDX, O = lay((10, 16)), lay((4, 5), I64), lay((4, 5, 16))
+    index = ir.Load("idx", IDX.linear((i, j)), I64)
+    value = ir.Load("w", W.linear((s, kk)), F32, binds=((s, index, 10),))
+    kern = ir.Kernel("embedding", (i, j, kk), (4, 5, 16),
+                     [ir.Stage((), (), [], [ir.Store("out", O.linear((i, j, kk)), value)])],
+                     [ir.BufferArg("w", W, "in"), ir.BufferArg("idx", IDX, "in"),
+                      ir.BufferArg("out", O, "out")])
+    w = torch.randn(10, 16, device=DEV)
+    idx = torch.randint(0, 10, (4, 5), device=DEV)
+    out = torch.empty(4, 5, 16, device=DEV)
+    src = run(kern, w, idx, out, debug=debug)
+    close(out, w[idx], rtol=0, atol=0)
+    assert ("tl.device_assert" in src.source) == debug and src.meta.get("debug", False) == debug
+
+
+def _rand_kernel(name: str, n: int) -> ir.Kernel:
+    (i,) = V("i")
+    seed = ir.Load("seed", sympy.Integer(0), I64)
+    offset = op("add", ir.IndexValue(i), ir.Const(1000, I64))
+    return ir.Kernel(name, (i,), (n,),
+                     [ir.Stage((), (), [], [ir.Store("out", i, ir.Op(name, (seed, offset), F32))])],
+                     [ir.BufferArg("seed", lay((1,), I64), "in"),
+                      ir.BufferArg("out", lay((n,)), "out")])
+
+
+def test_rand_uniform_and_normal():
+    n = 4096
+    seed = torch.tensor([1234], device=DEV)
+    u, u2, u3 = (torch.empty(n, device=DEV) for _ in range(3))
+    run(_rand_kernel("rand", n), seed, u)
+    assert 0.0 <= u.min().item() and u.max().item() < 1.0
+    assert abs(u.mean().item() - 0.5) < 0.03 and u.unique().numel() > n - 10
+    run(_rand_kernel("rand", n), seed, u2)
+    assert torch.equal(u, u2)  # counter-based: same seed and offsets, same numbers
+    run(_rand_kernel("rand", n), seed + 1, u3)
+    assert not torch.equal(u, u3)
+    z = torch.empty(n, device=DEV)
+    run(_rand_kernel("randn", n), seed, z)
+    assert abs(z.mean().item()) < 0.1 and abs(z.std().item() - 1) < 0.1
+
+
+def test_int64_indices_when_an_index_can_reach_2_31():
+    i, j = V("i", "j")
+    big = lay((3, 2**30), strides=(2**30, 1))
+    k = ir.Kernel("huge", (i, j), (3, 2**30),
+                  [ir.Stage((), (), [], [ir.Store("out", big.linear((i, j)),
+                                                  ir.Load("x", big.linear((i, j)), F32))])],
+                  [ir.BufferArg("x", big, "in"), ir.BufferArg("out", big, "out")])
+    src = render.render(k)
+    assert src.meta["int64"] and "tl.program_id(0).to(tl.int64)" in src.source
+    small = render.render(softmax_kernel(8, 1000))
+    assert not small.meta["int64"] and "int64" not in small.source.split("@triton.jit")[-1]
+
+
+# ---------------------------------------------------------------------------
+# Plugin hooks and the launcher's module cache
+# ---------------------------------------------------------------------------
+
+
+def _ctx(**options) -> sdk.CompileContext:
+    return sdk.CompileContext("cuda_triton", DEV, "inference", "g0",
+                              {"debug": False, "autotune": False, **options},
+                              frozenset(cuda_triton.sdk_plugin_info().capabilities))
+
+
+def test_hooks_render_and_compile_with_autotune_option():
+    k = softmax_kernel(8, 1000)
+    src = cuda_triton.sdk_render_kernel(ctx=_ctx(), kernel=k)
+    assert isinstance(src, sdk.KernelSource) and src.language == "triton"
+    assert src.entry == "softmax_8x1000" and "# outer: x0 < 8" in src.source
+    (fn,) = cuda_triton.sdk_compile_kernels(ctx=_ctx(autotune=True), sources=[src])
+    x, y = torch.randn(8, 1000, device=DEV), torch.empty(8, 1000, device=DEV)
+    fn(x, y)
+    close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+
+
+def test_op_support_refuses_complex_accepts_float64():
+    import torch.fx
+
+    g = torch.fx.Graph()
+    a = g.placeholder("a")
+    a.meta["val"] = torch.empty(3, dtype=torch.complex64)
+    n = g.call_function(torch.ops.aten.abs.default, (a,))
+    n.meta["val"] = torch.empty(3)
+    verdict = cuda_triton.sdk_op_support(ctx=_ctx(), op=torch.ops.aten.abs.default, node=n)
+    assert verdict is not None and not verdict.ok and "complex" in verdict.reason
+    a.meta["val"] = torch.empty(3, dtype=torch.float64)
+    n.meta["val"] = torch.empty(3, dtype=torch.float64)
+    assert cuda_triton.sdk_op_support(ctx=_ctx(), op=torch.ops.aten.abs.default, node=n) is None
+
+
+def test_modules_are_cached_per_process_in_a_private_dir():
+    src = render.render(softmax_kernel(8, 1000))
+    m1, m2 = launch.load_module(src.source), launch.load_module(src.source)
+    assert m1 is m2
+    path = m1.__file__
+    with open(path) as f:
+        assert f.read() == src.source
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+
+
+@pytest.mark.skipif(DEV == "cuda", reason="checks the interpreter's NumPy shortcut")
+def test_combine_helpers_without_the_interpreter_shortcut(monkeypatch):
+    """The interpreter reduces our combine helpers with NumPy; run the helpers themselves once."""
+    from sdk.plugins.cuda_triton import interp
+
+    monkeypatch.setattr(interp, "REDUCERS", {})
+    x = _ties(3, 40)
+    k = reduce_kernel("slow_reduce_3x40", 3, 40, ["argmax", "argmin", "max", "min", "sum", "prod"])
+    outs = [torch.empty(3, device=DEV, dtype=a.layout.dtype) for a in k.args[1:]]
+    run(k, x, *outs)
+    for red, out in zip(["argmax", "argmin", "max", "min", "sum", "prod"], outs):
+        close(out, REF[red](x), rtol=1e-5, atol=1e-5)
+
+
+def test_launch_path_and_repeated_calls():
+    """On a GPU the second call on skips Triton's dispatch; results stay the same."""
+    k = pointwise("launch_path", {"a": lay((300,))}, lay((300,)),
+                  lambda a: op("mul", a, ir.Const(3.0, F32)))
+    ir.check_kernel(k)
+    (fn,) = launch.compile_sources([render.render(k)])
+    a = torch.randn(300, device=DEV)
+    outs = [torch.empty(300, device=DEV) for _ in range(3)]
+    for o in outs:
+        fn(a, o)
+    assert fn.path() == ("fast" if DEV == "cuda" else "portable")
+    for o in outs:
+        close(o, a * 3, rtol=0, atol=0)
