@@ -137,6 +137,7 @@ class Scheduler:
     def run(self) -> list[Group | ExternNode]:
         while self.fusion:
             owner = self._owner()
+            self._succ = self._successors(owner)
             best = None
             for saved, a, b in self._candidates(owner):
                 key = (a.id, b.id)
@@ -220,18 +221,21 @@ class Scheduler:
             return "needs several reduction stages; the plugin lacks MULTI_STAGE"
         return None
 
-    def _path_through_other(self, a: Group, b: Group, owner: dict[str, Group]) -> bool:
-        """Does some group other than a and b lie on a path between them?"""
-        succ: dict[int, set[int]] = {}
+    def _successors(self, owner: dict[str, Group]) -> dict[Any, set[Any]]:
+        succ: dict[Any, set[Any]] = {}
         for g in self.groups:
             for n in g.members:
                 for buf in n.reads:
                     p = owner.get(buf)
                     if p is not None and p is not g:
                         succ.setdefault(p.id, set()).add(g.id)
-        extern_edges = self._extern_edges(owner)
-        for p, gs in extern_edges.items():
+        for p, gs in self._extern_edges(owner).items():
             succ.setdefault(p, set()).update(gs)
+        return succ
+
+    def _path_through_other(self, a: Group, b: Group, owner: dict[str, Group]) -> bool:
+        """Does some group other than a and b lie on a path between them?"""
+        succ = self._succ
         first, second = (a, b) if a.order < b.order else (b, a)
         stack = [s for s in succ.get(first.id, ()) if s != second.id]
         seen = set(stack)
@@ -516,7 +520,7 @@ def _arguments(stages: list[Stage], layouts: dict[str, Layout], stored: set[str]
 
 
 def _nbytes(node: Node) -> int:
-    return node.numel * torch.empty((), dtype=node.dtype, device="meta").element_size()
+    return node.numel * node.dtype.itemsize
 
 
 def kernel_name(g: Group, prefix: str = "k") -> str:
