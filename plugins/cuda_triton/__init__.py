@@ -50,6 +50,14 @@ def sdk_plugin_status() -> str | None:
 
 
 @sdk.hookimpl
+def sdk_decompositions(ctx: sdk.CompileContext) -> dict:
+    """Pad large matrix products to the 16-byte alignment the BLAS libraries want."""
+    from . import pad_mm
+
+    return pad_mm.decompositions()
+
+
+@sdk.hookimpl
 def sdk_op_support(ctx: sdk.CompileContext, op: torch._ops.OpOverload,
                    node: torch.fx.Node) -> sdk.Support | None:
     from .ops import unsupported_dtype
