@@ -34,7 +34,7 @@ from sdk.plugin import Capability, CompileContext, Support
 
 from .ir.expr import Expr, IndexValue, Load, LocalRef, loads, rewrite, subs_index, walk
 from .ir.graph import ExternNode, Node
-from .ir.index import var
+from .ir.index import simplify_divmod, var
 from .ir.kernel import BufferArg, Kernel, Layout, Reduction, Stage, Store
 
 
@@ -97,7 +97,22 @@ def _fits(node: Node, X: tuple[int, ...], R: tuple[int, ...]) -> str | None:
         return "outer"
     if R and sq == X + R:
         return "inner"
+    # the same elements in another shape: a view merged or split dimensions
+    if math.prod(sq) == math.prod(X):
+        return "outer"
+    if R and math.prod(sq) == math.prod(X) * math.prod(R) and _splits_at(sq, math.prod(X)):
+        return "inner"
     return None
+
+
+def _splits_at(sizes: tuple[int, ...], n: int) -> bool:
+    """Is ``n`` the product of a prefix of ``sizes`` (so the dims split there)?"""
+    acc = 1
+    for s in (1, *sizes):
+        acc *= s
+        if acc == n:
+            return True
+    return False
 
 
 def _merged_space(a: Group, b: Group) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -359,10 +374,22 @@ class _Builder:
         kind = _fits(node, self.g.X, self.g.R)
         if kind is None:
             raise _NotFusable(f"{node.name} does not fit the group's loops")
-        group_vars = iter(self.xs + self.rs)
+        if kind == "red":
+            coords = iter(self.xs + self.rs)
+        else:
+            target = self.g.X if kind == "outer" else self.g.X + self.g.R
+            gvars = self.xs if kind == "outer" else self.xs + self.rs
+            sq = _squeeze(node.sizes)
+            if sq == target:
+                coords = iter(gvars)
+            else:  # another shape of the same elements: unravel the group's index
+                from .lowering import reshape_reindex
+
+                coords = iter(reshape_reindex(sq, target)(gvars))
         mapping: dict[sympy.Symbol, sympy.Expr] = {}
         for v, s in zip(node.vars, node.sizes):
-            mapping[v] = sympy.Integer(0) if s == 1 else next(group_vars)
+            mapping[v] = sympy.Integer(0) if s == 1 else next(coords)
+        group_vars = coords
         if node.is_reduction:
             for v, s in zip(node.rvars, node.rsizes):
                 mapping[v] = sympy.Integer(0) if s == 1 else next(group_vars)
@@ -490,15 +517,15 @@ def _linearize(stage: Stage, layouts: dict[str, Layout]) -> Stage:
             base = layouts[e.buffer]
             index = base.linear(e.index) if isinstance(e.index, tuple) else e.index
             binds = tuple((s, rewrite(x, fn, memo), n) for s, x, n in e.binds)
-            return Load(e.buffer, sympy.expand(index - base.offset), e.dtype, binds)
+            return Load(e.buffer, simplify_divmod(index - base.offset), e.dtype, binds)
         if isinstance(e, IndexValue):
-            return IndexValue(sympy.expand(e.expr), e.dtype)
+            return IndexValue(simplify_divmod(e.expr), e.dtype)
         return None
 
     return Stage(
         stage.vars, stage.sizes,
         [Reduction(r.name, r.op, rewrite(r.value, fn, memo), r.dtype) for r in stage.reductions],
-        [Store(s.buffer, sympy.expand(s.index - layouts[s.buffer].offset),
+        [Store(s.buffer, simplify_divmod(s.index - layouts[s.buffer].offset),
                rewrite(s.value, fn, memo)) for s in stage.stores],
     )
 

@@ -21,8 +21,11 @@ def test_padded_products_equal_the_plain_ones(pad_everything):
                                torch.addmm(bias, a, b, beta=0.5, alpha=2.0))
     x, y = torch.randn(3, 5, 9), torch.randn(3, 9, 6)
     torch.testing.assert_close(pad_mm.bmm(x, y), x @ y)
-    t = torch.randn(21, 7).t()  # a transposed operand
-    torch.testing.assert_close(pad_mm.mm(t, torch.randn(21, 5)).shape, torch.Size([7, 5]))
+    w = torch.randn(21, 7)  # used transposed, as a Linear weight is
+    x = torch.randn(13, 7)
+    torch.testing.assert_close(pad_mm.mm(x, w.t()), x @ w.t())
+    t, y = torch.randn(21, 7).t(), torch.randn(21, 5)
+    torch.testing.assert_close(pad_mm.mm(t, y), t @ y)
 
 
 def test_aligned_or_small_products_are_left_alone():

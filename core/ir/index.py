@@ -69,6 +69,30 @@ def _coeff(term: sympy.Expr) -> int:
     return int(c) if c.is_Integer else 1
 
 
+def simplify_divmod(expr: sympy.Expr) -> sympy.Expr:
+    """Fold ``c*k*FloorDiv(y, k) + c*Mod(y, k)`` back into ``c*y`` (views that split a dim).
+
+    A reshape that merges dimensions leaves such pairs in linear indices; folding
+    them gives back the affine index a renderer can vectorize.
+    """
+    expr = sympy.expand(expr)
+    while expr.has(Mod):
+        coeffs: dict[sympy.Expr, sympy.Expr] = {}
+        for term in sympy.Add.make_args(expr):
+            c, rest = term.as_coeff_Mul()
+            coeffs[rest] = coeffs.get(rest, 0) + c
+        for rest, c2 in coeffs.items():
+            if isinstance(rest, Mod):
+                y, k = rest.args
+                fd = FloorDiv(y, k)
+                if coeffs.get(fd) == c2 * k:
+                    expr = sympy.expand(expr - c2 * rest - c2 * k * fd + c2 * y)
+                    break
+        else:
+            break
+    return expr
+
+
 def print_index(expr: sympy.Expr, style: str = "c") -> str:
     """Render ``expr``: ``style="c"`` uses ``/`` for FloorDiv, ``"python"`` uses ``//``."""
     div = "/" if style == "c" else "//"

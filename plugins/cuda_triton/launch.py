@@ -194,6 +194,8 @@ def kernel_call(jit_fn: Any, grid: tuple[int, int, int], constexprs: dict[str, i
         portable(*args, **kw)
 
     call.path = lambda: "fast" if state["fast"] is not None else "portable"  # type: ignore[attr-defined]
+    # compile without launching: Triton takes dtypes for pointer arguments
+    call.warmup = lambda dtypes: jit_fn.warmup(*dtypes, grid=grid, **kw)  # type: ignore[attr-defined]
     return call
 
 
@@ -228,6 +230,8 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
     mod = load_module(src.source)
     main = kernel_call(getattr(mod, src.entry), grid, consts, opts)
     if meta["mode"] != "split":
+        dtypes = [getattr(torch, dt) for _name, _storage, dt, _role in meta["args"]]
+        main.precompile = lambda: main.warmup(dtypes)  # type: ignore[attr-defined]
         return main
     pre_meta = meta["pre"]
     pconsts, popts = _split_config(meta, cfg["pre"], pre_meta["constexprs"])
@@ -302,4 +306,28 @@ def compile_sources(sources: list[sdk.KernelSource], *, autotune: bool = False
         if src.language != "triton":
             raise ValueError(f"kernel {src.name} is {src.language}, not triton")
         out.append(bind(src, tuned_config(src) if tune else None))
+    if torch.cuda.is_available() and not interpreting():
+        _precompile(out)
     return out
+
+
+def _precompile(launchers: list[Callable[..., None]]) -> None:
+    """Compile every kernel now, several at a time, instead of one by one at first launch.
+
+    Much of Triton's compile runs outside the GIL (LLVM, ptxas); a kernel whose
+    warm-up fails simply compiles at its first launch, as before.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [fn.precompile for fn in launchers if hasattr(fn, "precompile")]
+    if len(jobs) < 2:
+        return
+
+    def run(job: Callable[[], Any]) -> None:
+        try:
+            job()
+        except Exception as exc:  # noqa: BLE001 - the first launch compiles instead
+            _log.info("precompile failed, compiling at first launch: %s", exc)
+
+    with ThreadPoolExecutor(max_workers=min(16, len(jobs))) as pool:
+        list(pool.map(run, jobs))

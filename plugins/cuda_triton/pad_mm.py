@@ -44,6 +44,10 @@ def _pad2(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     r, c = t.shape[-2], t.shape[-1]
     if r == rows and c == cols:
         return t
+    if t.stride(-2) == 1 and t.stride(-1) != 1:
+        # a transposed operand (a weight used as W.t()): pad its rows in memory
+        # order and transpose back, a straight copy instead of a transposing one
+        return F.pad(t.transpose(-1, -2), (0, rows - r, 0, cols - c)).transpose(-1, -2)
     return F.pad(t, (0, cols - c, 0, rows - r))
 
 
