@@ -106,6 +106,7 @@ class Lowerer:
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[tuple[str, Any]] = []  # (buffer name or "", spec)
         self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors, by buffer name
+        self.moved_inputs: set[str] = set()  # inputs on another device (CPU scalars)
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReport] = []
         self.externs: list[ExternReport] = []
@@ -150,10 +151,26 @@ class Lowerer:
                 self.env[n] = self._constant(n)
         self._fx = None
 
+    @property
+    def device(self) -> torch.device:
+        """The device of the graph's kernels (of its first input on the compile's device)."""
+        for s in self.specs:
+            if hasattr(s, "device") and s.device.type == self.ctx.device_type:
+                return s.device
+        return torch.device(self.ctx.device_type)
+
     def _input(self, i: int, spec: Any) -> Any:
         if hasattr(spec, "strides"):
             name = f"arg{i}"
-            layout = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype, spec.device.type)
+            if spec.device.type != self.ctx.device_type:
+                # a CPU scalar beside device tensors, as eager allows: the
+                # program moves it (contiguous) before any kernel reads it
+                self.moved_inputs.add(name)
+                layout = Layout(spec.sizes, contiguous_strides(spec.sizes), 0, spec.dtype,
+                                self.ctx.device_type)
+            else:
+                layout = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype,
+                                spec.device.type)
             self.inputs.append((name, spec))
             return StorageView(name, layout)
         self.inputs.append(("", spec))
@@ -165,6 +182,8 @@ class Lowerer:
             value = getattr(value, part)
         if not isinstance(value, torch.Tensor):
             return value
+        if value.device.type != self.ctx.device_type:
+            value = value.to(self.device)  # a constant is moved once, at compile time
         name = f"const{len(self.constants)}"
         self.constants[name] = value
         return StorageView(name, Layout(

@@ -17,7 +17,7 @@ import torch.fx
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport, KernelReport
 
-from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
+from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue, contiguous_strides
 from .ir.kernel import Kernel, Layout, check_kernel
 from .lowering import SEED_BUFFER, Lowerer
 from .memory import plan_memory
@@ -48,7 +48,10 @@ def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
 
     layouts: dict[str, Layout] = {}
     for name, spec in L.inputs:
-        if name:
+        if name in L.moved_inputs:
+            layouts[name] = Layout(spec.sizes, contiguous_strides(spec.sizes), 0, spec.dtype,
+                                   ctx.device_type)
+        elif name:
             layouts[name] = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype,
                                    spec.device.type)
     for n in L.nodes:
@@ -139,9 +142,7 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
              ) -> tuple[Callable, str]:
     env: dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
                            "_as_strided": torch.as_strided}
-    device = next((s.device for s in specs if hasattr(s, "device")),
-                   torch.device(ctx.device_type))
-    env["_dev"] = device
+    env["_dev"] = L.device
     env.update(L.constants)
     consts: dict[int, str] = {}
 
@@ -157,7 +158,9 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
 
     lines = ["def call(args):"]
     for i, (name, _spec) in enumerate(L.inputs):
-        if name:
+        if name in L.moved_inputs:
+            lines.append(f"    {name} = args[{i}].to(_dev).contiguous()")
+        elif name:
             lines.append(f"    {name} = args[{i}]")
     if L.needs_seed:
         env["_seed"] = _make_seed
