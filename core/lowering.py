@@ -106,7 +106,7 @@ class Lowerer:
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[tuple[str, Any]] = []  # (buffer name or "", spec)
         self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors, by buffer name
-        self.moved_inputs: set[str] = set()  # inputs on another device (CPU scalars)
+        self.moved_inputs: set[str] = set()  # inputs/constants on another device (CPU scalars)
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReport] = []
         self.externs: list[ExternReport] = []
@@ -182,10 +182,12 @@ class Lowerer:
             value = getattr(value, part)
         if not isinstance(value, torch.Tensor):
             return value
-        if value.device.type != self.ctx.device_type:
-            value = value.to(self.device)  # a constant is moved once, at compile time
         name = f"const{len(self.constants)}"
         self.constants[name] = value
+        if value.device.type != self.ctx.device_type:
+            self.moved_inputs.add(name)  # a CPU scalar constant: moved on the first call
+            return StorageView(name, Layout(tuple(value.shape), contiguous_strides(
+                tuple(value.shape)), 0, value.dtype, self.ctx.device_type))
         return StorageView(name, Layout(
             tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype,
             value.device.type))

@@ -61,7 +61,9 @@ def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
             layouts[n.name] = n.layout
     for name, t in L.constants.items():
         layouts[name] = Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype,
-                               t.device.type)
+                               t.device.type) if name not in L.moved_inputs else \
+            Layout(tuple(t.shape), contiguous_strides(tuple(t.shape)), 0, t.dtype,
+                   ctx.device_type)
     layouts[SEED_BUFFER] = Layout((1,), (1,), 0, torch.int64, ctx.device_type)
 
     owner = sched._owner()
@@ -143,7 +145,12 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     env: dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
                            "_as_strided": torch.as_strided}
     env["_dev"] = L.device
-    env.update(L.constants)
+    moved: dict[str, Any] = {}
+    for name, t in L.constants.items():
+        if name in L.moved_inputs:  # moved to the device once, on the first call
+            env[f"{name}_src"] = _OnDevice(t, moved, name)
+        else:
+            env[name] = t
     consts: dict[int, str] = {}
 
     def const(x: Any) -> str:
@@ -162,6 +169,9 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             lines.append(f"    {name} = args[{i}].to(_dev).contiguous()")
         elif name:
             lines.append(f"    {name} = args[{i}]")
+    for name in L.constants:
+        if name in L.moved_inputs:
+            lines.append(f"    {name} = {name}_src.get(_dev)")
     if L.needs_seed:
         env["_seed"] = _make_seed
         lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
@@ -221,3 +231,16 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
 def _make_seed(device: torch.device) -> torch.Tensor:
     """A fresh seed per call, drawn from torch's generator (so manual_seed reproduces runs)."""
     return torch.randint(0, 2**62, (1,), dtype=torch.int64).to(device)
+
+
+class _OnDevice:
+    """A constant from another device (a CPU scalar), copied to the graph's device once."""
+
+    def __init__(self, tensor: torch.Tensor, cache: dict[str, Any], name: str) -> None:
+        self.tensor, self.cache, self.name = tensor, cache, name
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        t = self.cache.get(self.name)
+        if t is None:
+            t = self.cache[self.name] = self.tensor.to(device).contiguous()
+        return t

@@ -40,7 +40,8 @@ def test_decomposition_runs_through_the_compiler(pad_everything):
         sdk.backend("cuda_triton")
     except sdk.PluginUnavailableError as exc:
         pytest.skip(str(exc))
-    a, b = torch.randn(13, 7), torch.randn(7, 21)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # else Triton's interpreter
+    a, b = torch.randn(13, 7, device=dev), torch.randn(7, 21, device=dev)
     fn = torch.compile(lambda a, b: (a @ b).relu(), backend=sdk.backend("cuda_triton"))
     torch.testing.assert_close(fn(a, b), (a @ b).relu())
     report = sdk.explain(lambda a, b: (a @ b).relu(), a, b, backend="sdk:cuda_triton")
