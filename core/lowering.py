@@ -192,6 +192,9 @@ class Lowerer:
             tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype,
             value.device.type))
 
+    def builder(self) -> LoweringBuilder:
+        return LoweringBuilder(self)
+
     def _call(self, n: torch.fx.Node) -> Any:
         target = n.target
         if target is operator.getitem:
@@ -206,7 +209,8 @@ class Lowerer:
                                f"{verdict.reason}")
         if not _tensor_meta_ok(n):
             return self.extern(target, args, kwargs, reason="complex, sparse or quantized dtype")
-        override = self.hooks.sdk_lower_op(ctx=self.ctx, op=target, args=args, kwargs=kwargs)
+        override = self.hooks.sdk_lower_op(ctx=self.ctx, op=target, args=args, kwargs=kwargs,
+                                           builder=self.builder())
         if override is not None:
             return override
         fn = LOWERINGS.get(target)
@@ -341,6 +345,41 @@ class Lowerer:
         if isinstance(value, ScalarValue):
             return ScalarValue(value.expr, sizes)
         return _IndexedView(value, sizes, reindex)
+
+
+class LoweringBuilder:
+    """What a plugin's ``sdk_lower_op`` builds IR with (public as ``sdk.ir.LoweringBuilder``).
+
+    ``out`` is the fake tensor the op produces (shape, dtype, strides); each
+    builder method adds a node to the graph being lowered and returns its
+    :class:`TensorValue`. Read inputs with ``value.load(index)``; an index is a
+    tuple of sympy expressions, one per dimension.
+    """
+
+    def __init__(self, lowerer: Lowerer) -> None:
+        self._L = lowerer
+
+    @property
+    def out(self) -> Any:
+        return self._L.meta()
+
+    def pointwise(self, sizes: tuple[int, ...], dtype: torch.dtype,
+                  fn: Callable[[Index], Expr]) -> TensorValue:
+        """``out[i] = fn(i)`` over ``sizes``."""
+        return self._L.pointwise(tuple(sizes), dtype, fn)
+
+    def reduction(self, sizes: tuple[int, ...], reduced: tuple[int, ...], op: str,
+                  dtype: torch.dtype, fn: Callable[[Index, Index], Expr]) -> TensorValue:
+        """``out[i] = op over r of fn(i, r)``; ``op`` is one of ``sdk.ir.REDUCTIONS``."""
+        return self._L.reduction(tuple(sizes), tuple(reduced), op, dtype, fn)
+
+    def extern(self, target: Any, args: tuple, kwargs: dict | None = None) -> Any:
+        """Run ``target`` (an ATen op) through ATen on these arguments, as a library call."""
+        return self._L.extern(target, tuple(args), dict(kwargs or {}))
+
+    @staticmethod
+    def cast(e: Expr, dtype: torch.dtype) -> Expr:
+        return cast(e, dtype)
 
 
 class _IndexedView(TensorValue):

@@ -19,7 +19,7 @@ import torch
 
 from sdk.errors import OptionError, SDKError
 from sdk.plugin import CompileContext, PluginKind
-from sdk.report import GraphReport
+from sdk.report import FusionRefusal, GraphReport
 
 from . import config, fallback, options as opts
 from .adapters import torch_private as tp
@@ -165,6 +165,8 @@ class Session:
             report.externs[:] = part.externs
             report.fallbacks[:] = part.fallbacks
             report.view_nodes = tuple(sorted(part.views))
+            report.fusion_refusals[:] = [FusionRefusal(d.first, d.second, d.reason)
+                                         for d in part.decisions if not d.fused]
             report.plugin = plugin
             self._announce(c, report)
             return fn
@@ -177,6 +179,7 @@ class Session:
         report.kernels.clear()
         report.externs.clear()
         report.view_nodes = ()
+        report.fusion_refusals.clear()
         report.fallbacks[:] = fallbacks
         self._announce(ctx, report)
         return fn

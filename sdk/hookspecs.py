@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import torch
     from torch.fx import Node
 
-    from sdk.ir import FusionGroup, Kernel, TensorValue
+    from sdk.ir import FusionGroup, Kernel, LoweringBuilder, TensorValue
     from sdk.plugin import CompileContext, KernelFn, KernelSource, PluginInfo, Support, Verdict
 
 PROJECT = "sdk"
@@ -135,12 +135,15 @@ def sdk_lower_op(
     op: torch._ops.OpOverload,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
+    builder: LoweringBuilder,
 ) -> TensorValue | None:
     """Lower one ATen call to loop IR in place of the core's lowering.
 
     Called for every accepted ATen call, before the core's own lowering table.
-    Tensor arguments arrive as :class:`sdk.ir.TensorValue`; build the result with
-    the :mod:`sdk.ir` builders (``ir.pointwise``, ``ir.reduction``, ``ir.extern``).
+    Tensor arguments arrive as :class:`sdk.ir.TensorValue` (read one with
+    ``value.load(index)``); build the result with ``builder``
+    (:class:`sdk.ir.LoweringBuilder`: ``pointwise``, ``reduction``, ``extern``;
+    ``builder.out`` is the fake tensor the op produces).
 
     :return: a TensorValue (or tuple of them for multi-output ops), or None to
         let the core lower it. Stops at first non-None result.

@@ -5,6 +5,8 @@ Kernels (:class:`Kernel`, :class:`Stage`, :class:`Store`, :class:`Reduction`,
 Scalar expressions (:class:`Const`, :class:`Load`, :class:`Op`,
 :class:`IndexValue`, :class:`LocalRef`) form each kernel's body; :data:`OPS`
 is the closed op vocabulary and :data:`REDUCTIONS` the reduction ops.
+A plugin's ``sdk_lower_op`` builds nodes with :class:`LoweringBuilder` from
+:class:`TensorValue` inputs; ``sdk_can_fuse`` receives :class:`FusionGroup` s.
 Indices are sympy expressions over :func:`var` symbols using
 :class:`FloorDiv` and :class:`Mod`; :func:`print_index` renders them.
 """
@@ -21,6 +23,7 @@ from sdk.core.ir.expr import (
     Op,
     walk,
 )
+from sdk.core.ir.graph import TensorValue
 from sdk.core.ir.index import FloorDiv, Mod, print_index, var
 from sdk.core.ir.kernel import (
     BufferArg,
@@ -32,9 +35,12 @@ from sdk.core.ir.kernel import (
     Store,
     check_kernel,
 )
+from sdk.core.lowering import LoweringBuilder
+from sdk.core.scheduler import FusionGroup
 
 __all__ = [
     "OPS", "PREDICATES", "REDUCTIONS", "BufferArg", "Const", "Expr", "IRCheckError",
     "IndexValue", "Kernel", "Layout", "Load", "LocalRef", "Op", "Reduction", "Stage", "Store",
-    "check_kernel", "walk", "FloorDiv", "Mod", "print_index", "var",
+    "check_kernel", "walk", "FloorDiv", "Mod", "print_index", "var", "TensorValue",
+    "LoweringBuilder", "FusionGroup",
 ]

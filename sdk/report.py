@@ -28,6 +28,15 @@ class ExternReport:
 
 
 @dataclass(frozen=True)
+class FusionRefusal:
+    """A fusion the scheduler considered and did not make, with the reason."""
+
+    first: str
+    second: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class FallbackReport:
     """An ATen op run op by op instead of inside a generated kernel."""
 
@@ -46,6 +55,7 @@ class GraphReport:
     kernels: list[KernelReport] = field(default_factory=list)
     externs: list[ExternReport] = field(default_factory=list)
     fallbacks: list[FallbackReport] = field(default_factory=list)
+    fusion_refusals: list[FusionRefusal] = field(default_factory=list)
     aten_ops: int = 0  # ATen calls in the graph (views included)
     view_nodes: tuple[str, ...] = ()  # ATen calls folded into index arithmetic (views)
     compile_seconds: float = 0.0
@@ -75,6 +85,9 @@ class GraphReport:
             lines.append(f"  extern {e.op} ({e.node})")
         for f in self.fallbacks:
             lines.append(f"  fallback {f.op} ({f.node}): {f.reason}")
+        for r in self.fusion_refusals:
+            if r.reason.startswith("refused by"):  # the plugin's vetoes; the rest is noise
+                lines.append(f"  not fused {r.first} + {r.second}: {r.reason}")
         return "\n".join(lines)
 
 
