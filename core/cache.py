@@ -31,11 +31,13 @@ _FILE_MODE = 0o600
 
 def _root() -> Path:
     """The cache root: ``$SDK_CACHE_DIR``, else ``$XDG_CACHE_HOME/torch-backend-sdk``,
-    else ``~/.cache/torch-backend-sdk``. The only place this module reads the environment."""
-    explicit = os.environ.get("SDK_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
+    else ``~/.cache/torch-backend-sdk`` (read through :mod:`core.config`)."""
+    from .config import env
+
+    e = env()
+    if e.cache_dir:
+        return Path(e.cache_dir).expanduser()
+    xdg = e.xdg_cache_home
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
     return base / "torch-backend-sdk"
 

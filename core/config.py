@@ -22,6 +22,8 @@ class Env:
     debug: bool
     #: SDK_CACHE_DIR: root of the per-user cache (default ~/.cache/torch-backend-sdk).
     cache_dir: str | None
+    #: XDG_CACHE_HOME: where per-user caches live when SDK_CACHE_DIR is unset.
+    xdg_cache_home: str | None
 
 
 def env() -> Env:
@@ -32,4 +34,5 @@ def env() -> Env:
         plugins_deny=_names(e.get("SDK_PLUGINS_DENY")) or frozenset(),
         debug=e.get("SDK_DEBUG", "") not in ("", "0", "false", "False"),
         cache_dir=e.get("SDK_CACHE_DIR") or None,
+        xdg_cache_home=e.get("XDG_CACHE_HOME") or None,
     )

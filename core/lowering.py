@@ -829,7 +829,6 @@ def reduce_over(L: Lowerer, x: TensorValue, dims: list[int], keepdim: bool, op: 
                 dtype: torch.dtype, prologue: Callable[[Expr], Expr] | None = None) -> ComputedView:
     """``op`` over ``dims`` of ``x``; the kept dims come first in the output's loop order."""
     nd = len(x.sizes)
-    kept = [d for d in range(nd) if d not in dims]
     out_sizes = tuple(1 if (keepdim and d in dims) else x.sizes[d]
                       for d in range(nd) if keepdim or d not in dims)
     rsizes = tuple(x.sizes[d] for d in dims)
@@ -848,7 +847,6 @@ def reduce_over(L: Lowerer, x: TensorValue, dims: list[int], keepdim: bool, op: 
         v = x.load(tuple(full))
         return prologue(v) if prologue else v
 
-    del kept
     return L.reduction(out_sizes, rsizes, op, dtype, body)
 
 
@@ -1220,7 +1218,7 @@ def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
     return L.pointwise(sizes, dtype, body)
 
 
-def _indirect(L: Lowerer, x: TensorValue, index_exprs: list[Any], extents: list[int]) -> Callable:
+def _indirect(L: Lowerer, x: TensorValue, extents: list[int]) -> Callable:
     """Loader of ``x`` where some dims take computed (indirect) indices."""
     src = x.storage
     if src is None:
@@ -1241,7 +1239,6 @@ def _indirect(L: Lowerer, x: TensorValue, index_exprs: list[Any], extents: list[
                 full.append(part)
         return Load(src.buffer, src.layout.linear(tuple(full)), src.dtype, tuple(binds))
 
-    del index_exprs
     return load
 
 
@@ -1249,7 +1246,7 @@ def _indirect(L: Lowerer, x: TensorValue, index_exprs: list[Any], extents: list[
 def _embedding(L: Lowerer, weight: Any, indices: Any, *rest: Any) -> Any:
     val = L.meta()
     sizes, dtype = tuple(val.shape), val.dtype
-    load = _indirect(L, weight, [], list(weight.sizes))
+    load = _indirect(L, weight, list(weight.sizes))
     k = indices.ndim
 
     def body(idx: Index) -> Expr:
@@ -1262,7 +1259,7 @@ def _embedding(L: Lowerer, weight: Any, indices: Any, *rest: Any) -> Any:
 def _index_select(L: Lowerer, x: Any, dim: int, index: Any) -> Any:
     val = L.meta()
     dim = dim % max(x.ndim, 1)
-    load = _indirect(L, x, [], list(x.sizes))
+    load = _indirect(L, x, list(x.sizes))
 
     def body(idx: Index) -> Expr:
         parts = list(idx)
@@ -1276,7 +1273,7 @@ def _index_select(L: Lowerer, x: Any, dim: int, index: Any) -> Any:
 def _gather(L: Lowerer, x: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
     val = L.meta()
     dim = dim % max(x.ndim, 1)
-    load = _indirect(L, x, [], list(x.sizes))
+    load = _indirect(L, x, list(x.sizes))
 
     def body(idx: Index) -> Expr:
         parts = list(idx)
@@ -1300,7 +1297,7 @@ def _index(L: Lowerer, x: Any, indices: Any) -> Any:
     adjacent = idx_pos == list(range(idx_pos[0], idx_pos[-1] + 1))
     front = 0 if not adjacent else idx_pos[0]
     nb = len(bshape)
-    load = _indirect(L, x, [], list(x.sizes))
+    load = _indirect(L, x, list(x.sizes))
 
     def body(idx: Index) -> Expr:
         bidx = idx[front:front + nb]

@@ -21,7 +21,8 @@ from sdk.errors import OptionError, SDKError
 from sdk.plugin import CompileContext, PluginKind
 from sdk.report import FusionRefusal, GraphReport
 
-from . import config, fallback, options as opts
+from . import config, fallback
+from . import options as opts
 from .adapters import torch_private as tp
 from .guards import Specializing, spec_of
 from .registry import Registry, registry

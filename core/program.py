@@ -21,7 +21,7 @@ from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue, contig
 from .ir.kernel import Kernel, Layout, check_kernel
 from .lowering import SEED_BUFFER, Lowerer
 from .memory import plan_memory
-from .scheduler import Decision, Group, Scheduler, _Builder, kernel_name
+from .scheduler import Decision, Scheduler, _Builder, kernel_name
 
 
 class PluginFailure(RuntimeError):

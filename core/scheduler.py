@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -200,7 +200,7 @@ class Scheduler:
                         lst = readers.setdefault(buf, [])
                         if g not in lst:
                             lst.append(g)
-        for buf, gs in readers.items():
+        for gs in readers.values():
             if len(gs) > 8:  # a buffer read everywhere (a weight): no siblings
                 continue
             for a, b in itertools.combinations(sorted(gs, key=lambda g: g.order), 2):
@@ -503,8 +503,8 @@ class _Builder:
 def _cast_to(e: Expr, dtype: torch.dtype) -> Expr:
     from .lowering import cast
 
-    # A reader sees the producer's value rounded to the producer's dtype, as if
-    # stored, except that an fp32 value read by an fp32 upcast skips the round trip.
+    # a reader sees the producer's value rounded to the producer's dtype, exactly
+    # as if it had been stored and loaded
     return cast(e, dtype)
 
 
@@ -562,4 +562,4 @@ def kernel_name(g: Group, prefix: str = "k") -> str:
     return f"{prefix}_{body}".replace("-", "_")[:60]
 
 
-__all__ = ["FusionGroup", "Scheduler", "Group", "Decision", "kernel_name", "math"]
+__all__ = ["Decision", "FusionGroup", "Group", "Scheduler", "kernel_name"]
