@@ -24,7 +24,7 @@ from sdk.report import FusionRefusal, GraphReport
 from . import config, fallback
 from . import options as opts
 from .adapters import torch_private as tp
-from .guards import Specializing, spec_of
+from .guards import Specializing, TensorSpec, spec_of
 from .registry import Registry, registry
 
 #: explain() collectors: every GraphReport compiled while one is active lands in it.
@@ -126,14 +126,19 @@ class Session:
         report.aten_ops = len(fallback.aten_calls(gm))
         start = time.perf_counter()
 
-        def build(specs: tuple) -> Callable:
-            fn = self._build_program(ctx, gm, specs, report)
-            return fn
-
         static = all(_is_static(x) for x in example_inputs)
+        traced = tuple(spec_of(x, real=not tp.is_fake(x)) for x in example_inputs) \
+            if static else None
+
+        def build(specs: tuple) -> Callable:
+            # a variant the trace did not describe gets its own, concrete metadata
+            same = traced is not None and all(
+                _same_layout(a, b) for a, b in zip(specs, traced, strict=True))
+            graph = gm if same else tp.concrete_graph(gm, specs)
+            return self._build_program(ctx, graph, specs, report)
+
         if static:
-            specs = tuple(spec_of(x, real=not tp.is_fake(x)) for x in example_inputs)
-            program = Specializing(build, specs)
+            program = Specializing(build, traced)
         else:  # symbolic shapes: specialize on the first real call
             program = _LazySpecializing(build)
         compiled = self._wrap(ctx, program, report)
@@ -243,6 +248,14 @@ class _LazySpecializing:
         if self._inner is None:
             self._inner = Specializing(self._build, tuple(spec_of(a) for a in args))
         return self._inner(*args)
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    """Equal specs, alignment aside (it changes no shape or stride the metadata holds)."""
+    if isinstance(a, TensorSpec) and isinstance(b, TensorSpec):
+        return (a.sizes, a.strides, a.offset, a.dtype, a.device) == \
+            (b.sizes, b.strides, b.offset, b.dtype, b.device)
+    return a == b
 
 
 def _device_type(inputs: list[Any]) -> str | None:

@@ -143,7 +143,7 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
              layouts: dict[str, Layout], specs: tuple, ctx: CompileContext
              ) -> tuple[Callable, str]:
     env: dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
-                           "_as_strided": torch.as_strided}
+                           "_as_strided": torch.as_strided, "_restride": _restride}
     env["_dev"] = L.device
     moved: dict[str, Any] = {}
     for name, t in L.constants.items():
@@ -208,6 +208,16 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
                 lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {call}")
             else:
                 lines.append(f"    {names[0]} = {call}")
+            for out in step.outputs:
+                dims = [d for d, n in enumerate(out[1].sizes) if n > 1] if out else []
+                if dims:
+                    # kernels index this buffer with the strides the trace gave it; an
+                    # op that chose others (they may follow its inputs') is copied into them
+                    name, lay = out
+                    got = ", ".join(f"{name}.stride({d})" for d in dims)
+                    want = ", ".join(str(lay.strides[d]) for d in dims)
+                    lines.append(f"    if ({got},) != ({want},):")
+                    lines.append(f"        {name} = _restride({name}, {tuple(lay.strides)})")
         for line in mem.after.get(i, []):
             lines.append("    " + line)
 
@@ -244,3 +254,10 @@ class _OnDevice:
         if t is None:
             t = self.cache[self.name] = self.tensor.to(device).contiguous()
         return t
+
+
+def _restride(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """``t``'s values in a tensor of these strides."""
+    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out

@@ -135,3 +135,37 @@ def configure_for_benchmark() -> None:
         inductor_config.fx_graph_cache = False
     if hasattr(functorch_config, "enable_autograd_cache"):
         functorch_config.enable_autograd_cache = False
+
+
+def concrete_graph(gm: torch.fx.GraphModule, specs: tuple) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose node metadata is re-derived for inputs of these specs.
+
+    Used for every variant the first trace did not describe (symbolic shapes,
+    other strides): fake tensors of the specs' exact sizes, strides and offsets
+    are propagated through a copy of the graph, so every ``meta["val"]`` is
+    concrete and right for this variant. ``gm`` itself is not touched.
+    """
+    import copy
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    for node in graph.nodes:
+        node.meta = copy.copy(node.meta)
+    new = torch.fx.GraphModule(gm, graph)
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    args: list[Any] = []
+    with mode:
+        for spec in specs:
+            if hasattr(spec, "strides"):
+                n = spec.offset + 1 + sum((sz - 1) * st for sz, st in zip(spec.sizes, spec.strides)
+                                          if sz > 0)
+                base = torch.empty((max(n, 1),), dtype=spec.dtype, device=spec.device)
+                args.append(base.as_strided(spec.sizes, spec.strides, spec.offset))
+            else:
+                args.append(spec)
+    FakeTensorProp(new, mode).propagate_dont_convert_inputs(*args)
+    return new
