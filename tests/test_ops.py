@@ -8,6 +8,8 @@ broadcast inputs. Nothing here may fall back: ``explain`` is checked too.
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,12 @@ from tests.opcheck import check
 from tests.plugins_under_test import PLUGINS, device_of
 
 pytestmark = pytest.mark.parametrize("plugin", PLUGINS)
+
+
+@pytest.fixture(autouse=True)
+def _seed(request):
+    """Fresh random inputs per test, reproducible from the test's name."""
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 def rand(*shape, dtype=torch.float32, grad=False, device="cpu", low=-2.0, high=2.0):
