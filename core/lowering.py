@@ -1288,8 +1288,12 @@ def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
     return L.pointwise(sizes, dtype, body)
 
 
-def _indirect(L: Lowerer, x: TensorValue, extents: list[int]) -> Callable:
-    """Loader of ``x`` where some dims take computed (indirect) indices."""
+def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False) -> Callable:
+    """Loader of ``x`` where some dims take computed (indirect) indices.
+
+    ``wrap``: negative indices count from the end (``x[idx]``); otherwise they
+    are out of range, as for embedding, gather and index_select in eager.
+    """
     src = x.storage
     if src is None:
         raise Unsupported("indexing into a non-strided view")
@@ -1300,10 +1304,11 @@ def _indirect(L: Lowerer, x: TensorValue, extents: list[int]) -> Callable:
             if isinstance(part, Expr):
                 sym = var(L.fresh("ind"))
                 v = cast(part, torch.int64)
-                wrapped = Op("where", (Op("lt", (v, Const(0, torch.int64)), torch.bool),
-                                       Op("add", (v, Const(n, torch.int64)), torch.int64), v),
-                             torch.int64)
-                binds.append((sym, wrapped, n))
+                if wrap:  # Python indexing: -1 is the last element
+                    v = Op("where", (Op("lt", (v, Const(0, torch.int64)), torch.bool),
+                                     Op("add", (v, Const(n, torch.int64)), torch.int64), v),
+                           torch.int64)
+                binds.append((sym, v, n))
                 full.append(sym)
             else:
                 full.append(part)
@@ -1367,7 +1372,7 @@ def _index(L: Lowerer, x: Any, indices: Any) -> Any:
     adjacent = idx_pos == list(range(idx_pos[0], idx_pos[-1] + 1))
     front = 0 if not adjacent else idx_pos[0]
     nb = len(bshape)
-    load = _indirect(L, x, list(x.sizes))
+    load = _indirect(L, x, list(x.sizes), wrap=True)
 
     def body(idx: Index) -> Expr:
         bidx = idx[front:front + nb]

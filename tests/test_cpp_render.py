@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 import sympy
 import torch
-from sdk.plugins import cpu_cpp
-from sdk.plugins.cpu_cpp import render, toolchain
 
 import sdk
 from sdk import ir
+from sdk.plugins import cpu_cpp
+from sdk.plugins.cpu_cpp import render, toolchain
 
 F32, F64, BF16, F16 = torch.float32, torch.float64, torch.bfloat16, torch.float16
 I32, I64, BOOL, U8 = torch.int32, torch.int64, torch.bool, torch.uint8

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -54,11 +55,16 @@ def sdk_compile_kernels(
     from . import render, toolchain
 
     unit = render.translation_unit(toolchain.PRELUDE, sources)
-    fns = toolchain.compile_and_load(
-        unit, [s.entry for s in sources], [s.meta["nargs"] for s in sources],
-        plugin_version=__version__,
-    )
-    return [_launcher(fn) for fn in fns]
+    lib = toolchain.load_library(toolchain.compile_library(unit, plugin_version=__version__))
+    out = []
+    for s in sources:
+        if s.meta.get("index_checks"):
+            fn = toolchain.get_function(lib, s.entry, s.meta["nargs"], ctypes.c_int64)
+            take = toolchain.get_function(lib, render.TAKE_INDEX_ERROR, 1, ctypes.c_int64)
+            out.append(_checked_launcher(fn, take, s.name))
+        else:
+            out.append(_launcher(toolchain.get_function(lib, s.entry, s.meta["nargs"])))
+    return out
 
 
 def _launcher(fn: Callable[..., None]) -> sdk.KernelFn:
@@ -68,3 +74,25 @@ def _launcher(fn: Callable[..., None]) -> sdk.KernelFn:
         fn(*[t.data_ptr() for t in tensors])
 
     return launch
+
+
+def _checked_launcher(fn: Callable[..., int], take: Callable[..., int], name: str) -> sdk.KernelFn:
+    """Like :func:`_launcher`, for a kernel that checks its indirect indices: it
+    returns nonzero when one was out of range (it read a clamped one instead), and
+    ``launch`` then raises :class:`IndexError`."""
+
+    def launch(*tensors: Any) -> None:
+        if fn(*[t.data_ptr() for t in tensors]):
+            raise _index_error(take, name)
+
+    return launch
+
+
+def _index_error(take: Callable[..., int], name: str) -> IndexError:
+    """The error the calling thread's last checking kernel recorded (and clears it)."""
+    got = (ctypes.c_int64 * 2)()
+    take(ctypes.addressof(got))
+    index, size = got
+    return IndexError(
+        f"index {index} is out of bounds for dimension with size {size} (kernel {name})"
+    )

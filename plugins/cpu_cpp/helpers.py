@@ -139,3 +139,54 @@ static inline float sdk_randn(int64_t seed, int64_t offset) {
 }
 // ---- end of renderer helpers ----
 """
+
+#: The exported function of a translation unit with index checks:
+#: ``int64_t sdk_take_index_error(int64_t* out)`` copies the calling thread's
+#: recorded (index, extent) to ``out[0:2]``, clears the slot and returns its flag.
+TAKE_INDEX_ERROR = "sdk_take_index_error"
+
+#: Follows :data:`RENDER_PRELUDE` in a translation unit where some kernel checks
+#: its indirect indices (see the render module's doc, "Index checks").
+INDEX_CHECK_PRELUDE = r"""
+// ---- cpu_cpp index checks: an out-of-range indirect index is read clamped and reported ----
+// The calling thread's slot: flag, index, extent. A checking kernel takes its
+// address on entry (its OpenMP workers write through that pointer), clears it,
+// and returns the flag; the first writer wins.
+static thread_local int64_t sdk_index_error_slot[3];
+
+static inline int64_t* sdk_index_errors() {
+  int64_t* err = sdk_index_error_slot;
+  err[0] = 0;
+  return err;
+}
+
+// wrap: the bind expression added the extent to a negative index; report the
+// index as written (v - n), as torch does.
+__attribute__((noinline, cold)) static void sdk_index_error(int64_t* err, int64_t v, int64_t n, int wrap) {
+  if (wrap && v < 0) v -= n;
+  int64_t unset = 0;
+  if (__atomic_compare_exchange_n(&err[0], &unset, int64_t(1), false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    err[1] = v;
+    err[2] = n;
+  }
+}
+
+// i if it lies in [0, n); else records the error and returns i clamped into it
+static inline int64_t sdk_checked_index(int64_t* err, int64_t i, int64_t n, int wrap) {
+  if (__builtin_expect(uint64_t(i) >= uint64_t(n), 0)) {
+    sdk_index_error(err, i, n, wrap);
+    return i < 0 ? 0 : n - 1;
+  }
+  return i;
+}
+
+extern "C" int64_t sdk_take_index_error(int64_t* out) {
+  int64_t* err = sdk_index_error_slot;
+  const int64_t flag = err[0];
+  out[0] = err[1];
+  out[1] = err[2];
+  err[0] = 0;
+  return flag;
+}
+// ---- end of index checks ----
+"""

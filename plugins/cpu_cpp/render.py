@@ -29,6 +29,18 @@ Loop structure (:func:`render_kernel`):
 * Loads are evaluated unconditionally (a ``where`` selects between computed
   values), so a load whose index cannot be proven to lie in its buffer is
   clamped into it, and indirect (bind) indices are clamped to their extent.
+
+Index checks: an indirect (bind) index outside ``[0, extent)`` (after the
+lowering's negative wrap, which the bind expression holds) is still read
+clamped, so memory stays safe, but it is also recorded in the calling thread's
+error slot (:data:`INDEX_CHECK_PRELUDE`, added to a translation unit only when
+one of its kernels checks). Such a kernel clears the slot on entry and returns
+its flag (``int64_t``; ``meta["index_checks"]``), and the plugin's launcher
+raises :class:`IndexError` when it is set. A bind computed outside the ``omp
+simd`` loop is checked by a branch (``sdk_checked_index``: the clamp only
+runs on the cold path); one computed inside it feeds an unsigned-max reduction
+of the loop (``reduction(max:sdk_badN)``) that is tested after the loop, so the
+loop still vectorizes. Kernels without binds are unchanged (``void``).
 """
 
 from __future__ import annotations
@@ -57,7 +69,7 @@ from sdk.ir import (
     walk,
 )
 
-from .helpers import RENDER_PRELUDE
+from .helpers import INDEX_CHECK_PRELUDE, RENDER_PRELUDE, TAKE_INDEX_ERROR
 from .indexing import index_bounds, merge_dims
 from .ops import (
     BOOL,
@@ -77,8 +89,9 @@ from .ops import (
 )
 
 __all__ = [
-    "BLOCK", "CODE_FOR_OP", "PARALLEL_MIN_WORK", "REDUCERS", "RENDER_PRELUDE", "SPLIT_MAX_OUTER",
-    "SPLIT_MIN_INNER", "TYPE_MAP", "render_kernel", "translation_unit",
+    "BLOCK", "CODE_FOR_OP", "INDEX_CHECK_PRELUDE", "PARALLEL_MIN_WORK", "REDUCERS",
+    "RENDER_PRELUDE", "SPLIT_MAX_OUTER", "SPLIT_MIN_INNER", "TAKE_INDEX_ERROR", "TYPE_MAP",
+    "render_kernel", "translation_unit",
 ]  # fmt: skip
 
 #: Work (elements) below which a kernel runs on one thread.
@@ -150,16 +163,40 @@ class _Emitter:
         self.memo: dict[Expr, tuple[str, int]] = {}
         self.converted: dict[tuple[Expr, torch.dtype | None], tuple[str, int]] = {}
         self.blocks: dict[int, list[str]] = defaultdict(list)
+        # index checks (see the module doc): the level of the loop that is `omp simd`
+        # (None: none is open), the checked bind values of the open scopes, and the
+        # unsigned-max reductions that the simd loop must declare and test
+        self.simd_level: int | None = None
+        self.checked: dict[tuple[Expr, int], tuple[str, int]] = {}
+        self.simd_checks: list[tuple[str, int, int]] = []  # (variable, extent, wrap)
+        self.has_checks = False
+        self.n_bad = 0
 
     # -- scopes
     def forget_from(self, level: int) -> None:
         """Leave the loops of ``level`` and deeper: their values are out of scope."""
         self.memo = {k: v for k, v in self.memo.items() if v[1] < level}
         self.converted = {k: v for k, v in self.converted.items() if v[1] < level}
+        self.checked = {k: v for k, v in self.checked.items() if v[1] < level}
+        assert not self.simd_checks, "index checks of a simd loop left behind"
         assert not any(self.blocks[lvl] for lvl in self.blocks if lvl >= level), "unplaced lines"
 
     def take_block(self, level: int) -> list[str]:
         return self.blocks.pop(level, [])
+
+    def take_simd_checks(self) -> tuple[list[str], list[str], list[str]]:
+        """For the simd loop just rendered: the declarations to put before it, its
+        ``reduction`` clauses, and the test to put after it."""
+        decls, clauses, after = [], [], []
+        for bad, n, wrap in self.simd_checks:
+            decls.append(f"uint64_t {bad} = 0;")
+            clauses.append(f"reduction(max:{bad})")
+            after.append(
+                f"if (__builtin_expect({bad} >= {n}u, 0)) "
+                f"sdk_index_error(sdk_err, int64_t({bad}), {n}, {wrap});"
+            )
+        self.simd_checks = []
+        return decls, clauses, after
 
     # -- expressions
     def index(self, e: sympy.Expr) -> tuple[sympy.Expr, int]:
@@ -219,14 +256,16 @@ class _Emitter:
         subs = dict(self.subs)
         ranges = dict(self.ranges)
         for sym, value, extent in node.binds:
-            vname, vlvl = self.memo[value]
+            _, vlvl = self.memo[value]
             lvl = max(lvl, vlvl)
-            vname = self.operand(value, I64)
-            if isinstance(extent, (int, sympy.Integer)) and int(extent) > 0:
-                vname = self._line(vlvl, I64, f"sdk_clamp_index({vname}, {int(extent) - 1})")
-                ranges[sym] = (0, int(extent) - 1)
-            elif not re.fullmatch(r"\w+", vname):
-                vname = self._line(vlvl, I64, vname)
+            if isinstance(extent, (int, sympy.Integer)) and int(extent) >= 0:
+                vname = self._checked(value, int(extent), vlvl)
+                if int(extent) > 0:
+                    ranges[sym] = (0, int(extent) - 1)
+            else:
+                vname = self.operand(value, I64)
+                if not re.fullmatch(r"\w+", vname):
+                    vname = self._line(vlvl, I64, vname)
             subs[sym] = sympy.Integer(vname) if vname.lstrip("-").isdigit() else var(vname)
         idx = node.index
         bounds = index_bounds(idx, ranges)
@@ -234,11 +273,38 @@ class _Emitter:
         lvl = max(lvl, ilvl)
         code = print_index(idx, "c")
         size = self.extent[node.buffer]
-        if bounds is None or bounds[0] < 0 or bounds[1] >= size:
-            code = f"sdk_clamp_index({code}, {size - 1})"
         if node.buffer in self.written:
             lvl = self.deepest  # never hoisted above this kernel's stores
+        if size <= 0:  # an empty buffer (only reached through a reported bind): read nothing
+            return self._line(lvl, node.dtype, f"{ctype(node.dtype)}(0)"), lvl
+        if bounds is None or bounds[0] < 0 or bounds[1] >= size:
+            code = f"sdk_clamp_index({code}, {size - 1})"
         return self._line(lvl, node.dtype, f"{self.bufs[node.buffer]}[{code}]"), lvl
+
+    def _checked(self, value: Expr, n: int, lvl: int) -> str:
+        """The name of bind ``value`` clamped into ``[0, n)``; an index outside it is
+        reported to the kernel's error slot (see the module doc)."""
+        key = (value, n)
+        if key in self.checked:
+            return self.checked[key][0]
+        v = self.operand(value, I64)
+        if not re.fullmatch(r"-?\w+", v):
+            v = self._line(lvl, I64, v)
+        wrap = int(_wraps_negative(value, n))
+        self.has_checks = True
+        if n == 0:  # nothing is in range
+            self.blocks[lvl].append(f"sdk_index_error(sdk_err, {v}, 0, {wrap});")
+            name = "0"
+        elif lvl == self.simd_level:  # in the simd loop: a reduction, tested after it
+            bad = f"sdk_bad{self.n_bad}"
+            self.n_bad += 1
+            self.blocks[lvl].append(f"{bad} = std::max<uint64_t>({bad}, uint64_t({v}));")
+            self.simd_checks.append((bad, n, wrap))
+            name = self._line(lvl, I64, f"sdk_clamp_index({v}, {n - 1})")
+        else:
+            name = self._line(lvl, I64, f"sdk_checked_index(sdk_err, {v}, {n}, {wrap})")
+        self.checked[key] = (name, lvl)
+        return name
 
     def _op(self, node: Op) -> tuple[str, int]:
         lvl = max(self.memo[a][1] for a in node.args)
@@ -273,6 +339,21 @@ class _Emitter:
         if node.dtype in HALF:
             code = f"{HALF[node.dtype][1]}({code})"
         return self._line(lvl, node.dtype, code), lvl
+
+
+def _wraps_negative(value: Expr, n: int) -> bool:
+    """Whether ``value`` is ``where(v < 0, v + n, v)``: the lowering's negative wrap."""
+    if not (isinstance(value, Op) and value.name == "where"):
+        return False
+    cond, neg, v = value.args
+    return (
+        isinstance(cond, Op)
+        and cond.name == "lt"
+        and cond.args == (v, Const(0, v.dtype))
+        and isinstance(neg, Op)
+        and neg.name == "add"
+        and neg.args == (v, Const(n, v.dtype))
+    )
 
 
 # ----------------------------------------------------------------------------- loops
@@ -424,9 +505,17 @@ class _KernelRenderer:
             f"{'const ' if a.role == 'in' else ''}{ctype(a.layout.dtype)}* {self.bufs[a.name]}"
             for a in k.args
         )
+        ret = "void"
+        if self.em.has_checks:
+            ret = "int64_t"
+            body = [
+                "int64_t* const sdk_err = sdk_index_errors();  // cleared; set by a bad index",
+                *body,
+                "return sdk_err[0];",
+            ]
         return "\n".join(
             self._header()
-            + [f'extern "C" void {self.fn_name}({params}) {{', *_indent(body), "}", ""]
+            + [f'extern "C" {ret} {self.fn_name}({params}) {{', *_indent(body), "}", ""]
         )
 
     def _header(self) -> list[str]:
@@ -456,6 +545,7 @@ class _KernelRenderer:
         for s, lvl in zip(dims.syms, levels):
             em.levels[s] = lvl
         em.deepest = levels[-1] if n else 0
+        em.simd_level = em.deepest if n else None
         body: list[str] = []
         for st in k.stages:  # stages without inner ranges run one after the other
             em.emit([s.value for s in st.stores])
@@ -463,13 +553,16 @@ class _KernelRenderer:
         top = em.take_block(0)
         if n == 0:
             return top + body
+        decls, clauses, after = em.take_simd_checks()
+        simd = " ".join(["simd", *clauses])
         if not parallel:
             nest = body
             for i in range(n - 1, -1, -1):
-                content = nest if i == n - 1 else em.take_block(i + 1) + nest
-                nest = _loop(
-                    dims.names[i], "0", str(dims.sizes[i]), content, "simd" if i == n - 1 else None
-                )
+                if i == n - 1:
+                    nest = decls + _loop(dims.names[i], "0", str(dims.sizes[i]), nest, simd) + after
+                else:
+                    content = em.take_block(i + 1) + nest
+                    nest = _loop(dims.names[i], "0", str(dims.sizes[i]), content)
             return top + nest
         inner, isize = dims.names[-1], dims.sizes[-1]
         nblk = -(-isize // BLOCK)
@@ -484,7 +577,7 @@ class _KernelRenderer:
             lo, hi = "lo", "hi"
         else:
             lo, hi = "0", str(isize)
-        unit = pre + em.take_block(1) + _loop(inner, lo, hi, body, "simd")
+        unit = pre + em.take_block(1) + decls + _loop(inner, lo, hi, body, simd) + after
         blk = min(BLOCK, isize)
         return (
             top
@@ -601,6 +694,7 @@ class _KernelRenderer:
         for i, s in enumerate(dims.syms):
             em.levels[s] = 2 + i
         em.deepest = 1 + n
+        em.simd_level = 1 + n if n else None
         em.emit([r.value for r in st.reductions] + [s.value for s in st.stores])
         what = ", ".join(f"{r.name} = {r.op}" for r in st.reductions) or "stores"
         over = f" over {' x '.join(map(str, dims.sizes))}" if n else ", once per row"
@@ -632,12 +726,16 @@ class _KernelRenderer:
             updates.append(info.update.format(acc=red.acc, v=v, idx=red.idx, pos=pos))
         simd = not any(red.info.arg for red in si.reds)  # argmax/argmin: scalar loop
         nest = em.take_block(1 + n) + updates + self._stores(st)
+        check_decls, check_clauses, check_after = em.take_simd_checks()
+        decls += check_decls
+        clauses += check_clauses
         for i in range(n - 1, -1, -1):
             lo, hi = ("lo", "hi") if slot and i == 0 else ("0", str(dims.sizes[i]))
             pragma = " ".join(["simd", *clauses]) if simd and i == n - 1 else None
             nest = _loop(
                 dims.names[i], lo, hi, nest if i == n - 1 else em.take_block(2 + i) + nest, pragma
             )
+        nest += check_after
         if slot is None:
             out += decls + nest + [self._final(red, red.nan) for red in si.reds]
         else:
@@ -690,16 +788,26 @@ class _KernelRenderer:
 def render_kernel(kernel: Kernel) -> sdk.KernelSource:
     """Render ``kernel`` to one ``extern "C"`` C++ function named after it, taking one
     pointer per buffer in ``kernel.args`` order: each tensor's ``data_ptr()``, from
-    which the kernel's indices count. ``meta["nargs"]`` is the number of pointers."""
+    which the kernel's indices count. ``meta["nargs"]`` is the number of pointers.
+
+    ``meta["index_checks"]`` (present only when True): the kernel checks indirect
+    indices and returns ``int64_t``, nonzero when one was out of range (the unit's
+    :data:`TAKE_INDEX_ERROR` gives which); other kernels are ``void``."""
     r = _KernelRenderer(kernel)
     source = r.render()
-    return sdk.KernelSource(kernel.name, "c++", source, r.fn_name, meta={"nargs": len(kernel.args)})
+    meta: dict = {"nargs": len(kernel.args)}
+    if r.em.has_checks:
+        meta["index_checks"] = True
+    return sdk.KernelSource(kernel.name, "c++", source, r.fn_name, meta=meta)
 
 
 def translation_unit(prelude: str, sources: list[sdk.KernelSource]) -> str:
-    """One C++ file: ``prelude``, :data:`RENDER_PRELUDE`, then each kernel once."""
+    """One C++ file: ``prelude``, :data:`RENDER_PRELUDE`, :data:`INDEX_CHECK_PRELUDE`
+    when a kernel checks indices, then each kernel once."""
     seen: dict[str, str] = {}
     parts = [prelude, RENDER_PRELUDE]
+    if any(s.meta.get("index_checks") for s in sources):
+        parts.append(INDEX_CHECK_PRELUDE)
     for s in sources:
         if s.entry in seen:
             if seen[s.entry] != s.source:

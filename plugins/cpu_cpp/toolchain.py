@@ -277,12 +277,14 @@ def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
         ) from e
 
 
-def get_function(lib: ctypes.CDLL, name: str, nargs: int) -> Callable[..., None]:
+def get_function(
+    lib: ctypes.CDLL, name: str, nargs: int, restype: type | None = None
+) -> Callable[..., None]:
     """The kernel ``name`` of ``lib``, taking ``nargs`` pointers (ints such as
-    ``tensor.data_ptr()``) and returning nothing."""
+    ``tensor.data_ptr()``) and returning nothing, or a ``restype`` (a ctypes type)."""
     fn = lib[name]  # a fresh function object: setting argtypes does not leak to other users
     fn.argtypes = [ctypes.c_void_p] * nargs
-    fn.restype = None
+    fn.restype = restype
     return fn
 
 
