@@ -100,14 +100,6 @@ def is_fake(t: Any) -> bool:
     return isinstance(t, FakeTensor)
 
 
-def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for s in reversed(sizes):
-        strides.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(strides))
-
-
 def reset_dynamo() -> None:
     """Forget every compiled frame (used by ``explain`` and the benchmarks)."""
     torch._dynamo.reset()

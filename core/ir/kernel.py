@@ -19,6 +19,7 @@ Softmax row:       stage 0 reduces max, stage 1 reduces sum(exp(x - max)),
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,10 +50,7 @@ class Layout:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.sizes:
-            n *= int(s)
-        return n
+        return math.prod(int(s) for s in self.sizes)
 
     @property
     def storage_size(self) -> int:
@@ -106,10 +104,7 @@ class Stage:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.sizes:
-            n *= int(s)
-        return n
+        return math.prod(int(s) for s in self.sizes)
 
 
 @dataclass
@@ -129,10 +124,7 @@ class Kernel:
 
     @property
     def outer_numel(self) -> int:
-        n = 1
-        for s in self.sizes:
-            n *= int(s)
-        return n
+        return math.prod(int(s) for s in self.sizes)
 
     def arg(self, name: str) -> BufferArg:
         for a in self.args:
