@@ -75,9 +75,12 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
     # only buffers our kernels write are ours to recycle: an extern's output
     # may alias one of its inputs
     ours = {b for step in program if isinstance(step, Kernel) for b in _writes(step)}
+    # an op run through the fallback may return a view of what it reads: never recycle that
+    pinned = {b for step in program if isinstance(step, ExternNode)
+              and step.fallback_reason is not None for b in step.reads}
 
     def free(name: str) -> bool:
-        return name in ours and name not in keep and name not in inputs
+        return name in ours and name not in keep and name not in inputs and name not in pinned
 
     for i, step in enumerate(program):
         lines = plan.before.setdefault(i, [])
