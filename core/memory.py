@@ -34,13 +34,13 @@ class MemoryPlan:
 
 def _reads(step: Any) -> set[str]:
     if isinstance(step, Kernel):
-        return {a.name for a in step.args if a.role != "out"}
+        return {a.name for a in step.args if a.role == "in"}
     return set(step.reads)
 
 
 def _writes(step: Any) -> list[str]:
     if isinstance(step, Kernel):
-        return [a.name for a in step.args if a.role == "out"]
+        return [a.name for a in step.args if a.role != "in"]  # "inout": written, read back
     return [o[0] for o in step.outputs if o]
 
 

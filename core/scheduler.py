@@ -488,6 +488,8 @@ class _Builder:
                 stage = inner_stage(need + 1) if kind == "inner" else outer_stage(need)
                 stage.stores.append(Store(n.name, layouts[n.name].linear(self.store_index(n)),
                                           value))
+        if self.s.ctx.has(Capability.STORE_THEN_LOAD):
+            self._reuse_across_stages(inner, layouts)
         stages: list[Stage] = []
         top = max(list(inner) + list(outer) + [-1])
         for lvl in range(-1, top + 1):
@@ -498,6 +500,66 @@ class _Builder:
         stages = [_linearize(st, layouts) for st in stages]
         args = _arguments(stages, layouts, stored)
         return Kernel(name, self.xs, self.g.X, stages, args, origins)
+
+
+_EXPENSIVE = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "erf", "erfc",
+    "pow", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
+    "atanh", "atan2", "sqrt", "rsqrt",
+})
+
+
+def _reuse_across_stages(self: _Builder, inner: dict[int, Stage],
+                         layouts: dict[str, Layout]) -> None:
+    """Store an expensive value once and read it back instead of recomputing it.
+
+    Softmax: stage 1 sums exp(x - max), stage 2 stores exp(x - max) / sum. When the
+    plugin allows a kernel to load, later at the same outer point, what it stored
+    (Capability.STORE_THEN_LOAD), stage 1 also stores exp(x - max) into the output
+    and stage 2 divides what it loads back: one exp per element instead of two.
+    Only where the output's dtype holds the value exactly (no extra rounding).
+    """
+    levels = sorted(inner)
+    for prev, nxt in zip(levels, levels[1:]):
+        a, b = inner[prev], inner[nxt]
+        computed = {e for r in a.reductions for e in walk([r.value])}
+        written = [st.buffer for stage in inner.values() for st in stage.stores]
+        for i, store in enumerate(b.stores):
+            if written.count(store.buffer) != 1:
+                continue
+            node = self.members[store.buffer]
+            cands = [e for e in walk([store.value]) if e in computed and e is not store.value
+                     and e.dtype == layouts[store.buffer].dtype and _expensive(e)
+                     and _uses(e, self.rs)]
+            if not cands:
+                continue
+            best = max(cands, key=lambda e: len(walk([e])))
+            at = self.store_index(node)
+            a.stores.append(Store(store.buffer, store.index, best))
+            back = Load(store.buffer, at, best.dtype)
+            b.stores[i] = Store(store.buffer, store.index,
+                                rewrite(store.value, lambda e: back if e == best else None))
+
+
+def _expensive(e: Expr) -> bool:
+    from .ir.expr import Op
+
+    return any(isinstance(n, Op) and n.name in _EXPENSIVE for n in walk([e]))
+
+
+def _uses(e: Expr, syms: tuple) -> bool:
+    wanted = set(syms)
+    for n in walk([e]):
+        if isinstance(n, Load) and (sympy.sympify(n.index).free_symbols if not isinstance(
+                n.index, tuple) else set().union(*(sympy.sympify(i).free_symbols
+                                                   for i in n.index))) & wanted:
+            return True
+        if isinstance(n, IndexValue) and n.expr.free_symbols & wanted:
+            return True
+    return False
+
+
+_Builder._reuse_across_stages = _reuse_across_stages
 
 
 def _cast_to(e: Expr, dtype: torch.dtype) -> Expr:

@@ -23,6 +23,7 @@ def sdk_plugin_info() -> sdk.PluginInfo:
         capabilities=frozenset({
             sdk.Capability.FP64, sdk.Capability.BF16, sdk.Capability.REDUCTIONS,
             sdk.Capability.MULTI_STAGE, sdk.Capability.INDIRECT_LOADS, sdk.Capability.RANDOM,
+            sdk.Capability.STORE_THEN_LOAD,
         }),
         description="C++ with OpenMP, built by the system C++ compiler",
     )
