@@ -148,14 +148,23 @@ class DiskCache:
         path = self.path_for(key, ".entry")
         key_bytes = key.encode("utf-8", "surrogatepass")
         header = _MAGIC + len(key_bytes).to_bytes(4, "little") + key_bytes
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # mode 0o600
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(header + hashlib.sha256(data).digest() + data)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, header + hashlib.sha256(data).digest() + data)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the whole new one.
+
+    A temp file (mode 0o600) in the same directory is renamed into place, so two
+    processes writing the same entry at once never leave a torn file.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
 
 
 def _decode(blob: bytes, key: str) -> bytes | None:

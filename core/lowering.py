@@ -106,7 +106,6 @@ class Lowerer:
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[tuple[str, Any]] = []  # (buffer name or "", spec)
         self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors, by buffer name
-        self.sym_values: dict[sympy.Symbol, Any] = {}  # shape symbols -> this variant's values
         self.moved_inputs: set[str] = set()  # inputs/constants on another device (CPU scalars)
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReport] = []
@@ -131,46 +130,13 @@ class Lowerer:
         return f"{n.name}: {op_name(n.target)}" if n is not None else ""
 
     def meta(self, index: int | None = None) -> Any:
-        """The fake value the current op produces, with concrete sizes and strides."""
+        """The fake value the current op produces (concrete: see ``concrete_graph``)."""
         val = self._fx.meta["val"]
-        val = val[index] if index is not None else val
-        return _Concrete(val, self.concrete) if self.sym_values and \
-            isinstance(val, torch.Tensor) else val
-
-    # -- symbolic shapes: every variant is compiled for concrete sizes ----------
-
-    def _bind(self, sym: Any, value: Any) -> None:
-        if isinstance(sym, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            expr = sym.node.expr
-            if isinstance(expr, sympy.Symbol):
-                self.sym_values[expr] = value
-
-    def _bind_placeholder(self, n: torch.fx.Node, spec: Any) -> None:
-        val = n.meta.get("val")
-        if isinstance(val, torch.Tensor) and hasattr(spec, "sizes"):
-            for sym, v in zip((*val.shape, *val.stride(), val.storage_offset()),
-                              (*spec.sizes, *spec.strides, spec.offset)):
-                self._bind(sym, v)
-        elif spec is not None:
-            self._bind(val, spec)
-
-    def concrete(self, x: Any) -> Any:
-        """``x`` with its symbols replaced by this variant's values."""
-        if not isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return x
-        expr = x.node.expr.xreplace(self.sym_values)
-        if expr.free_symbols:
-            raise Unsupported(f"a size ({x.node.expr}) depends on values unknown when compiling")
-        if isinstance(x, torch.SymBool):
-            return bool(expr)
-        return int(expr) if isinstance(x, torch.SymInt) else float(expr)
+        return val[index] if index is not None else val
 
     # -- the walk -------------------------------------------------------------
 
     def run(self) -> None:
-        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
-        for n, spec in zip(placeholders, self.specs):
-            self._bind_placeholder(n, spec)
         placeholder = 0
         for n in self.gm.graph.nodes:
             self._fx = n
@@ -235,12 +201,12 @@ class Lowerer:
         if target is operator.getitem:
             return self.env[n.args[0]][n.args[1]]
         val = n.meta.get("val")
+        if isinstance(val, (bool, int, float)):
+            return val  # size arithmetic: the pipeline compiles every variant with concrete sizes
         if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return self.concrete(val)  # size arithmetic: its value in this variant
-        args = _map_values(torch.fx.node.map_arg(n.args, lambda a: self.env[a]),
-                           self.concrete, syms=True)
-        kwargs = _map_values(torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a]),
-                             self.concrete, syms=True)
+            raise Unsupported(f"a size ({val}) that is not known when compiling")
+        args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
+        kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
         if target in EXTERN_OPS:
             return self.extern(target, args, kwargs)
         verdict = self.hooks.sdk_op_support(ctx=self.ctx, op=target, node=n)
@@ -318,11 +284,9 @@ class Lowerer:
 
         return self.pointwise(sizes, dtype, one)
 
-    def _meta_or_none(self) -> Any:
+    def _meta_or_none(self) -> torch.Tensor | None:
         val = self._fx.meta.get("val") if self._fx is not None else None
-        if not isinstance(val, torch.Tensor):
-            return None
-        return _Concrete(val, self.concrete) if self.sym_values else val
+        return val if isinstance(val, torch.Tensor) else None
 
     def _add(self, node: Node) -> ComputedView:
         node.origins.append(self.origin)
@@ -348,8 +312,6 @@ class Lowerer:
         outputs, results = [], []
         for v in vals:
             if isinstance(v, torch.Tensor):
-                if self.sym_values:
-                    v = _Concrete(v, self.concrete)
                 name = self.fresh("ext")
                 layout = Layout(tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride()),
                                 int(v.storage_offset()), v.dtype, self.ctx.device_type)
@@ -467,42 +429,16 @@ def _tensor_meta_ok(n: torch.fx.Node) -> bool:
     return True
 
 
-def _map_values(x: Any, fn: Callable[[Any], Any], syms: bool = False) -> Any:
-    """``fn`` applied to every TensorValue in ``x`` (with ``syms``: to every symbolic number)."""
-    if isinstance(x, TensorValue) and not syms:
-        return fn(x)
-    if syms and isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+def _map_values(x: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(x, TensorValue):
         return fn(x)
     if isinstance(x, tuple):
-        return tuple(_map_values(y, fn, syms) for y in x)
+        return tuple(_map_values(y, fn) for y in x)
     if isinstance(x, list):
-        return [_map_values(y, fn, syms) for y in x]
+        return [_map_values(y, fn) for y in x]
     if isinstance(x, dict):
-        return {k: _map_values(v, fn, syms) for k, v in x.items()}
+        return {k: _map_values(v, fn) for k, v in x.items()}
     return x
-
-
-class _Concrete:
-    """A fake tensor seen with this variant's sizes: shapes and strides as plain ints."""
-
-    def __init__(self, t: torch.Tensor, concrete: Callable[[Any], Any]) -> None:
-        self._t, self._c = t, concrete
-
-    @property
-    def shape(self) -> torch.Size:
-        return torch.Size(self._c(s) for s in self._t.shape)
-
-    def size(self, dim: int | None = None) -> Any:
-        return self.shape if dim is None else self.shape[dim]
-
-    def stride(self) -> tuple[int, ...]:
-        return tuple(self._c(s) for s in self._t.stride())
-
-    def storage_offset(self) -> int:
-        return self._c(self._t.storage_offset())
-
-    def __getattr__(self, name: str) -> Any:  # dtype, device, is_complex, ...
-        return getattr(self._t, name)
 
 
 def _meta_view(layout: Layout, op: Any, args: tuple) -> Layout | None:

@@ -108,7 +108,7 @@ def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
         observers.sdk_on_kernel_compiled(ctx=ctx, source=src)
 
     compiled = dict(zip((k.name for k in kernels), fns))
-    fn, wrapper_source = _codegen(L, program, compiled, outputs, layouts, specs, ctx)
+    fn, wrapper_source = _codegen(L, program, compiled, outputs, layouts, ctx)
     parts = ProgramParts(
         kernels=[KernelReport(k.name, ctx.plugin, k.origins, s.source)
                  for k, s in zip(kernels, sources)],
@@ -140,7 +140,7 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
 
 
 def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: list[tuple],
-             layouts: dict[str, Layout], specs: tuple, ctx: CompileContext
+             layouts: dict[str, Layout], ctx: CompileContext
              ) -> tuple[Callable, str]:
     env: dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
                            "_as_strided": torch.as_strided, "_restride": _restride}

@@ -32,10 +32,11 @@ import torch
 
 from sdk.plugin import Capability, CompileContext, Support
 
-from .ir.expr import Expr, IndexValue, Load, LocalRef, loads, rewrite, subs_index, walk
+from .ir.expr import Expr, IndexValue, Load, LocalRef, Op, loads, rewrite, subs_index, walk
 from .ir.graph import ExternNode, Node
 from .ir.index import simplify_divmod, var
 from .ir.kernel import BufferArg, Kernel, Layout, Reduction, Stage, Store
+from .lowering import cast, reshape_reindex
 
 
 @dataclass(frozen=True)
@@ -383,8 +384,6 @@ class _Builder:
             if sq == target:
                 coords = iter(gvars)
             else:  # another shape of the same elements: unravel the group's index
-                from .lowering import reshape_reindex
-
                 coords = iter(reshape_reindex(sq, target)(gvars))
         mapping: dict[sympy.Symbol, sympy.Expr] = {}
         for v, s in zip(node.vars, node.sizes):
@@ -424,7 +423,8 @@ class _Builder:
                 hit = self._inlined.get(key)
                 if hit is None:
                     at = subs_index(p.value, dict(zip(p.vars, e.index)))
-                    hit = self._inlined[key] = _cast_to(self._resolve_reads(at), p.dtype)
+                    # rounded to p's dtype, exactly as if it had been stored and loaded
+                    hit = self._inlined[key] = cast(self._resolve_reads(at), p.dtype)
                 return hit
             return None
 
@@ -501,6 +501,36 @@ class _Builder:
         args = _arguments(stages, layouts, stored)
         return Kernel(name, self.xs, self.g.X, stages, args, origins)
 
+    def _reuse_across_stages(self, inner: dict[int, Stage], layouts: dict[str, Layout]) -> None:
+        """Store an expensive value once and read it back instead of recomputing it.
+
+        Softmax: stage 1 sums exp(x - max), stage 2 stores exp(x - max) / sum. When the
+        plugin allows a kernel to load, later at the same outer point, what it stored
+        (Capability.STORE_THEN_LOAD), stage 1 also stores exp(x - max) into the output
+        and stage 2 divides what it loads back: one exp per element instead of two.
+        Only where the output's dtype holds the value exactly (no extra rounding).
+        """
+        levels = sorted(inner)
+        for prev, nxt in zip(levels, levels[1:]):
+            a, b = inner[prev], inner[nxt]
+            computed = {e for r in a.reductions for e in walk([r.value])}
+            written = [st.buffer for stage in inner.values() for st in stage.stores]
+            for i, store in enumerate(b.stores):
+                if written.count(store.buffer) != 1:
+                    continue
+                node = self.members[store.buffer]
+                cands = [e for e in walk([store.value]) if e in computed and e is not store.value
+                         and e.dtype == layouts[store.buffer].dtype and _expensive(e)
+                         and _uses(e, self.rs)]
+                if not cands:
+                    continue
+                best = max(cands, key=lambda e: len(walk([e])))
+                at = self.store_index(node)
+                a.stores.append(Store(store.buffer, store.index, best))
+                back = Load(store.buffer, at, best.dtype)
+                b.stores[i] = Store(store.buffer, store.index,
+                                    rewrite(store.value, lambda e: back if e == best else None))
+
 
 _EXPENSIVE = frozenset({
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "erf", "erfc",
@@ -509,65 +539,21 @@ _EXPENSIVE = frozenset({
 })
 
 
-def _reuse_across_stages(self: _Builder, inner: dict[int, Stage],
-                         layouts: dict[str, Layout]) -> None:
-    """Store an expensive value once and read it back instead of recomputing it.
-
-    Softmax: stage 1 sums exp(x - max), stage 2 stores exp(x - max) / sum. When the
-    plugin allows a kernel to load, later at the same outer point, what it stored
-    (Capability.STORE_THEN_LOAD), stage 1 also stores exp(x - max) into the output
-    and stage 2 divides what it loads back: one exp per element instead of two.
-    Only where the output's dtype holds the value exactly (no extra rounding).
-    """
-    levels = sorted(inner)
-    for prev, nxt in zip(levels, levels[1:]):
-        a, b = inner[prev], inner[nxt]
-        computed = {e for r in a.reductions for e in walk([r.value])}
-        written = [st.buffer for stage in inner.values() for st in stage.stores]
-        for i, store in enumerate(b.stores):
-            if written.count(store.buffer) != 1:
-                continue
-            node = self.members[store.buffer]
-            cands = [e for e in walk([store.value]) if e in computed and e is not store.value
-                     and e.dtype == layouts[store.buffer].dtype and _expensive(e)
-                     and _uses(e, self.rs)]
-            if not cands:
-                continue
-            best = max(cands, key=lambda e: len(walk([e])))
-            at = self.store_index(node)
-            a.stores.append(Store(store.buffer, store.index, best))
-            back = Load(store.buffer, at, best.dtype)
-            b.stores[i] = Store(store.buffer, store.index,
-                                rewrite(store.value, lambda e: back if e == best else None))
-
-
 def _expensive(e: Expr) -> bool:
-    from .ir.expr import Op
-
     return any(isinstance(n, Op) and n.name in _EXPENSIVE for n in walk([e]))
 
 
 def _uses(e: Expr, syms: tuple) -> bool:
+    """Does ``e`` read anything at an index that involves one of ``syms``?"""
     wanted = set(syms)
     for n in walk([e]):
-        if isinstance(n, Load) and (sympy.sympify(n.index).free_symbols if not isinstance(
-                n.index, tuple) else set().union(*(sympy.sympify(i).free_symbols
-                                                   for i in n.index))) & wanted:
-            return True
+        if isinstance(n, Load):
+            index = n.index if isinstance(n.index, tuple) else (n.index,)
+            if any(sympy.sympify(i).free_symbols & wanted for i in index):
+                return True
         if isinstance(n, IndexValue) and n.expr.free_symbols & wanted:
             return True
     return False
-
-
-_Builder._reuse_across_stages = _reuse_across_stages
-
-
-def _cast_to(e: Expr, dtype: torch.dtype) -> Expr:
-    from .lowering import cast
-
-    # a reader sees the producer's value rounded to the producer's dtype, exactly
-    # as if it had been stored and loaded
-    return cast(e, dtype)
 
 
 def _linearize(stage: Stage, layouts: dict[str, Layout]) -> Stage:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import sympy
 import torch
 
-from .expr import Const, Expr, Load, Op
+from .expr import Expr, Load, Op
 from .index import var
 from .kernel import Layout
 
@@ -170,10 +170,6 @@ class ExternNode:
         visit(self.args)
         visit(list(self.kwargs.values()))
         return out
-
-
-def const(value: Any, dtype: torch.dtype) -> Const:
-    return Const(value, dtype)
 
 
 def fresh_vars(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:

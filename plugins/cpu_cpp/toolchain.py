@@ -60,7 +60,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from sdk.cache import DiskCache, stable_hash
+from sdk.cache import DiskCache, stable_hash, write_atomic
 
 _FLAGS = (
     "-O3",
@@ -206,21 +206,10 @@ def _library_path(cache: DiskCache, key: str, digest: str) -> Path:
     return cache.path_for(key, f".{digest[:16]}.so")
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _build(compiler: str, source: str, flags: tuple[str, ...], cache: DiskCache, key: str) -> str:
     """Compile ``source`` into the cache; return the library's sha256 hex."""
     src = cache.path_for(key, ".cpp")  # kept: error messages and debugging point at it
-    _write_atomic(src, source.encode())
+    write_atomic(src, source.encode())
     fd, tmp = tempfile.mkstemp(dir=src.parent, prefix=".tmp-", suffix=".so")
     os.close(fd)
     cmd = [compiler, str(src), "-o", tmp, *flags]

@@ -45,9 +45,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import sys
-import tempfile
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -55,7 +53,7 @@ from typing import Any
 import torch
 
 import sdk
-from sdk.cache import DiskCache, cache_dir, stable_hash
+from sdk.cache import DiskCache, cache_dir, stable_hash, write_atomic
 
 from . import heuristics, interpreting
 
@@ -77,14 +75,7 @@ def load_module(source: str) -> ModuleType:
     except OSError:
         ok = False
     if not ok:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(source)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(path, source.encode())
     modname = f"sdk_cuda_triton_{name}" + ("_interp" if interp else "")
     spec = importlib.util.spec_from_file_location(modname, path)
     assert spec is not None and spec.loader is not None

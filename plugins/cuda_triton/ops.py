@@ -74,7 +74,7 @@ OpCode = Callable[..., str]
 #: Floating point (float32) semantics; see the overriding tables below.
 CODE_FOR_OP: dict[str, OpCode] = {
     "add": _binop("+"), "sub": _binop("-"), "mul": _binop("*"), "truediv": _binop("/"),
-    "floordiv": _call("_floordiv_f"), "remainder": _call("_remainder_f"),
+    "floordiv": _call("_floordiv_f"), "remainder": _call("_remainder"),
     "fmod": _binop("%"),  # Triton's % on floats and ints is C fmod / srem
     "pow": _libdevice("pow"), "atan2": _libdevice("atan2"),
     "maximum": lambda dt, a, b: f"tl.where(({a} > {b}) | ({a} != {a}), {a}, {b})",
@@ -119,7 +119,7 @@ CODE_FOR_OP_INT: dict[str, OpCode] = {
     **{k: v for k, v in CODE_FOR_OP.items() if k in (
         "add", "sub", "mul", "fmod", "neg", "abs", "eq", "ne", "lt", "le", "gt", "ge",
         "logical_and", "logical_or", "logical_xor", "logical_not", "where", "cast")},
-    "floordiv": _call("_floordiv_i"), "remainder": _call("_remainder_i"),
+    "floordiv": _call("_floordiv_i"), "remainder": _call("_remainder"),
     "maximum": _call("tl.maximum"), "minimum": _call("tl.minimum"),
     "pow": lambda dt, a, b: (f"libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64))"
                              f".to({tl_type(dt)})"),  # exact below 2**53
@@ -234,9 +234,10 @@ def _floordiv_f(a, b):
     fl = tl.where(div != 0, fl, libdevice.copysign(div * 0.0, q))
     return tl.where(b == 0, q, fl)
 ''',
-    "_remainder_f": '''
+    "_remainder": '''
 @triton.jit
-def _remainder_f(a, b):
+def _remainder(a, b):
+    # Python semantics on top of Triton's C-style %, for floats and integers alike
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 ''',
@@ -246,12 +247,6 @@ def _floordiv_i(a, b):
     q = a // b
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
-''',
-    "_remainder_i": '''
-@triton.jit
-def _remainder_i(a, b):
-    r = a % b
-    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 ''',
     "_philox": '''
 @triton.jit
