@@ -106,7 +106,12 @@ class Lowerer:
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[tuple[str, Any]] = []  # (buffer name or "", spec)
         self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors, by buffer name
-        self.moved_inputs: set[str] = set()  # inputs/constants on another device (CPU scalars)
+        # Values on another device than the graph's (CPU scalars beside CUDA tensors, the
+        # CPU philox seed of an attention op): each keeps its own buffer, which externs and
+        # graph outputs use as eager would; kernels read a device copy, made only if one
+        # does.  device-copy name -> (host buffer name, the copy's layout)
+        self.host: dict[str, tuple[str, Layout]] = {}
+        self.host_layouts: dict[str, Layout] = {}  # host buffer name -> its own layout
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReport] = []
         self.externs: list[ExternReport] = []
@@ -163,16 +168,11 @@ class Lowerer:
     def _input(self, i: int, spec: Any) -> Any:
         if hasattr(spec, "strides"):
             name = f"arg{i}"
-            if spec.device.type != self.ctx.device_type:
-                # a CPU scalar beside device tensors, as eager allows: the
-                # program moves it (contiguous) before any kernel reads it
-                self.moved_inputs.add(name)
-                layout = Layout(spec.sizes, contiguous_strides(spec.sizes), 0, spec.dtype,
-                                self.ctx.device_type)
-            else:
-                layout = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype,
-                                spec.device.type)
+            layout = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype,
+                            spec.device.type)
             self.inputs.append((name, spec))
+            if spec.device.type != self.ctx.device_type:
+                return self._hosted(name, layout)
             return StorageView(name, layout)
         self.inputs.append(("", spec))
         return spec  # ints are specialized (guarded) values
@@ -185,13 +185,32 @@ class Lowerer:
             return value
         name = f"const{len(self.constants)}"
         self.constants[name] = value
+        layout = Layout(tuple(value.shape), tuple(value.stride()), value.storage_offset(),
+                        value.dtype, value.device.type)
         if value.device.type != self.ctx.device_type:
-            self.moved_inputs.add(name)  # a CPU scalar constant: moved on the first call
-            return StorageView(name, Layout(tuple(value.shape), contiguous_strides(
-                tuple(value.shape)), 0, value.dtype, self.ctx.device_type))
-        return StorageView(name, Layout(
-            tuple(value.shape), tuple(value.stride()), value.storage_offset(), value.dtype,
-            value.device.type))
+            return self._hosted(name, layout)
+        return StorageView(name, layout)
+
+    def _hosted(self, name: str, layout: Layout) -> StorageView:
+        """A value on another device: externs get it as it is, kernels a device copy.
+
+        The returned view names the device copy (``<name>_dev``, contiguous);
+        :meth:`extern` and the graph outputs map it back to ``name``.
+        """
+        self.host_layouts[name] = layout
+        dev_name = f"{name}_dev"
+        dev_layout = Layout(layout.sizes, contiguous_strides(layout.sizes), 0, layout.dtype,
+                            self.ctx.device_type)
+        self.host[dev_name] = (name, dev_layout)
+        return StorageView(dev_name, dev_layout)
+
+    def on_host(self, x: Any) -> Any:
+        """``x`` with device copies of host values replaced by the values themselves."""
+        if isinstance(x, StorageView) and x.buffer in self.host:
+            name, dev_layout = self.host[x.buffer]
+            if x.layout == dev_layout:
+                return StorageView(name, self.host_layouts[name])
+        return x
 
     def builder(self) -> LoweringBuilder:
         return LoweringBuilder(self)
@@ -305,8 +324,8 @@ class Lowerer:
         return copy.storage
 
     def extern(self, target: Any, args: tuple, kwargs: dict, reason: str | None = None) -> Any:
-        args = _map_values(args, self.realize)
-        kwargs = _map_values(kwargs, self.realize)
+        args = _map_values(args, lambda x: self.on_host(self.realize(x)))
+        kwargs = _map_values(kwargs, lambda x: self.on_host(self.realize(x)))
         val = self._fx.meta.get("val")
         vals = list(val) if isinstance(val, (list, tuple)) else [val]
         outputs, results = [], []
@@ -314,9 +333,12 @@ class Lowerer:
             if isinstance(v, torch.Tensor):
                 name = self.fresh("ext")
                 layout = Layout(tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride()),
-                                int(v.storage_offset()), v.dtype, self.ctx.device_type)
+                                int(v.storage_offset()), v.dtype, v.device.type)
                 outputs.append((name, layout))
-                results.append(StorageView(name, layout))
+                if v.device.type != self.ctx.device_type:
+                    results.append(self._hosted(name, layout))
+                else:
+                    results.append(StorageView(name, layout))
             else:
                 outputs.append(None)
                 results.append(None)
@@ -1176,7 +1198,10 @@ def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
     val = L.meta()
     dtype, sizes = val.dtype, tuple(val.shape)
     dim = dim % len(sizes)
-    parts = [x for x in xs if isinstance(x, TensorValue) and not (x.ndim == 1 and x.sizes[0] == 0)]
+    # an empty part adds nothing, and a load from it could only read outside it (the
+    # legacy 1-D empty tensor may even have another rank)
+    parts = [x for x in xs if isinstance(x, TensorValue)
+             and not (x.ndim == 1 and x.sizes[0] == 0) and x.sizes[dim] != 0]
     offsets, acc = [], 0
     for x in parts:
         offsets.append(acc)
@@ -1184,7 +1209,7 @@ def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
 
     def body(idx: Index) -> Expr:
         i = idx[dim]
-        out: Expr | None = None
+        out: Expr | None = None if parts else Const(0, dtype)  # no element to compute
         for x, off in reversed(list(zip(parts, offsets))):
             sub = idx[:dim] + (_safe(i, off, x.sizes[dim], acc),) + idx[dim + 1:]
             v = cast(x.load(sub), dtype)
@@ -1204,6 +1229,8 @@ def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
     val = L.meta()
     dtype, sizes = val.dtype, tuple(val.shape)
     pairs = [(pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+    if 0 in x.sizes:  # nothing to read: every element is the padding value
+        return L.pointwise(sizes, dtype, lambda idx: Const(value, dtype))
 
     def body(idx: Index) -> Expr:
         sub, conds = list(idx), []

@@ -122,7 +122,8 @@ class Session:
 
     def compile_aten_graph(self, ctx: CompileContext, gm: torch.fx.GraphModule,
                            example_inputs: list[Any]) -> Callable:
-        report = GraphReport(name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin)
+        report = GraphReport(name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin,
+                             notes=ctx.notes)
         report.aten_ops = len(fallback.aten_calls(gm))
         start = time.perf_counter()
 

@@ -17,7 +17,7 @@ import torch.fx
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport, KernelReport
 
-from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue, contiguous_strides
+from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.kernel import Kernel, Layout, check_kernel
 from .lowering import SEED_BUFFER, Lowerer
 from .memory import plan_memory
@@ -48,10 +48,7 @@ def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
 
     layouts: dict[str, Layout] = {}
     for name, spec in L.inputs:
-        if name in L.moved_inputs:
-            layouts[name] = Layout(spec.sizes, contiguous_strides(spec.sizes), 0, spec.dtype,
-                                   ctx.device_type)
-        elif name:
+        if name:
             layouts[name] = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype,
                                    spec.device.type)
     for n in L.nodes:
@@ -61,9 +58,9 @@ def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
             layouts[n.name] = n.layout
     for name, t in L.constants.items():
         layouts[name] = Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype,
-                               t.device.type) if name not in L.moved_inputs else \
-            Layout(tuple(t.shape), contiguous_strides(tuple(t.shape)), 0, t.dtype,
-                   ctx.device_type)
+                               t.device.type)
+    for dev_name, (_host, dev_layout) in L.host.items():
+        layouts[dev_name] = dev_layout
     layouts[SEED_BUFFER] = Layout((1,), (1,), 0, torch.int64, ctx.device_type)
 
     owner = sched._owner()
@@ -126,7 +123,7 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
             plan.append(("buf", v.node.name, None))
             keep.add(v.node.name)
         elif isinstance(v, TensorValue) and v.storage is not None:
-            st = v.storage
+            st = L.on_host(v.storage)  # a host value leaves the graph as itself, as in eager
             plan.append(("view", st.buffer, st.layout))
             if isinstance(v, ComputedView):
                 keep.add(v.node.name)
@@ -147,10 +144,9 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     env["_dev"] = L.device
     moved: dict[str, Any] = {}
     for name, t in L.constants.items():
-        if name in L.moved_inputs:  # moved to the device once, on the first call
+        env[name] = t
+        if f"{name}_dev" in L.host:  # copied to the device once, on the first call
             env[f"{name}_src"] = _OnDevice(t, moved, name)
-        else:
-            env[name] = t
     consts: dict[int, str] = {}
 
     def const(x: Any) -> str:
@@ -163,15 +159,29 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     out_bufs = {b for kind, b, _ in outputs if kind in ("buf", "view")}
     mem = plan_memory(program, layouts, out_bufs, {n for n, _ in L.inputs if n})
 
+    # device copies of host values, made where (and only if) a kernel or output reads one:
+    # a copy costs a host-device transfer per call, and cannot be captured in a CUDA graph
+    read = set(out_bufs)
+    for step in program:
+        read |= {a.name for a in step.args} if isinstance(step, Kernel) else step.reads
+
+    def device_copy(dev_name: str) -> list[str]:
+        if dev_name not in read:
+            return []
+        host = L.host[dev_name][0]
+        if host in L.constants:
+            return [f"    {dev_name} = {host}_src.get(_dev)"]
+        return [f"    {dev_name} = {host}.to(_dev).contiguous()"]
+
     lines = ["def call(args):"]
     for i, (name, _spec) in enumerate(L.inputs):
-        if name in L.moved_inputs:
-            lines.append(f"    {name} = args[{i}].to(_dev).contiguous()")
-        elif name:
+        if name:
             lines.append(f"    {name} = args[{i}]")
+            if f"{name}_dev" in L.host:
+                lines += device_copy(f"{name}_dev")
     for name in L.constants:
-        if name in L.moved_inputs:
-            lines.append(f"    {name} = {name}_src.get(_dev)")
+        if f"{name}_dev" in L.host:
+            lines += device_copy(f"{name}_dev")
     if L.needs_seed:
         env["_seed"] = _make_seed
         lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
@@ -209,14 +219,19 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             else:
                 lines.append(f"    {names[0]} = {call}")
             for out in step.outputs:
-                dims = [d for d, n in enumerate(out[1].sizes) if n > 1] if out else []
+                if out and f"{out[0]}_dev" in L.host:
+                    lines += device_copy(f"{out[0]}_dev")
+                    continue
+                if not out or out[0] not in read:
+                    continue  # unused (an attention op may even return None for it)
+                dims = [d for d, n in enumerate(out[1].sizes) if n > 1]
                 if dims:
                     # kernels index this buffer with the strides the trace gave it; an
                     # op that chose others (they may follow its inputs') is copied into them
                     name, lay = out
                     got = ", ".join(f"{name}.stride({d})" for d in dims)
                     want = ", ".join(str(lay.strides[d]) for d in dims)
-                    lines.append(f"    if ({got},) != ({want},):")
+                    lines.append(f"    if {name} is not None and ({got},) != ({want},):")
                     lines.append(f"        {name} = _restride({name}, {tuple(lay.strides)})")
         for line in mem.after.get(i, []):
             lines.append("    " + line)
@@ -239,8 +254,9 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
 
 
 def _make_seed(device: torch.device) -> torch.Tensor:
-    """A fresh seed per call, drawn from torch's generator (so manual_seed reproduces runs)."""
-    return torch.randint(0, 2**62, (1,), dtype=torch.int64).to(device)
+    """A fresh seed per call, drawn from the device's generator (so manual_seed reproduces
+    runs). Drawn on the device: no host-device copy, and a CUDA graph replay draws anew."""
+    return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=device)
 
 
 class _OnDevice:

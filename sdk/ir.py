@@ -8,7 +8,8 @@ is the closed op vocabulary and :data:`REDUCTIONS` the reduction ops.
 A plugin's ``sdk_lower_op`` builds nodes with :class:`LoweringBuilder` from
 :class:`TensorValue` inputs; ``sdk_can_fuse`` receives :class:`FusionGroup` s.
 Indices are sympy expressions over :func:`var` symbols using
-:class:`FloorDiv` and :class:`Mod`; :func:`print_index` renders them.
+:class:`FloorDiv` and :class:`Mod`; :func:`print_index` renders them and
+:func:`index_bounds` bounds them over loop ranges.
 """
 
 from sdk.core.ir.expr import (
@@ -24,7 +25,7 @@ from sdk.core.ir.expr import (
     walk,
 )
 from sdk.core.ir.graph import TensorValue
-from sdk.core.ir.index import FloorDiv, Mod, print_index, var
+from sdk.core.ir.index import FloorDiv, Mod, index_bounds, print_index, var
 from sdk.core.ir.kernel import (
     BufferArg,
     IRCheckError,
@@ -39,8 +40,30 @@ from sdk.core.lowering import LoweringBuilder
 from sdk.core.scheduler import FusionGroup
 
 __all__ = [
-    "OPS", "PREDICATES", "REDUCTIONS", "BufferArg", "Const", "Expr", "IRCheckError",
-    "IndexValue", "Kernel", "Layout", "Load", "LocalRef", "Op", "Reduction", "Stage", "Store",
-    "check_kernel", "walk", "FloorDiv", "Mod", "print_index", "var", "TensorValue",
-    "LoweringBuilder", "FusionGroup",
+    "OPS",
+    "PREDICATES",
+    "REDUCTIONS",
+    "BufferArg",
+    "Const",
+    "Expr",
+    "FloorDiv",
+    "FusionGroup",
+    "IRCheckError",
+    "IndexValue",
+    "Kernel",
+    "Layout",
+    "Load",
+    "LocalRef",
+    "LoweringBuilder",
+    "Mod",
+    "Op",
+    "Reduction",
+    "Stage",
+    "Store",
+    "TensorValue",
+    "check_kernel",
+    "index_bounds",
+    "print_index",
+    "var",
+    "walk",
 ]

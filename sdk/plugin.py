@@ -103,9 +103,21 @@ class CompileContext:
     graph_name: str
     options: Mapping[str, Any]
     capabilities: frozenset[Capability]
+    #: what :meth:`note` recorded; ``sdk.explain`` shows it under the graph
+    notes: list[str] = field(default_factory=list, compare=False, repr=False)
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities
+
+    def note(self, message: str) -> None:
+        """Tell the user something about this graph through ``sdk.explain``.
+
+        For what changes how the graph runs but is no error: a wrapper that
+        could not apply (a graph CUDA graphs cannot capture runs uncaptured),
+        a slower path taken. May be called at compile time or on a later call.
+        """
+        if message not in self.notes:
+            self.notes.append(message)
 
 
 @dataclass

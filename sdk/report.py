@@ -60,6 +60,7 @@ class GraphReport:
     view_nodes: tuple[str, ...] = ()  # ATen calls folded into index arithmetic (views)
     compile_seconds: float = 0.0
     wrappers: tuple[str, ...] = ()
+    notes: list[str] = field(default_factory=list)  # from CompileContext.note
 
     @property
     def views(self) -> int:
@@ -85,6 +86,8 @@ class GraphReport:
             lines.append(f"  extern {e.op} ({e.node})")
         for f in self.fallbacks:
             lines.append(f"  fallback {f.op} ({f.node}): {f.reason}")
+        for note in self.notes:
+            lines.append(f"  note: {note}")
         for r in self.fusion_refusals:
             if r.reason.startswith("refused by"):  # the plugin's vetoes; the rest is noise
                 lines.append(f"  not fused {r.first} + {r.second}: {r.reason}")

@@ -193,6 +193,10 @@ VIEWS = {
     "cat": lambda x: torch.cat([x, x * 2, x[:, :3]], 1),
     "cat0": lambda x: torch.cat([x[:5], torch.tanh(x)], 0),
     "pad": lambda x: F.pad(x, (2, 3, 1, 0), value=0.5),
+    # empty parts: never read (a load from one read outside it: an illegal address)
+    "cat_empty_parts": lambda x: torch.cat([x[:, :0], x * 2, x[:, 5:5], x[:, :3]], 1),
+    "block_diag": lambda x: torch.block_diag(x[:1, :5], x[2:4, :5] * 2, x[:3, :5]),
+    "pad_empty": lambda x: F.pad(x[:0], (2, 1, 3, 0), value=0.5) + x[:3, :1],
     "flip_like": lambda x: x[:, torch.arange(9, -1, -1, device=x.device)],
     "tril": lambda x: torch.tril(x[:10]),
 }

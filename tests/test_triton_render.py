@@ -81,9 +81,12 @@ def run(kernel: ir.Kernel, *tensors: torch.Tensor, debug: bool = False) -> sdk.K
 
 
 def pointwise(name: str, ins: dict[str, ir.Layout], out: ir.Layout, body) -> ir.Kernel:
-    """out[i...] = body(load per input at the same logical index)."""
+    """out[i...] = body(load per input at the same logical index).
+
+    Indices count from each argument's data pointer, which is at its offset.
+    """
     vs = tuple(V(*[f"i{d}" for d in range(len(out.sizes))]))
-    loads = {n: ir.Load(n, lo.linear(vs), lo.dtype) for n, lo in ins.items()}
+    loads = {n: ir.Load(n, lo.linear(vs) - lo.offset, lo.dtype) for n, lo in ins.items()}
     value = body(**loads)
     args = [ir.BufferArg(n, lo, "in") for n, lo in ins.items()] + [ir.BufferArg("out", out, "out")]
     return ir.Kernel(name, vs, out.sizes, [ir.Stage((), (), [], [ir.Store("out", out.linear(vs),
@@ -420,10 +423,11 @@ def test_non_contiguous_offset_and_broadcast_loads():
     k = pointwise("strided", {"xt": Xt, "row": R}, lay((5, 7)),
                   lambda xt, row: op("add", op("mul", xt, ir.Const(2.0, F32)), row))
     out = torch.empty(5, 7, device=DEV)
-    run(k, base, base2, out)
     xt = torch.as_strided(base, (5, 7), (1, 9), 13)
     row = torch.as_strided(base2, (5, 7), (0, 3), 2)
+    src = run(k, xt, row, out)  # each data pointer at its view's offset
     close(out, xt * 2 + row)
+    assert src.meta["clamped"] == 0, src.source  # in bounds, provably
 
 
 @pytest.mark.parametrize("sizes,perm", [((37, 70), (1, 0)), ((3, 20, 45), (0, 2, 1))])
@@ -441,24 +445,86 @@ def test_transposing_pointwise_is_tiled_2d(sizes, perm):
     close(out, x.permute(perm) * 2 + y)
 
 
-@pytest.mark.parametrize("debug", [False, True])
-def test_indirect_embedding_load(debug):
-    """out[i, j, k] = weight[idx[i, j], k]; debug adds a device-side bounds check."""
+def _embedding_kernel(rows: int = 10) -> ir.Kernel:
     i, j, kk = V("i", "j", "k")
     s = ir.var("s")
-    W, IDX, O = lay((10, 16)), lay((4, 5), I64), lay((4, 5, 16))
+    W, IDX, O = lay((rows, 16)), lay((4, 5), I64), lay((4, 5, 16))
     index = ir.Load("idx", IDX.linear((i, j)), I64)
-    value = ir.Load("w", W.linear((s, kk)), F32, binds=((s, index, 10),))
-    kern = ir.Kernel("embedding", (i, j, kk), (4, 5, 16),
+    value = ir.Load("w", W.linear((s, kk)), F32, binds=((s, index, rows),))
+    return ir.Kernel("embedding", (i, j, kk), (4, 5, 16),
                      [ir.Stage((), (), [], [ir.Store("out", O.linear((i, j, kk)), value)])],
                      [ir.BufferArg("w", W, "in"), ir.BufferArg("idx", IDX, "in"),
                       ir.BufferArg("out", O, "out")])
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_indirect_embedding_load(debug):
+    """out[i, j, k] = weight[idx[i, j], k]; the bind is checked by a device-side assert
+    in every mode (the kernel compiles with asserts on) and clamped in range."""
     w = torch.randn(10, 16, device=DEV)
     idx = torch.randint(0, 10, (4, 5), device=DEV)
     out = torch.empty(4, 5, 16, device=DEV)
-    src = run(kern, w, idx, out, debug=debug)
+    src = run(_embedding_kernel(), w, idx, out, debug=debug)
     close(out, w[idx], rtol=0, atol=0)
-    assert ("tl.device_assert" in src.source) == debug and src.meta.get("debug", False) == debug
+    assert "tl.device_assert" in src.source and src.meta["debug"] is True
+    assert "tl.minimum(tl.maximum(" in src.source  # the clamp: no read outside w
+    assert src.meta["clamped"] == 0  # the direct index w[s, k] is provably in bounds
+
+
+@pytest.mark.parametrize("bad", [10, -1])
+def test_out_of_range_indirect_index_raises_in_default_mode(bad):
+    w = torch.randn(10, 16, device=DEV)
+    idx = torch.randint(0, 10, (4, 5), device=DEV)
+    idx[2, 3] = bad
+    out = torch.empty(4, 5, 16, device=DEV)
+    with pytest.raises(Exception, match="index out of bounds"):
+        run(_embedding_kernel(), w, idx, out)
+
+
+def test_indirect_load_from_an_empty_buffer_reads_nothing():
+    """A bind into a buffer of zero rows: the assert fires, and no load is emitted."""
+    src = render.render(_embedding_kernel(rows=0))
+    assert "tl.load(w_ptr" not in src.source and "tl.device_assert" in src.source
+
+
+def test_unprovable_direct_load_is_clamped_into_its_buffer():
+    """x[(i * 7) % 5 + i // 3]: bounds the renderer cannot prove stay inside x."""
+    (i,) = V("i")
+    X, O = lay((8,)), lay((12,))
+    idx = ir.Mod(i * 7 + 20, 5) + ir.FloorDiv(i, 3) - 2  # may leave [0, 8) as far as it knows
+    value = ir.Load("x", idx, F32)
+    kern = ir.Kernel("odd", (i,), (12,), [ir.Stage((), (), [], [ir.Store("out", i, value)])],
+                     [ir.BufferArg("x", X, "in"), ir.BufferArg("out", O, "out")])
+    x = torch.randn(8, device=DEV)
+    out = torch.empty(12, device=DEV)
+    src = run(kern, x, out)
+    assert src.meta["clamped"] == 1
+    ii = torch.arange(12)
+    want = ((ii * 7 + 20) % 5 + ii // 3 - 2).clamp(0, 7)
+    close(out, x[want.to(DEV)], rtol=0, atol=0)
+
+
+@pytest.mark.skipif(DEV != "cpu", reason="the interpreter's check (CPU tensors)")
+def test_interpreter_rejects_a_load_outside_every_buffer():
+    """The CI net under the clamps: an out-of-bounds address raises, naming the kernel."""
+    import triton
+    import triton.language as tl
+
+    from sdk.plugins.cuda_triton.interp import checking_bounds
+
+    @triton.jit
+    def past_the_end(x_ptr, out_ptr, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs + 1))
+
+    x, out = torch.randn(8), torch.empty(8)
+    with pytest.raises(Exception, match="outside every buffer"), \
+            checking_bounds("past_the_end", [x, out]):
+        past_the_end[(1,)](x, out, N=8)
+    y = torch.randn(9)
+    with checking_bounds("in_bounds", [y, out]):
+        past_the_end[(1,)](y, out, N=8)  # 9 elements: in bounds
+    close(out, y[1:])
 
 
 def _rand_kernel(name: str, n: int) -> ir.Kernel:

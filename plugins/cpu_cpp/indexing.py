@@ -1,10 +1,11 @@
-"""Index analysis for the cpu_cpp renderer: merging loop dimensions, index bounds."""
+"""Index analysis for the cpu_cpp renderer: merging loop dimensions.
+
+Index bounds are :func:`sdk.ir.index_bounds`, shared with every renderer.
+"""
 
 from __future__ import annotations
 
 import sympy
-
-from sdk.ir import FloorDiv, Mod
 
 
 def _linear_coeffs(e: sympy.Expr, pair: tuple[sympy.Symbol, ...]) -> dict | None:
@@ -51,33 +52,3 @@ def merge_dims(
             del dims[i]
         i -= 1
     return dims, subs
-
-
-def index_bounds(
-    e: sympy.Expr, ranges: dict[sympy.Symbol, tuple[int, int]]
-) -> tuple[int, int] | None:
-    """Inclusive integer bounds of index expression ``e``, or None if unknown."""
-    if e.is_Integer:
-        return int(e), int(e)
-    if e.is_Symbol:
-        return ranges.get(e)
-    if e.is_Add or e.is_Mul:
-        parts = [index_bounds(a, ranges) for a in e.args]
-        if any(p is None for p in parts):
-            return None
-        lo, hi = parts[0]
-        for plo, phi in parts[1:]:
-            if e.is_Add:
-                lo, hi = lo + plo, hi + phi
-            else:
-                corners = (lo * plo, lo * phi, hi * plo, hi * phi)
-                lo, hi = min(corners), max(corners)
-        return lo, hi
-    if isinstance(e, (FloorDiv, Mod)) and e.args[1].is_Integer and int(e.args[1]) > 0:
-        a, d = index_bounds(e.args[0], ranges), int(e.args[1])
-        if a is None or a[0] < 0:  # C's / and % differ from floor semantics here
-            return None
-        if isinstance(e, FloorDiv):
-            return a[0] // d, a[1] // d
-        return a if a[1] < d else (0, d - 1)
-    return None

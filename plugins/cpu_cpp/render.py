@@ -64,13 +64,14 @@ from sdk.ir import (
     Op,
     Reduction,
     Stage,
+    index_bounds,
     print_index,
     var,
     walk,
 )
 
 from .helpers import INDEX_CHECK_PRELUDE, RENDER_PRELUDE, TAKE_INDEX_ERROR
-from .indexing import index_bounds, merge_dims
+from .indexing import merge_dims
 from .ops import (
     BOOL,
     CODE_FOR_OP,

@@ -20,12 +20,20 @@ module. It does two things, both specific to Triton's interpreter internals
   they compute, and ``ReduceOps.apply_impl`` is wrapped once to reduce tagged
   combines with NumPy (same semantics: NaN-propagating max/min, first index
   of the extremum). Untagged reductions are left to Triton.
+* Memory safety: the interpreter reads and writes raw host addresses, so a
+  load outside its buffer reads whatever lies there (or segfaults) where a GPU
+  raises an illegal memory access. :func:`checking_bounds` makes every active
+  lane of every load and store of a launch prove that its address lies inside
+  one of the launch's buffers, and raises ``IndexError`` naming the kernel
+  otherwise: CI then catches out-of-bounds kernels a GPU would crash on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -137,6 +145,111 @@ def _install_bf16_rounding() -> None:
 
     convert._sdk_rtne = True  # type: ignore[attr-defined]
     interpreter._convert_float = convert
+
+
+_BOUNDS: contextvars.ContextVar[tuple[str, list[tuple[int, int]]] | None] = \
+    contextvars.ContextVar("sdk_triton_interp_bounds", default=None)
+
+
+@contextlib.contextmanager
+def checking_bounds(name: str, tensors: list[Any], *, asserts: bool = False) -> Iterator[None]:
+    """Within: loads and stores outside ``tensors``' storages raise ``IndexError``;
+    with ``asserts``, ``tl.device_assert`` runs too, as in a kernel compiled with
+    ``debug=True`` (the interpreter skips asserts otherwise).
+
+    Only CPU tensors are checked (the interpreter reads them in place; other
+    devices' tensors are copied to the host first, at other addresses).
+    """
+    with _asserts(asserts):
+        yield from _checking(name, tensors)
+
+
+@contextlib.contextmanager
+def _asserts(on: bool) -> Iterator[None]:
+    try:
+        from triton.runtime.interpreter import interpreter_builder as builder
+    except ImportError:
+        builder = None
+    if not on or builder is None or not hasattr(builder, "options"):
+        yield
+        return
+    import dataclasses
+
+    saved = builder.options
+    builder.options = dataclasses.replace(saved, debug=True, sanitize_overflow=False)
+    try:
+        yield
+    finally:
+        builder.options = saved
+
+
+def _checking(name: str, tensors: list[Any]) -> Iterator[None]:
+    import torch
+
+    spans = []
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if t.device.type != "cpu":
+            yield
+            return
+        st = t.untyped_storage()
+        spans.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+    _install_bounds_check()
+    token = _BOUNDS.set((name, spans))
+    try:
+        yield
+    finally:
+        _BOUNDS.reset(token)
+
+
+def _check(ptrs: Any, mask: Any, what: str) -> None:
+    state = _BOUNDS.get()
+    if state is None:
+        return
+    name, spans = state
+    p = np.asarray(ptrs.data, dtype=np.uint64)
+    m = np.broadcast_to(np.asarray(mask.data, dtype=bool), p.shape)
+    p = p[m]
+    if p.size == 0:
+        return
+    width = np.dtype(_np_dtype(ptrs)).itemsize
+    ok = np.zeros(p.shape, dtype=bool)
+    for lo, hi in spans:
+        ok |= (p >= lo) & (p + width <= hi)
+    if not ok.all():
+        bad = int(p[~ok][0])
+        raise IndexError(f"kernel {name} would {what} address {bad:#x}, outside every buffer "
+                         f"of the launch ({len(spans)} buffers): an out-of-bounds access a GPU "
+                         "reports as an illegal memory access")
+
+
+def _np_dtype(ptrs: Any) -> Any:
+    from triton.runtime.interpreter import _get_np_dtype
+
+    return _get_np_dtype(ptrs.get_element_ty())
+
+
+def _install_bounds_check() -> None:
+    try:
+        from triton.runtime.interpreter import InterpreterBuilder
+    except ImportError:
+        return
+    if getattr(InterpreterBuilder, "_sdk_bounds", False):
+        return
+    load, store = InterpreterBuilder.create_masked_load, InterpreterBuilder.create_masked_store
+
+    def create_masked_load(self: Any, ptrs: Any, mask: Any, *rest: Any) -> Any:
+        _check(ptrs, mask, "read")
+        return load(self, ptrs, mask, *rest)
+
+    def create_masked_store(self: Any, ptrs: Any, value: Any, mask: Any, *rest: Any) -> Any:
+        _check(ptrs, mask, "write")
+        return store(self, ptrs, value, mask, *rest)
+
+    InterpreterBuilder.create_masked_load = create_masked_load
+    InterpreterBuilder.create_masked_store = create_masked_store
+    InterpreterBuilder._sdk_bounds = True
 
 
 def prepare(mod: types.ModuleType) -> None:

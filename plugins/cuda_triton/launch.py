@@ -159,9 +159,13 @@ def kernel_call(jit_fn: Any, grid: tuple[int, int, int], constexprs: dict[str, i
     if interpreting() or not torch.cuda.is_available():
         import numpy as np
 
+        from .interp import checking_bounds
+
+        name = getattr(jit_fn, "__name__", "kernel")
+
         def interpreted(*args: Any) -> None:
             # NaN/inf results are kernel semantics, not errors: keep NumPy quiet
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), checking_bounds(name, list(args), asserts=bool(kw.get("debug"))):
                 portable(*args, **kw)
 
         interpreted.path = lambda: "portable"  # type: ignore[attr-defined]
@@ -200,7 +204,10 @@ def _split_config(meta: dict[str, Any], cfg: dict[str, Any], names: list[str]
     consts = {k: int(cfg[k]) for k in names}
     opts: dict[str, Any] = {k: int(cfg[k]) for k in ("num_warps", "num_stages") if k in cfg}
     if meta.get("debug"):
-        opts["debug"] = True  # device_assert is compiled only in debug mode
+        # device_assert is compiled only in debug mode; without the integer-overflow
+        # checks debug mode adds, as Inductor compiles its kernels
+        opts["debug"] = True
+        opts["sanitize_overflow"] = False
     return consts, opts
 
 

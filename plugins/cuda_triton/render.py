@@ -160,6 +160,9 @@ class _Writer:
         taken = {"tl", "triton", "libdevice", "math"} | set(HELPERS)
         self.name = _ident(kernel.name, taken)
         self.ptr = {a.name: _ident(a.name + "_ptr", taken) for a in kernel.args}
+        self.layout = {a.name: a.layout for a in kernel.args}
+        self.asserts = False  # device-side index checks: compiled with asserts on
+        self.clamped = 0  # direct loads whose bounds could not be proven: clamped
         self.helpers: set[str] = set()
         self._n = 0
 
@@ -361,16 +364,46 @@ class _Writer:
         return name
 
     def _load(self, node: ir.Load, deps: frozenset[str]) -> str:
+        """A masked load that never leaves its buffer, whatever the indices hold.
+
+        An indirect index out of ``[0, extent)`` trips a device-side assert (the
+        kernel is compiled with asserts on, as Inductor does, so it raises as eager
+        does) and is clamped in range, so no build reads outside the buffer. A
+        direct index whose bounds over the kernel's ranges are not provably inside
+        the buffer is clamped into it, as cpu_cpp does; an empty buffer is not read.
+        """
+        ranges = {sym: (0, hi) for sym, hi in self.bounds.items()}
         subs = {}
+        empty = False
         for sym, e, extent in node.binds:
             v = self.emit(e)
-            if self.debug:
-                self._put(f"tl.device_assert((0 <= {v}) & ({v} < {extent}), "
-                          f"\"index out of bounds: {node.buffer}\")", self._deps(e, self.depmemo))
-            subs[sym] = _sym(v)
+            edeps = self._deps(e, self.depmemo)
+            n = int(extent)
+            mask = self._mask(edeps)
+            ok = f"(0 <= {v}) & ({v} < {n})"
+            self._put(f"tl.device_assert(({ok}){f' | ~({mask})' if mask else ''}, "
+                      f"\"index out of bounds: {node.buffer}\")", edeps)
+            self.asserts = True
+            if n <= 0:
+                empty = True
+                continue
+            clamped = self._tmp()
+            self._put(f"{clamped} = tl.minimum(tl.maximum({v}, 0), {n - 1})", edeps)
+            subs[sym] = _sym(clamped)
+            ranges[_sym(clamped)] = (0, n - 1)
+        layout = self.layout[node.buffer]
+        size = layout.storage_size
+        name = self._tmp()
+        if empty or size <= 0:  # nothing can be read: the value is never used
+            self._put(f"{name} = tl.full({self._shape(deps)}, 0, {tl_type(node.dtype)})", deps)
+            return name
         index = node.index.xreplace(subs) if subs else node.index
         text = ir.print_index(index, "python")
-        name = self._tmp()
+        lo, hi = -int(layout.offset), size - 1 - int(layout.offset)
+        bounds = ir.index_bounds(index, ranges)
+        if bounds is None or bounds[0] < lo or bounds[1] > hi:
+            text = f"tl.minimum(tl.maximum({text}, {lo}), {hi})"
+            self.clamped += 1
         mask = self._mask(deps)
         ptr = self.ptr[node.buffer]
         if mask:
@@ -780,8 +813,6 @@ class _Writer:
                       a.role] for a in self.k.args],
             "scratch": [],
         }
-        if self.debug:
-            meta["debug"] = True  # compile with device-side asserts
 
         def fn(name: str, params: list[str], consts: list[str], body: list[str]) -> str:
             return self._fn(name, params + [f"{c}: tl.constexpr" for c in consts], body)
@@ -818,19 +849,24 @@ class _Writer:
             meta["scratch"] = [[self.xnumel * self.plan.split,
                                 str(dt).replace("torch.", "")] for _, dt in scratch]
             meta["config"]["pre"] = dict(self.plan.pre_config)
+        if self.debug or self.asserts:
+            meta["debug"] = True  # compile with device-side asserts
+        meta["clamped"] = self.clamped
         helpers = [HELPERS[h].strip() + "\n" for h in HELPERS if h in self.helpers]
         source = "\n\n".join([self._header() + PRELUDE.rstrip() + "\n", *helpers, *fns])
         return sdk.KernelSource(self.name, "triton", source, self.name, meta)
 
 
 def render(kernel: ir.Kernel, *, debug: bool = False) -> sdk.KernelSource:
-    """Render ``kernel`` to Triton; ``debug`` adds bounds checks on indirect indices.
+    """Render ``kernel`` to Triton; ``debug`` compiles it with device-side asserts on
+    (a kernel with indirect loads always is: its index checks are asserts).
 
     ``meta`` of the result is plain JSON data for :mod:`.launch`: ``mode``,
     ``xnumel``, ``config`` (default constexprs and ``num_warps``), ``constexprs``
     (the main kernel's, in parameter order), ``grid`` (per grid axis: numel and
     the constexpr that divides it, or None), ``args`` (name, storage size,
-    dtype, role), and for a split reduction ``pre`` (the first kernel: name,
+    dtype, role), ``debug`` (compile with asserts), ``clamped`` (direct loads whose
+    index was clamped into the buffer), and for a split reduction ``pre`` (the first kernel: name,
     grid, constexprs; its config is ``config["pre"]``) and ``scratch`` (numel,
     dtype of each scratch buffer, passed after the arguments).
     """
