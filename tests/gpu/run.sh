@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU suite in one call, on a lent GPU machine (torch and Triton preinstalled, no
+# network): install the project, then
+#   1. tests/gpu (the reported crashes, models, fp32 and bf16 training) and the op,
+#      model, dynamic and mutation suites through cuda_triton on the GPU;
+#   2. compute-sanitizer memcheck over small graphs of each kernel shape;
+#   3. the OpInfo first-sample sweep, sdk:cuda_triton beside Inductor.
+# Writes logs under $OUT (or ./gpu-out) and prints a short summary last.
+#   STEPS="tests sanitize sweep" SWEEP_BUDGET=420 bash tests/gpu/run.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+STEPS=${STEPS:-"tests sanitize sweep"}
+export PYTHONUNBUFFERED=1
+python3 -m pip install --no-deps --no-build-isolation -q -e . >"$OUT/install.log" 2>&1 \
+    || { cat "$OUT/install.log"; exit 1; }
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+summary=()
+if [[ " $STEPS " == *" tests "* ]]; then
+    python3 -m pytest -q -x -p no:cacheprovider -n 6 ${PYTEST_ARGS:-tests/gpu tests/test_ops.py tests/test_models.py tests/test_dynamic.py tests/test_mutation.py tests/test_pad_mm.py} \
+        >"$OUT/pytest.log" 2>&1
+    summary+=("pytest: $(tail -1 "$OUT/pytest.log")")
+    grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30
+fi
+if [[ " $STEPS " == *" sanitize "* ]]; then
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --print-limit 20 \
+        python3 tests/gpu/sanitize_graphs.py >"$OUT/sanitize.log" 2>&1
+    summary+=("compute-sanitizer: $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tail -1); $(grep -E 'sanitize_graphs:' "$OUT/sanitize.log")")
+    grep -E "Invalid|MISMATCH|Error" "$OUT/sanitize.log" | head -20
+fi
+if [[ " $STEPS " == *" sweep "* ]]; then
+    python3 tests/gpu/opinfo_sweep.py --workers ${SWEEP_WORKERS:-12} --budget ${SWEEP_BUDGET:-420} \
+        --json "$OUT/opinfo.json" >"$OUT/opinfo.log" 2>&1
+    sed -n '/OpInfo first-sample sweep/,$p' "$OUT/opinfo.log" | head -60
+fi
+printf '%s\n' "${summary[@]}"

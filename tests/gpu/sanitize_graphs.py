@@ -1,0 +1,77 @@
+"""Small graphs of every kernel shape, for ``compute-sanitizer --tool memcheck``.
+
+Each graph is compiled through ``sdk:<plugin>`` (default cuda_triton) and checked
+against eager; run it under the sanitizer with the caching allocator off, so that
+every tensor is its own allocation and a read past its end is an error the tool
+sees (inside a cached block it would not be):
+
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \\
+        python tests/gpu/sanitize_graphs.py
+
+Shapes: 1D and 2D-tiled pointwise, persistent, looped and split reductions,
+multi-stage (softmax, layer norm) forward and backward, indirect loads
+(embedding, gather, index), scatter (embedding backward), cat and pad (with
+empty parts), random numbers (dropout), and odd sizes that leave partial blocks.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import sdk
+
+DEV = "cuda"
+
+
+def graphs():
+    r = torch.randn
+    yield "pointwise", lambda x, y: (x * y + 1).relu().sin(), (r(1000, 37), r(1000, 37))
+    yield "pointwise_2d_transpose", lambda x: (x.t() * 2).contiguous(), (r(257, 129),)
+    yield "persistent_reduction", lambda x: x.sum(-1), (r(300, 77),)
+    yield "looped_reduction", lambda x: x.amax(-1), (r(33, 20001),)
+    yield "split_reduction", lambda x: x.sum(), (r(1 << 20 | 3),)
+    yield "softmax_fwbw", lambda x: F.softmax(x, -1), (r(65, 1031, requires_grad=True),)
+    yield "layer_norm_fwbw", lambda x, w, b: F.layer_norm(x, (513,), w, b), \
+        (r(67, 513, requires_grad=True), r(513, requires_grad=True), r(513, requires_grad=True))
+    yield "embedding_fwbw", lambda i, w: F.embedding(i, w) * 2, \
+        (torch.randint(0, 1000, (7, 33)), r(1000, 65, requires_grad=True))
+    yield "gather", lambda x, i: torch.gather(x, 1, i), \
+        (r(40, 50), torch.randint(0, 50, (40, 23)))
+    yield "index", lambda x, i: x[i] + 1, (r(100, 17), torch.randint(-100, 100, (31,)))
+    yield "cat_pad_empty", lambda a, b: (torch.cat([a[:, :0], b, a], 1),
+                                         F.pad(b[:0], (1, 2, 3, 0), value=1.0),
+                                         torch.block_diag(a, b, a[:0])), (r(3, 5), r(3, 7))
+    yield "dropout", lambda x: F.dropout(x, 0.5, training=True).sum(), (r(4099),)
+    yield "bf16_mixed", lambda x, w: (x @ w).float().softmax(-1), \
+        (r(64, 96, dtype=torch.bfloat16), r(96, 130, dtype=torch.bfloat16))
+
+
+def main(plugin: str = "cuda_triton") -> int:
+    bad = 0
+    for name, fn, args in graphs():
+        args = [a.to(DEV).detach().requires_grad_(a.requires_grad) for a in args]
+        torch._dynamo.reset()
+        out = torch.compile(fn, backend=f"sdk:{plugin}")(*args)
+        outs = out if isinstance(out, tuple) else (out,)
+        if any(a.requires_grad for a in args):
+            sum(o.float().sum() for o in outs).backward()
+        torch.cuda.synchronize()
+        if name != "dropout":
+            ref = fn(*[a.detach() for a in args])
+            refs = ref if isinstance(ref, tuple) else (ref,)
+            for o, e in zip(outs, refs):
+                try:
+                    torch.testing.assert_close(o.detach(), e, rtol=2e-2, atol=2e-2)
+                except AssertionError as exc:
+                    bad += 1
+                    print(f"{name}: MISMATCH {exc}")
+        print(f"{name}: ran")
+    print(f"sanitize_graphs: {bad} mismatches")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
