@@ -80,7 +80,7 @@ def test_block_diag_and_empty_cat_parts():
     a, b, c = (torch.randn(n, 5, device="cuda") for n in (1, 2, 3))
 
     def f(a, b, c):
-        e = a[:, :0]
+        e = b[:, :0]
         return (torch.block_diag(a, b, c), torch.cat([e, b, e], 1),
                 torch.nn.functional.pad(c[:0], (1, 1, 2, 0), value=3.0))
 
