@@ -14,6 +14,12 @@ STEPS=${STEPS:-"tests sanitize sweep"}
 export PYTHONUNBUFFERED=1
 python3 -m pip install --no-deps --no-build-isolation -q -e . >"$OUT/install.log" 2>&1 \
     || { cat "$OUT/install.log"; exit 1; }
+# the OpInfo database imports expecttest, which the GPU image lacks: carried as a wheel in
+# .whl/ (python3 -m pip download --no-deps -d .whl expecttest), installed aside
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 summary=()
 if [[ " $STEPS " == *" tests "* ]]; then
