@@ -9,7 +9,8 @@ floor. fp32 results are also compared directly with Inductor's training toleranc
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

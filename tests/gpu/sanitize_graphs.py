@@ -21,8 +21,6 @@ import sys
 import torch
 import torch.nn.functional as F
 
-import sdk
-
 DEV = "cuda"
 
 
