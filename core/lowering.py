@@ -109,9 +109,8 @@ class Lowerer:
         # Values on another device than the graph's (CPU scalars beside CUDA tensors, the
         # CPU philox seed of an attention op): each keeps its own buffer, which externs and
         # graph outputs use as eager would; kernels read a device copy, made only if one
-        # does.  device-copy name -> (host buffer name, the copy's layout)
-        self.host: dict[str, tuple[str, Layout]] = {}
-        self.host_layouts: dict[str, Layout] = {}  # host buffer name -> its own layout
+        # does.  device-copy name -> (the host value's own view, the copy's layout)
+        self.host: dict[str, tuple[StorageView, Layout]] = {}
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReport] = []
         self.externs: list[ExternReport] = []
@@ -197,19 +196,18 @@ class Lowerer:
         The returned view names the device copy (``<name>_dev``, contiguous);
         :meth:`extern` and the graph outputs map it back to ``name``.
         """
-        self.host_layouts[name] = layout
         dev_name = f"{name}_dev"
         dev_layout = Layout(layout.sizes, contiguous_strides(layout.sizes), 0, layout.dtype,
                             self.ctx.device_type)
-        self.host[dev_name] = (name, dev_layout)
+        self.host[dev_name] = (StorageView(name, layout), dev_layout)
         return StorageView(dev_name, dev_layout)
 
     def on_host(self, x: Any) -> Any:
         """``x`` with device copies of host values replaced by the values themselves."""
         if isinstance(x, StorageView) and x.buffer in self.host:
-            name, dev_layout = self.host[x.buffer]
+            host, dev_layout = self.host[x.buffer]
             if x.layout == dev_layout:
-                return StorageView(name, self.host_layouts[name])
+                return host
         return x
 
     def builder(self) -> LoweringBuilder:

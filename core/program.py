@@ -143,9 +143,10 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
                            "_as_strided": torch.as_strided, "_restride": _restride}
     env["_dev"] = L.device
     moved: dict[str, Any] = {}
+    copy_of = {host.buffer: dev for dev, (host, _) in L.host.items()}  # host -> device copy
     for name, t in L.constants.items():
         env[name] = t
-        if f"{name}_dev" in L.host:  # copied to the device once, on the first call
+        if name in copy_of:  # copied to the device once, on the first call
             env[f"{name}_src"] = _OnDevice(t, moved, name)
     consts: dict[int, str] = {}
 
@@ -165,23 +166,21 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     for step in program:
         read |= {a.name for a in step.args} if isinstance(step, Kernel) else step.reads
 
-    def device_copy(dev_name: str) -> list[str]:
-        if dev_name not in read:
+    def device_copy(host: str) -> list[str]:
+        dev = copy_of.get(host)
+        if dev not in read:
             return []
-        host = L.host[dev_name][0]
         if host in L.constants:
-            return [f"    {dev_name} = {host}_src.get(_dev)"]
-        return [f"    {dev_name} = {host}.to(_dev).contiguous()"]
+            return [f"    {dev} = {host}_src.get(_dev)"]
+        return [f"    {dev} = {host}.to(_dev).contiguous()"]
 
     lines = ["def call(args):"]
     for i, (name, _spec) in enumerate(L.inputs):
         if name:
             lines.append(f"    {name} = args[{i}]")
-            if f"{name}_dev" in L.host:
-                lines += device_copy(f"{name}_dev")
+            lines += device_copy(name)
     for name in L.constants:
-        if f"{name}_dev" in L.host:
-            lines += device_copy(f"{name}_dev")
+        lines += device_copy(name)
     if L.needs_seed:
         env["_seed"] = _make_seed
         lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
@@ -219,8 +218,8 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             else:
                 lines.append(f"    {names[0]} = {call}")
             for out in step.outputs:
-                if out and f"{out[0]}_dev" in L.host:
-                    lines += device_copy(f"{out[0]}_dev")
+                if out and out[0] in copy_of:
+                    lines += device_copy(out[0])
                     continue
                 if not out or out[0] not in read:
                     continue  # unused (an attention op may even return None for it)

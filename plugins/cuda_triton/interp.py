@@ -160,8 +160,8 @@ def checking_bounds(name: str, tensors: list[Any], *, asserts: bool = False) -> 
     Only CPU tensors are checked (the interpreter reads them in place; other
     devices' tensors are copied to the host first, at other addresses).
     """
-    with _asserts(asserts):
-        yield from _checking(name, tensors)
+    with _asserts(asserts), _checking(name, tensors):
+        yield
 
 
 @contextlib.contextmanager
@@ -183,6 +183,7 @@ def _asserts(on: bool) -> Iterator[None]:
         builder.options = saved
 
 
+@contextlib.contextmanager
 def _checking(name: str, tensors: list[Any]) -> Iterator[None]:
     import torch
 

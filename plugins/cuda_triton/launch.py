@@ -161,11 +161,11 @@ def kernel_call(jit_fn: Any, grid: tuple[int, int, int], constexprs: dict[str, i
 
         from .interp import checking_bounds
 
-        name = getattr(jit_fn, "__name__", "kernel")
+        name, asserts = getattr(jit_fn, "__name__", "kernel"), bool(kw.get("debug"))
 
         def interpreted(*args: Any) -> None:
             # NaN/inf results are kernel semantics, not errors: keep NumPy quiet
-            with np.errstate(all="ignore"), checking_bounds(name, list(args), asserts=bool(kw.get("debug"))):
+            with np.errstate(all="ignore"), checking_bounds(name, list(args), asserts=asserts):
                 portable(*args, **kw)
 
         interpreted.path = lambda: "portable"  # type: ignore[attr-defined]

@@ -212,6 +212,7 @@ class _Writer:
             self.stages.append(_Stage(tuple(names), tuple(kept), math.prod(sizes) if st.vars
                                       else 1, g, reds, stores))
         self.groups = {g: sz for sz, g in groups.items()}
+        self.ranges = {sym: (0, hi) for sym, hi in self.bounds.items()}  # for index_bounds
         self.rsyms = {_sym(n) for s in self.stages for n in s.vars}
 
         inner = [s.numel for s in self.stages if s.group >= 0]
@@ -372,7 +373,7 @@ class _Writer:
         direct index whose bounds over the kernel's ranges are not provably inside
         the buffer is clamped into it, as cpu_cpp does; an empty buffer is not read.
         """
-        ranges = {sym: (0, hi) for sym, hi in self.bounds.items()}
+        ranges = dict(self.ranges) if node.binds else self.ranges
         subs = {}
         empty = False
         for sym, e, extent in node.binds:

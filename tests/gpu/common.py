@@ -27,18 +27,6 @@ def rmse_ok(actual: torch.Tensor, eager: torch.Tensor, ref64: torch.Tensor, *,
     return got <= multiplier * base + floor, f"rmse {got:.3g} vs eager {base:.3g}"
 
 
-def leaves(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in leaves(v)]
-    if isinstance(x, (list, tuple)):
-        return [t for v in x for t in leaves(v)]
-    if hasattr(x, "to_tuple"):  # HF ModelOutput
-        return leaves(x.to_tuple())
-    return []
-
-
 def train_results(model: torch.nn.Module, step: Callable[[torch.nn.Module], torch.Tensor]
                   ) -> list[torch.Tensor]:
     """Loss and every parameter's gradient of one step (grads cleared first)."""
