@@ -9,11 +9,12 @@ import torch
 from sdk.report import ExplainReport
 
 
-def explain(fn: Callable[..., Any], *args: Any, backend: str = "sdk:cpu_cpp",
+def explain(fn: Callable[..., Any], *args: Any, backend: Any = "sdk:cpu_cpp",
             **options: Any) -> ExplainReport:
     """Compile ``fn`` with ``backend`` on ``args``, run it once and report.
 
-    ``backend`` is ``"sdk:<plugin>"``; ``options`` are the backend's options.
+    ``backend`` is ``"sdk:<plugin>"`` or an ``sdk.backend(...)``; ``options`` are the
+    backend's options (added to the backend's own).
     If an output needs grad, the backward runs as well (through
     ``torch.autograd.grad``, so no ``.grad`` is touched) and its graph is
     reported. Dynamo's caches are reset first, so the report covers a cold
@@ -23,8 +24,14 @@ def explain(fn: Callable[..., Any], *args: Any, backend: str = "sdk:cpu_cpp",
     from sdk.core import pipeline
     from sdk.core.adapters import torch_private as tp
 
-    name = backend[4:] if backend.startswith("sdk:") else backend
-    compiled_backend = make_backend(name, **options)
+    if isinstance(backend, str):
+        name = backend[4:] if backend.startswith("sdk:") else backend
+        compiled_backend = make_backend(name, **options)
+    elif hasattr(backend, "name") and hasattr(backend, "options"):  # sdk.backend(...)
+        compiled_backend = make_backend(backend.name, **{**backend.options, **options})
+    else:
+        raise TypeError(f"sdk.explain: backend must be 'sdk:<plugin>' or sdk.backend(...), "
+                        f"got {type(backend).__name__}")
     report = ExplainReport()
     tp.reset_dynamo()
     breaks_before = tp.graph_break_count()

@@ -16,7 +16,7 @@ class KernelReport:
 
     @property
     def ops(self) -> tuple[str, ...]:
-        return tuple(n.split(": ", 1)[1] for n in self.nodes)
+        return tuple(n.split(": ", 1)[-1] for n in self.nodes)
 
 
 @dataclass(frozen=True)
