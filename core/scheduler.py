@@ -123,11 +123,75 @@ def _merged_space(a: Group, b: Group) -> tuple[tuple[int, ...], tuple[int, ...]]
     return None
 
 
+#: Largest expression (in nodes) recomputed per element where it is inlined.
+_INLINE_MAX_NODES = 40
+
+
+def inline_broadcast_producers(nodes: list[Node | ExternNode], keep: set[str]
+                               ) -> list[Node | ExternNode]:
+    """Inline small pointwise nodes into the larger nodes that broadcast them.
+
+    BatchNorm in inference computes ``rsqrt(var + eps) * weight`` over channels
+    and applies it over (N, C, H, W): two iteration spaces, so two kernels, and a
+    stored per-channel buffer between them. Recomputing such a producer in its
+    readers makes the whole thing one pointwise pass (Inductor inlines the same
+    way). Only where every reader is a computed node larger than the producer,
+    reads it at a plain index, and the producer is cheap, not a graph output and
+    not read by a library call.
+    """
+    computed = [n for n in nodes if isinstance(n, Node)]
+    readers: dict[str, list[Node]] = {}
+    raw: set[str] = set(keep)
+    for n in nodes:
+        if isinstance(n, ExternNode):
+            raw |= n.reads
+            continue
+        for ld in loads(n.value):
+            if not isinstance(ld.index, tuple) or ld.binds:
+                raw.add(ld.buffer)
+            readers.setdefault(ld.buffer, [])
+            if n not in readers[ld.buffer]:
+                readers[ld.buffer].append(n)
+    dropped: set[str] = set()
+    for p in reversed(computed):
+        rs = readers.get(p.name, [])
+        if (p.is_reduction or p.name in raw or not rs or any(r.numel <= p.numel for r in rs)
+                or len(walk([p.value])) > _INLINE_MAX_NODES):
+            continue
+        memo: dict[tuple, Expr] = {}
+
+        def fn(e: Expr, p: Node = p, memo: dict = memo) -> Expr | None:
+            if isinstance(e, Load) and e.buffer == p.name:
+                hit = memo.get(e.index)
+                if hit is None:
+                    # rounded to p's dtype, exactly as if it had been stored and loaded
+                    hit = memo[e.index] = cast(subs_index(p.value, dict(zip(p.vars, e.index))),
+                                               p.dtype)
+                return hit
+            return None
+
+        for r in rs:
+            r.value = rewrite(r.value, fn)
+            r.reads = {ld.buffer for ld in loads(r.value)}
+            r.origins.extend(o for o in p.origins if o not in r.origins)
+            for b in p.reads:
+                lst = readers.setdefault(b, [])
+                if r not in lst:
+                    lst.append(r)
+        for b in p.reads:
+            if p in readers.get(b, []):
+                readers[b].remove(p)
+        dropped.add(p.name)
+    return [n for n in nodes if not (isinstance(n, Node) and n.name in dropped)]
+
+
 class Scheduler:
     def __init__(self, nodes: list[Node | ExternNode], ctx: CompileContext, hooks: Any,
                  keep: set[str], fusion: bool = True) -> None:
         """``keep``: buffers that must be in memory (graph outputs)."""
         self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
+        if fusion:
+            nodes = inline_broadcast_producers(nodes, self.keep)
         self.steps = nodes
         self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
         self.index = {id(n): i for i, n in enumerate(nodes)}
@@ -499,7 +563,8 @@ class _Builder:
                 stages.append(outer[lvl])
         stages = [_linearize(st, layouts) for st in stages]
         args = _arguments(stages, layouts, stored)
-        return Kernel(name, self.xs, self.g.X, stages, args, origins)
+        xs, sizes = _loop_order(self.xs, self.g.X, stages, layouts)
+        return Kernel(name, xs, sizes, stages, args, origins)
 
     def _reuse_across_stages(self, inner: dict[int, Stage], layouts: dict[str, Layout]) -> None:
         """Store an expensive value once and read it back instead of recomputing it.
@@ -578,6 +643,48 @@ def _linearize(stage: Stage, layouts: dict[str, Layout]) -> Stage:
     )
 
 
+def _loop_order(xs: tuple, sizes: tuple, stages: list[Stage], layouts: dict[str, Layout]
+                ) -> tuple[tuple, tuple]:
+    """The outer loops in the memory order of the kernel's largest access.
+
+    Loops are logical (N, C, H, W); a kernel over a channels-last buffer walks it
+    fastest along C, so consecutive iterations touch consecutive addresses. The
+    access that decides is the largest buffer the kernel stores to (else loads
+    from) whose index is affine in the outer loops; loops it does not use go
+    outermost. Renderers see only a permuted ``Kernel.vars``.
+    """
+    if len(xs) < 2:
+        return xs, sizes
+    best: tuple[int, int, sympy.Expr] | None = None
+    wanted = set(xs)
+    for st in stages:
+        accesses = [(s.buffer, s.index, 1) for s in st.stores]
+        for e in walk([r.value for r in st.reductions] + [s.value for s in st.stores]):
+            if isinstance(e, Load) and not e.binds and not isinstance(e.index, tuple):
+                accesses.append((e.buffer, e.index, 0))
+        for buf, index, is_store in accesses:
+            index = sympy.sympify(index)
+            if not index.free_symbols & wanted:
+                continue
+            key = (layouts[buf].numel, is_store)
+            if best is None or key > best[:2]:
+                best = (*key, index)
+    if best is None:
+        return xs, sizes
+    index = sympy.expand(best[2])
+    coeffs = []
+    for x in xs:
+        c = index.coeff(x)
+        if not c.is_Integer or (index - c * x).has(x):
+            return xs, sizes  # not affine in this loop (a reshape's div/mod): keep
+        coeffs.append(int(c))
+    big = max(abs(c) for c in coeffs) + 1
+    order = sorted(range(len(xs)), key=lambda i: -(abs(coeffs[i]) or big))
+    if order == list(range(len(xs))):
+        return xs, sizes
+    return tuple(xs[i] for i in order), tuple(sizes[i] for i in order)
+
+
 def _arguments(stages: list[Stage], layouts: dict[str, Layout], stored: set[str]) -> list[BufferArg]:
     reads: list[str] = []
     writes: list[str] = []
@@ -603,7 +710,8 @@ def kernel_name(g: Group, prefix: str = "k") -> str:
     ops = []
     for n in g.members:
         for o in n.origins:
-            short = o.split(": ", 1)[-1].split(".")[1] if ": " in o else o
+            parts = o.split(": ", 1)[-1].split(".")
+            short = parts[1] if len(parts) > 1 else parts[0]
             if short not in ops:
                 ops.append(short)
     body = "_".join(ops[:4]) + ("_etc" if len(ops) > 4 else "")
