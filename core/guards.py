@@ -12,8 +12,9 @@ result.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -54,12 +55,21 @@ def spec_of(x: Any, *, real: bool = True) -> InputSpec:
     return x
 
 
-def make_check(specs: Sequence[InputSpec]) -> Callable[[Sequence[Any]], bool]:
-    """A generated function that is True when ``args`` match ``specs``."""
+def make_check(specs: Sequence[InputSpec],
+               layout_free: frozenset[int] = frozenset()) -> Callable[[Sequence[Any]], bool]:
+    """A generated function that is True when ``args`` match ``specs``.
+
+    Tensors in ``layout_free`` (positions) are checked for sizes only: the compiled
+    graph hands them whole to library calls, which take any strides (per-call Python
+    work grows with the input count: a convnet has a hundred parameters).
+    """
     lines = ["def check(args):"]
     env: dict[str, Any] = {}
     for i, spec in enumerate(specs):
-        if isinstance(spec, TensorSpec):
+        if isinstance(spec, TensorSpec) and i in layout_free:
+            env[f"s{i}"] = spec.sizes
+            lines += [f"    if args[{i}].shape != s{i}:", "        return False"]
+        elif isinstance(spec, TensorSpec):
             env[f"s{i}"], env[f"t{i}"], env[f"d{i}"] = spec.sizes, spec.strides, spec.device
             cond = (
                 f"a.size() != s{i} or a.stride() != t{i} or a.storage_offset() != {spec.offset}"
@@ -93,7 +103,7 @@ class Specializing:
         if fn is None:
             fn = self._build(specs)
             self.variants[specs] = fn
-        self._check = make_check(specs)
+        self._check = make_check(specs, getattr(fn, "layout_free", frozenset()))
         return fn
 
     _boxed_call = True  # AOTAutograd may pass the inputs as one list

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import sympy
 import torch
 import torch.fx
 
-from sdk.plugin import CompileContext
+from sdk.plugin import Capability, CompileContext
 from sdk.report import ExternReport, FallbackReport
 
 from .adapters.torch_private import OpOverloadPacket, aten, prims
@@ -47,7 +48,7 @@ LOWERINGS: dict[Any, Callable[..., Any]] = {}
 #: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
 EXTERN_OPS = {
     aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default,
-    aten.convolution.default, aten.convolution_backward.default,
+    aten.convolution_backward.default,  # aten.convolution: see _convolution
     aten._scaled_dot_product_flash_attention.default,
     aten._scaled_dot_product_flash_attention_backward.default,
     aten._scaled_dot_product_efficient_attention.default,
@@ -56,8 +57,8 @@ EXTERN_OPS = {
     aten._scaled_dot_product_cudnn_attention_backward.default,
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
-    aten.max_pool2d_with_indices.default, aten.max_pool2d_with_indices_backward.default,
-    aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool2d_backward.default,
+    aten.max_pool2d_with_indices_backward.default,  # the forward: _max_pool2d
+    aten._adaptive_avg_pool2d_backward.default,  # the forward: _adaptive_avg_pool2d
     aten.avg_pool2d.default, aten.avg_pool2d_backward.default,
     aten.index_put.default, aten.scatter_add.default, aten.scatter.src,
     aten.scatter.value, aten.scatter_reduce.two, aten.index_add.default,
@@ -120,6 +121,15 @@ class Lowerer:
         self._fx: torch.fx.Node | None = None
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         self._graph_outputs = {a for a in out_node.args[0] if isinstance(a, torch.fx.Node)}
+        #: the eager value of each graph output (its strides are the ones users see)
+        self.output_metas = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+                             for a in out_node.args[0]]
+        #: every buffer's layout by name (inputs, nodes, extern outputs): layout choices
+        self.layouts: dict[str, Layout] = {}
+        #: channels-last activations around convolutions (see :func:`channels_last_wanted`)
+        self.channels_last, why = channels_last_wanted(gm, ctx)
+        if why:
+            ctx.note(why)
 
     # -- naming -------------------------------------------------------------
 
@@ -131,7 +141,9 @@ class Lowerer:
     @property
     def origin(self) -> str:
         n = self._fx
-        return f"{n.name}: {op_name(n.target)}" if n is not None else ""
+        if n is None:
+            return "output: copy"  # a graph output put in the layout eager gives it
+        return f"{n.name}: {op_name(n.target)}" if n.op == "call_function" else f"{n.name}: {n.op}"
 
     def meta(self, index: int | None = None) -> Any:
         """The fake value the current op produces (concrete: see ``concrete_graph``)."""
@@ -172,6 +184,7 @@ class Lowerer:
             self.inputs.append((name, spec))
             if spec.device.type != self.ctx.device_type:
                 return self._hosted(name, layout)
+            self.layouts[name] = layout
             return StorageView(name, layout)
         self.inputs.append(("", spec))
         return spec  # ints are specialized (guarded) values
@@ -249,23 +262,30 @@ class Lowerer:
     # -- builders -------------------------------------------------------------
 
     def _layout_for(self, sizes: tuple[int, ...], dtype: torch.dtype,
-                    meta: torch.Tensor | None) -> Layout:
+                    meta: torch.Tensor | None, value: Expr | None = None) -> Layout:
         if meta is not None and self._fx is not None and self._fx in self._graph_outputs and \
                 tuple(meta.shape) == tuple(sizes):
             # a graph output gets the strides eager would give it
             strides = tuple(int(s) for s in meta.stride())
             if _dense(sizes, strides):
                 return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
+        if self.channels_last and len(sizes) == 4 and value is not None and any(
+                is_channels_last(self.layouts.get(ld.buffer)) for ld in _loads(value)):
+            # follow the activations' layout: kernels over a channels-last tensor store
+            # channels-last too, so the next convolution needs no conversion
+            return Layout(tuple(sizes), channels_last_strides(sizes), 0, dtype,
+                          self.ctx.device_type)
         return Layout(tuple(sizes), contiguous_strides(sizes), 0, dtype, self.ctx.device_type)
 
     def pointwise(self, sizes: tuple[int, ...], dtype: torch.dtype,
-                  body: Callable[[Index], Expr]) -> ComputedView:
+                  body: Callable[[Index], Expr], layout: Layout | None = None) -> ComputedView:
+        """A computed node; ``layout`` (else chosen here) is where it is stored, if it is."""
         sizes = tuple(int(s) for s in sizes)
         vs = fresh_vars("i", len(sizes))
         value = body(vs)
         return self._add(Node(
             name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs, value=value,
-            layout=self._layout_for(sizes, dtype, self._meta_or_none()),
+            layout=layout or self._layout_for(sizes, dtype, self._meta_or_none(), value),
         ))
 
     def reduction(self, sizes: tuple[int, ...], rsizes: tuple[int, ...], op: str,
@@ -309,6 +329,7 @@ class Lowerer:
         node.origins.append(self.origin)
         node.reads = {ld.buffer for ld in _loads(node.value)}
         self.nodes.append(node)
+        self.layouts[node.name] = node.layout
         storage = StorageView(node.name, node.layout)
         return ComputedView(node, node.sizes, None, storage)
 
@@ -321,21 +342,37 @@ class Lowerer:
         copy = self.pointwise(value.sizes, value.dtype, value.load)
         return copy.storage
 
-    def extern(self, target: Any, args: tuple, kwargs: dict, reason: str | None = None) -> Any:
+    def extern(self, target: Any, args: tuple, kwargs: dict, reason: str | None = None,
+               out_strides: list[tuple[int, ...] | None] | None = None) -> Any:
+        """Run ``target`` through ATen (a library call, or a fallback when ``reason``).
+
+        Outputs get the trace's strides, or ``out_strides`` where given; a call that
+        answers in other strides is copied into them at run time.
+        """
         args = _map_values(args, lambda x: self.on_host(self.realize(x)))
         kwargs = _map_values(kwargs, lambda x: self.on_host(self.realize(x)))
         val = self._fx.meta.get("val")
         vals = list(val) if isinstance(val, (list, tuple)) else [val]
+        strides = [tuple(int(s) for s in v.stride()) if isinstance(v, torch.Tensor) else None
+                   for v in vals]
+        if self.channels_last and out_strides is None:
+            # the trace's strides assumed the trace's layouts; an op given channels-last
+            # inputs may answer in channels-last (pooling does): ask its meta kernel
+            out_strides = _meta_strides(target, args, kwargs, vals)
+        for i, st in enumerate(out_strides or ()):
+            if st is not None:
+                strides[i] = st
         outputs, results = [], []
-        for v in vals:
+        for v, st in zip(vals, strides):
             if isinstance(v, torch.Tensor):
                 name = self.fresh("ext")
-                layout = Layout(tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride()),
+                layout = Layout(tuple(int(s) for s in v.shape), st,
                                 int(v.storage_offset()), v.dtype, v.device.type)
                 outputs.append((name, layout))
                 if v.device.type != self.ctx.device_type:
                     results.append(self._hosted(name, layout))
                 else:
+                    self.layouts[name] = layout
                     results.append(StorageView(name, layout))
             else:
                 outputs.append(None)
@@ -349,6 +386,17 @@ class Lowerer:
         else:
             self.fallbacks.append(FallbackReport(name, reason, self._fx.name))
         return tuple(results) if node.multi_output else results[0]
+
+    def require_layout(self, x: Any, strides: tuple[int, ...]) -> Any:
+        """``x`` as a buffer with these strides: itself if it already is one, else a copy."""
+        st = self.realize(x)
+        if not isinstance(st, StorageView):
+            return st
+        lay = st.layout
+        if all(a == b for a, b, n in zip(lay.strides, strides, lay.sizes) if n != 1):
+            return st
+        layout = Layout(tuple(lay.sizes), strides, 0, lay.dtype, self.ctx.device_type)
+        return self.pointwise(lay.sizes, lay.dtype, st.load, layout=layout).storage
 
     def view(self, value: TensorValue, sizes: tuple[int, ...],
              reindex: Callable[[Index], Index], op: Any, args: tuple) -> TensorValue:
@@ -434,6 +482,109 @@ def _dense(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
             return False
         expect *= sz
     return True
+
+
+def channels_last_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a 4-d (N, C, H, W) tensor stored as N, H, W, C."""
+    _, c, h, w = (max(int(s), 1) for s in sizes)
+    return (h * w * c, 1, w * c, c)
+
+
+def is_channels_last(layout: Layout | None) -> bool:
+    """A dense 4-d layout whose channels are innermost (and not also contiguous)."""
+    if layout is None or len(layout.sizes) != 4 or layout.sizes[1] == 1:
+        return False
+    want = channels_last_strides(layout.sizes)
+    same = all(a == b for a, b, n in zip(layout.strides, want, layout.sizes) if n != 1)
+    return same and not layout.is_contiguous()
+
+
+#: Inductor's measured channels-last speed-up per convolution kind (inference;
+#: torch/_inductor/graph.py decide_layout_opt): < 1 is faster in channels-last.
+_CL_MULTIPLIER = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
+
+
+def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
+    """Whether this graph's convolutions run on channels-last activations, and why (a note).
+
+    The option ``channels_last`` decides when set. Otherwise: only for plugins that
+    declare ``Capability.CHANNELS_LAST``, only inference graphs (in training the saved
+    activations leave the forward graph in eager's layout, which would cost a copy
+    each), only 2-d convolutions, and by Inductor's rule: not when convolutions are
+    rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
+    """
+    forced = ctx.options.get("channels_last")
+    convs = [n for n in gm.graph.nodes if n.op == "call_function"
+             and n.target is aten.convolution.default
+             and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].ndim == 4]
+    if forced is not None:
+        on = bool(forced) and bool(convs)
+        return on, (f"channels-last activations around {len(convs)} convolution(s) "
+                    "(option channels_last=True)" if on else "")
+    if not convs or not ctx.has(Capability.CHANNELS_LAST) or ctx.graph_kind != "inference":
+        return False, ""
+    if len(gm.graph.nodes) >= 300 * len(convs):
+        return False, ""
+    total = weighted = 0.0
+    for n in convs:
+        w = n.args[1].meta.get("val") if isinstance(n.args[1], torch.fx.Node) else None
+        out = n.meta["val"]
+        if not isinstance(w, torch.Tensor):
+            continue
+        groups = n.args[8] if len(n.args) > 8 else 1
+        cout, cin_g, kh, kw = (int(s) for s in w.shape)
+        flops = 2.0 * out.numel() * cin_g * kh * kw
+        if groups > 1 and cin_g > 1:
+            kind = "grouped"
+        elif cout <= 64 and cin_g <= 64:
+            kind = "small"
+        elif cout * 2 <= cin_g and kh > 1:
+            kind = "in_out"
+        else:
+            kind = "default"
+        total += flops
+        weighted += flops * _CL_MULTIPLIER[kind]
+    if weighted > total:
+        return False, ("channels-last not chosen: by FLOP-weighted measured speed-ups its "
+                       "convolutions (mostly grouped) are faster in the trace's layout")
+    return True, f"channels-last activations around {len(convs)} convolution(s)"
+
+
+def _meta_strides(target: Any, args: tuple, kwargs: dict,
+                  vals: list[Any]) -> list[tuple[int, ...] | None] | None:
+    """The output strides ``target``'s meta kernel gives for the arguments' real layouts,
+    when a channels-last argument may change them (None: keep the trace's)."""
+    views = [a for a in _flat(args) + _flat(kwargs) if isinstance(a, StorageView)]
+    if not any(is_channels_last(v.layout) for v in views):
+        return None
+
+    def meta(x: Any) -> Any:
+        if isinstance(x, StorageView):
+            lay = x.layout
+            return torch.empty_strided(lay.sizes, lay.strides, dtype=lay.dtype, device="meta")
+        return x
+
+    try:
+        got = target(*_map_values(args, meta), **_map_values(kwargs, meta))
+    except Exception:  # noqa: BLE001 - no meta kernel: the trace's strides stand
+        return None
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    if len(got) != len(vals):
+        return None
+    out: list[tuple[int, ...] | None] = []
+    for g, v in zip(got, vals):
+        ok = (isinstance(g, torch.Tensor) and isinstance(v, torch.Tensor)
+              and tuple(g.shape) == tuple(v.shape) and _dense(tuple(g.shape), tuple(g.stride())))
+        out.append(tuple(int(s) for s in g.stride()) if ok else None)
+    return out
+
+
+def _flat(x: Any) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        return [y for item in x for y in _flat(item)]
+    if isinstance(x, dict):
+        return [y for item in x.values() for y in _flat(item)]
+    return [x]
 
 
 def _tensor_meta_ok(n: torch.fx.Node) -> bool:
@@ -534,7 +685,7 @@ def elementwise(L: Lowerer, name: str, *xs: Any, compute: torch.dtype | None = N
     return L.pointwise(sizes, dtype, body)
 
 
-from .ir.expr import PREDICATES as _PRED  # noqa: E402
+from .ir.expr import PREDICATES as _PRED
 
 # ---------------------------------------------------------------------------
 # elementwise
@@ -1247,6 +1398,117 @@ def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
         return Op("where", (inside, cast(x.load(tuple(sub)), dtype), Const(value, dtype)), dtype)
 
     return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.convolution.default)
+def _convolution(L: Lowerer, x: Any, weight: Any, bias: Any, *rest: Any) -> Any:
+    """A library call; with the plugin's capabilities, on channels-last activations and
+    with the bias added in the generated kernel that follows (fused with what reads it)."""
+    out = L.meta()
+    if (isinstance(bias, TensorValue) and L.ctx.has(Capability.CONV_BIAS_IN_KERNEL)
+            and out.numel() > 0):
+        y = _conv_call(L, x, weight, None, rest)
+        b = _view(L, bias, (bias.sizes[0],) + (1,) * (out.ndim - 2))
+        return elementwise(L, "add", y, b)
+    return _conv_call(L, x, weight, bias, rest)
+
+
+def _conv_call(L: Lowerer, x: Any, weight: Any, bias: Any, rest: tuple) -> Any:
+    target = aten.convolution.default
+    if L.channels_last and isinstance(x, TensorValue) and x.ndim == 4:
+        x = L.require_layout(x, channels_last_strides(x.sizes))
+        # the library answers channels-last inputs in channels-last (the weight it
+        # converts itself); the wrapper checks that at run time
+        strides = channels_last_strides(tuple(L.meta().shape))
+        return L.extern(target, (x, weight, bias, *rest), {}, out_strides=[strides])
+    return L.extern(target, (x, weight, bias, *rest), {})
+
+
+@register(aten.max_pool2d_with_indices.default)
+def _max_pool2d(L: Lowerer, x: Any, kernel_size: Any, stride: Any = (), padding: Any = 0,
+                dilation: Any = 1, ceil_mode: bool = False) -> Any:
+    """Max over each window, unrolled: a pointwise node that fuses with what computes
+    its input (BatchNorm + ReLU in a ResNet stem). The indices are a second node, stored
+    only if something reads them (training). ATen's semantics: positions outside the
+    input are skipped, the first maximum wins, NaN beats everything."""
+    def pair(v: Any, default: Any) -> tuple[int, int]:
+        v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        return (int(v[0]), int(v[-1]))
+
+    kh, kw = pair(kernel_size, None)
+    sh, sw = pair(stride, (kh, kw))
+    ph, pw = pair(padding, 0)
+    if pair(dilation, 1) != (1, 1) or kh * kw > 64 or not x.dtype.is_floating_point:
+        raise Unsupported("max pooling with dilation, windows over 64 or integers")
+    out, _ = L.meta()
+    sizes = tuple(int(s) for s in out.shape)
+    h, w = x.sizes[-2:]
+    dtype = x.dtype
+    acc = upcast(dtype)
+
+    def window(idx: Index) -> list[tuple[Expr | None, Expr, Expr]]:
+        """(inside, value, flat position) per window element, in ATen's scan order."""
+        *pre, i, j = idx
+        items = []
+        for a in range(kh):
+            for b in range(kw):
+                hi, wi = i * sh - ph + a, j * sw - pw + b
+                conds = []
+                for v, n, lo in ((hi, h, ph - a), (wi, w, pw - b)):
+                    iv = IndexValue(v)
+                    if lo > 0:  # can fall below 0
+                        conds.append(Op("ge", (iv, Const(0, torch.int64)), torch.bool))
+                    conds.append(Op("lt", (iv, Const(n, torch.int64)), torch.bool))
+                inside = conds[0]
+                for c in conds[1:]:
+                    inside = Op("logical_and", (inside, c), torch.bool)
+                at = (*pre, _safe(hi, 0, h, ph), _safe(wi, 0, w, pw))
+                items.append((inside, cast(x.load(at), acc), IndexValue(hi * w + wi)))
+        return items
+
+    def scan(idx: Index) -> tuple[Expr, Expr]:
+        items = window(idx)
+        # ATen starts at the window's first position inside the input, value -inf
+        pos: Expr = Const(0, torch.int64)
+        for inside, _v, p in reversed(items):
+            pos = Op("where", (inside, p, pos), torch.int64)
+        best: Expr = Const(float("-inf"), acc)
+        for inside, v, p in items:
+            take = Op("logical_or", (Op("gt", (v, best), torch.bool),
+                                     Op("isnan", (v,), torch.bool)), torch.bool)
+            take = Op("logical_and", (inside, take), torch.bool)
+            best = Op("where", (take, v, best), acc)
+            pos = Op("where", (take, p, pos), torch.int64)
+        return best, pos
+
+    values = L.pointwise(sizes, dtype, lambda idx: cast(scan(idx)[0], dtype))
+    indices = L.pointwise(sizes, torch.int64, lambda idx: scan(idx)[1])
+    return values, indices
+
+
+@register(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(L: Lowerer, x: Any, output_size: Any) -> Any:
+    """Mean over equal windows (the common case: global pooling): a reduction that fuses
+    with what computes its input. Uneven windows stay a library call."""
+    oh, ow = (int(s) for s in output_size)
+    h, w = x.sizes[-2:]
+    if oh <= 0 or ow <= 0 or h % oh or w % ow or not x.dtype.is_floating_point:
+        raise Unsupported("adaptive pooling with uneven windows")
+    kh, kw = h // oh, w // ow
+    lead = tuple(x.sizes[:-2])
+    dtype = x.dtype
+    acc = upcast(dtype)
+
+    def body(idx: Index, ridx: Index) -> Expr:
+        *pre, i, j = idx
+        at = (*pre, i * kh + ridx[0], j * kw + ridx[1])
+        return cast(x.load(at), acc)
+
+    total = L.reduction(lead + (oh, ow), (kh, kw), "sum", acc, body)
+    n = kh * kw
+    return L.pointwise(lead + (oh, ow), dtype, lambda idx: cast(
+        Op("truediv", (total.load(idx), Const(float(n), acc)), acc), dtype))
 
 
 def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False) -> Callable:

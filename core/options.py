@@ -23,6 +23,11 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         (), "codegen plugins to try, in order, if this one fails to compile a graph", (tuple, list)
     ),
     "autotune": OptionSpec(False, "let the plugin time a few kernel configs", bool),
+    "channels_last": OptionSpec(
+        None, "channels-last activations around convolutions: None lets the core decide per "
+        "graph (plugins with Capability.CHANNELS_LAST, inference graphs), True always, False "
+        "never", (bool, type(None))
+    ),
 }
 
 #: torch.compile modes and the options each stands for.

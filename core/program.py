@@ -8,8 +8,9 @@ outputs. That function's per-call work is the launches and allocations only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx
@@ -19,7 +20,7 @@ from sdk.report import ExternReport, FallbackReport, KernelReport
 
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.kernel import Kernel, Layout, check_kernel
-from .lowering import SEED_BUFFER, Lowerer
+from .lowering import SEED_BUFFER, Lowerer, _dense
 from .memory import plan_memory
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 
@@ -118,7 +119,16 @@ def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
 def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
     """How each graph output is produced, and the computed buffers that must be stored."""
     plan, keep = [], set()
-    for v in L.outputs:
+    for v, meta in zip(L.outputs, L.output_metas):
+        if L.channels_last and isinstance(v, TensorValue) and isinstance(meta, torch.Tensor):
+            # a layout the core chose stays inside the graph: outputs leave in eager's
+            want = tuple(int(s) for s in meta.stride())
+            st = v.storage
+            if (st is not None and tuple(meta.shape) == tuple(v.sizes) and _dense(v.sizes, want)
+                    and any(a != b for a, b, n in zip(st.layout.strides, want, v.sizes)
+                            if n != 1)):
+                layout = Layout(tuple(v.sizes), want, 0, v.dtype, L.ctx.device_type)
+                v = L.pointwise(v.sizes, v.dtype, v.load, layout=layout)
         if isinstance(v, ComputedView) and v.reindex is None and v.sizes == v.node.sizes:
             plan.append(("buf", v.node.name, None))
             keep.add(v.node.name)
@@ -185,11 +195,16 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
         env["_seed"] = _make_seed
         lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
 
+    # inputs whose strides, offset and alignment something here bakes in: read by a
+    # kernel, or re-viewed with fixed strides; the others only reach library calls whole
+    baked: set[str] = set()
+
     def arg_expr(x: Any) -> str:
         if isinstance(x, StorageView):
             base = layouts[x.buffer]
             if x.layout == base:
                 return x.buffer
+            baked.add(x.buffer)
             return (f"_as_strided({x.buffer}, {tuple(x.layout.sizes)}, "
                     f"{tuple(x.layout.strides)}, {x.layout.offset})")
         if isinstance(x, (list, tuple)):
@@ -205,6 +220,7 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
         for line in mem.before.get(i, []):
             lines.append("    " + line)
         if isinstance(step, Kernel):
+            baked.update(a.name for a in step.args)
             fname = const(compiled[step.name])
             lines.append(f"    {fname}({', '.join(a.name for a in step.args)})")
         else:
@@ -241,6 +257,8 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             rets.append(buf)
         elif kind == "view":
             base = layouts[buf]
+            if layout != base:
+                baked.add(buf)
             rets.append(buf if layout == base else
                         f"_as_strided({buf}, {tuple(layout.sizes)}, {tuple(layout.strides)}, "
                         f"{layout.offset})")
@@ -249,7 +267,11 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     source = "\n".join(lines)
     exec(compile(source, f"<sdk wrapper {ctx.graph_name}>", "exec"), env)  # noqa: S102
-    return env["call"], source
+    call = env["call"]
+    # per call, the guard checks only the sizes of inputs nothing bakes the layout of
+    call.layout_free = frozenset(i for i, (name, _) in enumerate(L.inputs)
+                                 if name and name not in baked and name not in copy_of)
+    return call, source
 
 
 def _make_seed(device: torch.device) -> torch.Tensor:

@@ -39,6 +39,13 @@ class Capability(str, enum.Enum):
     # a later stage of a kernel may load, at the same outer point, what an earlier one
     # stored there (one thread runs a row's stages in order: true in C++, not in Triton)
     STORE_THEN_LOAD = "store_then_load"
+    # the device's library convolutions are faster on channels-last activations: the core
+    # picks that layout once per graph (inference graphs with convolutions, by Inductor's
+    # FLOP-weighted rule) and converts only at the graph's edges
+    CHANNELS_LAST = "channels_last"
+    # a convolution's bias is added in the generated kernel that follows the library call
+    # (with BatchNorm, activation and residual), not by the library call itself
+    CONV_BIAS_IN_KERNEL = "conv_bias_in_kernel"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,8 @@ def sdk_plugin_info() -> sdk.PluginInfo:
         capabilities=frozenset({
             sdk.Capability.FP64, sdk.Capability.BF16, sdk.Capability.REDUCTIONS,
             sdk.Capability.MULTI_STAGE, sdk.Capability.INDIRECT_LOADS, sdk.Capability.RANDOM,
+            # cuDNN: NHWC kernels, and a bias in the call is a separate, slower kernel
+            sdk.Capability.CHANNELS_LAST, sdk.Capability.CONV_BIAS_IN_KERNEL,
         }),
         description="Triton kernels on NVIDIA GPUs (CPU tensors under TRITON_INTERPRET=1)",
     )

@@ -1,0 +1,220 @@
+"""Convnet inference: channels-last layout selection, BatchNorm as one pass, pooling as a
+reduction, loop order, and the per-call guard that checks only what a graph bakes in.
+
+Every model is compared with eager on fresh random inputs (and BatchNorm statistics that
+are not the identity), outputs in eager's strides; what the compiler did is read from
+``sdk.explain``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sympy
+import torch
+
+import sdk
+from sdk.core.ir.kernel import Layout, Stage, Store
+from sdk.core.scheduler import _loop_order
+
+from .plugins_under_test import PLUGINS, device_of
+
+
+class Block(torch.nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=True)
+        self.b1 = torch.nn.BatchNorm2d(c)
+        self.c2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.b2 = torch.nn.BatchNorm2d(c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + x)
+
+
+class Net(torch.nn.Module):
+    """A small ResNet: stem conv + BN + ReLU + max-pool, a residual block, a depthwise
+    conv, global average pooling and a classifier; returns the logits and a feature map."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 5, stride=2, padding=2)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.block = Block(16)
+        self.dw = torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.pool(torch.relu(self.bn(self.stem(x))))
+        x = self.dw(self.block(x))
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(x, 1).flatten(1)), x
+
+
+def _net(device: str, dtype: torch.dtype = torch.float32) -> Net:
+    torch.manual_seed(0)
+    m = Net().eval()
+    for bn in (m.bn, m.block.b1, m.block.b2):
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.data.uniform_(0.5, 1.5)
+        bn.bias.data.uniform_(-0.5, 0.5)
+    return m.to(device=device, dtype=dtype)
+
+
+def _check(compiled: torch.nn.Module, model: torch.nn.Module, x: torch.Tensor,
+           tol: dict) -> None:
+    with torch.no_grad():
+        got, want = compiled(x), model(x)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **tol)
+        assert g.stride() == w.stride(), "outputs leave in eager's layout"
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_convnet_matches_eager(plugin, dtype, channels_last):
+    dev = device_of(plugin)
+    model = _net(dev, dtype)
+    tol = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    backend = sdk.backend(plugin, channels_last=channels_last, fallback=False)
+    compiled = torch.compile(model, backend=backend)
+    for _ in range(2):  # fresh inputs on each call
+        _check(compiled, model, torch.randn(2, 3, 32, 32, device=dev, dtype=dtype), tol)
+
+
+def _report(plugin: str, **options):
+    dev = device_of(plugin)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    with torch.no_grad():
+        return sdk.explain(_net(dev), x, backend=f"sdk:{plugin}", fallback=False, **options)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_batchnorm_in_inference_is_one_pass(plugin):
+    """conv -> BN -> ReLU (-> + residual) is a library call and one kernel: the
+    per-channel scale (rsqrt(var + eps) * weight) is recomputed in it, not a kernel."""
+    (graph,) = _report(plugin, channels_last=False).graphs
+    normalizing = [k for k in graph.kernels if "aten.sub.Tensor" in k.ops]
+    assert len(normalizing) == 3, [k.ops for k in graph.kernels]
+    for k in normalizing:
+        assert "aten.sqrt.default" in k.ops and "aten.relu.default" in k.ops, k.ops
+    # and no kernel does the per-channel part alone
+    assert all("aten.sub.Tensor" in k.ops or "aten.mean.dim" in k.ops
+               for k in graph.kernels), [k.ops for k in graph.kernels]
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_channels_last_is_chosen_once_and_converted_at_the_edges(plugin):
+    (graph,) = _report(plugin, channels_last=True).graphs
+    assert any("channels-last" in n for n in graph.notes), graph.notes
+    # one conversion in (the input image); none between the convolutions; the feature
+    # map leaves in eager's layout from a kernel that does other work anyway
+    copies = [k for k in graph.kernels if k.ops == ("aten.convolution.default",)]
+    assert len(copies) == 1, [k.ops for k in graph.kernels]
+    assert len(graph.kernels) == 5, [k.ops for k in graph.kernels]
+
+
+def test_channels_last_follows_the_plugin_capability():
+    """cpu_cpp does not declare Capability.CHANNELS_LAST: the core keeps the trace's layout."""
+    (graph,) = _report("cpu_cpp").graphs
+    assert not any("channels-last" in n for n in graph.notes), graph.notes
+    assert not any(k.ops == ("aten.convolution.default",) for k in graph.kernels)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_global_average_pooling_is_a_reduction(plugin):
+    (graph,) = _report(plugin).graphs
+    assert not any("adaptive_avg_pool" in e.op for e in graph.externs), graph.externs
+    assert not graph.fallbacks
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("out", [(1, 1), (2, 4), (3, 3)])
+def test_adaptive_avg_pool2d(plugin, out):
+    """Even windows are a reduction; uneven ones (8 -> 3) stay a library call."""
+    dev = device_of(plugin)
+    x = torch.randn(2, 5, 8, 8, device=dev)
+    fn = lambda t: torch.nn.functional.adaptive_avg_pool2d(t.relu(), out) * 2
+    got = torch.compile(fn, backend=sdk.backend(plugin, fallback=False))(x)
+    torch.testing.assert_close(got, fn(x))
+
+
+def test_loop_order_follows_the_largest_store():
+    """A kernel storing a channels-last (N, C, H, W) buffer walks C fastest."""
+    xs = tuple(sympy.Symbol(f"x{i}", integer=True, nonnegative=True) for i in range(4))
+    sizes = (2, 8, 4, 4)
+    cl = Layout(sizes, (128, 1, 32, 8), 0, torch.float32, "cpu")
+    from sdk.core.ir.expr import Const
+
+    stage = Stage((), (), [], [Store("out", cl.linear(xs), Const(0.0, torch.float32))])
+    order, osizes = _loop_order(xs, sizes, [stage], {"out": cl})
+    assert order == (xs[0], xs[2], xs[3], xs[1]) and osizes == (2, 4, 4, 8)
+    contiguous = Layout(sizes, (128, 16, 4, 1), 0, torch.float32, "cpu")
+    stage = Stage((), (), [], [Store("out", contiguous.linear(xs), Const(0.0, torch.float32))])
+    assert _loop_order(xs, sizes, [stage], {"out": contiguous}) == (xs, sizes)
+
+
+def test_guard_checks_sizes_only_for_inputs_that_only_reach_library_calls(specializations):
+    """``b`` goes whole to mm: another layout of it needs no new variant and is right.
+    ``a`` is read by a kernel: another layout gets its own variant. (The compiled
+    program is called directly: Dynamo's own guards would recompile first.)"""
+    def fn(a, b):
+        return torch.mm(a.relu(), b)
+
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    torch.testing.assert_close(torch.compile(fn, backend="sdk:cpu_cpp")(a, b), fn(a, b))
+    (prog,) = specializations
+    bt = torch.randn(4, 16).t()  # same sizes, transposed strides
+    (got,) = prog(a, bt)
+    torch.testing.assert_close(got, fn(a, bt))
+    assert len(prog.variants) == 1
+    at = torch.randn(16, 8).t()
+    (got,) = prog(at, b)
+    torch.testing.assert_close(got, fn(at, b))
+    assert len(prog.variants) == 2
+    b5 = torch.randn(16, 5)  # other sizes are never run on the old variant
+    (got,) = prog(a, b5)
+    torch.testing.assert_close(got, fn(a, b5))
+    assert len(prog.variants) == 3
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("case", [
+    (3, 2, 1, (2, 4, 9, 9), torch.float32, False),
+    (2, 2, 0, (1, 3, 8, 8), torch.float32, False),
+    (3, 1, 1, (2, 3, 5, 7), torch.bfloat16, False),
+    (3, 2, 0, (4, 9, 9), torch.float32, False),
+    ((3, 2), (2, 1), (1, 0), (2, 2, 7, 6), torch.float32, False),
+    (3, 2, 1, (1, 2, 8, 8), torch.float32, True),
+], ids=lambda c: "-".join(map(str, c[:3])) + ("-ceil" if c[5] else ""))
+def test_max_pool2d_values_and_indices_match_eager(plugin, case):
+    """Lowered, not a library call; NaN wins, -inf windows and padding as ATen does."""
+    k, stride, pad, shape, dtype, ceil = case
+    dev = device_of(plugin)
+    x = torch.randn(*shape, dtype=dtype, device=dev)
+    x[..., 0, 0] = float("nan")
+    x[..., 2, 3] = float("-inf")
+    x[..., :3, :3] = float("-inf") if len(shape) == 4 else x[..., :3, :3]
+
+    def fn(t):
+        return torch.nn.functional.max_pool2d_with_indices(t * 1.0, k, stride, pad,
+                                                           ceil_mode=ceil)
+
+    v, i = torch.compile(fn, backend=sdk.backend(plugin, fallback=False))(x)
+    rv, ri = fn(x)
+    torch.testing.assert_close(v, rv, equal_nan=True)
+    assert torch.equal(i, ri)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_max_pool2d_gradient(plugin):
+    dev = device_of(plugin)
+    x = torch.randn(2, 3, 8, 8, device=dev, requires_grad=True)
+
+    def f(t):
+        return torch.nn.functional.max_pool2d(t * 2, 3, 2, 1).square().sum()
+
+    (g,) = torch.autograd.grad(torch.compile(f, backend=sdk.backend(plugin, fallback=False))(x), x)
+    (want,) = torch.autograd.grad(f(x), x)
+    torch.testing.assert_close(g, want)
