@@ -17,6 +17,9 @@ Kernel shapes (:func:`plan`)
 ``looped``      longer rows: ``XBLOCK`` rows per program, each stage loops
                 over its row in chunks of ``RBLOCK`` with ``[XBLOCK, RBLOCK]``
                 accumulators.
+``looped`` is also the shape of a column reduction (the rows are contiguous in
+                memory, the reduction strided): ``[XBLOCK, RBLOCK]`` tiles of
+                many rows and few reduction elements, so loads coalesce.
 ``split``       few rows, very long (e.g. the sum of all elements): a first
                 kernel reduces ``SPLIT`` chunks of each row into a scratch
                 buffer, a second combines the partials and runs the epilogue.
@@ -41,6 +44,10 @@ SPLIT_TARGET_PROGRAMS = 1024
 MIN_PROGRAMS = 264
 #: Largest block of a pointwise kernel.
 POINTWISE_XBLOCK = 1024
+#: Column reductions (``outer``): rows per block at most / at least, and elements per tile.
+OUTER_XBLOCK = 64
+OUTER_MIN_ROWS = 16
+OUTER_TILE = 4096
 #: Chunk of a looped reduction.
 LOOPED_RBLOCK = 4096
 #: Chunk of the first kernel of a split reduction.
@@ -94,18 +101,28 @@ def tile_2d(ynumel: int, xnumel: int) -> dict[str, int] | None:
     return {"XBLOCK": xb, "YBLOCK": yb, "num_warps": 4 if xb * yb >= 2048 else 2}
 
 
-def plan(xnumel: int, inner_numels: list[int], splittable: bool) -> Plan:
+def plan(xnumel: int, inner_numels: list[int], splittable: bool, outer: bool = False) -> Plan:
     """Choose the kernel shape and its default block sizes.
 
     ``inner_numels``: the numel of every stage with inner ranges (empty for a
     pointwise kernel); ``splittable``: the kernel has the one-reduction-stage
-    form a split reduction needs (see ``render``).
+    form a split reduction needs (see ``render``); ``outer``: its largest load is
+    contiguous along the rows, not along the reduction (a column sum), so a block
+    takes many rows and few reduction elements: each load instruction then reads
+    consecutive addresses.
     """
     if not inner_numels:
         xblock = min(POINTWISE_XBLOCK, next_power_of_2(xnumel))
         warps = 8 if xnumel >= 65536 else max(1, min(4, xblock // 128))
         return Plan("pointwise", xnumel, 0, {"XBLOCK": xblock, "num_warps": warps})
     rnumel = max(inner_numels)
+    if outer and xnumel >= 8 * OUTER_MIN_ROWS and rnumel >= 16:
+        xblock = OUTER_XBLOCK
+        while xblock > OUTER_MIN_ROWS and cdiv(xnumel, xblock) < MIN_PROGRAMS // 2:
+            xblock //= 2
+        rblock = min(next_power_of_2(rnumel), OUTER_TILE // xblock)
+        return Plan("looped", xnumel, rnumel,
+                    {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": 8})
     if splittable and xnumel <= SPLIT_MAX_OUTER and rnumel >= SPLIT_MIN_INNER:
         split = min(cdiv(rnumel, SPLIT_MIN_CHUNK), max(2, SPLIT_TARGET_PROGRAMS // max(xnumel, 1)))
         if split >= 2:

@@ -216,7 +216,8 @@ class _Writer:
         self.rsyms = {_sym(n) for s in self.stages for n in s.vars}
 
         inner = [s.numel for s in self.stages if s.group >= 0]
-        self.plan = heuristics.plan(self.xnumel, inner, self._splittable())
+        self.plan = heuristics.plan(self.xnumel, inner, self._splittable(),
+                                    outer=bool(inner) and self._outer_reduction())
         # axis 0 of a 2D block: index, mask, block size (rows of a 2D pointwise tile: y)
         self.ax0 = ("xindex", "xmask", "XBLOCK")
         self.tile: tuple[list[tuple[str, int]], list[tuple[str, int]], dict] | None = None
@@ -234,6 +235,29 @@ class _Writer:
         st = self.stages
         return (bool(st) and st[0].group >= 0 and bool(st[0].reductions) and not st[0].stores
                 and all(s.group < 0 for s in st[1:]))
+
+    def _outer_reduction(self) -> bool:
+        """Does the kernel's largest reduced load run contiguously along an outer variable
+        (a column sum: the bias gradient of a linear layer), not along its reduction?"""
+        best: tuple[int, ir.Load] | None = None
+        for st in self.stages:
+            if st.group < 0:
+                continue
+            for node in ir.walk([v for _, _, v, _ in st.reductions]):
+                if isinstance(node, ir.Load) and not node.binds:
+                    size = self.layout[node.buffer].numel
+                    if best is None or size > best[0]:
+                        best = (size, node)
+        if best is None:
+            return False
+        index = sympy.expand(sympy.sympify(best[1].index))
+        if self._unit_var(index) is None:
+            return False
+        for term in sympy.Add.make_args(index):
+            c, rest = term.as_coeff_Mul()
+            if c == 1 and rest in self.rsyms:
+                return False
+        return bool(index.free_symbols & self.rsyms)
 
     def _unit_var(self, index: sympy.Expr) -> sympy.Symbol | None:
         """The outer variable along which ``index`` is contiguous (coefficient 1), if plain."""
