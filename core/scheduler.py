@@ -103,6 +103,10 @@ def _fits(node: Node, X: tuple[int, ...], R: tuple[int, ...]) -> str | None:
         return "outer"
     if R and math.prod(sq) == math.prod(X) * math.prod(R) and _splits_at(sq, math.prod(X)):
         return "inner"
+    if R and sorted(sq) == sorted(X + R):
+        # the same dims in another order (a reduction over a leading dim reads its
+        # producer transposed): the builder maps it through how the group reads it
+        return "permuted"
     return None
 
 
@@ -125,6 +129,8 @@ def _merged_space(a: Group, b: Group) -> tuple[tuple[int, ...], tuple[int, ...]]
 
 #: Largest expression (in nodes) recomputed per element where it is inlined.
 _INLINE_MAX_NODES = 40
+#: Most reads of a producer by its one, smaller reader for it to be inlined (a 3x3 window).
+_INLINE_MAX_READS = 16
 
 
 def inline_broadcast_producers(nodes: list[Node | ExternNode], keep: set[str]
@@ -135,10 +141,12 @@ def inline_broadcast_producers(nodes: list[Node | ExternNode], keep: set[str]
     and applies it over (N, C, H, W): two iteration spaces, so two kernels, and a
     stored per-channel buffer between them. Recomputing such a producer in its
     readers makes the whole thing one pointwise pass (Inductor inlines the same
-    way). Only where every reader is a computed node larger than the producer,
-    reads it at a plain index, and the producer is cheap, not a graph output and
-    not read by a library call.
+    way). Only where every reader is a computed node larger than the producer (or
+    the one reader is a smaller window over it, as max-pooling is), reads it at a
+    plain index, and the producer is cheap, not a graph output and not read by a
+    library call.
     """
+    nodes = _drop_dead(nodes, keep)
     computed = [n for n in nodes if isinstance(n, Node)]
     readers: dict[str, list[Node]] = {}
     raw: set[str] = set(keep)
@@ -155,8 +163,14 @@ def inline_broadcast_producers(nodes: list[Node | ExternNode], keep: set[str]
     dropped: set[str] = set()
     for p in reversed(computed):
         rs = readers.get(p.name, [])
-        if (p.is_reduction or p.name in raw or not rs or any(r.numel <= p.numel for r in rs)
-                or len(walk([p.value])) > _INLINE_MAX_NODES):
+        if p.is_reduction or p.name in raw or not rs or len(walk([p.value])) > _INLINE_MAX_NODES:
+            continue
+        broadcast = all(r.numel > p.numel for r in rs)
+        # a window over it (max-pooling after BatchNorm + ReLU): recomputing a cheap value
+        # a few times costs less than storing it and reading it back
+        window = (len(rs) == 1 and not rs[0].is_reduction and rs[0].numel < p.numel
+                  and sum(ld.buffer == p.name for ld in loads(rs[0].value)) <= _INLINE_MAX_READS)
+        if not (broadcast or window):
             continue
         memo: dict[tuple, Expr] = {}
 
@@ -183,6 +197,19 @@ def inline_broadcast_producers(nodes: list[Node | ExternNode], keep: set[str]
                 readers[b].remove(p)
         dropped.add(p.name)
     return [n for n in nodes if not (isinstance(n, Node) and n.name in dropped)]
+
+
+def _drop_dead(nodes: list[Node | ExternNode], keep: set[str]) -> list[Node | ExternNode]:
+    """Computed nodes nothing reads and that are not kept (max-pooling's indices in
+    inference), so they do not count as readers of what they read."""
+    live = set(keep)
+    out: list[Node | ExternNode] = []
+    for n in reversed(nodes):
+        if isinstance(n, Node) and n.name not in live:
+            continue
+        live |= n.reads
+        out.append(n)
+    return out[::-1]
 
 
 class Scheduler:
@@ -433,12 +460,15 @@ class _Builder:
         self._resolved: dict[str, Expr] = {}
         self._level: dict[str, int] = {}
         self._inlined: dict[tuple, Expr] = {}
+        self._mapping_stack: set[str] = set()
 
     def _mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
         """Node vars -> group vars (size-1 dims -> 0)."""
         kind = _fits(node, self.g.X, self.g.R)
         if kind is None:
             raise _NotFusable(f"{node.name} does not fit the group's loops")
+        if kind == "permuted":
+            return self._mapping_from_readers(node)
         if kind == "red":
             coords = iter(self.xs + self.rs)
         else:
@@ -457,6 +487,34 @@ class _Builder:
             for v, s in zip(node.rvars, node.rsizes):
                 mapping[v] = sympy.Integer(0) if s == 1 else next(group_vars)
         return mapping
+
+    def _mapping_from_readers(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
+        """Node vars -> group vars, taken from a group member that reads ``node`` with
+        every one of the group's loops in some position of the index (a transpose)."""
+        if node.name in self._mapping_stack:
+            raise _NotFusable(f"{node.name} is read only through itself")
+        self._mapping_stack.add(node.name)
+        try:
+            wanted = set(self.xs + self.rs)
+            for r in self.g.members:
+                if r is node or node.name not in r.reads:
+                    continue
+                try:
+                    rm = self._mapping(r)
+                except _NotFusable:
+                    continue
+                for ld in loads(r.value):
+                    if ld.buffer != node.name or not isinstance(ld.index, tuple) or ld.binds:
+                        continue
+                    idx = [sympy.expand(sympy.sympify(i).xreplace(rm)) for i in ld.index]
+                    used = [i for i, sz in zip(idx, node.sizes) if sz != 1]
+                    if set(used) == wanted and len(used) == len(wanted):
+                        return {v: (sympy.Integer(0) if sz == 1 else i)
+                                for v, i, sz in zip(node.vars, idx, node.sizes)}
+        finally:
+            self._mapping_stack.discard(node.name)
+        raise _NotFusable(f"{node.name} is a transpose of the group's loops that no member "
+                          "reads plainly")
 
     def store_index(self, node: Node) -> tuple[sympy.Expr, ...]:
         m = self._mapping(node)
@@ -549,7 +607,7 @@ class _Builder:
                 value = n.store_value(self.resolved(n))
                 kind = _fits(n, self.g.X, self.g.R)
                 need = self._needs(value)
-                stage = inner_stage(need + 1) if kind == "inner" else outer_stage(need)
+                stage = inner_stage(need + 1) if kind in ("inner", "permuted") else outer_stage(need)
                 stage.stores.append(Store(n.name, layouts[n.name].linear(self.store_index(n)),
                                           value))
         if self.s.ctx.has(Capability.STORE_THEN_LOAD):
