@@ -1,6 +1,14 @@
 """``python -m sdk bench``: ``sdk:<plugin>``, Inductor and eager, side by side, in one process.
 
-Method (this is what the printed numbers mean):
+Two suites: ``--suite kernels`` (the default) times the microbenchmarks of this module
+(elementwise chains, softmax, layer norm, MLPs; on a GPU also a GPT-2 training step and
+resnet18); ``--suite models`` times real models, torchvision and timm inference and HF
+transformers training steps, each in bf16 and fp32, at ``--size full`` (a GPU's default)
+or ``--size small`` (the CPU's default): :mod:`sdk.bench_models` describes its rows, sizes,
+checks and CUDA launch counts. ``--only`` picks rows, ``--list`` prints them, ``--json``
+writes everything; the exit status is 1 when any sdk result is a MISMATCH or an error.
+
+Method of both suites (this is what the printed numbers mean):
 
 * **Cold compile** (``cold s``): wall time of the first call of a freshly
   compiled function, after ``reset_dynamo()``, minus nothing. It includes
@@ -27,8 +35,9 @@ Method (this is what the printed numbers mean):
   serving loop.
 * **Correctness** is checked on the cold call's result, before anything is
   timed: ``torch.testing.assert_close`` against eager (default fp32 tolerances;
-  bf16 ``rtol=atol=2e-2``); for the two full models on a GPU, Dynamo's
-  benchmark rule against an fp64 reference (:func:`dynamo_rmse_rule`). A row
+  bf16 ``rtol=atol=2e-2``); for the two full models on a GPU and every row of the
+  models suite, Dynamo's benchmark rule against an fp64 reference
+  (:func:`dynamo_rmse_rule`). A row
   whose sdk check fails is reported as ``MISMATCH`` and its sdk time is not
   measured. Graphs the plugin could not compile fall back to ATen; the ``sdk
   graphs`` column counts kernels and fallbacks so such a row cannot pass for a
@@ -185,6 +194,10 @@ def _named(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 class Skip(Exception):
     """A workload that cannot run here (a missing package)."""
+
+
+#: Observes one more warm step of a backend after timing: ``probe(step) -> record``.
+Probe = Callable[[Callable[[], Any]], dict[str, Any]]
 
 
 @dataclass
@@ -472,6 +485,7 @@ class Result:
     check: str = ""  # "ok", "MISMATCH", "error", "" (eager / not run)
     detail: str = ""
     error: str = ""
+    profile: dict[str, Any] | None = None  # the probe's record of one warm step (models suite)
 
 
 @dataclass
@@ -488,8 +502,11 @@ class Row:
 
 def _run_backend(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any], Any] | None,
                  ref: list[tuple[str, Any]] | None, fp64: list[tuple[str, Any]] | None,
-                 sink: list[Any] | None = None) -> tuple[Result, list[tuple[str, Any]] | None]:
-    """Compile (unless eager), cold call, check against ``ref``, warm up, time."""
+                 sink: list[Any] | None = None, probe: Probe | None = None,
+                 ) -> tuple[Result, list[tuple[str, Any]] | None]:
+    """Compile (unless eager), cold call, check against ``ref``, warm up, time; then, when
+    given, ``probe`` gets one more warm step to observe (its failure is recorded in
+    ``Result.profile``, never fails the row)."""
     from sdk.core.adapters.torch_private import reset_dynamo
 
     res = Result()
@@ -528,6 +545,11 @@ def _run_backend(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any
         secs = clock.samples(lambda: case.step(fn))
         res.samples_ms = [s * 1e3 for s in secs]
         res.ms = statistics.median(res.samples_ms)
+        if probe is not None:
+            try:
+                res.profile = probe(lambda: case.step(fn))
+            except Exception as e:  # noqa: BLE001 - a probe never fails the row
+                res.profile = {"error": f"{type(e).__name__}: {e}"[:300]}
     except Exception as e:  # noqa: BLE001 - reported in the row and on stderr
         res.check = "error"
         lines = [ln.strip() for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()]
@@ -543,7 +565,8 @@ def _graph_summary(reports: list[Any]) -> dict[str, Any]:
         covered = sum(g.generated_fraction * g.aten_ops for g in reports)
     except Exception:  # noqa: BLE001 - a report format this code does not know: no share
         aten = 0
-    reasons = sorted({f.reason.splitlines()[0][:200] for g in reports for f in g.fallbacks})
+    reasons = sorted({f"{f.op}: {(f.reason.splitlines() or [''])[0][:200]}"
+                      for g in reports for f in g.fallbacks})
     return {
         "graphs": len(reports),
         "kernels": sum(len(g.kernels) for g in reports),
@@ -556,7 +579,7 @@ def _graph_summary(reports: list[Any]) -> dict[str, Any]:
 
 
 def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Clock,
-                  sdk_backend: Any) -> Row:
+                  sdk_backend: Any, probe: Probe | None = None) -> Row:
     import torch
 
     row = Row(name)
@@ -568,7 +591,7 @@ def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Cloc
     row.desc, row.min_bytes = case.desc, case.min_bytes
     print(f"[{name}] {case.desc}", flush=True)
 
-    row.eager, ref = _run_backend(name, case, clock, None, None, None)
+    row.eager, ref = _run_backend(name, case, clock, None, None, None, probe=probe)
     if ref is None:
         row.skipped = f"eager failed: {row.eager.error}"
         return row
@@ -581,14 +604,15 @@ def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Cloc
             return row
     print(f"  eager    {_fmt_ms(row.eager.ms)} ms", flush=True)
 
-    row.inductor, _ = _run_backend(name, case, clock, torch.compile, ref, fp64)
+    row.inductor, _ = _run_backend(name, case, clock, torch.compile, ref, fp64, probe=probe)
     print(f"  inductor {_fmt_ms(row.inductor.ms)} ms, cold {_fmt_s(row.inductor.cold_s)} s, "
           f"{row.inductor.check}: {row.inductor.error or row.inductor.detail}", flush=True)
     _free(dev)
 
     sink: list[Any] = []
     row.sdk, _ = _run_backend(name, case, clock,
-                              lambda t: torch.compile(t, backend=sdk_backend), ref, fp64, sink)
+                              lambda t: torch.compile(t, backend=sdk_backend), ref, fp64, sink,
+                              probe=probe)
     row.sdk_graphs = _graph_summary(sink)
     print(f"  sdk      {_fmt_ms(row.sdk.ms)} ms, cold {_fmt_s(row.sdk.cold_s)} s, "
           f"{row.sdk.check}: {row.sdk.error or row.sdk.detail}; {_graphs_cell(row.sdk_graphs)}",
@@ -718,6 +742,27 @@ def _check_cell(r: Result) -> str:
     return r.check or "-"
 
 
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def _render(head: list[str], body: list[list[str]]) -> list[str]:
+    """Aligned text columns: the first left-aligned, the rest right-aligned; a body row of
+    two cells that does not fill the head (a skipped row) is printed as name + text."""
+    widths = [max(len(head[i]), *(len(b[i]) for b in body if len(b) > i and len(b) == len(head)))
+              for i in range(len(head))]
+    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in
+                       enumerate(zip(head, widths)))]
+    lines.append("  ".join("-" * w for w in widths))
+    for b in body:
+        if len(b) != len(head):
+            lines.append(b[0].ljust(widths[0]) + "  " + b[1])
+        else:
+            lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
+                                   for i, (c, w) in enumerate(zip(b, widths))))
+    return lines
+
+
 def _table(rows: list[Row], bandwidth: float | None) -> tuple[str, float | None, int]:
     head = ["workload", "eager ms", "inductor ms", "sdk ms", "sdk/ind", "sdk/eager",
             "ind cold s", "sdk cold s", "sdk check", "ind check", "sdk graphs"]
@@ -739,20 +784,10 @@ def _table(rows: list[Row], bandwidth: float | None) -> tuple[str, float | None,
             _fmt_s(r.inductor.cold_s), _fmt_s(r.sdk.cold_s), _check_cell(r.sdk),
             _check_cell(r.inductor), _graphs_cell(r.sdk_graphs),
         ])
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+    geo = _geomean(ratios)
     body.append(["geomean sdk/ind", "", "", "", "-" if geo is None else f"{geo:.2f}",
                  "", "", "", f"n={len(ratios)}", "", ""])
-    widths = [max(len(head[i]), *(len(b[i]) for b in body if len(b) > i and len(b) == len(head)))
-              for i in range(len(head))]
-    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in
-                       enumerate(zip(head, widths)))]
-    lines.append("  ".join("-" * w for w in widths))
-    for b in body:
-        if len(b) != len(head):
-            lines.append(b[0].ljust(widths[0]) + "  " + b[1])
-        else:
-            lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
-                                   for i, (c, w) in enumerate(zip(b, widths))))
+    lines = _render(head, body)
     lines.append("sdk graphs: g graphs, k generated kernels, x library calls (mm, conv, ...), "
                  "fb ops run through the ATen fallback, % of ATen calls in generated kernels; "
                  "ratios < 1 mean sdk is faster")
@@ -785,7 +820,7 @@ def _notes(rows: list[Row]) -> list[str]:
         reasons = r.sdk_graphs.get("fallback_reasons") if r.sdk_graphs else None
         if reasons:
             out.append(f"{r.name}: sdk fallbacks: " + " | ".join(reasons[:5]))
-        if (r.name.endswith("train_step") and r.sdk.check == "ok" and r.sdk_graphs
+        if ("train" in r.name and r.sdk.check == "ok" and r.sdk_graphs
                 and not r.sdk_graphs.get("backward_graphs")):
             out.append(f"{r.name}: 'sdk graphs' counts no backward graph: the backward was "
                        "compiled where the report collector does not reach (on CUDA autograd "
@@ -800,6 +835,22 @@ def _notes(rows: list[Row]) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
+    suite = getattr(args, "suite", None) or "kernels"
+    if suite == "kernels":
+        extra = [f"--{n}" for n in ("size", "dtype") if getattr(args, n, None)]
+        extra += ["--profile"] if getattr(args, "profile", False) else []
+        if extra:
+            print(f"error: {', '.join(extra)}: only with --suite models", file=sys.stderr)
+            return 2
+    if getattr(args, "repeat", 0) < 0:
+        print("error: --repeat must be >= 0", file=sys.stderr)
+        return 2
+    if suite == "models":
+        from sdk import bench_models
+
+        return bench_models.main(args)
+    if getattr(args, "list", False):
+        return _list_kernels()
     # Fresh caches before anything compiles (Inductor reads its variable lazily).
     start_dirs = _fresh_cache_dirs()
     try:
@@ -808,7 +859,36 @@ def main(args: argparse.Namespace) -> int:
         _remove_temp_dirs()
 
 
-def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
+def _kernel_suite() -> tuple[Any, dict[str, Callable[[Any], Case]]]:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return torch.device("cuda" if cuda else "cpu"), (_gpu_suite() if cuda else _cpu_suite())
+
+
+def _list_kernels() -> int:
+    dev, suite = _kernel_suite()
+    print(f"kernels suite on {dev.type}:")
+    for name in suite:
+        print(f"  {name}")
+    return 0
+
+
+@dataclass
+class Setup:
+    """What every suite needs before its first workload."""
+
+    dev: Any
+    cuda: bool
+    plugin: str
+    sdk_backend: Any
+    info: dict[str, Any]
+    clock: _Clock
+
+
+def _setup(args: argparse.Namespace) -> Setup | None:
+    """Device, plugin and clock; ``None`` (after an error on stderr) when the plugin cannot
+    be used here."""
     import torch
 
     import sdk
@@ -823,9 +903,77 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
         sdk_backend = sdk.backend(plugin)
     except sdk.SDKError as e:
         print(f"error: sdk:{plugin} cannot be used here: {e}", file=sys.stderr)
-        return 2
+        return None
+    return Setup(dev, cuda, plugin, sdk_backend, _machine_info(dev, plugin),
+                 _Clock(cuda, args.repeat))
 
-    suite = _gpu_suite() if cuda else _cpu_suite()
+
+def _print_header(st: Setup, repeat: int) -> None:
+    info, dev = st.info, st.dev
+    where = info.get("gpu") or info["cpu"]
+    print(f"sdk bench: sdk:{st.plugin} vs inductor (torch.compile default mode) vs eager")
+    print(f"torch {info['torch']}, python {info['python']}, sdk {info['sdk']}, "
+          f"triton {info['triton'] or 'not installed'}")
+    print(f"device: {dev.type}, {where}; torch threads {info['torch_threads']} "
+          f"(os.cpu_count {info['cpu_count']}, OMP_NUM_THREADS "
+          f"{info['omp_num_threads_env'] or 'unset'})")
+    reps = (f"{repeat} timed calls" if repeat else
+            "auto: 100 timed calls" if st.cuda else "auto: >= 10 timed calls and ~1 s")
+    load = info["load_average_at_start"]
+    if load is not None and dev.type == "cpu":
+        busy = " (other processes are competing for the CPU: expect noisy times)" \
+            if load[0] > 0.5 * (os.cpu_count() or 1) else ""
+        print(f"load average (1/5/15 min) at start: {load[0]} {load[1]} {load[2]}{busy}")
+    print(f"timing: median per call after 3 warm-up calls; {reps}; cold = first call after "
+          f"reset_dynamo() with fresh cache dirs, fx_graph_cache and autograd cache off")
+
+
+def _print_end(st: Setup, rows: list[Row], table: str) -> None:
+    """The table, the load average after the run, and the notes."""
+    st.info["load_average_at_end"] = _loadavg()
+    print()
+    print(table)
+    if st.dev.type == "cpu" and st.info["load_average_at_end"] is not None:
+        print(f"load average at end (this run's own compiler processes included): "
+              f"{' '.join(map(str, st.info['load_average_at_end']))}")
+    notes = _notes(rows)
+    if notes:
+        print()
+        print("notes:")
+        for n in notes:
+            print(f"  {n}")
+
+
+def _method(st: Setup, repeat: int, prewarm_s: float,
+            start_dirs: dict[str, str]) -> dict[str, Any]:
+    return {
+        "cold": "wall time of the first call after reset_dynamo(), fresh SDK_CACHE_DIR/"
+                "TORCHINDUCTOR_CACHE_DIR/TRITON_CACHE_DIR per measurement, "
+                "fx_graph_cache and enable_autograd_cache off; a trivial function was "
+                "compiled with each backend first (prewarm_s)",
+        "steady": "median of per-call times after 3 warm-up calls",
+        "timer": "cuda events" if st.cuda else "time.perf_counter",
+        "repeat": repeat,
+        "prewarm_s": prewarm_s,
+        "initial_cache_dirs": start_dirs,
+    }
+
+
+def _write_json(path: str, payload: dict[str, Any]) -> None:
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+    print(f"\nwrote {path}")
+
+
+def _exit_code(rows: list[Row]) -> int:
+    """1 when any sdk result is a MISMATCH or an error, else 0."""
+    return 1 if any(r.sdk.check in ("MISMATCH", "error") for r in rows) else 0
+
+
+def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
+    import torch
+
+    dev, suite = _kernel_suite()
     names = list(suite)
     if args.only:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
@@ -835,76 +983,32 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
                   f"workloads are: {', '.join(names)}", file=sys.stderr)
             return 2
         names = wanted
-    if args.repeat < 0:
-        print("error: --repeat must be >= 0", file=sys.stderr)
+    st = _setup(args)
+    if st is None:
         return 2
+    _print_header(st, args.repeat)
 
-    info = _machine_info(dev, plugin)
-    clock = _Clock(cuda, args.repeat)
-    where = info.get("gpu") or info["cpu"]
-    print(f"sdk bench: sdk:{plugin} vs inductor (torch.compile default mode) vs eager")
-    print(f"torch {info['torch']}, python {info['python']}, sdk {info['sdk']}, "
-          f"triton {info['triton'] or 'not installed'}")
-    print(f"device: {dev.type}, {where}; torch threads {info['torch_threads']} "
-          f"(os.cpu_count {info['cpu_count']}, OMP_NUM_THREADS "
-          f"{info['omp_num_threads_env'] or 'unset'})")
-    reps = (f"{args.repeat} timed calls" if args.repeat else
-            "auto: 100 timed calls" if cuda else "auto: >= 10 timed calls and ~1 s")
-    load = info["load_average_at_start"]
-    if load is not None and dev.type == "cpu":
-        busy = " (other processes are competing for the CPU: expect noisy times)" \
-            if load[0] > 0.5 * (os.cpu_count() or 1) else ""
-        print(f"load average (1/5/15 min) at start: {load[0]} {load[1]} {load[2]}{busy}")
-    print(f"timing: median per call after 3 warm-up calls; {reps}; cold = first call after "
-          f"reset_dynamo() with fresh cache dirs, fx_graph_cache and autograd cache off")
-
-    prewarm_s = _prewarm(dev, sdk_backend)
-    bandwidth = _copy_bandwidth(clock) if cuda else None
-    if cuda:
+    prewarm_s = _prewarm(st.dev, st.sdk_backend)
+    bandwidth = _copy_bandwidth(st.clock) if st.cuda else None
+    if st.cuda:
         torch.cuda.empty_cache()
     rows: list[Row] = []
     for name in names:
-        rows.append(_run_workload(name, suite[name], dev, clock, sdk_backend))
+        rows.append(_run_workload(name, suite[name], st.dev, st.clock, st.sdk_backend))
 
     table, geo, n_geo = _table(rows, bandwidth)
-    info["load_average_at_end"] = _loadavg()
-    print()
-    print(table)
-    if dev.type == "cpu" and info["load_average_at_end"] is not None:
-        print(f"load average at end (this run's own compiler processes included): "
-              f"{' '.join(map(str, info['load_average_at_end']))}")
-    notes = _notes(rows)
-    if notes:
-        print()
-        print("notes:")
-        for n in notes:
-            print(f"  {n}")
+    _print_end(st, rows, table)
 
     if args.json:
-        payload = {
-            "machine": info,
-            "method": {
-                "cold": "wall time of the first call after reset_dynamo(), fresh SDK_CACHE_DIR/"
-                        "TORCHINDUCTOR_CACHE_DIR/TRITON_CACHE_DIR per measurement, "
-                        "fx_graph_cache and enable_autograd_cache off; a trivial function was "
-                        "compiled with each backend first (prewarm_s)",
-                "steady": "median of per-call times after 3 warm-up calls",
-                "timer": "cuda events" if cuda else "time.perf_counter",
-                "repeat": args.repeat,
-                "prewarm_s": prewarm_s,
-                "initial_cache_dirs": start_dirs,
-            },
+        _write_json(args.json, {
+            "machine": st.info,
+            "method": _method(st, args.repeat, prewarm_s, start_dirs),
             "copy_bandwidth_bytes_per_s": bandwidth,
             "geomean_sdk_over_inductor": geo,
             "geomean_n": n_geo,
             "rows": [_row_json(r, bandwidth) for r in rows],
-        }
-        with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
-        print(f"\nwrote {args.json}")
-
-    bad = any(r.sdk.check in ("MISMATCH", "error") for r in rows)
-    return 1 if bad else 0
+        })
+    return _exit_code(rows)
 
 
 def _row_json(r: Row, bandwidth: float | None) -> dict[str, Any]:

@@ -44,9 +44,32 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"])
     run.add_argument("--steps", type=int, default=10)
     run.set_defaults(func=_cmd_run)
-    bench = sub.add_parser("bench", help="time workloads through sdk, Inductor and eager")
-    bench.add_argument("--plugin", default=None)
-    bench.add_argument("--only", default=None, help="comma-separated workload names")
+    bench = sub.add_parser(
+        "bench", help="time workloads through sdk, Inductor and eager",
+        description="Time workloads through sdk:<plugin>, Inductor and eager in one process: "
+                    "median ms, ratios, cold compile, a correctness check per row. "
+                    "--suite kernels (default): microbenchmarks. --suite models: torchvision, "
+                    "timm and HF transformers models (inference and training steps) in bf16 "
+                    "and fp32, random weights, checked with Dynamo's RMSE rule against fp64; "
+                    "on CUDA also device launches per step. Exit status 1 on any sdk "
+                    "MISMATCH or error.")
+    bench.add_argument("--suite", choices=["kernels", "models"], default="kernels",
+                       help="kernels: microbenchmarks (default); models: real models")
+    bench.add_argument("--plugin", default=None,
+                       help="codegen plugin (default: cuda_triton on a GPU, else cpu_cpp)")
+    bench.add_argument("--only", default=None,
+                       help="comma-separated row names; for --suite models also model names "
+                            "(both dtypes) and shell patterns, e.g. 'resnet18,*_train_fp32'")
+    bench.add_argument("--size", choices=["small", "full"], default=None,
+                       help="models: full = sizes a user would run (default on a GPU), small = "
+                            "tiny configs that run in minutes on a CPU (default without a GPU)")
+    bench.add_argument("--dtype", choices=["bf16", "fp32", "all"], default=None,
+                       help="models: only the rows of this dtype (default: all)")
+    bench.add_argument("--profile", action="store_true",
+                       help="models: print the CUDA launches per step and device time per "
+                            "kernel class of each backend (always in --json; CUDA only)")
+    bench.add_argument("--list", action="store_true",
+                       help="print the selected row names and exit")
     bench.add_argument("--repeat", type=int, default=0, help="timed runs (0: automatic)")
     bench.add_argument("--json", default=None, help="also write the results to this file")
     bench.set_defaults(func=_cmd_bench)

@@ -1,0 +1,250 @@
+"""``python -m sdk bench --suite models``: row selection, argument errors, the kernel-name
+classifier of the launch counts, and a few rows end to end on the CPU at the small size."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import types
+
+import pytest
+import torch
+
+from sdk import bench, bench_models, cli
+
+# ---------------------------------------------------------------------------
+# Rows and arguments
+# ---------------------------------------------------------------------------
+
+
+def test_every_model_has_a_bf16_and_an_fp32_row():
+    names = list(bench_models.rows())
+    assert len(names) == 2 * len(bench_models.MODELS)
+    for m in bench_models.MODELS:
+        assert f"{m.name}_bf16" in names and f"{m.name}_fp32" in names
+    assert {m.kind for m in bench_models.MODELS} == {"inference", "train"}
+
+
+@pytest.mark.parametrize(("only", "dtype", "expected"), [
+    ("resnet18", None, ["resnet18_bf16", "resnet18_fp32"]),
+    ("resnet18", "fp32", ["resnet18_fp32"]),
+    ("gpt2_train_fp32, resnet18_bf16", "all", ["resnet18_bf16", "gpt2_train_fp32"]),
+    ("*_train_fp32", None, ["gpt2_train_fp32", "distilbert_train_fp32", "qwen2_train_fp32",
+                            "whisper_train_fp32"]),
+    ("resnet18_bf16", "fp32", []),
+])
+def test_select(only, dtype, expected):
+    assert bench_models.select(only, dtype) == expected
+
+
+def test_select_without_filters_is_the_whole_suite():
+    assert bench_models.select(None, None) == list(bench_models.rows())
+    assert all(n.endswith("_bf16") for n in bench_models.select(None, "bf16"))
+
+
+def test_unknown_row_exits_2_and_names_the_rows(capsys):
+    assert cli.main(["bench", "--suite", "models", "--only", "gpt2_train_fp32,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown row(s) nope" in err
+    for name in ("resnet18_bf16", "gpt2_train_fp32", "qwen2_train_fp32"):
+        assert name in err
+
+
+def test_empty_selection_exits_2(capsys):
+    assert cli.main(["bench", "--suite", "models", "--only", "resnet18_bf16",
+                     "--dtype", "fp32"]) == 2
+    assert "select no row" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [["--size", "small"], ["--dtype", "fp32"], ["--profile"]])
+def test_models_options_are_refused_for_the_kernels_suite(capsys, extra):
+    assert cli.main(["bench", *extra]) == 2
+    assert "only with --suite models" in capsys.readouterr().err
+
+
+def test_bad_choice_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--suite", "models", "--dtype", "fp16"])
+    assert e.value.code == 2
+    assert "--dtype" in capsys.readouterr().err
+
+
+def test_list(capsys):
+    assert cli.main(["bench", "--suite", "models", "--list", "--dtype", "fp32"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    names = [ln.split()[0] for ln in lines if ln.strip()]
+    assert names == bench_models.select(None, "fp32")
+
+
+# ---------------------------------------------------------------------------
+# Launch counts
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "cls"), [
+    ("triton_poi_fused_add_relu_0", "triton"),
+    ("triton_red_fused__softmax_1", "triton"),
+    ("triton_tem_fused_mm_2", "triton"),
+    ("k_add_mul_relu", "triton"),
+    ("Memcpy DtoD (Device -> Device)", "copy"),
+    ("Memset (Device)", "copy"),
+    ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", "gemm"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_tn_align4>(Params)",
+     "gemm"),
+    ("ampere_sgemm_128x64_tn", "gemm"),
+    ("void splitKreduce_kernel<32, 16, int, float, float, float>(...)", "gemm"),
+    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", "conv"),
+    ("void cudnn::bn_fw_inf_1C11_kernel_NCHW<float, float, true, 1>(...)", "conv"),
+    ("void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false>(...)", "conv"),
+    ("void at::native::conv_depthwise2d_forward_kernel<float, int>(...)", "conv"),
+    ("winograd_nonfused_fprop_kernel", "conv"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64>>(Params)", "attention"),
+    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)",
+     "attention"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
+    ("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda, convert>", "other"),
+    ("void at::native::reduce_kernel<512, 1, ReduceOp<float, MeanOps<float>>>(...)", "other"),
+])
+def test_classify_kernel(name, cls):
+    assert bench_models.classify_kernel(name) == cls
+
+
+def _event(name: str, us: float, device: str = "CUDA") -> types.SimpleNamespace:
+    span = types.SimpleNamespace(elapsed_us=lambda: us)
+    return types.SimpleNamespace(name=name, time_range=span,
+                                 device_type=getattr(torch.autograd.DeviceType, device))
+
+
+def test_summarize_device_events_counts_device_activities_only():
+    events = [_event("triton_poi_fused_0", 10.0), _event("triton_poi_fused_0", 30.0),
+              _event("nvjet_tst_64x8", 100.0), _event("Memcpy HtoD (Pageable -> Device)", 5.0),
+              _event("cudaLaunchKernel", 2.0, device="CPU")]
+    out = bench_models.summarize_device_events(events)
+    assert out["launches"] == 4
+    assert out["by_class"]["triton"] == {"launches": 2, "ms": pytest.approx(0.04)}
+    assert out["by_class"]["gemm"] == {"launches": 1, "ms": pytest.approx(0.1)}
+    assert out["by_class"]["copy"]["launches"] == 1
+    assert out["by_class"]["other"]["launches"] == 0
+    assert out["device_ms"] == pytest.approx(0.145)
+    assert out["top_kernels"][0] == {"name": "nvjet_tst_64x8", "ms": pytest.approx(0.1)}
+    assert out["top_kernels"][1] == {"name": "triton_poi_fused_0", "ms": pytest.approx(0.04)}
+
+
+def test_summarize_reads_real_profiler_events():
+    """The attributes used exist on torch's own events; CPU events are no launches."""
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(64, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        (x @ x).relu()
+    assert bench_models.summarize_device_events(prof.events())["launches"] == 0
+
+
+def test_a_failing_probe_is_recorded_not_raised():
+    case = bench.Case(lambda t: t + 1, lambda f: f(torch.ones(4)), lambda r: [("out", r)], "t")
+
+    def probe(step):
+        step()
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    res, _ = bench._run_backend("t", case, bench._Clock(False, 2), None, None, None, probe=probe)
+    assert res.check == "" and res.ms is not None
+    assert res.profile == {"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"}
+
+
+# ---------------------------------------------------------------------------
+# End to end: the small suite on the CPU
+# ---------------------------------------------------------------------------
+
+#: Rows run end to end, with the package each needs (a test of a row whose package cannot
+#: be imported here is skipped with the reason).
+E2E_ROWS = {"gpt2_train_fp32": "transformers", "qwen2_train_fp32": "transformers",
+            "resnet18_fp32": "torchvision"}
+
+
+@pytest.fixture(scope="module")
+def small_suite(tmp_path_factory):
+    """One ``python -m sdk bench --suite models --size small`` over the rows of
+    :data:`E2E_ROWS` whose package imports: (exit status, JSON rows by name, stdout)."""
+    runnable = [n for n, pkg in E2E_ROWS.items() if bench_models._import_error(pkg) is None]
+    if not runnable:
+        pytest.skip("none of " + ", ".join(E2E_ROWS) + " can run here")
+    out = tmp_path_factory.mktemp("bench") / "models.json"
+    with pytest.MonkeyPatch.context() as mp:
+        # bench points the compile caches at temporary directories it removes at the end
+        # and switches Inductor's persistent caches off: put both back afterwards.
+        for var in bench._CACHE_ENV:
+            if var in os.environ:
+                mp.setenv(var, os.environ[var])
+            else:
+                mp.setenv(var, "")
+                mp.delenv(var)
+        import torch._functorch.config as functorch_config
+        import torch._inductor.config as inductor_config
+
+        mp.setattr(inductor_config, "fx_graph_cache", inductor_config.fx_graph_cache)
+        mp.setattr(functorch_config, "enable_autograd_cache",
+                   functorch_config.enable_autograd_cache)
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = cli.main(["bench", "--suite", "models", "--size", "small", "--repeat", "3",
+                           "--only", ",".join(runnable), "--json", str(out)])
+    data = json.loads(out.read_text())
+    return rc, {r["name"]: r for r in data["rows"]}, data, buf.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", list(E2E_ROWS))
+def test_small_row_on_cpu(small_suite, row):
+    reason = bench_models._import_error(E2E_ROWS[row])
+    if reason is not None:
+        pytest.skip(reason)
+    _, rows, _, _ = small_suite
+    r = rows[row]
+    assert r["skipped"] is None
+    assert r["size"] == "small"
+    assert r["sdk"]["check"] == "ok", (r["sdk"]["detail"], r["sdk"]["error"])
+    assert r["eager"]["median_ms"] > 0 and r["sdk"]["median_ms"] > 0
+    assert r["sdk"]["cold_s"] > 0 and r["inductor"]["cold_s"] > 0
+    assert r["sdk_graphs"]["graphs"] >= 1 and r["sdk_graphs"]["kernels"] >= 1
+    checked = int(r["sdk"]["detail"].split()[0])  # "<n> tensor(s) ok (...)"
+    assert checked > 2 if r["kind"] == "train" else checked == 1  # loss, logits, every grad
+    if not torch.cuda.is_available():
+        assert r["profile"] == {"skipped": "launches are counted on CUDA only"}
+
+
+@pytest.mark.slow
+def test_small_suite_exit_status_and_summary(small_suite):
+    rc, rows, data, stdout = small_suite
+    assert rc == 0, stdout[-3000:]
+    assert data["method"]["suite"] == "models" and data["method"]["size"] == "small"
+    assert data["targets"]["limit"] == 1.1
+    assert "geomean" in stdout and "targets: sdk/ind <= 1.1" in stdout
+    for name in rows:
+        assert name in stdout
+
+
+def test_profile_text_and_json_on_cuda_rows():
+    """The CUDA-only output paths, from a row with made-up profiles."""
+    prof = bench_models.summarize_device_events(
+        [_event("triton_poi_fused_0", 10.0), _event("sm90_xmma_fprop_implicit_gemm", 50.0)])
+    row = bench.Row("resnet18_bf16", desc="d")
+    for res, ms in ((row.eager, 2.0), (row.inductor, 1.0), (row.sdk, 1.05)):
+        res.ms, res.profile = ms, prof
+    row.inductor.check = row.sdk.check = "ok"
+    row.sdk.profile = {"error": "RuntimeError: no CUPTI"}
+    text = bench_models.profile_text([row], cuda=True)
+    assert "resnet18_bf16" in text and "2 launches" in text and "conv 1/0.050" in text
+    assert "profile failed: RuntimeError: no CUPTI" in text
+    model, dtype = bench_models.rows()["resnet18_bf16"]
+    out = bench_models._row_json(row, model, dtype, "full", cuda=True)
+    assert out["profile"]["inductor"]["launches"] == 2
+    assert out["profile"]["sdk"] == {"error": "RuntimeError: no CUPTI"}
+    assert out["sdk_over_inductor"] == pytest.approx(1.05)
+    assert out["sdk_over_best"] == pytest.approx(1.05) and out["target"] == "met"
+    assert "CUDA only" in bench_models.profile_text([row], cuda=False)
+    table, summary = bench_models.table([row])
+    assert "met" in table and summary["targets"]["sdk_over_best_met"] == 1
