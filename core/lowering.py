@@ -1570,6 +1570,21 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
     return L.extern(aten.index_add.default, (x, 0, flat_idx, vals), {})
 
 
+@register(aten.repeat.default)
+def _repeat(L: Lowerer, x: Any, repeats: Any) -> Any:
+    """Tiling: each output index reads ``x`` at the index modulo ``x``'s size."""
+    val = L.meta()
+    sizes = tuple(int(s) for s in val.shape)
+    lead = len(sizes) - x.ndim  # repeat may add leading dims
+
+    def body(idx: Index) -> Expr:
+        at = tuple(Mod(i, n) if n != s else i
+                   for i, n, s in zip(idx[lead:], x.sizes, sizes[lead:]))
+        return cast(x.load(at), val.dtype)
+
+    return L.pointwise(sizes, val.dtype, body)
+
+
 @register(aten.slice_scatter.default)
 def _slice_scatter(L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None,
                    end: Any = None, step: int = 1) -> Any:

@@ -121,3 +121,18 @@ def test_column_reduction_fuses_its_producer(plugin, dtype):
         torch.testing.assert_close(got, want, **tol)
     (graph,) = sdk.explain(fn, x, backend=f"sdk:{plugin}").graphs
     assert len(graph.kernels) == 1, [k.ops for k in graph.kernels]
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("reps", [(2, 3), (1, 2, 1), (3, 1, 1, 2)])
+def test_repeat(plugin, reps):
+    dev = device_of(plugin)
+    x = torch.randn(3, 1, 4, device=dev)[:, :, :len(reps) + 1]
+
+    def fn(t):
+        return (t * 2).repeat(*reps) + 1
+
+    x = x.reshape(x.shape[0], -1) if len(reps) == 2 else x
+    torch.testing.assert_close(_compiled(fn, plugin)(x), fn(x))
+    report = sdk.explain(fn, x, backend=f"sdk:{plugin}")
+    assert not report.fallbacks
