@@ -55,16 +55,30 @@ def spec_of(x: Any, *, real: bool = True) -> InputSpec:
     return x
 
 
-def make_check(specs: Sequence[InputSpec],
-               layout_free: frozenset[int] = frozenset()) -> Callable[[Sequence[Any]], bool]:
+def make_check(specs: Sequence[InputSpec], layout_free: frozenset[int] = frozenset(),
+               dynamo_guarded: bool = False, kernel_read: frozenset[int] | None = None
+               ) -> Callable[[Sequence[Any]], bool]:
     """A generated function that is True when ``args`` match ``specs``.
 
-    Tensors in ``layout_free`` (positions) are checked for sizes only: the compiled
-    graph hands them whole to library calls, which take any strides (per-call Python
-    work grows with the input count: a convnet has a hundred parameters).
+    Per-call Python work grows with the input count (a convnet has two hundred
+    parameters), so each input is checked for what the variant assumes of it:
+
+    * ``layout_free`` (positions): handed whole to library calls, which take any
+      strides: sizes only.
+    * ``dynamo_guarded``: Dynamo's guards already hold every input's sizes, strides,
+      dtype and device (the inputs of a forward or inference graph with static shapes),
+      and views of inputs are taken relative to their storage offset, so what is left is
+      the pointer alignment the kernels of ``kernel_read`` were compiled for.
     """
     lines = ["def check(args):"]
     env: dict[str, Any] = {}
+    if dynamo_guarded and kernel_read is not None:
+        for i, spec in enumerate(specs):
+            if isinstance(spec, TensorSpec) and spec.aligned and i in kernel_read:
+                lines += [f"    if args[{i}].data_ptr() % {ALIGNMENT}:", "        return False"]
+        lines.append("    return True")
+        exec("\n".join(lines), env)  # noqa: S102 - our own generated code
+        return env["check"]
     for i, spec in enumerate(specs):
         if isinstance(spec, TensorSpec) and i in layout_free:
             env[f"s{i}"] = spec.sizes
@@ -92,8 +106,10 @@ class Specializing:
     graph's inputs as positional arguments; returns the outputs.
     """
 
-    def __init__(self, build: Callable[[tuple[InputSpec, ...]], Callable], specs: tuple) -> None:
+    def __init__(self, build: Callable[[tuple[InputSpec, ...]], Callable], specs: tuple,
+                 dynamo_guarded: bool = False) -> None:
         self._build = build
+        self._dynamo_guarded = dynamo_guarded
         self._lock = threading.Lock()
         self.variants: dict[tuple, Callable] = {}
         self._fn = self._install(specs)
@@ -103,7 +119,8 @@ class Specializing:
         if fn is None:
             fn = self._build(specs)
             self.variants[specs] = fn
-        self._check = make_check(specs, getattr(fn, "layout_free", frozenset()))
+        self._check = make_check(specs, getattr(fn, "layout_free", frozenset()),
+                                 self._dynamo_guarded, getattr(fn, "kernel_read", None))
         return fn
 
     _boxed_call = True  # AOTAutograd may pass the inputs as one list

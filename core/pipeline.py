@@ -139,7 +139,10 @@ class Session:
             return self._build_program(ctx, graph, specs, report)
 
         if static:
-            program = Specializing(build, traced)
+            # a forward or inference graph's inputs are Dynamo's (user inputs and
+            # parameters), whose guards hold sizes and strides; a backward graph's are not
+            program = Specializing(build, traced,
+                                   dynamo_guarded=ctx.graph_kind in ("forward", "inference"))
         else:  # symbolic shapes: specialize on the first real call
             program = _LazySpecializing(build)
         compiled = self._wrap(ctx, program, report)

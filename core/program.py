@@ -195,9 +195,22 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
         env["_seed"] = _make_seed
         lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
 
-    # inputs whose strides, offset and alignment something here bakes in: read by a
-    # kernel, or re-viewed with fixed strides; the others only reach library calls whole
+    # inputs whose strides something here bakes in: read by a kernel (which also
+    # assumes the pointer's alignment), or re-viewed with fixed strides; the others only
+    # reach library calls whole
     baked: set[str] = set()
+    kernel_read: set[str] = set()
+    input_names = {n for n, _ in L.inputs if n}
+
+    def restrided(buf: str, layout: Layout) -> str:
+        """A view of ``buf``; of an input, relative to the input's own storage offset."""
+        base = layouts[buf]
+        offset = str(layout.offset)
+        if buf in input_names:
+            delta = int(layout.offset) - int(base.offset)
+            offset = f"{buf}.storage_offset()" + (f" + {delta}" if delta else "")
+        return (f"_as_strided({buf}, {tuple(layout.sizes)}, {tuple(layout.strides)}, "
+                f"{offset})")
 
     def arg_expr(x: Any) -> str:
         if isinstance(x, StorageView):
@@ -205,8 +218,7 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             if x.layout == base:
                 return x.buffer
             baked.add(x.buffer)
-            return (f"_as_strided({x.buffer}, {tuple(x.layout.sizes)}, "
-                    f"{tuple(x.layout.strides)}, {x.layout.offset})")
+            return restrided(x.buffer, x.layout)
         if isinstance(x, (list, tuple)):
             inner = ", ".join(arg_expr(y) for y in x)
             return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
@@ -221,6 +233,7 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             lines.append("    " + line)
         if isinstance(step, Kernel):
             baked.update(a.name for a in step.args)
+            kernel_read.update(a.name for a in step.args)
             fname = const(compiled[step.name])
             lines.append(f"    {fname}({', '.join(a.name for a in step.args)})")
         else:
@@ -259,18 +272,19 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             base = layouts[buf]
             if layout != base:
                 baked.add(buf)
-            rets.append(buf if layout == base else
-                        f"_as_strided({buf}, {tuple(layout.sizes)}, {tuple(layout.strides)}, "
-                        f"{layout.offset})")
+            rets.append(buf if layout == base else restrided(buf, layout))
         else:
             rets.append(const(buf))
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     source = "\n".join(lines)
     exec(compile(source, f"<sdk wrapper {ctx.graph_name}>", "exec"), env)  # noqa: S102
     call = env["call"]
-    # per call, the guard checks only the sizes of inputs nothing bakes the layout of
+    # what the per-call guard must check (guards.make_check): only sizes of inputs nothing
+    # bakes the layout of; only alignment where Dynamo already guards the layouts
     call.layout_free = frozenset(i for i, (name, _) in enumerate(L.inputs)
                                  if name and name not in baked and name not in copy_of)
+    call.kernel_read = frozenset(i for i, (name, _) in enumerate(L.inputs)
+                                 if name and name in kernel_read)
     return call, source
 
 

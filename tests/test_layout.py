@@ -156,15 +156,18 @@ def test_loop_order_follows_the_largest_store():
 
 
 def test_guard_checks_sizes_only_for_inputs_that_only_reach_library_calls(specializations):
-    """``b`` goes whole to mm: another layout of it needs no new variant and is right.
-    ``a`` is read by a kernel: another layout gets its own variant. (The compiled
-    program is called directly: Dynamo's own guards would recompile first.)"""
+    """A backward graph's inputs are not guarded by Dynamo: its program checks them
+    itself (here a program is called directly, as one that is not Dynamo-guarded). ``b``
+    goes whole to mm: another layout of it needs no new variant and is right. ``a`` is
+    read by a kernel: another layout gets its own variant."""
     def fn(a, b):
         return torch.mm(a.relu(), b)
 
     a, b = torch.randn(8, 16), torch.randn(16, 4)
     torch.testing.assert_close(torch.compile(fn, backend="sdk:cpu_cpp")(a, b), fn(a, b))
     (prog,) = specializations
+    prog._dynamo_guarded = False  # as a backward graph's program is
+    prog._install(next(iter(prog.variants)))
     bt = torch.randn(4, 16).t()  # same sizes, transposed strides
     (got,) = prog(a, bt)
     torch.testing.assert_close(got, fn(a, bt))
@@ -177,6 +180,28 @@ def test_guard_checks_sizes_only_for_inputs_that_only_reach_library_calls(specia
     (got,) = prog(a, b5)
     torch.testing.assert_close(got, fn(a, b5))
     assert len(prog.variants) == 3
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_parameters_of_another_layout_or_alignment_are_right(plugin):
+    """Forward graphs leave sizes and strides to Dynamo's guards and check alignment:
+    a parameter swapped for one of other strides, or one that starts 4 bytes into its
+    storage (read by a kernel compiled for 16-byte alignment), still gives eager's result."""
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.LayerNorm(32)).to(dev)
+    x = torch.randn(4, 16, device=dev)
+    compiled = torch.compile(m, backend=sdk.backend(plugin, fallback=False))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), m(x))
+        m[0].weight = torch.nn.Parameter(torch.randn(16, 32, device=dev).t())  # strides (1, 32)
+        torch.testing.assert_close(compiled(x), m(x))
+        m[1].weight = torch.nn.Parameter(torch.randn(64, device=dev)[::2])  # stride 2
+        torch.testing.assert_close(compiled(x), m(x))
+        m[1].bias = torch.nn.Parameter(torch.randn(33, device=dev)[1:])  # 4 bytes in
+        torch.testing.assert_close(compiled(x), m(x))
+        x2 = torch.randn(4 * 16 + 1, device=dev)[1:].view(4, 16)  # a misaligned input
+        torch.testing.assert_close(compiled(x2), m(x2))
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
