@@ -11,7 +11,9 @@ sees (inside a cached block it would not be):
 Shapes: 1D and 2D-tiled pointwise, persistent, looped and split reductions,
 multi-stage (softmax, layer norm) forward and backward, indirect loads
 (embedding, gather, index), scatter (embedding backward), cat and pad (with
-empty parts), random numbers (dropout), and odd sizes that leave partial blocks.
+empty parts), random numbers (dropout), odd sizes that leave partial blocks,
+column reductions, pointwise scatters, index_put as index_add, max-pooling and a
+channels-last convolution.
 """
 
 from __future__ import annotations
@@ -45,6 +47,18 @@ def graphs():
     yield "dropout", lambda x: F.dropout(x, 0.5, training=True).sum(), (r(4099),)
     yield "bf16_mixed", lambda x, w: (x @ w).float().softmax(-1), \
         (r(64, 96, dtype=torch.bfloat16), r(96, 130, dtype=torch.bfloat16))
+    yield "column_reduction", lambda x: (F.gelu(x * 3).sum(0), *torch.var_mean(x, 0)), (r(1000, 333),)
+    yield "scatters", lambda x, i, s: (torch.slice_scatter(x * 2, s, 1, 2, 9, 3),
+                                       torch.scatter(x, 1, i, -1.0),
+                                       torch.select_scatter(x, s[:, 0], 1, -1)), \
+        (r(37, 11), torch.randint(0, 11, (37, 1)), r(37, 3))
+    yield "index_put_accumulate", lambda x, i, v: torch.index_put(x * 1, [i], v, True), \
+        (r(50, 7), torch.randint(-50, 50, (129,)), r(129, 7))
+    yield "max_pool_bn_relu", lambda x, m, v: F.max_pool2d(
+        F.batch_norm(x, m, v, training=False).relu(), 3, 2, 1, ceil_mode=True), \
+        (r(3, 5, 17, 15), r(5), r(5).abs() + 0.5)
+    yield "conv_channels_last", lambda x, w, b: F.adaptive_avg_pool2d(
+        F.conv2d(x, w, b, padding=1).relu(), 1), (r(2, 3, 19, 13), r(8, 3, 3, 3), r(8))
 
 
 def main(plugin: str = "cuda_triton") -> int:
