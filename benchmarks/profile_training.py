@@ -1,0 +1,115 @@
+"""GPU: per-kernel profile of training steps (HF GPT-2, DistilBERT, Mistral, T5), eager / Inductor / sdk.
+
+    python benchmarks/profile_training.py gpt2,distilbert,mistral,t5 bf16
+
+Prints per backend: ms per step (median of 5 x 5 steps), device time, launches, device time
+per kernel class, and the 14 most expensive kernels of the compiled backends.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import time
+
+import torch
+import transformers as T
+from torch.profiler import ProfilerActivity, profile
+from transformers.utils import logging as hf_logging
+
+import sdk
+from sdk.core.adapters.torch_private import reset_dynamo
+
+
+def build(name):
+    torch.manual_seed(0)
+    if name == "gpt2":
+        cfg = T.GPT2Config(n_layer=4, n_embd=768, n_head=12, resid_pdrop=0, embd_pdrop=0,
+                           attn_pdrop=0)
+        return T.GPT2LMHeadModel(cfg), torch.randint(0, cfg.vocab_size, (8, 512))
+    if name == "distilbert":
+        cfg = T.DistilBertConfig(dropout=0, attention_dropout=0)
+        return T.DistilBertForMaskedLM(cfg), torch.randint(0, cfg.vocab_size, (16, 256))
+    if name == "mistral":
+        cfg = T.MistralConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=4,
+                              num_attention_heads=12, num_key_value_heads=4, vocab_size=32000,
+                              max_position_embeddings=1024)
+        return T.MistralForCausalLM(cfg), torch.randint(0, cfg.vocab_size, (4, 512))
+    if name == "t5":
+        cfg = T.T5Config(d_model=512, d_ff=2048, num_layers=4, num_heads=8, dropout_rate=0,
+                         vocab_size=32128, decoder_start_token_id=0, pad_token_id=0)
+        return T.T5ForConditionalGeneration(cfg), torch.randint(0, 32128, (8, 256))
+    raise SystemExit(f"unknown model {name}")
+
+
+def kind(kernel: str) -> str:
+    k = kernel.lower()
+    if "triton" in k or k.startswith("k_"):
+        return "triton"
+    if any(s in k for s in ("gemm", "cublas", "cutlass", "sm90", "nvjet", "xmma")):
+        return "gemm"
+    if any(s in k for s in ("flash", "fmha", "attention", "sdpa")):
+        return "attn"
+    if "memcpy" in k or "memset" in k:
+        return "copy"
+    return "other"
+
+
+def profile_backend(model, ids, backend: str) -> None:
+    reset_dynamo()
+    f = model if backend == "eager" else torch.compile(
+        model, backend="inductor" if backend == "inductor" else sdk.backend("cuda_triton"))
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        f(input_ids=ids, labels=ids).loss.backward()
+
+    t0 = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    cold = time.perf_counter() - t0
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) / 5 * 1e3)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    per: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            per[e.name][0] += 1
+            per[e.name][1] += e.device_time / 1e3
+    by: dict[str, float] = collections.defaultdict(float)
+    for k, (_n, ms) in per.items():
+        by[kind(k)] += ms
+    launches = sum(n for n, _ in per.values())
+    total = sum(ms for _, ms in per.values())
+    classes = ", ".join(f"{c} {t:.3f}" for c, t in sorted(by.items(), key=lambda t: -t[1]))
+    print(f"-- {backend}: {sorted(times)[2]:.3f} ms/step, device {total:.3f} ms, cold {cold:.1f}s, "
+          f"{launches} launches; {classes}")
+    if backend != "eager":
+        for k, (n, ms) in sorted(per.items(), key=lambda kv: -kv[1][1])[:14]:
+            print(f"   {ms:7.3f} ms {n:4d}x  {k[:100]}")
+
+
+def main() -> None:
+    hf_logging.set_verbosity_error()
+    dtype = torch.float32 if len(sys.argv) > 2 and sys.argv[2] == "fp32" else torch.bfloat16
+    for name in sys.argv[1].split(","):
+        model, ids = build(name)
+        model = model.cuda().to(dtype).train()
+        ids = ids.cuda()
+        print(f"==== {name} {dtype}")
+        for backend in ("eager", "inductor", "sdk"):
+            profile_backend(model, ids, backend)
+
+
+if __name__ == "__main__":
+    main()
