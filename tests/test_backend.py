@@ -379,3 +379,12 @@ def test_acme_refusal_reason_shows_in_explain(acme):
     reasons = {f.op: f.reason for f in report.fallbacks}
     assert "Acme has no transcendental unit for sin" in reasons["aten.sin.default"]
     assert "Acme has no transcendental unit for sin" in str(report)
+
+
+def test_explain_takes_a_backend_object_with_its_options():
+    x = torch.randn(8, 16)
+    report = sdk.explain(lambda t: (t * 2).relu().sum(-1), x,
+                         backend=sdk.backend("cpu_cpp", fusion=False))
+    assert len(report.kernels) >= 2  # fusion=False reached the compile: one kernel per op
+    with pytest.raises(TypeError, match="sdk.backend"):
+        sdk.explain(lambda t: t * 2, x, backend=42)
