@@ -2,22 +2,23 @@
 
     python benchmarks/profile_training.py gpt2,distilbert,mistral,t5 bf16
 
-Prints per backend: ms per step (median of 5 x 5 steps), device time, launches, device time
-per kernel class, and the 14 most expensive kernels of the compiled backends.
+Models the suite (``python -m sdk bench --suite models``) does not have (T5, Mistral), at the
+sizes of the issue-8 profiles. Prints per backend: ms per step (median of 5 x 5 steps), then
+one step through the model suite's probe (launches and device time per kernel class, the
+most expensive kernels). Inference rows: ``python -m sdk bench --suite models --profile``.
 """
 
 from __future__ import annotations
 
-import collections
 import sys
 import time
 
 import torch
 import transformers as T
-from torch.profiler import ProfilerActivity, profile
 from transformers.utils import logging as hf_logging
 
 import sdk
+from sdk.bench_models import cuda_launches
 from sdk.core.adapters.torch_private import reset_dynamo
 
 
@@ -40,19 +41,6 @@ def build(name):
                          vocab_size=32128, decoder_start_token_id=0, pad_token_id=0)
         return T.T5ForConditionalGeneration(cfg), torch.randint(0, 32128, (8, 256))
     raise SystemExit(f"unknown model {name}")
-
-
-def kind(kernel: str) -> str:
-    k = kernel.lower()
-    if "triton" in k or k.startswith("k_"):
-        return "triton"
-    if any(s in k for s in ("gemm", "cublas", "cutlass", "sm90", "nvjet", "xmma")):
-        return "gemm"
-    if any(s in k for s in ("flash", "fmha", "attention", "sdpa")):
-        return "attn"
-    if "memcpy" in k or "memset" in k:
-        return "copy"
-    return "other"
 
 
 def profile_backend(model, ids, backend: str) -> None:
@@ -78,25 +66,17 @@ def profile_backend(model, ids, backend: str) -> None:
             step()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) / 5 * 1e3)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    per: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name][0] += 1
-            per[e.name][1] += e.device_time / 1e3
-    by: dict[str, float] = collections.defaultdict(float)
-    for k, (_n, ms) in per.items():
-        by[kind(k)] += ms
-    launches = sum(n for n, _ in per.values())
-    total = sum(ms for _, ms in per.values())
-    classes = ", ".join(f"{c} {t:.3f}" for c, t in sorted(by.items(), key=lambda t: -t[1]))
-    print(f"-- {backend}: {sorted(times)[2]:.3f} ms/step, device {total:.3f} ms, cold {cold:.1f}s, "
-          f"{launches} launches; {classes}")
+    prof = cuda_launches(step)  # the model suite's probe: launches, device ms per class
+    if "error" in prof:
+        print(f"-- {backend}: {sorted(times)[2]:.3f} ms/step, cold {cold:.1f}s; {prof['error']}")
+        return
+    classes = ", ".join(f"{c} {v['launches']}/{v['ms']:.3f}"
+                        for c, v in prof["by_class"].items() if v["launches"])
+    print(f"-- {backend}: {sorted(times)[2]:.3f} ms/step, device {prof['device_ms']:.3f} ms, "
+          f"cold {cold:.1f}s, {prof['launches']} launches; per class launches/ms: {classes}")
     if backend != "eager":
-        for k, (n, ms) in sorted(per.items(), key=lambda kv: -kv[1][1])[:14]:
-            print(f"   {ms:7.3f} ms {n:4d}x  {k[:100]}")
+        for k in prof["top_kernels"]:
+            print(f"   {k['ms']:7.3f} ms  {k['name'][:100]}")
 
 
 def main() -> None:

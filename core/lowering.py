@@ -388,15 +388,16 @@ class Lowerer:
         return tuple(results) if node.multi_output else results[0]
 
     def require_layout(self, x: Any, strides: tuple[int, ...]) -> Any:
-        """``x`` as a buffer with these strides: itself if it already is one, else a copy."""
+        """``x`` as a buffer with these strides: itself if it already is one, else a copy
+        (a computed node stored in them)."""
         st = self.realize(x)
         if not isinstance(st, StorageView):
             return st
         lay = st.layout
-        if all(a == b for a, b, n in zip(lay.strides, strides, lay.sizes) if n != 1):
+        if same_strides(lay.sizes, lay.strides, strides):
             return st
         layout = Layout(tuple(lay.sizes), strides, 0, lay.dtype, self.ctx.device_type)
-        return self.pointwise(lay.sizes, lay.dtype, st.load, layout=layout).storage
+        return self.pointwise(lay.sizes, lay.dtype, st.load, layout=layout)
 
     def view(self, value: TensorValue, sizes: tuple[int, ...],
              reindex: Callable[[Index], Index], op: Any, args: tuple) -> TensorValue:
@@ -484,6 +485,12 @@ def _dense(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     return True
 
 
+def same_strides(sizes: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Equal strides on every dim of more than one element (the others have none that
+    matters)."""
+    return all(x == y for x, y, n in zip(a, b, sizes) if n != 1)
+
+
 def channels_last_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
     """Strides of a 4-d (N, C, H, W) tensor stored as N, H, W, C."""
     _, c, h, w = (max(int(s), 1) for s in sizes)
@@ -495,8 +502,7 @@ def is_channels_last(layout: Layout | None) -> bool:
     if layout is None or len(layout.sizes) != 4 or layout.sizes[1] == 1:
         return False
     want = channels_last_strides(layout.sizes)
-    same = all(a == b for a, b, n in zip(layout.strides, want, layout.sizes) if n != 1)
-    return same and not layout.is_contiguous()
+    return same_strides(layout.sizes, layout.strides, want) and not layout.is_contiguous()
 
 
 #: Inductor's measured channels-last speed-up per convolution kind (inference;
@@ -554,8 +560,14 @@ def _meta_strides(target: Any, args: tuple, kwargs: dict,
                   vals: list[Any]) -> list[tuple[int, ...] | None] | None:
     """The output strides ``target``'s meta kernel gives for the arguments' real layouts,
     when a channels-last argument may change them (None: keep the trace's)."""
-    views = [a for a in _flat(args) + _flat(kwargs) if isinstance(a, StorageView)]
-    if not any(is_channels_last(v.layout) for v in views):
+    views: list[TensorValue] = []
+
+    def collect(v: TensorValue) -> TensorValue:
+        views.append(v)
+        return v
+
+    _map_values((args, kwargs), collect)
+    if not any(isinstance(v, StorageView) and is_channels_last(v.layout) for v in views):
         return None
 
     def meta(x: Any) -> Any:
@@ -577,14 +589,6 @@ def _meta_strides(target: Any, args: tuple, kwargs: dict,
               and tuple(g.shape) == tuple(v.shape) and _dense(tuple(g.shape), tuple(g.stride())))
         out.append(tuple(int(s) for s in g.stride()) if ok else None)
     return out
-
-
-def _flat(x: Any) -> list[Any]:
-    if isinstance(x, (list, tuple)):
-        return [y for item in x for y in _flat(item)]
-    if isinstance(x, dict):
-        return [y for item in x.values() for y in _flat(item)]
-    return [x]
 
 
 def _tensor_meta_ok(n: torch.fx.Node) -> bool:

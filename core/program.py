@@ -20,7 +20,7 @@ from sdk.report import ExternReport, FallbackReport, KernelReport
 
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.kernel import Kernel, Layout, check_kernel
-from .lowering import SEED_BUFFER, Lowerer, _dense
+from .lowering import SEED_BUFFER, Lowerer, _dense, same_strides
 from .memory import plan_memory
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 
@@ -125,10 +125,8 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
             want = tuple(int(s) for s in meta.stride())
             st = v.storage
             if (st is not None and tuple(meta.shape) == tuple(v.sizes) and _dense(v.sizes, want)
-                    and any(a != b for a, b, n in zip(st.layout.strides, want, v.sizes)
-                            if n != 1)):
-                layout = Layout(tuple(v.sizes), want, 0, v.dtype, L.ctx.device_type)
-                v = L.pointwise(v.sizes, v.dtype, v.load, layout=layout)
+                    and not same_strides(v.sizes, st.layout.strides, want)):
+                v = L.require_layout(v, want)
         if isinstance(v, ComputedView) and v.reindex is None and v.sizes == v.node.sizes:
             plan.append(("buf", v.node.name, None))
             keep.add(v.node.name)

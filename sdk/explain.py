@@ -27,7 +27,7 @@ def explain(fn: Callable[..., Any], *args: Any, backend: Any = "sdk:cpu_cpp",
     if isinstance(backend, str):
         name = backend[4:] if backend.startswith("sdk:") else backend
         compiled_backend = make_backend(name, **options)
-    elif hasattr(backend, "name") and hasattr(backend, "options"):  # sdk.backend(...)
+    elif isinstance(backend, pipeline.Backend):
         compiled_backend = make_backend(backend.name, **{**backend.options, **options})
     else:
         raise TypeError(f"sdk.explain: backend must be 'sdk:<plugin>' or sdk.backend(...), "
