@@ -1421,8 +1421,13 @@ def _conv_call(L: Lowerer, x: Any, weight: Any, bias: Any, rest: tuple) -> Any:
     target = aten.convolution.default
     if L.channels_last and isinstance(x, TensorValue) and x.ndim == 4:
         x = L.require_layout(x, channels_last_strides(x.sizes))
-        # the library answers channels-last inputs in channels-last (the weight it
-        # converts itself); the wrapper checks that at run time
+        if isinstance(weight, TensorValue) and weight.ndim == 4:
+            # a weight in another layout the library converts itself on every call (a
+            # copy kernel and about 20 us of host work per convolution on an H100); a
+            # copy here is one generated kernel, nothing for 1x1 and depthwise weights
+            weight = L.require_layout(weight, channels_last_strides(weight.sizes))
+        # the library answers channels-last inputs in channels-last; the wrapper checks
+        # that at run time
         strides = channels_last_strides(tuple(L.meta().shape))
         return L.extern(target, (x, weight, bias, *rest), {}, out_strides=[strides])
     return L.extern(target, (x, weight, bias, *rest), {})

@@ -101,8 +101,11 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
                 if cands:
                     src = cands.pop()
                     alias_of[dst] = src
-                    lines.append(f"{dst} = _as_strided({src}, {tuple(lay.sizes)}, "
-                                 f"{tuple(lay.strides)}, {lay.offset})")
+                    if layouts[src] == lay:  # the same view: no new tensor needed
+                        lines.append(f"{dst} = {src}")
+                    else:
+                        lines.append(f"{dst} = _as_strided({src}, {tuple(lay.sizes)}, "
+                                     f"{tuple(lay.strides)}, {lay.offset})")
                     plan.reused += 1
                 else:
                     lines.append(f"{dst} = _empty({tuple(lay.sizes)}, {tuple(lay.strides)}, "

@@ -388,3 +388,28 @@ def test_explain_takes_a_backend_object_with_its_options():
     assert len(report.kernels) >= 2  # fusion=False reached the compile: one kernel per op
     with pytest.raises(TypeError, match="sdk.backend"):
         sdk.explain(lambda t: t * 2, x, backend=42)
+
+
+def test_externs_call_the_public_function_of_the_same_overload():
+    """The wrapper calls ``torch.convolution``/``torch.mm``/... instead of the OpOverload
+    (less host work per call); each must compute exactly what the overload computes."""
+    from sdk.core.program import _PUBLIC_FUNCTIONS
+
+    aten = torch.ops.aten
+    a, b, c = torch.randn(4, 5), torch.randn(5, 6), torch.randn(4, 6)
+    ba, bb, bc = torch.randn(2, 4, 5), torch.randn(2, 5, 6), torch.randn(2, 4, 6)
+    x, w = torch.randn(2, 4, 9, 9), torch.randn(8, 2, 3, 3)
+    cases = {
+        "aten.convolution.default": ((x, w, torch.randn(8), [2, 1], [1, 0], [1, 2], False,
+                                      [0, 0], 2), {}),
+        "aten.mm.default": ((a, b), {}),
+        "aten.bmm.default": ((ba, bb), {}),
+        "aten.addmm.default": ((c, a, b), {"beta": 0.5, "alpha": 2.0}),
+        "aten.baddbmm.default": ((bc, ba, bb), {"beta": 2.0, "alpha": -1.0}),
+    }
+    assert set(cases) == set(_PUBLIC_FUNCTIONS)
+    for name, (args, kwargs) in cases.items():
+        packet, overload = name.split(".")[1:]
+        op = getattr(getattr(aten, packet), overload)
+        fn = getattr(torch, _PUBLIC_FUNCTIONS[name][0])
+        assert torch.equal(fn(*args, **kwargs), op(*args, **kwargs)), name
