@@ -279,6 +279,34 @@ def test_softmax_three_stages(shape, mode):
     close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
 
 
+def test_looped_softmax_reads_max_and_sum_in_one_loop():
+    """Online softmax: the maximum and the rescaled sum of exponentials share one loop
+    over the row, then one loop stores; the values are softmax's."""
+    x = torch.randn(4, 5000, device=DEV) * 3
+    y = torch.empty_like(x)
+    src = run(softmax_kernel(4, 5000), x, y)
+    assert src.meta["mode"] == "looped"
+    assert src.source.count("for roffset") == 2, src.source
+    close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+
+
+def test_online_softmax_special_values():
+    """Rows with -inf entries (masked attention), all -inf (NaN, as eager), a NaN, a +inf,
+    and the maximum in the last chunk (the running sum is rescaled)."""
+    rows, cols = 6, 3000
+    x = torch.randn(rows, cols, device=DEV)
+    x[0, ::3] = float("-inf")
+    x[1] = float("-inf")
+    x[2, 1234] = float("nan")
+    x[3, 17] = float("inf")
+    x[4, :2900] = -50.0
+    x[4, -1] = 40.0
+    x[5, :1000] = float("-inf")
+    y = torch.empty_like(x)
+    run(softmax_kernel(rows, cols), x, y)
+    close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+
+
 def reduce_kernel(name, n_rows, n_cols, reds, dtype=F32, split_ok=True) -> ir.Kernel:
     """out_<op>[i] = op(x[i, :]) for each op in ``reds``; rows == 1 drops the outer range."""
     (i,), (r,) = V("i"), V("r")

@@ -212,6 +212,7 @@ class _Writer:
             self.stages.append(_Stage(tuple(names), tuple(kept), math.prod(sizes) if st.vars
                                       else 1, g, reds, stores))
         self.groups = {g: sz for sz, g in groups.items()}
+        self.online = self._online_pairs()
         self.ranges = {sym: (0, hi) for sym, hi in self.bounds.items()}  # for index_bounds
         self.rsyms = {_sym(n) for s in self.stages for n in s.vars}
 
@@ -235,6 +236,33 @@ class _Writer:
         st = self.stages
         return (bool(st) and st[0].group >= 0 and bool(st[0].reductions) and not st[0].stores
                 and all(s.group < 0 for s in st[1:]))
+
+    def _online_pairs(self) -> dict[int, int]:
+        """Softmax's two passes that a looped kernel runs as one (online softmax).
+
+        Stage ``a`` reduces only ``m = max(v)``; the next stage with inner ranges, ``b``,
+        over the same ranges, reduces only ``sum(exp(v - m))`` (the stages between have
+        none: they store ``m``). Both in float32 or float64, so rescaling the running sum
+        by ``exp(m_old - m_new)`` changes rounding only. Returns ``{a: b}``.
+        """
+        ir_name = {local: name for name, local in self.local.items()}
+        pairs: dict[int, int] = {}
+        stages = self.stages
+        for a, st in enumerate(stages):
+            if st.group < 0 or st.stores or len(st.reductions) != 1:
+                continue
+            m, op, v, dt = st.reductions[0]
+            if op != "max" or dt not in (torch.float32, torch.float64) or v.dtype != dt:
+                continue
+            b = next((j for j in range(a + 1, len(stages)) if stages[j].group >= 0), None)
+            if b is None or stages[b].group != st.group or stages[b].stores \
+                    or len(stages[b].reductions) != 1:
+                continue
+            _s, op2, e, dt2 = stages[b].reductions[0]
+            want = ir.Op("exp", (ir.Op("sub", (v, ir.LocalRef(ir_name[m], dt)), dt),), dt)
+            if op2 == "sum" and dt2 == dt and e == want:
+                pairs[a] = b
+        return pairs
 
     def _outer_reduction(self) -> bool:
         """Does the kernel's largest reduced load run contiguously along an outer variable
@@ -724,6 +752,44 @@ class _Writer:
         self.pre = self.body = out
         self.memo_r = self.memo_x
 
+    def _online_stage(self, st: _Stage, second: _Stage, out: list[str]) -> None:
+        """``m = max(v)`` and ``s = sum(exp(v - m))`` in one loop: a running maximum per
+        lane, and a running sum rescaled by ``exp(m_old - m_new)`` when the maximum
+        grows. Lanes (and elements) at -inf add nothing; NaN and +inf propagate to
+        NaN, as the two passes give."""
+        self.pre, self.body, self.memo_r = [], [], {}
+        self.rmask = "rmask"
+        self.cur_group = st.group
+        m, _op, value, dtype = st.reductions[0]
+        s = second.reductions[0][0]
+        acc = self._acc_dtype("max", value, dtype)
+        v = self._red_value("max", value, acc)
+        shape, ty, ninf = f"[XBLOCK, {self.rb}]", tl_type(acc), 'float("-inf")'
+        for h in ("_maximum", "_sum"):
+            self._need(h)
+        self.pre.append(f"{m}_acc = tl.full({shape}, {ninf}, {ty})")
+        self.pre.append(f"{s}_acc = tl.full({shape}, 0, {ty})")
+        t = self._tmp()
+        self.body += [
+            f"{t} = tl.where(rmask, {v}, {ninf})",
+            f"{t}_max = _maximum({m}_acc, {t})",
+            (f"{s}_acc = {s}_acc * tl.where({m}_acc == {ninf}, 0.0, tl.exp({m}_acc - {t}_max)) "
+             f"+ tl.where({t} == {ninf}, 0.0, tl.exp({t} - {t}_max))"),
+            f"{m}_acc = {t}_max",
+        ]
+        body_head = ["rindex = roffset + rbase", f"rmask = rindex < {st.numel}"]
+        self._decompose(body_head, "rindex", self._stage_vars(st))
+        out += self.pre
+        out.append(f"for roffset in range(0, {st.numel}, RBLOCK):")
+        out += ["    " + line for line in body_head + self.body]
+        out.append(f"{m}_row = tl.reduce({m}_acc, 1, _maximum)")
+        out.append(f"{s}_row = tl.reduce(tl.where({m}_acc == {ninf}, 0.0, "
+                   f"{s}_acc * tl.exp({m}_acc - {m}_row[:, None])), 1, _sum)")
+        out.append(self._finish(m, f"{m}_row", "max", dtype, acc))
+        out.append(self._finish(s, f"{s}_row", "sum", dtype, acc))
+        self.pre = self.body = out
+        self.memo_r = self.memo_x
+
     def _looped(self) -> list[str]:
         self._begin()
         out: list[str] = []
@@ -731,10 +797,15 @@ class _Writer:
         rtype = ".to(tl.int64)" if self.int64 else ""
         out.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{rtype}")
         self.pre = self.body = out
-        for st in self.stages:
+        merged = set(self.online.values())
+        for i, st in enumerate(self.stages):
+            if i in merged:
+                continue  # computed with its maximum, in one loop
             if st.group < 0:
                 self.rmask = None
                 self._stores(st)
+            elif i in self.online:
+                self._online_stage(st, self.stages[self.online[i]], out)
             else:
                 self._looped_stage(st, out)
         return self.consts + out
