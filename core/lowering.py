@@ -28,7 +28,7 @@ from sdk.report import ExternReport, FallbackReport
 
 from .adapters.torch_private import OpOverloadPacket, aten, prims
 from .fallback import op_name
-from .ir.expr import Const, Expr, IndexValue, Load, Op
+from .ir.expr import Const, Expr, IndexValue, Load, Op, subs_index
 from .ir.graph import (
     ComputedView,
     ExternNode,
@@ -44,6 +44,9 @@ from .ir.index import FloorDiv, Mod, var
 from .ir.kernel import Layout
 
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
+
+#: Loop variables that pointwise values are compared in (common subexpressions).
+_CSE_VARS = tuple(var(f"cse{k}") for k in range(16))
 
 #: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
 EXTERN_OPS = {
@@ -116,6 +119,10 @@ class Lowerer:
         self.fallbacks: list[FallbackReport] = []
         self.externs: list[ExternReport] = []
         self.views: set[str] = set()  # ATen calls that became index arithmetic
+        #: pointwise nodes by their value (see :meth:`pointwise`), and the nodes that
+        #: stand for several graph nodes (two graph outputs must not share one)
+        self._cse: dict[tuple, Node] = {}
+        self.merged: set[str] = set()
         self.needs_seed = False
         self._names: dict[str, int] = {}
         self._fx: torch.fx.Node | None = None
@@ -278,15 +285,27 @@ class Lowerer:
         return Layout(tuple(sizes), contiguous_strides(sizes), 0, dtype, self.ctx.device_type)
 
     def pointwise(self, sizes: tuple[int, ...], dtype: torch.dtype,
-                  body: Callable[[Index], Expr], layout: Layout | None = None) -> ComputedView:
-        """A computed node; ``layout`` (else chosen here) is where it is stored, if it is."""
+                  body: Callable[[Index], Expr], layout: Layout | None = None,
+                  cse: bool = True) -> ComputedView:
+        """A computed node; ``layout`` (else chosen here) is where it is stored, if it is.
+        ``cse``: an existing node of the same values stands for it."""
         sizes = tuple(int(s) for s in sizes)
         vs = fresh_vars("i", len(sizes))
         value = body(vs)
-        return self._add(Node(
-            name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs, value=value,
-            layout=layout or self._layout_for(sizes, dtype, self._meta_or_none(), value),
-        ))
+        layout = layout or self._layout_for(sizes, dtype, self._meta_or_none(), value)
+        # the same values computed twice (two products padding one operand alike) are one
+        # node: expressions are pure, so equal ones hold equal values
+        key = (sizes, dtype, layout, subs_index(value, dict(zip(vs, _CSE_VARS[:len(vs)]))))
+        same = self._cse.get(key) if cse else None
+        if same is not None:
+            if self.origin not in same.origins:
+                same.origins.append(self.origin)
+            self.merged.add(same.name)
+            return ComputedView(same, same.sizes, None, StorageView(same.name, same.layout))
+        view = self._add(Node(name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs,
+                              value=value, layout=layout))
+        self._cse.setdefault(key, view.node)
+        return view
 
     def reduction(self, sizes: tuple[int, ...], rsizes: tuple[int, ...], op: str,
                   dtype: torch.dtype, body: Callable[[Index, Index], Expr]) -> ComputedView:
@@ -1529,6 +1548,10 @@ def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False
     src = x.storage
     if src is None:
         raise Unsupported("indexing into a non-strided view")
+    # a whole computed node is read at its own index (linearized when scheduled), so the
+    # scheduler can recompute the few gathered elements instead of storing the node
+    whole = (isinstance(x, ComputedView) and x.reindex is None
+             and tuple(x.sizes) == tuple(x.node.sizes))
 
     def load(idx_parts: list[Any]) -> Expr:
         binds, full = [], []
@@ -1544,7 +1567,8 @@ def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False
                 full.append(sym)
             else:
                 full.append(part)
-        return Load(src.buffer, src.layout.linear(tuple(full)), src.dtype, tuple(binds))
+        index = tuple(full) if whole else src.layout.linear(tuple(full))
+        return Load(src.buffer, index, src.dtype, tuple(binds))
 
     return load
 

@@ -131,6 +131,9 @@ def _merged_space(a: Group, b: Group) -> tuple[tuple[int, ...], tuple[int, ...]]
 _INLINE_MAX_NODES = 40
 #: Most reads of a producer by its one, smaller reader for it to be inlined (a 3x3 window).
 _INLINE_MAX_READS = 16
+#: A producer is recomputed where it is gathered from when its readers read at most this
+#: fraction of its elements.
+_GATHER_RATIO = 8
 
 
 def inline_broadcast_producers(nodes: list[Node | ExternNode], keep: set[str]
@@ -149,45 +152,84 @@ def inline_broadcast_producers(nodes: list[Node | ExternNode], keep: set[str]
     nodes = _drop_dead(nodes, keep)
     computed = [n for n in nodes if isinstance(n, Node)]
     readers: dict[str, list[Node]] = {}
-    raw: set[str] = set(keep)
+    pinned: set[str] = set(keep)  # must be in memory: outputs, what library calls read
+    raw: set[str] = set()  # read at a linear index somewhere
+    indirect: set[str] = set()  # read at a gathered index somewhere
     for n in nodes:
         if isinstance(n, ExternNode):
-            raw |= n.reads
+            pinned |= n.reads
             continue
         for ld in loads(n.value):
-            if not isinstance(ld.index, tuple) or ld.binds:
+            if not isinstance(ld.index, tuple):
                 raw.add(ld.buffer)
+            elif ld.binds:
+                indirect.add(ld.buffer)
             readers.setdefault(ld.buffer, [])
             if n not in readers[ld.buffer]:
                 readers[ld.buffer].append(n)
     dropped: set[str] = set()
-    for p in reversed(computed):
+
+    def consider(p: Node, all_rules: bool) -> None:
         rs = readers.get(p.name, [])
-        if p.is_reduction or p.name in raw or not rs or len(walk([p.value])) > _INLINE_MAX_NODES:
-            continue
-        broadcast = all(r.numel > p.numel for r in rs)
-        # a window over it (max-pooling after BatchNorm + ReLU): recomputing a cheap value
-        # a few times costs less than storing it and reading it back
-        window = (len(rs) == 1 and not rs[0].is_reduction and rs[0].numel < p.numel
-                  and sum(ld.buffer == p.name for ld in loads(rs[0].value)) <= _INLINE_MAX_READS)
-        if not (broadcast or window):
-            continue
+        if (p.name in dropped or p.is_reduction or p.name in pinned or not rs
+                or len(walk([p.value])) > _INLINE_MAX_NODES):
+            return
+        indexed = any(isinstance(e, IndexValue) for e in walk([p.value]))
+        # a constant (zeros that a scatter writes into): recomputing it reads nothing,
+        # at any index; a gathered read of it keeps its bounds check through a probe
+        constant = not p.reads and not indexed and all(
+            _probe(ld.binds) is not None for r in rs for ld in loads(r.value)
+            if ld.buffer == p.name and ld.binds)
+        if not constant and (p.name in raw or (p.name in indirect and indexed)):
+            return  # an index value cannot take a gathered index's bindings
+        # it reads far less than it writes (a scatter of one value per row, once its
+        # zeros are inlined): recomputing it where it is read costs a few cached loads,
+        # storing it a full pass
+        expanding = p.name not in indirect and _expanding(p)
+        ok = constant or expanding
+        if all_rules and not ok:
+            reads = [sum(ld.buffer == p.name for ld in loads(r.value)) for r in rs]
+            # a few elements gathered from it (the target's log-probability out of a
+            # log-softmax over a vocabulary): recompute those instead of storing it all
+            gather = all(_points(r) * k * _GATHER_RATIO <= p.numel for r, k in zip(rs, reads))
+            broadcast = p.name not in indirect and all(r.numel > p.numel for r in rs)
+            # a window over it (max-pooling after BatchNorm + ReLU): recomputing a cheap
+            # value a few times costs less than storing it and reading it back
+            window = (p.name not in indirect and len(rs) == 1 and not rs[0].is_reduction
+                      and rs[0].numel < p.numel and reads[0] <= _INLINE_MAX_READS)
+            ok = gather or broadcast or window
+        if not ok:
+            return
         memo: dict[tuple, Expr] = {}
 
-        def fn(e: Expr, p: Node = p, memo: dict = memo) -> Expr | None:
-            if isinstance(e, Load) and e.buffer == p.name:
-                hit = memo.get(e.index)
-                if hit is None:
+        def fn(e: Expr) -> Expr | None:
+            if not (isinstance(e, Load) and e.buffer == p.name):
+                return None
+            key = (e.index, e.binds)
+            hit = memo.get(key)
+            if hit is None:
+                if constant:
+                    hit = cast(p.value, p.dtype)
+                    probe = _probe(e.binds)
+                    if probe is not None:  # the value, once the bounds check has run
+                        ran = Op("isnan", (cast(probe, torch.float32),), torch.bool)
+                        hit = Op("where", (ran, hit, hit), p.dtype)
+                else:
                     # rounded to p's dtype, exactly as if it had been stored and loaded
-                    hit = memo[e.index] = cast(subs_index(p.value, dict(zip(p.vars, e.index))),
-                                               p.dtype)
-                return hit
-            return None
+                    value = subs_index(p.value, dict(zip(p.vars, e.index)))
+                    hit = cast(_rebind(value, e.binds), p.dtype)
+                memo[key] = hit
+            return hit
 
         for r in rs:
             r.value = rewrite(r.value, fn)
             r.reads = {ld.buffer for ld in loads(r.value)}
             r.origins.extend(o for o in p.origins if o not in r.origins)
+            for ld in loads(r.value):
+                if not isinstance(ld.index, tuple):
+                    raw.add(ld.buffer)
+                elif ld.binds:
+                    indirect.add(ld.buffer)
             for b in p.reads:
                 lst = readers.setdefault(b, [])
                 if r not in lst:
@@ -196,7 +238,65 @@ def inline_broadcast_producers(nodes: list[Node | ExternNode], keep: set[str]
             if p in readers.get(b, []):
                 readers[b].remove(p)
         dropped.add(p.name)
+
+    # producers first, so a scatter whose zeros were inlined is itself recomputed where
+    # read; then readers first, so broadcast chains collapse into their largest reader
+    for p in computed:
+        consider(p, all_rules=False)
+    for p in reversed(computed):
+        consider(p, all_rules=True)
     return [n for n in nodes if not (isinstance(n, Node) and n.name in dropped)]
+
+
+def _probe(binds: tuple) -> Load | None:
+    """A load that runs the bounds checks of ``binds`` and reads an element that exists
+    (one the first bound index was itself loaded from), or None if there is none."""
+    if not binds:
+        return None
+    for _sym, value, _extent in binds:
+        for ld in loads(value):
+            if not ld.binds:
+                return Load(ld.buffer, ld.index, ld.dtype, binds)
+    return None
+
+
+def _points(n: Node) -> int:
+    """How many points ``n``'s loops visit (a reduction's inner loop included)."""
+    return n.numel * math.prod(n.rsizes)
+
+
+def _expanding(p: Node) -> bool:
+    """Does every load of ``p`` leave out one of its loops of at least ``_GATHER_RATIO``
+    points (a broadcast read), so that it reads at most that fraction of what it stores?"""
+    sizes = dict(zip(p.vars, p.sizes))
+    lds = loads(p.value)
+    if not lds:
+        return False
+    for ld in lds:
+        used = set().union(*(sympy.sympify(i).free_symbols for i in ld.index)) \
+            if isinstance(ld.index, tuple) else ld.index.free_symbols
+        if used & {b[0] for b in ld.binds}:
+            return False  # a gathered read (a bounds probe reads at a plain index)
+        if not any(int(n) >= _GATHER_RATIO for v, n in sizes.items() if v not in used):
+            return False
+    return True
+
+
+def _rebind(value: Expr, binds: tuple) -> Expr:
+    """``value`` with each load whose index uses a gathered index symbol of ``binds``
+    carrying that binding (its value and extent, so the bounds check stays)."""
+    if not binds:
+        return value
+
+    def fn(e: Expr) -> Expr | None:
+        if not isinstance(e, Load):
+            return None
+        syms = set().union(*(sympy.sympify(i).free_symbols for i in e.index)) \
+            if isinstance(e.index, tuple) else e.index.free_symbols
+        extra = tuple(b for b in binds if b[0] in syms and b not in e.binds)
+        return Load(e.buffer, e.index, e.dtype, e.binds + extra) if extra else None
+
+    return rewrite(value, fn)
 
 
 def _drop_dead(nodes: list[Node | ExternNode], keep: set[str]) -> list[Node | ExternNode]:
@@ -541,10 +641,13 @@ class _Builder:
                             f"reads the reduction {p.name} at another outer point")
                     return LocalRef(p.name, self.result_dtype(p))
                 # inline: p's value at the reader's index, its own reads resolved too
-                key = (p.name, e.index)
+                key = (p.name, e.index, e.binds)
                 hit = self._inlined.get(key)
                 if hit is None:
-                    at = subs_index(p.value, dict(zip(p.vars, e.index)))
+                    if e.binds and any(isinstance(x, IndexValue) for x in walk([p.value])):
+                        raise _NotFusable(f"{p.name} computes an index value and is read "
+                                          "at a gathered index")
+                    at = _rebind(subs_index(p.value, dict(zip(p.vars, e.index))), e.binds)
                     # rounded to p's dtype, exactly as if it had been stored and loaded
                     hit = self._inlined[key] = cast(self._resolve_reads(at), p.dtype)
                 return hit
