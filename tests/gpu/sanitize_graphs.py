@@ -57,6 +57,10 @@ def graphs():
     yield "max_pool_bn_relu", lambda x, m, v: F.max_pool2d(
         F.batch_norm(x, m, v, training=False).relu(), 3, 2, 1, ceil_mode=True), \
         (r(3, 5, 17, 15), r(5), r(5).abs() + 0.5)
+    yield "cross_entropy_fwbw", lambda x, t: F.cross_entropy(x.float() * 2, t), \
+        (r(33, 20001, dtype=torch.bfloat16, requires_grad=True), torch.randint(0, 20001, (33,)))
+    yield "scatter_into_zeros", lambda x, i: torch.scatter(torch.zeros_like(x), 1, i, 3.0).sum(1), \
+        (r(37, 4099), torch.randint(0, 4099, (37, 1)))
     yield "conv_channels_last", lambda x, w, b: F.adaptive_avg_pool2d(
         F.conv2d(x, w, b, padding=1).relu(), 1), (r(2, 3, 19, 13), r(8, 3, 3, 3), r(8))
 
