@@ -136,18 +136,26 @@ _INLINE_MAX_READS = 16
 _GATHER_RATIO = 8
 
 
-def inline_broadcast_producers(nodes: list[Node | ExternNode], keep: set[str]
-                               ) -> list[Node | ExternNode]:
-    """Inline small pointwise nodes into the larger nodes that broadcast them.
+def inline_producers(nodes: list[Node | ExternNode], keep: set[str]
+                     ) -> list[Node | ExternNode]:
+    """Recompute cheap pointwise nodes in their readers where storing them costs more.
 
-    BatchNorm in inference computes ``rsqrt(var + eps) * weight`` over channels
-    and applies it over (N, C, H, W): two iteration spaces, so two kernels, and a
-    stored per-channel buffer between them. Recomputing such a producer in its
-    readers makes the whole thing one pointwise pass (Inductor inlines the same
-    way). Only where every reader is a computed node larger than the producer (or
-    the one reader is a smaller window over it, as max-pooling is), reads it at a
-    plain index, and the producer is cheap, not a graph output and not read by a
-    library call.
+    The producer must be cheap (at most ``_INLINE_MAX_NODES`` expression nodes), not a
+    graph output and not read by a library call. Then it is inlined where:
+
+    * it is a constant (the zeros nll's backward scatters into), read at any index;
+    * it reads at most ``1/_GATHER_RATIO`` of what it stores (every load leaves out a
+      loop of that many points: the scatter of one value per row into those zeros);
+    * its readers visit at most ``1/_GATHER_RATIO`` of its points, also through a
+      gathered index (the target's log-probability out of a log-softmax: recomputed
+      from the logits and the row statistics, never stored);
+    * every reader is larger and broadcasts it (BatchNorm's per-channel
+      ``rsqrt(var + eps) * weight`` over (N, C, H, W): one pass instead of two
+      kernels and a stored buffer, as Inductor inlines);
+    * its one reader is a smaller window over it (max-pooling after BN + ReLU).
+
+    Loads at a linear index take only constants. A gathered load keeps its bounds check:
+    the recomputed loads carry its bindings, or a probe load does (for a constant).
     """
     nodes = _drop_dead(nodes, keep)
     computed = [n for n in nodes if isinstance(n, Node)]
@@ -318,7 +326,7 @@ class Scheduler:
         """``keep``: buffers that must be in memory (graph outputs)."""
         self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
         if fusion:
-            nodes = inline_broadcast_producers(nodes, self.keep)
+            nodes = inline_producers(nodes, self.keep)
         self.steps = nodes
         self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
         self.index = {id(n): i for i, n in enumerate(nodes)}
