@@ -293,10 +293,13 @@ class Lowerer:
         vs = fresh_vars("i", len(sizes))
         value = body(vs)
         layout = layout or self._layout_for(sizes, dtype, self._meta_or_none(), value)
+        if not cse:
+            return self._add(Node(name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs,
+                                  value=value, layout=layout))
         # the same values computed twice (two products padding one operand alike) are one
         # node: expressions are pure, so equal ones hold equal values
         key = (sizes, dtype, layout, subs_index(value, dict(zip(vs, _CSE_VARS[:len(vs)]))))
-        same = self._cse.get(key) if cse else None
+        same = self._cse.get(key)
         if same is not None:
             if self.origin not in same.origins:
                 same.origins.append(self.origin)
@@ -304,7 +307,7 @@ class Lowerer:
             return ComputedView(same, same.sizes, None, StorageView(same.name, same.layout))
         view = self._add(Node(name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs,
                               value=value, layout=layout))
-        self._cse.setdefault(key, view.node)
+        self._cse[key] = view.node
         return view
 
     def reduction(self, sizes: tuple[int, ...], rsizes: tuple[int, ...], op: str,

@@ -224,8 +224,7 @@ def inline_producers(nodes: list[Node | ExternNode], keep: set[str]
                         hit = Op("where", (ran, hit, hit), p.dtype)
                 else:
                     # rounded to p's dtype, exactly as if it had been stored and loaded
-                    value = subs_index(p.value, dict(zip(p.vars, e.index)))
-                    hit = cast(_rebind(value, e.binds), p.dtype)
+                    hit = cast(_value_at(p, e), p.dtype)
                 memo[key] = hit
             return hit
 
@@ -281,8 +280,7 @@ def _expanding(p: Node) -> bool:
     if not lds:
         return False
     for ld in lds:
-        used = set().union(*(sympy.sympify(i).free_symbols for i in ld.index)) \
-            if isinstance(ld.index, tuple) else ld.index.free_symbols
+        used = _index_symbols(ld)
         if used & {b[0] for b in ld.binds}:
             return False  # a gathered read (a bounds probe reads at a plain index)
         if not any(int(n) >= _GATHER_RATIO for v, n in sizes.items() if v not in used):
@@ -290,18 +288,26 @@ def _expanding(p: Node) -> bool:
     return True
 
 
-def _rebind(value: Expr, binds: tuple) -> Expr:
-    """``value`` with each load whose index uses a gathered index symbol of ``binds``
-    carrying that binding (its value and extent, so the bounds check stays)."""
-    if not binds:
+def _index_symbols(ld: Load) -> set[sympy.Symbol]:
+    """The symbols ``ld``'s index uses (per-dimension or linear)."""
+    if isinstance(ld.index, tuple):
+        return set().union(*(sympy.sympify(i).free_symbols for i in ld.index))
+    return set(ld.index.free_symbols)
+
+
+def _value_at(p: Node, ld: Load) -> Expr:
+    """``p``'s value where ``ld`` reads it (an index per dimension of ``p``). A gathered
+    index's symbols reach the loads of ``p`` it is substituted into; each such load
+    carries that binding (its value and extent), so the bounds check stays."""
+    value = subs_index(p.value, dict(zip(p.vars, ld.index)))
+    if not ld.binds:
         return value
 
     def fn(e: Expr) -> Expr | None:
         if not isinstance(e, Load):
             return None
-        syms = set().union(*(sympy.sympify(i).free_symbols for i in e.index)) \
-            if isinstance(e.index, tuple) else e.index.free_symbols
-        extra = tuple(b for b in binds if b[0] in syms and b not in e.binds)
+        syms = _index_symbols(e)
+        extra = tuple(b for b in ld.binds if b[0] in syms and b not in e.binds)
         return Load(e.buffer, e.index, e.dtype, e.binds + extra) if extra else None
 
     return rewrite(value, fn)
@@ -655,7 +661,7 @@ class _Builder:
                     if e.binds and any(isinstance(x, IndexValue) for x in walk([p.value])):
                         raise _NotFusable(f"{p.name} computes an index value and is read "
                                           "at a gathered index")
-                    at = _rebind(subs_index(p.value, dict(zip(p.vars, e.index))), e.binds)
+                    at = _value_at(p, e)
                     # rounded to p's dtype, exactly as if it had been stored and loaded
                     hit = self._inlined[key] = cast(self._resolve_reads(at), p.dtype)
                 return hit

@@ -462,8 +462,9 @@ def _is_device_event(e: Any) -> bool:
     return str(getattr(e, "device_type", "")).rsplit(".", 1)[-1] == "CUDA"
 
 
-def summarize_device_events(events: Any) -> dict[str, Any]:
-    """Launches and device time per kernel class of a profiler's events (CUDA ones only)."""
+def summarize_device_events(events: Any, top: int = 5) -> dict[str, Any]:
+    """Launches and device time per kernel class of a profiler's events (CUDA ones only),
+    and the ``top`` kernels by device time."""
     by_class = {c: {"launches": 0, "ms": 0.0} for c in KERNEL_CLASSES}
     per_kernel: dict[str, float] = {}
     total = 0
@@ -476,16 +477,16 @@ def summarize_device_events(events: Any) -> dict[str, Any]:
         cls["ms"] += us / 1e3
         per_kernel[e.name] = per_kernel.get(e.name, 0.0) + us / 1e3
         total += 1
-    top = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:5]
+    most = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]
     return {
         "launches": total,
         "device_ms": sum(c["ms"] for c in by_class.values()),
         "by_class": by_class,
-        "top_kernels": [{"name": k[:160], "ms": ms} for k, ms in top],
+        "top_kernels": [{"name": k[:160], "ms": ms} for k, ms in most],
     }
 
 
-def cuda_launches(step: Callable[[], Any]) -> dict[str, Any]:
+def cuda_launches(step: Callable[[], Any], top: int = 5) -> dict[str, Any]:
     """One call of ``step`` under the CUDA profiler: :func:`summarize_device_events`."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -494,7 +495,7 @@ def cuda_launches(step: Callable[[], Any]) -> dict[str, Any]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    out = summarize_device_events(prof.events())
+    out = summarize_device_events(prof.events(), top)
     if not out["launches"]:
         return {"error": "the profiler recorded no CUDA activity (is CUPTI available?)"}
     return out

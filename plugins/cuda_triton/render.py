@@ -725,14 +725,19 @@ class _Writer:
                 self._reduction_persistent(local, op, value, dtype)
         return head + self.consts + self.pre
 
-    def _looped_stage(self, st: _Stage, out: list[str], split: bool = False) -> None:
-        """One stage with inner ranges as a loop over RBLOCK chunks, appended to ``out``."""
+    def _looped_stage(self, st: _Stage, out: list[str], split: bool = False,
+                      second: _Stage | None = None) -> None:
+        """One stage with inner ranges as a loop over RBLOCK chunks, appended to ``out``;
+        with ``second`` (see :meth:`_online_pairs`), that stage's sum in the same loop."""
         self.pre, self.body, self.memo_r = [], [], {}
         self.rmask = "rmask"
         self.cur_group = st.group
         post: list[str] = []
-        for local, op, value, dtype in st.reductions:
-            self._reduction_looped(local, op, value, dtype, post)
+        if second is not None:
+            self._reduction_online(st, second, post)
+        else:
+            for local, op, value, dtype in st.reductions:
+                self._reduction_looped(local, op, value, dtype, post)
         self._stores(st)
         body_head: list[str] = []
         if split:
@@ -752,14 +757,11 @@ class _Writer:
         self.pre = self.body = out
         self.memo_r = self.memo_x
 
-    def _online_stage(self, st: _Stage, second: _Stage, out: list[str]) -> None:
-        """``m = max(v)`` and ``s = sum(exp(v - m))`` in one loop: a running maximum per
-        lane, and a running sum rescaled by ``exp(m_old - m_new)`` when the maximum
-        grows. Lanes (and elements) at -inf add nothing; NaN and +inf propagate to
-        NaN, as the two passes give."""
-        self.pre, self.body, self.memo_r = [], [], {}
-        self.rmask = "rmask"
-        self.cur_group = st.group
+    def _reduction_online(self, st: _Stage, second: _Stage, post: list[str]) -> None:
+        """``m = max(v)`` (``st``) and ``s = sum(exp(v - m))`` (``second``) in one loop: a
+        running maximum per lane, and a running sum rescaled by ``exp(m_old - m_new)``
+        when the maximum grows. Lanes (and elements) at -inf add nothing; NaN and +inf
+        propagate to NaN, as the two passes give."""
         m, _op, value, dtype = st.reductions[0]
         s = second.reductions[0][0]
         acc = self._acc_dtype("max", value, dtype)
@@ -777,18 +779,11 @@ class _Writer:
              f"+ tl.where({t} == {ninf}, 0.0, tl.exp({t} - {t}_max))"),
             f"{m}_acc = {t}_max",
         ]
-        body_head = ["rindex = roffset + rbase", f"rmask = rindex < {st.numel}"]
-        self._decompose(body_head, "rindex", self._stage_vars(st))
-        out += self.pre
-        out.append(f"for roffset in range(0, {st.numel}, RBLOCK):")
-        out += ["    " + line for line in body_head + self.body]
-        out.append(f"{m}_row = tl.reduce({m}_acc, 1, _maximum)")
-        out.append(f"{s}_row = tl.reduce(tl.where({m}_acc == {ninf}, 0.0, "
-                   f"{s}_acc * tl.exp({m}_acc - {m}_row[:, None])), 1, _sum)")
-        out.append(self._finish(m, f"{m}_row", "max", dtype, acc))
-        out.append(self._finish(s, f"{s}_row", "sum", dtype, acc))
-        self.pre = self.body = out
-        self.memo_r = self.memo_x
+        post.append(f"{m}_row = tl.reduce({m}_acc, 1, _maximum)")
+        post.append(f"{s}_row = tl.reduce(tl.where({m}_acc == {ninf}, 0.0, "
+                    f"{s}_acc * tl.exp({m}_acc - {m}_row[:, None])), 1, _sum)")
+        post.append(self._finish(m, f"{m}_row", "max", dtype, acc))
+        post.append(self._finish(s, f"{s}_row", "sum", dtype, acc))
 
     def _looped(self) -> list[str]:
         self._begin()
@@ -804,10 +799,9 @@ class _Writer:
             if st.group < 0:
                 self.rmask = None
                 self._stores(st)
-            elif i in self.online:
-                self._online_stage(st, self.stages[self.online[i]], out)
             else:
-                self._looped_stage(st, out)
+                second = self.stages[self.online[i]] if i in self.online else None
+                self._looped_stage(st, out, second=second)
         return self.consts + out
 
     def _split_partial(self) -> tuple[list[str], list[tuple[str, torch.dtype]]]:
