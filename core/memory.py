@@ -103,17 +103,17 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
                     alias_of[dst] = src
                     if layouts[src] == lay:  # the same view: no new tensor needed
                         lines.append(f"{dst} = {src}")
-                    else:
-                        lines.append(f"{dst} = _as_strided({src}, {tuple(lay.sizes)}, "
+                    else:  # pooled roots have offset 0: the increment is the offset
+                        lines.append(f"{dst} = _view({src}, {tuple(lay.sizes)}, "
                                      f"{tuple(lay.strides)}, {lay.offset})")
                     plan.reused += 1
                 else:
                     lines.append(f"{dst} = _empty({tuple(lay.sizes)}, {tuple(lay.strides)}, "
-                                 f"dtype={lay.dtype}, device=_dev)")
+                                 f"{lay.dtype})")
                     plan.allocated += 1
                     if lay.offset:
-                        lines[-1] = (f"{dst} = _as_strided(_empty(({lay.storage_size},), (1,), "
-                                     f"dtype={lay.dtype}, device=_dev), {tuple(lay.sizes)}, "
+                        lines[-1] = (f"{dst} = _view(_empty(({lay.storage_size},), (1,), "
+                                     f"{lay.dtype}), {tuple(lay.sizes)}, "
                                      f"{tuple(lay.strides)}, {lay.offset})")
         after = plan.after.setdefault(i, [])
         for b in sorted(_reads(step) | set(_writes(step))):

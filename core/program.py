@@ -18,6 +18,7 @@ import torch.fx
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport, KernelReport
 
+from .adapters.torch_private import buffer_ops
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.kernel import Kernel, Layout, check_kernel
 from .lowering import SEED_BUFFER, Lowerer, _dense, same_strides
@@ -154,9 +155,11 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
 def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: list[tuple],
              layouts: dict[str, Layout], ctx: CompileContext
              ) -> tuple[Callable, str]:
-    env: dict[str, Any] = {"torch": torch, "_empty": torch.empty_strided,
-                           "_as_strided": torch.as_strided, "_restride": _restride}
-    env["_dev"] = L.device
+    empty, empty_fast, view, is_current = buffer_ops(L.device)
+    env: dict[str, Any] = {"torch": torch, "_as_strided": torch.as_strided, "_view": view,
+                           "_restride": _restride, "_dev": L.device,
+                           "_empty": empty_fast or empty, "_empty_any": empty,
+                           "_is_current": is_current}
     moved: dict[str, Any] = {}
     copy_of = {host.buffer: dev for dev, (host, _) in L.host.items()}  # host -> device copy
     for name, t in L.constants.items():
@@ -190,6 +193,10 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
         return [f"    {dev} = {host}.to(_dev).contiguous()"]
 
     lines = ["def call(args):"]
+    if empty_fast is not None and is_current is not None:
+        # the fast allocator allocates on the current device: another may be current
+        lines.append("    _empty = _empty_fast if _is_current() else _empty_any")
+        env["_empty_fast"] = empty_fast
     for i, (name, _spec) in enumerate(L.inputs):
         if name:
             lines.append(f"    {name} = args[{i}]")
@@ -207,9 +214,18 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     kernel_read: set[str] = set()
     input_names = {n for n, _ in L.inputs if n}
 
-    def restrided(buf: str, layout: Layout) -> str:
-        """A view of ``buf``; of an input, relative to the input's own storage offset."""
+    # buffers whose storage offset at run time is their layout's: inputs (Dynamo guards
+    # it) and what the kernels write (the memory plan places them)
+    placed = input_names | {a.name for k in program if isinstance(k, Kernel)
+                            for a in k.args if a.role != "in"}
+
+    def restrided(buf: str, layout: Layout, *, result: bool = False) -> str:
+        """A view of ``buf``. An intermediate is reinterpreted in place (no autograd view
+        record); a result is a real view, as eager's would be."""
         base = layouts[buf]
+        if buf in placed and not result:
+            delta = int(layout.offset) - int(base.offset)
+            return f"_view({buf}, {tuple(layout.sizes)}, {tuple(layout.strides)}, {delta})"
         offset = str(layout.offset)
         if buf in input_names:
             delta = int(layout.offset) - int(base.offset)
@@ -277,7 +293,7 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             base = layouts[buf]
             if layout != base:
                 baked.add(buf)
-            rets.append(buf if layout == base else restrided(buf, layout))
+            rets.append(buf if layout == base else restrided(buf, layout, result=True))
         else:
             rets.append(const(buf))
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")

@@ -959,10 +959,11 @@ def _method(st: Setup, repeat: int, prewarm_s: float,
     }
 
 
-def _write_json(path: str, payload: dict[str, Any]) -> None:
+def _write_json(path: str, payload: dict[str, Any], *, quiet: bool = False) -> None:
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
-    print(f"\nwrote {path}")
+    if not quiet:
+        print(f"\nwrote {path}")
 
 
 def _exit_code(rows: list[Row]) -> int:

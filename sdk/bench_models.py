@@ -670,19 +670,9 @@ def _run(args: argparse.Namespace, names: list[str], size: str,
     probe = cuda_launches if st.cuda else None
     table_ = rows()
     out: list[Row] = []
-    for name in names:
-        model, dtype = table_[name]
-        out.append(bench._run_workload(
-            name, lambda d, m=model, dt=dtype: m.build(d, dt, size), st.dev, st.clock,
-            st.sdk_backend, probe))
 
-    text, summary = table(out)
-    bench._print_end(st, out, text)
-    if args.profile:
-        print()
-        print(profile_text(out, st.cuda))
-
-    if args.json:
+    def write_json(final: bool) -> None:
+        _, summary = table(out)
         method = bench._method(st, args.repeat, prewarm_s, start_dirs)
         method.update({"suite": "models", "size": size,
                        "check": "Dynamo's RMSE rule vs an fp64 copy of the model "
@@ -698,5 +688,22 @@ def _run(args: argparse.Namespace, names: list[str], size: str,
             "geomean_n": summary["geomean"]["n"],
             "targets": summary["targets"],
             "rows": [_row_json(r, *table_[r.name], size, st.cuda) for r in out],
-        })
+            "complete": final,
+        }, quiet=not final)
+
+    for name in names:
+        model, dtype = table_[name]
+        out.append(bench._run_workload(
+            name, lambda d, m=model, dt=dtype: m.build(d, dt, size), st.dev, st.clock,
+            st.sdk_backend, probe))
+        if args.json:  # after every row: a run cut short still leaves the rows it measured
+            write_json(final=False)
+
+    text, _ = table(out)
+    bench._print_end(st, out, text)
+    if args.profile:
+        print()
+        print(profile_text(out, st.cuda))
+    if args.json:
+        write_json(final=True)
     return bench._exit_code(out)

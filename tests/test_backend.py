@@ -184,6 +184,28 @@ def test_storage_offset_compiles_a_second_variant(specializations, graph_reports
     assert {(v.offset, v.aligned) for v in variants} == {(0, True), (1, False)}
 
 
+def sliced_products(x, w):
+    z = torch.relu(x.t() @ w)
+    return torch.mm(x[2:, 1:].t(), w[2:, 5:]), z[3:10, :7].t() @ z[4:11, 1:]
+
+
+def test_library_calls_read_offset_views_of_inputs_and_buffers():
+    """The wrapper passes library calls views at offsets: of an input (relative to the
+    input's own storage offset, which differs between calls) and of a buffer a kernel wrote."""
+    compiled = torch.compile(sliced_products, backend=BACKEND)
+    for offset in (0, 3, 0):
+        base = torch.randn(64 * 32 + offset)
+        x = base[offset:].view(64, 32).requires_grad_()
+        w = torch.randn(64, 48, requires_grad=True)
+        got, want = compiled(x, w), sliced_products(x, w)
+        for g, e in zip(got, want):
+            close(g, e)
+        gx, gw = torch.autograd.grad(sum(t.sum() for t in got), (x, w))
+        ex, ew = torch.autograd.grad(sum(t.sum() for t in want), (x, w))
+        close(gx, ex)
+        close(gw, ew)
+
+
 def _tensor_specs(specializations) -> list[TensorSpec]:
     return [s for program in specializations for key in program.variants for s in key
             if isinstance(s, TensorSpec)]

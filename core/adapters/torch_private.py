@@ -6,7 +6,8 @@ Everything else in the SDK calls these functions instead of reaching into
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
@@ -94,6 +95,40 @@ def aot_compile(
         keep_inference_input_mutations=False,
     )
     return compiler(gm, example_inputs)
+
+
+def buffer_ops(device: torch.device) -> tuple[Callable[..., Any], Callable[..., Any] | None,
+                                             Callable[..., Any], Callable[[], bool] | None]:
+    """The cheap tensor constructors a generated wrapper calls, as Inductor's wrappers do.
+
+    Returns ``(empty, empty_fast, view, is_current)``:
+
+    * ``empty(sizes, strides, dtype)`` allocates on ``device`` (``torch.empty_strided``);
+    * ``empty_fast`` does the same through ``torch._C._dynamo.guards._empty_strided_<type>``
+      (about half the host time), but on the *current* device of its type: it is only
+      right while ``is_current()`` holds (``is_current`` is None when it always is, and
+      ``empty_fast`` is None where torch has no such allocator);
+    * ``view(t, sizes, strides, offset_increment)`` is ``as_strided`` relative to ``t``'s own
+      storage offset, without the autograd view record (``_reinterpret_tensor``): for the
+      wrapper's intermediates, which never need one.
+    """
+    guards = torch._C._dynamo.guards
+
+    def empty(sizes: Any, strides: Any, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty_strided(sizes, strides, dtype=dtype, device=device)
+
+    fast = getattr(guards, f"_empty_strided_{device.type}", None)
+    is_current = None
+    if fast is not None and device.type != "cpu":
+        acc = torch.accelerator.current_accelerator()
+        if acc is None or acc.type != device.type or device.index is None:
+            fast = None
+        else:
+            index = device.index
+            current = torch.accelerator.current_device_index
+            def is_current() -> bool:
+                return current() == index
+    return empty, fast, guards._reinterpret_tensor, is_current
 
 
 def is_fake(t: Any) -> bool:
