@@ -433,32 +433,35 @@ class _Clock:
         self.sync()
         return time.perf_counter() - t0, out
 
-    def samples(self, call: Callable[[], Any]) -> list[float]:
-        """Per-call seconds of the timed calls (after the caller's warm-up)."""
+    def samples(self, call: Callable[[], Any], share: float = 1.0) -> list[float]:
+        """Per-call seconds of the timed calls (after the caller's warm-up): ``share`` of
+        the calls (or of the CPU's timing second) that one measurement takes."""
         gc.collect()
         gc.disable()
         try:
-            return self._cuda(call) if self.cuda else self._cpu(call)
+            return self._cuda(call, share) if self.cuda else self._cpu(call, share)
         finally:
             gc.enable()
 
-    def _cpu(self, call: Callable[[], Any]) -> list[float]:
+    def _cpu(self, call: Callable[[], Any], share: float) -> list[float]:
         out: list[float] = []
         start = time.perf_counter()
+        least = max(3, math.ceil(10 * share))
         while True:
             t0 = time.perf_counter()
             call()
             out.append(time.perf_counter() - t0)
             if self.repeat:
-                if len(out) >= self.repeat:
+                if len(out) >= max(1, math.ceil(self.repeat * share)):
                     return out
-            elif (len(out) >= 10 and time.perf_counter() - start >= 1.0) or len(out) >= 10000:
+            elif ((len(out) >= least and time.perf_counter() - start >= share)
+                  or len(out) >= 10000):
                 return out
 
-    def _cuda(self, call: Callable[[], Any]) -> list[float]:
+    def _cuda(self, call: Callable[[], Any], share: float) -> list[float]:
         import torch
 
-        n = self.repeat or 100
+        n = max(1, math.ceil((self.repeat or 100) * share))
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(n)]
         torch.cuda.synchronize()
@@ -481,6 +484,7 @@ class Result:
 
     ms: float | None = None
     samples_ms: list[float] = field(default_factory=list)
+    round_ms: list[float] = field(default_factory=list)  # the median of each timing round
     cold_s: float | None = None
     check: str = ""  # "ok", "MISMATCH", "error", "" (eager / not run)
     detail: str = ""
@@ -500,13 +504,33 @@ class Row:
     min_bytes: int = 0
 
 
+#: Timing rounds: the backends of a workload are timed in turn, this many times over, so
+#: that a slow phase of the host (other tenants, clocks) falls on all of them alike.
+ROUNDS = 3
+
+
 def _run_backend(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any], Any] | None,
                  ref: list[tuple[str, Any]] | None, fp64: list[tuple[str, Any]] | None,
-                 sink: list[Any] | None = None, probe: Probe | None = None,
+                 sink: list[Any] | None = None, probe: Probe | None = None, *,
+                 reset: bool = True,
                  ) -> tuple[Result, list[tuple[str, Any]] | None]:
-    """Compile (unless eager), cold call, check against ``ref``, warm up, time; then, when
-    given, ``probe`` gets one more warm step to observe (its failure is recorded in
-    ``Result.profile``, never fails the row)."""
+    """One backend alone: :func:`_prepare` it, time it, probe it."""
+    res, outs, fn = _prepare(name, case, clock, compile_fn, ref, fp64, sink, reset=reset)
+    if fn is not None:
+        _time_interleaved(name, case, clock, [(res, fn)], probe, rounds=1)
+    return res, outs
+
+
+def _prepare(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any], Any] | None,
+             ref: list[tuple[str, Any]] | None, fp64: list[tuple[str, Any]] | None,
+             sink: list[Any] | None = None, *, reset: bool = True,
+             ) -> tuple[Result, list[tuple[str, Any]] | None, Callable[[], Any] | None]:
+    """Compile (unless eager), cold call, check against ``ref``, warm up.
+
+    Returns the result so far, the outputs of the first call and the step to time (None
+    after a mismatch or an error). With ``reset=False`` Dynamo's caches are kept: a
+    backend compiled earlier stays compiled beside this one (Dynamo guards on the backend,
+    so this one still traces and compiles from scratch)."""
     from sdk.core.adapters.torch_private import reset_dynamo
 
     res = Result()
@@ -517,7 +541,8 @@ def _run_backend(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any
             _, first = clock.wall(lambda: case.step(fn))
             outs = _named(case.outputs(first))
         else:
-            reset_dynamo()
+            if reset:
+                reset_dynamo()
             _fresh_cache_dirs()
             fn = compile_fn(case.target)
             token = None
@@ -538,25 +563,49 @@ def _run_backend(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any
             res.check = "ok" if ok else "MISMATCH"
         del first
         if res.check == "MISMATCH":
-            return res, outs  # never timed
+            return res, outs, None  # never timed
         for _ in range(3):
             case.step(fn)
         clock.sync()
-        secs = clock.samples(lambda: case.step(fn))
-        res.samples_ms = [s * 1e3 for s in secs]
+    except Exception as e:  # noqa: BLE001 - reported in the row and on stderr
+        _record_error(name, res, e)
+        return res, outs, None
+    return res, outs, (lambda f=fn: case.step(f))
+
+
+def _record_error(name: str, res: Result, e: BaseException) -> None:
+    res.check = "error"
+    lines = [ln.strip() for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()]
+    res.error = " ".join(lines[:2])[:300]
+    res.detail = traceback.format_exc()
+    print(f"\n[{name}] raised:\n{res.detail}", file=sys.stderr, flush=True)
+
+
+def _time_interleaved(name: str, case: Case, clock: _Clock,
+                      entries: list[tuple[Result, Callable[[], Any]]], probe: Probe | None,
+                      rounds: int = ROUNDS) -> None:
+    """Time the prepared steps in ``rounds`` rounds, each step in turn within a round; then
+    give ``probe`` one more warm step of each (its failure is recorded in
+    ``Result.profile``, never fails the row)."""
+    live = list(entries)
+    for _ in range(rounds):
+        for res, step in list(live):
+            try:
+                secs = clock.samples(step, share=1 / rounds)
+            except Exception as e:  # noqa: BLE001 - reported in the row and on stderr
+                _record_error(name, res, e)
+                live.remove((res, step))
+                continue
+            ms = [t * 1e3 for t in secs]
+            res.samples_ms += ms
+            res.round_ms.append(statistics.median(ms))
+    for res, step in live:
         res.ms = statistics.median(res.samples_ms)
         if probe is not None:
             try:
-                res.profile = probe(lambda: case.step(fn))
+                res.profile = probe(step)
             except Exception as e:  # noqa: BLE001 - a probe never fails the row
                 res.profile = {"error": f"{type(e).__name__}: {e}"[:300]}
-    except Exception as e:  # noqa: BLE001 - reported in the row and on stderr
-        res.check = "error"
-        lines = [ln.strip() for ln in f"{type(e).__name__}: {e}".splitlines() if ln.strip()]
-        res.error = " ".join(lines[:2])[:300]
-        res.detail = traceback.format_exc()
-        print(f"\n[{name}] raised:\n{res.detail}", file=sys.stderr, flush=True)
-    return res, outs
 
 
 def _graph_summary(reports: list[Any]) -> dict[str, Any]:
@@ -580,6 +629,8 @@ def _graph_summary(reports: list[Any]) -> dict[str, Any]:
 
 def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Clock,
                   sdk_backend: Any, probe: Probe | None = None) -> Row:
+    """Eager, Inductor and the sdk on one workload: each compiled (cold time) and checked
+    in turn, then all timed in interleaved rounds (:data:`ROUNDS`)."""
     import torch
 
     row = Row(name)
@@ -591,8 +642,8 @@ def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Cloc
     row.desc, row.min_bytes = case.desc, case.min_bytes
     print(f"[{name}] {case.desc}", flush=True)
 
-    row.eager, ref = _run_backend(name, case, clock, None, None, None, probe=probe)
-    if ref is None:
+    row.eager, ref, eager_step = _prepare(name, case, clock, None, None, None)
+    if ref is None or eager_step is None:
         row.skipped = f"eager failed: {row.eager.error}"
         return row
     fp64 = None
@@ -602,22 +653,26 @@ def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Cloc
         except Exception as e:  # noqa: BLE001
             row.skipped = f"fp64 reference failed: {type(e).__name__}: {e}"
             return row
-    print(f"  eager    {_fmt_ms(row.eager.ms)} ms", flush=True)
 
-    row.inductor, _ = _run_backend(name, case, clock, torch.compile, ref, fp64, probe=probe)
-    print(f"  inductor {_fmt_ms(row.inductor.ms)} ms, cold {_fmt_s(row.inductor.cold_s)} s, "
+    row.inductor, _, ind_step = _prepare(name, case, clock, torch.compile, ref, fp64)
+    print(f"  inductor cold {_fmt_s(row.inductor.cold_s)} s, "
           f"{row.inductor.check}: {row.inductor.error or row.inductor.detail}", flush=True)
-    _free(dev)
-
     sink: list[Any] = []
-    row.sdk, _ = _run_backend(name, case, clock,
-                              lambda t: torch.compile(t, backend=sdk_backend), ref, fp64, sink,
-                              probe=probe)
+    # Dynamo's caches stay: Inductor's compiled frames must outlive the sdk's compile
+    row.sdk, _, sdk_step = _prepare(name, case, clock,
+                                    lambda t: torch.compile(t, backend=sdk_backend), ref, fp64,
+                                    sink, reset=False)
     row.sdk_graphs = _graph_summary(sink)
-    print(f"  sdk      {_fmt_ms(row.sdk.ms)} ms, cold {_fmt_s(row.sdk.cold_s)} s, "
+    print(f"  sdk      cold {_fmt_s(row.sdk.cold_s)} s, "
           f"{row.sdk.check}: {row.sdk.error or row.sdk.detail}; {_graphs_cell(row.sdk_graphs)}",
           flush=True)
-    del case, ref, fp64
+    del ref, fp64
+    steps = [(row.eager, eager_step), (row.inductor, ind_step), (row.sdk, sdk_step)]
+    _time_interleaved(name, case, clock, [(r, s) for r, s in steps if s is not None], probe)
+    print("  ms (median; per round): " + "; ".join(
+        f"{label} {_fmt_ms(r.ms)} ({', '.join(_fmt_ms(m) for m in r.round_ms)})"
+        for label, (r, _) in zip(("eager", "inductor", "sdk"), steps)), flush=True)
+    del case, steps, eager_step, ind_step, sdk_step
     _free(dev)
     return row
 
@@ -951,7 +1006,8 @@ def _method(st: Setup, repeat: int, prewarm_s: float,
                 "TORCHINDUCTOR_CACHE_DIR/TRITON_CACHE_DIR per measurement, "
                 "fx_graph_cache and enable_autograd_cache off; a trivial function was "
                 "compiled with each backend first (prewarm_s)",
-        "steady": "median of per-call times after 3 warm-up calls",
+        "steady": f"median of per-call times after 3 warm-up calls, the backends timed in "
+                  f"turn in {ROUNDS} interleaved rounds (round_ms: each round's median)",
         "timer": "cuda events" if st.cuda else "time.perf_counter",
         "repeat": repeat,
         "prewarm_s": prewarm_s,
@@ -1014,7 +1070,8 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
 
 def _row_json(r: Row, bandwidth: float | None) -> dict[str, Any]:
     def res(x: Result) -> dict[str, Any]:
-        return {"median_ms": x.ms, "samples_ms": x.samples_ms, "cold_s": x.cold_s,
+        return {"median_ms": x.ms, "samples_ms": x.samples_ms, "round_ms": x.round_ms,
+                "cold_s": x.cold_s,
                 "check": x.check or None, "detail": x.detail, "error": x.error or None}
 
     out: dict[str, Any] = {"name": r.name, "desc": r.desc, "skipped": r.skipped or None,

@@ -155,6 +155,40 @@ def test_a_failing_probe_is_recorded_not_raised():
     assert res.profile == {"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"}
 
 
+def test_backends_are_timed_in_interleaved_rounds_without_recompiling(monkeypatch):
+    """Each backend is compiled once; the timing rounds alternate between the compiled
+    steps, and the first backend's frames survive the second one's compile."""
+    compiles: list[int] = []
+
+    def counting(gm, example_inputs):
+        compiles.append(1)
+        return gm.forward
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile",
+                        lambda f, backend=counting, **kw: real_compile(f, backend=backend, **kw))
+    order: list[str] = []
+    real_samples = bench._Clock.samples
+
+    def samples(self, call, share=1.0):
+        order.append(call)
+        return real_samples(self, call, share)
+
+    monkeypatch.setattr(bench._Clock, "samples", samples)
+    case = bench.Case(lambda t: torch.sin(t) + 1, lambda f: f(torch.ones(8)),
+                      lambda r: [("out", r)], "t")
+    row = bench._run_workload("t", lambda dev: case, torch.device("cpu"), bench._Clock(False, 6),
+                              "sdk:cpu_cpp")
+    assert (row.inductor.check, row.sdk.check) == ("ok", "ok")
+    assert len(compiles) == 1, "the first backend recompiled after the sdk's compile"
+    for res in (row.eager, row.inductor, row.sdk):
+        assert len(res.round_ms) == bench.ROUNDS
+        assert len(res.samples_ms) == bench.ROUNDS * 2  # 6 calls, a third per round
+        assert res.ms is not None
+    assert len(order) == 3 * bench.ROUNDS and len(set(order[:3])) == 3
+    assert order[:3] == order[3:6] == order[6:9]  # the same turn in every round
+
+
 # ---------------------------------------------------------------------------
 # End to end: the small suite on the CPU
 # ---------------------------------------------------------------------------
