@@ -530,7 +530,8 @@ def _prepare(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any], A
     Returns the result so far, the outputs of the first call and the step to time (None
     after a mismatch or an error). With ``reset=False`` Dynamo's caches are kept: a
     backend compiled earlier stays compiled beside this one (Dynamo guards on the backend,
-    so this one still traces and compiles from scratch)."""
+    so this one still traces and compiles from scratch, with the sizes Dynamo saw for the
+    earlier one forgotten: its graphs are those a fresh process would get)."""
     from sdk.core.adapters.torch_private import reset_dynamo
 
     res = Result()
@@ -541,8 +542,7 @@ def _prepare(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any], A
             _, first = clock.wall(lambda: case.step(fn))
             outs = _named(case.outputs(first))
         else:
-            if reset:
-                reset_dynamo()
+            reset_dynamo(keep_compiled=not reset)
             _fresh_cache_dirs()
             fn = compile_fn(case.target)
             token = None
@@ -979,8 +979,9 @@ def _print_header(st: Setup, repeat: int) -> None:
         busy = " (other processes are competing for the CPU: expect noisy times)" \
             if load[0] > 0.5 * (os.cpu_count() or 1) else ""
         print(f"load average (1/5/15 min) at start: {load[0]} {load[1]} {load[2]}{busy}")
-    print(f"timing: median per call after 3 warm-up calls; {reps}; cold = first call after "
-          f"reset_dynamo() with fresh cache dirs, fx_graph_cache and autograd cache off")
+    print(f"timing: median per call after 3 warm-up calls; {reps} per backend, in {ROUNDS} "
+          f"interleaved rounds; cold = first call after a Dynamo reset with fresh cache "
+          f"dirs, fx_graph_cache and autograd cache off")
 
 
 def _print_end(st: Setup, rows: list[Row], table: str) -> None:

@@ -189,6 +189,45 @@ def test_backends_are_timed_in_interleaved_rounds_without_recompiling(monkeypatc
     assert order[:3] == order[3:6] == order[6:9]  # the same turn in every round
 
 
+def _sized_halves(x):
+    def g(t):
+        y = torch.sin(t) * 2
+        torch._dynamo.graph_break()
+        return y + 1
+    return g(x[:, :5]).sum() + g(x).sum()
+
+
+def test_a_second_backend_compiles_the_graphs_a_fresh_process_would():
+    """Kept frames stay compiled, but the sizes the first backend's calls showed Dynamo do
+    not make the second backend's graphs dynamic (they did before: the sdk got symbolic
+    sizes and fell back on Whisper)."""
+    from sdk.core.adapters.torch_private import reset_dynamo
+
+    graphs: dict[str, list] = {"first": [], "second": []}
+
+    def recording(tag):
+        def backend(gm, example_inputs):
+            graphs[tag].append([tuple(map(str, t.shape)) if isinstance(t, torch.Tensor) else
+                                str(t) for t in example_inputs])
+            return gm.forward
+        return backend
+
+    x = torch.randn(4, 10)
+    reset_dynamo()
+    first = torch.compile(_sized_halves, backend=recording("first"))
+    for _ in range(3):
+        first(x)
+    reset_dynamo(keep_compiled=True)
+    second = torch.compile(_sized_halves, backend=recording("second"))
+    for _ in range(3):
+        second(x)
+    n = len(graphs["first"])
+    first(x)
+    assert len(graphs["first"]) == n, "the first backend's frames were recompiled"
+    assert graphs["second"] == graphs["first"]
+    assert any("s" in str(g) for g in graphs["first"]), "the workload should go dynamic"
+
+
 # ---------------------------------------------------------------------------
 # End to end: the small suite on the CPU
 # ---------------------------------------------------------------------------

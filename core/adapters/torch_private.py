@@ -135,9 +135,23 @@ def is_fake(t: Any) -> bool:
     return isinstance(t, FakeTensor)
 
 
-def reset_dynamo() -> None:
-    """Forget every compiled frame (used by ``explain`` and the benchmarks)."""
-    torch._dynamo.reset()
+def reset_dynamo(*, keep_compiled: bool = False) -> None:
+    """Forget every compiled frame (used by ``explain`` and the benchmarks).
+
+    With ``keep_compiled`` the frames compiled so far stay compiled and keep running
+    without a recompile; only what Dynamo remembers of the frames it has seen (the sizes
+    behind its automatic dynamic shapes) is forgotten. A backend compiled next (Dynamo
+    guards on the backend, so it traces afresh) then gets the static graphs a fresh
+    process would give it, not graphs made dynamic by the sizes an earlier backend's calls
+    saw.
+    """
+    if not keep_compiled:
+        torch._dynamo.reset()
+        return
+    from torch._dynamo import convert_frame, pgo
+
+    with convert_frame.compile_lock:
+        pgo.reset_code_state()
 
 
 def graph_break_count() -> int:
