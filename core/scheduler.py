@@ -32,7 +32,18 @@ import torch
 
 from sdk.plugin import Capability, CompileContext, Support
 
-from .ir.expr import Expr, IndexValue, Load, LocalRef, Op, loads, rewrite, subs_index, walk
+from .ir.expr import (
+    TRANSCENDENTAL,
+    Expr,
+    IndexValue,
+    Load,
+    LocalRef,
+    Op,
+    loads,
+    rewrite,
+    subs_index,
+    walk,
+)
 from .ir.graph import ExternNode, Node
 from .ir.index import simplify_divmod, var
 from .ir.kernel import BufferArg, Kernel, Layout, Reduction, Stage, Store
@@ -136,8 +147,12 @@ _INLINE_MAX_READS = 16
 _GATHER_RATIO = 8
 
 
-def inline_producers(nodes: list[Node | ExternNode], keep: set[str]
-                     ) -> list[Node | ExternNode]:
+def _transcendental(n: Node) -> bool:
+    return any(isinstance(e, Op) and e.name in TRANSCENDENTAL for e in walk([n.value]))
+
+
+def inline_producers(nodes: list[Node | ExternNode], keep: set[str], *,
+                     cheap_math: bool = True) -> list[Node | ExternNode]:
     """Recompute cheap pointwise nodes in their readers where storing them costs more.
 
     The producer must be cheap (at most ``_INLINE_MAX_NODES`` expression nodes), not a
@@ -151,7 +166,10 @@ def inline_producers(nodes: list[Node | ExternNode], keep: set[str]
       from the logits and the row statistics, never stored);
     * every reader is larger and broadcasts it (BatchNorm's per-channel
       ``rsqrt(var + eps) * weight`` over (N, C, H, W): one pass instead of two
-      kernels and a stored buffer, as Inductor inlines);
+      kernels and a stored buffer, as Inductor inlines); with ``cheap_math`` False
+      (a plugin without ``Capability.CHEAP_TRANSCENDENTALS``) not when it computes a
+      transcendental (``TRANSCENDENTAL``): a rotary embedding's cos/sin over
+      (tokens, dims) would be recomputed for every head;
     * its one reader is a smaller window over it (max-pooling after BN + ReLU).
 
     Loads at a linear index take only constants. A gathered load keeps its bounds check:
@@ -200,7 +218,8 @@ def inline_producers(nodes: list[Node | ExternNode], keep: set[str]
             # a few elements gathered from it (the target's log-probability out of a
             # log-softmax over a vocabulary): recompute those instead of storing it all
             gather = all(_points(r) * k * _GATHER_RATIO <= p.numel for r, k in zip(rs, reads))
-            broadcast = p.name not in indirect and all(r.numel > p.numel for r in rs)
+            broadcast = (p.name not in indirect and all(r.numel > p.numel for r in rs)
+                         and (cheap_math or not _transcendental(p)))
             # a window over it (max-pooling after BatchNorm + ReLU): recomputing a cheap
             # value a few times costs less than storing it and reading it back
             window = (p.name not in indirect and len(rs) == 1 and not rs[0].is_reduction
@@ -332,7 +351,8 @@ class Scheduler:
         """``keep``: buffers that must be in memory (graph outputs)."""
         self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
         if fusion:
-            nodes = inline_producers(nodes, self.keep)
+            nodes = inline_producers(nodes, self.keep,
+                                     cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS))
         self.steps = nodes
         self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
         self.index = {id(n): i for i, n in enumerate(nodes)}

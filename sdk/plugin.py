@@ -46,6 +46,11 @@ class Capability(str, enum.Enum):
     # a convolution's bias is added in the generated kernel that follows the library call
     # (with BatchNorm, activation and residual), not by the library call itself
     CONV_BIAS_IN_KERNEL = "conv_bias_in_kernel"
+    # transcendental functions (sin, exp, erf, ...) cost about as much as a load (a GPU's
+    # special-function units): the core may recompute a value that uses them at every
+    # point of a larger reader that broadcasts it. Without it that value is stored once
+    # (the rotary embedding's cos/sin, read over every head)
+    CHEAP_TRANSCENDENTALS = "cheap_transcendentals"
 
 
 @dataclass(frozen=True)

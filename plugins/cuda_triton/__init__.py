@@ -33,6 +33,8 @@ def sdk_plugin_info() -> sdk.PluginInfo:
             sdk.Capability.MULTI_STAGE, sdk.Capability.INDIRECT_LOADS, sdk.Capability.RANDOM,
             # cuDNN: NHWC kernels, and a bias in the call is a separate, slower kernel
             sdk.Capability.CHANNELS_LAST, sdk.Capability.CONV_BIAS_IN_KERNEL,
+            # sin/exp/erf run on the special-function units
+            sdk.Capability.CHEAP_TRANSCENDENTALS,
         }),
         description="Triton kernels on NVIDIA GPUs (CPU tensors under TRITON_INTERPRET=1)",
     )

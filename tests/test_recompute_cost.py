@@ -1,0 +1,77 @@
+"""What the scheduler recomputes depends on what the plugin says math costs.
+
+A rotary embedding computes cos/sin over (tokens, dims) and reads them over every head.
+Where transcendentals are cheap (``Capability.CHEAP_TRANSCENDENTALS``: cuda_triton), the
+cos/sin are recomputed in the kernel that rotates, as a broadcast read; where they are not
+(cpu_cpp), they are computed once and stored. Results match eager either way; what was
+fused is read from ``sdk.explain``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import sdk
+
+from .plugins_under_test import PLUGINS, device_of
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rotary(q: torch.Tensor, k: torch.Tensor, freqs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """HF's apply_rotary_pos_emb: q, k (batch, heads, tokens, dims); freqs (tokens, dims/2)."""
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
+    return (q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin)
+
+
+def _inputs(dev: str, dtype: torch.dtype):
+    q = torch.randn(2, 4, 16, 32, device=dev, dtype=dtype, requires_grad=True)
+    k = torch.randn(2, 4, 16, 32, device=dev, dtype=dtype, requires_grad=True)
+    freqs = torch.outer(torch.arange(16.0, device=dev), torch.rand(16, device=dev))
+    return q, k, freqs
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rotary_matches_eager(plugin, dtype):
+    dev = device_of(plugin)
+    compiled = torch.compile(rotary, backend=sdk.backend(plugin, fallback=False))
+    tol = {} if dtype == torch.float32 else {"rtol": 1.6e-2, "atol": 1e-2}
+    for _ in range(2):  # fresh inputs on each call
+        q, k, freqs = _inputs(dev, dtype)
+        got, want = compiled(q, k, freqs), rotary(q, k, freqs)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, **tol)
+        grads = [torch.autograd.grad(sum(t.float().sum() for t in r), (q, k))
+                 for r in (got, want)]
+        for g, w in zip(*grads):
+            torch.testing.assert_close(g, w, **tol)
+
+
+def _kernels_reading_cos(plugin: str) -> list:
+    dev = device_of(plugin)
+    q, k, freqs = (t.detach() for t in _inputs(dev, torch.float32))
+    report = sdk.explain(rotary, q, k, freqs, backend=f"sdk:{plugin}", fallback=False)
+    [graph] = report.graphs
+    return [kern for kern in graph.kernels if "aten.cos.default" in kern.ops]
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_cos_is_recomputed_only_where_transcendentals_are_cheap(plugin):
+    info = importlib.import_module(f"sdk.plugins.{plugin}").sdk_plugin_info()
+    cheap = sdk.Capability.CHEAP_TRANSCENDENTALS in info.capabilities
+    with_cos = _kernels_reading_cos(plugin)
+    rotating = [kern for kern in with_cos if "aten.mul.Tensor" in kern.ops]
+    if cheap:
+        # computed where q and k are rotated: in the rotating kernel(s), never stored alone
+        assert rotating and len(rotating) == len(with_cos), [kern.ops for kern in with_cos]
+    else:
+        # computed once over (tokens, dims), in a kernel that does not rotate
+        assert len(with_cos) == 1 and not rotating, [kern.ops for kern in with_cos]
