@@ -1,0 +1,108 @@
+"""Where a cold compile's time goes: the sdk's phases beside Inductor's total, per row.
+
+    python benchmarks/compile_phases.py qwen2_train_bf16,resnet18_fp32 [--size small]
+
+For each model-suite row (``python -m sdk bench --suite models --list``): a cold first step
+with Inductor, then a cold first step with the sdk (``sdk:cuda_triton`` on a GPU, else
+``sdk:cpu_cpp``), each after a Dynamo reset with fresh cache directories and Inductor's
+FX-graph and AOTAutograd caches off (as ``sdk bench`` measures cold compile). The sdk's
+step is split by wall time spent in its phases:
+
+* lower: ATen graph -> loop IR (``Lowerer.run``);
+* schedule: fusion (``Scheduler.run``);
+* render: kernels -> source (the plugin's renderer);
+* build: the plugin's ``compile_sources``/``compile_library`` (Triton or the C++ compiler;
+  for Triton this includes the parallel precompile of every kernel);
+* program: ``build_program`` in all (the four above, kernel IR building, memory plan,
+  wrapper);
+* the rest of the step: Dynamo, AOTAutograd, decompositions, the first run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from sdk import bench
+from sdk import bench_models as bm
+from sdk.core import lowering, program, scheduler
+from sdk.core.adapters import torch_private
+
+spent: collections.Counter[str] = collections.Counter()
+
+
+def _timed(owner: Any, attr: str, label: str) -> None:
+    fn: Callable[..., Any] = getattr(owner, attr)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent[label] += time.perf_counter() - t0
+
+    setattr(owner, attr, wrapper)
+
+
+def _instrument(plugin: str) -> None:
+    _timed(program, "build_program", "program")
+    _timed(lowering.Lowerer, "run", "lower")
+    _timed(scheduler.Scheduler, "run", "schedule")
+    if plugin == "cuda_triton":
+        from sdk.plugins.cuda_triton import launch, render
+        _timed(render, "render", "render")
+        _timed(launch, "compile_sources", "build")
+    else:
+        from sdk.plugins.cpu_cpp import render, toolchain
+        _timed(render, "render_kernel", "render")
+        _timed(toolchain, "compile_library", "build")
+
+
+def _cold(case: bench.Case, backend: Any, dev: torch.device) -> float:
+    torch_private.reset_dynamo()
+    bench._fresh_cache_dirs()
+    f = torch.compile(case.target, backend=backend)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    case.step(f)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("rows")
+    ap.add_argument("--size", default=None, help="full (GPU default) or small (CPU default)")
+    args = ap.parse_args()
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda" if cuda else "cpu")
+    plugin = "cuda_triton" if cuda else "cpu_cpp"
+    size = args.size or ("full" if cuda else "small")
+    torch_private.configure_for_benchmark()
+    _instrument(plugin)
+    table = bm.rows()
+    try:
+        for name in args.rows.split(","):
+            model, dtype = table[name]
+            case = model.build(dev, dtype, size)
+            ind = _cold(case, "inductor", dev)
+            spent.clear()
+            sdk_s = _cold(case, f"sdk:{plugin}", dev)
+            parts = ", ".join(f"{k} {spent[k]:.2f}" for k in
+                              ("lower", "schedule", "render", "build", "program"))
+            print(f"{name:26s} inductor {ind:6.2f} s | sdk {sdk_s:6.2f} s: {parts}, "
+                  f"rest {sdk_s - spent['program']:.2f}", flush=True)
+            del case
+    finally:
+        bench._remove_temp_dirs()
+
+
+if __name__ == "__main__":
+    main()
