@@ -509,18 +509,6 @@ class Row:
 ROUNDS = 3
 
 
-def _run_backend(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any], Any] | None,
-                 ref: list[tuple[str, Any]] | None, fp64: list[tuple[str, Any]] | None,
-                 sink: list[Any] | None = None, probe: Probe | None = None, *,
-                 reset: bool = True,
-                 ) -> tuple[Result, list[tuple[str, Any]] | None]:
-    """One backend alone: :func:`_prepare` it, time it, probe it."""
-    res, outs, fn = _prepare(name, case, clock, compile_fn, ref, fp64, sink, reset=reset)
-    if fn is not None:
-        _time_interleaved(name, case, clock, [(res, fn)], probe, rounds=1)
-    return res, outs
-
-
 def _prepare(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any], Any] | None,
              ref: list[tuple[str, Any]] | None, fp64: list[tuple[str, Any]] | None,
              sink: list[Any] | None = None, *, reset: bool = True,

@@ -150,7 +150,9 @@ def test_a_failing_probe_is_recorded_not_raised():
         step()
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
-    res, _ = bench._run_backend("t", case, bench._Clock(False, 2), None, None, None, probe=probe)
+    clock = bench._Clock(False, 2)
+    res, _, step = bench._prepare("t", case, clock, None, None, None)
+    bench._time_interleaved("t", case, clock, [(res, step)], probe)
     assert res.check == "" and res.ms is not None
     assert res.profile == {"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"}
 
