@@ -158,8 +158,7 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     empty, empty_fast, view, is_current = buffer_ops(L.device)
     env: dict[str, Any] = {"torch": torch, "_as_strided": torch.as_strided, "_view": view,
                            "_restride": _restride, "_dev": L.device,
-                           "_empty": empty_fast or empty, "_empty_any": empty,
-                           "_is_current": is_current}
+                           "_empty": empty_fast or empty}
     moved: dict[str, Any] = {}
     copy_of = {host.buffer: dev for dev, (host, _) in L.host.items()}  # host -> device copy
     for name, t in L.constants.items():
@@ -196,7 +195,7 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     if empty_fast is not None and is_current is not None:
         # the fast allocator allocates on the current device: another may be current
         lines.append("    _empty = _empty_fast if _is_current() else _empty_any")
-        env["_empty_fast"] = empty_fast
+        env.update(_empty_fast=empty_fast, _empty_any=empty, _is_current=is_current)
     for i, (name, _spec) in enumerate(L.inputs):
         if name:
             lines.append(f"    {name} = args[{i}]")
@@ -222,13 +221,11 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     def restrided(buf: str, layout: Layout, *, result: bool = False) -> str:
         """A view of ``buf``. An intermediate is reinterpreted in place (no autograd view
         record); a result is a real view, as eager's would be."""
-        base = layouts[buf]
+        delta = int(layout.offset) - int(layouts[buf].offset)
         if buf in placed and not result:
-            delta = int(layout.offset) - int(base.offset)
             return f"_view({buf}, {tuple(layout.sizes)}, {tuple(layout.strides)}, {delta})"
         offset = str(layout.offset)
         if buf in input_names:
-            delta = int(layout.offset) - int(base.offset)
             offset = f"{buf}.storage_offset()" + (f" + {delta}" if delta else "")
         return (f"_as_strided({buf}, {tuple(layout.sizes)}, {tuple(layout.strides)}, "
                 f"{offset})")

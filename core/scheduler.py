@@ -152,7 +152,7 @@ def _transcendental(n: Node) -> bool:
 
 
 def inline_producers(nodes: list[Node | ExternNode], keep: set[str], *,
-                     cheap_math: bool = True) -> list[Node | ExternNode]:
+                     cheap_math: bool) -> list[Node | ExternNode]:
     """Recompute cheap pointwise nodes in their readers where storing them costs more.
 
     The producer must be cheap (at most ``_INLINE_MAX_NODES`` expression nodes), not a
@@ -181,18 +181,23 @@ def inline_producers(nodes: list[Node | ExternNode], keep: set[str], *,
     pinned: set[str] = set(keep)  # must be in memory: outputs, what library calls read
     raw: set[str] = set()  # read at a linear index somewhere
     indirect: set[str] = set()  # read at a gathered index somewhere
-    for n in nodes:
-        if isinstance(n, ExternNode):
-            pinned |= n.reads
-            continue
+
+    def classify(n: Node) -> None:
         for ld in loads(n.value):
             if not isinstance(ld.index, tuple):
                 raw.add(ld.buffer)
             elif ld.binds:
                 indirect.add(ld.buffer)
-            readers.setdefault(ld.buffer, [])
-            if n not in readers[ld.buffer]:
-                readers[ld.buffer].append(n)
+
+    for n in nodes:
+        if isinstance(n, ExternNode):
+            pinned |= n.reads
+            continue
+        classify(n)
+        for ld in loads(n.value):
+            lst = readers.setdefault(ld.buffer, [])
+            if n not in lst:
+                lst.append(n)
     dropped: set[str] = set()
 
     def consider(p: Node, all_rules: bool) -> None:
@@ -251,11 +256,7 @@ def inline_producers(nodes: list[Node | ExternNode], keep: set[str], *,
             r.value = rewrite(r.value, fn)
             r.reads = {ld.buffer for ld in loads(r.value)}
             r.origins.extend(o for o in p.origins if o not in r.origins)
-            for ld in loads(r.value):
-                if not isinstance(ld.index, tuple):
-                    raw.add(ld.buffer)
-                elif ld.binds:
-                    indirect.add(ld.buffer)
+            classify(r)
             for b in p.reads:
                 lst = readers.setdefault(b, [])
                 if r not in lst:

@@ -570,16 +570,16 @@ def _record_error(name: str, res: Result, e: BaseException) -> None:
 
 
 def _time_interleaved(name: str, case: Case, clock: _Clock,
-                      entries: list[tuple[Result, Callable[[], Any]]], probe: Probe | None,
-                      rounds: int = ROUNDS) -> None:
-    """Time the prepared steps in ``rounds`` rounds, each step in turn within a round; then
+                      entries: list[tuple[Result, Callable[[], Any]]],
+                      probe: Probe | None) -> None:
+    """Time the prepared steps in :data:`ROUNDS` rounds, each step in turn within a round; then
     give ``probe`` one more warm step of each (its failure is recorded in
     ``Result.profile``, never fails the row)."""
     live = list(entries)
-    for _ in range(rounds):
+    for _ in range(ROUNDS):
         for res, step in list(live):
             try:
-                secs = clock.samples(step, share=1 / rounds)
+                secs = clock.samples(step, share=1 / ROUNDS)
             except Exception as e:  # noqa: BLE001 - reported in the row and on stderr
                 _record_error(name, res, e)
                 live.remove((res, step))

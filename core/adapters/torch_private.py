@@ -119,15 +119,18 @@ def buffer_ops(device: torch.device) -> tuple[Callable[..., Any], Callable[..., 
 
     fast = getattr(guards, f"_empty_strided_{device.type}", None)
     is_current = None
-    if fast is not None and device.type != "cpu":
-        acc = torch.accelerator.current_accelerator()
-        if acc is None or acc.type != device.type or device.index is None:
+    acc = torch.accelerator.current_accelerator()
+    if fast is not None and acc is not None and acc.type == device.type:
+        # an accelerator's allocator allocates on whichever of its devices is current
+        if device.index is None:
             fast = None
         else:
-            index = device.index
-            current = torch.accelerator.current_device_index
+            index, current = device.index, torch.accelerator.current_device_index
+
             def is_current() -> bool:
                 return current() == index
+    elif fast is not None and device.index is not None:
+        fast = None  # devices of this type are numbered, and none can be checked current
     return empty, fast, guards._reinterpret_tensor, is_current
 
 

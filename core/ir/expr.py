@@ -61,10 +61,10 @@ OPS: dict[str, tuple[int, str]] = {
     "randn": (2, "standard normal float32 from Philox4x32-10(seed, offset), Box-Muller"),
 }
 
-#: Ops that cost far more than a load on a CPU core (a libm call, even vectorized); a
-#: GPU's special-function units make them about as cheap as a load. The scheduler stores
-#: a value computed with them rather than recompute it at every point of a larger reader,
-#: unless the plugin declares ``Capability.CHEAP_TRANSCENDENTALS``.
+#: Ops that cost far more than a load where they are a math-library call, even a
+#: vectorized one, and about as much where hardware units compute them. The scheduler
+#: stores a value computed with them rather than recompute it at every point of a larger
+#: reader, unless the plugin declares ``Capability.CHEAP_TRANSCENDENTALS``.
 TRANSCENDENTAL: frozenset[str] = frozenset({
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
     "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
