@@ -356,6 +356,11 @@ class Scheduler:
                                      cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS))
         self.steps = nodes
         self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
+        self._node_readers: dict[str, list[Node]] = {}
+        for n in self.by_name.values():
+            for buf in n.reads:
+                if buf in self.by_name:
+                    self._node_readers.setdefault(buf, []).append(n)
         self.index = {id(n): i for i, n in enumerate(nodes)}
         self.groups: list[Group] = [
             Group(i, [n], *_space(n), self.index[id(n)])
@@ -377,14 +382,26 @@ class Scheduler:
     # -- the fusion loop ------------------------------------------------------
 
     def run(self) -> list[Group | ExternNode]:
-        while self.fusion:
-            owner = self._owner()
-            self._succ = self._successors(owner)
+        """Fuse greedily: the legal pair that saves the most bytes first, until none is left.
+
+        The owner map, the group graph (``_succ``) and the candidate pairs are built
+        once and updated at each merge from the merged group's own reads and readers;
+        each equals what a rebuild from the members would give (the tests compare).
+        """
+        if not self.fusion:
+            return self._ordered()
+        owner = self._owner()
+        self._succ = self._successors(owner)
+        pairs = self._pairs(owner)
+        while True:
+            by_id = {g.id: g for g in self.groups}
             best = None
-            for saved, a, b in self._candidates(owner):
-                key = (a.id, b.id)
-                if key in self._refused:
+            for (ia, ib), saved in sorted(
+                    pairs.items(), key=lambda kv: (-kv[1], by_id[kv[0][0]].order,
+                                                   by_id[kv[0][1]].order)):
+                if (ia, ib) in self._refused:
                     continue
+                a, b = by_id[ia], by_id[ib]
                 why = self._legal(a, b, owner)
                 if why is None:
                     verdicts = self.hooks.sdk_can_fuse(
@@ -393,7 +410,7 @@ class Scheduler:
                     if refusals:
                         why = f"refused by sdk:{self.ctx.plugin}: {'; '.join(refusals)}"
                 if why is not None:
-                    self._refused[key] = why
+                    self._refused[(ia, ib)] = why
                     self.decisions.append(Decision(self._label(a), self._label(b), saved,
                                                    False, why))
                     continue
@@ -403,40 +420,99 @@ class Scheduler:
                 break
             saved, a, b = best
             self.decisions.append(Decision(self._label(a), self._label(b), saved, True))
-            self._merge(a, b)
+            g = self._merge(a, b)
+            for n in g.members:
+                owner[n.name] = g
+            self._contract(a, b, g)
+            self._update_pairs(pairs, a, b, g, owner)
         return self._ordered()
 
     def _owner(self) -> dict[str, Group]:
         return {n.name: g for g in self.groups for n in g.members}
 
-    def _candidates(self, owner: dict[str, Group]) -> list[tuple[int, Group, Group]]:
+    def _saved(self, buf: str) -> int:
+        """Bytes a vertical fusion over ``buf`` saves: its write and its read, or only the
+        read where it must be in memory anyway."""
+        nbytes = _nbytes(self.by_name[buf])
+        return nbytes if buf in self.keep or buf in self.raw_reads else 2 * nbytes
+
+    def _pairs(self, owner: dict[str, Group]) -> dict[tuple[int, int], int]:
+        """Candidate pairs ``(first.id, second.id)`` (first earlier) -> bytes saved.
+
+        Vertical: one reads what the other writes. Horizontal (1 byte, ranked after every
+        vertical pair): both read a buffer no group writes (an input, an extern's result)
+        that at most 8 groups read; a weight read everywhere makes no siblings.
+        """
         pairs: dict[tuple[int, int], int] = {}
-        readers: dict[str, list[Group]] = {}
         for g in self.groups:
-            for n in g.members:
-                for buf in n.reads:
-                    if buf in owner and owner[buf] is not g:
-                        a = owner[buf]
-                        first, second = (a, g) if a.order < g.order else (g, a)
-                        key = (first.id, second.id)
-                        nbytes = _nbytes(self.by_name[buf])
-                        saved = nbytes if buf in self.keep or buf in self.raw_reads \
-                            else 2 * nbytes
-                        pairs[key] = max(pairs.get(key, 0), saved)
-                    elif buf not in owner:
-                        lst = readers.setdefault(buf, [])
-                        if g not in lst:
-                            lst.append(g)
-        for gs in readers.values():
-            if len(gs) > 8:  # a buffer read everywhere (a weight): no siblings
-                continue
-            for a, b in itertools.combinations(sorted(gs, key=lambda g: g.order), 2):
-                key = (a.id, b.id)
-                if key not in pairs:
-                    pairs[key] = 1  # horizontal: saves a re-read, ranked after vertical
-        by_id = {g.id: g for g in self.groups}
-        return sorted(((s, by_id[a], by_id[b]) for (a, b), s in pairs.items()),
-                      key=lambda t: (-t[0], t[1].order, t[2].order))
+            self._vertical(pairs, g, owner)
+        self._readers = self._outside_readers()
+        for buf in self._readers:
+            self._horizontal(pairs, buf, owner)
+        return pairs
+
+    def _vertical(self, pairs: dict[tuple[int, int], int], g: Group,
+                  owner: dict[str, Group]) -> None:
+        """Add the vertical pairs of ``g`` with the groups it reads."""
+        for n in g.members:
+            for buf in n.reads:
+                a = owner.get(buf)
+                if a is not None and a is not g:
+                    key = (a.id, g.id) if a.order < g.order else (g.id, a.id)
+                    saved = self._saved(buf)
+                    if pairs.get(key, 0) < saved:
+                        pairs[key] = saved
+
+    def _outside_readers(self) -> dict[str, list[Node]]:
+        """Buffers no node writes -> the nodes that read them."""
+        out: dict[str, list[Node]] = {}
+        for n in self.by_name.values():
+            for buf in n.reads:
+                if buf not in self.by_name:
+                    out.setdefault(buf, []).append(n)
+        return out
+
+    def _horizontal(self, pairs: dict[tuple[int, int], int], buf: str,
+                    owner: dict[str, Group]) -> None:
+        gs = list({id(g): g for g in (owner[n.name] for n in self._readers[buf])}.values())
+        if len(gs) > 8:
+            return
+        for a, b in itertools.combinations(sorted(gs, key=lambda g: g.order), 2):
+            pairs.setdefault((a.id, b.id), 1)
+
+    def _update_pairs(self, pairs: dict[tuple[int, int], int], a: Group, b: Group, g: Group,
+                      owner: dict[str, Group]) -> None:
+        """``pairs`` after ``a`` and ``b`` became ``g``: the pairs of a and b go; g's vertical
+        pairs (its reads, and its readers' reads of it) come first, then the horizontal
+        pairs of every outside buffer g reads (fewer groups may read it now)."""
+        gone = {a.id, b.id}
+        for key in [k for k in pairs if k[0] in gone or k[1] in gone]:
+            del pairs[key]
+        self._vertical(pairs, g, owner)
+        names = g.names
+        readers = {id(owner[r.name]): owner[r.name] for n in g.members
+                   for r in self._node_readers.get(n.name, ()) if owner[r.name] is not g}
+        for h in readers.values():
+            for n in h.members:
+                for buf in n.reads & names:
+                    key = (g.id, h.id) if g.order < h.order else (h.id, g.id)
+                    saved = self._saved(buf)
+                    if pairs.get(key, 0) < saved:
+                        pairs[key] = saved
+        for buf in {buf for n in g.members for buf in n.reads if buf in self._readers}:
+            self._horizontal(pairs, buf, owner)
+
+    def _contract(self, a: Group, b: Group, g: Group) -> None:
+        """The group graph with a and b merged into g (no edge from g to itself)."""
+        succ = self._succ
+        gone = {a.id, b.id}
+        merged = (succ.pop(a.id, set()) | succ.pop(b.id, set())) - gone
+        for s in succ.values():
+            if s & gone:
+                s -= gone
+                s.add(g.id)
+        if merged:
+            succ[g.id] = merged
 
     def _legal(self, a: Group, b: Group, owner: dict[str, Group]) -> str | None:
         space = _merged_space(a, b)
@@ -513,11 +589,12 @@ class Scheduler:
                         edges.setdefault(produced[buf], set()).add(g.id)
         return edges
 
-    def _merge(self, a: Group, b: Group) -> None:
+    def _merge(self, a: Group, b: Group) -> Group:
         X, R = _merged_space(a, b)
         members = sorted(a.members + b.members, key=lambda n: self.index[id(n)])
         g = Group(next(self._ids), members, X, R, min(a.order, b.order))
         self.groups = [x for x in self.groups if x is not a and x is not b] + [g]
+        return g
 
     def _ordered(self) -> list[Group | ExternNode]:
         """Groups and externs in an order that respects every dependency."""
