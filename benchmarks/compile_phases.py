@@ -67,13 +67,8 @@ def _cold(case: bench.Case, backend: Any, dev: torch.device) -> float:
     torch_private.reset_dynamo()
     bench._fresh_cache_dirs()
     f = torch.compile(case.target, backend=backend)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    case.step(f)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
+    secs, _ = bench._Clock(dev.type == "cuda", 0).wall(lambda: case.step(f))
+    return secs
 
 
 def main() -> None:

@@ -356,11 +356,11 @@ class Scheduler:
                                      cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS))
         self.steps = nodes
         self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
-        self._node_readers: dict[str, list[Node]] = {}
+        #: buffer -> the computed nodes that read it
+        self._readers: dict[str, list[Node]] = {}
         for n in self.by_name.values():
             for buf in n.reads:
-                if buf in self.by_name:
-                    self._node_readers.setdefault(buf, []).append(n)
+                self._readers.setdefault(buf, []).append(n)
         self.index = {id(n): i for i, n in enumerate(nodes)}
         self.groups: list[Group] = [
             Group(i, [n], *_space(n), self.index[id(n)])
@@ -393,8 +393,8 @@ class Scheduler:
         owner = self._owner()
         self._succ = self._successors(owner)
         pairs = self._pairs(owner)
+        by_id = {g.id: g for g in self.groups}
         while True:
-            by_id = {g.id: g for g in self.groups}
             best = None
             for (ia, ib), saved in sorted(
                     pairs.items(), key=lambda kv: (-kv[1], by_id[kv[0][0]].order,
@@ -421,6 +421,8 @@ class Scheduler:
             saved, a, b = best
             self.decisions.append(Decision(self._label(a), self._label(b), saved, True))
             g = self._merge(a, b)
+            del by_id[a.id], by_id[b.id]
+            by_id[g.id] = g
             for n in g.members:
                 owner[n.name] = g
             self._contract(a, b, g)
@@ -446,9 +448,9 @@ class Scheduler:
         pairs: dict[tuple[int, int], int] = {}
         for g in self.groups:
             self._vertical(pairs, g, owner)
-        self._readers = self._outside_readers()
         for buf in self._readers:
-            self._horizontal(pairs, buf, owner)
+            if buf not in self.by_name:
+                self._horizontal(pairs, buf, owner)
         return pairs
 
     def _vertical(self, pairs: dict[tuple[int, int], int], g: Group,
@@ -458,19 +460,15 @@ class Scheduler:
             for buf in n.reads:
                 a = owner.get(buf)
                 if a is not None and a is not g:
-                    key = (a.id, g.id) if a.order < g.order else (g.id, a.id)
-                    saved = self._saved(buf)
-                    if pairs.get(key, 0) < saved:
-                        pairs[key] = saved
+                    self._link(pairs, a, g, buf)
 
-    def _outside_readers(self) -> dict[str, list[Node]]:
-        """Buffers no node writes -> the nodes that read them."""
-        out: dict[str, list[Node]] = {}
-        for n in self.by_name.values():
-            for buf in n.reads:
-                if buf not in self.by_name:
-                    out.setdefault(buf, []).append(n)
-        return out
+    def _link(self, pairs: dict[tuple[int, int], int], a: Group, b: Group, buf: str) -> None:
+        """Record that fusing ``a`` and ``b`` saves ``buf``'s traffic (the most of any buffer
+        between them counts)."""
+        key = (a.id, b.id) if a.order < b.order else (b.id, a.id)
+        saved = self._saved(buf)
+        if pairs.get(key, 0) < saved:
+            pairs[key] = saved
 
     def _horizontal(self, pairs: dict[tuple[int, int], int], buf: str,
                     owner: dict[str, Group]) -> None:
@@ -489,17 +487,11 @@ class Scheduler:
         for key in [k for k in pairs if k[0] in gone or k[1] in gone]:
             del pairs[key]
         self._vertical(pairs, g, owner)
-        names = g.names
-        readers = {id(owner[r.name]): owner[r.name] for n in g.members
-                   for r in self._node_readers.get(n.name, ()) if owner[r.name] is not g}
-        for h in readers.values():
-            for n in h.members:
-                for buf in n.reads & names:
-                    key = (g.id, h.id) if g.order < h.order else (h.id, g.id)
-                    saved = self._saved(buf)
-                    if pairs.get(key, 0) < saved:
-                        pairs[key] = saved
-        for buf in {buf for n in g.members for buf in n.reads if buf in self._readers}:
+        for n in g.members:
+            for r in self._readers.get(n.name, ()):
+                if owner[r.name] is not g:
+                    self._link(pairs, g, owner[r.name], n.name)
+        for buf in {buf for n in g.members for buf in n.reads if buf not in self.by_name}:
             self._horizontal(pairs, buf, owner)
 
     def _contract(self, a: Group, b: Group, g: Group) -> None:
