@@ -616,9 +616,10 @@ def _graph_summary(reports: list[Any]) -> dict[str, Any]:
 
 
 def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Clock,
-                  sdk_backend: Any, probe: Probe | None = None) -> Row:
+                  sdk_backend: Any, probe: Probe | None = None, mode: str | None = None) -> Row:
     """Eager, Inductor and the sdk on one workload: each compiled (cold time) and checked
-    in turn, then all timed in interleaved rounds (:data:`ROUNDS`)."""
+    in turn, then all timed in interleaved rounds (:data:`ROUNDS`). ``mode``: the
+    torch.compile mode both compilers get (None: the default)."""
     import torch
 
     row = Row(name)
@@ -642,13 +643,15 @@ def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Cloc
             row.skipped = f"fp64 reference failed: {type(e).__name__}: {e}"
             return row
 
-    row.inductor, _, ind_step = _prepare(name, case, clock, torch.compile, ref, fp64)
+    row.inductor, _, ind_step = _prepare(name, case, clock,
+                                         lambda t: torch.compile(t, mode=mode), ref, fp64)
     print(f"  inductor cold {_fmt_s(row.inductor.cold_s)} s, "
           f"{row.inductor.check}: {row.inductor.error or row.inductor.detail}", flush=True)
     sink: list[Any] = []
     # Dynamo's caches stay: Inductor's compiled frames must outlive the sdk's compile
     row.sdk, _, sdk_step = _prepare(name, case, clock,
-                                    lambda t: torch.compile(t, backend=sdk_backend), ref, fp64,
+                                    lambda t: torch.compile(t, backend=sdk_backend, mode=mode),
+                                    ref, fp64,
                                     sink, reset=False)
     row.sdk_graphs = _graph_summary(sink)
     print(f"  sdk      cold {_fmt_s(row.sdk.cold_s)} s, "
@@ -885,6 +888,9 @@ def main(args: argparse.Namespace) -> int:
         if extra:
             print(f"error: {', '.join(extra)}: only with --suite models", file=sys.stderr)
             return 2
+    elif getattr(args, "mode", None) not in (None, "default"):
+        print("error: --mode: only with --suite kernels", file=sys.stderr)
+        return 2
     if getattr(args, "repeat", 0) < 0:
         print("error: --repeat must be >= 0", file=sys.stderr)
         return 2
@@ -951,10 +957,16 @@ def _setup(args: argparse.Namespace) -> Setup | None:
                  _Clock(cuda, args.repeat))
 
 
-def _print_header(st: Setup, repeat: int) -> None:
+def _mode(args: argparse.Namespace) -> str | None:
+    mode = getattr(args, "mode", None)
+    return None if mode in (None, "default") else mode
+
+
+def _print_header(st: Setup, repeat: int, mode: str | None = None) -> None:
     info, dev = st.info, st.dev
     where = info.get("gpu") or info["cpu"]
-    print(f"sdk bench: sdk:{st.plugin} vs inductor (torch.compile default mode) vs eager")
+    print(f"sdk bench: sdk:{st.plugin} vs inductor (torch.compile mode "
+          f"{mode or 'default'}, both) vs eager")
     print(f"torch {info['torch']}, python {info['python']}, sdk {info['sdk']}, "
           f"triton {info['triton'] or 'not installed'}")
     print(f"device: {dev.type}, {where}; torch threads {info['torch_threads']} "
@@ -1032,7 +1044,7 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
     st = _setup(args)
     if st is None:
         return 2
-    _print_header(st, args.repeat)
+    _print_header(st, args.repeat, _mode(args))
 
     prewarm_s = _prewarm(st.dev, st.sdk_backend)
     bandwidth = _copy_bandwidth(st.clock) if st.cuda else None
@@ -1040,7 +1052,8 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
         torch.cuda.empty_cache()
     rows: list[Row] = []
     for name in names:
-        rows.append(_run_workload(name, suite[name], st.dev, st.clock, st.sdk_backend))
+        rows.append(_run_workload(name, suite[name], st.dev, st.clock, st.sdk_backend,
+                                  mode=_mode(args)))
 
     table, geo, n_geo = _table(rows, bandwidth)
     _print_end(st, rows, table)
@@ -1048,7 +1061,8 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
     if args.json:
         _write_json(args.json, {
             "machine": st.info,
-            "method": _method(st, args.repeat, prewarm_s, start_dirs),
+            "method": {**_method(st, args.repeat, prewarm_s, start_dirs),
+                       "mode": _mode(args) or "default"},
             "copy_bandwidth_bytes_per_s": bandwidth,
             "geomean_sdk_over_inductor": geo,
             "geomean_n": n_geo,

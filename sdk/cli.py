@@ -70,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
                             "kernel class of each backend (always in --json; CUDA only)")
     bench.add_argument("--list", action="store_true",
                        help="print the selected row names and exit")
+    bench.add_argument("--mode", default=None,
+                       choices=["default", "reduce-overhead", "max-autotune",
+                                "max-autotune-no-cudagraphs"],
+                       help="kernels: torch.compile mode for Inductor and the sdk alike "
+                            "(default: default)")
     bench.add_argument("--repeat", type=int, default=0, help="timed runs (0: automatic)")
     bench.add_argument("--json", default=None, help="also write the results to this file")
     bench.set_defaults(func=_cmd_bench)

@@ -64,6 +64,11 @@ def test_models_options_are_refused_for_the_kernels_suite(capsys, extra):
     assert "only with --suite models" in capsys.readouterr().err
 
 
+def test_a_compile_mode_is_refused_for_the_models_suite(capsys):
+    assert cli.main(["bench", "--suite", "models", "--mode", "reduce-overhead"]) == 2
+    assert "--mode: only with --suite kernels" in capsys.readouterr().err
+
+
 def test_bad_choice_is_an_argparse_error(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["bench", "--suite", "models", "--dtype", "fp16"])

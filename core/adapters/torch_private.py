@@ -213,3 +213,35 @@ def concrete_graph(gm: torch.fx.GraphModule, specs: tuple) -> torch.fx.GraphModu
                 args.append(spec)
     FakeTensorProp(new, mode).propagate_dont_convert_inputs(*args)
     return new
+
+
+# ---------------------------------------------------------------------------
+# Run time: what wrapper plugins (CUDA graphs) need to know about steps and storages
+# ---------------------------------------------------------------------------
+
+
+def step_token() -> tuple[int, int]:
+    """``(compiled calls, mark-step calls)``: Dynamo counts each call of a torch.compile'd
+    function (``GenerationTracker.generation``, the counter Inductor's CUDA-graph trees
+    read; a backward does not count), and ``torch.compiler.cudagraph_mark_step_begin()``
+    counts down ``MarkStepBox.mark_step_counter``."""
+    from torch._dynamo.mutation_guard import GenerationTracker
+    from torch._inductor.cudagraph_trees import MarkStepBox
+
+    return GenerationTracker.generation, MarkStepBox.mark_step_counter
+
+
+def storage_alias(storage: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:
+    """A second storage object over ``storage``'s memory, owning none of it."""
+    return torch._C._construct_storage_from_data_pointer(storage.data_ptr(), device,
+                                                         storage.nbytes())
+
+
+def set_access_error(t: torch.Tensor, message: str) -> bool:
+    """Make every later access to ``t``'s storage raise ``message``; False where this torch
+    cannot (the call exists in CUDA builds only)."""
+    fn = getattr(torch._C, "_set_storage_access_error_msg", None)
+    if fn is None:
+        return False
+    fn(t, message)
+    return True

@@ -1,23 +1,60 @@
-"""CUDA graphs: a wrapper plugin that captures a compiled graph once and replays it.
+"""CUDA graphs: a wrapper plugin that records a compiled graph once and replays it.
 
 Used by ``mode="reduce-overhead"`` or ``options={"wrappers": ["cudagraphs"]}``.
-The graph's inputs are copied into static buffers before each replay; outputs
-are cloned out of the graph's pool so a later replay cannot overwrite them.
 
-A graph that cannot be captured (a CPU tensor among its inputs, an op that
-synchronizes with the host or copies from pageable memory) runs uncaptured,
-every call, and says why through ``sdk.explain`` (``CompileContext.note``).
+Inputs
+    The first call of a graph (per input shapes) runs as it is and notes where each input
+    lives. The second records: an input found at the same address both times (parameters,
+    buffers, the saved activations a backward reads from its forward's memory) is read in
+    place, every other one is copied into a buffer of the recording before each replay.
+    Each replay checks that the in-place inputs are where they were; where one moved, the
+    graph is recorded again with that input copied (at most 3 recordings per shape, then
+    the graph runs unrecorded and says why in ``sdk.explain``).
+
+Outputs
+    A replay writes its outputs into memory the recording owns, and hands out tensors over
+    that memory, not copies. Every graph of a device records into one memory pool. The
+    outputs of a step stay valid until a later step replays a graph of the device; from
+    then on, reading one raises an error that says so and what to do (clone it, or call
+    ``torch.compiler.cudagraph_mark_step_begin()``), as Inductor's CUDA graphs do. A step
+    begins at each call of a torch.compile'd function, except while a forward graph's
+    backward has not run yet, and at each ``cudagraph_mark_step_begin()``.
+
+    Within a step, a replay that would overwrite outputs still in use (the same graph
+    called twice while its first results live, say, or gradient accumulation over two
+    forwards) runs unrecorded instead, and ``sdk.explain`` says so.
+
+A graph that cannot be recorded (a CPU tensor among its inputs, an op that synchronizes
+with the host or copies from pageable memory, an output that is an input) runs unrecorded,
+every call, and says why.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import itertools
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 import sdk
+from sdk import runtime
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+#: recordings per input shapes before a graph whose inputs keep moving runs unrecorded
+MAX_RECORDINGS = 3
+
+STALE = ("Error: accessing a tensor output of CUDA graphs (sdk:cudagraphs) that a later replay "
+         "has overwritten. Clone it (outside the compiled function) before the next step, or "
+         "call torch.compiler.cudagraph_mark_step_begin() where a new step begins.")
+STALE_GRAD = ("Error: accessing a gradient that CUDA graphs (sdk:cudagraphs) wrote and a later "
+              "replay has overwritten (a .grad first allocated by a recorded backward). For "
+              "gradient accumulation, allocate the .grad tensors before the compiled backward "
+              "runs (an eager warm-up step, or zeroed .grad tensors); otherwise set .grad to "
+              "None before each backward.")
 
 
 @sdk.hookimpl
@@ -29,7 +66,7 @@ def sdk_plugin_info() -> sdk.PluginInfo:
         device_types=("cuda",),
         kind=sdk.PluginKind.WRAPPER,
         capabilities=frozenset({sdk.Capability.GRAPH_CAPTURE}),
-        description="capture and replay compiled graphs with CUDA graphs",
+        description="record and replay compiled graphs with CUDA graphs",
     )
 
 
@@ -47,27 +84,156 @@ def sdk_wrap_compiled(ctx: sdk.CompileContext, compiled: Callable[..., Any]):
     return CudaGraphed(inner, ctx)
 
 
+class _CannotRecord(Exception):
+    pass
+
+
+@dataclass
+class _Recording:
+    device: int
+    index: int  # recording order on the device
+    graph: Any  # torch.cuda.CUDAGraph
+    in_place: dict[int, int]  # input position -> the address it is read at
+    copied: dict[int, torch.Tensor]  # input position -> the buffer it is copied into
+    outputs: tuple[Any, ...]
+    handed: list[runtime.StorageRef] = field(default_factory=list)  # the latest hand-out
+
+    def in_use(self) -> bool:
+        return any(r.alive for r in self.handed)
+
+    def moved(self, args: tuple[Any, ...]) -> list[int]:
+        return [i for i, ptr in self.in_place.items() if args[i].data_ptr() != ptr]
+
+
+@dataclass
+class _Handout:
+    recording: _Recording
+    refs: list[runtime.StorageRef]
+    tensors: list[weakref.ref]
+    grad: bool  # written by a backward graph
+
+
+class _Device:
+    """One device: the memory pool its recordings share, and the current step."""
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+        self.order = itertools.count()
+        self.token: Any = None
+        self.pending_backward = False
+        self.step: list[_Handout] = []  # handed out in the current step
+        self.stale: list[_Handout] = []  # handed out before it: revoked at the next replay
+        self.retired: list[_Recording] = []  # replaced, kept while their outputs live
+
+    @property
+    def pool(self) -> Any:
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        return self._pool
+
+    def begin(self) -> None:
+        now = runtime.step_token()
+        if now == self.token:
+            return
+        if self.token is not None and self.pending_backward and \
+                not runtime.mark_step_called(self.token, now):
+            return  # a forward's backward has yet to run: the step goes on
+        self.token, self.pending_backward = now, False
+        self.stale += self.step
+        self.step = []
+        self.retired = [r for r in self.retired if r.in_use()]
+
+    def safe_to_replay(self, rec: _Recording) -> bool:
+        """No output of this step that ``rec``'s replay may overwrite is in use: its own,
+        and those of graphs recorded after it (they may sit in its scratch memory)."""
+        return not any(h.recording.index >= rec.index and any(r.alive for r in h.refs)
+                       for h in self.step)
+
+    def revoke_stale(self) -> None:
+        for h in self.stale:
+            runtime.revoke(h.tensors, STALE_GRAD if h.grad else STALE)
+        self.stale = []
+
+
+_DEVICES: dict[int, _Device] = {}
+
+
+def _device(index: int) -> _Device:
+    d = _DEVICES.get(index)
+    if d is None:
+        d = _DEVICES[index] = _Device()
+    return d
+
+
+@dataclass
+class _Shape:
+    """What a graph knows about one set of input shapes."""
+
+    seen: list[int | None] | None = None  # input addresses at the first call
+    copy: set[int] = field(default_factory=set)  # positions that must be copied
+    recording: _Recording | None = None
+    recordings: int = 0
+
+
 class CudaGraphed:
-    """Replays ``fn`` as a CUDA graph; re-records when input shapes change."""
+    """Replays ``fn`` as a CUDA graph (see the module's docstring)."""
+
+    _boxed_call = True  # AOTAutograd may hand the inputs over as one list
 
     def __init__(self, fn: Callable[..., Any], ctx: sdk.CompileContext | None = None) -> None:
         self.fn = fn
         self.ctx = ctx
-        self._graphs: dict[tuple, tuple] = {}
-        self.uncaptured: str | None = None  # why this graph runs uncaptured, once it does
+        self.backward = ctx is not None and ctx.graph_kind == "backward"
+        self.forward = ctx is not None and ctx.graph_kind == "forward"
+        self._shapes: dict[tuple, _Shape] = {}
+        self._own: set[int] = set()  # storages of this graph's recorded outputs
+        self.uncaptured: str | None = None  # why this graph runs unrecorded, once it does
+
+    def __del__(self) -> None:
+        # handed-out outputs do not own their memory: recordings they use outlive this
+        for shape in getattr(self, "_shapes", {}).values():
+            try:
+                self._retire(shape)
+            except Exception:  # noqa: BLE001, S110 - at interpreter exit, nothing to keep
+                pass
+
+    # -- bookkeeping ----------------------------------------------------------
+
+    def _note(self, message: str) -> None:
+        if self.ctx is not None:
+            self.ctx.note(f"cudagraphs: {message}")
 
     def _give_up(self, why: str) -> None:
         self.uncaptured = why
-        self._graphs.clear()
-        if self.ctx is not None:
-            self.ctx.note(f"cudagraphs: runs uncaptured: {why}")
+        for shape in self._shapes.values():
+            self._retire(shape)
+        self._shapes.clear()
+        self._note(f"runs uncaptured: {why}")
 
-    def _key(self, args: list[Any]) -> tuple:
+    def _retire(self, shape: _Shape) -> None:
+        rec, shape.recording = shape.recording, None
+        if rec is not None and rec.in_use():
+            _device(rec.device).retired.append(rec)
+
+    @staticmethod
+    def _key(args: tuple[Any, ...]) -> tuple:
         return tuple(
-            (tuple(a.shape), tuple(a.stride()), a.dtype, a.device) if isinstance(a, torch.Tensor)
-            else a for a in args)
+            (tuple(a.shape), tuple(a.stride()), a.storage_offset(), a.dtype, a.device)
+            if isinstance(a, torch.Tensor) else a for a in args)
 
-    _boxed_call = True  # AOTAutograd may hand the inputs over as one list
+    def _run(self, dev: _Device | None, args: tuple[Any, ...]) -> Any:
+        out = self.fn(*args)
+        if dev is not None:
+            self._ran(dev)
+        return out
+
+    def _ran(self, dev: _Device) -> None:
+        if self.forward:
+            dev.pending_backward = True
+        elif self.backward:
+            dev.pending_backward = False
+
+    # -- a call ---------------------------------------------------------------
 
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and type(args[0]) is list:
@@ -77,37 +243,93 @@ class CudaGraphed:
         if torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return self.fn(*args)  # autograd state cannot live in a graph
-        key = self._key(args)
-        entry = self._graphs.get(key)
-        if entry is None:
-            host = [i for i, a in enumerate(args)
-                    if isinstance(a, torch.Tensor) and a.device.type != "cuda"]
-            if host:
-                self._give_up(f"input {host[0]} is a {args[host[0]].device.type} tensor; a "
-                              "CUDA graph replays device work only")
-                return self.fn(*args)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        host = [i for i, a in enumerate(args)
+                if isinstance(a, torch.Tensor) and a.device.type != "cuda"]
+        if host:
+            self._give_up(f"input {host[0]} is a {args[host[0]].device.type} tensor; a "
+                          "CUDA graph replays device work only")
+            return self.fn(*args)
+        index = tensors[0].device.index if tensors else torch.cuda.current_device()
+        dev = _device(index)
+        dev.begin()
+        shape = self._shapes.setdefault(self._key(args), _Shape())
+        if shape.seen is None:  # first call: run as it is, note where the inputs live
+            shape.seen = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
+            return self._run(dev, args)
+        rec = shape.recording
+        if rec is not None:
+            moved = rec.moved(args)
+            if moved:
+                shape.copy.update(moved)
+                self._retire(shape)
+                rec = None
+        if rec is None:
+            if shape.recordings >= MAX_RECORDINGS:
+                self._give_up(f"inputs {sorted(shape.copy)} moved between calls after "
+                              f"{MAX_RECORDINGS} recordings")
+                return self._run(dev, args)
             try:
-                entry = self._record(args)
-            except Exception as exc:  # noqa: BLE001 - any capture failure: run uncaptured
+                rec = self._record(args, shape, index, dev)
+            except Exception as exc:  # noqa: BLE001 - any recording failure: run unrecorded
                 self._give_up(f"capture failed: {type(exc).__name__}: {exc}")
-                return self.fn(*args)
-            self._graphs[key] = entry
-        graph, static_in, static_out = entry
-        for dst, src in zip(static_in, args):
-            if isinstance(dst, torch.Tensor):
-                dst.copy_(src)
-        graph.replay()
-        return tuple(o.clone() if isinstance(o, torch.Tensor) else o for o in static_out)
+                return self._run(dev, args)
+            shape.recording, shape.recordings = rec, shape.recordings + 1
+        if not dev.safe_to_replay(rec):
+            self._note("a call ran uncaptured: outputs of an earlier call in this step are "
+                       "still in use (call torch.compiler.cudagraph_mark_step_begin() where a "
+                       "new step begins)")
+            return self._run(dev, args)
+        for i, buf in rec.copied.items():
+            buf.copy_(args[i])
+        dev.revoke_stale()
+        rec.graph.replay()
+        out, refs, handed = runtime.handout(rec.outputs)
+        rec.handed = refs
+        dev.step.append(_Handout(rec, refs, handed, self.backward))
+        self._ran(dev)
+        return out
 
-    def _record(self, args: list[Any]) -> tuple:
-        static_in = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    # -- recording ------------------------------------------------------------
+
+    def _record(self, args: tuple[Any, ...], shape: _Shape, index: int, dev: _Device
+                ) -> _Recording:
+        assert shape.seen is not None
+        in_place: dict[int, int] = {}
+        copied: dict[int, torch.Tensor] = {}
+        cap_args: list[Any] = list(args)
+        for i, a in enumerate(args):
+            if not isinstance(a, torch.Tensor):
+                continue
+            own = a.untyped_storage().data_ptr() in self._own  # this graph's own output
+            if i not in shape.copy and not own and a.data_ptr() == shape.seen[i]:
+                in_place[i] = a.data_ptr()
+            else:
+                copied[i] = cap_args[i] = _buffer_like(a)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: lazy compiles and allocator growth stay out
-                self.fn(*static_in)
+                self.fn(*cap_args)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = self.fn(*static_in)
-        return graph, static_in, tuple(static_out)
+        with torch.cuda.graph(graph, pool=dev.pool, capture_error_mode="thread_local"):
+            outputs = tuple(self.fn(*cap_args))
+        inputs = {a.untyped_storage().data_ptr() for a in cap_args if isinstance(a, torch.Tensor)}
+        for k, o in enumerate(outputs):
+            if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in inputs:
+                raise _CannotRecord(f"output {k} is (a view of) an input")
+        self._own |= {o.untyped_storage().data_ptr() for o in outputs
+                      if isinstance(o, torch.Tensor)}
+        return _Recording(index, next(dev.order), graph, in_place, copied, outputs)
+
+
+def _buffer_like(a: torch.Tensor) -> torch.Tensor:
+    """A copy of ``a`` with its sizes, strides and storage offset (kernels bake them in)."""
+    extent = 1 + sum((s - 1) * st for s, st in zip(a.shape, a.stride()) if s > 0)
+    if any(s == 0 for s in a.shape):
+        extent = 0
+    base = torch.empty(a.storage_offset() + extent, dtype=a.dtype, device=a.device)
+    buf = base.as_strided(a.shape, a.stride(), a.storage_offset())
+    buf.copy_(a)
+    return buf

@@ -1,0 +1,81 @@
+"""The cudagraphs plugin's step policy, without a GPU (tests/gpu/test_cudagraphs.py runs the
+real thing): when a step begins, which replays may overwrite outputs still in use, and that
+outputs of an earlier step are revoked only when a replay is about to overwrite them."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+import sdk
+from sdk import runtime
+from sdk.plugins import cudagraphs as cg
+
+
+def _recording(dev: cg._Device) -> cg._Recording:
+    return cg._Recording(0, next(dev.order), None, {}, {}, (torch.ones(4),))
+
+
+def _hand_out(dev: cg._Device, rec: cg._Recording, grad: bool = False):
+    out, refs, handed = runtime.handout(rec.outputs)
+    rec.handed = refs
+    dev.step.append(cg._Handout(rec, refs, handed, grad))
+    return out[0]
+
+
+@pytest.fixture
+def compiled_call():
+    f = torch.compile(lambda x: x + 1, backend=sdk.backend("cpu_cpp"))
+    return lambda: f(torch.ones(2))  # each call moves the step token
+
+
+def test_a_live_output_blocks_its_own_graph_and_earlier_recorded_ones(compiled_call):
+    dev = cg._Device()
+    a, b = _recording(dev), _recording(dev)  # a recorded first
+    compiled_call()
+    dev.begin()
+    out_b = _hand_out(dev, b)
+    assert not dev.safe_to_replay(b)  # b's own output is in use
+    assert not dev.safe_to_replay(a)  # b's output may sit in a's scratch memory
+    del out_b
+    gc.collect()
+    assert dev.safe_to_replay(a) and dev.safe_to_replay(b)
+    out_a = _hand_out(dev, a)
+    assert dev.safe_to_replay(b)  # a's outputs were kept out of b's memory when b recorded
+    assert not dev.safe_to_replay(a)
+    del out_a
+
+
+def test_a_new_compiled_call_begins_a_step_unless_a_backward_is_pending(compiled_call):
+    dev = cg._Device()
+    rec = _recording(dev)
+    compiled_call()
+    dev.begin()
+    out = _hand_out(dev, rec)
+    dev.pending_backward = True  # a forward ran
+    compiled_call()
+    dev.begin()
+    assert not dev.safe_to_replay(rec) and not dev.stale  # same step: out still counts
+    torch.compiler.cudagraph_mark_step_begin()  # the user begins one anyway
+    dev.begin()
+    assert dev.safe_to_replay(rec) and len(dev.stale) == 1
+    assert not dev.pending_backward
+    assert out.data_ptr() == rec.outputs[0].data_ptr()
+
+
+def test_stale_outputs_are_revoked_at_the_next_replay_only(compiled_call):
+    dev = cg._Device()
+    rec = _recording(dev)
+    compiled_call()
+    dev.begin()
+    out = _hand_out(dev, rec)
+    compiled_call()
+    dev.begin()
+    torch.testing.assert_close(out, torch.ones(4))  # not overwritten yet: still readable
+    dev.revoke_stale()  # what a replay does first
+    assert not dev.stale
+    if hasattr(torch._C, "_set_storage_access_error_msg"):
+        with pytest.raises(RuntimeError, match="overwritten"):
+            out.sum()
