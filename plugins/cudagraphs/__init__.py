@@ -24,9 +24,11 @@ Outputs
     called twice while its first results live, say, or gradient accumulation over two
     forwards) runs unrecorded instead, and ``sdk.explain`` says so.
 
-A graph that cannot be recorded (a CPU tensor among its inputs, an op that synchronizes
-with the host or copies from pageable memory, an output that is an input) runs unrecorded,
-every call, and says why.
+A call with a CPU tensor among its inputs runs unrecorded (the next call may have none: an
+attention without dropout returns CPU seed tensors when run as it is, CUDA ones when
+recorded). A graph that cannot be recorded (an op that synchronizes with the host or
+copies from pageable memory, an output that is an input) runs unrecorded, every call.
+Both say why in ``sdk.explain``.
 """
 
 from __future__ import annotations
@@ -243,16 +245,19 @@ class CudaGraphed:
         if torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return self.fn(*args)  # autograd state cannot live in a graph
-        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        on_device = [a for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"]
+        index = on_device[0].device.index if on_device else torch.cuda.current_device()
+        dev = _device(index)
+        dev.begin()
         host = [i for i, a in enumerate(args)
                 if isinstance(a, torch.Tensor) and a.device.type != "cuda"]
         if host:
-            self._give_up(f"input {host[0]} is a {args[host[0]].device.type} tensor; a "
-                          "CUDA graph replays device work only")
-            return self.fn(*args)
-        index = tensors[0].device.index if tensors else torch.cuda.current_device()
-        dev = _device(index)
-        dev.begin()
+            # per call, not for good: a forward run unrecorded hands its backward the CPU
+            # seed tensors of an attention without dropout, a recorded one CUDA tensors
+            self._note(f"a call ran uncaptured: input {host[0]} is a "
+                       f"{args[host[0]].device.type} tensor; a CUDA graph replays device "
+                       "work only")
+            return self._run(dev, args)
         shape = self._shapes.setdefault(self._key(args), _Shape())
         if shape.seen is None:  # first call: run as it is, note where the inputs live
             shape.seen = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
