@@ -15,14 +15,19 @@ from sdk.plugins import cudagraphs as cg
 
 
 def _recording(dev: cg._Device) -> cg._Recording:
-    return cg._Recording(0, next(dev.order), None, {}, {}, (torch.ones(4),))
+    outputs = (torch.ones(4),)
+    return cg._Recording(0, next(dev.order), None, {}, {}, [], outputs,
+                         runtime.Outputs(outputs, cg.STALE), [])
 
 
-def _hand_out(dev: cg._Device, rec: cg._Recording, grad: bool = False):
-    out, refs, handed = runtime.handout(rec.outputs)
-    rec.handed = refs
-    dev.step.append(cg._Handout(rec, refs, handed, grad))
+def _hand_out(dev: cg._Device, rec: cg._Recording):
+    out = rec.out.hand_out()
+    dev.step[id(rec)] = rec
     return out[0]
+
+
+def safe(dev: cg._Device, rec: cg._Recording) -> bool:
+    return dev.blocking(rec) is None
 
 
 @pytest.fixture
@@ -37,14 +42,14 @@ def test_a_live_output_blocks_its_own_graph_and_earlier_recorded_ones(compiled_c
     compiled_call()
     dev.begin()
     out_b = _hand_out(dev, b)
-    assert not dev.safe_to_replay(b)  # b's own output is in use
-    assert not dev.safe_to_replay(a)  # b's output may sit in a's scratch memory
+    assert not safe(dev, b)  # b's own output is in use
+    assert not safe(dev, a)  # b's output may sit in a's scratch memory
     del out_b
     gc.collect()
-    assert dev.safe_to_replay(a) and dev.safe_to_replay(b)
+    assert safe(dev, a) and safe(dev, b)
     out_a = _hand_out(dev, a)
-    assert dev.safe_to_replay(b)  # a's outputs were kept out of b's memory when b recorded
-    assert not dev.safe_to_replay(a)
+    assert safe(dev, b)  # a's outputs were kept out of b's memory when b recorded
+    assert not safe(dev, a)
     del out_a
 
 
@@ -54,14 +59,14 @@ def test_a_new_compiled_call_begins_a_step_unless_a_backward_is_pending(compiled
     compiled_call()
     dev.begin()
     out = _hand_out(dev, rec)
-    dev.pending_backward = True  # a forward ran
+    dev.pending = 1  # a forward ran
     compiled_call()
     dev.begin()
-    assert not dev.safe_to_replay(rec) and not dev.stale  # same step: out still counts
+    assert not safe(dev, rec) and not dev.stale  # same step: out still counts
     torch.compiler.cudagraph_mark_step_begin()  # the user begins one anyway
     dev.begin()
-    assert dev.safe_to_replay(rec) and len(dev.stale) == 1
-    assert not dev.pending_backward
+    assert safe(dev, rec) and len(dev.stale) == 1
+    assert not dev.pending
     assert out.data_ptr() == rec.outputs[0].data_ptr()
 
 
@@ -79,3 +84,22 @@ def test_stale_outputs_are_revoked_at_the_next_replay_only(compiled_call):
     if hasattr(torch._C, "_set_storage_access_error_msg"):
         with pytest.raises(RuntimeError, match="overwritten"):
             out.sum()
+
+
+def test_an_earlier_steps_output_held_out_of_reach_blocks_the_replays_that_overwrite_it(
+        compiled_call):
+    dev = cg._Device()
+    a, b = _recording(dev), _recording(dev)
+    compiled_call()
+    dev.begin()
+    view = _hand_out(dev, b)[1:]  # the output dropped, a view of it kept
+    compiled_call()
+    dev.begin()  # a new step: b's outputs are stale
+    assert dev.blocking(b) == cg.HELD and dev.blocking(a) == cg.HELD
+    dev.revoke_stale()  # the view is out of reach: b stays stale
+    assert dev.stale and dev.blocking(b) == cg.HELD
+    del view
+    gc.collect()
+    assert dev.blocking(a) is None and dev.blocking(b) is None
+    dev.revoke_stale()
+    assert not dev.stale

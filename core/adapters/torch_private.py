@@ -225,10 +225,39 @@ def step_token() -> tuple[int, int]:
     function (``GenerationTracker.generation``, the counter Inductor's CUDA-graph trees
     read; a backward does not count), and ``torch.compiler.cudagraph_mark_step_begin()``
     counts down ``MarkStepBox.mark_step_counter``."""
-    from torch._dynamo.mutation_guard import GenerationTracker
-    from torch._inductor.cudagraph_trees import MarkStepBox
+    if not _STEP:  # imported at first use: cudagraph_trees pulls in much of Inductor
+        from torch._dynamo.mutation_guard import GenerationTracker
+        from torch._inductor.cudagraph_trees import MarkStepBox
 
-    return GenerationTracker.generation, MarkStepBox.mark_step_counter
+        _STEP.extend((GenerationTracker, MarkStepBox))
+    gen, mark = _STEP
+    return gen.generation, mark.mark_step_counter
+
+
+_STEP: list[Any] = []
+
+
+def storage_weakref(t: torch.Tensor) -> Any:
+    """A weak reference to ``t``'s storage, for :func:`use_counts`."""
+    return storage_weakref_of(t.untyped_storage())
+
+
+def storage_weakref_of(storage: torch.UntypedStorage) -> Any:
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(storage)
+
+
+def storage_use_count(weak: Any) -> int:
+    """How many references hold the storage of ``weak`` (a :func:`storage_weakref`):
+    tensors over it, views included, and Python storage objects."""
+    return torch._C._storage_Use_Count(weak.cdata)
+
+
+def use_counts(t: torch.Tensor, weak: Any) -> tuple[int, int]:
+    """How many C++ references hold ``t`` (views, autograd's saved tensors; Python
+    references do not count) and its storage (``weak``: a :func:`storage_weakref` of it)."""
+    return t._use_count(), torch._C._storage_Use_Count(weak.cdata)
 
 
 def storage_alias(storage: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:

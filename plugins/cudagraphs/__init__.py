@@ -5,36 +5,45 @@ Used by ``mode="reduce-overhead"`` or ``options={"wrappers": ["cudagraphs"]}``.
 Inputs
     The first call of a graph (per input shapes) runs as it is and notes where each input
     lives. The second records: an input found at the same address both times (parameters,
-    buffers, the saved activations a backward reads from its forward's memory) is read in
-    place, every other one is copied into a buffer of the recording before each replay.
+    buffers) or one that a recorded graph wrote (the activations a backward reads from its
+    forward's memory) is read in place, every other one is copied into a buffer of the
+    recording before each replay.
     Each replay checks that the in-place inputs are where they were; where one moved, the
     graph is recorded again with that input copied (at most 3 recordings per shape, then
     the graph runs unrecorded and says why in ``sdk.explain``).
 
 Outputs
     A replay writes its outputs into memory the recording owns, and hands out tensors over
-    that memory, not copies. Every graph of a device records into one memory pool. The
-    outputs of a step stay valid until a later step replays a graph of the device; from
+    that memory, not copies (the same tensor objects again where nothing holds the last
+    ones). Every graph of a device records into one memory pool. The outputs of a step
+    stay valid until a later step replays a graph of the device; from
     then on, reading one raises an error that says so and what to do (clone it, or call
     ``torch.compiler.cudagraph_mark_step_begin()``), as Inductor's CUDA graphs do. A step
-    begins at each call of a torch.compile'd function, except while a forward graph's
-    backward has not run yet, and at each ``cudagraph_mark_step_begin()``.
+    begins at each call of a torch.compile'd function, except while a forward graph of
+    the step has a backward yet to run (forwards and backwards are counted: gradient
+    accumulation over several forwards is one step), and at each
+    ``cudagraph_mark_step_begin()``.
 
     Within a step, a replay that would overwrite outputs still in use (the same graph
     called twice while its first results live, say, or gradient accumulation over two
-    forwards) runs unrecorded instead, and ``sdk.explain`` says so.
+    forwards) runs unrecorded instead, and ``sdk.explain`` says so. So does one that would
+    overwrite an earlier step's output held where the error cannot reach: torch revokes
+    tensor objects, not memory, so a view made from an output, or a ``.grad`` autograd
+    kept from a recorded backward (gradients accumulated over steps), keeps its values
+    and blocks the replays that could overwrite it until it is gone.
+
+An output that is (a view of) an input (a forward hands its backward the weights it
+saves) is handed out as the caller's input, or that view of it.
 
 A call with a CPU tensor among its inputs runs unrecorded (the next call may have none: an
 attention without dropout returns CPU seed tensors when run as it is, CUDA ones when
 recorded). A graph that cannot be recorded (an op that synchronizes with the host or
-copies from pageable memory, an output that is an input) runs unrecorded, every call.
-Both say why in ``sdk.explain``.
+copies from pageable memory) runs unrecorded, every call. Both say why in ``sdk.explain``.
 """
 
 from __future__ import annotations
 
 import itertools
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,11 +61,14 @@ MAX_RECORDINGS = 3
 STALE = ("Error: accessing a tensor output of CUDA graphs (sdk:cudagraphs) that a later replay "
          "has overwritten. Clone it (outside the compiled function) before the next step, or "
          "call torch.compiler.cudagraph_mark_step_begin() where a new step begins.")
-STALE_GRAD = ("Error: accessing a gradient that CUDA graphs (sdk:cudagraphs) wrote and a later "
-              "replay has overwritten (a .grad first allocated by a recorded backward). For "
-              "gradient accumulation, allocate the .grad tensors before the compiled backward "
-              "runs (an eager warm-up step, or zeroed .grad tensors); otherwise set .grad to "
-              "None before each backward.")
+STALE_GRAD = ("Error: accessing a gradient output of a backward recorded by CUDA graphs "
+              "(sdk:cudagraphs) that a later replay has overwritten. Clone it before the next "
+              "step, or call torch.compiler.cudagraph_mark_step_begin() where a new step "
+              "begins.")
+HELD = ("a call ran uncaptured: memory of an earlier step's outputs is still held by a tensor "
+        "the wrapper cannot revoke (a view of an output, or a .grad kept from a recorded "
+        "backward); drop it (optimizer.zero_grad(set_to_none=True), or clone the view) and "
+        "the next call replays")
 
 
 @sdk.hookimpl
@@ -86,10 +98,6 @@ def sdk_wrap_compiled(ctx: sdk.CompileContext, compiled: Callable[..., Any]):
     return CudaGraphed(inner, ctx)
 
 
-class _CannotRecord(Exception):
-    pass
-
-
 @dataclass
 class _Recording:
     device: int
@@ -97,22 +105,21 @@ class _Recording:
     graph: Any  # torch.cuda.CUDAGraph
     in_place: dict[int, int]  # input position -> the address it is read at
     copied: dict[int, torch.Tensor]  # input position -> the buffer it is copied into
-    outputs: tuple[Any, ...]
-    handed: list[runtime.StorageRef] = field(default_factory=list)  # the latest hand-out
+    shapes: list[tuple[int, torch.Size]]  # each tensor input's position and sizes
+    outputs: tuple[Any, ...]  # what the recording wrote (kept: it owns the memory)
+    out: runtime.Outputs  # hands them out
+    # outputs that are (views of) an input: position, input, and sizes, strides and offset
+    # in it (None: the input itself)
+    aliases: list[tuple[int, int, tuple[torch.Size, tuple[int, ...], int] | None]]
 
     def in_use(self) -> bool:
-        return any(r.alive for r in self.handed)
+        return self.out.in_use()
 
     def moved(self, args: tuple[Any, ...]) -> list[int]:
         return [i for i, ptr in self.in_place.items() if args[i].data_ptr() != ptr]
 
-
-@dataclass
-class _Handout:
-    recording: _Recording
-    refs: list[runtime.StorageRef]
-    tensors: list[weakref.ref]
-    grad: bool  # written by a backward graph
+    def fits(self, args: tuple[Any, ...]) -> bool:
+        return all(args[i].shape == s for i, s in self.shapes)
 
 
 class _Device:
@@ -122,10 +129,11 @@ class _Device:
         self._pool: Any = None
         self.order = itertools.count()
         self.token: Any = None
-        self.pending_backward = False
-        self.step: list[_Handout] = []  # handed out in the current step
-        self.stale: list[_Handout] = []  # handed out before it: revoked at the next replay
+        self.pending = 0  # forwards of this step whose backward has not run
+        self.step: dict[int, _Recording] = {}  # recordings replayed in the current step
+        self.stale: dict[int, _Recording] = {}  # replayed before it: revoked at the next replay
         self.retired: list[_Recording] = []  # replaced, kept while their outputs live
+        self.managed: set[int] = set()  # storages of recorded outputs (in the pool)
 
     @property
     def pool(self) -> Any:
@@ -137,24 +145,32 @@ class _Device:
         now = runtime.step_token()
         if now == self.token:
             return
-        if self.token is not None and self.pending_backward and \
+        if self.token is not None and self.pending and \
                 not runtime.mark_step_called(self.token, now):
             return  # a forward's backward has yet to run: the step goes on
-        self.token, self.pending_backward = now, False
-        self.stale += self.step
-        self.step = []
+        self.token, self.pending = now, 0
+        self.stale.update(self.step)
+        self.step = {}
         self.retired = [r for r in self.retired if r.in_use()]
 
-    def safe_to_replay(self, rec: _Recording) -> bool:
-        """No output of this step that ``rec``'s replay may overwrite is in use: its own,
-        and those of graphs recorded after it (they may sit in its scratch memory)."""
-        return not any(h.recording.index >= rec.index and any(r.alive for r in h.refs)
-                       for h in self.step)
+    def blocking(self, rec: _Recording) -> str | None:
+        """Why ``rec``'s replay would overwrite memory still in use, if it would: outputs
+        of this step in use, or of an earlier step held where revoking cannot reach; its
+        own, and those of graphs recorded after it (they may sit in its scratch memory)."""
+        if any(r.index >= rec.index and r.in_use() for r in self.step.values()):
+            return ("a call ran uncaptured: outputs of an earlier call in this step are "
+                    "still in use (call torch.compiler.cudagraph_mark_step_begin() where a "
+                    "new step begins)")
+        if any(r.index >= rec.index and r.out.unreachable() for r in self.stale.values()):
+            return HELD
+        return None
 
     def revoke_stale(self) -> None:
-        for h in self.stale:
-            runtime.revoke(h.tensors, STALE_GRAD if h.grad else STALE)
-        self.stale = []
+        """Revoke the outputs of earlier steps; those still held out of reach stay."""
+        for key, r in list(self.stale.items()):
+            r.out.revoke()
+            if not r.out.unreachable():
+                del self.stale[key]
 
 
 _DEVICES: dict[int, _Device] = {}
@@ -189,6 +205,8 @@ class CudaGraphed:
         self.forward = ctx is not None and ctx.graph_kind == "forward"
         self._shapes: dict[tuple, _Shape] = {}
         self._own: set[int] = set()  # storages of this graph's recorded outputs
+        self._index: int | None = None  # the device, from the first call's inputs
+        self._layout_key = False  # key on every input's layout, not on its scalars alone
         self.uncaptured: str | None = None  # why this graph runs unrecorded, once it does
 
     def __del__(self) -> None:
@@ -217,10 +235,15 @@ class CudaGraphed:
         if rec is not None and rec.in_use():
             _device(rec.device).retired.append(rec)
 
-    @staticmethod
-    def _key(args: tuple[Any, ...]) -> tuple:
+    def _key(self, args: tuple[Any, ...]) -> tuple:
+        """Graphs whose inputs are all tensors have static shapes (Dynamo guards them, a
+        backward's follow from its forward): one key, sizes checked at replay. Symbolic
+        sizes come as int inputs; then every input's layout is part of the key."""
+        scalars = tuple(a for a in args if not isinstance(a, torch.Tensor))
+        if not scalars and not self._layout_key:
+            return scalars
         return tuple(
-            (tuple(a.shape), tuple(a.stride()), a.storage_offset(), a.dtype, a.device)
+            (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype, a.device)
             if isinstance(a, torch.Tensor) else a for a in args)
 
     def _run(self, dev: _Device | None, args: tuple[Any, ...]) -> Any:
@@ -231,9 +254,9 @@ class CudaGraphed:
 
     def _ran(self, dev: _Device) -> None:
         if self.forward:
-            dev.pending_backward = True
-        elif self.backward:
-            dev.pending_backward = False
+            dev.pending += 1
+        elif self.backward and dev.pending:
+            dev.pending -= 1
 
     # -- a call ---------------------------------------------------------------
 
@@ -245,12 +268,14 @@ class CudaGraphed:
         if torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return self.fn(*args)  # autograd state cannot live in a graph
-        on_device = [a for a in args if isinstance(a, torch.Tensor) and a.device.type == "cuda"]
-        index = on_device[0].device.index if on_device else torch.cuda.current_device()
-        dev = _device(index)
-        dev.begin()
-        host = [i for i, a in enumerate(args)
-                if isinstance(a, torch.Tensor) and a.device.type != "cuda"]
+        host = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_cuda]
+        if self._index is None:
+            on_device = [a for a in args if isinstance(a, torch.Tensor) and a.is_cuda]
+            self._index = (on_device[0].get_device() if on_device
+                           else torch.cuda.current_device())
+        dev = _device(self._index)
+        if not self.backward:  # a backward belongs to the step of its forward
+            dev.begin()
         if host:
             # per call, not for good: a forward run unrecorded hands its backward the CPU
             # seed tensors of an attention without dropout, a recorded one CUDA tensors
@@ -258,11 +283,21 @@ class CudaGraphed:
                        f"{args[host[0]].device.type} tensor; a CUDA graph replays device "
                        "work only")
             return self._run(dev, args)
-        shape = self._shapes.setdefault(self._key(args), _Shape())
+        key = self._key(args)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = _Shape()
         if shape.seen is None:  # first call: run as it is, note where the inputs live
             shape.seen = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
             return self._run(dev, args)
         rec = shape.recording
+        if rec is not None and not key and not rec.fits(args):
+            # sizes changed with no symbolic size among the inputs: key on layouts from now
+            self._layout_key = True
+            for old in self._shapes.values():
+                self._retire(old)
+            self._shapes.clear()
+            return self(*args)
         if rec is not None:
             moved = rec.moved(args)
             if moved:
@@ -275,23 +310,27 @@ class CudaGraphed:
                               f"{MAX_RECORDINGS} recordings")
                 return self._run(dev, args)
             try:
-                rec = self._record(args, shape, index, dev)
+                rec = self._record(args, shape, self._index, dev)
             except Exception as exc:  # noqa: BLE001 - any recording failure: run unrecorded
                 self._give_up(f"capture failed: {type(exc).__name__}: {exc}")
                 return self._run(dev, args)
             shape.recording, shape.recordings = rec, shape.recordings + 1
-        if not dev.safe_to_replay(rec):
-            self._note("a call ran uncaptured: outputs of an earlier call in this step are "
-                       "still in use (call torch.compiler.cudagraph_mark_step_begin() where a "
-                       "new step begins)")
+        blocked = dev.blocking(rec)
+        if blocked is not None:
+            self._note(blocked)
             return self._run(dev, args)
         for i, buf in rec.copied.items():
             buf.copy_(args[i])
         dev.revoke_stale()
         rec.graph.replay()
-        out, refs, handed = runtime.handout(rec.outputs)
-        rec.handed = refs
-        dev.step.append(_Handout(rec, refs, handed, self.backward))
+        out = rec.out.hand_out()
+        if rec.aliases:
+            out = list(out)
+            for k, i, view in rec.aliases:
+                a = args[i]
+                out[k] = a if view is None else a.as_strided(
+                    view[0], view[1], a.storage_offset() + view[2])
+        dev.step[id(rec)] = rec
         self._ran(dev)
         return out
 
@@ -306,8 +345,12 @@ class CudaGraphed:
         for i, a in enumerate(args):
             if not isinstance(a, torch.Tensor):
                 continue
-            own = a.untyped_storage().data_ptr() in self._own  # this graph's own output
-            if i not in shape.copy and not own and a.data_ptr() == shape.seen[i]:
+            st = a.untyped_storage().data_ptr()
+            # read in place: an input that stayed where it was (parameters, buffers), or
+            # a recorded output (a backward reads its forward's activations); copied: one
+            # that moved before, and this graph's own outputs (the replay overwrites them)
+            stays = a.data_ptr() == shape.seen[i] or st in dev.managed
+            if i not in shape.copy and st not in self._own and stays:
                 in_place[i] = a.data_ptr()
             else:
                 copied[i] = cap_args[i] = _buffer_like(a)
@@ -320,13 +363,29 @@ class CudaGraphed:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=dev.pool, capture_error_mode="thread_local"):
             outputs = tuple(self.fn(*cap_args))
-        inputs = {a.untyped_storage().data_ptr() for a in cap_args if isinstance(a, torch.Tensor)}
+        inputs = {a.untyped_storage().data_ptr(): i for i, a in enumerate(cap_args)
+                  if isinstance(a, torch.Tensor)}
+        aliases = []
+        owned = list(outputs)
         for k, o in enumerate(outputs):
-            if isinstance(o, torch.Tensor) and o.untyped_storage().data_ptr() in inputs:
-                raise _CannotRecord(f"output {k} is (a view of) an input")
-        self._own |= {o.untyped_storage().data_ptr() for o in outputs
-                      if isinstance(o, torch.Tensor)}
-        return _Recording(index, next(dev.order), graph, in_place, copied, outputs)
+            if not isinstance(o, torch.Tensor):
+                continue
+            i = inputs.get(o.untyped_storage().data_ptr())
+            if i is not None:  # (a view of) an input: handed out as that of the caller's
+                a = cap_args[i]
+                same = (o.shape, o.stride(), o.storage_offset()) == \
+                    (a.shape, a.stride(), a.storage_offset())
+                aliases.append((k, i, None if same else (
+                    o.shape, o.stride(), o.storage_offset() - a.storage_offset())))
+                owned[k] = None
+        ptrs = {o.untyped_storage().data_ptr() for o in owned if isinstance(o, torch.Tensor)}
+        self._own |= ptrs
+        dev.managed |= ptrs
+        shapes = [(i, a.shape) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        out = runtime.Outputs(owned, STALE_GRAD if self.backward else STALE,
+                              reuse=not self.backward, grad_ok=self.forward)
+        return _Recording(index, next(dev.order), graph, in_place, copied, shapes,
+                          tuple(owned), out, aliases)
 
 
 def _buffer_like(a: torch.Tensor) -> torch.Tensor:

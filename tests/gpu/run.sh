@@ -33,6 +33,11 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
         python3 tests/gpu/sanitize_graphs.py >"$OUT/sanitize.log" 2>&1
     summary+=("compute-sanitizer: $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tail -1); $(grep -E 'sanitize_graphs:' "$OUT/sanitize.log")")
     grep -E "Invalid|MISMATCH|Error" "$OUT/sanitize.log" | head -20
+    # CUDA graphs record into the caching allocator's private pools: run with it on
+    compute-sanitizer --tool memcheck --print-limit 20 \
+        python3 tests/gpu/sanitize_graphs.py --cudagraphs >"$OUT/sanitize_cg.log" 2>&1
+    summary+=("compute-sanitizer (cudagraphs): $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_cg.log" | tail -1); $(grep -E 'sanitize_graphs:' "$OUT/sanitize_cg.log")")
+    grep -E "Invalid|MISMATCH|Error" "$OUT/sanitize_cg.log" | head -20
 fi
 if [[ " $STEPS " == *" sweep "* ]]; then
     python3 tests/gpu/opinfo_sweep.py --workers ${SWEEP_WORKERS:-12} --budget ${SWEEP_BUDGET:-420} \
