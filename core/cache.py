@@ -105,6 +105,24 @@ def _canonical(part: object) -> bytes:
     return tag + len(body).to_bytes(8, "little") + body
 
 
+def source_digest(*packages: str) -> str:
+    """sha256 over the Python sources of ``packages`` (imported by name; sub-packages are
+    walked too): a plugin's cache keys change with its code, version bump or not."""
+    import importlib
+    from pathlib import Path
+
+    h = hashlib.sha256()
+    for name in packages:
+        module = importlib.import_module(name)
+        dirs = getattr(module, "__path__", None) or [str(Path(module.__file__).parent)]
+        for d in dirs:
+            base = Path(d)
+            for path in sorted(base.rglob("*.py")):
+                h.update(f"{name}/{path.relative_to(base)}".encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def stable_hash(*parts: object) -> str:
     """sha256 hex of a canonical encoding of ``parts`` (str, bytes, int, nested tuples).
 

@@ -24,6 +24,8 @@ class Env:
     cache_dir: str | None
     #: XDG_CACHE_HOME: where per-user caches live when SDK_CACHE_DIR is unset.
     xdg_cache_home: str | None
+    #: SDK_GRAPH_CACHE=0: keep compiled programs out of the whole-graph cache (default on).
+    graph_cache: bool = True
 
 
 def env() -> Env:
@@ -35,4 +37,5 @@ def env() -> Env:
         debug=e.get("SDK_DEBUG", "") not in ("", "0", "false", "False"),
         cache_dir=e.get("SDK_CACHE_DIR") or None,
         xdg_cache_home=e.get("XDG_CACHE_HOME") or None,
+        graph_cache=e.get("SDK_GRAPH_CACHE", "1") not in ("0", "false", "False", "off"),
     )

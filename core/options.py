@@ -23,6 +23,10 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         (), "codegen plugins to try, in order, if this one fails to compile a graph", (tuple, list)
     ),
     "autotune": OptionSpec(False, "let the plugin time a few kernel configs", bool),
+    "cache": OptionSpec(
+        True, "keep compiled programs in the per-user whole-graph cache and reuse them in "
+        "later processes (also SDK_GRAPH_CACHE=0; only plugins that answer sdk_cache_key)",
+        bool),
     "channels_last": OptionSpec(
         None, "channels-last activations around convolutions: None lets the core decide per "
         "graph (plugins with Capability.CHANNELS_LAST, inference graphs), True always, False "

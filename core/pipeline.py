@@ -178,6 +178,7 @@ class Session:
             report.fusion_refusals[:] = [FusionRefusal(d.first, d.second, d.reason)
                                          for d in part.decisions if not d.fused]
             report.plugin = plugin
+            report.cache = part.cache
             self._announce(c, report)
             return fn
         if not self.options["fallback"]:

@@ -15,9 +15,10 @@ from typing import Any
 import torch
 import torch.fx
 
-from sdk.plugin import CompileContext
+from sdk.plugin import CompileContext, KernelSource
 from sdk.report import ExternReport, FallbackReport, KernelReport
 
+from . import graph_cache
 from .adapters.torch_private import buffer_ops
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.kernel import Kernel, Layout, check_kernel
@@ -38,10 +39,30 @@ class ProgramParts:
     views: set[str] = field(default_factory=set)
     decisions: list[Decision] = field(default_factory=list)
     wrapper_source: str = ""
+    cache: str = ""  # GraphReport.cache
 
 
 def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
                   specs: tuple) -> tuple[Callable, ProgramParts]:
+    key, why = _cache_key(session, ctx, gm, specs)
+    if key is not None:
+        hit = _from_cache(session, ctx, key)
+        if hit is not None:
+            return hit
+    notes = len(ctx.notes)
+    fn, parts, wrapper, sources, fns = _build(session, ctx, gm, specs)
+    parts.cache = why or "stored"
+    if key is not None:
+        try:
+            graph_cache.store().put(key, _entry(wrapper, sources, fns, parts,
+                                                ctx.notes[notes:]))
+        except (graph_cache.Uncacheable, OSError) as exc:
+            parts.cache = f"not stored: {exc}"
+    return fn, parts
+
+
+def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
+           ) -> tuple[Callable, ProgramParts, Wrapper, list[KernelSource], list[Callable]]:
     L = Lowerer(gm, specs, ctx, session.hooks)
     L.run()
     outputs, keep = _plan_outputs(L)
@@ -95,25 +116,111 @@ def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
             raise PluginFailure(f"sdk:{ctx.plugin} rendered nothing for kernel {k.name} "
                                 "(its sdk_render_kernel returned None)")
         sources.append(src)
-    fns: list[Callable] = []
-    if sources:
-        fns = session.hooks.sdk_compile_kernels(ctx=ctx, sources=sources)
-        if fns is None or len(fns) != len(sources):
-            raise PluginFailure(f"sdk:{ctx.plugin} compiled {0 if fns is None else len(fns)} "
-                                f"of {len(sources)} kernels; sdk_compile_kernels must return "
-                                "one callable per source")
+    fns = _compile(session, ctx, sources)
     observers = session.registry.observers()
     for src in sources:
         observers.sdk_on_kernel_compiled(ctx=ctx, source=src)
 
     compiled = dict(zip((k.name for k in kernels), fns))
-    fn, wrapper_source = _codegen(L, program, compiled, outputs, layouts, ctx)
+    wrapper = _codegen(L, program, compiled, outputs, layouts)
+    fn = wrapper.materialize(ctx.graph_name)
     parts = ProgramParts(
         kernels=[KernelReport(k.name, ctx.plugin, k.origins, s.source)
                  for k, s in zip(kernels, sources)],
         externs=L.externs, fallbacks=L.fallbacks, views=L.views,
-        decisions=sched.decisions, wrapper_source=wrapper_source,
+        decisions=sched.decisions, wrapper_source=wrapper.source,
     )
+    return fn, parts, wrapper, sources, fns
+
+
+def _compile(session: Any, ctx: CompileContext, sources: list[KernelSource]) -> list[Callable]:
+    if not sources:
+        return []
+    fns = session.hooks.sdk_compile_kernels(ctx=ctx, sources=sources)
+    if fns is None or len(fns) != len(sources):
+        raise PluginFailure(f"sdk:{ctx.plugin} compiled {0 if fns is None else len(fns)} "
+                            f"of {len(sources)} kernels; sdk_compile_kernels must return "
+                            "one callable per source")
+    return list(fns)
+
+
+# -- the whole-graph cache (core/graph_cache.py) ---------------------------------
+
+
+def _cache_key(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
+               ) -> tuple[str | None, str | None]:
+    """The program's cache key, or None and why there is none."""
+    if not graph_cache.enabled(ctx.options):
+        return None, "off"
+    plugin_key = session.hooks.sdk_cache_key(ctx=ctx)
+    if plugin_key is None:
+        return None, f"off: sdk:{ctx.plugin} does not implement sdk_cache_key"
+    try:
+        return graph_cache.graph_key(gm, specs, ctx, session.info.version, plugin_key), None
+    except graph_cache.Uncacheable as exc:
+        return None, f"not stored: {exc}"
+
+
+def _entry(wrapper: Wrapper, sources: list[KernelSource], fns: list[Callable],
+           parts: ProgramParts, notes: list[str]) -> bytes:
+    enc = graph_cache.Encoder(fns)
+    doc = {
+        "wrapper": {
+            "source": wrapper.source,
+            "named": {k: enc(v) for k, v in wrapper.named.items()},
+            "constants": {k: enc.tensor(t) for k, t in wrapper.constants.items()},
+            "on_device": list(wrapper.on_device), "device": wrapper.device,
+            "layout_free": sorted(wrapper.layout_free),
+            "kernel_read": sorted(wrapper.kernel_read),
+        },
+        "sources": [{"name": s.name, "language": s.language, "source": s.source,
+                     "entry": s.entry, "meta": enc(s.meta)} for s in sources],
+        "kernels": [[k.name, k.plugin, list(k.nodes), k.source] for k in parts.kernels],
+        "externs": [[e.op, e.node] for e in parts.externs],
+        "fallbacks": [[f.op, f.reason, f.node] for f in parts.fallbacks],
+        "views": sorted(parts.views),
+        "decisions": [[d.first, d.second, d.saved_bytes, d.fused, d.reason]
+                      for d in parts.decisions],
+        "notes": list(notes),
+    }
+    return graph_cache.pack(doc, enc.blobs)
+
+
+def _from_cache(session: Any, ctx: CompileContext, key: str
+                ) -> tuple[Callable, ProgramParts] | None:
+    data = graph_cache.store().get(key)
+    if data is None:
+        return None
+    try:
+        doc, blobs = graph_cache.unpack(data)
+        dec = graph_cache.Decoder([], blobs)
+        sources = [KernelSource(s["name"], s["language"], s["source"], s["entry"],
+                                dec(s["meta"])) for s in doc["sources"]]
+        fns = _compile(session, ctx, sources)
+    except Exception:  # noqa: BLE001 - an entry this code cannot read or build is a miss
+        return None
+    try:
+        dec.kernels = fns
+        w = doc["wrapper"]
+        wrapper = Wrapper(w["source"], {k: dec(v) for k, v in w["named"].items()},
+                          {k: dec.tensor(v["v"]) for k, v in w["constants"].items()},
+                          tuple(w["on_device"]), w["device"], frozenset(w["layout_free"]),
+                          frozenset(w["kernel_read"]))
+        fn = wrapper.materialize(ctx.graph_name)
+        parts = ProgramParts(
+            kernels=[KernelReport(n, p, tuple(nodes), src) for n, p, nodes, src in doc["kernels"]],
+            externs=[ExternReport(*e) for e in doc["externs"]],
+            fallbacks=[FallbackReport(*f) for f in doc["fallbacks"]],
+            views=set(doc["views"]),
+            decisions=[Decision(*d) for d in doc["decisions"]],
+            wrapper_source=wrapper.source, cache="hit")
+    except Exception:  # noqa: BLE001 - as above
+        return None
+    for note in doc["notes"]:
+        ctx.note(note)
+    observers = session.registry.observers()
+    for src in sources:
+        observers.sdk_on_kernel_compiled(ctx=ctx, source=src)
     return fn, parts
 
 
@@ -152,26 +259,55 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
     return plan, keep
 
 
+@dataclass
+class Wrapper:
+    """The generated wrapper: its source and what the source names (beside the standard
+    helpers :meth:`materialize` provides). Plain data, so the whole-graph cache can keep it."""
+
+    source: str
+    named: dict[str, Any]  # the _cN objects: kernels, extern ops, constants of the calls
+    constants: dict[str, torch.Tensor]  # the graph's constant tensors, by buffer name
+    on_device: tuple[str, ...]  # constants copied to the device once, on the first call
+    device: str
+    layout_free: frozenset[int]
+    kernel_read: frozenset[int]
+
+    def materialize(self, graph_name: str) -> Callable:
+        device = torch.device(self.device)
+        empty, empty_fast, view, is_current = buffer_ops(device)
+        env: dict[str, Any] = {
+            "torch": torch, "_as_strided": torch.as_strided, "_view": view,
+            "_restride": _restride, "_dev": device, "_empty": empty_fast or empty,
+            "_empty_fast": empty_fast, "_empty_any": empty, "_is_current": is_current,
+            "_seed": _make_seed,
+        }
+        moved: dict[str, Any] = {}
+        for name, t in self.constants.items():
+            env[name] = t
+            if name in self.on_device:
+                env[f"{name}_src"] = _OnDevice(t, moved, name)
+        env.update(self.named)
+        exec(compile(self.source, f"<sdk wrapper {graph_name}>", "exec"), env)  # noqa: S102
+        call = env["call"]
+        # what the per-call guard must check (guards.make_check): only sizes of inputs
+        # nothing bakes the layout of; only alignment where Dynamo already guards layouts
+        call.layout_free = self.layout_free
+        call.kernel_read = self.kernel_read
+        return call
+
+
 def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: list[tuple],
-             layouts: dict[str, Layout], ctx: CompileContext
-             ) -> tuple[Callable, str]:
-    empty, empty_fast, view, is_current = buffer_ops(L.device)
-    env: dict[str, Any] = {"torch": torch, "_as_strided": torch.as_strided, "_view": view,
-                           "_restride": _restride, "_dev": L.device,
-                           "_empty": empty_fast or empty}
-    moved: dict[str, Any] = {}
+             layouts: dict[str, Layout]) -> Wrapper:
+    _, empty_fast, _, is_current = buffer_ops(L.device)
     copy_of = {host.buffer: dev for dev, (host, _) in L.host.items()}  # host -> device copy
-    for name, t in L.constants.items():
-        env[name] = t
-        if name in copy_of:  # copied to the device once, on the first call
-            env[f"{name}_src"] = _OnDevice(t, moved, name)
+    named: dict[str, Any] = {}
     consts: dict[int, str] = {}
 
     def const(x: Any) -> str:
         key = id(x)
         if key not in consts:
             consts[key] = f"_c{len(consts)}"
-            env[consts[key]] = x
+            named[consts[key]] = x
         return consts[key]
 
     out_bufs = {b for kind, b, _ in outputs if kind in ("buf", "view")}
@@ -195,7 +331,6 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     if empty_fast is not None and is_current is not None:
         # the fast allocator allocates on the current device: another may be current
         lines.append("    _empty = _empty_fast if _is_current() else _empty_any")
-        env.update(_empty_fast=empty_fast, _empty_any=empty, _is_current=is_current)
     for i, (name, _spec) in enumerate(L.inputs):
         if name:
             lines.append(f"    {name} = args[{i}]")
@@ -203,7 +338,6 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     for name in L.constants:
         lines += device_copy(name)
     if L.needs_seed:
-        env["_seed"] = _make_seed
         lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
 
     # inputs whose strides something here bakes in: read by a kernel (which also
@@ -294,16 +428,13 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
         else:
             rets.append(const(buf))
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-    source = "\n".join(lines)
-    exec(compile(source, f"<sdk wrapper {ctx.graph_name}>", "exec"), env)  # noqa: S102
-    call = env["call"]
-    # what the per-call guard must check (guards.make_check): only sizes of inputs nothing
-    # bakes the layout of; only alignment where Dynamo already guards the layouts
-    call.layout_free = frozenset(i for i, (name, _) in enumerate(L.inputs)
-                                 if name and name not in baked and name not in copy_of)
-    call.kernel_read = frozenset(i for i, (name, _) in enumerate(L.inputs)
-                                 if name and name in kernel_read)
-    return call, source
+    return Wrapper(
+        "\n".join(lines), named, dict(L.constants),
+        tuple(n for n in L.constants if n in copy_of), str(L.device),
+        layout_free=frozenset(i for i, (name, _) in enumerate(L.inputs)
+                              if name and name not in baked and name not in copy_of),
+        kernel_read=frozenset(i for i, (name, _) in enumerate(L.inputs)
+                              if name and name in kernel_read))
 
 
 #: ATen ops whose public ``torch`` function runs the same overload with less per-call host

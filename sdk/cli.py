@@ -1,4 +1,5 @@
-"""``python -m sdk``: list plugins, run the demo model, run the benchmarks."""
+"""``python -m sdk``: list plugins, run the demo model, run the benchmarks, look after the
+cache."""
 
 from __future__ import annotations
 
@@ -31,6 +32,35 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from sdk.bench import main as bench_main
 
     return bench_main(args)
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from sdk.core import graph_cache
+
+    if args.namespace is not None and (not args.namespace or args.namespace in (".", "..")
+                                       or "/" in args.namespace):
+        print(f"error: --namespace {args.namespace!r}: a plain name, such as "
+              f"{graph_cache.NAMESPACE!r}", file=sys.stderr)
+        return 2
+    try:
+        if args.action == "info":
+            info = graph_cache.info()
+            print(f"cache directory: {info['root']}")
+            print(f"whole-graph cache: {info['graph_cache']}")
+            spaces = info["namespaces"]
+            if args.namespace is not None:
+                spaces = {k: v for k, v in spaces.items() if k == args.namespace}
+            for name, (files, size) in spaces.items():
+                print(f"  {name:<18} {files:6d} files {size / 2**20:10.1f} MiB")
+            if not spaces:
+                print("  (empty)")
+        else:
+            n = graph_cache.clear(args.namespace)
+            print(f"removed {n} files")
+    except PermissionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--repeat", type=int, default=0, help="timed runs (0: automatic)")
     bench.add_argument("--json", default=None, help="also write the results to this file")
     bench.set_defaults(func=_cmd_bench)
+    cache = sub.add_parser(
+        "cache", help="the per-user cache: where it is and what it holds, or clear it",
+        description="The per-user cache (SDK_CACHE_DIR, else ~/.cache/torch-backend-sdk): "
+                    "compiled C++ libraries, Triton autotuning results and whole compiled "
+                    "programs (namespace 'programs'), one directory per namespace.")
+    cache.add_argument("action", choices=["info", "clear"])
+    cache.add_argument("--namespace", default=None,
+                       help="only this namespace (e.g. programs, cpp)")
+    cache.set_defaults(func=_cmd_cache)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -204,6 +204,24 @@ def sdk_compile_kernels(ctx: CompileContext, sources: list[KernelSource]) -> lis
     """
 
 
+@hookspec(firstresult=True)
+def sdk_cache_key(ctx: CompileContext) -> str | None:
+    """What else this plugin's kernels depend on, for the whole-graph cache.
+
+    The core keys a compiled program on the graph, its input layouts, the options, the
+    plugin's name and version, the SDK's version and sources and torch's version. Return
+    a string of everything else that changes what ``sdk_render_kernel`` and
+    ``sdk_compile_kernels`` make: the compiler and its version and flags, the device model,
+    the plugin's own sources (``sdk.cache.source_digest(__name__)``). Called once per
+    compiled graph: keep it cheap (memoize what does not change).
+
+    :return: the key part, or None (also when not implemented) to keep this plugin's
+        programs out of the cache. Stops at first non-None result.
+
+    API version: 1.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Wrapping: the wrapper plugins the compile asked for
 # ---------------------------------------------------------------------------

@@ -61,6 +61,8 @@ class GraphReport:
     compile_seconds: float = 0.0
     wrappers: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)  # from CompileContext.note
+    #: the whole-graph cache: "hit" (rebuilt from it), "stored", "off", or why not stored
+    cache: str = ""
 
     @property
     def views(self) -> int:
@@ -79,6 +81,7 @@ class GraphReport:
             f"{len(self.fallbacks)} fallbacks, {self.generated_fraction:.0%} in generated "
             f"kernels, compiled in {self.compile_seconds:.2f}s"
             + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
+            + (", program from the graph cache" if self.cache == "hit" else "")
         ]
         for k in self.kernels:
             lines.append(f"  kernel {k.name}: {', '.join(k.ops)}")

@@ -26,6 +26,9 @@ import torch
 # importing sdk.core imports torch._dynamo, which imports Triton.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Tests swap renderers and hooks under a fixed plugin version: a program kept by one test
+# must not answer another's compile. tests/test_graph_cache.py turns the cache on.
+os.environ.setdefault("SDK_GRAPH_CACHE", "0")
 
 from sdk.core import pipeline
 from sdk.core.adapters.torch_private import reset_dynamo

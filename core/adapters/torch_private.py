@@ -6,6 +6,7 @@ Everything else in the SDK calls these functions instead of reaching into
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -42,7 +43,13 @@ _NOT_DECOMPOSED = [aten._scaled_dot_product_flash_attention_for_cpu.default]
 
 
 def default_decompositions() -> dict[Any, Callable[..., Any]]:
-    """The core's default table: Core ATen decompositions plus the extras above."""
+    """The core's default table: Core ATen decompositions plus the extras above (a new
+    dict each call, over one table built once: building it takes ~0.1 s)."""
+    return dict(_default_decompositions())
+
+
+@functools.cache
+def _default_decompositions() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA_DECOMPOSED))
     for op in _NOT_DECOMPOSED:
@@ -274,3 +281,11 @@ def set_access_error(t: torch.Tensor, message: str) -> bool:
         return False
     fn(t, message)
     return True
+
+
+def real_mode() -> Any:
+    """A context in which tensor factories make real tensors, also inside a compile's fake
+    mode (AOTAutograd calls the backend under it)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()

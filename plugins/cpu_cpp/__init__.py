@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import shutil
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,27 @@ def sdk_plugin_status() -> str | None:
     if any(shutil.which(c) for c in ("g++", "c++", "clang++")):
         return None
     return "no C++ compiler found (looked for $CXX, g++, c++, clang++); install g++ or set CXX"
+
+
+@sdk.hookimpl
+def sdk_cache_key(ctx: sdk.CompileContext) -> str | None:
+    """The compiler, its identity (version, what -march=native means here) and flags, and
+    this plugin's sources."""
+    return _cache_key()
+
+
+@functools.cache
+def _cache_key() -> str | None:
+    from sdk.cache import source_digest, stable_hash
+
+    from . import toolchain
+
+    try:
+        compiler = toolchain.find_compiler()
+    except FileNotFoundError:
+        return None
+    return stable_hash(compiler, toolchain._compiler_identity(compiler),
+                       toolchain.default_flags(), source_digest(__name__))
 
 
 @sdk.hookimpl

@@ -6,6 +6,7 @@ accepts CPU graphs, which is how CI checks its generated code without a GPU.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 
@@ -51,6 +52,25 @@ def sdk_plugin_status() -> str | None:
         return ("no CUDA device visible (torch.cuda.is_available() is False); run on a machine "
                 "with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run kernels on CPU tensors")
     return None
+
+
+@sdk.hookimpl
+def sdk_cache_key(ctx: sdk.CompileContext) -> str | None:
+    """Triton's version, the device model (or the interpreter) and this plugin's sources."""
+    if interpreting():
+        return _cache_key("interpreter")
+    index = torch.cuda.current_device()
+    name = torch.cuda.get_device_name(index)
+    return _cache_key(f"{name}|{torch.cuda.get_device_capability(index)}|{torch.version.cuda}")
+
+
+@functools.cache
+def _cache_key(device: str) -> str:
+    import triton
+
+    from sdk.cache import source_digest, stable_hash
+
+    return stable_hash(triton.__version__, device, source_digest(__name__))
 
 
 @sdk.hookimpl

@@ -1,0 +1,286 @@
+"""The whole-graph cache: compiled programs kept on disk for later processes.
+
+What :func:`core.program.build_program` makes of one ATen graph variant (the generated
+wrapper's source and the objects it names, the kernels' sources, what ``explain`` reports)
+is stored in ``DiskCache("programs")`` as JSON plus raw tensor bytes (no pickle), under a key
+of everything that changes it:
+
+* the graph's code and the bytes of its constant tensors, and the input layouts;
+* the compile's options, graph kind and device type;
+* the codegen plugin's name, version and ``sdk_cache_key`` answer (its compiler, device
+  model, own source); a plugin that answers None is never cached;
+* the SDK's version and a digest of its own source files, torch's version.
+
+A hit rebuilds the wrapper and compiles the stored kernel sources through the plugin (whose
+binary cache makes that a load): lowering, scheduling and rendering are skipped. The entry's
+sha256 and key are checked by :class:`~core.cache.DiskCache`; an entry of another format, or
+one that cannot be decoded here (an op this torch lacks), reads as a miss and is rebuilt.
+Off with ``SDK_GRAPH_CACHE=0`` or the ``cache=False`` option.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .adapters import torch_private as tp
+from .cache import DiskCache, cache_dir, source_digest, stable_hash
+from .config import env
+
+FORMAT = 1
+NAMESPACE = "programs"
+#: constant tensors larger than this (in all) keep a program out of the cache
+MAX_CONSTANT_BYTES = 64 << 20
+
+
+class Uncacheable(Exception):
+    """The program names something this cache cannot store (the compile goes on)."""
+
+
+def enabled(options: Any) -> bool:
+    return bool(options.get("cache", True)) and env().graph_cache
+
+
+# -- the key ------------------------------------------------------------------
+
+
+@functools.cache
+def sdk_digest() -> str:
+    """A digest of the SDK's own sources (``sdk`` and its core): a change to any of them,
+    installed editable or not, changes every key."""
+    return source_digest("sdk", "sdk.core")  # (sub-packages are walked too)
+
+
+def _plain(x: Any) -> bool:
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return True
+    if isinstance(x, (tuple, list)):
+        return all(_plain(y) for y in x)
+    return False
+
+
+def graph_key(gm: torch.fx.GraphModule, specs: tuple, ctx: Any, plugin_version: str,
+              plugin_key: str) -> str:
+    """The key of one graph variant (see the module's docstring). Raises
+    :class:`Uncacheable` for an option whose value is not plain data."""
+    options = sorted(ctx.options.items())
+    bad = [k for k, v in options if not _plain(v)]
+    if bad:
+        raise Uncacheable(f"option(s) {bad} are not plain data")
+    consts = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            value = _attr(gm, node.target)
+            if isinstance(value, torch.Tensor):
+                consts.append((node.target, _tensor_digest(value)))
+            elif isinstance(value, torch.fx.GraphModule):
+                consts.append((node.target, value.code))
+            else:
+                raise Uncacheable(f"get_attr {node.target} is a {type(value).__name__}")
+    import sdk
+
+    return stable_hash(
+        FORMAT, sdk.__version__, sdk_digest(), torch.__version__,
+        ctx.plugin, plugin_version, plugin_key, ctx.graph_kind, ctx.device_type,
+        gm.code, tuple(consts), repr(specs), repr(options),
+    )
+
+
+def _attr(gm: torch.nn.Module, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _tensor_digest(t: torch.Tensor) -> str:
+    meta = f"{t.dtype}|{tuple(t.shape)}|{t.stride()}|{t.storage_offset()}|{t.device.type}"
+    return hashlib.sha256(meta.encode() + _storage_bytes(t)).hexdigest()
+
+
+def _storage_bytes(t: torch.Tensor) -> bytes:
+    if tp.is_fake(t):
+        raise Uncacheable("a constant is a fake tensor")
+    with tp.real_mode():
+        st = t.untyped_storage()
+        if st.device.type != "cpu":
+            st = st.cpu()
+        return bytes(memoryview(torch.empty(0, dtype=torch.uint8).set_(st).numpy()))
+
+
+# -- values the wrapper names -------------------------------------------------
+
+
+class Encoder:
+    """Turns the wrapper's objects into JSON (tensors into byte blobs)."""
+
+    def __init__(self, kernels: list[Callable]) -> None:
+        self.kernel_index = {id(fn): i for i, fn in enumerate(kernels)}
+        self.blobs: list[bytes] = []
+        self.size = 0
+
+    def __call__(self, x: Any) -> Any:
+        if x is None or isinstance(x, (bool, str)):
+            return {"t": "plain", "v": x}
+        if isinstance(x, int):
+            return {"t": "int", "v": str(x)}
+        if isinstance(x, float):
+            return {"t": "float", "v": repr(x)}
+        if isinstance(x, (tuple, list)):
+            return {"t": type(x).__name__, "v": [self(y) for y in x]}
+        if isinstance(x, dict):
+            return {"t": "dict", "v": [[self(k), self(y)] for k, y in x.items()]}
+        if isinstance(x, torch.dtype):
+            return {"t": "dtype", "v": str(x).removeprefix("torch.")}
+        if isinstance(x, torch.device):
+            return {"t": "device", "v": str(x)}
+        if isinstance(x, (torch.memory_format, torch.layout)):
+            return {"t": type(x).__name__, "v": str(x).removeprefix("torch.")}
+        if isinstance(x, torch._ops.OpOverload):
+            return {"t": "op", "v": f"{x.namespace}.{x._opname}.{x._overloadname}"}
+        if isinstance(x, torch.Tensor):
+            return self.tensor(x)
+        if id(x) in self.kernel_index:
+            return {"t": "kernel", "v": self.kernel_index[id(x)]}
+        name = getattr(x, "__name__", None)
+        if name and getattr(torch, name, None) is x:
+            return {"t": "torch", "v": name}
+        raise Uncacheable(f"the wrapper names a {type(x).__name__}: {x!r}"[:200])
+
+    def tensor(self, t: torch.Tensor) -> dict:
+        if type(t) is not torch.Tensor and not isinstance(t, torch.nn.Parameter):
+            raise Uncacheable(f"a constant is a {type(t).__name__}")
+        data = _storage_bytes(t)
+        self.size += len(data)
+        if self.size > MAX_CONSTANT_BYTES:
+            raise Uncacheable(f"constants over {MAX_CONSTANT_BYTES >> 20} MiB")
+        self.blobs.append(data)
+        return {"t": "tensor", "v": {
+            "blob": len(self.blobs) - 1, "dtype": str(t.dtype).removeprefix("torch."),
+            "shape": list(t.shape), "stride": list(t.stride()), "offset": t.storage_offset(),
+            "device": str(t.device), "requires_grad": t.requires_grad}}
+
+
+class Decoder:
+    """The inverse of :class:`Encoder`; raises ``ValueError`` for what it cannot rebuild."""
+
+    def __init__(self, kernels: list[Callable], blobs: list[bytes]) -> None:
+        self.kernels, self.blobs = kernels, blobs
+
+    def __call__(self, e: dict) -> Any:
+        t, v = e["t"], e["v"]
+        if t == "plain":
+            return v
+        if t == "int":
+            return int(v)
+        if t == "float":
+            return float(v)
+        if t in ("tuple", "list"):
+            items = [self(y) for y in v]
+            return tuple(items) if t == "tuple" else items
+        if t == "dict":
+            return {self(k): self(y) for k, y in v}
+        if t in ("dtype", "memory_format", "layout"):
+            obj = getattr(torch, v, None)
+            kind = {"dtype": torch.dtype, "memory_format": torch.memory_format,
+                    "layout": torch.layout}[t]
+            if not isinstance(obj, kind):
+                raise ValueError(f"torch has no {t} {v}")
+            return obj
+        if t == "device":
+            return torch.device(v)
+        if t == "op":
+            ns, name, overload = v.split(".")
+            try:
+                return getattr(getattr(getattr(torch.ops, ns), name), overload)
+            except (AttributeError, RuntimeError) as exc:
+                raise ValueError(f"no op {v} in this torch") from exc
+        if t == "torch":
+            obj = getattr(torch, v, None)
+            if obj is None:
+                raise ValueError(f"no torch.{v}")
+            return obj
+        if t == "kernel":
+            return self.kernels[int(v)]
+        if t == "tensor":
+            return self.tensor(v)
+        raise ValueError(f"unknown entry tag {t!r}")
+
+    def tensor(self, v: dict) -> torch.Tensor:
+        with tp.real_mode():
+            return self._tensor(v)
+
+    def _tensor(self, v: dict) -> torch.Tensor:
+        data = bytearray(self.blobs[v["blob"]])
+        dtype = self({"t": "dtype", "v": v["dtype"]})
+        st = (torch.frombuffer(data, dtype=torch.uint8) if data
+              else torch.empty(0, dtype=torch.uint8)).untyped_storage()
+        device = torch.device(v["device"])
+        if device.type != "cpu":
+            st = st.to(device=device)  # type: ignore[call-arg]
+        out = torch.empty(0, dtype=dtype, device=device)
+        out.set_(st, v["offset"], tuple(v["shape"]), tuple(v["stride"]))
+        return out.requires_grad_(v["requires_grad"])
+
+
+# -- entries ------------------------------------------------------------------
+
+
+def pack(doc: dict, blobs: list[bytes]) -> bytes:
+    """``len(json) | json | blobs``; the JSON lists each blob's length."""
+    doc = {**doc, "format": FORMAT, "blobs": [len(b) for b in blobs]}
+    head = json.dumps(doc, separators=(",", ":")).encode()
+    return len(head).to_bytes(8, "little") + head + b"".join(blobs)
+
+
+def unpack(data: bytes) -> tuple[dict, list[bytes]]:
+    n = int.from_bytes(data[:8], "little")
+    doc = json.loads(data[8:8 + n])
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"entry format {doc.get('format')}, not {FORMAT}")
+    blobs, pos = [], 8 + n
+    for size in doc["blobs"]:
+        blobs.append(data[pos:pos + size])
+        pos += size
+    if pos != len(data):
+        raise ValueError("entry length does not match its blobs")
+    return doc, blobs
+
+
+def store() -> DiskCache:
+    return DiskCache(NAMESPACE)
+
+
+# -- python -m sdk cache ------------------------------------------------------
+
+
+def info() -> dict[str, Any]:
+    """Where the cache is and what each namespace holds (entries, bytes)."""
+    root = cache_dir()
+    spaces = {}
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".tmp-")]
+        spaces[d.name] = (len(files), sum(f.stat().st_size for f in files))
+    return {"root": str(root), "namespaces": spaces,
+            "graph_cache": "on" if env().graph_cache else "off (SDK_GRAPH_CACHE=0)"}
+
+
+def clear(namespace: str | None = None) -> int:
+    """Delete the entries (of one namespace, or all); returns how many files went."""
+    root = cache_dir()
+    dirs = [root / namespace] if namespace else [p for p in root.iterdir() if p.is_dir()]
+    n = 0
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for f in d.iterdir():
+            if f.is_file():
+                os.unlink(f)
+                n += 1
+    return n
