@@ -69,6 +69,22 @@ EXTERN_OPS = {
     aten._embedding_bag.default, aten.upsample_nearest2d.default,
 }
 
+_functional = torch.ops._c10d_functional
+#: Functional collectives (torch.distributed._functional_collectives, FSDP2 and DTensor in
+#: graphs): each starts its communication and returns its output at once; a wait_tensor
+#: later makes the output ready. Library calls, ordered by the program (core/program.py:
+#: a collective as early as its inputs allow, its wait just before its output is read).
+#: Their inputs are never recycled (core/memory.py): the communication may read them until
+#: the wait.
+COLLECTIVE_OPS = frozenset(
+    getattr(_functional, name).default for name in (
+        "all_reduce", "all_reduce_coalesced", "all_gather_into_tensor",
+        "all_gather_into_tensor_coalesced", "reduce_scatter_tensor",
+        "reduce_scatter_tensor_coalesced", "all_to_all_single", "broadcast")
+    if hasattr(_functional, name))
+WAIT_OPS = frozenset({_functional.wait_tensor.default})
+EXTERN_OPS |= COLLECTIVE_OPS | WAIT_OPS
+
 
 class Unsupported(Exception):
     """Raised by a lowering for a case it does not handle: the op falls back."""

@@ -21,6 +21,7 @@ import sympy
 from .ir.expr import Load, walk
 from .ir.graph import ExternNode
 from .ir.kernel import Kernel, Layout
+from .lowering import COLLECTIVE_OPS
 
 
 @dataclass
@@ -75,9 +76,11 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
     # only buffers our kernels write are ours to recycle: an extern's output
     # may alias one of its inputs
     ours = {b for step in program if isinstance(step, Kernel) for b in _writes(step)}
-    # an op run through the fallback may return a view of what it reads: never recycle that
+    # an op run through the fallback may return a view of what it reads, and a collective
+    # may read its inputs until its wait: never recycle those
     pinned = {b for step in program if isinstance(step, ExternNode)
-              and step.fallback_reason is not None for b in step.reads}
+              and (step.fallback_reason is not None or step.target in COLLECTIVE_OPS)
+              for b in step.reads}
 
     def free(name: str) -> bool:
         return name in ours and name not in keep and name not in inputs and name not in pinned

@@ -179,6 +179,7 @@ class Session:
                                          for d in part.decisions if not d.fused]
             report.plugin = plugin
             report.cache = part.cache
+            report.wrapper = part.wrapper_source
             self._announce(c, report)
             return fn
         if not self.options["fallback"]:

@@ -22,7 +22,7 @@ from . import graph_cache
 from .adapters.torch_private import buffer_ops
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.kernel import Kernel, Layout, check_kernel
-from .lowering import SEED_BUFFER, Lowerer, _dense, same_strides
+from .lowering import COLLECTIVE_OPS, SEED_BUFFER, WAIT_OPS, Lowerer, _dense, same_strides
 from .memory import plan_memory
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 
@@ -105,6 +105,7 @@ def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: t
         origins = tuple(dict.fromkeys(o for n in step.members for o in n.origins))
         program.append(_Builder(sched, step).kernel(name, stored, layouts, origins))
 
+    program = overlap_communication(program)
     kernels = [k for k in program if isinstance(k, Kernel)]
     debug = session.debug
     sources = []
@@ -131,6 +132,50 @@ def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: t
         decisions=sched.decisions, wrapper_source=wrapper.source,
     )
     return fn, parts, wrapper, sources, fns
+
+
+def _reads(step: Kernel | ExternNode) -> set[str]:
+    if isinstance(step, Kernel):
+        return {a.name for a in step.args if a.role != "out"}
+    return step.reads
+
+
+def _writes(step: Kernel | ExternNode) -> set[str]:
+    if isinstance(step, Kernel):
+        return {a.name for a in step.args if a.role != "in"}
+    return {o[0] for o in step.outputs if o}
+
+
+def overlap_communication(program: list[Kernel | ExternNode]) -> list[Kernel | ExternNode]:
+    """Computation between a collective and its wait overlaps the communication: each
+    collective moves up to just after the last step that writes what it reads, then each
+    wait down to just before the first step that reads what it returns (the program's
+    outputs are read at its end). Collectives keep their order among themselves, and so do
+    waits; every rank runs the same program, so the collectives start in one order on all
+    ranks."""
+    out = list(program)
+    for i in range(len(out)):
+        step = out[i]
+        if isinstance(step, ExternNode) and step.target in COLLECTIVE_OPS:
+            ins = _reads(step)
+            j = i
+            while j > 0 and not (_writes(out[j - 1]) & ins) and not _is(out[j - 1], COLLECTIVE_OPS):
+                j -= 1
+            out.insert(j, out.pop(i))
+    for i in range(len(out) - 1, -1, -1):
+        step = out[i]
+        if isinstance(step, ExternNode) and step.target in WAIT_OPS:
+            made = _writes(step) | step.reads  # the wait returns (an alias of) its input
+            j = i
+            while j + 1 < len(out) and not (_reads(out[j + 1]) & made) \
+                    and not _is(out[j + 1], WAIT_OPS):
+                j += 1
+            out.insert(j, out.pop(i))
+    return out
+
+
+def _is(step: Kernel | ExternNode, ops: frozenset) -> bool:
+    return isinstance(step, ExternNode) and step.target in ops
 
 
 def _compile(session: Any, ctx: CompileContext, sources: list[KernelSource]) -> list[Callable]:
@@ -404,6 +449,8 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
                     continue
                 if not out or out[0] not in read:
                     continue  # unused (an attention op may even return None for it)
+                if step.target in COLLECTIVE_OPS:
+                    continue  # not ready until its wait: the wait's output is checked
                 dims = [d for d, n in enumerate(out[1].sizes) if n > 1]
                 if dims:
                     # kernels index this buffer with the strides the trace gave it; an

@@ -63,6 +63,8 @@ class GraphReport:
     notes: list[str] = field(default_factory=list)  # from CompileContext.note
     #: the whole-graph cache: "hit" (rebuilt from it), "stored", "off", or why not stored
     cache: str = ""
+    #: the generated Python function that runs the kernels and library calls, in order
+    wrapper: str = ""
 
     @property
     def views(self) -> int:

@@ -1,0 +1,153 @@
+"""torch.distributed through the SDK on CPU: two processes over gloo.
+
+* DDP: ``DDP(torch.compile(model, backend="sdk:cpu_cpp"))`` and
+  ``torch.compile(DDP(model), backend=...)`` give eager DDP's gradients. (On torch 2.13 the
+  second compiles nothing: Dynamo graph-breaks in DDP's forward and traces none of the
+  model, pytorch/pytorch#140416; Dynamo's DDP graph splitting never starts.)
+* Functional collectives in a graph (``_c10d_functional``): library calls, not fallbacks,
+  with the results eager gives; the program starts each collective as early as its input
+  allows and waits as late as its output allows, so independent work runs in between.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch.distributed as dist
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="torch.distributed with gloo is needed")
+
+WORKER = textwrap.dedent('''
+    import copy, os, re, sys
+    import torch, torch.distributed as dist
+    import torch.multiprocessing as mp
+    import torch.distributed._functional_collectives as funcol
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def ddp(rank):
+        """Both ways to combine DDP and torch.compile; returns how many Dynamo graphs the
+        sdk compiled for each."""
+        import sdk
+        from sdk.core import pipeline
+
+        graphs = []  # the Dynamo graphs the sdk compiles
+        compile_graph = pipeline.Session.compile_dynamo_graph
+
+        def counting(self, gm, example_inputs):
+            graphs.append(gm)
+            return compile_graph(self, gm, example_inputs)
+
+        pipeline.Session.compile_dynamo_graph = counting
+        counts = []
+        for wrap in ("ddp_of_compiled", "compiled_ddp"):
+            torch._dynamo.reset()
+            graphs.clear()
+            torch.manual_seed(0)
+            layers = [torch.nn.Linear(32, 512), torch.nn.GELU()]
+            for _ in range(3):
+                layers += [torch.nn.Linear(512, 512), torch.nn.ReLU()]
+            model = torch.nn.Sequential(*layers, torch.nn.Linear(512, 4))  # ~3 MiB: 3+ buckets
+            ref = copy.deepcopy(model)
+            ddp_ref = DDP(ref, bucket_cap_mb=1)
+            if wrap == "ddp_of_compiled":
+                ddp_model = DDP(torch.compile(model, backend="sdk:cpu_cpp"), bucket_cap_mb=1)
+                run = ddp_model
+            else:
+                ddp_model = DDP(model, bucket_cap_mb=1)
+                run = torch.compile(ddp_model, backend="sdk:cpu_cpp")
+            torch.manual_seed(1 + rank)  # each rank its own data: the all-reduce matters
+            for step in range(3):
+                x = torch.randn(8, 32)
+                for m, fn in ((ddp_ref, ddp_ref), (ddp_model, run)):
+                    m.zero_grad(set_to_none=True)
+                    fn(x).square().mean().backward()
+                for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+                    torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: {m}")
+            counts.append(len(graphs))
+        return counts
+
+
+    def collectives(rank):
+        import sdk
+        group = dist.group.WORLD
+
+        def f(x, w, z):
+            y = (x @ w).relu()
+            s = funcol.all_reduce(y, "sum", group)
+            g = funcol.all_gather_tensor(x * 2, 0, group)
+            r = funcol.reduce_scatter_tensor(torch.cat([y, y]) + 1, "sum", 0, group)
+            u = (z.exp() + 1).sum(-1)  # independent of the communication
+            return s.sin() + 1, g.sum(0), r * 3, u
+
+        torch.manual_seed(rank)
+        x, w, z = torch.randn(4, 8), torch.randn(8, 8), torch.randn(16, 16)
+        report = sdk.explain(f, x, w, z, backend="sdk:cpu_cpp")
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="sdk:cpu_cpp")
+        for _ in range(2):
+            x, w, z = torch.randn(4, 8), torch.randn(8, 8), torch.randn(16, 16)
+            for a, b in zip(compiled(x, w, z), f(x, w, z)):
+                torch.testing.assert_close(a, b)
+        (graph,) = report.graphs
+        assert not graph.fallbacks, str(report)
+        ops = {e.op.split(".")[1] for e in graph.externs}
+        assert {"all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor",
+                "wait_tensor"} <= ops, ops
+        # the kernel that reads z runs after the collectives start and before their waits
+        lines = graph.wrapper.splitlines()
+        z_kernel = next(i for i, line in enumerate(lines) if re.search(r"_c\\d+\\(arg2,", line))
+        starts = [i for i, line in enumerate(lines) if re.search(r"= _c\\d+\\(buf\\d+, ", line)
+                  and "_empty" not in line]
+        waits = [i for i, line in enumerate(lines) if re.search(r"= _c\\d+\\(ext\\d+\\)$", line)]
+        assert len(waits) == 3 and starts and max(starts) < z_kernel < min(waits), \\
+            graph.wrapper
+        return "ok"
+
+
+    def run(rank, world, port):
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        try:
+            inner, outer = ddp(rank)
+            torch._dynamo.reset()
+            c = collectives(rank)
+            if rank == 0:
+                print(f"RESULT ddp_of_compiled={inner} compiled_ddp={outer} collectives={c}",
+                      flush=True)
+        finally:
+            dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        mp.spawn(run, args=(2, int(sys.argv[1])), nprocs=2)
+''')
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ddp_and_functional_collectives_on_two_gloo_processes(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(script), str(_free_port())], capture_output=True,
+                       text=True, env=env, timeout=600, check=False)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT"))
+    # DDP(torch.compile(model)): the sdk compiled the model's graph, the gradients are eager
+    # DDP's. torch.compile(DDP(model)) gave eager DDP's gradients too, but on torch 2.13 Dynamo
+    # compiles no graph under DDP's forward (pytorch/pytorch#140416): its count is reported,
+    # not asserted.
+    assert int(line.split("ddp_of_compiled=")[1].split()[0]) >= 1, line
+    assert "collectives=ok" in line
+    print(line)
