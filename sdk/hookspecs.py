@@ -18,7 +18,7 @@ Which plugins a hook reaches:
 * observer hooks (``sdk_on_*``) reach every available plugin.
 
 Every hook receives only what it names; a hookimpl may take a subset of the
-arguments. All hooks appeared in hook-API version 1.
+arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def sdk_cache_key(ctx: CompileContext) -> str | None:
     :return: the key part, or None (also when not implemented) to keep this plugin's
         programs out of the cache. Stops at first non-None result.
 
-    API version: 1.
+    API version: 2.
     """
 
 

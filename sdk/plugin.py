@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
-HOOK_API_VERSION = 1
+HOOK_API_VERSION = 2  # 2: sdk_cache_key
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 

@@ -18,7 +18,7 @@ def sdk_plugin_info() -> sdk.PluginInfo:
     return sdk.PluginInfo(
         name="cpu_cpp",
         version=__version__,
-        hook_api=1,
+        hook_api=2,
         device_types=("cpu",),
         kind=sdk.PluginKind.CODEGEN,
         capabilities=frozenset({
