@@ -4,6 +4,9 @@
   ``torch.compile(DDP(model), backend=...)`` give eager DDP's gradients. (On torch 2.13 the
   second compiles nothing: Dynamo graph-breaks in DDP's forward and traces none of the
   model, pytorch/pytorch#140416; Dynamo's DDP graph splitting never starts.)
+* FSDP2: ``fully_shard`` per layer, each layer's ``forward`` compiled, trains like eager
+  FSDP2. (``torch.compile`` of the sharded module itself compiles nothing on torch 2.13: the
+  sharding hooks call ``torch._dynamo.disable`` and the layers' frames run untraced.)
 * Functional collectives in a graph (``_c10d_functional``): library calls, not fallbacks,
   with the results eager gives; the program starts each collective as early as its input
   allows and waits as late as its output allows, so independent work runs in between.
@@ -71,7 +74,54 @@ WORKER = textwrap.dedent('''
                 for (name, p), q in zip(model.named_parameters(), ref.parameters()):
                     torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: {m}")
             counts.append(len(graphs))
+        pipeline.Session.compile_dynamo_graph = compile_graph
         return counts
+
+
+    def fsdp2(rank):
+        """FSDP2 training of a small transformer: each sharded layer's forward compiled
+        (the sharding hooks stay outside the graph); losses and updated weights against
+        eager FSDP2. Returns how many Dynamo graphs the sdk compiled."""
+        from torch.distributed.fsdp import fully_shard
+        from sdk.core import pipeline
+
+        graphs = []
+        compile_graph = pipeline.Session.compile_dynamo_graph
+
+        def counting(self, gm, example_inputs):
+            graphs.append(gm)
+            return compile_graph(self, gm, example_inputs)
+
+        pipeline.Session.compile_dynamo_graph = counting
+
+        def make():
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(*[torch.nn.TransformerEncoderLayer(
+                64, 4, 128, dropout=0.0, batch_first=True) for _ in range(2)])
+            for layer in m:
+                fully_shard(layer)
+            fully_shard(m)
+            return m
+
+        ref, model = make(), make()
+        for layer in model:
+            layer.forward = torch.compile(layer.forward, backend="sdk:cpu_cpp")
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, model)]
+        torch.manual_seed(1 + rank)
+        for step in range(3):
+            x = torch.randn(2, 8, 64)
+            losses = []
+            for m, opt in zip((ref, model), opts):
+                loss = m(x).square().mean()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.detach())
+            torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), ref.parameters()):  # this rank's shards
+            torch.testing.assert_close(p.to_local(), q.to_local(), rtol=1e-4, atol=1e-5)
+        pipeline.Session.compile_dynamo_graph = compile_graph
+        return len(graphs)
 
 
     def collectives(rank):
@@ -117,10 +167,12 @@ WORKER = textwrap.dedent('''
         try:
             inner, outer = ddp(rank)
             torch._dynamo.reset()
+            f = fsdp2(rank)
+            torch._dynamo.reset()
             c = collectives(rank)
             if rank == 0:
-                print(f"RESULT ddp_of_compiled={inner} compiled_ddp={outer} collectives={c}",
-                      flush=True)
+                print(f"RESULT ddp_of_compiled={inner} compiled_ddp={outer} fsdp2={f} "
+                      f"collectives={c}", flush=True)
         finally:
             dist.destroy_process_group()
 
@@ -149,5 +201,6 @@ def test_ddp_and_functional_collectives_on_two_gloo_processes(tmp_path):
     # compiles no graph under DDP's forward (pytorch/pytorch#140416): its count is reported,
     # not asserted.
     assert int(line.split("ddp_of_compiled=")[1].split()[0]) >= 1, line
+    assert int(line.split("fsdp2=")[1].split()[0]) >= 2, line  # one per layer at least
     assert "collectives=ok" in line
     print(line)
