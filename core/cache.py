@@ -77,8 +77,7 @@ def cache_dir(*parts: str) -> Path:
     root or a sub-directory is not owned by the current user or is group/world writable.
     """
     for part in parts:
-        if not part or part in (".", "..") or "/" in part:
-            raise ValueError(f"cache directory part {part!r} must be a plain name")
+        check_part(part)
     path = _root()
     path.parent.mkdir(parents=True, exist_ok=True)
     _ensure_private_dir(path)
@@ -86,6 +85,12 @@ def cache_dir(*parts: str) -> Path:
         path = path / part
         _ensure_private_dir(path)
     return path
+
+
+def check_part(part: str) -> None:
+    """Raise ``ValueError`` unless ``part`` is one plain path component."""
+    if not part or part in (".", "..") or "/" in part:
+        raise ValueError(f"cache directory part {part!r} must be a plain name")
 
 
 def _canonical(part: object) -> bytes:

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from .adapters import torch_private as tp
-from .cache import DiskCache, cache_dir, source_digest, stable_hash
+from .cache import DiskCache, cache_dir, check_part, source_digest, stable_hash
 from .config import env
 
 FORMAT = 1
@@ -108,9 +108,7 @@ def _storage_bytes(t: torch.Tensor) -> bytes:
     if tp.is_fake(t):
         raise Uncacheable("a constant is a fake tensor")
     with tp.real_mode():
-        st = t.untyped_storage()
-        if st.device.type != "cpu":
-            st = st.cpu()
+        st = t.untyped_storage().cpu()  # (the storage itself where it is already there)
         return bytes(memoryview(torch.empty(0, dtype=torch.uint8).set_(st).numpy()))
 
 
@@ -222,8 +220,7 @@ class Decoder:
         st = (torch.frombuffer(data, dtype=torch.uint8) if data
               else torch.empty(0, dtype=torch.uint8)).untyped_storage()
         device = torch.device(v["device"])
-        if device.type != "cpu":
-            st = st.to(device=device)  # type: ignore[call-arg]
+        st = st.to(device=device)  # type: ignore[call-arg]  (itself where it already is)
         out = torch.empty(0, dtype=dtype, device=device)
         out.set_(st, v["offset"], tuple(v["shape"]), tuple(v["stride"]))
         return out.requires_grad_(v["requires_grad"])
@@ -260,11 +257,16 @@ def store() -> DiskCache:
 # -- python -m sdk cache ------------------------------------------------------
 
 
-def info() -> dict[str, Any]:
-    """Where the cache is and what each namespace holds (entries, bytes)."""
+def info(namespace: str | None = None) -> dict[str, Any]:
+    """Where the cache is and what each namespace (or one) holds: files, bytes. Raises
+    ``ValueError`` for a namespace that is not a plain name."""
+    if namespace is not None:
+        check_part(namespace)
     root = cache_dir()
     spaces = {}
     for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        if namespace is not None and d.name != namespace:
+            continue
         files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".tmp-")]
         spaces[d.name] = (len(files), sum(f.stat().st_size for f in files))
     return {"root": str(root), "namespaces": spaces,
@@ -272,7 +274,10 @@ def info() -> dict[str, Any]:
 
 
 def clear(namespace: str | None = None) -> int:
-    """Delete the entries (of one namespace, or all); returns how many files went."""
+    """Delete the entries (of one namespace, or all); returns how many files went. Raises
+    ``ValueError`` for a namespace that is not a plain name."""
+    if namespace is not None:
+        check_part(namespace)
     root = cache_dir()
     dirs = [root / namespace] if namespace else [p for p in root.iterdir() if p.is_dir()]
     n = 0

@@ -33,13 +33,13 @@ class MemoryPlan:
     allocated: int = 0
 
 
-def _reads(step: Any) -> set[str]:
+def step_reads(step: Any) -> set[str]:
     if isinstance(step, Kernel):
         return {a.name for a in step.args if a.role == "in"}
     return set(step.reads)
 
 
-def _writes(step: Any) -> list[str]:
+def step_writes(step: Any) -> list[str]:
     if isinstance(step, Kernel):
         return [a.name for a in step.args if a.role != "in"]  # "inout": written, read back
     return [o[0] for o in step.outputs if o]
@@ -63,7 +63,7 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
     plan = MemoryPlan()
     last_use: dict[str, int] = {}
     for i, step in enumerate(program):
-        for b in _reads(step) | set(_writes(step)):
+        for b in step_reads(step) | set(step_writes(step)):
             last_use[b] = i
     # a buffer that backs another (in place, reuse) must live as long as it
     alias_of: dict[str, str] = {}
@@ -75,7 +75,7 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
 
     # only buffers our kernels write are ours to recycle: an extern's output
     # may alias one of its inputs
-    ours = {b for step in program if isinstance(step, Kernel) for b in _writes(step)}
+    ours = {b for step in program if isinstance(step, Kernel) for b in step_writes(step)}
     # an op run through the fallback may return a view of what it reads, and a collective
     # may read its inputs until its wait: never recycle those
     pinned = {b for step in program if isinstance(step, ExternNode)
@@ -90,7 +90,7 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
         if isinstance(step, Kernel):
             dying = [a.name for a in step.args if a.role == "in" and free(a.name)
                      and last_use.get(a.name) == i]
-            for dst in _writes(step):
+            for dst in step_writes(step):
                 lay = layouts[dst]
                 src = next((s for s in dying if layouts[s] == lay and dst not in keep
                             and _in_place_ok(step, s, dst)), None)
@@ -119,7 +119,7 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
                                      f"{lay.dtype}), {tuple(lay.sizes)}, "
                                      f"{tuple(lay.strides)}, {lay.offset})")
         after = plan.after.setdefault(i, [])
-        for b in sorted(_reads(step) | set(_writes(step))):
+        for b in sorted(step_reads(step) | set(step_writes(step))):
             if last_use.get(b) == i and free(b) and b not in alias_of.values():
                 root = b
                 if layouts[root].offset == 0:

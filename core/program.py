@@ -23,7 +23,7 @@ from .adapters.torch_private import buffer_ops
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.kernel import Kernel, Layout, check_kernel
 from .lowering import COLLECTIVE_OPS, SEED_BUFFER, WAIT_OPS, Lowerer, _dense, same_strides
-from .memory import plan_memory
+from .memory import plan_memory, step_reads, step_writes
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 
 
@@ -134,16 +134,8 @@ def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: t
     return fn, parts, wrapper, sources, fns
 
 
-def _reads(step: Kernel | ExternNode) -> set[str]:
-    if isinstance(step, Kernel):
-        return {a.name for a in step.args if a.role != "out"}
-    return step.reads
-
-
-def _writes(step: Kernel | ExternNode) -> set[str]:
-    if isinstance(step, Kernel):
-        return {a.name for a in step.args if a.role != "in"}
-    return {o[0] for o in step.outputs if o}
+def _touches(step: Kernel | ExternNode) -> set[str]:
+    return step_reads(step) | set(step_writes(step))
 
 
 def overlap_communication(program: list[Kernel | ExternNode]) -> list[Kernel | ExternNode]:
@@ -157,17 +149,18 @@ def overlap_communication(program: list[Kernel | ExternNode]) -> list[Kernel | E
     for i in range(len(out)):
         step = out[i]
         if isinstance(step, ExternNode) and step.target in COLLECTIVE_OPS:
-            ins = _reads(step)
+            ins = step_reads(step)
             j = i
-            while j > 0 and not (_writes(out[j - 1]) & ins) and not _is(out[j - 1], COLLECTIVE_OPS):
+            while j > 0 and not (set(step_writes(out[j - 1])) & ins) \
+                    and not _is(out[j - 1], COLLECTIVE_OPS):
                 j -= 1
             out.insert(j, out.pop(i))
     for i in range(len(out) - 1, -1, -1):
         step = out[i]
         if isinstance(step, ExternNode) and step.target in WAIT_OPS:
-            made = _writes(step) | step.reads  # the wait returns (an alias of) its input
+            made = _touches(step)  # the wait returns (an alias of) its input
             j = i
-            while j + 1 < len(out) and not (_reads(out[j + 1]) & made) \
+            while j + 1 < len(out) and not (_touches(out[j + 1]) & made) \
                     and not _is(out[j + 1], WAIT_OPS):
                 j += 1
             out.insert(j, out.pop(i))

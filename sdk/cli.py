@@ -37,19 +37,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_cache(args: argparse.Namespace) -> int:
     from sdk.core import graph_cache
 
-    if args.namespace is not None and (not args.namespace or args.namespace in (".", "..")
-                                       or "/" in args.namespace):
-        print(f"error: --namespace {args.namespace!r}: a plain name, such as "
-              f"{graph_cache.NAMESPACE!r}", file=sys.stderr)
-        return 2
     try:
         if args.action == "info":
-            info = graph_cache.info()
+            info = graph_cache.info(args.namespace)
             print(f"cache directory: {info['root']}")
             print(f"whole-graph cache: {info['graph_cache']}")
             spaces = info["namespaces"]
-            if args.namespace is not None:
-                spaces = {k: v for k, v in spaces.items() if k == args.namespace}
             for name, (files, size) in spaces.items():
                 print(f"  {name:<18} {files:6d} files {size / 2**20:10.1f} MiB")
             if not spaces:
@@ -57,6 +50,9 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         else:
             n = graph_cache.clear(args.namespace)
             print(f"removed {n} files")
+    except ValueError as exc:
+        print(f"error: --namespace: {exc}, such as {graph_cache.NAMESPACE!r}", file=sys.stderr)
+        return 2
     except PermissionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

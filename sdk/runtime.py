@@ -9,7 +9,6 @@ wrapper keeps (CUDA graphs replay into the same memory every time).
   of their own, again at each run: a tensor nobody holds any more is handed out again (no
   new objects), one still held can be :meth:`~Outputs.revoke`\\ d, so that reading it raises
   a message that says why and what to do, while the wrapper's own tensors stay usable.
-* :class:`StorageRef` tells whether any tensor still uses a storage (views included).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import torch
 
 from sdk.core.adapters import torch_private as _tp
 
-__all__ = ["Outputs", "StorageRef", "mark_step_called", "step_token"]
+__all__ = ["Outputs", "mark_step_called", "step_token"]
 
 
 def step_token() -> Hashable:
@@ -38,21 +37,6 @@ def mark_step_called(before: Hashable, now: Hashable) -> bool:
     return before is None or before[1] != now[1]  # type: ignore[index]
 
 
-class StorageRef:
-    """A weak reference to a tensor's storage: :attr:`alive` while any tensor uses it."""
-
-    __slots__ = ("_ref",)
-
-    def __init__(self, t: torch.Tensor) -> None:
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        self._ref = StorageWeakRef(t.untyped_storage())
-
-    @property
-    def alive(self) -> bool:
-        return not self._ref.expired()
-
-
 def _alias(o: torch.Tensor, storage: torch.UntypedStorage) -> torch.Tensor:
     t = torch.empty(0, dtype=o.dtype, device=o.device)
     t.set_(storage, o.storage_offset(), o.size(), o.stride())
@@ -62,8 +46,8 @@ def _alias(o: torch.Tensor, storage: torch.UntypedStorage) -> torch.Tensor:
 class Outputs:
     """Hands out ``outputs`` (a wrapper's own tensors; non-tensors pass through) at each
     :meth:`hand_out`: tensors with the same memory, sizes, strides and offsets, and storage
-    objects of their own, which own none of the memory (keep ``outputs`` alive while any
-    handed-out tensor is :meth:`in_use`).
+    objects of their own, which own none of the memory: :attr:`outputs` keeps it, so keep
+    this object while any handed-out tensor is :meth:`in_use`.
 
     An output with a storage of its own is handed out as the same tensor object each time,
     unless that tensor is still held (by a reference, a view, autograd) or was changed (its
@@ -80,17 +64,15 @@ class Outputs:
 
     def __init__(self, outputs: Sequence[Any], message: str, *, reuse: bool = True,
                  grad_ok: bool = False) -> None:
-        self._outputs = tuple(outputs)
+        self.outputs = tuple(outputs)
         self._message = message
         self._grad_ok = grad_ok
-        tensors = [o for o in self._outputs if isinstance(o, torch.Tensor)]
-        shared = Counter(o.untyped_storage().data_ptr() for o in tensors)
-        n = len(self._outputs)
-        self._reuse = [reuse and isinstance(o, torch.Tensor)
-                       and shared[o.untyped_storage().data_ptr()] == 1 for o in self._outputs]
-        self._reused = [i for i in range(n) if self._reuse[i]]
-        self._fresh_at = [i for i, o in enumerate(self._outputs)
-                          if isinstance(o, torch.Tensor) and not self._reuse[i]]
+        at = [i for i, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)]
+        shared = Counter(self.outputs[i].untyped_storage().data_ptr() for i in at)
+        self._reused = [i for i in at if reuse
+                        and shared[self.outputs[i].untyped_storage().data_ptr()] == 1]
+        self._fresh_at = sorted(set(at) - set(self._reused))
+        n = len(self.outputs)
         self._kept: list[torch.Tensor | None] = [None] * n  # the reused slots' tensors
         self._weak: list[Any] = [None] * n
         self._base: list[tuple[int, int, int] | None] = [None] * n  # counts when unheld
@@ -102,7 +84,8 @@ class Outputs:
 
     def _counts(self, i: int) -> tuple[int, int, int]:
         t = self._kept[i]
-        return (sys.getrefcount(t), *_tp.use_counts(t, self._weak[i]))  # type: ignore[arg-type]
+        return (sys.getrefcount(t), _tp.tensor_use_count(t),  # type: ignore[arg-type]
+                _tp.storage_use_count(self._weak[i]))
 
     def _held(self, i: int) -> bool:
         return self._kept[i] is not None and self._counts(i) != self._base[i]
@@ -113,7 +96,7 @@ class Outputs:
                 and _tp.storage_use_count(self._weak[i]) > self._base[i][2])  # type: ignore[index]
 
     def _intact(self, i: int) -> bool:
-        t, o = self._kept[i], self._outputs[i]
+        t, o = self._kept[i], self.outputs[i]
         assert t is not None
         if t.data_ptr() != o.data_ptr() or t.shape != o.shape or t.stride() != o.stride():
             return False
@@ -133,22 +116,22 @@ class Outputs:
     # -- fresh hand-outs ------------------------------------------------------
 
     @staticmethod
-    def _unreached(weak: Any, tensors: list[weakref.ref], alias: bool = True) -> bool:
-        """Does the storage have holders besides the tracked tensors (and our alias)?"""
+    def _unreached(weak: Any, tensors: list[weakref.ref]) -> bool:
+        """Does the storage have holders besides the tracked tensors and our alias?"""
         live = sum(1 for ref in tensors if ref() is not None)
-        return _tp.storage_use_count(weak) > live + alias
+        return _tp.storage_use_count(weak) > live + 1
 
     # -- the interface --------------------------------------------------------
 
     def hand_out(self) -> tuple[Any, ...]:
-        out = list(self._outputs)
+        out = list(self.outputs)
         for i in self._reused:
             if self._kept[i] is not None and self._held(i):
                 self._revoke_slot(i)  # the memory changed under it
             if self._kept[i] is None or not self._intact(i):
-                o = self._outputs[i]
+                o = self.outputs[i]
                 self._kept[i] = t = _alias(o, _tp.storage_alias(o.untyped_storage(), o.device))
-                self._weak[i] = _tp.storage_weakref(t)
+                self._weak[i] = _tp.storage_weakref(t.untyped_storage())
                 del t
                 self._base[i] = self._counts(i)
             out[i] = self._kept[i]
@@ -156,12 +139,12 @@ class Outputs:
             self._revoke_fresh()  # what the last fresh hand-out still holds: none, normally
             groups: dict[int, tuple[torch.UntypedStorage, Any, list[weakref.ref]]] = {}
             for i in self._fresh_at:
-                o = self._outputs[i]
+                o = self.outputs[i]
                 st = o.untyped_storage()
                 group = groups.get(st.data_ptr())
                 if group is None:
                     alias = _tp.storage_alias(st, o.device)
-                    group = groups[st.data_ptr()] = (alias, _tp.storage_weakref_of(alias), [])
+                    group = groups[st.data_ptr()] = (alias, _tp.storage_weakref(alias), [])
                 out[i] = t = _alias(o, group[0])
                 group[2].append(weakref.ref(t))
             self._fresh = list(groups.values())

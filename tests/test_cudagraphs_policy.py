@@ -15,9 +15,8 @@ from sdk.plugins import cudagraphs as cg
 
 
 def _recording(dev: cg._Device) -> cg._Recording:
-    outputs = (torch.ones(4),)
-    return cg._Recording(0, next(dev.order), None, {}, {}, [], outputs,
-                         runtime.Outputs(outputs, cg.STALE), [])
+    return cg._Recording(0, next(dev.order), None, {}, {}, [],
+                         runtime.Outputs((torch.ones(4),), cg.STALE), [])
 
 
 def _hand_out(dev: cg._Device, rec: cg._Recording):
@@ -28,6 +27,15 @@ def _hand_out(dev: cg._Device, rec: cg._Recording):
 
 def safe(dev: cg._Device, rec: cg._Recording) -> bool:
     return dev.blocking(rec) is None
+
+
+def _one_step(compiled_call):
+    """A device with one recording, whose output was handed out in a step that began."""
+    dev = cg._Device()
+    rec = _recording(dev)
+    compiled_call()
+    dev.begin()
+    return dev, rec, _hand_out(dev, rec)
 
 
 @pytest.fixture
@@ -54,11 +62,7 @@ def test_a_live_output_blocks_its_own_graph_and_earlier_recorded_ones(compiled_c
 
 
 def test_a_new_compiled_call_begins_a_step_unless_a_backward_is_pending(compiled_call):
-    dev = cg._Device()
-    rec = _recording(dev)
-    compiled_call()
-    dev.begin()
-    out = _hand_out(dev, rec)
+    dev, rec, out = _one_step(compiled_call)
     dev.pending = 1  # a forward ran
     compiled_call()
     dev.begin()
@@ -71,11 +75,7 @@ def test_a_new_compiled_call_begins_a_step_unless_a_backward_is_pending(compiled
 
 
 def test_stale_outputs_are_revoked_at_the_next_replay_only(compiled_call):
-    dev = cg._Device()
-    rec = _recording(dev)
-    compiled_call()
-    dev.begin()
-    out = _hand_out(dev, rec)
+    dev, _rec, out = _one_step(compiled_call)
     compiled_call()
     dev.begin()
     torch.testing.assert_close(out, torch.ones(4))  # not overwritten yet: still readable

@@ -27,62 +27,16 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
                                 reason="torch.distributed with gloo is needed")
 
 WORKER = textwrap.dedent('''
-    import copy, os, re, sys
+    import contextlib, copy, os, re, sys
     import torch, torch.distributed as dist
     import torch.multiprocessing as mp
     import torch.distributed._functional_collectives as funcol
     from torch.nn.parallel import DistributedDataParallel as DDP
 
 
-    def ddp(rank):
-        """Both ways to combine DDP and torch.compile; returns how many Dynamo graphs the
-        sdk compiled for each."""
-        import sdk
-        from sdk.core import pipeline
-
-        graphs = []  # the Dynamo graphs the sdk compiles
-        compile_graph = pipeline.Session.compile_dynamo_graph
-
-        def counting(self, gm, example_inputs):
-            graphs.append(gm)
-            return compile_graph(self, gm, example_inputs)
-
-        pipeline.Session.compile_dynamo_graph = counting
-        counts = []
-        for wrap in ("ddp_of_compiled", "compiled_ddp"):
-            torch._dynamo.reset()
-            graphs.clear()
-            torch.manual_seed(0)
-            layers = [torch.nn.Linear(32, 512), torch.nn.GELU()]
-            for _ in range(3):
-                layers += [torch.nn.Linear(512, 512), torch.nn.ReLU()]
-            model = torch.nn.Sequential(*layers, torch.nn.Linear(512, 4))  # ~3 MiB: 3+ buckets
-            ref = copy.deepcopy(model)
-            ddp_ref = DDP(ref, bucket_cap_mb=1)
-            if wrap == "ddp_of_compiled":
-                ddp_model = DDP(torch.compile(model, backend="sdk:cpu_cpp"), bucket_cap_mb=1)
-                run = ddp_model
-            else:
-                ddp_model = DDP(model, bucket_cap_mb=1)
-                run = torch.compile(ddp_model, backend="sdk:cpu_cpp")
-            torch.manual_seed(1 + rank)  # each rank its own data: the all-reduce matters
-            for step in range(3):
-                x = torch.randn(8, 32)
-                for m, fn in ((ddp_ref, ddp_ref), (ddp_model, run)):
-                    m.zero_grad(set_to_none=True)
-                    fn(x).square().mean().backward()
-                for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-                    torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: {m}")
-            counts.append(len(graphs))
-        pipeline.Session.compile_dynamo_graph = compile_graph
-        return counts
-
-
-    def fsdp2(rank):
-        """FSDP2 training of a small transformer: each sharded layer's forward compiled
-        (the sharding hooks stay outside the graph); losses and updated weights against
-        eager FSDP2. Returns how many Dynamo graphs the sdk compiled."""
-        from torch.distributed.fsdp import fully_shard
+    @contextlib.contextmanager
+    def sdk_graphs():
+        """The Dynamo graphs the sdk compiles inside the block."""
         from sdk.core import pipeline
 
         graphs = []
@@ -93,6 +47,54 @@ WORKER = textwrap.dedent('''
             return compile_graph(self, gm, example_inputs)
 
         pipeline.Session.compile_dynamo_graph = counting
+        try:
+            yield graphs
+        finally:
+            pipeline.Session.compile_dynamo_graph = compile_graph
+
+
+    def ddp(rank):
+        """Both ways to combine DDP and torch.compile; returns how many Dynamo graphs the
+        sdk compiled for each."""
+        counts = []
+        for wrap in ("ddp_of_compiled", "compiled_ddp"):
+            torch._dynamo.reset()
+            with sdk_graphs() as graphs:
+                ddp_steps(rank, wrap)
+            counts.append(len(graphs))
+        return counts
+
+
+    def ddp_steps(rank, wrap):
+        """Three DDP steps of a compiled model (``wrap``: which way) against eager DDP."""
+        torch.manual_seed(0)
+        layers = [torch.nn.Linear(32, 512), torch.nn.GELU()]
+        for _ in range(3):
+            layers += [torch.nn.Linear(512, 512), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers, torch.nn.Linear(512, 4))  # ~3 MiB: 3+ buckets
+        ref = copy.deepcopy(model)
+        ddp_ref = DDP(ref, bucket_cap_mb=1)
+        if wrap == "ddp_of_compiled":
+            ddp_model = DDP(torch.compile(model, backend="sdk:cpu_cpp"), bucket_cap_mb=1)
+            run = ddp_model
+        else:
+            ddp_model = DDP(model, bucket_cap_mb=1)
+            run = torch.compile(ddp_model, backend="sdk:cpu_cpp")
+        torch.manual_seed(1 + rank)  # each rank its own data: the all-reduce matters
+        for step in range(3):
+            x = torch.randn(8, 32)
+            for m, fn in ((ddp_ref, ddp_ref), (ddp_model, run)):
+                m.zero_grad(set_to_none=True)
+                fn(x).square().mean().backward()
+            for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: {m}")
+
+
+    def fsdp2(rank):
+        """FSDP2 training of a small transformer: each sharded layer's forward compiled
+        (the sharding hooks stay outside the graph); losses and updated weights against
+        eager FSDP2. Returns how many Dynamo graphs the sdk compiled."""
+        from torch.distributed.fsdp import fully_shard
 
         def make():
             torch.manual_seed(0)
@@ -108,19 +110,19 @@ WORKER = textwrap.dedent('''
             layer.forward = torch.compile(layer.forward, backend="sdk:cpu_cpp")
         opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, model)]
         torch.manual_seed(1 + rank)
-        for step in range(3):
-            x = torch.randn(2, 8, 64)
-            losses = []
-            for m, opt in zip((ref, model), opts):
-                loss = m(x).square().mean()
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
-                losses.append(loss.detach())
-            torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-5)
+        with sdk_graphs() as graphs:
+            for step in range(3):
+                x = torch.randn(2, 8, 64)
+                losses = []
+                for m, opt in zip((ref, model), opts):
+                    loss = m(x).square().mean()
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad()
+                    losses.append(loss.detach())
+                torch.testing.assert_close(losses[1], losses[0], rtol=1e-4, atol=1e-5)
         for p, q in zip(model.parameters(), ref.parameters()):  # this rank's shards
             torch.testing.assert_close(p.to_local(), q.to_local(), rtol=1e-4, atol=1e-5)
-        pipeline.Session.compile_dynamo_graph = compile_graph
         return len(graphs)
 
 

@@ -244,12 +244,8 @@ def step_token() -> tuple[int, int]:
 _STEP: list[Any] = []
 
 
-def storage_weakref(t: torch.Tensor) -> Any:
-    """A weak reference to ``t``'s storage, for :func:`use_counts`."""
-    return storage_weakref_of(t.untyped_storage())
-
-
-def storage_weakref_of(storage: torch.UntypedStorage) -> Any:
+def storage_weakref(storage: torch.UntypedStorage) -> Any:
+    """A weak reference to ``storage``, for :func:`storage_use_count`."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
     return StorageWeakRef(storage)
@@ -261,10 +257,10 @@ def storage_use_count(weak: Any) -> int:
     return torch._C._storage_Use_Count(weak.cdata)
 
 
-def use_counts(t: torch.Tensor, weak: Any) -> tuple[int, int]:
-    """How many C++ references hold ``t`` (views, autograd's saved tensors; Python
-    references do not count) and its storage (``weak``: a :func:`storage_weakref` of it)."""
-    return t._use_count(), torch._C._storage_Use_Count(weak.cdata)
+def tensor_use_count(t: torch.Tensor) -> int:
+    """How many C++ references hold ``t``: views, autograd's saved tensors (Python
+    references do not count)."""
+    return t._use_count()
 
 
 def storage_alias(storage: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:

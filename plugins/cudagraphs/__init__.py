@@ -106,11 +106,14 @@ class _Recording:
     in_place: dict[int, int]  # input position -> the address it is read at
     copied: dict[int, torch.Tensor]  # input position -> the buffer it is copied into
     shapes: list[tuple[int, torch.Size]]  # each tensor input's position and sizes
-    outputs: tuple[Any, ...]  # what the recording wrote (kept: it owns the memory)
-    out: runtime.Outputs  # hands them out
+    out: runtime.Outputs  # what the recording wrote (it keeps the memory), handed out
     # outputs that are (views of) an input: position, input, and sizes, strides and offset
     # in it (None: the input itself)
     aliases: list[tuple[int, int, tuple[torch.Size, tuple[int, ...], int] | None]]
+
+    @property
+    def outputs(self) -> tuple[Any, ...]:
+        return self.out.outputs
 
     def in_use(self) -> bool:
         return self.out.in_use()
@@ -384,15 +387,13 @@ class CudaGraphed:
         shapes = [(i, a.shape) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
         out = runtime.Outputs(owned, STALE_GRAD if self.backward else STALE,
                               reuse=not self.backward, grad_ok=self.forward)
-        return _Recording(index, next(dev.order), graph, in_place, copied, shapes,
-                          tuple(owned), out, aliases)
+        return _Recording(index, next(dev.order), graph, in_place, copied, shapes, out,
+                          aliases)
 
 
 def _buffer_like(a: torch.Tensor) -> torch.Tensor:
     """A copy of ``a`` with its sizes, strides and storage offset (kernels bake them in)."""
-    extent = 1 + sum((s - 1) * st for s, st in zip(a.shape, a.stride()) if s > 0)
-    if any(s == 0 for s in a.shape):
-        extent = 0
+    extent = 0 if 0 in a.shape else 1 + sum((s - 1) * st for s, st in zip(a.shape, a.stride()))
     base = torch.empty(a.storage_offset() + extent, dtype=a.dtype, device=a.device)
     buf = base.as_strided(a.shape, a.stride(), a.storage_offset())
     buf.copy_(a)
