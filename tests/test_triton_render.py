@@ -473,6 +473,24 @@ def test_transposing_pointwise_is_tiled_2d(sizes, perm):
     close(out, x.permute(perm) * 2 + y)
 
 
+@pytest.mark.parametrize("transposed", [False, True])
+def test_row_broadcast_tile_gets_two_warps(transposed):
+    """out[i, j] = x[i, j] * s[i]: the per-row vector s tiles the kernel in 2D, but nothing
+    spans the columns across them (a row-wise kernel): 2 warps. With x read transposed, the
+    same tile is a transpose and keeps 4."""
+    x_lay = lay((70, 90), strides=(1, 70)) if transposed else lay((70, 90))
+    k = pointwise("row_scale", {"x": x_lay, "s": lay((70, 90), strides=(1, 0))},
+                  lay((70, 90)), lambda x, s: op("mul", x, s))
+    x = torch.randn(90, 70, device=DEV).t() if transposed else torch.randn(70, 90, device=DEV)
+    s = torch.randn(70, device=DEV)
+    out = torch.empty(70, 90, device=DEV)
+    src = run(k, x, s.as_strided((70, 90), (1, 0)), out)
+    close(out, x * s[:, None])
+    assert src.meta["mode"] == "pointwise2d"
+    assert src.meta["config"] == {"XBLOCK": 64, "YBLOCK": 64,
+                                  "num_warps": 4 if transposed else 2}
+
+
 def _embedding_kernel(rows: int = 10) -> ir.Kernel:
     i, j, kk = V("i", "j", "k")
     s = ir.var("s")
@@ -668,3 +686,15 @@ def test_launch_path_and_repeated_calls():
     assert fn.path() == ("fast" if DEV == "cuda" else "portable")
     for o in outs:
         close(o, a * 3, rtol=0, atol=0)
+
+
+def test_narrow_column_reduction_takes_long_tiles():
+    """A column sum over few columns (few programs) loops in [16, 1024] tiles; wide ones keep
+    the [XBLOCK, RBLOCK] tile of 4096 elements."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    narrow = heuristics.plan(768, [4096], False, outer=True)
+    assert (narrow.mode, narrow.config) == ("looped", {"XBLOCK": 16, "RBLOCK": 1024,
+                                                       "num_warps": 8})
+    wide = heuristics.plan(8192, [8192], False, outer=True)
+    assert wide.config == {"XBLOCK": 32, "RBLOCK": 128, "num_warps": 8}

@@ -311,7 +311,8 @@ class _Writer:
                 continue
             p = names.index(unit) + 1
             rows, cols = self.xvars[:p], self.xvars[p:]
-            cfg = heuristics.tile_2d(math.prod(s for _, s in rows), math.prod(s for _, s in cols))
+            cfg = heuristics.tile_2d(math.prod(s for _, s in rows), math.prod(s for _, s in cols),
+                                     broadcast=self._row_broadcast(roots, set(names[p:])))
             if cfg is None:
                 return
             self.tile = (rows, cols, cfg)
@@ -320,6 +321,23 @@ class _Writer:
             self.rsyms = {_sym(n) for n, _ in cols}  # axis 1
             self.ax0 = ("yindex", "ymask", "YBLOCK")
             return
+
+    def _row_broadcast(self, roots: list[ir.Expr], cols: set[sympy.Symbol]) -> bool:
+        """Is every access that spans the columns ``cols`` a plain one contiguous along a
+        column (the loads along the rows being per-row vectors)? Gathers (indices through
+        indirect ones), and indices with divisions or none of unit stride, count as not: a
+        transpose, maybe."""
+        indices = [sympy.sympify(idx) for s in self.stages for _, idx, _ in s.stores]
+        for node in ir.walk(roots):
+            if isinstance(node, ir.Load):
+                index = sympy.sympify(node.index)
+                if node.binds and not index.free_symbols <= self.xsyms - cols:
+                    return False
+                indices.append(index)
+        for index in indices:
+            if index.free_symbols & cols and self._unit_var(index) not in cols:
+                return False
+        return True
 
     def _needs_int64(self) -> bool:
         limit = 2**31 - 1
