@@ -16,7 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import sympy
 import torch
+
+from .ir.index import MIN_SIZE, is_static, print_index, size_symbols
 
 ALIGNMENT = 16  # bytes
 
@@ -55,6 +58,74 @@ def spec_of(x: Any, *, real: bool = True) -> InputSpec:
     return x
 
 
+def is_symbolic(specs: Sequence[InputSpec]) -> bool:
+    """True when some input's sizes, strides or offset are sympy expressions."""
+    for spec in specs:
+        if isinstance(spec, TensorSpec):
+            if not all(is_static(x) for x in (*spec.sizes, *spec.strides, spec.offset)):
+                return True
+        elif isinstance(spec, sympy.Expr) and not spec.is_Integer:
+            return True
+    return False
+
+
+def size_bindings(specs: Sequence[InputSpec]) -> dict[sympy.Symbol, str]:
+    """Where each size symbol's value is read at run time: ``args[i]`` (an int input) or
+    ``args[i].size(d)``, the first input that has it as a whole size. Raises TypeError
+    when a symbol appears only inside larger expressions (nothing to read it from)."""
+    where: dict[sympy.Symbol, str] = {}
+    for i, spec in enumerate(specs):
+        if isinstance(spec, sympy.Symbol):
+            where.setdefault(spec, f"args[{i}]")
+        elif isinstance(spec, TensorSpec):
+            for d, sz in enumerate(spec.sizes):
+                if isinstance(sz, sympy.Symbol):
+                    where.setdefault(sz, f"args[{i}].size({d})")
+    used = size_symbols(*(x for spec in specs for x in (
+        (*spec.sizes, *spec.strides, spec.offset) if isinstance(spec, TensorSpec) else (spec,))
+        if isinstance(x, sympy.Expr)))
+    unbound = used - set(where)
+    if unbound:
+        raise TypeError(f"size symbols {sorted(map(str, unbound))} are not the size of any "
+                        "input dimension")
+    return where
+
+
+def _symbolic_check(specs: Sequence[InputSpec], kernel_read: frozenset[int] | None
+                    ) -> Callable[[Sequence[Any]], bool]:
+    """The check of a variant compiled for symbolic sizes: bind each size symbol from the
+    input that first has it, require it >= MIN_SIZE (what the kernels assume), and check
+    every input's sizes, strides and offset against their expressions at those values."""
+    where = size_bindings(specs)
+    env: dict[str, Any] = {}
+    lines = ["def check(args):"]
+    for sym, src in where.items():
+        lines += [f"    {sym.name} = {src}", f"    if {sym.name} < {MIN_SIZE}:",
+                  "        return False"]
+
+    def py(x: Any) -> str:
+        return str(int(x)) if is_static(x) else print_index(x, "python")
+
+    def tup(xs: Sequence[Any]) -> str:
+        return "(" + "".join(py(x) + ", " for x in xs) + ")"
+
+    for i, spec in enumerate(specs):
+        if isinstance(spec, TensorSpec):
+            env[f"d{i}"] = spec.device
+            cond = (f"a.size() != {tup(spec.sizes)} or a.stride() != {tup(spec.strides)}"
+                    f" or a.storage_offset() != {py(spec.offset)} or a.device != d{i}")
+            if spec.aligned and (kernel_read is None or i in kernel_read):
+                cond += f" or a.data_ptr() % {ALIGNMENT}"
+            lines += [f"    a = args[{i}]", f"    if {cond}:", "        return False"]
+        elif isinstance(spec, sympy.Expr):
+            lines += [f"    if args[{i}] != {py(spec)}:", "        return False"]
+        elif isinstance(spec, (int, float, bool)) or spec is None:
+            lines += [f"    if args[{i}] != {spec!r}:", "        return False"]
+    lines.append("    return True")
+    exec("\n".join(lines), env)  # noqa: S102 - our own generated code
+    return env["check"]
+
+
 def make_check(specs: Sequence[InputSpec], layout_free: frozenset[int] = frozenset(),
                dynamo_guarded: bool = False, kernel_read: frozenset[int] | None = None
                ) -> Callable[[Sequence[Any]], bool]:
@@ -70,6 +141,8 @@ def make_check(specs: Sequence[InputSpec], layout_free: frozenset[int] = frozens
       and views of inputs are taken relative to their storage offset, so what is left is
       the pointer alignment the kernels of ``kernel_read`` were compiled for.
     """
+    if is_symbolic(specs):
+        return _symbolic_check(specs, kernel_read)
     lines = ["def check(args):"]
     env: dict[str, Any] = {}
     if dynamo_guarded and kernel_read is not None:
@@ -107,20 +180,29 @@ class Specializing:
     """
 
     def __init__(self, build: Callable[[tuple[InputSpec, ...]], Callable], specs: tuple,
-                 dynamo_guarded: bool = False) -> None:
+                 dynamo_guarded: bool = False, general: Callable | None = None) -> None:
+        """``general``: a variant already compiled for ``specs`` when those are symbolic
+        (one program for every size); inputs it does not fit get concrete variants."""
         self._build = build
         self._dynamo_guarded = dynamo_guarded
         self._lock = threading.Lock()
         self.variants: dict[tuple, Callable] = {}
+        self._general: tuple[Callable, Callable] | None = None
+        if general is not None:
+            self.variants[specs] = general
+            self._general = (self._check_for(specs, general), general)
         self._fn = self._install(specs)
+
+    def _check_for(self, specs: tuple, fn: Callable) -> Callable:
+        return make_check(specs, getattr(fn, "layout_free", frozenset()),
+                          self._dynamo_guarded, getattr(fn, "kernel_read", None))
 
     def _install(self, specs: tuple) -> Callable:
         fn = self.variants.get(specs)
         if fn is None:
             fn = self._build(specs)
             self.variants[specs] = fn
-        self._check = make_check(specs, getattr(fn, "layout_free", frozenset()),
-                                 self._dynamo_guarded, getattr(fn, "kernel_read", None))
+        self._check = self._check_for(specs, fn)
         return fn
 
     _boxed_call = True  # AOTAutograd may pass the inputs as one list
@@ -131,5 +213,9 @@ class Specializing:
         if self._check(args):
             return self._fn(args)
         with self._lock:
-            self._fn = self._install(tuple(spec_of(a) for a in args))
+            general = self._general
+            if general is not None and general[0](args):
+                self._check, self._fn = general
+            else:
+                self._fn = self._install(tuple(spec_of(a) for a in args))
         return self._fn(args)

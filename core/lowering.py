@@ -26,7 +26,7 @@ import torch.fx
 from sdk.plugin import Capability, CompileContext
 from sdk.report import ExternReport, FallbackReport
 
-from .adapters.torch_private import OpOverloadPacket, aten, prims
+from .adapters.torch_private import OpOverloadPacket, aten, prims, sym_size
 from .fallback import op_name
 from .ir.expr import Const, Expr, IndexValue, Load, Op, subs_index
 from .ir.graph import (
@@ -40,7 +40,7 @@ from .ir.graph import (
     contiguous_strides,
     fresh_vars,
 )
-from .ir.index import FloorDiv, Mod, var
+from .ir.index import FloorDiv, Mod, is_static, size_hint, static, var
 from .ir.kernel import Layout
 
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
@@ -114,6 +114,15 @@ def cast(e: Expr, dtype: torch.dtype) -> Expr:
         return Const(e.value if dtype != torch.bool else bool(e.value), dtype)
     # fp32 -> bf16 -> fp32 is not an identity; keep it (stores round on purpose)
     return Op("cast", (e,), dtype)
+
+
+def shape_of(t: Any) -> tuple[Any, ...]:
+    """A traced tensor's sizes: ints, or sympy expressions where they are symbolic."""
+    return tuple(sym_size(s) for s in t.shape)
+
+
+def strides_of(t: Any) -> tuple[Any, ...]:
+    return tuple(sym_size(s) for s in t.stride())
 
 
 class Lowerer:
@@ -220,7 +229,7 @@ class Lowerer:
             return value
         name = f"const{len(self.constants)}"
         self.constants[name] = value
-        layout = Layout(tuple(value.shape), tuple(value.stride()), value.storage_offset(),
+        layout = Layout(shape_of(value), strides_of(value), value.storage_offset(),
                         value.dtype, value.device.type)
         if value.device.type != self.ctx.device_type:
             return self._hosted(name, layout)
@@ -256,7 +265,9 @@ class Lowerer:
         val = n.meta.get("val")
         if isinstance(val, (bool, int, float)):
             return val  # size arithmetic: the pipeline compiles every variant with concrete sizes
-        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if isinstance(val, torch.SymInt):
+            return sym_size(val)  # size arithmetic over symbolic sizes: an expression
+        if isinstance(val, (torch.SymFloat, torch.SymBool)):
             raise Unsupported(f"a size ({val}) that is not known when compiling")
         args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
@@ -287,9 +298,9 @@ class Lowerer:
     def _layout_for(self, sizes: tuple[int, ...], dtype: torch.dtype,
                     meta: torch.Tensor | None, value: Expr | None = None) -> Layout:
         if meta is not None and self._fx is not None and self._fx in self._graph_outputs and \
-                tuple(meta.shape) == tuple(sizes):
+                shape_of(meta) == tuple(sizes):
             # a graph output gets the strides eager would give it
-            strides = tuple(int(s) for s in meta.stride())
+            strides = strides_of(meta)
             if _dense(sizes, strides):
                 return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
         if self.channels_last and len(sizes) == 4 and value is not None and any(
@@ -305,7 +316,7 @@ class Lowerer:
                   cse: bool = True) -> ComputedView:
         """A computed node; ``layout`` (else chosen here) is where it is stored, if it is.
         ``cse``: an existing node of the same values stands for it."""
-        sizes = tuple(int(s) for s in sizes)
+        sizes = tuple(static(s) for s in sizes)
         vs = fresh_vars("i", len(sizes))
         value = body(vs)
         layout = layout or self._layout_for(sizes, dtype, self._meta_or_none(), value)
@@ -328,11 +339,11 @@ class Lowerer:
 
     def reduction(self, sizes: tuple[int, ...], rsizes: tuple[int, ...], op: str,
                   dtype: torch.dtype, body: Callable[[Index, Index], Expr]) -> ComputedView:
-        sizes = tuple(int(s) for s in sizes)
-        rsizes = tuple(int(s) for s in rsizes)
+        sizes = tuple(static(s) for s in sizes)
+        rsizes = tuple(static(s) for s in rsizes)
         vs, rvs = fresh_vars("i", len(sizes)), fresh_vars("r", len(rsizes))
-        rn = math.prod(rsizes)
-        if rn <= 1:  # nothing to loop over: a pointwise node
+        rn = static(math.prod(rsizes))
+        if is_static(rn) and rn <= 1:  # nothing to loop over: a pointwise node
             return self._degenerate(sizes, rsizes, op, dtype, body, rn)
         value = body(vs, rvs)
         if op in ("sum", "prod") and value.dtype.is_floating_point:
@@ -391,7 +402,7 @@ class Lowerer:
         kwargs = _map_values(kwargs, lambda x: self.on_host(self.realize(x)))
         val = self._fx.meta.get("val")
         vals = list(val) if isinstance(val, (list, tuple)) else [val]
-        strides = [tuple(int(s) for s in v.stride()) if isinstance(v, torch.Tensor) else None
+        strides = [strides_of(v) if isinstance(v, torch.Tensor) else None
                    for v in vals]
         if self.channels_last and out_strides is None:
             # the trace's strides assumed the trace's layouts; an op given channels-last
@@ -404,8 +415,8 @@ class Lowerer:
         for v, st in zip(vals, strides):
             if isinstance(v, torch.Tensor):
                 name = self.fresh("ext")
-                layout = Layout(tuple(int(s) for s in v.shape), st,
-                                int(v.storage_offset()), v.dtype, v.device.type)
+                layout = Layout(shape_of(v), st,
+                                sym_size(v.storage_offset()), v.dtype, v.device.type)
                 outputs.append((name, layout))
                 if v.device.type != self.ctx.device_type:
                     results.append(self._hosted(name, layout))
@@ -441,7 +452,7 @@ class Lowerer:
              reindex: Callable[[Index], Index], op: Any, args: tuple) -> TensorValue:
         """A view: index arithmetic over ``value``, never a copy."""
         self.views.add(self.origin)
-        sizes = tuple(int(s) for s in sizes)
+        sizes = tuple(static(s) for s in sizes)
         storage = None
         if value.storage is not None:
             layout = _meta_view(value.storage.layout, op, args)
@@ -531,7 +542,8 @@ def same_strides(sizes: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...])
 
 def channels_last_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
     """Strides of a 4-d (N, C, H, W) tensor stored as N, H, W, C."""
-    _, c, h, w = (max(int(s), 1) for s in sizes)
+    _, c, h, w = (static(s) for s in sizes)
+    c, h, w = (max(x, 1) if isinstance(x, int) else x for x in (c, h, w))
     return (h * w * c, 1, w * c, c)
 
 
@@ -576,8 +588,8 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
         if not isinstance(w, torch.Tensor):
             continue
         groups = n.args[8] if len(n.args) > 8 else 1
-        cout, cin_g, kh, kw = (int(s) for s in w.shape)
-        flops = 2.0 * out.numel() * cin_g * kh * kw
+        cout, cin_g, kh, kw = (size_hint(s) for s in shape_of(w))
+        flops = 2.0 * size_hint(sym_size(out.numel())) * cin_g * kh * kw
         if groups > 1 and cin_g > 1:
             kind = "grouped"
         elif cout <= 64 and cin_g <= 64:
@@ -624,8 +636,8 @@ def _meta_strides(target: Any, args: tuple, kwargs: dict,
     out: list[tuple[int, ...] | None] = []
     for g, v in zip(got, vals):
         ok = (isinstance(g, torch.Tensor) and isinstance(v, torch.Tensor)
-              and tuple(g.shape) == tuple(v.shape) and _dense(tuple(g.shape), tuple(g.stride())))
-        out.append(tuple(int(s) for s in g.stride()) if ok else None)
+              and shape_of(g) == shape_of(v) and _dense(shape_of(g), strides_of(g)))
+        out.append(strides_of(g) if ok else None)
     return out
 
 
@@ -665,8 +677,8 @@ def _meta_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
         return None
     if not isinstance(out, torch.Tensor):
         return None
-    return Layout(tuple(int(s) for s in out.shape), tuple(int(s) for s in out.stride()),
-                  int(out.storage_offset()), layout.dtype, layout.device)
+    return Layout(shape_of(out), strides_of(out),
+                  sym_size(out.storage_offset()), layout.dtype, layout.device)
 
 
 # ---------------------------------------------------------------------------
@@ -713,7 +725,7 @@ def elementwise(L: Lowerer, name: str, *xs: Any, compute: torch.dtype | None = N
                 result: torch.dtype | None = None) -> ComputedView:
     """``name(*xs)`` broadcast, computed in ``compute`` and stored as the graph's dtype."""
     dtype = out_dtype(L)
-    sizes = tuple(L.meta().shape)
+    sizes = shape_of(L.meta())
     compute = compute or upcast(dtype)
     res = result or (torch.bool if name in _PRED else compute)
 
@@ -820,7 +832,7 @@ def _sub(L: Lowerer, a: Any, b: Any, alpha: Any = 1) -> Any:
 
 
 def _alpha(L: Lowerer, name: str, a: Any, b: Any, alpha: Any) -> Any:
-    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    dtype, sizes = out_dtype(L), shape_of(L.meta())
     c = upcast(dtype)
 
     def body(idx: Index) -> Expr:
@@ -842,7 +854,7 @@ def _div(L: Lowerer, a: Any, b: Any) -> Any:
 def _div_mode(L: Lowerer, a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
     if rounding_mode is None:
         return elementwise(L, "truediv", a, b)
-    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    dtype, sizes = out_dtype(L), shape_of(L.meta())
     c = upcast(dtype)
 
     def body(idx: Index) -> Expr:
@@ -865,7 +877,7 @@ def _div_mode(L: Lowerer, a: Any, b: Any, *, rounding_mode: str | None = None) -
 
 @register(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, prims.pow)
 def _pow(L: Lowerer, a: Any, b: Any) -> Any:
-    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    dtype, sizes = out_dtype(L), shape_of(L.meta())
     c = upcast(dtype)
     if isinstance(b, (int, float)) and not isinstance(a, (int, float)) and b == int(b) \
             and 0 <= b <= 4:
@@ -889,7 +901,7 @@ def _relu(L: Lowerer, x: Any) -> Any:
 
 @register(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(L: Lowerer, x: Any, min: Any = None, max: Any = None) -> Any:
-    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    dtype, sizes = out_dtype(L), shape_of(L.meta())
     c = upcast(dtype)
 
     def body(idx: Index) -> Expr:
@@ -921,7 +933,7 @@ def _hardtanh(L: Lowerer, x: Any, lo: float = -1.0, hi: float = 1.0) -> Any:
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar,
           prims.where)
 def _where(L: Lowerer, cond: Any, a: Any, b: Any) -> Any:
-    dtype, sizes = out_dtype(L), tuple(L.meta().shape)
+    dtype, sizes = out_dtype(L), shape_of(L.meta())
     c = upcast(dtype)
 
     def body(idx: Index) -> Expr:
@@ -948,7 +960,7 @@ def _copy(L: Lowerer, x: Any, *rest: Any, **kw: Any) -> Any:
     val = L.meta()
     if kw.get("device") is not None and torch.device(kw["device"]).type != L.ctx.device_type:
         raise Unsupported("copy to another device")
-    dtype, sizes = val.dtype, tuple(val.shape)
+    dtype, sizes = val.dtype, shape_of(val)
     if not isinstance(x, TensorValue):
         return L.pointwise(sizes, dtype, lambda idx: Const(x, dtype))
     return L.pointwise(sizes, dtype, lambda idx: cast(bload(x, sizes, idx, x.dtype), dtype))
@@ -973,13 +985,13 @@ def _full(L: Lowerer, *args: Any, **kw: Any) -> Any:
         fill = args[0]
     if isinstance(fill, TensorValue):
         raise Unsupported("fill with a tensor value")
-    return L.pointwise(tuple(val.shape), val.dtype, lambda idx: Const(fill, val.dtype))
+    return L.pointwise(shape_of(val), val.dtype, lambda idx: Const(fill, val.dtype))
 
 
 @register(aten.fill.Tensor)
 def _fill_tensor(L: Lowerer, x: Any, value: Any) -> Any:
     val = L.meta()
-    return L.pointwise(tuple(val.shape), val.dtype,
+    return L.pointwise(shape_of(val), val.dtype,
                        lambda idx: cast(value.load(()), val.dtype))
 
 
@@ -1002,7 +1014,7 @@ def _arange(L: Lowerer, *args: Any, **kw: Any) -> Any:
         return cast(Op("add", (Const(start, c), Op("mul", (cast(i, c), Const(step, c)), c)), c),
                     dtype)
 
-    return L.pointwise(tuple(val.shape), dtype, body)
+    return L.pointwise(shape_of(val), dtype, body)
 
 
 # random numbers: counter-based, seeded per call from torch's default generator
@@ -1016,7 +1028,7 @@ def _rand(L: Lowerer, *args: Any, **kw: Any) -> Any:
     seed = Load(SEED_BUFFER, sympy.Integer(0), torch.int64)
     offset_base = L.fresh("rng")  # distinct streams per op: salt the seed
     salt = int(offset_base[3:]) * 0x9E3779B9
-    sizes = tuple(val.shape)
+    sizes = shape_of(val)
     strides = contiguous_strides(sizes)
     dtype = val.dtype
 
@@ -1197,12 +1209,14 @@ def reshape_reindex(old: tuple[int, ...], new: tuple[int, ...]) -> Callable[[Ind
     while i < len(old) or j < len(new):
         go, gn = [], []
         po = pn = 1
-        # take size-1 dims greedily, then grow until the products agree
+        # take size-1 dims greedily, then grow until the products agree (symbolic sizes:
+        # the compiling call's values pick the side to grow, and a group closes only where
+        # its products are the same expression, so it holds for every size)
         while True:
-            if po == pn and (go or gn) and not (i < len(old) and old[i] == 1) and \
-                    not (j < len(new) and new[j] == 1):
+            if sympy.expand(po - pn) == 0 and (go or gn) and \
+                    not (i < len(old) and old[i] == 1) and not (j < len(new) and new[j] == 1):
                 break
-            if i < len(old) and (po <= pn or j >= len(new)):
+            if i < len(old) and (size_hint(po) <= size_hint(pn) or j >= len(new)):
                 go.append(i)
                 po *= old[i]
                 i += 1
@@ -1237,8 +1251,9 @@ def _view(L: Lowerer, x: Any, sizes: Any) -> Any:
     sizes = list(sizes)
     if -1 in sizes:
         known = math.prod(s for s in sizes if s != -1)
-        sizes[sizes.index(-1)] = math.prod(x.sizes) // known if known else 0
-    sizes = tuple(int(s) for s in sizes)
+        sizes[sizes.index(-1)] = static(FloorDiv(sympy.sympify(math.prod(x.sizes)), known)) \
+            if known else 0
+    sizes = tuple(static(s) for s in sizes)
     return L.view(x, sizes, reshape_reindex(x.sizes, sizes), aten.reshape.default, (sizes,))
 
 
@@ -1273,7 +1288,7 @@ def _transpose(L: Lowerer, x: Any, a: int, b: int) -> Any:
 def _expand(L: Lowerer, x: Any, sizes: Any, bdims: Any = None, *, implicit: bool = False) -> Any:
     if not isinstance(x, TensorValue):
         return ScalarValue(Const(x, L.meta().dtype), tuple(sizes))
-    sizes = tuple(int(s) for s in sizes)
+    sizes = tuple(static(s) for s in sizes)
     if bdims is not None:  # prims.broadcast_in_dim: x's dims land at bdims
         def fn(idx: Index) -> Index:
             return tuple(sympy.Integer(0) if x.sizes[k] == 1 else idx[d]
@@ -1387,7 +1402,7 @@ def _safe(i: sympy.Expr, lo: int, n: int, reach: int) -> sympy.Expr:
 @register(aten.cat.default)
 def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
     val = L.meta()
-    dtype, sizes = val.dtype, tuple(val.shape)
+    dtype, sizes = val.dtype, shape_of(val)
     dim = dim % len(sizes)
     # an empty part adds nothing, and a load from it could only read outside it (the
     # legacy 1-D empty tensor may even have another rank)
@@ -1418,7 +1433,7 @@ def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
 @register(aten.constant_pad_nd.default)
 def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
     val = L.meta()
-    dtype, sizes = val.dtype, tuple(val.shape)
+    dtype, sizes = val.dtype, shape_of(val)
     pairs = [(pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
     if 0 in x.sizes:  # nothing to read: every element is the padding value
         return L.pointwise(sizes, dtype, lambda idx: Const(value, dtype))
@@ -1466,7 +1481,7 @@ def _conv_call(L: Lowerer, x: Any, weight: Any, bias: Any, rest: tuple) -> Any:
             weight = L.require_layout(weight, channels_last_strides(weight.sizes))
         # the library answers channels-last inputs in channels-last; the wrapper checks
         # that at run time
-        strides = channels_last_strides(tuple(L.meta().shape))
+        strides = channels_last_strides(shape_of(L.meta()))
         return L.extern(target, (x, weight, bias, *rest), {}, out_strides=[strides])
     return L.extern(target, (x, weight, bias, *rest), {})
 
@@ -1489,7 +1504,7 @@ def _max_pool2d(L: Lowerer, x: Any, kernel_size: Any, stride: Any = (), padding:
     if pair(dilation, 1) != (1, 1) or kh * kw > 64 or not x.dtype.is_floating_point:
         raise Unsupported("max pooling with dilation, windows over 64 or integers")
     out, _ = L.meta()
-    sizes = tuple(int(s) for s in out.shape)
+    sizes = shape_of(out)
     h, w = x.sizes[-2:]
     dtype = x.dtype
     acc = upcast(dtype)
@@ -1626,7 +1641,7 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
 def _repeat(L: Lowerer, x: Any, repeats: Any) -> Any:
     """Tiling: each output index reads ``x`` at the index modulo ``x``'s size."""
     val = L.meta()
-    sizes = tuple(int(s) for s in val.shape)
+    sizes = shape_of(val)
     lead = len(sizes) - x.ndim  # repeat may add leading dims
 
     def body(idx: Index) -> Expr:
@@ -1670,7 +1685,7 @@ def _slice_scatter(L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None
         return Op("where", (inside, cast(src.load(tuple(at)), dtype), cast(x.load(idx), dtype)),
                   dtype)
 
-    return L.pointwise(tuple(val.shape), dtype, body)
+    return L.pointwise(shape_of(val), dtype, body)
 
 
 @register(aten.select_scatter.default)
@@ -1686,7 +1701,7 @@ def _select_scatter(L: Lowerer, x: Any, src: Any, dim: int, index: int) -> Any:
         at = tuple(i for d, i in enumerate(idx) if d != dim)
         return Op("where", (hit, cast(src.load(at), dtype), cast(x.load(idx), dtype)), dtype)
 
-    return L.pointwise(tuple(val.shape), dtype, body)
+    return L.pointwise(shape_of(val), dtype, body)
 
 
 @register(aten.scatter.value, aten.scatter.src)
@@ -1716,13 +1731,13 @@ def _scatter(L: Lowerer, x: Any, dim: int, index: Any, value: Any) -> Any:
         v = Op("where", (Op("isnan", (probe,), torch.bool), v, v), dtype)
         return Op("where", (hit, v, cast(x.load(idx), dtype)), dtype)
 
-    return L.pointwise(tuple(val.shape), dtype, body)
+    return L.pointwise(shape_of(val), dtype, body)
 
 
 @register(aten.embedding.default)
 def _embedding(L: Lowerer, weight: Any, indices: Any, *rest: Any) -> Any:
     val = L.meta()
-    sizes, dtype = tuple(val.shape), val.dtype
+    sizes, dtype = shape_of(val), val.dtype
     load = _indirect(L, weight, list(weight.sizes))
     k = indices.ndim
 
@@ -1743,7 +1758,7 @@ def _index_select(L: Lowerer, x: Any, dim: int, index: Any) -> Any:
         parts[dim] = index.load((idx[dim],))
         return load(parts)
 
-    return L.pointwise(tuple(val.shape), val.dtype, body)
+    return L.pointwise(shape_of(val), val.dtype, body)
 
 
 @register(aten.gather.default)
@@ -1757,13 +1772,13 @@ def _gather(L: Lowerer, x: Any, dim: int, index: Any, *, sparse_grad: bool = Fal
         parts[dim] = index.load(idx)
         return load(parts)
 
-    return L.pointwise(tuple(val.shape), val.dtype, body)
+    return L.pointwise(shape_of(val), val.dtype, body)
 
 
 @register(aten.index.Tensor)
 def _index(L: Lowerer, x: Any, indices: Any) -> Any:
     val = L.meta()
-    sizes = tuple(val.shape)
+    sizes = shape_of(val)
     idx_pos = [k for k, t in enumerate(indices) if t is not None]
     if not idx_pos:
         raise Unsupported("index with no tensors")

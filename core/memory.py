@@ -20,6 +20,7 @@ import sympy
 
 from .ir.expr import Load, walk
 from .ir.graph import ExternNode
+from .ir.index import print_size, print_sizes
 from .ir.kernel import Kernel, Layout
 from .lowering import COLLECTIVE_OPS
 
@@ -107,22 +108,22 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
                     if layouts[src] == lay:  # the same view: no new tensor needed
                         lines.append(f"{dst} = {src}")
                     else:  # pooled roots have offset 0: the increment is the offset
-                        lines.append(f"{dst} = _view({src}, {tuple(lay.sizes)}, "
-                                     f"{tuple(lay.strides)}, {lay.offset})")
+                        lines.append(f"{dst} = _view({src}, {print_sizes(lay.sizes)}, "
+                                     f"{print_sizes(lay.strides)}, {print_size(lay.offset)})")
                     plan.reused += 1
                 else:
-                    lines.append(f"{dst} = _empty({tuple(lay.sizes)}, {tuple(lay.strides)}, "
-                                 f"{lay.dtype})")
+                    lines.append(f"{dst} = _empty({print_sizes(lay.sizes)}, "
+                                 f"{print_sizes(lay.strides)}, {lay.dtype})")
                     plan.allocated += 1
-                    if lay.offset:
-                        lines[-1] = (f"{dst} = _view(_empty(({lay.storage_size},), (1,), "
-                                     f"{lay.dtype}), {tuple(lay.sizes)}, "
-                                     f"{tuple(lay.strides)}, {lay.offset})")
+                    if lay.offset != 0:
+                        lines[-1] = (f"{dst} = _view(_empty(({print_size(lay.storage_size)},), "
+                                     f"(1,), {lay.dtype}), {print_sizes(lay.sizes)}, "
+                                     f"{print_sizes(lay.strides)}, {print_size(lay.offset)})")
         after = plan.after.setdefault(i, [])
         for b in sorted(step_reads(step) | set(step_writes(step))):
             if last_use.get(b) == i and free(b) and b not in alias_of.values():
                 root = b
-                if layouts[root].offset == 0:
+                if layouts[root].offset == 0:  # (a symbolic offset is not 0)
                     pool.setdefault(key(root), []).append(root)
                 else:
                     after.append(f"del {root}")

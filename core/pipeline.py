@@ -18,13 +18,14 @@ from typing import Any, Callable, Mapping
 import torch
 
 from sdk.errors import OptionError, SDKError
-from sdk.plugin import CompileContext, PluginKind
+from sdk.plugin import Capability, CompileContext, PluginKind
 from sdk.report import FusionRefusal, GraphReport
 
 from . import config, fallback
 from . import options as opts
 from .adapters import torch_private as tp
-from .guards import Specializing, TensorSpec, spec_of
+from .guards import Specializing, TensorSpec, size_bindings, spec_of
+from .ir.index import size_hints
 from .registry import Registry, registry
 
 #: explain() collectors: every GraphReport compiled while one is active lands in it.
@@ -143,8 +144,10 @@ class Session:
             # parameters), whose guards hold sizes and strides; a backward graph's are not
             program = Specializing(build, traced,
                                    dynamo_guarded=ctx.graph_kind in ("forward", "inference"))
-        else:  # symbolic shapes: specialize on the first real call
-            program = _LazySpecializing(build)
+        else:
+            program = self._symbolic(ctx, gm, example_inputs, report, build)
+            if program is None:  # a variant per concrete shape, from the first real call
+                program = _LazySpecializing(build)
         compiled = self._wrap(ctx, program, report)
         report.compile_seconds = time.perf_counter() - start
         for sink in self.sinks:
@@ -152,11 +155,63 @@ class Session:
         self.registry.observers().sdk_on_graph_compiled(ctx=ctx, report=report)
         return compiled
 
+    def _symbolic(self, ctx: CompileContext, gm: torch.fx.GraphModule,
+                  example_inputs: list[Any], report: GraphReport, build: Callable
+                  ) -> Specializing | None:
+        """One program for every value of the graph's symbolic sizes, or None (and why, in
+        ``report.sizes``) where the plugin or the graph needs a variant per shape.
+
+        The sizes stay sympy expressions through lowering, scheduling and rendering, and
+        kernels take the size symbols' values as arguments. Anything that cannot handle a
+        symbolic size raises, and the graph is compiled per shape instead; a compile that
+        *specialized* a size (``int(symint)`` adds a guard to Dynamo's ShapeEnv, which a
+        backward graph's caller never checks) is thrown away the same way.
+        """
+        if Capability.SYMBOLIC_SIZES not in self.info.capabilities:
+            report.sizes = f"per shape: sdk:{self.info.name} does not declare SYMBOLIC_SIZES"
+            return None
+        try:
+            specs = tuple(symbolic_spec(x) for x in example_inputs)
+            where = size_bindings(specs)
+            hints = {sym: hint for x, spec in zip(example_inputs, specs)
+                     for sym, hint in _hints(x, spec).items()}
+            if set(where) - set(hints):
+                raise tp.SymbolicUnsupported("a size symbol has no value at compile time")
+        except TypeError as exc:
+            report.sizes = f"per shape: {exc}"
+            return None
+        env = tp.shape_env_of(example_inputs)
+        before = tp.shape_env_state(env)
+        notes = len(ctx.notes)
+        try:
+            with size_hints(hints):
+                fn = self._build_program(ctx, gm, specs, report, per_shape_on_failure=True)
+        except Exception as exc:  # noqa: BLE001 - any failure: compile per shape
+            if self.debug:  # SDK_DEBUG=1: say where symbolic sizes stopped
+                raise
+            del ctx.notes[notes:]
+            report.sizes = f"per shape: {type(exc).__name__}: {exc}"
+            return None
+        if tp.shape_env_state(env) != before:
+            del ctx.notes[notes:]
+            report.sizes = ("per shape: compiling specialized a symbolic size (an int() of a "
+                            "SymInt somewhere in lowering or the plugin)")
+            return None
+        report.sizes = "symbolic: " + ", ".join(sorted(s.name for s in where))
+        return Specializing(build, specs, general=fn)
+
     def _build_program(self, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple,
-                       report: GraphReport) -> Callable:
-        """Compile one variant; on failure try the chain, then the op-level fallback."""
+                       report: GraphReport, per_shape_on_failure: bool = False) -> Callable:
+        """Compile one variant; on failure try the chain, then the op-level fallback.
+        ``per_shape_on_failure`` (a symbolic variant): raise instead, and take no op-level
+        fallback that the symbolic sizes caused."""
         from .program import build_program  # the IR path
 
+        if per_shape_on_failure:
+            fn, part = build_program(self, ctx, gm, specs)
+            self._fill(report, ctx.plugin, part)
+            self._announce(ctx, report)
+            return fn
         errors = []
         for plugin in (ctx.plugin, *self.options["chain"]):
             session = self if plugin == ctx.plugin else self._chained(plugin)
@@ -171,15 +226,7 @@ class Session:
                     raise
                 errors.append(f"sdk:{plugin} failed: {type(exc).__name__}: {exc}")
                 continue
-            report.kernels[:] = part.kernels
-            report.externs[:] = part.externs
-            report.fallbacks[:] = part.fallbacks
-            report.view_nodes = tuple(sorted(part.views))
-            report.fusion_refusals[:] = [FusionRefusal(d.first, d.second, d.reason)
-                                         for d in part.decisions if not d.fused]
-            report.plugin = plugin
-            report.cache = part.cache
-            report.wrapper = part.wrapper_source
+            self._fill(report, plugin, part)
             self._announce(c, report)
             return fn
         if not self.options["fallback"]:
@@ -195,6 +242,18 @@ class Session:
         report.fallbacks[:] = fallbacks
         self._announce(ctx, report)
         return fn
+
+    @staticmethod
+    def _fill(report: GraphReport, plugin: str, part: Any) -> None:
+        report.kernels[:] = part.kernels
+        report.externs[:] = part.externs
+        report.fallbacks[:] = part.fallbacks
+        report.view_nodes = tuple(sorted(part.views))
+        report.fusion_refusals[:] = [FusionRefusal(d.first, d.second, d.reason)
+                                     for d in part.decisions if not d.fused]
+        report.plugin = plugin
+        report.cache = part.cache
+        report.wrapper = part.wrapper_source
 
     def _chained(self, plugin: str) -> Session:
         return Session(self.registry, plugin, None, {
@@ -262,6 +321,37 @@ def _same_layout(a: Any, b: Any) -> bool:
         return (a.sizes, a.strides, a.offset, a.dtype, a.device) == \
             (b.sizes, b.strides, b.offset, b.dtype, b.device)
     return a == b
+
+
+def symbolic_spec(x: Any) -> Any:
+    """The spec of a traced input with its sizes as sympy expressions over size symbols."""
+    if isinstance(x, torch.Tensor):
+        return TensorSpec(tuple(tp.sym_size(s) for s in x.shape),
+                          tuple(tp.sym_size(s) for s in x.stride()),
+                          tp.sym_size(x.storage_offset()), x.dtype, x.device, True)
+    if isinstance(x, torch.SymInt):
+        return tp.sym_size(x)
+    if isinstance(x, (torch.SymFloat, torch.SymBool)):
+        raise tp.SymbolicUnsupported(f"a symbolic {type(x).__name__} input")
+    return x
+
+
+def _hints(x: Any, spec: Any) -> dict[Any, int]:
+    """Each size symbol that ``spec`` has whole, with the traced value's hint."""
+    import sympy
+
+    out = {}
+    if isinstance(x, torch.Tensor):
+        for s, e in zip(x.shape, spec.sizes):
+            if isinstance(e, sympy.Symbol):
+                hint = tp.size_hint_of(s)
+                if hint is not None:
+                    out[e] = hint
+    elif isinstance(x, torch.SymInt) and isinstance(spec, sympy.Symbol):
+        hint = tp.size_hint_of(x)
+        if hint is not None:
+            out[spec] = hint
+    return out
 
 
 def _device_type(inputs: list[Any]) -> str | None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 import torch.fx
 
@@ -20,9 +21,12 @@ from sdk.report import ExternReport, FallbackReport, KernelReport
 
 from . import graph_cache
 from .adapters.torch_private import buffer_ops
+from .guards import is_symbolic, size_bindings
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
+from .ir.index import is_static, print_size, print_sizes, static
 from .ir.kernel import Kernel, Layout, check_kernel
-from .lowering import COLLECTIVE_OPS, SEED_BUFFER, WAIT_OPS, Lowerer, _dense, same_strides
+from .lowering import (COLLECTIVE_OPS, SEED_BUFFER, WAIT_OPS, Lowerer, _dense, same_strides,
+                       shape_of, strides_of)
 from .memory import plan_memory, step_reads, step_writes
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 
@@ -275,9 +279,9 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
             returned.add(st.buffer)
         if L.channels_last and isinstance(v, TensorValue) and isinstance(meta, torch.Tensor):
             # a layout the core chose stays inside the graph: outputs leave in eager's
-            want = tuple(int(s) for s in meta.stride())
+            want = strides_of(meta)
             st = v.storage
-            if (st is not None and tuple(meta.shape) == tuple(v.sizes) and _dense(v.sizes, want)
+            if (st is not None and shape_of(meta) == tuple(v.sizes) and _dense(v.sizes, want)
                     and not same_strides(v.sizes, st.layout.strides, want)):
                 v = L.require_layout(v, want)
         if isinstance(v, ComputedView) and v.reindex is None and v.sizes == v.node.sizes:
@@ -377,6 +381,10 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
         lines += device_copy(name)
     if L.needs_seed:
         lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
+    if is_symbolic(L.specs):
+        # the size symbols' values, read from the inputs (the guard checked they fit)
+        for sym, src in size_bindings(L.specs).items():
+            lines.append(f"    {sym.name} = {src}")
 
     # inputs whose strides something here bakes in: read by a kernel (which also
     # assumes the pointer's alignment), or re-viewed with fixed strides; the others only
@@ -393,14 +401,14 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
     def restrided(buf: str, layout: Layout, *, result: bool = False) -> str:
         """A view of ``buf``. An intermediate is reinterpreted in place (no autograd view
         record); a result is a real view, as eager's would be."""
-        delta = int(layout.offset) - int(layouts[buf].offset)
+        delta = static(sympy.expand(sympy.sympify(layout.offset) - layouts[buf].offset))
+        sizes, strides = print_sizes(layout.sizes), print_sizes(layout.strides)
         if buf in placed and not result:
-            return f"_view({buf}, {tuple(layout.sizes)}, {tuple(layout.strides)}, {delta})"
-        offset = str(layout.offset)
+            return f"_view({buf}, {sizes}, {strides}, {print_size(delta)})"
+        offset = print_size(layout.offset)
         if buf in input_names:
-            offset = f"{buf}.storage_offset()" + (f" + {delta}" if delta else "")
-        return (f"_as_strided({buf}, {tuple(layout.sizes)}, {tuple(layout.strides)}, "
-                f"{offset})")
+            offset = f"{buf}.storage_offset()" + (f" + {print_size(delta)}" if delta != 0 else "")
+        return f"_as_strided({buf}, {sizes}, {strides}, {offset})"
 
     def arg_expr(x: Any) -> str:
         if isinstance(x, StorageView):
@@ -412,6 +420,8 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
         if isinstance(x, (list, tuple)):
             inner = ", ".join(arg_expr(y) for y in x)
             return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+        if isinstance(x, sympy.Expr):  # a symbolic size handed to a library call
+            return print_size(x)
         if isinstance(x, (bool, int, float)) or x is None:
             return repr(x) if not (isinstance(x, float) and (x != x or x in (float("inf"),
                                                                              float("-inf")))) \
@@ -425,7 +435,8 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             baked.update(a.name for a in step.args)
             kernel_read.update(a.name for a in step.args)
             fname = const(compiled[step.name])
-            lines.append(f"    {fname}({', '.join(a.name for a in step.args)})")
+            call_args = [a.name for a in step.args] + [s.name for s in step.size_args]
+            lines.append(f"    {fname}({', '.join(call_args)})")
         else:
             op = const(_callable(step))
             call_args = ", ".join(arg_expr(a) for a in step.args)
@@ -444,15 +455,17 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
                     continue  # unused (an attention op may even return None for it)
                 if step.target in COLLECTIVE_OPS:
                     continue  # not ready until its wait: the wait's output is checked
-                dims = [d for d, n in enumerate(out[1].sizes) if n > 1]
+                # (a size symbol is >= 2)
+                dims = [d for d, n in enumerate(out[1].sizes) if not is_static(n) or n > 1]
                 if dims:
                     # kernels index this buffer with the strides the trace gave it; an
                     # op that chose others (they may follow its inputs') is copied into them
                     name, lay = out
                     got = ", ".join(f"{name}.stride({d})" for d in dims)
-                    want = ", ".join(str(lay.strides[d]) for d in dims)
+                    want = ", ".join(print_size(lay.strides[d]) for d in dims)
                     lines.append(f"    if {name} is not None and ({got},) != ({want},):")
-                    lines.append(f"        {name} = _restride({name}, {tuple(lay.strides)})")
+                    lines.append(f"        {name} = _restride({name}, "
+                                 f"{print_sizes(lay.strides)})")
         for line in mem.after.get(i, []):
             lines.append("    " + line)
 
@@ -465,6 +478,8 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             if layout != base:
                 baked.add(buf)
             rets.append(buf if layout == base else restrided(buf, layout, result=True))
+        elif isinstance(buf, sympy.Expr):  # a symbolic size (saved for the backward)
+            rets.append(print_size(buf))
         else:
             rets.append(const(buf))
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")

@@ -23,6 +23,7 @@ them) and reduction results become ``LocalRef`` s of later stages.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ from .ir.expr import (
     walk,
 )
 from .ir.graph import ExternNode, Node
-from .ir.index import simplify_divmod, var
+from .ir.index import numel_hint, simplify_divmod, size_hint, size_symbols, var
 from .ir.kernel import BufferArg, Kernel, Layout, Reduction, Stage, Store
 from .lowering import cast, reshape_reindex
 
@@ -114,7 +115,7 @@ def _fits(node: Node, X: tuple[int, ...], R: tuple[int, ...]) -> str | None:
         return "outer"
     if R and math.prod(sq) == math.prod(X) * math.prod(R) and _splits_at(sq, math.prod(X)):
         return "inner"
-    if R and sorted(sq) == sorted(X + R):
+    if R and Counter(sq) == Counter(X + R):
         # the same dims in another order (a reduction over a leading dim reads its
         # producer transposed): the builder maps it through how the group reads it
         return "permuted"
@@ -222,13 +223,15 @@ def inline_producers(nodes: list[Node | ExternNode], keep: set[str], *,
             reads = [sum(ld.buffer == p.name for ld in loads(r.value)) for r in rs]
             # a few elements gathered from it (the target's log-probability out of a
             # log-softmax over a vocabulary): recompute those instead of storing it all
-            gather = all(_points(r) * k * _GATHER_RATIO <= p.numel for r, k in zip(rs, reads))
-            broadcast = (p.name not in indirect and all(r.numel > p.numel for r in rs)
+            # (costs: symbolic sizes at the compiling call's values, ``size_hint``)
+            pn = numel_hint(p.sizes)
+            gather = all(_points(r) * k * _GATHER_RATIO <= pn for r, k in zip(rs, reads))
+            broadcast = (p.name not in indirect and all(numel_hint(r.sizes) > pn for r in rs)
                          and (cheap_math or not _transcendental(p)))
             # a window over it (max-pooling after BatchNorm + ReLU): recomputing a cheap
             # value a few times costs less than storing it and reading it back
             window = (p.name not in indirect and len(rs) == 1 and not rs[0].is_reduction
-                      and rs[0].numel < p.numel and reads[0] <= _INLINE_MAX_READS)
+                      and numel_hint(rs[0].sizes) < pn and reads[0] <= _INLINE_MAX_READS)
             ok = gather or broadcast or window
         if not ok:
             return
@@ -289,7 +292,7 @@ def _probe(binds: tuple) -> Load | None:
 
 def _points(n: Node) -> int:
     """How many points ``n``'s loops visit (a reduction's inner loop included)."""
-    return n.numel * math.prod(n.rsizes)
+    return numel_hint(n.sizes) * numel_hint(n.rsizes)
 
 
 def _expanding(p: Node) -> bool:
@@ -303,7 +306,7 @@ def _expanding(p: Node) -> bool:
         used = _index_symbols(ld)
         if used & {b[0] for b in ld.binds}:
             return False  # a gathered read (a bounds probe reads at a plain index)
-        if not any(int(n) >= _GATHER_RATIO for v, n in sizes.items() if v not in used):
+        if not any(size_hint(n) >= _GATHER_RATIO for v, n in sizes.items() if v not in used):
             return False
     return True
 
@@ -829,7 +832,7 @@ class _Builder:
         stages = [_linearize(st, layouts) for st in stages]
         args = _arguments(stages, layouts, stored)
         xs, sizes = _loop_order(self.xs, self.g.X, stages, layouts)
-        return Kernel(name, xs, sizes, stages, args, origins)
+        return Kernel(name, xs, sizes, stages, args, origins, kernel_size_args(sizes, stages, args))
 
     def _reuse_across_stages(self, inner: dict[int, Stage], layouts: dict[str, Layout]) -> None:
         """Store an expensive value once and read it back instead of recomputing it.
@@ -931,7 +934,7 @@ def _loop_order(xs: tuple, sizes: tuple, stages: list[Stage], layouts: dict[str,
             index = sympy.sympify(index)
             if not index.free_symbols & wanted:
                 continue
-            key = (layouts[buf].numel, is_store)
+            key = (numel_hint(layouts[buf].sizes), is_store)
             if best is None or key > best[:2]:
                 best = (*key, index)
     if best is None:
@@ -967,7 +970,23 @@ def _arguments(stages: list[Stage], layouts: dict[str, Layout], stored: set[str]
 
 
 def _nbytes(node: Node) -> int:
-    return node.numel * node.dtype.itemsize
+    return numel_hint(node.sizes) * node.dtype.itemsize
+
+
+def kernel_size_args(sizes: tuple, stages: list[Stage], args: list) -> tuple:
+    """The size symbols a kernel's ranges, indices and argument layouts use, by name."""
+    exprs: list[Any] = [*sizes]
+    for st in stages:
+        exprs += [*st.sizes, *(s.index for s in st.stores)]
+        exprs += [e.index for e in walk([r.value for r in st.reductions]
+                                        + [s.value for s in st.stores])
+                  if isinstance(e, Load)]
+        exprs += [e.expr for e in walk([r.value for r in st.reductions]
+                                       + [s.value for s in st.stores])
+                  if isinstance(e, IndexValue)]
+    for a in args:
+        exprs += [*a.layout.sizes, *a.layout.strides, a.layout.offset]
+    return tuple(sorted(size_symbols(*exprs), key=lambda s: s.name))
 
 
 def kernel_name(g: Group, prefix: str = "k") -> str:

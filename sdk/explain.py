@@ -10,11 +10,12 @@ from sdk.report import ExplainReport
 
 
 def explain(fn: Callable[..., Any], *args: Any, backend: Any = "sdk:cpu_cpp",
-            **options: Any) -> ExplainReport:
+            dynamic: bool | None = None, **options: Any) -> ExplainReport:
     """Compile ``fn`` with ``backend`` on ``args``, run it once and report.
 
-    ``backend`` is ``"sdk:<plugin>"`` or an ``sdk.backend(...)``; ``options`` are the
-    backend's options (added to the backend's own).
+    ``backend`` is ``"sdk:<plugin>"`` or an ``sdk.backend(...)``; ``dynamic`` is
+    ``torch.compile``'s (True: symbolic sizes, see ``GraphReport.sizes``); ``options`` are
+    the backend's options (added to the backend's own).
     If an output needs grad, the backward runs as well (through
     ``torch.autograd.grad``, so no ``.grad`` is touched) and its graph is
     reported. Dynamo's caches are reset first, so the report covers a cold
@@ -37,7 +38,7 @@ def explain(fn: Callable[..., Any], *args: Any, backend: Any = "sdk:cpu_cpp",
     breaks_before = tp.graph_break_count()
     token = pipeline.collect_reports(report.graphs)
     try:
-        out = torch.compile(fn, backend=compiled_backend)(*args)
+        out = torch.compile(fn, backend=compiled_backend, dynamic=dynamic)(*args)
         outs = [t for t in _tensors(out) if t.requires_grad and t.grad_fn is not None]
         leaves = _leaves(outs)
         if outs and leaves:

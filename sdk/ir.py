@@ -10,6 +10,13 @@ A plugin's ``sdk_lower_op`` builds nodes with :class:`LoweringBuilder` from
 Indices are sympy expressions over :func:`var` symbols using
 :class:`FloorDiv` and :class:`Mod`; :func:`print_index` renders them and
 :func:`index_bounds` bounds them over loop ranges.
+
+Symbolic sizes (plugins with ``Capability.SYMBOLIC_SIZES``): a size, stride or offset
+may be a sympy expression over size symbols (:func:`size_var`, each an integer >= 2 known
+at run time); a kernel takes its ``size_args`` as integers after the buffers.
+:func:`is_static` tells them apart, :func:`print_size` renders one, :func:`size_hint`
+gives the compiling call's value (for heuristics only), :func:`in_range` and
+:func:`provably_nonneg` decide bounds for every value.
 """
 
 from sdk.core.ir.expr import (
@@ -25,7 +32,23 @@ from sdk.core.ir.expr import (
     walk,
 )
 from sdk.core.ir.graph import TensorValue
-from sdk.core.ir.index import FloorDiv, Mod, index_bounds, print_index, var
+from sdk.core.ir.index import (
+    MIN_SIZE,
+    FloorDiv,
+    Mod,
+    in_range,
+    index_bounds,
+    is_static,
+    numel_hint,
+    print_index,
+    print_size,
+    provably_nonneg,
+    size_hint,
+    size_symbols,
+    size_var,
+    static,
+    var,
+)
 from sdk.core.ir.kernel import (
     BufferArg,
     IRCheckError,
@@ -40,6 +63,7 @@ from sdk.core.lowering import LoweringBuilder
 from sdk.core.scheduler import FusionGroup
 
 __all__ = [
+    "MIN_SIZE",
     "OPS",
     "PREDICATES",
     "REDUCTIONS",
@@ -62,8 +86,17 @@ __all__ = [
     "Store",
     "TensorValue",
     "check_kernel",
+    "in_range",
     "index_bounds",
+    "is_static",
+    "numel_hint",
     "print_index",
+    "print_size",
+    "provably_nonneg",
+    "size_hint",
+    "size_symbols",
+    "size_var",
+    "static",
     "var",
     "walk",
 ]

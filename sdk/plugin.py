@@ -51,6 +51,11 @@ class Capability(str, enum.Enum):
     # point of a larger reader that broadcasts it. Without it that value is stored once
     # (the rotary embedding's cos/sin, read over every head)
     CHEAP_TRANSCENDENTALS = "cheap_transcendentals"
+    # kernels whose sizes are symbolic (``sdk.ir.size_var``): the renderer takes each of a
+    # kernel's ``size_args`` as an integer argument after the buffers, so one compiled
+    # program serves every size of a dynamic dimension. Without it the core compiles a
+    # variant per concrete shape
+    SYMBOLIC_SIZES = "symbolic_sizes"
 
 
 @dataclass(frozen=True)

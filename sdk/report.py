@@ -65,6 +65,9 @@ class GraphReport:
     cache: str = ""
     #: the generated Python function that runs the kernels and library calls, in order
     wrapper: str = ""
+    #: sizes: "static"; "symbolic: s0, s1" (one program for every value of those sizes);
+    #: or "per shape: <why not symbolic>" (a variant compiled for each concrete shape)
+    sizes: str = "static"
 
     @property
     def views(self) -> int:
@@ -84,6 +87,7 @@ class GraphReport:
             f"kernels, compiled in {self.compile_seconds:.2f}s"
             + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
             + (", program from the graph cache" if self.cache == "hit" else "")
+            + (f", sizes {self.sizes}" if self.sizes != "static" else "")
         ]
         for k in self.kernels:
             lines.append(f"  kernel {k.name}: {', '.join(k.ops)}")

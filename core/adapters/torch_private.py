@@ -285,3 +285,92 @@ def real_mode() -> Any:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     return unset_fake_temporarily()
+
+
+# ---------------------------------------------------------------------------
+# Symbolic sizes: Dynamo's SymInts as the IR's sympy sizes
+# ---------------------------------------------------------------------------
+
+
+class SymbolicUnsupported(TypeError):
+    """A symbolic size this SDK cannot express (the graph is compiled per shape instead)."""
+
+
+def sym_size(x: Any) -> Any:
+    """An int, or the sympy expression (over Dynamo's size symbols) of a SymInt.
+
+    Never the hint: ``int(symint)`` would silently specialize the compiled code on the
+    compiling call's size (and add a guard that a backward graph's caller never checks).
+    """
+    if isinstance(x, torch.SymInt):
+        node = x.node
+        expr = node.expr
+        if getattr(node, "shape_env", None) is not None:
+            expr = node.shape_env.simplify(expr) if hasattr(node.shape_env, "simplify") else expr
+        return _to_index_expr(expr)
+    if isinstance(x, (bool, torch.SymBool, torch.SymFloat)):
+        raise SymbolicUnsupported(f"{x!r} is not a size")
+    return int(x)
+
+
+def _to_index_expr(e: Any) -> Any:
+    import sympy
+    from torch.utils._sympy import functions as tf
+
+    from ..ir.index import FloorDiv, Mod, size_var
+
+    if e.is_Integer:
+        return int(e)
+    if e.is_Symbol:
+        if not (e.is_integer and e.is_positive):
+            raise SymbolicUnsupported(f"size symbol {e} is not a backed positive size "
+                                      "(data-dependent sizes are not supported)")
+        return size_var(e.name)
+    if e.is_Add or e.is_Mul:
+        args = [_as_sympy(_to_index_expr(a)) for a in e.args]
+        return sympy.Add(*args) if e.is_Add else sympy.Mul(*args)
+    if isinstance(e, (tf.FloorDiv, tf.CleanDiv)):
+        return FloorDiv(*(_as_sympy(_to_index_expr(a)) for a in e.args))
+    if isinstance(e, tf.ModularIndexing):
+        a, b, c = (_as_sympy(_to_index_expr(x)) for x in e.args)
+        return Mod(FloorDiv(a, b), c)
+    if isinstance(e, (tf.Mod, tf.PythonMod)):
+        return Mod(*(_as_sympy(_to_index_expr(a)) for a in e.args))
+    if isinstance(e, tf.PowByNatural) or (e.is_Pow and e.exp.is_Integer and int(e.exp) > 0):
+        base, exp = e.args
+        if not exp.is_Integer:
+            raise SymbolicUnsupported(f"size {e} has a symbolic exponent")
+        return _as_sympy(_to_index_expr(base)) ** int(exp)
+    raise SymbolicUnsupported(f"size expression {e} ({type(e).__name__})")
+
+
+def _as_sympy(x: Any) -> Any:
+    import sympy
+
+    return sympy.Integer(x) if isinstance(x, int) else x
+
+
+def shape_env_of(values: Iterable[Any]) -> Any:
+    """The ShapeEnv behind the fake tensors or SymInts of a graph's example inputs."""
+    for v in values:
+        if isinstance(v, torch.SymInt):
+            return v.node.shape_env
+        if isinstance(v, FakeTensor) and v.fake_mode.shape_env is not None:
+            return v.fake_mode.shape_env
+    return None
+
+
+def shape_env_state(env: Any) -> tuple[int, int]:
+    """What changes when code specializes a size (``int(symint)``, ``if symint == 3``):
+    the ShapeEnv's guard and replacement counts. Compare before and after a compile."""
+    if env is None:
+        return (0, 0)
+    return (len(env.guards), len(env.replacements))
+
+
+def size_hint_of(x: Any) -> int | None:
+    """The value a SymInt had when the graph was traced (its hint), or None."""
+    if isinstance(x, torch.SymInt):
+        hint = x.node.hint
+        return None if hint is None else int(hint)
+    return int(x)

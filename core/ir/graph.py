@@ -25,17 +25,20 @@ import sympy
 import torch
 
 from .expr import Expr, Load, Op
-from .index import var
+from .index import static, var
 from .kernel import Layout
 
 Index = tuple[sympy.Expr, ...]
 
 
-def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
+def contiguous_strides(sizes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Row-major strides; symbolic where a size is (a size symbol is >= 2)."""
+    strides: list[Any] = []
+    acc: Any = 1
     for s in reversed(sizes):
         strides.append(acc)
-        acc *= max(int(s), 1)
+        s = static(s)
+        acc = acc * (max(s, 1) if isinstance(s, int) else s)
     return tuple(reversed(strides))
 
 
@@ -65,7 +68,7 @@ class StorageView(TensorValue):
     def __init__(self, buffer: str, layout: Layout) -> None:
         self.buffer = buffer
         self.layout = layout
-        self.sizes = tuple(int(s) for s in layout.sizes)
+        self.sizes = tuple(static(s) for s in layout.sizes)
         self.dtype = layout.dtype
 
     def load(self, index: Index) -> Expr:
@@ -81,7 +84,7 @@ class ComputedView(TensorValue):
                  reindex: Callable[[Index], Index] | None = None,
                  storage: StorageView | None = None) -> None:
         self.node = node
-        self.sizes = tuple(int(s) for s in sizes)
+        self.sizes = tuple(static(s) for s in sizes)
         self.dtype = node.dtype
         self.reindex = reindex
         self._storage = storage
@@ -128,10 +131,10 @@ class Node:
         return self.reduce_op is not None
 
     @property
-    def numel(self) -> int:
-        n = 1
+    def numel(self) -> Any:
+        n: Any = 1
         for s in self.sizes:
-            n *= s
+            n = n * s
         return n
 
     def store_value(self, result: Expr) -> Expr:

@@ -27,6 +27,7 @@ import sympy
 import torch
 
 from .expr import OPS, PREDICATES, REDUCTIONS, Const, Expr, IndexValue, Load, LocalRef, Op, walk
+from .index import is_static, static
 
 
 @dataclass(frozen=True)
@@ -43,29 +44,34 @@ class Layout:
         if len(index) != len(self.sizes):
             raise ValueError(f"index of rank {len(index)} into a buffer of rank {len(self.sizes)}")
         return sympy.expand(
-            sympy.Integer(self.offset)
-            + sum((sympy.Integer(st) * i for st, i, sz in zip(self.strides, index, self.sizes)
+            sympy.sympify(self.offset)
+            + sum((sympy.sympify(st) * i for st, i, sz in zip(self.strides, index, self.sizes)
                    if sz != 1), sympy.Integer(0))
         )
 
     @property
-    def numel(self) -> int:
-        return math.prod(int(s) for s in self.sizes)
+    def numel(self) -> Any:
+        """An int, or a sympy expression where a size is symbolic (see ``index.size_var``)."""
+        return static(math.prod((static(s) for s in self.sizes), start=1))
 
     @property
-    def storage_size(self) -> int:
-        """Elements the storage must hold from offset 0."""
-        if self.numel == 0:
+    def storage_size(self) -> Any:
+        """Elements the storage must hold from offset 0 (symbolic where a size is)."""
+        if any(s == 0 for s in self.sizes):
             return 0
-        return int(self.offset) + 1 + sum((int(s) - 1) * int(st)
-                                          for s, st in zip(self.sizes, self.strides))
+        return static(static(self.offset) + 1 + sum((static(s) - 1) * static(st)
+                                                    for s, st in zip(self.sizes, self.strides)))
+
+    @property
+    def symbolic(self) -> bool:
+        return not all(is_static(x) for x in (*self.sizes, *self.strides, self.offset))
 
     def is_contiguous(self) -> bool:
-        expect = 1
+        expect: Any = 1
         for s, st in zip(reversed(self.sizes), reversed(self.strides)):
-            if s != 1 and st != expect:
+            if s != 1 and sympy.expand(st - expect) != 0:
                 return False
-            expect *= int(s)
+            expect = expect * static(s)
         return True
 
 
@@ -103,8 +109,8 @@ class Stage:
     stores: list[Store] = field(default_factory=list)
 
     @property
-    def numel(self) -> int:
-        return math.prod(int(s) for s in self.sizes)
+    def numel(self) -> Any:
+        return static(math.prod((static(s) for s in self.sizes), start=1))
 
 
 @dataclass
@@ -117,14 +123,17 @@ class Kernel:
     stages: list[Stage]
     args: list[BufferArg]
     origins: tuple[str, ...] = ()  # "fx_node: aten.op" covered by this kernel
+    #: The size symbols the kernel's ranges and indices use, in the order the compiled
+    #: kernel takes their values: after the buffers, as integers (``sdk.ir.size_var``).
+    size_args: tuple[sympy.Symbol, ...] = ()
 
     @property
     def is_reduction(self) -> bool:
         return any(s.reductions for s in self.stages)
 
     @property
-    def outer_numel(self) -> int:
-        return math.prod(int(s) for s in self.sizes)
+    def outer_numel(self) -> Any:
+        return static(math.prod((static(s) for s in self.sizes), start=1))
 
     def arg(self, name: str) -> BufferArg:
         for a in self.args:
@@ -152,7 +161,7 @@ def check_kernel(k: Kernel) -> None:
     args = {a.name: a for a in k.args}
     if len(args) != len(k.args):
         fail("duplicate argument names")
-    outer = set(k.vars)
+    outer = set(k.vars) | set(k.size_args)
     locals_: dict[str, torch.dtype] = {}
     for si, st in enumerate(k.stages):
         scope = outer | set(st.vars)

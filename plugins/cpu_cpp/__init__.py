@@ -24,7 +24,7 @@ def sdk_plugin_info() -> sdk.PluginInfo:
         capabilities=frozenset({
             sdk.Capability.FP64, sdk.Capability.BF16, sdk.Capability.REDUCTIONS,
             sdk.Capability.MULTI_STAGE, sdk.Capability.INDIRECT_LOADS, sdk.Capability.RANDOM,
-            sdk.Capability.STORE_THEN_LOAD,
+            sdk.Capability.STORE_THEN_LOAD, sdk.Capability.SYMBOLIC_SIZES,
         }),
         description="C++ with OpenMP, built by the system C++ compiler",
     )
@@ -81,31 +81,37 @@ def sdk_compile_kernels(
     lib = toolchain.load_library(toolchain.compile_library(unit, plugin_version=__version__))
     out = []
     for s in sources:
+        nargs, nsizes = s.meta["nargs"], s.meta.get("nsizes", 0)
         if s.meta.get("index_checks"):
-            fn = toolchain.get_function(lib, s.entry, s.meta["nargs"], ctypes.c_int64)
+            fn = toolchain.get_function(lib, s.entry, nargs, ctypes.c_int64, nsizes)
             take = toolchain.get_function(lib, render.TAKE_INDEX_ERROR, 1, ctypes.c_int64)
-            out.append(_checked_launcher(fn, take, s.name))
+            out.append(_checked_launcher(fn, take, s.name, nargs))
         else:
-            out.append(_launcher(toolchain.get_function(lib, s.entry, s.meta["nargs"])))
+            out.append(_launcher(toolchain.get_function(lib, s.entry, nargs, None, nsizes),
+                                 nargs))
     return out
 
 
-def _launcher(fn: Callable[..., None]) -> sdk.KernelFn:
-    """``launch(*tensors)``: ``fn`` with the tensors' data pointers."""
+def _launcher(fn: Callable[..., None], nargs: int) -> sdk.KernelFn:
+    """``launch(*tensors, *sizes)``: ``fn`` with the tensors' data pointers, then the
+    kernel's size arguments (ints)."""
+    if nargs == 0:
+        return fn
 
-    def launch(*tensors: Any) -> None:
-        fn(*[t.data_ptr() for t in tensors])
+    def launch(*args: Any) -> None:
+        fn(*[t.data_ptr() for t in args[:nargs]], *args[nargs:])
 
     return launch
 
 
-def _checked_launcher(fn: Callable[..., int], take: Callable[..., int], name: str) -> sdk.KernelFn:
+def _checked_launcher(fn: Callable[..., int], take: Callable[..., int], name: str,
+                      nargs: int) -> sdk.KernelFn:
     """Like :func:`_launcher`, for a kernel that checks its indirect indices: it
     returns nonzero when one was out of range (it read a clamped one instead), and
     ``launch`` then raises :class:`IndexError`."""
 
-    def launch(*tensors: Any) -> None:
-        if fn(*[t.data_ptr() for t in tensors]):
+    def launch(*args: Any) -> None:
+        if fn(*[t.data_ptr() for t in args[:nargs]], *args[nargs:]):
             raise _index_error(take, name)
 
     return launch

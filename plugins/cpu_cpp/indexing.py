@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import sympy
 
+from sdk.ir import static
+
 
 def _linear_coeffs(e: sympy.Expr, pair: tuple[sympy.Symbol, ...]) -> dict | None:
-    """Integer coefficients of ``pair`` in ``e``; None when ``e`` is not linear in them."""
-    out = {v: 0 for v in pair}
+    """Coefficients of ``pair`` in ``e`` (integers, or expressions over size symbols);
+    None when ``e`` is not linear in them."""
+    out: dict = {v: sympy.Integer(0) for v in pair}
     if not (e.free_symbols & set(pair)):
         return out
     for term in sympy.Add.make_args(sympy.expand(e)):
         if not (term.free_symbols & set(pair)):
             continue
-        c, rest = term.as_coeff_Mul()
-        if rest in out and c.is_Integer:
-            out[rest] += int(c)
+        c, rest = term.as_independent(*pair, as_Add=False)
+        if rest in out and all(s.is_positive for s in c.free_symbols):  # size symbols only
+            out[rest] += c
         else:
             return None
     return out
@@ -34,7 +37,7 @@ def merge_dims(
     and spans both) and the substitution to apply to every expression (merged-away
     variables become 0)."""
     subs: dict[sympy.Symbol, sympy.Expr] = {v: sympy.Integer(0) for v, s in dims if s == 1}
-    dims = [(v, int(s)) for v, s in dims if s != 1]
+    dims = [(v, static(s)) for v, s in dims if s != 1]
     exprs = list({e.xreplace(subs) for e in exprs})
     i = len(dims) - 2
     while i >= 0:
@@ -42,7 +45,7 @@ def merge_dims(
         ok = True
         for e in exprs:
             c = _linear_coeffs(e, (a, b))
-            if c is None or c[a] != sb * c[b]:
+            if c is None or sympy.expand(c[a] - sb * c[b]) != 0:
                 ok = False
                 break
         if ok:

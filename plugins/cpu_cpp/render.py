@@ -45,10 +45,12 @@ loop still vectorizes. Kernels without binds are unchanged (``void``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import sympy
 import torch
@@ -57,6 +59,7 @@ import sdk
 from sdk.ir import (
     Const,
     Expr,
+    FloorDiv,
     IndexValue,
     Kernel,
     Load,
@@ -64,8 +67,13 @@ from sdk.ir import (
     Op,
     Reduction,
     Stage,
+    in_range,
     index_bounds,
+    is_static,
+    numel_hint,
     print_index,
+    print_size,
+    static,
     var,
     walk,
 )
@@ -259,6 +267,9 @@ class _Emitter:
         for sym, value, extent in node.binds:
             _, vlvl = self.memo[value]
             lvl = max(lvl, vlvl)
+            if not is_static(extent):
+                # an indirect index into a dimension of symbolic size: checked per shape
+                raise TypeError("cpu_cpp: an indirect index over a symbolic extent")
             if isinstance(extent, (int, sympy.Integer)) and int(extent) >= 0:
                 vname = self._checked(value, int(extent), vlvl)
                 if int(extent) > 0:
@@ -276,10 +287,11 @@ class _Emitter:
         size = self.extent[node.buffer]
         if node.buffer in self.written:
             lvl = self.deepest  # never hoisted above this kernel's stores
-        if size <= 0:  # an empty buffer (only reached through a reported bind): read nothing
+        if is_static(size) and size <= 0:
+            # an empty buffer (only reached through a reported bind): read nothing
             return self._line(lvl, node.dtype, f"{ctype(node.dtype)}(0)"), lvl
-        if bounds is None or bounds[0] < 0 or bounds[1] >= size:
-            code = f"sdk_clamp_index({code}, {size - 1})"
+        if not in_range(bounds, size):
+            code = f"sdk_clamp_index({code}, {print_size(size - 1, 'c')})"
         return self._line(lvl, node.dtype, f"{self.bufs[node.buffer]}[{code}]"), lvl
 
     def _checked(self, value: Expr, n: int, lvl: int) -> str:
@@ -370,18 +382,28 @@ def _loop(var_: str, lo: str, hi: str, body: list[str], pragma: str | None = Non
     return head + [f"for (int64_t {var_} = {lo}; {var_} < {hi}; ++{var_}) {{", *_indent(body), "}"]
 
 
-def _decompose(p: str, dims: list[tuple[str, int]], tail: int = 1) -> list[str]:
+def _c(x: Any) -> str:
+    """A size (an int, or an expression over the kernel's size arguments) as C."""
+    return print_size(x, "c")
+
+
+def _decompose(p: str, dims: list[tuple[str, Any]], tail: Any = 1) -> list[str]:
     """Lines deriving the row-major variables ``dims`` from the flat index ``p``,
     whose fastest-moving part (of extent ``tail``) is not among them."""
     lines, stride = [], tail
     for i in range(len(dims) - 1, -1, -1):
         name, size = dims[i]
-        code = f"{p} / {stride}" if stride != 1 else p
+        code = f"{p} / {_c(stride)}" if stride != 1 else p
         if i:
-            code = f"({code}) % {size}" if stride != 1 else f"{p} % {size}"
+            code = f"({code}) % {_c(size)}" if stride != 1 else f"{p} % {_c(size)}"
         lines.insert(0, f"const int64_t {name} = {code};")
-        stride *= size
+        stride = static(stride * size)
     return lines
+
+
+def _when_large(work: Any) -> str:
+    """OpenMP's ``if`` clause for work of symbolic size: fork only when it is large."""
+    return "" if is_static(work) else f" if({_c(work)} >= {PARALLEL_MIN_WORK})"
 
 
 def _slot(slot: str, thread: str) -> str:
@@ -397,15 +419,15 @@ class _Dims:
     in substituted expressions, and the substitution."""
 
     names: list[str]
-    sizes: list[int]
+    sizes: list[Any]  # ints, or expressions over the kernel's size arguments
     syms: list[sympy.Symbol]
     subs: dict[sympy.Symbol, sympy.Expr]
 
     @property
-    def numel(self) -> int:
-        n = 1
+    def numel(self) -> Any:
+        n: Any = 1
         for s in self.sizes:
-            n *= s
+            n = static(n * s)
         return n
 
 
@@ -437,15 +459,19 @@ class _KernelRenderer:
         self.k = kernel
         self.names = _Names()
         self.fn_name = self.names.take(kernel.name)
+        for s in kernel.size_args:  # a size argument keeps its name (indices print it)
+            if self.names.take(s.name) != s.name:
+                raise sdk.LoweringError(f"cpu_cpp: size argument {s.name} clashes with a name")
         self.bufs = {a.name: self.names.take(a.name) for a in kernel.args}
         self.loop_names: dict[sympy.Symbol, str] = {}
+        self.if_clause = ""  # the parallel row loop's OpenMP if clause (symbolic sizes)
         self.em = _Emitter(kernel, self.names, self.bufs)
 
     # -- shared pieces
     def _dims(self, vars_: tuple, sizes: tuple, exprs: list[sympy.Expr]) -> _Dims:
         for v, s in zip(vars_, sizes):
-            self.em.ranges[v] = (0, int(s) - 1)
-        dims, subs = merge_dims(list(zip(vars_, (int(s) for s in sizes))), exprs)
+            self.em.ranges[v] = (0, static(s - 1))
+        dims, subs = merge_dims(list(zip(vars_, (static(s) for s in sizes))), exprs)
         names, syms = [], []
         for v, _ in dims:
             if v not in self.loop_names:  # one symbol: one name (stages never nest)
@@ -463,7 +489,7 @@ class _KernelRenderer:
         pos, stride = sympy.Integer(0), 1
         for v, s in reversed(list(zip(st.vars, st.sizes))):
             pos += stride * v
-            stride *= int(s)
+            stride = static(stride * s)
         return pos
 
     def _index_exprs(self, stages: list[Stage]) -> list[sympy.Expr]:
@@ -503,8 +529,8 @@ class _KernelRenderer:
         else:
             body = self._pointwise_kernel(exprs)
         params = ", ".join(
-            f"{'const ' if a.role == 'in' else ''}{ctype(a.layout.dtype)}* {self.bufs[a.name]}"
-            for a in k.args
+            [f"{'const ' if a.role == 'in' else ''}{ctype(a.layout.dtype)}* {self.bufs[a.name]}"
+             for a in k.args] + [f"const int64_t {s.name}" for s in k.size_args]
         )
         ret = "void"
         if self.em.has_checks:
@@ -539,7 +565,8 @@ class _KernelRenderer:
         dims = self._dims(k.vars, k.sizes, exprs)
         em.subs = dims.subs
         n = len(dims.names)
-        parallel = n > 0 and dims.numel >= PARALLEL_MIN_WORK
+        # symbolic sizes: the parallel loop, with OpenMP's if clause deciding at run time
+        parallel = n > 0 and (not is_static(dims.numel) or dims.numel >= PARALLEL_MIN_WORK)
         # parallel: level 1 is a block's outer point, level 2 the innermost loop;
         # serial: one level per loop
         levels = [1] * (n - 1) + [2] if parallel else list(range(1, n + 1))
@@ -560,30 +587,31 @@ class _KernelRenderer:
             nest = body
             for i in range(n - 1, -1, -1):
                 if i == n - 1:
-                    nest = decls + _loop(dims.names[i], "0", str(dims.sizes[i]), nest, simd) + after
+                    nest = decls + _loop(dims.names[i], "0", _c(dims.sizes[i]), nest, simd) + after
                 else:
                     content = em.take_block(i + 1) + nest
-                    nest = _loop(dims.names[i], "0", str(dims.sizes[i]), content)
+                    nest = _loop(dims.names[i], "0", _c(dims.sizes[i]), content)
             return top + nest
         inner, isize = dims.names[-1], dims.sizes[-1]
-        nblk = -(-isize // BLOCK)
+        nblk = -(-isize // BLOCK) if is_static(isize) else FloorDiv(isize + BLOCK - 1, BLOCK)
         outer = list(zip(dims.names[:-1], dims.sizes[:-1]))
-        units = dims.numel // isize * nblk
+        units = static(math.prod(dims.sizes[:-1]) * nblk)
         pre = _decompose("p", outer, nblk) if outer else []
-        if nblk > 1:
+        if not is_static(nblk) or nblk > 1:
             pre += [
-                f"const int64_t lo = {'(p % ' + str(nblk) + ')' if outer else 'p'} * {BLOCK};",
-                f"const int64_t hi = std::min<int64_t>(lo + {BLOCK}, {isize});",
+                f"const int64_t lo = {'(p % ' + _c(nblk) + ')' if outer else 'p'} * {BLOCK};",
+                f"const int64_t hi = std::min<int64_t>(lo + {BLOCK}, {_c(isize)});",
             ]
             lo, hi = "lo", "hi"
         else:
-            lo, hi = "0", str(isize)
+            lo, hi = "0", _c(isize)
         unit = pre + em.take_block(1) + decls + _loop(inner, lo, hi, body, simd) + after
-        blk = min(BLOCK, isize)
+        blk = min(BLOCK, isize) if is_static(isize) else BLOCK
         return (
             top
             + [f"// {units} blocks of up to {blk} elements"]
-            + _loop("p", "0", str(units), unit, "parallel for schedule(static)")
+            + _loop("p", "0", _c(units), unit, "parallel for schedule(static)"
+                    + _when_large(dims.numel))
         )
 
     # -- reductions and multi-stage kernels
@@ -595,21 +623,27 @@ class _KernelRenderer:
             em.levels[s] = 1
         self.stages = [self._prepare(st) for st in k.stages]
         rows = dims.numel
-        inner = max(si.dims.numel for si in self.stages)
-        work = rows * sum(si.dims.numel for si in self.stages)
-        parallel = work >= PARALLEL_MIN_WORK
-        split = parallel and rows < SPLIT_MAX_OUTER and inner >= SPLIT_MIN_INNER
+        # how to parallelize: from the sizes of the compiling call (``numel_hint``); every
+        # variant is right for every size
+        rows_hint = numel_hint(dims.sizes)
+        inner = max(numel_hint(si.dims.sizes) for si in self.stages)
+        work = rows_hint * sum(numel_hint(si.dims.sizes) for si in self.stages)
+        work_expr = static(rows * sum(static(si.dims.numel) for si in self.stages))
+        parallel = work >= PARALLEL_MIN_WORK or not is_static(work_expr)
+        self.if_clause = _when_large(work_expr)
+        split = parallel and rows_hint < SPLIT_MAX_OUTER and inner >= SPLIT_MIN_INNER
         outer = list(zip(dims.names, dims.sizes))
+        one_row = is_static(rows) and rows == 1
         variants: list[list[str]] = []
-        if not (split and rows == 1):
-            variants.append(self._rows_variant(outer, rows, parallel and rows > 1))
+        if not (split and one_row):
+            variants.append(self._rows_variant(outer, rows, parallel and not one_row))
         if split:
             variants.append(self._split_variant(outer, rows))
         top = em.take_block(0)
         if len(variants) == 1:
             return top + variants[0]
         return top + [
-            f"if ({rows} >= 4 * omp_get_max_threads()) {{",
+            f"if ({_c(rows)} >= 4 * omp_get_max_threads()) {{",
             "  // enough rows: each thread reduces whole rows",
             *_indent(variants[0]),
             "} else {",
@@ -653,8 +687,8 @@ class _KernelRenderer:
         if not outer:
             return ["{", *_indent(body), "}"]
         if len(outer) == 1:
-            return _loop(outer[0][0], "0", str(rows), body, pragma)
-        return _loop("p", "0", str(rows), _decompose("p", outer) + body, pragma)
+            return _loop(outer[0][0], "0", _c(rows), body, pragma)
+        return _loop("p", "0", _c(rows), _decompose("p", outer) + body, pragma)
 
     def _rows_variant(self, outer: list[tuple[str, int]], rows: int, parallel: bool) -> list[str]:
         body: list[str] = []
@@ -662,11 +696,13 @@ class _KernelRenderer:
             body += self._stage(si, None)
         self.em.forget_from(1)
         return self._row_loop(
-            outer, rows, body, "parallel for schedule(static)" if parallel else None
+            outer, rows, body,
+            "parallel for schedule(static)" + self.if_clause if parallel else None
         )
 
     def _split_variant(self, outer: list[tuple[str, int]], rows: int) -> list[str]:
-        slot = "(p & 1)" if rows > 1 else "0"  # partials double-buffered across rows
+        # partials double-buffered across rows
+        slot = "(p & 1)" if not is_static(rows) or rows > 1 else "0"
         body: list[str] = []
         for si in self.stages:
             body += self._stage(si, slot)
@@ -682,7 +718,7 @@ class _KernelRenderer:
         elif outer:
             body = _decompose("p", outer) + body
         region = ["const int tid = omp_get_thread_num(), nth = omp_get_num_threads();"]
-        region += _loop("p", "0", str(rows), body) if outer else body
+        region += _loop("p", "0", _c(rows), body) if outer else body
         return decl + ["#pragma omp parallel", "{", *_indent(region), "}"]
 
     def _stage(self, si: _StageInfo, slot: str | None) -> list[str]:
@@ -706,7 +742,7 @@ class _KernelRenderer:
         decls, clauses, updates = [], [], []
         chunk_start = "lo" if slot else "0"
         if slot and n > 1:
-            chunk_start = f"lo * {dims.numel // dims.sizes[0]}"
+            chunk_start = f"lo * {_c(static(math.prod(dims.sizes[1:])))}"
         for red in si.reds:
             info = red.info
             if red.r.op in ("any", "all"):
@@ -731,7 +767,7 @@ class _KernelRenderer:
         decls += check_decls
         clauses += check_clauses
         for i in range(n - 1, -1, -1):
-            lo, hi = ("lo", "hi") if slot and i == 0 else ("0", str(dims.sizes[i]))
+            lo, hi = ("lo", "hi") if slot and i == 0 else ("0", _c(dims.sizes[i]))
             pragma = " ".join(["simd", *clauses]) if simd and i == n - 1 else None
             nest = _loop(
                 dims.names[i], lo, hi, nest if i == n - 1 else em.take_block(2 + i) + nest, pragma
@@ -740,7 +776,7 @@ class _KernelRenderer:
         if slot is None:
             out += decls + nest + [self._final(red, red.nan) for red in si.reds]
         else:
-            chunk = ["int64_t lo, hi;", f"sdk_chunk({dims.sizes[0]}, tid, nth, lo, hi);"]
+            chunk = ["int64_t lo, hi;", f"sdk_chunk({_c(dims.sizes[0])}, tid, nth, lo, hi);"]
             publish, mine = [], _slot(slot, "tid")
             for red in si.reds:
                 val = f"{red.name}_nan ? NAN : {red.acc}" if red.nan else red.acc
@@ -797,6 +833,8 @@ def render_kernel(kernel: Kernel) -> sdk.KernelSource:
     r = _KernelRenderer(kernel)
     source = r.render()
     meta: dict = {"nargs": len(kernel.args)}
+    if kernel.size_args:  # symbolic sizes: int64_t arguments after the pointers
+        meta["nsizes"] = len(kernel.size_args)
     if r.em.has_checks:
         meta["index_checks"] = True
     return sdk.KernelSource(kernel.name, "c++", source, r.fn_name, meta=meta)

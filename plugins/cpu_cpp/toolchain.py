@@ -267,12 +267,13 @@ def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
 
 
 def get_function(
-    lib: ctypes.CDLL, name: str, nargs: int, restype: type | None = None
+    lib: ctypes.CDLL, name: str, nargs: int, restype: type | None = None, nsizes: int = 0
 ) -> Callable[..., None]:
     """The kernel ``name`` of ``lib``, taking ``nargs`` pointers (ints such as
-    ``tensor.data_ptr()``) and returning nothing, or a ``restype`` (a ctypes type)."""
+    ``tensor.data_ptr()``) then ``nsizes`` int64 sizes, and returning nothing, or a
+    ``restype`` (a ctypes type)."""
     fn = lib[name]  # a fresh function object: setting argtypes does not leak to other users
-    fn.argtypes = [ctypes.c_void_p] * nargs
+    fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * nsizes
     fn.restype = restype
     return fn
 
