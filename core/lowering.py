@@ -116,6 +116,14 @@ def cast(e: Expr, dtype: torch.dtype) -> Expr:
     return Op("cast", (e,), dtype)
 
 
+def size_value(n: Any, dtype: torch.dtype) -> Expr:
+    """A count (a reduction's element count) as a value of ``dtype``: a constant, or the
+    run's value of a symbolic size."""
+    if is_static(n):
+        return Const(n, dtype)
+    return cast(IndexValue(n), dtype)
+
+
 def shape_of(t: Any) -> tuple[Any, ...]:
     """A traced tensor's sizes: ints, or sympy expressions where they are symbolic."""
     return tuple(sym_size(s) for s in t.shape)
@@ -525,12 +533,14 @@ def _loads(e: Expr) -> list[Load]:
 
 def _dense(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Strides that cover exactly numel elements (a permutation of contiguous)."""
-    dims = sorted((st, sz) for st, sz in zip(strides, sizes) if sz != 1)
-    expect = 1
-    for st, sz in dims:
-        if st != expect:
+    dims = [(st, sz) for st, sz in zip(strides, sizes) if sz != 1]
+    expect: Any = 1
+    while dims:  # the dim whose stride is the elements so far (symbolic strides too)
+        hit = next((d for d in dims if sympy.expand(d[0] - expect) == 0), None)
+        if hit is None:
             return False
-        expect *= sz
+        dims.remove(hit)
+        expect = expect * hit[1]
     return True
 
 
@@ -699,6 +709,8 @@ def bload(x: Any, sizes: tuple[int, ...], idx: Index, dtype: torch.dtype) -> Exp
         return cast(x.load(sub), dtype)
     if isinstance(x, Expr):
         return cast(x, dtype)
+    if isinstance(x, sympy.Expr):  # a symbolic size used as a scalar (a mean's count)
+        return size_value(x, dtype)
     return Const(x, dtype)
 
 
@@ -716,6 +728,8 @@ def promoted(a: Any, b: Any) -> torch.dtype:
     def meta(x: Any) -> Any:
         if isinstance(x, TensorValue):
             return torch.empty((1,) * x.ndim, dtype=x.dtype, device="meta")
+        if isinstance(x, sympy.Expr):  # a symbolic size: a Python int
+            return 2
         return x
 
     return torch.result_type(meta(a), meta(b))
@@ -1104,7 +1118,7 @@ def _mean(L: Lowerer, x: Any, dims: Any = None, keepdim: bool = False, *, dtype:
     n = math.prod(x.sizes[i] for i in d)
     s = reduce_over(L, x, d, keepdim, "sum", c, lambda v: cast(v, c))
     return L.pointwise(s.sizes, out, lambda idx: cast(
-        Op("truediv", (s.load(idx), Const(n, c)), c), out))
+        Op("truediv", (s.load(idx), size_value(n, c)), c), out))
 
 
 @register(aten.amax, aten.amin, aten.max.default, aten.min.default, prims.amax, prims.amin)
@@ -1162,7 +1176,7 @@ def _var_mean(L: Lowerer, x: Any, dims: Any = None, *args: Any, correction: Any 
     c = upcast(out)
     total = reduce_over(L, x, d, True, "sum", c, lambda v: cast(v, c))
     mean_k = L.pointwise(total.sizes, c, lambda idx: Op(
-        "truediv", (total.load(idx), Const(n, c)), c))
+        "truediv", (total.load(idx), size_value(n, c)), c))
 
     def sq(idx: Index, ridx: Index) -> Expr:
         full: list[Any] = list(idx)
@@ -1172,7 +1186,12 @@ def _var_mean(L: Lowerer, x: Any, dims: Any = None, *args: Any, correction: Any 
         return Op("mul", (dev, dev), c)
 
     ssq = L.reduction(mean_k.sizes, tuple(x.sizes[i] for i in d), "sum", c, sq)
-    denom = max(n - correction, 0)
+    if is_static(n):
+        denom = max(n - correction, 0)
+    elif correction in (0, 1):  # a size symbol is >= 2: the count stays positive
+        denom = n - correction
+    else:
+        raise TypeError(f"a correction of {correction} over a symbolic count")
     out_sizes = tuple(1 if i in d else s for i, s in enumerate(x.sizes)) if keepdim else \
         tuple(s for i, s in enumerate(x.sizes) if i not in d)
     if not keepdim:
@@ -1188,8 +1207,9 @@ def _var_mean(L: Lowerer, x: Any, dims: Any = None, *args: Any, correction: Any 
             return idx
 
     var_ = L.pointwise(out_sizes, out, lambda idx: cast(
-        Op("truediv", (ssq.load(drop(idx)), Const(denom if denom else float("nan"), c)), c)
-        if denom else Op("truediv", (ssq.load(drop(idx)), Const(0.0, c)), c), out))
+        Op("truediv", (ssq.load(drop(idx)), size_value(denom, c) if denom != 0 else
+                       Const(float("nan"), c)), c)
+        if denom != 0 else Op("truediv", (ssq.load(drop(idx)), Const(0.0, c)), c), out))
     if not is_pair:
         return var_
     mean = L.pointwise(out_sizes, out, lambda idx: cast(mean_k.load(drop(idx)), out))

@@ -219,10 +219,12 @@ def test_transposed_input_gets_its_own_specialization(specializations):
     assert xt.shape == x.shape and not xt.is_contiguous()
     close(compiled(xt), scale_shift(xt))
     close(compiled(x), scale_shift(x))
-    # Dynamo guards strides and recompiles, or the program re-specializes: either way a
+    # Dynamo guards strides and recompiles (with a symbolic stride the second time: one
+    # program for every column stride), or the program re-specializes: either way a
     # variant built for the transposed layout ran it
-    strides = {s.strides for s in _tensor_specs(specializations)}
-    assert {(6, 1), (1, 6)} <= strides
+    strides = {tuple(st if sdk.ir.is_static(st) else "sym" for st in s.strides)
+               for s in _tensor_specs(specializations)}
+    assert (6, 1) in strides and ((1, 6) in strides or (1, "sym") in strides)
 
 
 def test_sliced_transposed_input_gets_its_own_specialization(specializations):

@@ -120,12 +120,14 @@ def tile_2d(ynumel: int, xnumel: int, broadcast: bool = False) -> dict[str, int]
     return {"XBLOCK": xb, "YBLOCK": yb, "num_warps": warps}
 
 
-def plan(xnumel: int, inner_numels: list[int], splittable: bool, outer: bool = False) -> Plan:
+def plan(xnumel: int, inner_numels: list[int], splittable: bool, outer: bool = False,
+         looped: bool = False) -> Plan:
     """Choose the kernel shape and its default block sizes.
 
     ``inner_numels``: the numel of every stage with inner ranges (empty for a
     pointwise kernel); ``splittable``: the kernel has the one-reduction-stage
-    form a split reduction needs (see ``render``); ``outer``: its largest load is
+    form a split reduction needs (see ``render``); ``looped``: a reduction's size is
+    symbolic (the numels are hints), so it must loop; ``outer``: its largest load is
     contiguous along the rows, not along the reduction (a column sum), so a block
     takes many rows and few reduction elements: each load instruction then reads
     consecutive addresses.
@@ -155,6 +157,15 @@ def plan(xnumel: int, inner_numels: list[int], splittable: bool, outer: bool = F
                         split=split, chunk=chunk,
                         pre_config={"XBLOCK": 1, "RBLOCK": rblock,
                                     "num_warps": 16 if chunk >= 8192 else _warps(4 * rblock)})
+    if looped:
+        # the reduction's size is symbolic (``rnumel`` is the compiling call's): a loop over
+        # RBLOCK chunks is right for every size; blocks as a persistent kernel's would be
+        rblock = min(LOOPED_RBLOCK, next_power_of_2(rnumel))
+        xblock = max(1, min(next_power_of_2(xnumel), 4096 // rblock, 256))
+        while xblock > 1 and cdiv(xnumel, xblock) < MIN_PROGRAMS:
+            xblock //= 2
+        return Plan("looped", xnumel, rnumel, {"XBLOCK": xblock, "RBLOCK": rblock,
+                                               "num_warps": _warps(xblock * rblock)})
     if rnumel <= PERSISTENT_MAX:
         rblock = next_power_of_2(rnumel)
         xblock = max(1, min(next_power_of_2(xnumel), 4096 // rblock, 256))

@@ -217,11 +217,112 @@ def _grid(spec: list[list[Any]], consts: dict[str, int]) -> tuple[int, int, int]
     return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
 
 
+def _grid_fn(spec: list[list[Any]], consts: dict[str, int], sizes: list[str]
+             ) -> Callable[..., tuple[int, int, int]]:
+    """``grid(*size_values)`` for a kernel of symbolic sizes: a numel that is a string is
+    a Python expression over the size arguments (see ``render``)."""
+    dims = []
+    for n, b in spec:
+        n = str(n)
+        dims.append(f"-(-({n}) // {int(consts[b])})" if b else f"({n})")
+    dims += ["1"] * (3 - len(dims))
+    src = f"lambda {', '.join(sizes)}: ({', '.join(dims)},)"
+    return eval(src, {})  # noqa: S307 - built from the renderer's own size expressions
+
+
+def _spec_key(sizes: tuple[int, ...]) -> tuple:
+    """What Triton specializes an integer argument on (its value 1, divisibility by 16,
+    whether it fits 32 bits): a compiled kernel is right only for sizes of its key."""
+    return tuple((v == 1, v % 16 == 0, -2**31 <= v < 2**31) for v in sizes)
+
+
+def symbolic_call(jit_fn: Any, spec: list[list[Any]], names: list[str],
+                  constexprs: dict[str, int], options: dict[str, Any], nargs: int
+                  ) -> Callable[..., None]:
+    """``fn(*buffers, *sizes)`` for a kernel of symbolic sizes: the grid from the sizes at
+    each call. On a GPU, after Triton's own first launch for a specialization key
+    (:func:`_spec_key`), later calls of that key call the compiled kernel directly."""
+    grid_of = _grid_fn(spec, constexprs, names)
+    kw = {**constexprs, **options}
+    # (the grid from the sizes here: Triton's interpreter hands a grid callable its
+    # arguments as its own tensors, not ints)
+    if interpreting() or not torch.cuda.is_available():
+        import numpy as np
+
+        from .interp import checking_bounds
+
+        name, asserts = getattr(jit_fn, "__name__", "kernel"), bool(kw.get("debug"))
+
+        def interpreted(*args: Any) -> None:
+            grid = grid_of(*args[nargs:])
+            if 0 in grid:
+                return
+            with np.errstate(all="ignore"), checking_bounds(name, list(args), asserts=asserts):
+                jit_fn[grid](*args, **kw)
+
+        interpreted.path = lambda: "portable"  # type: ignore[attr-defined]
+        return interpreted
+    consts = tuple(constexprs.values())
+    fast: dict[tuple, Any] = {}
+
+    def call(*args: Any) -> None:
+        sizes = args[nargs:]
+        grid = grid_of(*sizes)
+        if 0 in grid:
+            return
+        key = _spec_key(sizes)
+        f = fast.get(key)
+        if f is not None:
+            try:
+                if f(grid, *args):
+                    return
+            except TypeError:
+                fast[key] = None  # refused before launching: this key stays portable
+        if key not in fast:
+            compiled = jit_fn[grid](*args, **kw)
+            fast[key] = _fast_any_grid(compiled, consts)
+            return
+        jit_fn[grid](*args, **kw)
+
+    call.path = lambda: "fast" if any(fast.values()) else "portable"  # type: ignore[attr-defined]
+    return call
+
+
+def _fast_any_grid(compiled: Any, consts: tuple[Any, ...]) -> Callable | None:
+    """Like :func:`_fast`, with the grid passed at each call."""
+    try:
+        from triton.runtime import driver
+
+        run, function = compiled.run, compiled.function
+        packed = compiled.packed_metadata
+        get_device = driver.active.get_current_device
+        get_stream = driver.active.get_current_stream
+        hooks_active = _hooks_probe()
+    except (ImportError, AttributeError):
+        return None
+    device = get_device()
+
+    def fast(grid: tuple[int, int, int], *args: Any) -> bool:
+        dev = get_device()
+        if dev != device or hooks_active():
+            return False
+        run(*grid, get_stream(dev), function, packed, None, None, None, *args, *consts)
+        return True
+
+    return fast
+
+
 def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callable[..., None]:
     """The launcher of ``src`` with ``config`` (default: the renderer's)."""
     meta = src.meta
     cfg = dict(meta["config"] if config is None else config)
     consts, opts = _split_config(meta, cfg, meta["constexprs"])
+    if meta.get("sizes"):  # symbolic sizes: the grid at each call (no split reductions)
+        if meta["mode"] == "split":
+            raise ValueError(f"kernel {src.name}: a split reduction of symbolic sizes")
+        mod = load_module(src.source)
+        return symbolic_call(getattr(mod, src.entry), meta["grid"], meta["sizes"], consts,
+                             opts, len(meta["args"]))
     grid = _grid(meta["grid"], consts)
     if 0 in grid:
         return lambda *args: None
@@ -305,7 +406,8 @@ def compile_sources(sources: list[sdk.KernelSource], *, autotune: bool = False
     for src in sources:
         if src.language != "triton":
             raise ValueError(f"kernel {src.name} is {src.language}, not triton")
-        out.append(bind(src, tuned_config(src) if tune else None))
+        # (a kernel of symbolic sizes is not autotuned: its sizes change per call)
+        out.append(bind(src, tuned_config(src) if tune and not src.meta.get("sizes") else None))
     if torch.cuda.is_available() and not interpreting():
         _precompile(out)
     return out

@@ -72,6 +72,16 @@ def _sym(name: str) -> sympy.Symbol:
     return ir.var(name)
 
 
+def _py(x: object) -> str:
+    """A size as Triton (Python) source: a number, or an expression over size arguments."""
+    return ir.print_size(x, "python")
+
+
+def _json_size(x: object) -> int | str:
+    """A size in plain JSON meta: an int, or its Python expression over the size arguments."""
+    return int(x) if ir.is_static(x) else ir.print_size(x, "python")  # type: ignore[arg-type]
+
+
 def _upper(e: sympy.Expr, bounds: dict[sympy.Symbol, int], worst: list[int]) -> int:
     """An upper bound of ``|e|`` and of every subexpression (recorded in ``worst``)."""
     if e.is_Integer:
@@ -158,6 +168,12 @@ class _Writer:
         self.k = kernel
         self.debug = debug
         taken = {"tl", "triton", "libdevice", "math"} | set(HELPERS)
+        # symbolic sizes: each size argument is a kernel parameter under its own name
+        self.sizes = [s.name for s in kernel.size_args]
+        for n in self.sizes:
+            if _ident(n, taken) != n:
+                raise sdk.LoweringError(f"cuda_triton: size argument {n} clashes with a name")
+        self.symbolic = bool(self.sizes)
         self.name = _ident(kernel.name, taken)
         self.ptr = {a.name: _ident(a.name + "_ptr", taken) for a in kernel.args}
         self.layout = {a.name: a.layout for a in kernel.args}
@@ -171,12 +187,13 @@ class _Writer:
         self.bounds: dict[sympy.Symbol, int] = {}
         self.xvars: list[tuple[str, int]] = []
         for i, (v, s) in enumerate(zip(kernel.vars, kernel.sizes)):
-            if int(s) == 1:
+            s = ir.static(s)
+            if ir.is_static(s) and s == 1:
                 mapping[v] = sympy.Integer(0)
             else:
                 mapping[v] = _sym(f"x{i}")
-                self.xvars.append((f"x{i}", int(s)))
-                self.bounds[mapping[v]] = int(s) - 1
+                self.xvars.append((f"x{i}", s))
+                self.bounds[mapping[v]] = ir.static(s - 1)
         self.xsyms = {_sym(n) for n, _ in self.xvars}
         self.xnumel = kernel.outer_numel
         groups: dict[tuple[int, ...], int] = {}
@@ -184,7 +201,7 @@ class _Writer:
         nred = 0
         self.stages: list[_Stage] = []
         for st in kernel.stages:
-            sizes = tuple(int(s) for s in st.sizes)
+            sizes = tuple(ir.static(s) for s in st.sizes)
             smap = dict(mapping)
             names, kept = [], []
             g = -1
@@ -209,20 +226,30 @@ class _Writer:
             # LocalRefs are renamed after this stage's values were read
             for r, (local, *_rest) in zip(st.reductions, reds):
                 self.local[r.name] = local
-            self.stages.append(_Stage(tuple(names), tuple(kept), math.prod(sizes) if st.vars
-                                      else 1, g, reds, stores))
+            self.stages.append(_Stage(tuple(names), tuple(kept),
+                                      ir.static(math.prod(sizes)) if st.vars else 1, g, reds,
+                                      stores))
         self.groups = {g: sz for sz, g in groups.items()}
         self.online = self._online_pairs()
         self.ranges = {sym: (0, hi) for sym, hi in self.bounds.items()}  # for index_bounds
         self.rsyms = {_sym(n) for s in self.stages for n in s.vars}
 
         inner = [s.numel for s in self.stages if s.group >= 0]
-        self.plan = heuristics.plan(self.xnumel, inner, self._splittable(),
-                                    outer=bool(inner) and self._outer_reduction())
+        if self.symbolic:
+            # shapes and block sizes from the compiling call's sizes (hints); a reduction
+            # over a symbolic range loops over it, and none splits (the split's chunk and
+            # scratch are literals)
+            self.plan = heuristics.plan(
+                ir.size_hint(self.xnumel), [ir.size_hint(n) for n in inner], False,
+                outer=bool(inner) and self._outer_reduction(),
+                looped=not all(ir.is_static(n) for n in inner))
+        else:
+            self.plan = heuristics.plan(self.xnumel, inner, self._splittable(),
+                                        outer=bool(inner) and self._outer_reduction())
         # axis 0 of a 2D block: index, mask, block size (rows of a 2D pointwise tile: y)
         self.ax0 = ("xindex", "xmask", "XBLOCK")
         self.tile: tuple[list[tuple[str, int]], list[tuple[str, int]], dict] | None = None
-        if self.plan.mode == "pointwise":
+        if self.plan.mode == "pointwise" and not self.symbolic:
             self._plan_tile()
         self.int64 = self._needs_int64()
         self.itype = "tl.int64" if self.int64 else "tl.int32"
@@ -273,7 +300,7 @@ class _Writer:
                 continue
             for node in ir.walk([v for _, _, v, _ in st.reductions]):
                 if isinstance(node, ir.Load) and not node.binds:
-                    size = self.layout[node.buffer].numel
+                    size = ir.numel_hint(self.layout[node.buffer].sizes)
                     if best is None or size > best[0]:
                         best = (size, node)
         if best is None:
@@ -340,6 +367,8 @@ class _Writer:
         return True
 
     def _needs_int64(self) -> bool:
+        if self.symbolic:  # sizes unknown until the call: 64-bit indices
+            return True
         limit = 2**31 - 1
         worst = [self.xnumel + 4096, max((s.numel for s in self.stages), default=1) + 8192]
         for a in self.k.args:
@@ -421,8 +450,8 @@ class _Writer:
                 text = ir.print_index(node.expr, "python")
                 self._put(f"{name} = ({text}).to({tl_type(node.dtype)})", deps)
             else:
-                self._put(f"{name} = tl.full({self.shape1}, {int(node.expr)}, "
-                          f"{tl_type(node.dtype)})", deps)
+                self._put(f"{name} = tl.full({self.shape1}, "
+                          f"{ir.print_index(node.expr, 'python')}, {tl_type(node.dtype)})", deps)
         elif isinstance(node, ir.Load):
             name = self._load(node, deps)
         elif isinstance(node, ir.Op):
@@ -449,6 +478,8 @@ class _Writer:
         for sym, e, extent in node.binds:
             v = self.emit(e)
             edeps = self._deps(e, self.depmemo)
+            if not ir.is_static(extent):  # checked per shape
+                raise TypeError("cuda_triton: an indirect index over a symbolic extent")
             n = int(extent)
             mask = self._mask(edeps)
             ok = f"(0 <= {v}) & ({v} < {n})"
@@ -465,15 +496,16 @@ class _Writer:
         layout = self.layout[node.buffer]
         size = layout.storage_size
         name = self._tmp()
-        if empty or size <= 0:  # nothing can be read: the value is never used
+        if empty or (ir.is_static(size) and size <= 0):  # nothing can be read: never used
             self._put(f"{name} = tl.full({self._shape(deps)}, 0, {tl_type(node.dtype)})", deps)
             return name
         index = node.index.xreplace(subs) if subs else node.index
         text = ir.print_index(index, "python")
-        lo, hi = -int(layout.offset), size - 1 - int(layout.offset)
+        lo, hi = ir.static(-layout.offset), ir.static(size - 1 - layout.offset)
         bounds = ir.index_bounds(index, ranges)
-        if bounds is None or bounds[0] < lo or bounds[1] > hi:
-            text = f"tl.minimum(tl.maximum({text}, {lo}), {hi})"
+        if bounds is None or not ir.provably_nonneg(bounds[0] - lo) \
+                or not ir.provably_nonneg(hi - bounds[1]):
+            text = f"tl.minimum(tl.maximum({text}, {_py(lo)}), {_py(hi)})"
             self.clamped += 1
         mask = self._mask(deps)
         ptr = self.ptr[node.buffer]
@@ -673,15 +705,15 @@ class _Writer:
         pid = f"{pid}.to(tl.int64)" if self.int64 else pid
         arange = "tl.arange(0, XBLOCK)" + ("[:, None]" if self.two_d else "")
         lines.append(f"xindex = {pid} * XBLOCK + {arange}")
-        lines.append(f"xmask = xindex < {self.xnumel}")
+        lines.append(f"xmask = xindex < {_py(self.xnumel)}")
         self._decompose(lines, "xindex", self.xvars)
 
     def _decompose(self, lines: list[str], index: str, vs: list[tuple[str, int]]) -> None:
         stride = 1
         for i, (n, s) in reversed(list(enumerate(vs))):
-            e = index if stride == 1 else f"({index} // {stride})"
-            lines.append(f"{n} = {e} % {s}" if i else f"{n} = {e}")
-            stride *= s
+            e = index if stride == 1 else f"({index} // {_py(stride)})"
+            lines.append(f"{n} = {e} % {_py(s)}" if i else f"{n} = {e}")
+            stride = ir.static(stride * s)
 
     def _stage_vars(self, st: _Stage) -> list[tuple[str, int]]:
         return list(zip(st.vars, st.sizes))
@@ -764,9 +796,9 @@ class _Writer:
             body_head.append(f"rindex = split * {self.plan.chunk} + rlocal")
             body_head.append(f"rmask = (rlocal < {self.plan.chunk}) & (rindex < {st.numel})")
         else:
-            header = f"for roffset in range(0, {st.numel}, RBLOCK):"
+            header = f"for roffset in range(0, {_py(st.numel)}, RBLOCK):"
             body_head.append("rindex = roffset + rbase")
-            body_head.append(f"rmask = rindex < {st.numel}")
+            body_head.append(f"rmask = rindex < {_py(st.numel)}")
         self._decompose(body_head, "rindex", self._stage_vars(st))
         out += self.pre
         out.append(header)
@@ -910,17 +942,21 @@ class _Writer:
         return f"@triton.jit\ndef {name}({sig}):\n" + "".join(f"    {ln}\n" for ln in body)
 
     def render(self) -> sdk.KernelSource:
-        ptrs = [self.ptr[a.name] for a in self.k.args]
+        ptrs = [self.ptr[a.name] for a in self.k.args] + self.sizes
         mode = self.plan.mode
         fns: list[str] = []
         meta: dict = {
-            "mode": mode, "xnumel": self.xnumel, "rnumel": self.plan.rnumel,
+            "mode": mode, "xnumel": _json_size(self.xnumel), "rnumel": self.plan.rnumel,
             "int64": self.int64, "config": dict(self.plan.config),
-            "grid": [[self.xnumel, "XBLOCK"]],
-            "args": [[a.name, a.layout.storage_size, str(a.layout.dtype).replace("torch.", ""),
-                      a.role] for a in self.k.args],
+            "grid": [[_json_size(self.xnumel), "XBLOCK"]],
+            "args": [[a.name, _json_size(a.layout.storage_size),
+                      str(a.layout.dtype).replace("torch.", ""), a.role] for a in self.k.args],
             "scratch": [],
         }
+        if self.sizes:
+            # symbolic sizes: the kernel takes them after the buffers; a grid entry or
+            # storage size that is a string is a Python expression over them
+            meta["sizes"] = list(self.sizes)
 
         def fn(name: str, params: list[str], consts: list[str], body: list[str]) -> str:
             return self._fn(name, params + [f"{c}: tl.constexpr" for c in consts], body)

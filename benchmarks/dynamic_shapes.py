@@ -1,0 +1,141 @@
+"""Symbolic sizes (issue 10): one program for every batch size, and what it costs per call.
+
+For each workload, on the default plugin's device (cuda_triton on a GPU, else cpu_cpp):
+
+1. ``dynamic=True`` over 20 batch sizes: how many programs the sdk built (lowering through
+   codegen), the compile time of the first call, and that every size matches eager.
+2. Steady state at a few of those sizes: the symbolic program beside a static one compiled
+   for that size alone (``dynamic=False`` after a Dynamo reset), interleaved in rounds,
+   median ms; Inductor with ``dynamic=True`` and eager beside them in the same rounds.
+
+    python benchmarks/dynamic_shapes.py [--plugin cpu_cpp] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+import sdk
+from sdk.core import pipeline, program
+from sdk.core.adapters import torch_private as tp
+
+SIZES = [1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 32, 33, 64, 65, 100, 127, 128, 200, 255, 257]
+
+
+def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    h = torch.nn.functional.gelu(x * w + 1.0)
+    return torch.softmax(h, -1) * h.sum(-1, keepdim=True)
+
+
+def workloads(dev: str, scale: int) -> dict[str, tuple[Callable, Callable[[int], tuple]]]:
+    d = 256 * scale
+    w = torch.randn(d, device=dev)
+    mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(),
+                              torch.nn.Linear(4 * d, d), torch.nn.LayerNorm(d)).to(dev)
+
+    def train_step(x: torch.Tensor) -> torch.Tensor:
+        out = mlp(x)
+        out.square().mean().backward()
+        return out
+
+    return {
+        "block_fw": (block, lambda n: (torch.randn(n * 8, d, device=dev), w)),
+        "mlp_train": (train_step, lambda n: (torch.randn(n * 8, d, device=dev),)),
+    }
+
+
+def sync(dev: str) -> None:
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_call(fn: Callable, args: tuple, dev: str, reps: int) -> float:
+    fn(*args)
+    sync(dev)
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn(*args)
+        sync(dev)
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plugin", default=None)
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    plugin = a.plugin or ("cuda_triton" if dev == "cuda" else "cpu_cpp")
+    scale = 4 if dev == "cuda" else 1
+    reps = 50 if dev == "cuda" else 10
+    torch.manual_seed(0)
+    rows = []
+    for name, (fn, make) in workloads(dev, scale).items():
+        tp.reset_dynamo()
+        built: list[str] = []
+        real = program.build_program
+
+        def counting(session, ctx, gm, specs, real=real, built=built):
+            built.append(ctx.graph_name)
+            return real(session, ctx, gm, specs)
+
+        program.build_program = counting
+        reports: list = []
+        token = pipeline.collect_reports(reports)
+        try:
+            dyn = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+            t0 = time.perf_counter()
+            worst = 0.0
+            for n in SIZES:
+                args = make(n)
+                got = dyn(*args)
+                want = fn(*args)
+                worst = max(worst, float((got.float() - want.float()).abs().max()))
+                sync(dev)
+            total_s = time.perf_counter() - t0
+        finally:
+            program.build_program = real
+            pipeline.stop_collecting(token)
+        sizes = sorted({g.sizes for g in reports})
+        row = {"workload": name, "plugin": plugin, "sizes_seen": len(SIZES),
+               "programs_built": len(built), "first_calls_s": round(total_s, 2),
+               "max_abs_diff_vs_eager": worst, "graph_sizes": sizes, "steady": []}
+        for n in (8, 33, 200):
+            args = make(n)
+            tp.reset_dynamo()
+            static = torch.compile(fn, backend=sdk.backend(plugin), dynamic=False)
+            ind = torch.compile(fn, dynamic=True)
+            fns = {"sdk_symbolic": dyn, "sdk_static": static, "inductor_dynamic": ind,
+                   "eager": fn}
+            times: dict[str, list[float]] = {k: [] for k in fns}
+            for _ in range(a.rounds):
+                for k, f in fns.items():
+                    times[k].append(time_call(f, args, dev, reps))
+            med = {k: statistics.median(v) for k, v in times.items()}
+            row["steady"].append({"batch": n * 8, **{k: round(v, 4) for k, v in med.items()},
+                                  "symbolic_over_static": round(med["sdk_symbolic"]
+                                                                / med["sdk_static"], 3)})
+        rows.append(row)
+        print(f"{name}: {row['programs_built']} programs for {len(SIZES)} sizes "
+              f"({row['first_calls_s']} s of first calls), max |diff| {worst:.2e}; {sizes}")
+        for s in row["steady"]:
+            print(f"  batch {s['batch']:5d}: symbolic {s['sdk_symbolic']:.4f} ms, static "
+                  f"{s['sdk_static']:.4f} ms (x{s['symbolic_over_static']}), inductor dynamic "
+                  f"{s['inductor_dynamic']:.4f} ms, eager {s['eager']:.4f} ms")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                       "torch": torch.__version__, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

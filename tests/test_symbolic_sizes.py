@@ -1,0 +1,160 @@
+"""Symbolic sizes: one program for every value of a dynamic dimension.
+
+With ``dynamic=True`` (or once Dynamo has seen a size change) a graph's sizes are
+symbolic. A plugin that declares ``Capability.SYMBOLIC_SIZES`` gets kernels whose sizes
+are expressions over size symbols, passed as arguments at each call, so a serving loop
+over many sizes compiles once. Everything is compared with eager on fresh inputs at
+every size; what was compiled is checked through ``GraphReport.sizes`` and a count of
+program builds.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sdk
+from sdk.core import program
+from tests.plugins_under_test import PLUGINS, device_of
+
+pytestmark = pytest.mark.parametrize("plugin", PLUGINS)
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The graph name of every program built (lowering through codegen) in the test."""
+    made: list[str] = []
+    real = program.build_program
+
+    def counting(session, ctx, gm, specs):
+        made.append(ctx.graph_name)
+        return real(session, ctx, gm, specs)
+
+    monkeypatch.setattr(program, "build_program", counting)
+    return made
+
+
+def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A transformer-ish block: pointwise, a row softmax and a row sum."""
+    h = torch.nn.functional.gelu(x * w + 1.0)
+    return torch.softmax(h, -1) * h.sum(-1, keepdim=True)
+
+
+def test_twenty_batch_sizes_compile_at_most_two_programs(plugin, builds, graph_reports):
+    dev = device_of(plugin)
+    f = torch.compile(block, backend=sdk.backend(plugin), dynamic=True)
+    w = torch.randn(64, device=dev)
+    sizes = [1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 32, 33, 64, 65, 100, 127, 128, 200, 255, 257]
+    for n in sizes:
+        x = torch.randn(n, 64, device=dev)
+        torch.testing.assert_close(f(x, w), block(x, w))
+    assert len(builds) <= 2, builds  # Dynamo's own graph for size 1, and one for the rest
+    symbolic = [g for g in graph_reports if g.sizes.startswith("symbolic")]
+    assert symbolic, [g.sizes for g in graph_reports]
+    assert not [fb for g in graph_reports for fb in g.fallbacks]
+
+
+def test_training_forward_and_backward_are_symbolic(plugin, builds, graph_reports):
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                            torch.nn.Linear(32, 4)).to(dev)
+    h = torch.compile(m, backend=sdk.backend(plugin), dynamic=True)
+    for n in (3, 6, 11, 40):
+        x = torch.randn(n, 8, device=dev, requires_grad=True)
+        got = h(x)
+        grads = torch.autograd.grad(got.square().sum(), [x, *m.parameters()])
+        want = m(x)
+        ref = torch.autograd.grad(want.square().sum(), [x, *m.parameters()])
+        torch.testing.assert_close(got, want)
+        for g, r in zip(grads, ref):
+            torch.testing.assert_close(g, r)
+    kinds = {g.kind: g.sizes for g in graph_reports}
+    assert kinds["forward"].startswith("symbolic"), kinds
+    assert kinds["backward"].startswith("symbolic"), kinds
+    assert len(builds) == 2, builds  # one forward, one backward, for every size
+
+
+def test_bf16_rows_of_every_length(plugin, graph_reports):
+    dev = device_of(plugin)
+
+    def fn(x):
+        return torch.nn.functional.layer_norm(x.float(), x.shape[-1:]).to(torch.bfloat16) * x
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for rows, cols in ((4, 24), (9, 40), (3, 130)):
+        x = torch.randn(rows, cols, device=dev, dtype=torch.bfloat16)
+        torch.testing.assert_close(f(x), fn(x), atol=1e-2, rtol=1.6e-2)
+    assert any(g.sizes.startswith("symbolic") for g in graph_reports)
+
+
+def test_views_over_symbolic_sizes(plugin, graph_reports):
+    dev = device_of(plugin)
+
+    def fn(x, y):
+        return (x.view(-1, 4) * y).sum(1) + x.t().reshape(-1)[: x.shape[0] * 2].sum()
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (8, 12, 20, 36):
+        x, y = torch.randn(n, 8, device=dev), torch.randn(4, device=dev)
+        torch.testing.assert_close(f(x, y), fn(x, y))
+
+
+def test_inputs_a_symbolic_program_does_not_fit_get_their_own_variant(plugin, specializations):
+    dev = device_of(plugin)
+    f = torch.compile(lambda x: torch.relu(x) * 2, backend=sdk.backend(plugin), dynamic=True)
+    for n in (4, 9):
+        x = torch.randn(n, 6, device=dev)
+        torch.testing.assert_close(f(x), torch.relu(x) * 2)
+    # a transposed input: the symbolic program's strides are (s1, 1); this one's are not
+    xt = torch.randn(6, 9, device=dev).t()
+    torch.testing.assert_close(f(xt), torch.relu(xt) * 2)
+    x = torch.randn(5, 6, device=dev)
+    torch.testing.assert_close(f(x), torch.relu(x) * 2)
+
+
+def test_what_cannot_be_symbolic_compiles_per_shape_and_says_why(plugin, graph_reports):
+    dev = device_of(plugin)
+
+    def fn(x):  # a gather over a symbolic extent (the index's range is symbolic)
+        return torch.gather(x, 0, torch.zeros(3, x.shape[1], dtype=torch.int64,
+                                              device=x.device) + 1)
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (4, 7, 10):
+        x = torch.randn(n, 5, device=dev)
+        torch.testing.assert_close(f(x), fn(x))
+    sizes = [g.sizes for g in graph_reports]
+    assert all(s.startswith(("symbolic", "per shape: ")) for s in sizes), sizes
+    per_shape = [s for s in sizes if s.startswith("per shape")]
+    for s in per_shape:
+        assert len(s) > len("per shape: ")  # a reason
+
+
+def test_a_plugin_without_the_capability_compiles_per_shape(plugin, graph_reports,
+                                                            monkeypatch):
+    from sdk.core import pipeline
+
+    dev = device_of(plugin)
+    real = pipeline.Session.__init__
+
+    def without(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        caps = self.info.capabilities - {sdk.Capability.SYMBOLIC_SIZES}
+        self.info = type(self.info)(**{**self.info.__dict__, "capabilities": caps})
+
+    monkeypatch.setattr(pipeline.Session, "__init__", without)
+    f = torch.compile(lambda x: x.sin() + 1, backend=sdk.backend(plugin), dynamic=True)
+    for n in (3, 8):
+        x = torch.randn(n, device=dev)
+        torch.testing.assert_close(f(x), x.sin() + 1)
+    assert graph_reports and all(
+        g.sizes.startswith("per shape: ") and "SYMBOLIC_SIZES" in g.sizes for g in graph_reports)
+
+
+def test_explain_reports_symbolic_sizes(plugin):
+    dev = device_of(plugin)
+    rep = sdk.explain(lambda x: torch.softmax(x, -1), torch.randn(6, 10, device=dev),
+                      backend=f"sdk:{plugin}", dynamic=True)
+    assert [g.sizes.startswith("symbolic") for g in rep.graphs] == [True]
+    assert "sizes symbolic" in str(rep)
