@@ -219,3 +219,20 @@ def test_a_plugin_without_a_cache_key_is_not_cached(cache_on, use_registry, monk
 def _explain_with(backend, fn, *args):
     torch._dynamo.reset()
     return sdk.explain(fn, *args, backend=backend)
+
+
+def test_a_symbolic_program_hits_and_serves_every_size(cache_on, renders):
+    def g(x):
+        return torch.softmax(x * 2, -1).sum(0)
+
+    first = sdk.explain(g, torch.randn(5, 7), backend="sdk:cpu_cpp", dynamic=True)
+    assert [(x.cache, x.sizes.split(":")[0]) for x in first.graphs] == [("stored", "symbolic")]
+    renders.clear()
+    second = sdk.explain(g, torch.randn(9, 11), backend="sdk:cpu_cpp", dynamic=True)
+    assert [x.cache for x in second.graphs] == ["hit"], str(second)
+    assert not renders
+    torch._dynamo.reset()
+    compiled = torch.compile(g, backend="sdk:cpu_cpp", dynamic=True)
+    for n, m in ((3, 4), (17, 130), (6, 6)):
+        x = torch.randn(n, m)
+        torch.testing.assert_close(compiled(x), g(x))

@@ -23,7 +23,7 @@ fi
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 summary=()
 if [[ " $STEPS " == *" tests "* ]]; then
-    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 6 ${PYTEST_ARGS:-tests/gpu tests/test_ops.py tests/test_models.py tests/test_dynamic.py tests/test_mutation.py tests/test_pad_mm.py tests/test_layout.py tests/test_scatters.py tests/test_stage_reuse.py tests/test_softmax.py tests/test_recompute_cost.py tests/test_scheduler_incremental.py tests/test_runtime.py tests/test_cudagraphs_policy.py} \
+    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 6 ${PYTEST_ARGS:-tests/gpu tests/test_ops.py tests/test_models.py tests/test_dynamic.py tests/test_mutation.py tests/test_pad_mm.py tests/test_layout.py tests/test_scatters.py tests/test_stage_reuse.py tests/test_softmax.py tests/test_recompute_cost.py tests/test_scheduler_incremental.py tests/test_runtime.py tests/test_cudagraphs_policy.py tests/test_symbolic_sizes.py} \
         >"$OUT/pytest.log" 2>&1
     summary+=("pytest: $(tail -1 "$OUT/pytest.log")")
     grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30
@@ -33,6 +33,10 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
         python3 tests/gpu/sanitize_graphs.py >"$OUT/sanitize.log" 2>&1
     summary+=("compute-sanitizer: $(grep -E 'ERROR SUMMARY' "$OUT/sanitize.log" | tail -1); $(grep -E 'sanitize_graphs:' "$OUT/sanitize.log")")
     grep -E "Invalid|MISMATCH|Error" "$OUT/sanitize.log" | head -20
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --print-limit 20 \
+        python3 tests/gpu/sanitize_graphs.py --dynamic >"$OUT/sanitize_dyn.log" 2>&1
+    summary+=("compute-sanitizer (dynamic): $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_dyn.log" | tail -1); $(grep -E 'sanitize_graphs:' "$OUT/sanitize_dyn.log")")
+    grep -E "Invalid|MISMATCH|Error" "$OUT/sanitize_dyn.log" | head -20
     # CUDA graphs record into the caching allocator's private pools: run with it on
     compute-sanitizer --tool memcheck --print-limit 20 \
         python3 tests/gpu/sanitize_graphs.py --cudagraphs >"$OUT/sanitize_cg.log" 2>&1
