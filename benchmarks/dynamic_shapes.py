@@ -55,6 +55,24 @@ def sync(dev: str) -> None:
         torch.cuda.synchronize()
 
 
+def device_and_host(fn: Callable, args: tuple, dev: str) -> tuple[float | None, float]:
+    """Device time per call (the profiler's kernel time over 10 calls; GPU only) and host
+    time per call (200 calls issued back to back, then one synchronize)."""
+    device = None
+    if dev == "cuda":
+        from sdk.bench_models import cuda_launches
+
+        got = cuda_launches(lambda: [fn(*args) for _ in range(10)])
+        device = got.get("device_ms", 0.0) / 10 if "error" not in got else None
+    sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(200):
+        fn(*args)
+    host = (time.perf_counter() - t0) / 200 * 1e3
+    sync(dev)
+    return device, host
+
+
 def time_call(fn: Callable, args: tuple, dev: str, reps: int) -> float:
     fn(*args)
     sync(dev)
@@ -107,7 +125,7 @@ def main() -> None:
             pipeline.stop_collecting(token)
         sizes = sorted({g.sizes for g in reports})
         row = {"workload": name, "plugin": plugin, "sizes_seen": len(SIZES),
-               "programs_built": len(built), "first_calls_s": round(total_s, 2),
+               "programs_built": len(built), "built": built, "first_calls_s": round(total_s, 2),
                "max_abs_diff_vs_eager": worst, "graph_sizes": sizes, "steady": []}
         for n in (8, 33, 200):
             args = make(n)
@@ -121,16 +139,23 @@ def main() -> None:
                 for k, f in fns.items():
                     times[k].append(time_call(f, args, dev, reps))
             med = {k: statistics.median(v) for k, v in times.items()}
+            split = {k: device_and_host(fns[k], args, dev) for k in ("sdk_symbolic", "sdk_static")}
             row["steady"].append({"batch": n * 8, **{k: round(v, 4) for k, v in med.items()},
                                   "symbolic_over_static": round(med["sdk_symbolic"]
-                                                                / med["sdk_static"], 3)})
+                                                                / med["sdk_static"], 3),
+                                  "device_ms": {k: v[0] for k, v in split.items()},
+                                  "host_ms": {k: v[1] for k, v in split.items()}})
         rows.append(row)
         print(f"{name}: {row['programs_built']} programs for {len(SIZES)} sizes "
               f"({row['first_calls_s']} s of first calls), max |diff| {worst:.2e}; {sizes}")
         for s in row["steady"]:
+            dv, ho = s["device_ms"], s["host_ms"]
+            dev_txt = (f"; device {dv['sdk_symbolic']:.4f} vs {dv['sdk_static']:.4f} ms"
+                       if dv["sdk_symbolic"] is not None else "")
             print(f"  batch {s['batch']:5d}: symbolic {s['sdk_symbolic']:.4f} ms, static "
                   f"{s['sdk_static']:.4f} ms (x{s['symbolic_over_static']}), inductor dynamic "
-                  f"{s['inductor_dynamic']:.4f} ms, eager {s['eager']:.4f} ms")
+                  f"{s['inductor_dynamic']:.4f} ms, eager {s['eager']:.4f} ms{dev_txt}; host "
+                  f"{ho['sdk_symbolic']:.4f} vs {ho['sdk_static']:.4f} ms")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
