@@ -75,6 +75,20 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     return int(pytest.main(argv + list(args.pytest_args)))
 
 
+def _cmd_new_plugin(args: argparse.Namespace) -> int:
+    from sdk.scaffold import generate, module_name
+
+    try:
+        root = generate(args.name, args.dest, c_like=args.c_like)
+    except (ValueError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {root} (package {module_name(args.name)}); next:\n"
+          f"  pip install -e {root}\n  python -m sdk list\n"
+          f"  python -m sdk conformance {args.name}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sdk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -142,6 +156,17 @@ def main(argv: list[str] | None = None) -> int:
                       help="OpInfo ops: quick, default, all, or comma-separated names")
     conf.add_argument("--device", default=None, help="device type of the test tensors")
     conf.set_defaults(func=_cmd_conformance)
+    new = sub.add_parser(
+        "new-plugin", help="write a plugin package to start from",
+        description="Write <dest>/<NAME>-sdk-plugin: pyproject.toml with the entry points, a "
+                    "README and the package <NAME>_sdk_plugin. Without --c-like every hook is "
+                    "there and every op runs through ATen; with --c-like it renders C with "
+                    "OpenMP from a table of op strings (fusion, training).")
+    new.add_argument("name", help="plugin name: a lower-case identifier, e.g. acme_npu")
+    new.add_argument("--c-like", action="store_true",
+                     help="a working C/OpenMP renderer (sdk.clike) instead of the hook skeleton")
+    new.add_argument("--dest", default=".", help="directory to write into (default: .)")
+    new.set_defaults(func=_cmd_new_plugin)
     conf.epilog = "More pytest arguments go after --, e.g. -- -x -k fusion"
     argv = list(sys.argv[1:] if argv is None else argv)
     rest = argv[argv.index("--") + 1:] if "--" in argv else []
