@@ -41,7 +41,7 @@ def _install(tmp_path: Path, name: str, c_like: bool) -> dict[str, str]:
 
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, check=False)
 
 
 def test_c_like_plugin_is_small(tmp_path):
@@ -98,6 +98,10 @@ def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
                   "opinfo fw+bw bfloat16", "fusion", "cache"):
         passed, run = counts(cells[(check, "zeta")])
         assert passed == run > 0, (check, cells)
+    made, passed = counts(cells[("opinfo passes in generated kernels", "zeta")])
+    # the plugin's own C runs them all but index_select's 0-d sample, which the core's
+    # lowering fails on for every plugin (a whole-graph fallback; cpu_cpp's count is the same)
+    assert passed > 0 and made >= passed * 3 // 4, cells
     # render and build faults fall back, cpu_cpp takes over in a chain; the run-time fault is
     # the core's known gap
     assert cells[("faults", "zeta")] == "3/3, 1 xfail", cells

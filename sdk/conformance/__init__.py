@@ -219,8 +219,9 @@ def opinfo_cases(selection: str, device: str) -> list[tuple[str, str, str]]:
     return cases
 
 
-def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> None:
-    """Compare the first sample of OpInfo ``name`` through ``sdk:plugin`` with eager.
+def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> bool:
+    """Compare the first sample of OpInfo ``name`` through ``sdk:plugin`` with eager; True
+    when the plugin generated a kernel for it (else every op ran through ATen or a library).
 
     Skips (``pytest.skip``) when eager itself cannot run the sample or there is nothing
     to differentiate; fails on a mismatch or an error of the compiled function."""
@@ -252,14 +253,22 @@ def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> 
         pytest.skip(f"eager cannot run the sample: {type(exc).__name__}: {exc}"[:300])
     if expected is None:
         pytest.skip(f"{name}: no differentiable output or input in the first sample")
+    from sdk.core import pipeline
+
     reset()
     compiled = torch.compile(fn, backend=sdk.backend(plugin), dynamic=False)
-    actual, _ = run_both(fn, ins, compiled, grad, seed)
+    graphs: list[sdk.GraphReport] = []
+    token = pipeline.collect_reports(graphs)
+    try:
+        actual, _ = run_both(fn, ins, compiled, grad, seed)
+    finally:
+        pipeline.stop_collecting(token)
     assert actual is not None, "the compiled function has no gradient where eager has one"
     if name.startswith(("empty", "new_empty")):  # uninitialized memory: layouts only
         actual = [t.new_zeros(t.shape) for t in actual]
         expected = [t.new_zeros(t.shape) for t in expected]
     assert_close(actual, expected, "output or gradient")
+    return any(g.kernels for g in graphs)
 
 
 # -- explain -------------------------------------------------------------------------

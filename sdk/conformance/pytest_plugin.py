@@ -54,6 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for n in plugins:
         C.require(n)  # unknown or unavailable: an error naming cause and fix, before collecting
     _STATE.update(plugins=plugins, device=device, results=defaultdict(lambda: defaultdict(int)),
+                  kernels=defaultdict(lambda: defaultdict(int)),
                   failures=[], saved_env=os.environ.get("SDK_GRAPH_CACHE"))
     # programs compiled by earlier runs must not answer: the suite checks this plugin's
     # kernels as they are now (the cache checks turn the cache on in a private directory)
@@ -116,6 +117,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         if hasattr(report, "wasxfail") and report.passed:
             kind = "failed"  # strict xfail that passed
         _STATE["results"][(_category(item), plugin)][kind] += 1
+        if kind == "passed" and getattr(item, "originalname", "") == "test_opinfo":
+            made = ("sdk_kernels", True) in item.user_properties
+            _STATE["kernels"][plugin]["passed" if made else "skipped"] += 1
         if kind == "failed":
             _STATE["failures"].append((plugin, item.name))
 
@@ -129,8 +133,8 @@ def summary_lines() -> list[str]:
     plugins, results = _STATE["plugins"], _STATE["results"]
     cats = sorted({c for c, _ in results}, key=lambda c: (not c.startswith("opinfo"), c))
     lines = [
-        f"sdk conformance: torch {torch.__version__}, torch-backend-sdk {sdk.__version__}, "
-        f"{platform.system()} {platform.machine()}, python {platform.python_version()}",
+        (f"sdk conformance: torch {torch.__version__}, torch-backend-sdk {sdk.__version__}, "
+         f"{platform.system()} {platform.machine()}, python {platform.python_version()}"),
         "",
         "| check | " + " | ".join(f"sdk:{p}" for p in plugins) + " |",
         "|---" * (len(plugins) + 1) + "|",
@@ -145,9 +149,16 @@ def summary_lines() -> list[str]:
             cells.append(_cell(r))
         lines.append(f"| {c} | " + " | ".join(cells) + " |")
     lines.append("| **total** | " + " | ".join(_cell(totals[p]) for p in plugins) + " |")
+    if _STATE["kernels"]:
+        made = [_STATE["kernels"][p] for p in plugins]
+        lines.append("| opinfo passes in generated kernels | "
+                     + " | ".join(f"{m['passed']}/{m['passed'] + m['skipped']}" for m in made)
+                     + " |")
     lines.append("")
     lines.append("cells: passed/run (run = passed + failed), then skipped and expected "
-                 "failures (xfail: a known gap of the SDK, not of the plugin)")
+                 "failures (xfail: a known gap of the SDK, not of the plugin); last row: the "
+                 "OpInfo passes where the plugin generated at least one kernel (the rest ran "
+                 "through ATen)")
     for plugin, name in _STATE["failures"]:
         lines.append(f"FAILED {plugin}: {name}")
     return lines

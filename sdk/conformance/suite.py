@@ -44,9 +44,10 @@ def _needs_kernels(report: sdk.ExplainReport, plugin: str) -> None:
 # -- opinfo ------------------------------------------------------------------------------
 
 
-def test_opinfo(sdk_plugin: str, sdk_device: str, opinfo_case: tuple[str, str, str]) -> None:
+def test_opinfo(sdk_plugin: str, sdk_device: str, opinfo_case: tuple[str, str, str],
+                record_property) -> None:
     """The OpInfo's first sample against eager, forward (fw) or forward+backward (fwbw)."""
-    C.run_opinfo_case(sdk_plugin, sdk_device, *opinfo_case)
+    record_property("sdk_kernels", C.run_opinfo_case(sdk_plugin, sdk_device, *opinfo_case))
 
 
 # -- fusion --------------------------------------------------------------------------
