@@ -92,7 +92,7 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
     assert counts(cells[(row, "acme")])[0] == 0, cells
     for plugin in ("cpu_cpp", "cuda_triton"):
         assert cells[("fusion", plugin)] == "3/3", cells
-        assert cells[("cache", plugin)] == "3/3", cells
+        assert cells[("cache", plugin)] == "4/4", cells
         # render and build faults fall back, the two chain to each other; the run-time
         # fault is the core's known gap
         assert cells[("faults", plugin)] == "3/3, 1 xfail", cells

@@ -52,6 +52,18 @@ def test_c_like_plugin_is_small(tmp_path):
     assert "sdk.core" not in text, "a plugin imports only the public sdk API"
 
 
+def test_vendor_guide_walks_through_every_hook():
+    """docs/vendor-guide.md lists the hooks in the order a compile calls them: all of them."""
+    import sdk.hookspecs
+
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "vendor-guide.md").read_text()
+    order = guide.split("## The hooks, in the order a compile calls them", 1)[1]
+    order = order.split("\n## ", 1)[0]
+    hooks = [n for n in dir(sdk.hookspecs) if n.startswith("sdk_")]
+    missing = [h for h in hooks if f"`{h}(" not in order]
+    assert not missing, missing
+
+
 def test_bad_names_are_refused(tmp_path):
     for bad in ("Acme", "acme-npu", "class", "9x"):
         with pytest.raises(ValueError, match="lower-case Python identifier"):

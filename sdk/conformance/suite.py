@@ -267,9 +267,12 @@ def _damage(path: Path, how: str, other: Path | None) -> None:
         data = data[: len(data) // 2]
     elif how == "foreign" and other is not None:
         data = other.read_bytes()
+    mode = os.stat(path).st_mode & 0o777
+    if how == "unsafe":  # intact, but writable by others: anyone could have planted it
+        mode |= 0o022
     tmp = path.with_name(path.name + ".conformance")
     tmp.write_bytes(data)
-    os.chmod(tmp, os.stat(path).st_mode & 0o777)
+    os.chmod(tmp, mode)
     os.replace(tmp, path)
 
 
@@ -281,11 +284,12 @@ def cached_b(x, y):
     return (x - y).abs() * 3.0
 
 
-@pytest.mark.parametrize("how", ["flip", "truncate", "foreign"])
+@pytest.mark.parametrize("how", ["flip", "truncate", "foreign", "unsafe"])
 def test_cache_damaged_entries_are_misses(sdk_plugin: str, sdk_device: str, tmp_path: Path,
                                           how: str) -> None:
     """Every file of the per-user cache (whole-graph programs and the plugin's own
-    namespaces) damaged between two compiles: the second is right, and stores again."""
+    namespaces) damaged between two compiles (a flipped byte, cut in half, another entry's
+    content, or made writable by others): the second compile is right, and stores again."""
     x, y = _rand(4, 7, device=sdk_device), _rand(4, 7, device=sdk_device)
     root = tmp_path / "cache"
     with C.environ(SDK_CACHE_DIR=str(root), SDK_GRAPH_CACHE="1"):
