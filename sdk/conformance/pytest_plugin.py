@@ -39,8 +39,16 @@ def pytest_configure(config: pytest.Config) -> None:
     names = config.getoption("sdk_plugin", default=[])
     if not names:
         return
+    import sdk
     from sdk import conformance as C
 
+    try:
+        _configure(config, names, C)
+    except sdk.SDKError as exc:  # unknown or unavailable: cause and fix, not a traceback
+        raise pytest.UsageError(f"--sdk-plugin: {exc}") from None
+
+
+def _configure(config: pytest.Config, names: list[str], C: Any) -> None:
     device = config.getoption("sdk_device")
     plugins = list(dict.fromkeys(names))
     compare = config.getoption("sdk_compare")
