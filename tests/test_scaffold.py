@@ -90,6 +90,21 @@ def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
         ex, ew = torch.autograd.grad(f(x, w), [x, w])
         torch.testing.assert_close(got, f(x, w))
         torch.testing.assert_close(gx, ex); torch.testing.assert_close(gw, ew)
+        # the op table's integer, boolean and rounding entries, against eager
+        def ints_probe(a, b, x):
+            return (a // b, a % b, torch.fmod(a, b), a.abs(), torch.maximum(a, b), (a & b) | ~a,
+                    (a > b) & (x > 0), (x * 3).to(torch.int32), a.amax(-1), a.argmin(-1),
+                    (x > 0).any(-1), x.round(), x.sign(), torch.remainder(x, -0.7),
+                    x.clamp(-0.5, 0.5).to(torch.bfloat16) * 3, x.isnan(), x.amax(-1))
+        a, b = torch.randint(-50, 50, (6, 9)), torch.randint(1, 9, (6, 9))
+        b = b * torch.where(torch.rand(6, 9) > 0.5, 1, -1)
+        y = torch.randn(6, 9)
+        y[0, 3] = float("nan")
+        ints = sdk.explain(ints_probe, a, b, y, backend="sdk:zeta")
+        assert len(ints.kernels) >= 1 and not ints.fallbacks, str(ints)
+        for u, v in zip(torch.compile(ints_probe, backend="sdk:zeta")(a, b, y),
+                        ints_probe(a, b, y)):
+            torch.testing.assert_close(u, v, equal_nan=True)
         print(json.dumps({"kinds": [g.kind for g in r.graphs], "fallbacks": len(r.fallbacks),
                           "kernels": [[len(k.ops) for k in g.kernels] for g in r.graphs]}))
     """)
