@@ -1,5 +1,5 @@
 """``python -m sdk``: list plugins, run the demo model, run the benchmarks, look after the
-cache."""
+cache, check a plugin (conformance), start a plugin (new-plugin)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,36 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_conformance(args: argparse.Namespace) -> int:
+    import os
+
+    import pytest
+
+    argv = [f"--sdk-plugin={n}" for n in args.plugins]
+    argv += [f"--sdk-compare={args.compare}", f"--sdk-opinfo={args.opinfo}", "-q",
+             "-p", "no:cacheprovider",
+             "-p", "no:logging"]
+    if args.device:
+        argv.append(f"--sdk-device={args.device}")
+    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        argv += ["-p", "sdk.conformance.pytest_plugin"]
+    return int(pytest.main(argv + list(args.pytest_args)))
+
+
+def _cmd_new_plugin(args: argparse.Namespace) -> int:
+    from sdk.scaffold import generate, module_name
+
+    try:
+        root = generate(args.name, args.dest, c_like=args.c_like)
+    except (ValueError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {root} (package {module_name(args.name)}); next:\n"
+          f"  pip install -e {root}\n  python -m sdk list\n"
+          f"  python -m sdk conformance {args.name}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sdk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,7 +143,35 @@ def main(argv: list[str] | None = None) -> int:
     cache.add_argument("--namespace", default=None,
                        help="only this namespace (e.g. programs, cpp)")
     cache.set_defaults(func=_cmd_cache)
-    args = parser.parse_args(argv)
+    conf = sub.add_parser(
+        "conformance", help="run the vendor conformance suite on a plugin (pytest)",
+        description="Run the conformance suite (OpInfo sweep forward and fw+bw against eager, "
+                    "fusion through explain, options, fault injection, cache hostility) on "
+                    "sdk:NAME and the built-in plugins of its device, and print a summary. The "
+                    "same as `pytest --sdk-plugin=NAME`. Exit status 1 when a check fails.")
+    conf.add_argument("plugins", nargs="+", metavar="NAME", help="codegen plugin(s) to check")
+    conf.add_argument("--compare", default="builtin",
+                      help="plugins to run beside them: builtin (default), none, or names")
+    conf.add_argument("--opinfo", default="default",
+                      help="OpInfo ops: quick, default, all, or comma-separated names")
+    conf.add_argument("--device", default=None, help="device type of the test tensors")
+    conf.set_defaults(func=_cmd_conformance)
+    new = sub.add_parser(
+        "new-plugin", help="write a plugin package to start from",
+        description="Write <dest>/<NAME>-sdk-plugin: pyproject.toml with the entry points, a "
+                    "README and the package <NAME>_sdk_plugin. Without --c-like every hook is "
+                    "there and every op runs through ATen; with --c-like it renders C with "
+                    "OpenMP from a table of op strings (fusion, training).")
+    new.add_argument("name", help="plugin name: a lower-case identifier, e.g. acme_npu")
+    new.add_argument("--c-like", action="store_true",
+                     help="a working C/OpenMP renderer (sdk.clike) instead of the hook skeleton")
+    new.add_argument("--dest", default=".", help="directory to write into (default: .)")
+    new.set_defaults(func=_cmd_new_plugin)
+    conf.epilog = "More pytest arguments go after --, e.g. -- -x -k fusion"
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.pytest_args = rest
     return args.func(args)
 
 

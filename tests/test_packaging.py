@@ -227,6 +227,17 @@ def test_sdk_wheel_entry_points(wheels):
         "sdk:cuda_triton": "sdk.backends:cuda_triton",
     }
     assert dict(eps["console_scripts"]) == {"sdk": "sdk.cli:main"}
+    # pytest --sdk-plugin=NAME: the conformance suite
+    assert dict(eps["pytest11"]) == {"sdk_conformance": "sdk.conformance.pytest_plugin"}
+
+
+def test_sdk_wheel_holds_the_scaffold_templates(wheels, source_tree):
+    """python -m sdk new-plugin reads its templates from the installed package."""
+    with zipfile.ZipFile(wheels["sdk"]) as whl:
+        names = set(whl.namelist())
+    templates = {f"sdk/{p.relative_to(source_tree / 'sdk').as_posix()}"
+                 for p in (source_tree / "sdk" / "scaffold" / "templates").rglob("*.tmpl")}
+    assert templates and templates <= names, sorted(templates - names)
 
 
 def test_acme_wheel_is_a_plain_vendor_package(wheels):

@@ -1,0 +1,374 @@
+"""The vendor conformance suite: is a plugin right?
+
+``pytest --sdk-plugin=NAME`` (the ``pytest11`` entry point of this distribution loads
+:mod:`sdk.conformance.pytest_plugin`) or ``python -m sdk conformance NAME`` runs the checks of
+:mod:`sdk.conformance.suite` through ``sdk:NAME`` and prints a summary, with the pass counts of
+the built-in plugins for the same device beside it:
+
+* **opinfo**: the first sample input of OpInfo ops (torch's ``op_db``; a curated subset by
+  default, ``--sdk-opinfo=all`` for every op), fp32 and bf16, forward and forward+backward,
+  against eager at Inductor's tolerances;
+* **fusion**: what ``sdk.explain`` reports: pointwise chains in one kernel, a reduction with its
+  neighbours, training graphs;
+* **options**: unknown options and wrong types raise and name the fix, declared options
+  compile, ``fusion=False`` and ``fallback=False`` are honoured, the identity hooks answer;
+* **faults**: a kernel that fails to render, to build or to run falls back to ATen (or to the
+  ``chain``); ``debug=True`` and ``fallback=False`` raise;
+* **cache**: corrupt, truncated or foreign entries in the per-user cache are misses.
+
+This module holds what the checks share; a plugin never imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+import types
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+import sdk
+
+#: Inductor's tolerances (torch/_inductor tests, torch.testing defaults; bf16 looser).
+TOL = {
+    torch.float32: dict(rtol=1.3e-5, atol=1e-5),
+    torch.float64: dict(rtol=1e-7, atol=1e-7),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2),
+    torch.float16: dict(rtol=1e-3, atol=1e-3),
+}
+DTYPES = ("float32", "bfloat16")
+
+#: The OpInfo ops of ``--sdk-opinfo=quick``: pointwise, reduction, normalization, indexing.
+QUICK_OPS = (
+    "add", "mul", "nn.functional.gelu", "sum", "softmax", "nn.functional.layer_norm", "where",
+    "index_select",
+)  # fmt: skip
+#: ``--sdk-opinfo=default``: the quick ones and the ops of the models users compile.
+DEFAULT_OPS = QUICK_OPS + (
+    "sub", "div.no_rounding_mode", "exp", "tanh", "sigmoid", "rsqrt", "abs", "maximum",
+    "clamp", "nn.functional.relu", "nn.functional.silu", "pow", "lerp", "addcmul",
+    "masked_fill", "mean", "amax", "var", "log_softmax", "logsumexp", "argmax", "prod",
+    "gather", "cat", "transpose", "permute", "reshape", "expand", "matmul",
+    "nn.functional.embedding", "nn.functional.cross_entropy", "cumsum",
+)  # fmt: skip
+
+
+# -- plugins and devices -------------------------------------------------------------
+
+
+def registry() -> Any:
+    from sdk.core.registry import registry as reg
+
+    return reg()
+
+
+def require(name: str) -> sdk.PluginInfo:
+    """The plugin's info; an error naming the cause and fix if it cannot run here."""
+    return registry().require(name, sdk.PluginKind.CODEGEN).info
+
+
+def device_for(name: str, override: str | None = None) -> str:
+    """The device the checks of plugin ``name`` make their tensors on: ``override``, else
+    the first of its ``device_types`` that torch has here (``torch.<type>.is_available()``;
+    a ``PrivateUse1`` backend's module answers the same)."""
+    if override:
+        return override
+    info = require(name)
+    for dt in info.device_types:
+        if dt == "cpu":
+            return dt
+        mod = getattr(torch, dt, None)
+        available = getattr(mod, "is_available", None)
+        if callable(available) and available():
+            return dt
+    raise sdk.PluginUnavailableError(
+        f"sdk:{name} runs on {', '.join(info.device_types)}, and torch has none of them here "
+        f"(torch.<device>.is_available() is False); run on such a machine, or pass "
+        f"--sdk-device=<type> to name the device"
+    )
+
+
+def builtin_peers(name: str, device: str) -> list[str]:
+    """The available built-in codegen plugins (this distribution's) for ``device``."""
+    reg = registry()
+    out = []
+    for n in reg.codegen_names():
+        rec = reg.record(n)
+        if n != name and rec.distribution == "torch-backend-sdk":
+            try:
+                if device_for(n) == device:
+                    out.append(n)
+            except sdk.SDKError:
+                continue
+    return out
+
+
+# -- comparing with eager ------------------------------------------------------------
+
+
+def tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in tensors(y)]
+    if isinstance(x, dict):
+        return [t for y in x.values() for t in tensors(y)]
+    return []
+
+
+def assert_close(actual: Any, expected: Any, what: str = "output") -> None:
+    """Each tensor of ``actual`` against ``expected`` at :data:`TOL` for its dtype."""
+    a, e = tensors(actual), tensors(expected)
+    assert len(a) == len(e), f"{len(a)} {what}s, eager gives {len(e)}"
+    for i, (x, y) in enumerate(zip(a, e)):
+        assert x.shape == y.shape, f"{what} {i}: shape {tuple(x.shape)}, eager {tuple(y.shape)}"
+        assert x.dtype == y.dtype, f"{what} {i}: dtype {x.dtype}, eager {y.dtype}"
+        tol = TOL.get(x.dtype, dict(rtol=0, atol=0))
+        torch.testing.assert_close(x.detach(), y.detach(), equal_nan=True,
+                                   msg=lambda m, i=i: f"{what} {i}: {m}", **tol)
+
+
+def run_both(fn: Callable, args: list[Any], compiled: Callable, grad: bool, seed: int
+             ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
+    """Outputs (and, with ``grad``, input gradients for a random upstream gradient) of
+    ``compiled`` and of eager ``fn`` on copies of ``args``; None where there is no gradient."""
+
+    def run(f: Callable) -> list[torch.Tensor] | None:
+        ins = [a.detach().clone().requires_grad_(grad and a.requires_grad)
+               if isinstance(a, torch.Tensor) else a for a in args]
+        torch.manual_seed(seed)
+        outs = tensors(f(*ins))
+        if not grad:
+            return [t.detach() for t in outs]
+        diff = [t for t in outs if t.requires_grad]
+        leaves = [t for t in ins if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not diff or not leaves:
+            return None
+        gen = torch.Generator(device=diff[0].device).manual_seed(seed)
+        gouts = [torch.randn(t.shape, dtype=t.dtype, device=t.device, generator=gen)
+                 for t in diff]
+        gs = torch.autograd.grad(diff, leaves, gouts, allow_unused=True)
+        return [t.detach() for t in outs] + [g for g in gs if g is not None]
+
+    return run(compiled), run(fn)
+
+
+def seed_of(*parts: Any) -> int:
+    return zlib.crc32(" ".join(map(str, parts)).encode())
+
+
+def reset() -> None:
+    from sdk.core.adapters.torch_private import reset_dynamo
+
+    reset_dynamo()
+
+
+# -- OpInfo ------------------------------------------------------------------------------
+
+
+def op_db() -> list[Any]:
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db as db
+    except ImportError as exc:  # expecttest is torch's test-only dependency
+        raise ImportError(
+            f"the OpInfo checks need torch's test database, which failed to import ({exc}); "
+            "install the missing module: pip install 'torch-backend-sdk[conformance]' "
+            "(or pip install expecttest)"
+        ) from exc
+    return db
+
+
+def op_name(op: Any) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def opinfo_cases(selection: str, device: str) -> list[tuple[str, str, str]]:
+    """``(op, dtype, mode)`` cases: ``selection`` is quick, default, all or op names
+    (``name`` or ``name.variant``, comma-separated); modes are fw and fwbw."""
+    db = op_db()
+    if selection in ("quick", "default"):
+        wanted: set[str] | None = set(QUICK_OPS if selection == "quick" else DEFAULT_OPS)
+    elif selection == "all":
+        wanted = None
+    else:
+        wanted = {s.strip() for s in selection.split(",") if s.strip()}
+    found: set[str] = set()
+    cases = []
+    for op in db:
+        name = op_name(op)
+        if wanted is not None and name not in wanted and op.name not in wanted:
+            continue
+        found |= {name, op.name}
+        dts = op.supported_dtypes(device)
+        for dt in DTYPES:
+            if getattr(torch, dt) not in dts:
+                continue
+            cases.append((name, dt, "fw"))
+            if op.supports_autograd:
+                cases.append((name, dt, "fwbw"))
+    if wanted is not None and wanted - found:
+        raise ValueError(
+            f"--sdk-opinfo: no OpInfo named {', '.join(sorted(wanted - found))} in torch "
+            f"{torch.__version__}'s op_db; use quick, default, all or names such as "
+            "'add,softmax,div.no_rounding_mode'")
+    return cases
+
+
+def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> bool:
+    """Compare the first sample of OpInfo ``name`` through ``sdk:plugin`` with eager; True
+    when the plugin generated a kernel for it (else every op ran through ATen or a library).
+
+    Skips (``pytest.skip``) when eager itself cannot run the sample or there is nothing
+    to differentiate; fails on a mismatch or an error of the compiled function."""
+    import pytest
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    op = next(o for o in op_db() if op_name(o) == name)
+    grad = mode == "fwbw"
+    seed = seed_of(name, dt, mode)
+    torch.manual_seed(seed)
+    try:
+        sample = next(iter(op.sample_inputs(device, getattr(torch, dt), requires_grad=grad)))
+    except StopIteration:
+        pytest.skip(f"OpInfo {name} has no {dt} sample on {device}")
+    flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    where = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
+
+    def fn(*ts: torch.Tensor) -> Any:
+        vals = list(flat)
+        for i, t in zip(where, ts):
+            vals[i] = t
+        inp, args, kwargs = tree_unflatten(vals, spec)
+        return op(inp, *args, **kwargs)
+
+    ins = [flat[i] for i in where]
+    try:
+        _, expected = run_both(fn, ins, fn, grad, seed)
+    except Exception as exc:  # noqa: BLE001 - eager cannot run it: nothing to compare with
+        pytest.skip(f"eager cannot run the sample: {type(exc).__name__}: {exc}"[:300])
+    if expected is None:
+        pytest.skip(f"{name}: no differentiable output or input in the first sample")
+    from sdk.core import pipeline
+
+    reset()
+    compiled = torch.compile(fn, backend=sdk.backend(plugin), dynamic=False)
+    graphs: list[sdk.GraphReport] = []
+    token = pipeline.collect_reports(graphs)
+    try:
+        actual, _ = run_both(fn, ins, compiled, grad, seed)
+    finally:
+        pipeline.stop_collecting(token)
+    assert actual is not None, "the compiled function has no gradient where eager has one"
+    if name.startswith(("empty", "new_empty")):  # uninitialized memory: layouts only
+        actual = [t.new_zeros(t.shape) for t in actual]
+        expected = [t.new_zeros(t.shape) for t in expected]
+    assert_close(actual, expected, "output or gradient")
+    return any(g.kernels for g in graphs)
+
+
+# -- explain -------------------------------------------------------------------------
+
+
+def explain(plugin: str, fn: Callable, *args: Any, **options: Any) -> sdk.ExplainReport:
+    reset()
+    return sdk.explain(fn, *args, backend=f"sdk:{plugin}", **options)
+
+
+def generated_ops(report: sdk.ExplainReport) -> list[str]:
+    return [op for k in report.kernels for op in k.ops]
+
+
+# -- fault injection -----------------------------------------------------------------
+
+
+class InjectedFault(RuntimeError):
+    """The fault the conformance suite puts into a plugin's kernels."""
+
+
+def _call(fn: Callable, **kwargs: Any) -> Any:
+    """Call a hookimpl with the arguments it names (a hookimpl may take a subset)."""
+    params = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in kwargs.items() if k in params})
+
+
+def faulty(plugin: str, where: str) -> types.ModuleType:
+    """A copy of ``plugin``'s hook module with a fault: ``where`` is ``render`` (rendering
+    raises), ``build`` (compiling raises) or ``run`` (every compiled kernel raises)."""
+    orig = registry().record(plugin).plugin
+    mod = types.ModuleType(f"sdk_conformance_faulty_{plugin}_{where}")
+    for n in dir(orig):
+        if n.startswith("sdk_"):
+            setattr(mod, n, getattr(orig, n))
+    message = f"fault injected into sdk:{plugin}'s kernel {where} by the conformance suite"
+
+    if where == "render":
+        @sdk.hookimpl
+        def sdk_render_kernel(ctx: sdk.CompileContext, kernel: Any) -> Any:
+            raise InjectedFault(message)
+
+        mod.sdk_render_kernel = sdk_render_kernel
+    elif where == "build":
+        @sdk.hookimpl
+        def sdk_compile_kernels(ctx: sdk.CompileContext, sources: list) -> Any:
+            raise InjectedFault(message)
+
+        mod.sdk_compile_kernels = sdk_compile_kernels
+    elif where == "run":
+        compile_kernels = orig.sdk_compile_kernels
+
+        @sdk.hookimpl
+        def sdk_compile_kernels(ctx: sdk.CompileContext, sources: list) -> Any:
+            fns = _call(compile_kernels, ctx=ctx, sources=sources)
+
+            def raising(*tensors: Any) -> None:
+                raise InjectedFault(message)
+
+            return [raising for _ in fns]
+
+        mod.sdk_compile_kernels = sdk_compile_kernels
+    else:
+        raise ValueError(f"fault at {where!r}: use render, build or run")
+    return mod
+
+
+@contextlib.contextmanager
+def registry_with(plugin: str, module: types.ModuleType) -> Iterator[Any]:
+    """The installed plugins, with ``plugin``'s hooks served by ``module``, process-wide."""
+    from importlib.metadata import EntryPoint, entry_points
+
+    from sdk.core.registry import ENTRY_POINT_GROUP, Registry, set_registry
+
+    sys.modules[module.__name__] = module
+    eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name != plugin]
+    eps.append(EntryPoint(plugin, module.__name__, ENTRY_POINT_GROUP))
+    previous = set_registry(Registry(eps))
+    try:
+        yield registry()
+    finally:
+        set_registry(previous)
+        sys.modules.pop(module.__name__, None)
+        reset()
+
+
+def implements(plugin: str, hook: str) -> bool:
+    return callable(getattr(registry().record(plugin).plugin, hook, None))
+
+
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the block (the SDK reads them when it needs them)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,190 @@
+"""``pytest --sdk-plugin=NAME``: the conformance suite as a pytest plugin.
+
+Loaded through this distribution's ``pytest11`` entry point, so it is there in every pytest
+run of an environment with the SDK installed, and does nothing unless ``--sdk-plugin`` is
+given. Then pytest collects :mod:`sdk.conformance.suite` (instead of the directory's own
+tests), runs every check for each plugin named and for the built-in plugins of the same
+device (``--sdk-compare``), and ends with a summary table a vendor can paste.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+_STATE: dict[str, Any] = {}
+OUTCOMES = ("passed", "failed", "skipped", "xfailed")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sdk", "torch-backend-sdk conformance suite")
+    group.addoption("--sdk-plugin", action="append", default=[], metavar="NAME",
+                    help="run the conformance suite on sdk:NAME (repeat for several)")
+    group.addoption("--sdk-compare", default="builtin", metavar="NAMES",
+                    help="also run these plugins, for comparison: 'builtin' (default: the "
+                         "built-in codegen plugins of the same device), 'none', or names")
+    group.addoption("--sdk-opinfo", default="default", metavar="SET",
+                    help="OpInfo ops: 'quick' (8 ops), 'default' (about 40), 'all' (every "
+                         "op of torch's op_db, long) or comma-separated op names")
+    group.addoption("--sdk-device", default=None, metavar="TYPE",
+                    help="device type of the test tensors (default: the first of the "
+                         "plugin's device_types that torch has here)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    names = config.getoption("sdk_plugin", default=[])
+    if not names:
+        return
+    import sdk
+    from sdk import conformance as C
+
+    try:
+        _configure(config, names, C)
+    except sdk.SDKError as exc:  # unknown or unavailable: cause and fix, not a traceback
+        raise pytest.UsageError(f"--sdk-plugin: {exc}") from None
+
+
+def _configure(config: pytest.Config, names: list[str], C: Any) -> None:
+    device = config.getoption("sdk_device")
+    plugins = list(dict.fromkeys(names))
+    compare = config.getoption("sdk_compare")
+    if compare == "builtin":
+        extra = C.builtin_peers(plugins[0], C.device_for(plugins[0], device))
+    elif compare == "none":
+        extra = []
+    else:
+        extra = [n.strip() for n in compare.split(",") if n.strip()]
+    plugins += [n for n in extra if n not in plugins]
+    for n in plugins:
+        C.require(n)  # unknown or unavailable: an error naming cause and fix, before collecting
+    _STATE.update(plugins=plugins, device=device, results=defaultdict(lambda: defaultdict(int)),
+                  kernels=defaultdict(lambda: defaultdict(int)),
+                  failures=[], saved_env=os.environ.get("SDK_GRAPH_CACHE"))
+    # programs compiled by earlier runs must not answer: the suite checks this plugin's
+    # kernels as they are now (the cache checks turn the cache on in a private directory)
+    os.environ["SDK_GRAPH_CACHE"] = "0"
+    suite = os.path.join(os.path.dirname(__file__), "suite.py")
+    config.args[:] = [suite]
+    config.addinivalue_line("markers", "sdk_conformance: a check of the SDK conformance suite")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if "plugins" in _STATE:
+        saved = _STATE["saved_env"]
+        if saved is None:
+            os.environ.pop("SDK_GRAPH_CACHE", None)
+        else:
+            os.environ["SDK_GRAPH_CACHE"] = saved
+        _STATE.clear()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "plugins" not in _STATE or "sdk_plugin" not in metafunc.fixturenames:
+        return
+    from sdk import conformance as C
+
+    plugins = _STATE["plugins"]
+    devices = {p: C.device_for(p, _STATE["device"]) for p in plugins}
+    if "opinfo_case" in metafunc.fixturenames:
+        selection = metafunc.config.getoption("sdk_opinfo")
+        by_device = {d: C.opinfo_cases(selection, d) for d in set(devices.values())}
+        params = [(p, devices[p], c) for p in plugins for c in by_device[devices[p]]]
+        ids = [f"{p}-{c[0]}-{c[1]}-{c[2]}" for p, _, c in params]
+        metafunc.parametrize(("sdk_plugin", "sdk_device", "opinfo_case"), params, ids=ids)
+    elif "sdk_device" in metafunc.fixturenames:
+        metafunc.parametrize(("sdk_plugin", "sdk_device"), [(p, devices[p]) for p in plugins],
+                             ids=plugins)
+    else:
+        metafunc.parametrize("sdk_plugin", plugins, ids=plugins)
+
+
+def _category(item: pytest.Item) -> str:
+    name = getattr(item, "originalname", item.name)
+    if name == "test_opinfo":
+        _, dt, mode = item.callspec.params["opinfo_case"]
+        return f"opinfo {'fw+bw' if mode == 'fwbw' else 'fw'} {dt}"
+    part = name.split("_")[1] if name.count("_") >= 1 else name
+    return {"fault": "faults", "option": "options"}.get(part, part)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    outcome = yield
+    if "plugins" not in _STATE or not hasattr(item, "callspec"):
+        return
+    report = outcome.get_result()
+    plugin = item.callspec.params.get("sdk_plugin")
+    if plugin is None:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        kind = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
+        if hasattr(report, "wasxfail") and report.passed:
+            kind = "failed"  # strict xfail that passed
+        _STATE["results"][(_category(item), plugin)][kind] += 1
+        if kind == "passed" and getattr(item, "originalname", "") == "test_opinfo":
+            made = ("sdk_kernels", True) in item.user_properties
+            _STATE["kernels"][plugin]["passed" if made else "skipped"] += 1
+        if kind == "failed":
+            _STATE["failures"].append((plugin, item.name))
+
+
+def summary_lines() -> list[str]:
+    """The summary table: for each category and plugin, passed/run and skips."""
+    import torch
+
+    import sdk
+
+    plugins, results = _STATE["plugins"], _STATE["results"]
+    cats = sorted({c for c, _ in results}, key=lambda c: (not c.startswith("opinfo"), c))
+    lines = [
+        (f"sdk conformance: torch {torch.__version__}, torch-backend-sdk {sdk.__version__}, "
+         f"{platform.system()} {platform.machine()}, python {platform.python_version()}"),
+        "",
+        "| check | " + " | ".join(f"sdk:{p}" for p in plugins) + " |",
+        "|---" * (len(plugins) + 1) + "|",
+    ]
+    totals = {p: defaultdict(int) for p in plugins}
+    for c in cats:
+        cells = []
+        for p in plugins:
+            r = results[(c, p)]
+            for k in OUTCOMES:
+                totals[p][k] += r[k]
+            cells.append(_cell(r))
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    lines.append("| **total** | " + " | ".join(_cell(totals[p]) for p in plugins) + " |")
+    if _STATE["kernels"]:
+        made = [_STATE["kernels"][p] for p in plugins]
+        lines.append("| opinfo passes in generated kernels | "
+                     + " | ".join(f"{m['passed']}/{m['passed'] + m['skipped']}" for m in made)
+                     + " |")
+    lines.append("")
+    lines.append("cells: passed/run (run = passed + failed), then skipped and expected "
+                 "failures (xfail: a known gap of the SDK, not of the plugin); last row: the "
+                 "OpInfo passes where the plugin generated at least one kernel (the rest ran "
+                 "through ATen)")
+    for plugin, name in _STATE["failures"]:
+        lines.append(f"FAILED {plugin}: {name}")
+    return lines
+
+
+def _cell(r: dict[str, int]) -> str:
+    run = r["passed"] + r["failed"]
+    cell = f"{r['passed']}/{run}"
+    if r["skipped"]:
+        cell += f", {r['skipped']} skipped"
+    if r["xfailed"]:
+        cell += f", {r['xfailed']} xfail"
+    return cell
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if "plugins" not in _STATE:
+        return
+    terminalreporter.section("sdk conformance summary")
+    for line in summary_lines():
+        terminalreporter.write_line(line)

@@ -1,0 +1,47 @@
+"""``python -m sdk new-plugin NAME [--c-like]``: a plugin package to start from.
+
+It writes a directory with ``pyproject.toml`` (the ``sdk.plugins`` and
+``torch_dynamo_backends`` entry points), a README and the plugin package
+``<NAME>_sdk_plugin``. ``pip install`` it and ``python -m sdk list`` shows it;
+``python -m sdk conformance NAME`` passes out of the box.
+
+* default: every hook, in the order a compile calls them, each doing the safe thing; it
+  refuses every op, so ATen runs them (right, not faster). For targets that are not C-like.
+* ``--c-like``: a working C/OpenMP plugin with fusion and training: a table of op strings
+  (``target.py``, for :mod:`sdk.clike`) and a compile function (:mod:`sdk.toolchain`).
+"""
+
+from __future__ import annotations
+
+import keyword
+from pathlib import Path
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def module_name(name: str) -> str:
+    return f"{name}_sdk_plugin"
+
+
+def generate(name: str, dest: str | Path, *, c_like: bool = False) -> Path:
+    """Write the plugin package for ``name`` into ``dest/<name>-sdk-plugin``; return it."""
+    if not name.isidentifier() or keyword.iskeyword(name) or not name.islower():
+        raise ValueError(f"plugin name {name!r} must be a lower-case Python identifier "
+                         "(it is the entry-point name and part of the package name), "
+                         "e.g. 'acme' or 'acme_npu'")
+    dist = f"{name.replace('_', '-')}-sdk-plugin"
+    root = Path(dest) / dist
+    if root.exists():
+        raise FileExistsError(f"{root} exists; remove it or choose another destination")
+    package = root / module_name(name)
+    files = {root / "pyproject.toml": "common/pyproject.toml.tmpl",
+             root / "README.md": "common/README.md.tmpl"}
+    flavor = "c_like" if c_like else "fallback"
+    for tmpl in sorted((TEMPLATES / flavor).glob("*.tmpl")):
+        files[package / tmpl.name.removesuffix(".tmpl")] = f"{flavor}/{tmpl.name}"
+    for path, tmpl in files.items():
+        text = (TEMPLATES / tmpl).read_text()
+        text = text.replace("{{name}}", name).replace("{{module}}", module_name(name))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.replace("{{dist}}", dist))
+    return root

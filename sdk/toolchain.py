@@ -1,0 +1,144 @@
+"""Build C or C++ kernel sources into shared libraries with the system compiler, and load them.
+
+For plugins whose kernels are C-like source built by a host compiler (``sdk.clike`` renders
+such source from the IR). A library is kept in the per-user cache (:mod:`sdk.cache`), named by
+the sha256 of its content, with that digest in a verified :class:`sdk.cache.DiskCache` entry;
+it is loaded only after its digest, owner and mode check out, so a corrupt, truncated or
+foreign file in the cache is a miss and is rebuilt, never loaded. Naming by content also means
+``dlopen`` (which reuses a loaded object of the same path) never returns a stale library.
+
+    lib = sdk.toolchain.load_library(sdk.toolchain.compile_library(source, language="c"))
+    fn = sdk.toolchain.get_function(lib, "k_add", nargs=3)
+    kernel = sdk.toolchain.launcher(fn)        # kernel(*tensors) passes their data_ptr()s
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from sdk.cache import DiskCache, stable_hash, write_atomic
+
+#: Default flags: optimized, position independent, OpenMP, this host's vector units; no
+#: -ffast-math (it folds isnan away and reassociates reductions: torch's semantics break).
+FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-march=native", "-fno-math-errno", "-fwrapv")
+_COMPILERS = {"c": ("CC", ("cc", "gcc", "clang")), "c++": ("CXX", ("c++", "g++", "clang++"))}
+_HEX = re.compile(rb"[0-9a-f]{64}")
+
+
+class CompileError(RuntimeError):
+    """The compiler rejected a source; the message has the command, its output and the path
+    of the full source."""
+
+
+def find_compiler(language: str = "c") -> str:
+    """``$CC`` (``$CXX`` for c++), else the first of the usual names on PATH."""
+    var, names = _COMPILERS[language]
+    requested = os.environ.get(var)
+    for name in [requested] if requested else names:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise FileNotFoundError(
+        f"no {language} compiler found ({'$' + var + '=' + requested if requested else ', '.join(names)}"
+        f" not on PATH). Fix: install one (e.g. `apt install gcc`) or set {var} to its path."
+    )
+
+
+@functools.cache
+def compiler_identity(compiler: str) -> str:
+    """``--version`` plus what ``-march=native`` means on this host (for cache keys)."""
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
+                             check=False).stdout
+    native = subprocess.run([compiler, "-march=native", "-v", "-E", "-x", "c", os.devnull,
+                             "-o", os.devnull], capture_output=True, text=True, check=False).stderr
+    return version + native
+
+
+def _trusted_digest(path: Path) -> str | None:
+    """sha256 of a regular file owned by us and writable by nobody else, else None."""
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
+                    or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return None
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def compile_library(source: str, *, language: str = "c", flags: Sequence[str] = FLAGS,
+                    namespace: str = "clike", key: Sequence[Any] = ()) -> Path:
+    """Compile ``source`` into a shared library in ``cache_dir(namespace)``, or reuse a
+    verified one built from the same source, compiler, flags and ``key``."""
+    compiler = find_compiler(language)
+    flags = tuple(flags)
+    digest_key = stable_hash(source, compiler, compiler_identity(compiler), flags, *key)
+    cache = DiskCache(namespace)
+    recorded = cache.get(digest_key)
+    if recorded is not None and _HEX.fullmatch(recorded):
+        path = cache.path_for(digest_key, f".{recorded[:16].decode()}.so")
+        if _trusted_digest(path) == recorded.decode():
+            return path
+    src = cache.path_for(digest_key, ".c" if language == "c" else ".cpp")
+    write_atomic(src, source.encode())  # kept: errors and debugging point at it
+    fd, tmp = tempfile.mkstemp(dir=src.parent, prefix=".tmp-", suffix=".so")
+    os.close(fd)
+    cmd = [compiler, str(src), "-o", tmp, *flags, "-lm"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
+            raise CompileError(f"{language} compilation failed (exit status {proc.returncode})."
+                               f"\ncommand: {shlex.join(cmd)}\nfull source: {src}\n"
+                               f"compiler output (last lines):\n{tail}")
+        os.chmod(tmp, 0o700)
+        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+        path = cache.path_for(digest_key, f".{digest[:16]}.so")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    cache.put(digest_key, digest.encode())
+    return path
+
+
+def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(os.fspath(path))
+    except OSError as e:
+        raise OSError(f"could not load {path}: {e}. If the cache directory is on a filesystem "
+                      "mounted noexec, set SDK_CACHE_DIR to a private directory on another one."
+                      ) from e
+
+
+def get_function(lib: ctypes.CDLL, name: str, nargs: int, restype: Any = None
+                 ) -> Callable[..., Any]:
+    """Symbol ``name`` of ``lib`` as a function of ``nargs`` pointers."""
+    fn = lib[name]  # a fresh object: argtypes set here do not leak to other users
+    fn.argtypes = [ctypes.c_void_p] * nargs
+    fn.restype = restype
+    return fn
+
+
+def launcher(fn: Callable[..., Any]) -> Callable[..., None]:
+    """A :data:`sdk.KernelFn`: ``fn`` called with the tensors' ``data_ptr()`` s."""
+
+    def launch(*tensors: Any) -> None:
+        fn(*[t.data_ptr() for t in tensors])
+
+    return launch

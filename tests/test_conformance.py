@@ -1,0 +1,111 @@
+"""The vendor conformance suite (sdk/conformance) run as a vendor runs it: through the pytest11
+entry point (``pytest --sdk-plugin=NAME``) in a fresh process, on cpu_cpp, cuda_triton (Triton's
+interpreter without a GPU) and the example vendor wheel examples/acme_vendor, with the quick
+OpInfo subset; its summary is checked cell by cell."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Checks that fail today, each for a reason outside the plugin under test's hands or a bug
+#: the suite found; the test fails when this set changes, in either direction.
+KNOWN_FAILURES = {
+    # cuda_triton under the interpreter: softmax(bf16 input, dtype=float64) backward gives
+    # zeros (cpu_cpp and eager agree); found by this suite, not fixed here (plugins/ is
+    # another change's)
+    ("cuda_triton", "test_opinfo[cuda_triton-softmax.with_dtype-bfloat16-fwbw]"),
+}
+
+
+def installed_as_wheel(site: Path, dist: str, version: str, entry_points: str) -> None:
+    """A ``.dist-info`` in ``site`` (a ``sys.path`` entry), as pip leaves one: the SDK and
+    torch find its entry points through importlib.metadata."""
+    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(entry_points)
+
+
+def acme_env(tmp_path: Path) -> dict[str, str]:
+    site = tmp_path / "site"
+    installed_as_wheel(site, "acme-sdk-plugin", "0.1.0",
+                       "[sdk.plugins]\nacme = acme_sdk_plugin\n\n"
+                       "[torch_dynamo_backends]\nsdk:acme = sdk.backends:acme\n")
+    path = [str(site), str(ROOT / "examples" / "acme_vendor"), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p),
+            "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1"),
+            "SDK_CACHE_DIR": str(tmp_path / "cache")}
+
+
+def summary(output: str) -> dict[tuple[str, str], str]:
+    """{(check, plugin): cell} from the summary table."""
+    lines = [ln for ln in output.splitlines() if ln.startswith("| ")]
+    plugins = [c.strip().removeprefix("sdk:") for c in lines[0].strip("|").split("|")[1:]]
+    cells = {}
+    for ln in lines[1:]:
+        parts = [c.strip() for c in ln.strip("|").split("|")]
+        for p, cell in zip(plugins, parts[1:]):
+            cells[(parts[0], p)] = cell
+    return cells
+
+
+def counts(cell: str) -> tuple[int, int]:
+    m = re.match(r"(\d+)/(\d+)", cell)
+    assert m, cell
+    return int(m[1]), int(m[2])
+
+
+@pytest.mark.slow
+def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging",
+           "--sdk-plugin=cpu_cpp", "--sdk-plugin=cuda_triton", "--sdk-plugin=acme",
+           "--sdk-compare=none", "--sdk-opinfo=quick"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=acme_env(tmp_path), capture_output=True,
+                          text=True, timeout=600, check=False)
+    out = proc.stdout + proc.stderr
+    assert "sdk conformance summary" in out, out[-3000:]
+    failed = set(re.findall(r"^FAILED (\w+): (\S+)$", out, re.MULTILINE))
+    assert failed == KNOWN_FAILURES, out[-3000:]
+    assert proc.returncode == (1 if failed else 0), out[-3000:]
+    cells = summary(out)
+    for plugin in ("cpu_cpp", "cuda_triton", "acme"):
+        for mode in ("fw", "fw+bw"):
+            for dt in ("float32", "bfloat16"):
+                passed, run = counts(cells[(f"opinfo {mode} {dt}", plugin)])
+                assert run >= 8, (plugin, mode, dt, cells)  # every quick op ran
+                known = sum(1 for p, n in KNOWN_FAILURES if p == plugin and dt in n
+                            and n.endswith(f"-{'fwbw' if mode == 'fw+bw' else 'fw'}]"))
+                assert passed == run - known, (plugin, mode, dt, cells)
+    # the built-in plugins generate kernels for most OpInfo samples; acme for none
+    row = "opinfo passes in generated kernels"
+    for plugin in ("cpu_cpp", "cuda_triton"):
+        made, passed = counts(cells[(row, plugin)])
+        assert made >= passed * 3 // 4, (plugin, cells[(row, plugin)])
+    assert counts(cells[(row, "acme")])[0] == 0, cells
+    for plugin in ("cpu_cpp", "cuda_triton"):
+        assert cells[("fusion", plugin)] == "3/3", cells
+        assert cells[("cache", plugin)] == "4/4", cells
+        # render and build faults fall back, the two chain to each other; the run-time
+        # fault is the core's known gap
+        assert cells[("faults", plugin)] == "3/3, 1 xfail", cells
+    # acme renders no kernels: its fusion, fault and cache checks do not apply and say so
+    assert cells[("fusion", "acme")] == "0/0, 3 skipped", cells
+    assert "skipped" in cells[("faults", "acme")], cells
+    # acme refuses sin: fallback=False should raise and does not (the core's known gap)
+    assert "1 xfail" in cells[("options", "acme")], cells
+
+
+def test_conformance_cli_rejects_an_unknown_plugin(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "sdk", "conformance", "no_such_plugin_q"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert proc.returncode != 0
+    assert "no SDK plugin named 'no_such_plugin_q'" in proc.stdout + proc.stderr
