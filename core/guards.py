@@ -91,14 +91,26 @@ def size_bindings(specs: Sequence[InputSpec]) -> dict[sympy.Symbol, str]:
     return where
 
 
-def _symbolic_check(specs: Sequence[InputSpec], kernel_read: frozenset[int] | None
-                    ) -> Callable[[Sequence[Any]], bool]:
+def _symbolic_check(specs: Sequence[InputSpec], kernel_read: frozenset[int] | None,
+                    dynamo_guarded: bool = False) -> Callable[[Sequence[Any]], bool]:
     """The check of a variant compiled for symbolic sizes: bind each size symbol from the
     input that first has it, require it >= MIN_SIZE (what the kernels assume), and check
-    every input's sizes, strides and offset against their expressions at those values."""
+    every input's sizes, strides and offset against their expressions at those values.
+
+    ``dynamo_guarded`` (forward and inference graphs): Dynamo's guards already hold every
+    size symbol's range (sizes 0 and 1 recompile) and every size and stride relation the
+    trace used, so only the alignment of kernel-read inputs is left to check.
+    """
     where = size_bindings(specs)
     env: dict[str, Any] = {}
     lines = ["def check(args):"]
+    if dynamo_guarded and kernel_read is not None:
+        for i, spec in enumerate(specs):
+            if isinstance(spec, TensorSpec) and spec.aligned and i in kernel_read:
+                lines += [f"    if args[{i}].data_ptr() % {ALIGNMENT}:", "        return False"]
+        lines.append("    return True")
+        exec("\n".join(lines), env)  # noqa: S102 - our own generated code
+        return env["check"]
     for sym, src in where.items():
         lines += [f"    {sym.name} = {src}", f"    if {sym.name} < {MIN_SIZE}:",
                   "        return False"]
@@ -142,7 +154,7 @@ def make_check(specs: Sequence[InputSpec], layout_free: frozenset[int] = frozens
       the pointer alignment the kernels of ``kernel_read`` were compiled for.
     """
     if is_symbolic(specs):
-        return _symbolic_check(specs, kernel_read)
+        return _symbolic_check(specs, kernel_read, dynamo_guarded)
     lines = ["def check(args):"]
     env: dict[str, Any] = {}
     if dynamo_guarded and kernel_read is not None:
@@ -190,19 +202,24 @@ class Specializing:
         self._general: tuple[Callable, Callable] | None = None
         if general is not None:
             self.variants[specs] = general
-            self._general = (self._check_for(specs, general), general)
+            self._general = (self._check_for(specs, general, dynamo_guarded), general)
+            self._check, self._fn = self._general
+            return
         self._fn = self._install(specs)
 
-    def _check_for(self, specs: tuple, fn: Callable) -> Callable:
+    def _check_for(self, specs: tuple, fn: Callable, dynamo_guarded: bool) -> Callable:
         return make_check(specs, getattr(fn, "layout_free", frozenset()),
-                          self._dynamo_guarded, getattr(fn, "kernel_read", None))
+                          dynamo_guarded, getattr(fn, "kernel_read", None))
 
     def _install(self, specs: tuple) -> Callable:
         fn = self.variants.get(specs)
         if fn is None:
             fn = self._build(specs)
             self.variants[specs] = fn
-        self._check = self._check_for(specs, fn)
+        # Dynamo's guards hold a static graph's sizes, not a symbolic graph's: a concrete
+        # variant of a symbolic graph checks its whole layout
+        self._check = self._check_for(specs, fn,
+                                      self._dynamo_guarded and self._general is None)
         return fn
 
     _boxed_call = True  # AOTAutograd may pass the inputs as one list

@@ -198,7 +198,8 @@ class Session:
                             "SymInt somewhere in lowering or the plugin)")
             return None
         report.sizes = "symbolic: " + ", ".join(sorted(s.name for s in where))
-        return Specializing(build, specs, general=fn)
+        return Specializing(build, specs, general=fn,
+                            dynamo_guarded=ctx.graph_kind in ("forward", "inference"))
 
     def _build_program(self, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple,
                        report: GraphReport, per_shape_on_failure: bool = False) -> Callable:

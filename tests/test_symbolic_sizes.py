@@ -158,3 +158,18 @@ def test_explain_reports_symbolic_sizes(plugin):
                       backend=f"sdk:{plugin}", dynamic=True)
     assert [g.sizes.startswith("symbolic") for g in rep.graphs] == [True]
     assert "sizes symbolic" in str(rep)
+
+
+def test_misaligned_inputs_of_other_sizes_never_reuse_a_concrete_variant(plugin):
+    dev = device_of(plugin)
+    f = torch.compile(lambda x: x * 2 + 1, backend=sdk.backend(plugin), dynamic=True)
+    for n in (6, 9):
+        x = torch.randn(n, 5, device=dev)
+        torch.testing.assert_close(f(x), x * 2 + 1)
+    for n in (6, 7, 11, 7):
+        # a view one element into its storage: not 16-byte aligned, so not the symbolic
+        # program's; each size must get a program that fits it
+        x = torch.randn(n * 5 + 1, device=dev)[1:].view(n, 5)
+        torch.testing.assert_close(f(x), x * 2 + 1)
+        y = torch.randn(n + 2, 5, device=dev)
+        torch.testing.assert_close(f(y), y * 2 + 1)

@@ -85,35 +85,39 @@ def sdk_compile_kernels(
         if s.meta.get("index_checks"):
             fn = toolchain.get_function(lib, s.entry, nargs, ctypes.c_int64, nsizes)
             take = toolchain.get_function(lib, render.TAKE_INDEX_ERROR, 1, ctypes.c_int64)
-            out.append(_checked_launcher(fn, take, s.name, nargs))
+            out.append(_checked_launcher(fn, take, s.name, nargs, nsizes))
         else:
             out.append(_launcher(toolchain.get_function(lib, s.entry, nargs, None, nsizes),
-                                 nargs))
+                                 nargs, nsizes))
     return out
 
 
-def _launcher(fn: Callable[..., None], nargs: int) -> sdk.KernelFn:
+def _launcher(fn: Callable[..., None], nargs: int, nsizes: int = 0) -> sdk.KernelFn:
     """``launch(*tensors, *sizes)``: ``fn`` with the tensors' data pointers, then the
     kernel's size arguments (ints)."""
-    if nargs == 0:
-        return fn
-
-    def launch(*args: Any) -> None:
-        fn(*[t.data_ptr() for t in args[:nargs]], *args[nargs:])
-
-    return launch
+    return _generated("_launcher", "    fn({call})", {"fn": fn}, nargs, nsizes)
 
 
 def _checked_launcher(fn: Callable[..., int], take: Callable[..., int], name: str,
-                      nargs: int) -> sdk.KernelFn:
+                      nargs: int, nsizes: int = 0) -> sdk.KernelFn:
     """Like :func:`_launcher`, for a kernel that checks its indirect indices: it
     returns nonzero when one was out of range (it read a clamped one instead), and
     ``launch`` then raises :class:`IndexError`."""
+    body = "    if fn({call}):\n        raise _index_error(take, name)"
+    return _generated("_checked_launcher", body, {"fn": fn, "take": take, "name": name,
+                                                  "_index_error": _index_error}, nargs, nsizes)
 
-    def launch(*args: Any) -> None:
-        if fn(*[t.data_ptr() for t in args[:nargs]], *args[nargs:]):
-            raise _index_error(take, name)
 
+def _generated(kind: str, body: str, env: dict[str, Any], nargs: int, nsizes: int
+               ) -> sdk.KernelFn:
+    """A launcher with one parameter per tensor and size (no per-call list building)."""
+    params = [f"t{i}" for i in range(nargs)] + [f"s{i}" for i in range(nsizes)]
+    call = ", ".join([f"t{i}.data_ptr()" for i in range(nargs)]
+                     + [f"s{i}" for i in range(nsizes)])
+    src = f"def launch({', '.join(params)}):\n" + body.format(call=call)
+    exec(src, env)  # noqa: S102 - our own generated code
+    launch = env["launch"]
+    launch.__qualname__ = f"{kind}.<locals>.launch"  # what made it, for tests and tracebacks
     return launch
 
 

@@ -217,99 +217,116 @@ def _grid(spec: list[list[Any]], consts: dict[str, int]) -> tuple[int, int, int]
     return (*dims, *(1,) * (3 - len(dims)))  # type: ignore[return-value]
 
 
-def _grid_fn(spec: list[list[Any]], consts: dict[str, int], sizes: list[str]
-             ) -> Callable[..., tuple[int, int, int]]:
-    """``grid(*size_values)`` for a kernel of symbolic sizes: a numel that is a string is
-    a Python expression over the size arguments (see ``render``)."""
-    dims = []
-    for n, b in spec:
-        n = str(n)
-        dims.append(f"-(-({n}) // {int(consts[b])})" if b else f"({n})")
-    dims += ["1"] * (3 - len(dims))
-    src = f"lambda {', '.join(sizes)}: ({', '.join(dims)},)"
-    return eval(src, {})  # noqa: S307 - built from the renderer's own size expressions
+def _grid_src(spec: list[list[Any]], consts: dict[str, int]) -> list[str]:
+    """The grid's three axes as Python expressions over the size arguments (a numel that is a
+    string is such an expression, see ``render``)."""
+    dims = [f"-(-({n}) // {int(consts[b])})" if b else f"({n})" for n, b in spec]
+    return dims + ["1"] * (3 - len(dims))
 
 
-def _spec_key(sizes: tuple[int, ...]) -> tuple:
-    """What Triton specializes an integer argument on (its value 1, divisibility by 16,
-    whether it fits 32 bits): a compiled kernel is right only for sizes of its key."""
-    return tuple((v == 1, v % 16 == 0, -2**31 <= v < 2**31) for v in sizes)
+def _spec_key_src(names: list[str]) -> str:
+    """What Triton specializes an integer argument on, as a Python expression: divisibility
+    by 16, and whether it needs 64 bits (sizes are >= 2, so never the value 1). A compiled
+    kernel is right only for sizes of its key."""
+    div = "".join(f"{n} % 16 == 0, " for n in names)
+    return f"({div}({' | '.join(names)}) >> 31)"
 
 
-def symbolic_call(jit_fn: Any, spec: list[list[Any]], names: list[str],
-                  constexprs: dict[str, int], options: dict[str, Any], nargs: int
-                  ) -> Callable[..., None]:
-    """``fn(*buffers, *sizes)`` for a kernel of symbolic sizes: the grid from the sizes at
-    each call. On a GPU, after Triton's own first launch for a specialization key
-    (:func:`_spec_key`), later calls of that key call the compiled kernel directly."""
-    grid_of = _grid_fn(spec, constexprs, names)
-    kw = {**constexprs, **options}
-    # (the grid from the sizes here: Triton's interpreter hands a grid callable its
-    # arguments as its own tensors, not ints)
-    if interpreting() or not torch.cuda.is_available():
+class _Variant:
+    """One Triton function of a kernel of symbolic sizes, and its compiled kernels by key."""
+
+    def __init__(self, jit_fn: Any, constexprs: dict[str, int], options: dict[str, Any]
+                 ) -> None:
+        self.jit_fn, self.kw = jit_fn, {**constexprs, **options}
+        self.consts = tuple(constexprs.values())
+        self.fast: dict[tuple, Any] = {}
+
+    def slow(self, grid: tuple[int, int, int], key: tuple, args: tuple) -> None:
+        """Triton's own launch; its first per key compiles, then that key's calls go direct."""
+        if key in self.fast:
+            self.jit_fn[grid](*args, **self.kw)
+            return
+        compiled = self.jit_fn[grid](*args, **self.kw)
+        self.fast[key] = _direct(compiled, self.consts)
+
+
+def _direct(compiled: Any, consts: tuple[Any, ...]) -> tuple | None:
+    """What a direct ``CompiledKernel.run`` call needs (see :func:`_fast`), or None."""
+    try:
+        from triton.runtime import driver
+
+        return (compiled.run, compiled.function, compiled.packed_metadata,
+                driver.active.get_current_device(), consts)
+    except (ImportError, AttributeError):
+        return None
+
+
+def symbolic_call(mod: Any, meta: dict[str, Any], opts: dict[str, Any],
+                  consts: dict[str, int]) -> Callable[..., None]:
+    """``fn(*buffers, *sizes)`` for a kernel of symbolic sizes, generated as Python source:
+    the grid from the sizes at each call. With ``meta["alt"]`` (a persistent form for rows
+    that fit one block) the call takes it where ``alt["when"]`` holds. On a GPU, after
+    Triton's own first launch for a specialization key, that key's calls run the compiled
+    kernel directly (unless launch hooks are active or another device is current)."""
+    names, nargs = meta["sizes"], len(meta["args"])
+    params = [f"a{i}" for i in range(nargs)] + list(names)
+    args = ", ".join(params)
+    variants = [("main", _Variant(getattr(mod, meta["fn"]), consts, opts),
+                 _grid_src(meta["grid"], consts))]
+    alt = meta.get("alt")
+    if alt is not None:
+        aconsts, aopts = _split_config(meta, alt["config"], alt["constexprs"])
+        variants.insert(0, ("alt", _Variant(getattr(mod, alt["fn"]), aconsts, aopts),
+                            _grid_src(alt["grid"], aconsts)))
+    interp = interpreting() or not torch.cuda.is_available()
+    env: dict[str, Any] = {}
+    lines = [f"def call({args}):", f"    key = {_spec_key_src(names)}"]
+    for label, v, grid in variants:
+        env[label] = v
+        ind = "    "
+        if label == "alt":
+            lines.append(f"    if {alt['when']}:")
+            ind = "        "
+        lines.append(f"{ind}grid = ({', '.join(grid)})")
+        if interp:
+            lines.append(f"{ind}return _interp({label}, grid, ({args},))")
+            continue
+        lines += [
+            f"{ind}ent = {label}.fast.get(key)",
+            f"{ind}if ent is not None:",
+            f"{ind}    run, function, packed, device, consts = ent",
+            f"{ind}    dev = _get_device()",
+            f"{ind}    if dev == device and not _hooks_active():",
+            f"{ind}        return run(*grid, _get_stream(dev), function, packed, None, None, "
+            f"None, {args}, *consts)",
+            f"{ind}return {label}.slow(grid, key, ({args},))",
+        ]
+    if interp:
         import numpy as np
 
         from .interp import checking_bounds
 
-        name, asserts = getattr(jit_fn, "__name__", "kernel"), bool(kw.get("debug"))
-
-        def interpreted(*args: Any) -> None:
-            grid = grid_of(*args[nargs:])
+        def _interp(v: _Variant, grid: tuple, a: tuple) -> None:
             if 0 in grid:
                 return
-            with np.errstate(all="ignore"), checking_bounds(name, list(args), asserts=asserts):
-                jit_fn[grid](*args, **kw)
+            name = getattr(v.jit_fn, "__name__", "kernel")
+            with np.errstate(all="ignore"), checking_bounds(name, list(a),
+                                                            asserts=bool(v.kw.get("debug"))):
+                v.jit_fn[grid](*a, **v.kw)
 
-        interpreted.path = lambda: "portable"  # type: ignore[attr-defined]
-        return interpreted
-    consts = tuple(constexprs.values())
-    fast: dict[tuple, Any] = {}
-
-    def call(*args: Any) -> None:
-        sizes = args[nargs:]
-        grid = grid_of(*sizes)
-        if 0 in grid:
-            return
-        key = _spec_key(sizes)
-        f = fast.get(key)
-        if f is not None:
-            try:
-                if f(grid, *args):
-                    return
-            except TypeError:
-                fast[key] = None  # refused before launching: this key stays portable
-        if key not in fast:
-            compiled = jit_fn[grid](*args, **kw)
-            fast[key] = _fast_any_grid(compiled, consts)
-            return
-        jit_fn[grid](*args, **kw)
-
-    call.path = lambda: "fast" if any(fast.values()) else "portable"  # type: ignore[attr-defined]
-    return call
-
-
-def _fast_any_grid(compiled: Any, consts: tuple[Any, ...]) -> Callable | None:
-    """Like :func:`_fast`, with the grid passed at each call."""
-    try:
+        env["_interp"] = _interp
+    else:
         from triton.runtime import driver
 
-        run, function = compiled.run, compiled.function
-        packed = compiled.packed_metadata
-        get_device = driver.active.get_current_device
-        get_stream = driver.active.get_current_stream
-        hooks_active = _hooks_probe()
-    except (ImportError, AttributeError):
-        return None
-    device = get_device()
-
-    def fast(grid: tuple[int, int, int], *args: Any) -> bool:
-        dev = get_device()
-        if dev != device or hooks_active():
-            return False
-        run(*grid, get_stream(dev), function, packed, None, None, None, *args, *consts)
-        return True
-
-    return fast
+        env.update(_get_device=driver.active.get_current_device,
+                   _get_stream=driver.active.get_current_stream, _hooks_active=_hooks_probe())
+    source = "\n".join(lines)
+    exec(source, env)  # noqa: S102 - generated from the renderer's size expressions
+    call = env["call"]
+    call.path = lambda: "fast" if any(  # type: ignore[attr-defined]
+        e for _l, v, _g in variants for e in v.fast.values()) else "portable"
+    call.source = source  # type: ignore[attr-defined]
+    return call
 
 
 def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callable[..., None]:
@@ -321,8 +338,7 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
         if meta["mode"] == "split":
             raise ValueError(f"kernel {src.name}: a split reduction of symbolic sizes")
         mod = load_module(src.source)
-        return symbolic_call(getattr(mod, src.entry), meta["grid"], meta["sizes"], consts,
-                             opts, len(meta["args"]))
+        return symbolic_call(mod, {**meta, "fn": src.entry}, opts, consts)
     grid = _grid(meta["grid"], consts)
     if 0 in grid:
         return lambda *args: None

@@ -235,14 +235,22 @@ class _Writer:
         self.rsyms = {_sym(n) for s in self.stages for n in s.vars}
 
         inner = [s.numel for s in self.stages if s.group >= 0]
+        #: symbolic sizes: a persistent form of a looped kernel, taken at run time where
+        #: every row fits its block (``meta["alt"]``)
+        self.alt_plan: heuristics.Plan | None = None
         if self.symbolic:
             # shapes and block sizes from the compiling call's sizes (hints); a reduction
             # over a symbolic range loops over it, and none splits (the split's chunk and
             # scratch are literals)
-            self.plan = heuristics.plan(
-                ir.size_hint(self.xnumel), [ir.size_hint(n) for n in inner], False,
-                outer=bool(inner) and self._outer_reduction(),
-                looped=not all(ir.is_static(n) for n in inner))
+            hints = [ir.size_hint(n) for n in inner]
+            outer = bool(inner) and self._outer_reduction()
+            self.plan = heuristics.plan(ir.size_hint(self.xnumel), hints, False, outer=outer,
+                                        looped=not all(ir.is_static(n) for n in inner))
+            if self.plan.mode == "looped" and not outer and not all(
+                    ir.is_static(n) for n in inner):
+                rows = heuristics.plan(ir.size_hint(self.xnumel), hints, False)
+                if rows.mode == "persistent":
+                    self.alt_plan = rows
         else:
             self.plan = heuristics.plan(self.xnumel, inner, self._splittable(),
                                         outer=bool(inner) and self._outer_reduction())
@@ -978,6 +986,17 @@ class _Writer:
         elif mode == "looped":
             meta["constexprs"] = ["XBLOCK", "RBLOCK"]
             fns.append(fn(self.name, ptrs, meta["constexprs"], self._looped()))
+            if self.alt_plan is not None:
+                looped, self.plan = self.plan, self.alt_plan
+                rows = [_py(st.numel) for st in self.stages if st.group >= 0]
+                name = self.name + "_rows"
+                meta["alt"] = {
+                    "fn": name, "rblock": self.plan.rblock, "config": dict(self.plan.config),
+                    "grid": [[_json_size(self.xnumel), "XBLOCK"]], "constexprs": ["XBLOCK"],
+                    "when": " and ".join(f"{r} <= {self.plan.rblock}" for r in rows),
+                }
+                fns.append(fn(name, ptrs, ["XBLOCK"], self._persistent()))
+                self.plan = looped
         else:
             partial, scratch = self._split_partial()
             names = [n for n, _ in scratch]
