@@ -23,6 +23,7 @@ import sympy
 import torch
 import torch.fx
 
+from sdk.errors import LoweringError
 from sdk.plugin import Capability, CompileContext
 from sdk.report import ExternReport, FallbackReport
 
@@ -404,8 +405,14 @@ class Lowerer:
         """Run ``target`` through ATen (a library call, or a fallback when ``reason``).
 
         Outputs get the trace's strides, or ``out_strides`` where given; a call that
-        answers in other strides is copied into them at run time.
+        answers in other strides is copied into them at run time. A fallback with
+        ``options["fallback"]`` off raises :class:`sdk.LoweringError` instead.
         """
+        if reason is not None and not self.ctx.options.get("fallback", True):
+            raise LoweringError(
+                f"{op_name(target)} ({self.origin}) would run through ATen, op by op: "
+                f"{reason}; options['fallback'] is False (set it True to allow this, or "
+                f"lower the op in sdk:{self.ctx.plugin})")
         args = _map_values(args, lambda x: self.on_host(self.realize(x)))
         kwargs = _map_values(kwargs, lambda x: self.on_host(self.realize(x)))
         val = self._fx.meta.get("val")
@@ -1576,7 +1583,8 @@ def _adaptive_avg_pool2d(L: Lowerer, x: Any, output_size: Any) -> Any:
     oh, ow = (int(s) for s in output_size)
     h, w = x.sizes[-2:]
     if oh <= 0 or ow <= 0 or h % oh or w % ow or not x.dtype.is_floating_point:
-        raise Unsupported("adaptive pooling with uneven windows")
+        # a library call on purpose (as a convolution is), not an op-level fallback
+        return L.extern(aten._adaptive_avg_pool2d.default, (x, list(output_size)), {})
     kh, kw = h // oh, w // ow
     lead = tuple(x.sizes[:-2])
     dtype = x.dtype

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import logging
 import time
 from typing import Any, Callable, Mapping
 
@@ -33,6 +34,7 @@ _collectors: contextvars.ContextVar[tuple[list[GraphReport], ...]] = contextvars
     "sdk_collectors", default=()
 )
 _graph_ids = itertools.count()
+_log = logging.getLogger(__name__)
 
 
 class Backend:
@@ -148,6 +150,8 @@ class Session:
             program = self._symbolic(ctx, gm, example_inputs, report, build)
             if program is None:  # a variant per concrete shape, from the first real call
                 program = _LazySpecializing(build)
+        if self.options["fallback"] and not self.debug:
+            program = _RunTimeFallback(program, gm, report, ctx, self.registry)
         compiled = self._wrap(ctx, program, report)
         report.compile_seconds = time.perf_counter() - start
         for sink in self.sinks:
@@ -186,6 +190,8 @@ class Session:
         try:
             with size_hints(hints):
                 fn = self._build_program(ctx, gm, specs, report, per_shape_on_failure=True)
+        except SDKError:
+            raise  # the user's options forbid what the compile needs (fallback=False)
         except Exception as exc:  # noqa: BLE001 - any failure: compile per shape
             if self.debug:  # SDK_DEBUG=1: say where symbolic sizes stopped
                 raise
@@ -297,6 +303,60 @@ class _Hooks:
         if caller is None:
             caller = self._cache[hook] = self._reg.caller(hook, [self._plugin])
         return caller
+
+
+class _RunTimeFallback:
+    """A compiled graph whose program, if it fails when run, gives way to ATen.
+
+    The graph is functional (AOTAutograd applies input mutations outside it), so a call
+    that raised can run again through the op-level fallback. If ATen raises as well, the
+    inputs were at fault (an index out of range): the program's error propagates and the
+    program stays. Otherwise the program failed where eager does not, and the graph runs through
+    ATen from then on, with the reason in its report. Out-of-memory errors propagate.
+    ``options["fallback"] = False`` or ``debug`` make the program's error propagate instead.
+    """
+
+    _boxed_call = True
+
+    def __init__(self, program: Callable, gm: torch.fx.GraphModule, report: GraphReport,
+                 ctx: CompileContext, reg: Registry) -> None:
+        self._program, self._gm, self._report, self._ctx, self._reg = \
+            program, gm, report, ctx, reg
+        self._eager: Callable | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) == 1 and type(args[0]) is list:
+            args = args[0]
+        if self._eager is not None:
+            return self._eager(list(args))
+        try:
+            return self._program(list(args))
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - see the class doc
+            reason = (f"the compiled program raised when run: {type(exc).__name__}: {exc}; "
+                      "ATen runs this graph from now on")
+            run, reports = fallback.whole_graph(self._gm, reason)
+            try:
+                out = run(list(args))
+            except Exception:  # noqa: BLE001 - eager fails too: the inputs are at fault
+                raise exc from None
+
+            _log.warning("sdk:%s graph %s: %s", self._ctx.plugin, self._ctx.graph_name,
+                         reason)
+            self._eager = run
+            r = self._report
+            r.kernels.clear()
+            r.externs.clear()
+            r.fusion_refusals.clear()
+            r.fallbacks[:] = reports
+            r.notes.append(reason)
+            for f in reports:
+                self._reg.observers().sdk_on_fallback(ctx=self._ctx, op=f.op, reason=reason)
+            return out
+
+    def __getattr__(self, name: str) -> Any:  # variants, layout_free, ... of the program
+        return getattr(self._program, name)
 
 
 class _LazySpecializing:

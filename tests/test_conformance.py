@@ -93,14 +93,13 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
     for plugin in ("cpu_cpp", "cuda_triton"):
         assert cells[("fusion", plugin)] == "3/3", cells
         assert cells[("cache", plugin)] == "4/4", cells
-        # render and build faults fall back, the two chain to each other; the run-time
-        # fault is the core's known gap
-        assert cells[("faults", plugin)] == "3/3, 1 xfail", cells
+        # render, build and run-time faults fall back, the two chain to each other
+        assert cells[("faults", plugin)] == "4/4", cells
     # acme renders no kernels: its fusion, fault and cache checks do not apply and say so
     assert cells[("fusion", "acme")] == "0/0, 3 skipped", cells
     assert "skipped" in cells[("faults", "acme")], cells
-    # acme refuses sin: fallback=False should raise and does not (the core's known gap)
-    assert "1 xfail" in cells[("options", "acme")], cells
+    # acme refuses sin: fallback=False raises
+    assert "xfail" not in cells[("options", "acme")], cells
 
 
 def test_conformance_cli_rejects_an_unknown_plugin(tmp_path):
