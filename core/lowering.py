@@ -70,6 +70,12 @@ EXTERN_OPS = {
     aten._embedding_bag.default, aten.upsample_nearest2d.default,
 }
 
+#: Library ops whose functional form copies its first argument and then updates the copy in
+#: place, as the in-place form does to the argument itself. Where that argument is a
+#: temporary of the program dying at the call (the zeros an embedding backward accumulates
+#: into), core/memory.py runs the in-place form over it and skips the copy.
+IN_PLACE_FORMS = {aten.index_add.default: aten.index_add_.default}
+
 _functional = torch.ops._c10d_functional
 #: Functional collectives (torch.distributed._functional_collectives, FSDP2 and DTensor in
 #: graphs): each starts its communication and returns its output at once; a wait_tensor

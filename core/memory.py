@@ -8,6 +8,11 @@ Walking the program in order, each buffer a kernel writes is
 * carved from a dead temporary of the same dtype and storage size, or else
 * freshly allocated.
 
+A library call whose in-place form does what its functional form does to a copy of its
+first argument (``IN_PLACE_FORMS``) runs in place over that argument when it is a
+temporary dying at the call, read through that argument alone, in the output's layout:
+its output is that buffer, and the copy is skipped.
+
 Graph inputs and buffers that are (or back) outputs are never reused.
 """
 
@@ -19,10 +24,10 @@ from typing import Any
 import sympy
 
 from .ir.expr import Load, walk
-from .ir.graph import ExternNode
+from .ir.graph import ExternNode, StorageView
 from .ir.index import print_size, print_sizes
 from .ir.kernel import Kernel, Layout
-from .lowering import COLLECTIVE_OPS
+from .lowering import COLLECTIVE_OPS, IN_PLACE_FORMS
 
 
 @dataclass
@@ -32,6 +37,8 @@ class MemoryPlan:
     reused: int = 0
     in_place: int = 0
     allocated: int = 0
+    #: step -> the in-place op an extern runs instead of its functional one
+    extern_in_place: dict[int, Any] = field(default_factory=dict)
 
 
 def step_reads(step: Any) -> set[str]:
@@ -44,6 +51,16 @@ def step_writes(step: Any) -> list[str]:
     if isinstance(step, Kernel):
         return [a.name for a in step.args if a.role != "in"]  # "inout": written, read back
     return [o[0] for o in step.outputs if o]
+
+
+def _buffers(x: Any) -> set[str]:
+    if isinstance(x, StorageView):
+        return {x.buffer}
+    if isinstance(x, (list, tuple)):
+        return set().union(*(_buffers(y) for y in x))
+    if isinstance(x, dict):
+        return _buffers(list(x.values()))
+    return set()
 
 
 def _in_place_ok(k: Kernel, src: str, dst: str) -> bool:
@@ -86,8 +103,30 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
     def free(name: str) -> bool:
         return name in ours and name not in keep and name not in inputs and name not in pinned
 
+    def extern_target(step: ExternNode, i: int) -> str | None:
+        """The buffer the extern at step ``i`` may update in place (IN_PLACE_FORMS), if any."""
+        if (step.target not in IN_PLACE_FORMS or step.fallback_reason is not None
+                or step.multi_output or len(step.outputs) != 1 or not step.outputs[0]
+                or not step.args or not isinstance(step.args[0], StorageView)):
+            return None
+        first, (dst, lay) = step.args[0], step.outputs[0]
+        src = first.buffer
+        if not (free(src) and last_use.get(src) == i and first.layout == layouts[src] == lay):
+            return None
+        if src in _buffers(step.args[1:]) | _buffers(step.kwargs):
+            return None  # an operand overlapping what the op writes
+        if dst in keep and src in alias_of:
+            return None  # outputs get memory of their own, as kernels' do
+        return src
+
     for i, step in enumerate(program):
         lines = plan.before.setdefault(i, [])
+        if isinstance(step, ExternNode) and (src := extern_target(step, i)) is not None:
+            dst = step.outputs[0][0]
+            alias_of[dst] = src
+            lines.append(f"{dst} = {src}")
+            plan.extern_in_place[i] = IN_PLACE_FORMS[step.target]
+            plan.in_place += 1
         if isinstance(step, Kernel):
             dying = [a.name for a in step.args if a.role == "in" and free(a.name)
                      and last_use.get(a.name) == i]

@@ -438,11 +438,18 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             call_args = [a.name for a in step.args] + [s.name for s in step.size_args]
             lines.append(f"    {fname}({', '.join(call_args)})")
         else:
-            op = const(_callable(step))
+            in_place = mem.extern_in_place.get(i)
+            op = const(_callable(step) if in_place is None else in_place)
             call_args = ", ".join(arg_expr(a) for a in step.args)
             kw = ", ".join(f"{k}={arg_expr(v)}" for k, v in step.kwargs.items())
             call = f"{op}({call_args}{', ' if call_args and kw else ''}{kw})"
             names = [o[0] if o else "_" for o in step.outputs]
+            if in_place is not None:
+                # its output is its first argument, in the layout planned for it
+                lines.append(f"    {call}  # {in_place}")
+                for line in mem.after.get(i, []):
+                    lines.append("    " + line)
+                continue
             if step.multi_output:
                 lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {call}")
             else:

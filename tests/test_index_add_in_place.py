@@ -1,0 +1,170 @@
+"""An accumulation into a temporary that dies at the call (the zeros of an embedding backward)
+runs ATen's in-place ``index_add_`` over that temporary: no copy of it first. Where the
+target is read again, is an output or a graph input, the functional op (which copies) stays.
+
+Each case is compared with eager on fresh random inputs; the wrapper is read from
+``sdk.explain``'s GraphReport.wrapper.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sdk
+
+from .plugins_under_test import PLUGINS, device_of
+
+IN_PLACE = "# aten.index_add_.default"
+
+
+@contextmanager
+def _deterministic(on: bool):
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
+def _wrappers(fn, *args, plugin):
+    report = sdk.explain(fn, *args, backend=f"sdk:{plugin}", fallback=False)
+    return report, "\n".join(g.wrapper for g in report.graphs)
+
+
+def _in_place_targets(wrapper: str) -> list[str]:
+    """The buffers updated in place by index_add_, each checked to be a buffer the program
+    allocated itself (``_empty``), never a graph input."""
+    targets = re.findall(r"^\s+_c\d+\((\w+), .*" + re.escape(IN_PLACE) + "$", wrapper, re.M)
+    for t in targets:
+        assert re.search(rf"^\s+{t} = _empty\(", wrapper, re.M), wrapper
+    return targets
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_embedding_backward_accumulates_into_its_zeros(plugin, dtype, deterministic):
+    dev = device_of(plugin)
+    n, d = 13, 24
+    idx = torch.randint(0, n, (6, 9), device=dev)
+    idx[0, :4] = 3  # repeated indices: several rows add into one
+    w = torch.randn(n, d, device=dev, dtype=dtype)
+    up = torch.randn(6, 9, d, device=dev, dtype=dtype)
+
+    def fn(i, weight, g):
+        return (F.embedding(i, weight) * g).sum()
+
+    with _deterministic(deterministic):
+        wc = w.clone().requires_grad_()
+        we = w.clone().requires_grad_()
+        torch.compile(fn, backend=sdk.backend(plugin, fallback=False))(idx, wc, up).backward()
+        fn(idx, we, up).backward()
+        report, wrapper = _wrappers(fn, idx, w.clone().requires_grad_(), up, plugin=plugin)
+    if dtype == torch.float32:
+        torch.testing.assert_close(wc.grad, we.grad)
+    else:
+        # the sums run in fp32 and are rounded once (eager's may round more often): within
+        # half a bf16 step of the fp64 sums, and within eager's rounding of eager
+        wr = w.double().requires_grad_()
+        fn(idx, wr, up.double()).backward()
+        torch.testing.assert_close(wc.grad.double(), wr.grad, rtol=2**-8, atol=1e-6)
+        torch.testing.assert_close(wc.grad, we.grad, rtol=2e-2, atol=1e-1)
+    ops = {e.op for e in report.externs}
+    if deterministic:  # today's path: index_put's deterministic kernel, out of place
+        assert "aten.index_put.default" in ops and "aten.index_add.default" not in ops
+        assert not _in_place_targets(wrapper)
+    else:
+        assert "aten.index_add.default" in ops
+        assert len(_in_place_targets(wrapper)) == 1, wrapper
+
+
+def _check(fn, args, plugin, in_place: int):
+    before = [a.clone() for a in args]
+    got = torch.compile(fn, backend=sdk.backend(plugin, fallback=False))(*args)
+    for a, b in zip(args, before):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)  # inputs never written
+    torch.testing.assert_close(got, fn(*args))
+    _, wrapper = _wrappers(fn, *args, plugin=plugin)
+    assert len(_in_place_targets(wrapper)) == in_place, wrapper
+
+
+def _acc(x, i, vals):
+    return torch.index_put(x, (i,), vals, accumulate=True)
+
+
+# a fresh temporary dying at the call: in place
+def _zeros(a, i, v, v2):
+    return _acc(torch.zeros_like(a), i, v * 2)
+
+
+def _temporary(a, i, v, v2):
+    return _acc(a * 2, i, v) + 1
+
+
+def _index_add_alpha(a, i, v, v2):
+    return (a * 2).index_add(0, i % a.shape[0], v, alpha=3)
+
+
+# read again, returned, or the caller's: the functional op, which copies
+def _input(a, i, v, v2):
+    return _acc(a, i, v)
+
+
+def _output(a, i, v, v2):
+    b = a * 2
+    return _acc(b, i, v), b
+
+
+def _view_output(a, i, v, v2):
+    b = a * 2
+    return _acc(b, i, v), b[2:]
+
+
+def _read_after(a, i, v, v2):
+    b = a * 2
+    return _acc(b, i, v) * b
+
+
+# one target, two accumulations: the first copies, the last may run in place
+def _two_accumulations(a, i, v, v2):
+    b = a * 2
+    return _acc(b, i, v), _acc(b, i.flip(0), v2)
+
+
+CASES = {_zeros: 1, _temporary: 1, _index_add_alpha: 1, _input: 0, _output: 0,
+         _view_output: 0, _read_after: 0, _two_accumulations: 1}
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("fn", list(CASES), ids=lambda f: f.__name__.lstrip("_"))
+def test_accumulation_target(plugin, fn):
+    dev = device_of(plugin)
+    a = torch.randn(10, 7, device=dev)
+    i = torch.randint(-10, 10, (12,), device=dev)
+    i[:3] = 4  # repeated indices
+    v, v2 = torch.randn(12, 7, device=dev), torch.randn(12, 7, device=dev)
+    _check(fn, (a, i, v, v2), plugin, CASES[fn])
+
+
+def test_the_in_place_program_round_trips_through_the_graph_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    args = (torch.randn(10, 7), torch.randint(-10, 10, (12,)), torch.randn(12, 7), None)
+    caches = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        report = sdk.explain(_zeros, *args, backend="sdk:cpu_cpp")
+        caches += [g.cache for g in report.graphs]
+        assert len(_in_place_targets(report.graphs[0].wrapper)) == 1
+    assert caches == ["stored", "hit"]
+    torch._dynamo.reset()
+    compiled = torch.compile(_zeros, backend="sdk:cpu_cpp")
+    for _ in range(2):
+        args = (torch.randn(10, 7), torch.randint(-10, 10, (12,)), torch.randn(12, 7), None)
+        torch.testing.assert_close(compiled(*args), _zeros(*args))
