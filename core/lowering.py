@@ -1784,6 +1784,8 @@ def _embedding(L: Lowerer, weight: Any, indices: Any, *rest: Any) -> Any:
 @register(aten.index_select.default)
 def _index_select(L: Lowerer, x: Any, dim: int, index: Any) -> Any:
     val = L.meta()
+    if x.ndim == 0 or not isinstance(index, TensorValue) or index.ndim != 1:
+        raise Unsupported("index_select of a 0-d tensor or with a 0-d index")
     dim = dim % max(x.ndim, 1)
     load = _indirect(L, x, list(x.sizes))
 
