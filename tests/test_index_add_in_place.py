@@ -134,7 +134,7 @@ def _read_after(a, i, v, v2):
 # one target, two accumulations: the first copies, the last may run in place
 def _two_accumulations(a, i, v, v2):
     b = a * 2
-    return _acc(b, i, v), _acc(b, i.flip(0), v2)
+    return _acc(b, i, v), _acc(b, (i + 3) % a.shape[0], v2)
 
 
 CASES = {_zeros: 1, _temporary: 1, _index_add_alpha: 1, _input: 0, _output: 0,
