@@ -41,7 +41,7 @@ from .ir.graph import (
     contiguous_strides,
     fresh_vars,
 )
-from .ir.index import FloorDiv, Mod, is_static, size_hint, static, var
+from .ir.index import FloorDiv, Mod, is_static, provably_nonneg, size_hint, static, var
 from .ir.kernel import Layout
 
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
@@ -1366,16 +1366,39 @@ def _slice(L: Lowerer, x: Any, dim: int = 0, start: Any = None, end: Any = None,
            step: int = 1) -> Any:
     dim = dim % x.ndim
     n = x.sizes[dim]
-    start = 0 if start is None else (start + n if start < 0 else start)
-    end = n if end is None else (end + n if end < 0 else end)
-    start, end = min(max(start, 0), n), min(max(end, 0), n)
-    length = max(0, (end - start + step - 1) // step)
+    if all(is_static(v) for v in (n, start or 0, end or 0)):
+        start = 0 if start is None else (start + n if start < 0 else start)
+        end = n if end is None else (end + n if end < 0 else end)
+        start, end = min(max(start, 0), n), min(max(end, 0), n)
+        length = max(0, (end - start + step - 1) // step)
+    else:  # symbolic sizes: only bounds that hold for every size
+        start = 0 if start is None else _slice_bound(start, n)
+        end = n if end is None else _slice_bound(end, n)
+        if not provably_nonneg(end - start):
+            raise TypeError(f"a slice [{start}:{end}] whose length's sign depends on the sizes")
+        length = static(end - start) if step == 1 else \
+            static(FloorDiv(sympy.sympify(end - start + step - 1), step))
     sizes = x.sizes[:dim] + (length,) + x.sizes[dim + 1:]
 
     def fn(idx: Index) -> Index:
         return idx[:dim] + (start + step * idx[dim],) + idx[dim + 1:]
 
     return L.view(x, sizes, fn, aten.slice.Tensor, (dim, start, end, step))
+
+
+def _slice_bound(v: Any, n: Any) -> Any:
+    """A slice bound clamped into ``[0, n]`` as Python clamps it, where a size is symbolic:
+    the bound for every size, or TypeError where that depends on the sizes."""
+    if is_static(v) and v >= 2**62:  # "to the end" (sys.maxsize and kin)
+        return n
+    if is_static(v) and v < 0:
+        v = static(v + n)
+    if provably_nonneg(v) and provably_nonneg(n - v):
+        return v
+    if provably_nonneg(v - n):
+        return n
+    raise TypeError(f"a slice bound {v} over a dimension of size {n} clamps differently "
+                    "for different sizes")
 
 
 @register(aten.select.int)
@@ -1426,9 +1449,10 @@ def _safe(i: sympy.Expr, lo: int, n: int, reach: int) -> sympy.Expr:
 
     ``reach`` bounds how far below zero ``i - lo`` can go.
     """
-    if n <= 0:
+    if is_static(n) and n <= 0:
         return sympy.Integer(0)
-    span = n * ((abs(reach) + n - 1) // n)
+    # a multiple of n at least |reach| (a symbolic n is >= 2: n * |reach| is one)
+    span = n * ((abs(reach) + n - 1) // n) if is_static(n) else n * abs(reach)
     return Mod(i - lo + span, n)
 
 
@@ -1455,7 +1479,7 @@ def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
             if out is None:
                 out = v
             else:
-                cond = Op("lt", (IndexValue(i), Const(off + x.sizes[dim], torch.int64)),
+                cond = Op("lt", (IndexValue(i), size_value(off + x.sizes[dim], torch.int64)),
                           torch.bool)
                 out = Op("where", (cond, v, out), dtype)
         return out
@@ -1480,7 +1504,7 @@ def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
             sub[d] = _safe(i, before, n, before)
             iv = IndexValue(i - before) if before else IndexValue(i)
             ge = Op("ge", (iv, Const(0, torch.int64)), torch.bool)
-            lt = Op("lt", (iv, Const(n, torch.int64)), torch.bool)
+            lt = Op("lt", (iv, size_value(n, torch.int64)), torch.bool)
             conds.append(Op("logical_and", (ge, lt), torch.bool))
         inside = conds[0]
         for cnd in conds[1:]:
@@ -1554,7 +1578,7 @@ def _max_pool2d(L: Lowerer, x: Any, kernel_size: Any, stride: Any = (), padding:
                     iv = IndexValue(v)
                     if lo > 0:  # can fall below 0
                         conds.append(Op("ge", (iv, Const(0, torch.int64)), torch.bool))
-                    conds.append(Op("lt", (iv, Const(n, torch.int64)), torch.bool))
+                    conds.append(Op("lt", (iv, size_value(n, torch.int64)), torch.bool))
                 inside = conds[0]
                 for c in conds[1:]:
                     inside = Op("logical_and", (inside, c), torch.bool)
@@ -1629,7 +1653,7 @@ def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False
                 v = cast(part, torch.int64)
                 if wrap:  # Python indexing: -1 is the last element
                     v = Op("where", (Op("lt", (v, Const(0, torch.int64)), torch.bool),
-                                     Op("add", (v, Const(n, torch.int64)), torch.int64), v),
+                                     Op("add", (v, size_value(n, torch.int64)), torch.int64), v),
                            torch.int64)
                 binds.append((sym, v, n))
                 full.append(sym)
@@ -1664,7 +1688,7 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
         at = reshape_reindex(tuple(idx.sizes), (flat_n,))(i)
         v = cast(idx.load(at), torch.int64)
         return Op("where", (Op("lt", (v, Const(0, torch.int64)), torch.bool),
-                            Op("add", (v, Const(n, torch.int64)), torch.int64), v), torch.int64)
+                            Op("add", (v, size_value(n, torch.int64)), torch.int64), v), torch.int64)
 
     flat_idx = L.pointwise((flat_n,), torch.int64, wrapped)
     vals = _view(L, values, (flat_n,) + tuple(values.sizes[k:]))

@@ -173,3 +173,21 @@ def test_misaligned_inputs_of_other_sizes_never_reuse_a_concrete_variant(plugin)
         torch.testing.assert_close(f(x), x * 2 + 1)
         y = torch.randn(n + 2, 5, device=dev)
         torch.testing.assert_close(f(y), y * 2 + 1)
+
+
+def test_gpt2_over_sequence_lengths_compiles_once(plugin, builds, graph_reports):
+    """A serving loop: HF GPT-2 at several sequence lengths, one program (causal-mask
+    slices, position embeddings and padding over a symbolic length)."""
+    transformers = pytest.importorskip("transformers")
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=300,
+                                  n_positions=128)
+    m = transformers.GPT2LMHeadModel(cfg).to(dev).eval()
+    f = torch.compile(m, backend=sdk.backend(plugin), dynamic=True)
+    with torch.no_grad():
+        for n in (5, 12, 33):
+            ids = torch.randint(0, 300, (2, n), device=dev)
+            torch.testing.assert_close(f(ids).logits, m(ids).logits, rtol=1e-4, atol=1e-4)
+    assert len(builds) == 1, builds
+    assert graph_reports[0].sizes.startswith("symbolic"), graph_reports[0].sizes

@@ -118,6 +118,9 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) // int(b))
+        q = _exact_quotient(a, b)
+        if q is not None:  # (128*s0*s1) // (128*s1) = s0
+            return q
         if isinstance(a, FloorDiv) and b.is_Integer and a.args[1].is_Integer:
             return FloorDiv(a.args[0], a.args[1] * b)
         if b.is_Integer:
@@ -143,12 +146,28 @@ class Mod(sympy.Function):
             return sympy.Integer(0)
         if a.is_Integer and b.is_Integer:
             return sympy.Integer(int(a) % int(b))
+        if _exact_quotient(a, b) is not None:
+            return sympy.Integer(0)
         if b.is_Integer:
             terms = sympy.Add.make_args(a)
             keep = [t for t in terms if _coeff(t) % int(b) != 0]
             if len(keep) != len(terms) and all(t.is_nonnegative for t in terms):
                 return Mod(sympy.Add(*keep), b)
         return None
+
+
+def _exact_quotient(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    """``a / b`` where ``b`` divides ``a`` for every value of the symbols (the quotient is a
+    polynomial with integer coefficients), else None."""
+    if b.is_Integer or not b.free_symbols:
+        return None
+    q = sympy.cancel(a / b)
+    if sympy.fraction(q)[1] != 1 or not q.is_polynomial():
+        return None
+    if q.free_symbols and not all(c.is_Integer for c in sympy.Poly(q, *sorted(
+            q.free_symbols, key=lambda s: s.name)).coeffs()):
+        return None
+    return q
 
 
 def _coeff(term: sympy.Expr) -> int:

@@ -201,8 +201,8 @@ class _Emitter:
             decls.append(f"uint64_t {bad} = 0;")
             clauses.append(f"reduction(max:{bad})")
             after.append(
-                f"if (__builtin_expect({bad} >= {n}u, 0)) "
-                f"sdk_index_error(sdk_err, int64_t({bad}), {n}, {wrap});"
+                f"if (__builtin_expect({bad} >= uint64_t({_c(n)}), 0)) "
+                f"sdk_index_error(sdk_err, int64_t({bad}), {_c(n)}, {wrap});"
             )
         self.simd_checks = []
         return decls, clauses, after
@@ -267,10 +267,10 @@ class _Emitter:
         for sym, value, extent in node.binds:
             _, vlvl = self.memo[value]
             lvl = max(lvl, vlvl)
-            if not is_static(extent):
-                # an indirect index into a dimension of symbolic size: checked per shape
-                raise TypeError("cpu_cpp: an indirect index over a symbolic extent")
-            if isinstance(extent, (int, sympy.Integer)) and int(extent) >= 0:
+            if not is_static(extent):  # a dimension of symbolic size (>= 2)
+                vname = self._checked(value, extent, vlvl)
+                ranges[sym] = (0, static(extent - 1))
+            elif isinstance(extent, (int, sympy.Integer)) and int(extent) >= 0:
                 vname = self._checked(value, int(extent), vlvl)
                 if int(extent) > 0:
                     ranges[sym] = (0, int(extent) - 1)
@@ -294,7 +294,7 @@ class _Emitter:
             code = f"sdk_clamp_index({code}, {print_size(size - 1, 'c')})"
         return self._line(lvl, node.dtype, f"{self.bufs[node.buffer]}[{code}]"), lvl
 
-    def _checked(self, value: Expr, n: int, lvl: int) -> str:
+    def _checked(self, value: Expr, n: Any, lvl: int) -> str:
         """The name of bind ``value`` clamped into ``[0, n)``; an index outside it is
         reported to the kernel's error slot (see the module doc)."""
         key = (value, n)
@@ -313,9 +313,9 @@ class _Emitter:
             self.n_bad += 1
             self.blocks[lvl].append(f"{bad} = std::max<uint64_t>({bad}, uint64_t({v}));")
             self.simd_checks.append((bad, n, wrap))
-            name = self._line(lvl, I64, f"sdk_clamp_index({v}, {n - 1})")
+            name = self._line(lvl, I64, f"sdk_clamp_index({v}, {_c(static(n - 1))})")
         else:
-            name = self._line(lvl, I64, f"sdk_checked_index(sdk_err, {v}, {n}, {wrap})")
+            name = self._line(lvl, I64, f"sdk_checked_index(sdk_err, {v}, {_c(n)}, {wrap})")
         self.checked[key] = (name, lvl)
         return name
 
@@ -354,19 +354,21 @@ class _Emitter:
         return self._line(lvl, node.dtype, code), lvl
 
 
-def _wraps_negative(value: Expr, n: int) -> bool:
-    """Whether ``value`` is ``where(v < 0, v + n, v)``: the lowering's negative wrap."""
+def _wraps_negative(value: Expr, n: Any) -> bool:
+    """Whether ``value`` is ``where(v < 0, v + n, v)``: the lowering's negative wrap (``n``
+    a constant, or the value of a symbolic size)."""
     if not (isinstance(value, Op) and value.name == "where"):
         return False
     cond, neg, v = value.args
-    return (
-        isinstance(cond, Op)
-        and cond.name == "lt"
-        and cond.args == (v, Const(0, v.dtype))
-        and isinstance(neg, Op)
-        and neg.name == "add"
-        and neg.args == (v, Const(n, v.dtype))
-    )
+    if not (isinstance(cond, Op) and cond.name == "lt" and cond.args == (v, Const(0, v.dtype))
+            and isinstance(neg, Op) and neg.name == "add" and neg.args[0] == v):
+        return False
+    m = neg.args[1]
+    if is_static(n):
+        return m == Const(n, v.dtype)
+    if isinstance(m, Op) and m.name == "cast":
+        m = m.args[0]
+    return isinstance(m, IndexValue) and m.expr == n
 
 
 # ----------------------------------------------------------------------------- loops

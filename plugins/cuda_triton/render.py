@@ -486,21 +486,20 @@ class _Writer:
         for sym, e, extent in node.binds:
             v = self.emit(e)
             edeps = self._deps(e, self.depmemo)
-            if not ir.is_static(extent):  # checked per shape
-                raise TypeError("cuda_triton: an indirect index over a symbolic extent")
-            n = int(extent)
+            n = ir.static(extent)  # an int, or a symbolic size (>= 2)
             mask = self._mask(edeps)
-            ok = f"(0 <= {v}) & ({v} < {n})"
+            ok = f"(0 <= {v}) & ({v} < {_py(n)})"
             self._put(f"tl.device_assert(({ok}){f' | ~({mask})' if mask else ''}, "
                       f"\"index out of bounds: {node.buffer}\")", edeps)
             self.asserts = True
-            if n <= 0:
+            if ir.is_static(n) and n <= 0:
                 empty = True
                 continue
             clamped = self._tmp()
-            self._put(f"{clamped} = tl.minimum(tl.maximum({v}, 0), {n - 1})", edeps)
+            self._put(f"{clamped} = tl.minimum(tl.maximum({v}, 0), {_py(ir.static(n - 1))})",
+                      edeps)
             subs[sym] = _sym(clamped)
-            ranges[_sym(clamped)] = (0, n - 1)
+            ranges[_sym(clamped)] = (0, ir.static(n - 1))
         layout = self.layout[node.buffer]
         size = layout.storage_size
         name = self._tmp()
