@@ -2,7 +2,10 @@
 
 For each workload, on the default plugin's device (cuda_triton on a GPU, else cpu_cpp):
 
-1. ``dynamic=True`` over 20 batch sizes: how many programs the sdk built (lowering through
+Workloads: ``block_fw`` and ``mlp_train`` over 8n rows, ``gpt2_serve`` (HF GPT-2 inference,
+4 prompts) over n + 1 tokens, for the 20 values of n in ``SIZES``.
+
+1. ``dynamic=True`` over 20 sizes: how many programs the sdk built (lowering through
    codegen), the compile time of the first call, and that every size matches eager.
 2. Steady state at a few of those sizes: the symbolic program beside a static one compiled
    for that size alone (``dynamic=False`` after a Dynamo reset), interleaved in rounds,
@@ -44,10 +47,24 @@ def workloads(dev: str, scale: int) -> dict[str, tuple[Callable, Callable[[int],
         out.square().mean().backward()
         return out
 
-    return {
+    out = {
         "block_fw": (block, lambda n: (torch.randn(n * 8, d, device=dev), w)),
         "mlp_train": (train_step, lambda n: (torch.randn(n * 8, d, device=dev),)),
     }
+    try:
+        import transformers
+    except ImportError:
+        return out
+    cfg = transformers.GPT2Config(n_layer=4 if dev == "cuda" else 2, n_embd=128 * scale,
+                                  n_head=4, vocab_size=8192, n_positions=512)
+    gpt2 = transformers.GPT2LMHeadModel(cfg).to(dev).eval()
+
+    def serve(ids: torch.Tensor) -> torch.Tensor:  # a serving loop: one prompt length a call
+        with torch.no_grad():
+            return gpt2(ids).logits
+
+    out["gpt2_serve"] = (serve, lambda n: (torch.randint(0, 8192, (4, n + 1), device=dev),))
+    return out
 
 
 def sync(dev: str) -> None:
@@ -140,7 +157,8 @@ def main() -> None:
                     times[k].append(time_call(f, args, dev, reps))
             med = {k: statistics.median(v) for k, v in times.items()}
             split = {k: device_and_host(fns[k], args, dev) for k in ("sdk_symbolic", "sdk_static")}
-            row["steady"].append({"batch": n * 8, **{k: round(v, 4) for k, v in med.items()},
+            row["steady"].append({"n": n, "shape": [list(t.shape) for t in args
+                                                    if isinstance(t, torch.Tensor)][0], **{k: round(v, 4) for k, v in med.items()},
                                   "symbolic_over_static": round(med["sdk_symbolic"]
                                                                 / med["sdk_static"], 3),
                                   "device_ms": {k: v[0] for k, v in split.items()},
@@ -152,7 +170,7 @@ def main() -> None:
             dv, ho = s["device_ms"], s["host_ms"]
             dev_txt = (f"; device {dv['sdk_symbolic']:.4f} vs {dv['sdk_static']:.4f} ms"
                        if dv["sdk_symbolic"] is not None else "")
-            print(f"  batch {s['batch']:5d}: symbolic {s['sdk_symbolic']:.4f} ms, static "
+            print(f"  {str(s['shape']):>12}: symbolic {s['sdk_symbolic']:.4f} ms, static "
                   f"{s['sdk_static']:.4f} ms (x{s['symbolic_over_static']}), inductor dynamic "
                   f"{s['inductor_dynamic']:.4f} ms, eager {s['eager']:.4f} ms{dev_txt}; host "
                   f"{ho['sdk_symbolic']:.4f} vs {ho['sdk_static']:.4f} ms")
