@@ -1374,7 +1374,7 @@ def _slice(L: Lowerer, x: Any, dim: int = 0, start: Any = None, end: Any = None,
     else:  # symbolic sizes: only bounds that hold for every size
         start = 0 if start is None else _slice_bound(start, n)
         end = n if end is None else _slice_bound(end, n)
-        if not provably_nonneg(end - start):
+        if not (start == 0 or provably_nonneg(end - start)):
             raise TypeError(f"a slice [{start}:{end}] whose length's sign depends on the sizes")
         length = static(end - start) if step == 1 else \
             static(FloorDiv(sympy.sympify(end - start + step - 1), step))
@@ -1391,6 +1391,8 @@ def _slice_bound(v: Any, n: Any) -> Any:
     the bound for every size, or TypeError where that depends on the sizes."""
     if is_static(v) and v >= 2**62:  # "to the end" (sys.maxsize and kin)
         return n
+    if is_static(v) and v == 0:  # a size is never negative
+        return 0
     if is_static(v) and v < 0:
         v = static(v + n)
     if provably_nonneg(v) and provably_nonneg(n - v):

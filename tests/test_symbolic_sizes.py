@@ -191,3 +191,21 @@ def test_gpt2_over_sequence_lengths_compiles_once(plugin, builds, graph_reports)
             torch.testing.assert_close(f(ids).logits, m(ids).logits, rtol=1e-4, atol=1e-4)
     assert len(builds) == 1, builds
     assert graph_reports[0].sizes.startswith("symbolic"), graph_reports[0].sizes
+
+
+def test_padding_to_a_multiple_and_slicing_back(plugin, graph_reports):
+    """What attention kernels do to a mask: pad the last dim up to a multiple of 8, slice
+    back to its length (the padded size is s - s % 8 + 8, the slice provably inside it)."""
+    dev = device_of(plugin)
+
+    def fn(x):
+        n = x.shape[-1]
+        p = torch.nn.functional.pad(x, (0, 8 - n % 8))
+        return p[..., :n] * 2 + p.sum(-1, keepdim=True)
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (5, 11, 13, 19):
+        x = torch.randn(3, n, device=dev)
+        torch.testing.assert_close(f(x), fn(x))
+    assert any(g.sizes.startswith("symbolic") for g in graph_reports), \
+        [g.sizes for g in graph_reports]

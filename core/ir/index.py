@@ -243,6 +243,15 @@ def provably_nonneg(e: Any) -> bool:
     e = sympy.sympify(e)
     if e.is_Integer:
         return int(e) >= 0
+    for m in e.atoms(Mod):
+        # x % k lies in [0, k): where e is linear in it, both ends decide (a size rounded
+        # up to a multiple, s - s % 8 + 8, minus s is 8 - s % 8 >= 1)
+        k = m.args[1]
+        if k.is_Integer and int(k) > 0:
+            t = sympy.Dummy("m", integer=True)
+            at = sympy.expand(e.xreplace({m: t}))
+            if at.is_polynomial(t) and sympy.degree(at, t) <= 1 and not at.has(Mod, FloorDiv):
+                return provably_nonneg(at.subs(t, 0)) and provably_nonneg(at.subs(t, int(k) - 1))
     shift = {s: sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True) + MIN_SIZE
              for s in size_symbols(e)}
     return bool(sympy.expand(e.xreplace(shift)).is_nonnegative)
