@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--plugin", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default=None, help="comma-separated workloads")
     a = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     plugin = a.plugin or ("cuda_triton" if dev == "cuda" else "cpu_cpp")
@@ -115,6 +116,8 @@ def main() -> None:
     torch.manual_seed(0)
     rows = []
     for name, (fn, make) in workloads(dev, scale).items():
+        if a.only and name not in a.only.split(","):
+            continue
         tp.reset_dynamo()
         built: list[str] = []
         real = program.build_program
