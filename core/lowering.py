@@ -690,7 +690,13 @@ def _map_values(x: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 def _meta_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
-    """Run a view op on a meta tensor of ``layout``: the strided layout it gives, if any."""
+    """Run a view op on a meta tensor of ``layout``: the strided layout it gives, if any.
+    A layout of symbolic sizes has no meta tensor: the view's layout is computed."""
+    if layout.symbolic:
+        try:
+            return _symbolic_view(layout, op, args)
+        except TypeError:  # a decision that depends on the sizes: no strided view
+            return None
     try:
         base = torch.empty_strided(
             (layout.storage_size,), (1,), dtype=layout.dtype, device="meta"
@@ -702,6 +708,49 @@ def _meta_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
         return None
     return Layout(shape_of(out), strides_of(out),
                   sym_size(out.storage_offset()), layout.dtype, layout.device)
+
+
+def _symbolic_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
+    """The layout a view op gives of a layout of symbolic sizes (as the op's meta kernel
+    would), for the views lowering makes; None where it is not a strided view of it."""
+    sizes, strides, offset = list(layout.sizes), list(layout.strides), layout.offset
+    if op is aten.slice.Tensor:
+        dim, start, end, step = args
+        length = static(FloorDiv(sympy.sympify(end - start + step - 1), step)) \
+            if step != 1 else static(end - start)
+        offset = static(offset + start * strides[dim])
+        sizes[dim], strides[dim] = length, static(strides[dim] * step)
+    elif op is aten.select.int:
+        dim, index = args
+        offset = static(offset + index * strides[dim])
+        del sizes[dim], strides[dim]
+    elif op is aten.permute.default:
+        (dims,) = args
+        sizes, strides = [sizes[d] for d in dims], [strides[d] for d in dims]
+    elif op is aten.unsqueeze.default:
+        (dim,) = args
+        stride = static(sizes[dim] * strides[dim]) if dim < len(sizes) else 1
+        sizes.insert(dim, 1)
+        strides.insert(dim, stride)
+    elif op is aten.squeeze.dims:
+        (dims,) = args
+        keep = [d for d in range(len(sizes)) if d not in dims]
+        sizes, strides = [sizes[d] for d in keep], [strides[d] for d in keep]
+    elif op is aten.expand.default:
+        (new,) = args
+        lead = len(new) - len(sizes)
+        out_st = [0] * lead
+        for k, (sz, st) in enumerate(zip(sizes, strides)):
+            out_st.append(0 if sz == 1 and new[k + lead] != 1 else st)
+        sizes, strides = list(new), out_st
+    elif op is aten.reshape.default:
+        (new,) = args
+        if not layout.is_contiguous():
+            return None  # a reshape of a strided view: not decided here
+        sizes, strides = list(new), list(contiguous_strides(tuple(new)))
+    else:
+        return None
+    return Layout(tuple(sizes), tuple(strides), offset, layout.dtype, layout.device)
 
 
 # ---------------------------------------------------------------------------
