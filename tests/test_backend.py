@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 import sdk
+import sdk.ir
 from sdk.core.guards import TensorSpec
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import sdk
+import sdk.ir
 from sdk.core import program
 from tests.plugins_under_test import PLUGINS, device_of
 
@@ -209,3 +210,47 @@ def test_padding_to_a_multiple_and_slicing_back(plugin, graph_reports):
         torch.testing.assert_close(f(x), fn(x))
     assert any(g.sizes.startswith("symbolic") for g in graph_reports), \
         [g.sizes for g in graph_reports]
+
+
+@pytest.mark.parametrize("case", ["slice", "slice_step", "select", "permute", "unsqueeze",
+                                  "squeeze", "expand", "reshape"])
+def test_symbolic_view_layouts_are_the_meta_kernels_at_every_size(plugin, case):
+    """A view of a symbolic layout (computed by the lowering) equals what the op's meta
+    kernel gives for the concrete layout, at several values of the size symbols."""
+    del plugin  # the layout arithmetic is the core's: one run is enough
+    import sympy
+
+    from sdk.core import lowering
+    from sdk.core.ir.graph import contiguous_strides
+    from sdk.core.ir.kernel import Layout
+
+    aten = torch.ops.aten
+    s, t = sdk.ir.size_var("s0"), sdk.ir.size_var("s1")
+    sizes = (s, 3, t)
+    base = Layout(sizes, contiguous_strides(sizes), 5, torch.float32, "cpu")
+    op, args = {
+        "slice": (aten.slice.Tensor, (2, 1, t, 1)),
+        "slice_step": (aten.slice.Tensor, (0, 0, s, 2)),
+        "select": (aten.select.int, (1, 2)),
+        "permute": (aten.permute.default, ([2, 0, 1],)),
+        "unsqueeze": (aten.unsqueeze.default, (1,)),
+        "squeeze": (aten.squeeze.dims, ([],)),
+        "expand": (aten.expand.default, ((4, s, 3, t),)),
+        "reshape": (aten.reshape.default, ((s * 3, t),)),
+    }[case]
+    sym = lowering._meta_view(base, op, args)
+    assert sym is not None
+    for sv, tv in ((2, 2), (5, 7), (16, 3)):
+        env = {s: sv, t: tv}
+
+        def at(x):
+            return int(sympy.sympify(x).xreplace(env))
+
+        def conc(xs):
+            return type(xs)(conc(x) for x in xs) if isinstance(xs, (list, tuple)) else (
+                at(xs) if isinstance(xs, sympy.Expr) else xs)
+
+        concrete = Layout(conc(base.sizes), conc(base.strides), 5, torch.float32, "cpu")
+        want = lowering._meta_view(concrete, op, conc(args))
+        got = (conc(sym.sizes), conc(sym.strides), at(sym.offset))
+        assert got == (want.sizes, want.strides, want.offset), (case, env, got, want)
