@@ -25,8 +25,16 @@ from .guards import is_symbolic, size_bindings
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.index import is_static, print_size, print_sizes, static
 from .ir.kernel import Kernel, Layout, check_kernel
-from .lowering import (COLLECTIVE_OPS, SEED_BUFFER, WAIT_OPS, Lowerer, _dense, same_strides,
-                       shape_of, strides_of)
+from .lowering import (
+    COLLECTIVE_OPS,
+    SEED_BUFFER,
+    WAIT_OPS,
+    Lowerer,
+    _dense,
+    same_strides,
+    shape_of,
+    strides_of,
+)
 from .memory import plan_memory, step_reads, step_writes
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 

@@ -23,8 +23,8 @@ them) and reduction results become ``LocalRef`` s of later stages.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 

@@ -243,11 +243,11 @@ def test_symbolic_view_layouts_are_the_meta_kernels_at_every_size(plugin, case):
     for sv, tv in ((2, 2), (5, 7), (16, 3)):
         env = {s: sv, t: tv}
 
-        def at(x):
+        def at(x, env=env):
             return int(sympy.sympify(x).xreplace(env))
 
-        def conc(xs):
-            return type(xs)(conc(x) for x in xs) if isinstance(xs, (list, tuple)) else (
+        def conc(xs, at=at):
+            return type(xs)(conc(x, at) for x in xs) if isinstance(xs, (list, tuple)) else (
                 at(xs) if isinstance(xs, sympy.Expr) else xs)
 
         concrete = Layout(conc(base.sizes), conc(base.strides), 5, torch.float32, "cpu")

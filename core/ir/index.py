@@ -36,8 +36,8 @@ def var(name: str) -> sympy.Symbol:
 #: The smallest value a size symbol takes (sizes 0 and 1 are specialized by Dynamo).
 MIN_SIZE = 2
 
-_HINTS: contextvars.ContextVar[Mapping[sympy.Symbol, int]] = contextvars.ContextVar(
-    "sdk_size_hints", default={})
+_HINTS: contextvars.ContextVar[Mapping[sympy.Symbol, int] | None] = contextvars.ContextVar(
+    "sdk_size_hints", default=None)
 
 
 def size_var(name: str) -> sympy.Symbol:
@@ -92,7 +92,7 @@ def size_hint(x: Any) -> int:
         return x
     if x.is_Integer:
         return int(x)
-    hints = _HINTS.get()
+    hints = _HINTS.get() or {}
     missing = size_symbols(x) - set(hints)
     if missing:
         raise KeyError(f"no hint for size symbols {sorted(map(str, missing))}")

@@ -297,8 +297,8 @@ def symbolic_call(mod: Any, meta: dict[str, Any], opts: dict[str, Any],
             f"{ind}    run, function, packed, device, consts = ent",
             f"{ind}    dev = _get_device()",
             f"{ind}    if dev == device and not _hooks_active():",
-            f"{ind}        return run(*grid, _get_stream(dev), function, packed, None, None, "
-            f"None, {args}, *consts)",
+            (f"{ind}        return run(*grid, _get_stream(dev), function, packed, None, "
+             f"None, None, {args}, *consts)"),
             f"{ind}return {label}.slow(grid, key, ({args},))",
         ]
     if interp:
