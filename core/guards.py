@@ -19,7 +19,7 @@ from typing import Any
 import sympy
 import torch
 
-from .ir.index import MIN_SIZE, is_static, print_index, size_symbols
+from .ir.index import MIN_SIZE, is_static, print_size, print_sizes, size_symbols
 
 ALIGNMENT = 16  # bytes
 
@@ -91,46 +91,27 @@ def size_bindings(specs: Sequence[InputSpec]) -> dict[sympy.Symbol, str]:
     return where
 
 
-def _symbolic_check(specs: Sequence[InputSpec], kernel_read: frozenset[int] | None,
-                    dynamo_guarded: bool = False) -> Callable[[Sequence[Any]], bool]:
+def _symbolic_check(specs: Sequence[InputSpec], kernel_read: frozenset[int] | None
+                    ) -> Callable[[Sequence[Any]], bool]:
     """The check of a variant compiled for symbolic sizes: bind each size symbol from the
     input that first has it, require it >= MIN_SIZE (what the kernels assume), and check
-    every input's sizes, strides and offset against their expressions at those values.
-
-    ``dynamo_guarded`` (forward and inference graphs): Dynamo's guards already hold every
-    size symbol's range (sizes 0 and 1 recompile) and every size and stride relation the
-    trace used, so only the alignment of kernel-read inputs is left to check.
-    """
-    where = size_bindings(specs)
+    every input's sizes, strides and offset against their expressions at those values."""
     env: dict[str, Any] = {}
     lines = ["def check(args):"]
-    if dynamo_guarded and kernel_read is not None:
-        for i, spec in enumerate(specs):
-            if isinstance(spec, TensorSpec) and spec.aligned and i in kernel_read:
-                lines += [f"    if args[{i}].data_ptr() % {ALIGNMENT}:", "        return False"]
-        lines.append("    return True")
-        exec("\n".join(lines), env)  # noqa: S102 - our own generated code
-        return env["check"]
-    for sym, src in where.items():
+    for sym, src in size_bindings(specs).items():
         lines += [f"    {sym.name} = {src}", f"    if {sym.name} < {MIN_SIZE}:",
                   "        return False"]
-
-    def py(x: Any) -> str:
-        return str(int(x)) if is_static(x) else print_index(x, "python")
-
-    def tup(xs: Sequence[Any]) -> str:
-        return "(" + "".join(py(x) + ", " for x in xs) + ")"
-
     for i, spec in enumerate(specs):
         if isinstance(spec, TensorSpec):
             env[f"d{i}"] = spec.device
-            cond = (f"a.size() != {tup(spec.sizes)} or a.stride() != {tup(spec.strides)}"
-                    f" or a.storage_offset() != {py(spec.offset)} or a.device != d{i}")
+            cond = (f"a.size() != {print_sizes(spec.sizes)} or a.stride() != "
+                    f"{print_sizes(spec.strides)} or a.storage_offset() != "
+                    f"{print_size(spec.offset)} or a.device != d{i}")
             if spec.aligned and (kernel_read is None or i in kernel_read):
                 cond += f" or a.data_ptr() % {ALIGNMENT}"
             lines += [f"    a = args[{i}]", f"    if {cond}:", "        return False"]
         elif isinstance(spec, sympy.Expr):
-            lines += [f"    if args[{i}] != {py(spec)}:", "        return False"]
+            lines += [f"    if args[{i}] != {print_size(spec)}:", "        return False"]
         elif isinstance(spec, (int, float, bool)) or spec is None:
             lines += [f"    if args[{i}] != {spec!r}:", "        return False"]
     lines.append("    return True")
@@ -153,10 +134,10 @@ def make_check(specs: Sequence[InputSpec], layout_free: frozenset[int] = frozens
       and views of inputs are taken relative to their storage offset, so what is left is
       the pointer alignment the kernels of ``kernel_read`` were compiled for.
     """
-    if is_symbolic(specs):
-        return _symbolic_check(specs, kernel_read, dynamo_guarded)
     lines = ["def check(args):"]
     env: dict[str, Any] = {}
+    # (with symbolic sizes too: Dynamo's guards then hold each size symbol's range, sizes
+    # 0 and 1 recompile, and every size and stride relation the trace used)
     if dynamo_guarded and kernel_read is not None:
         for i, spec in enumerate(specs):
             if isinstance(spec, TensorSpec) and spec.aligned and i in kernel_read:
@@ -164,6 +145,8 @@ def make_check(specs: Sequence[InputSpec], layout_free: frozenset[int] = frozens
         lines.append("    return True")
         exec("\n".join(lines), env)  # noqa: S102 - our own generated code
         return env["check"]
+    if is_symbolic(specs):
+        return _symbolic_check(specs, kernel_read)
     for i, spec in enumerate(specs):
         if isinstance(spec, TensorSpec) and i in layout_free:
             env[f"s{i}"] = spec.sizes

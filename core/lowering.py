@@ -716,8 +716,7 @@ def _symbolic_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
     sizes, strides, offset = list(layout.sizes), list(layout.strides), layout.offset
     if op is aten.slice.Tensor:
         dim, start, end, step = args
-        length = static(FloorDiv(sympy.sympify(end - start + step - 1), step)) \
-            if step != 1 else static(end - start)
+        length = _slice_length(start, end, step)
         offset = static(offset + start * strides[dim])
         sizes[dim], strides[dim] = length, static(strides[dim] * step)
     elif op is aten.select.int:
@@ -1425,14 +1424,20 @@ def _slice(L: Lowerer, x: Any, dim: int = 0, start: Any = None, end: Any = None,
         end = n if end is None else _slice_bound(end, n)
         if not (start == 0 or provably_nonneg(end - start)):
             raise TypeError(f"a slice [{start}:{end}] whose length's sign depends on the sizes")
-        length = static(end - start) if step == 1 else \
-            static(FloorDiv(sympy.sympify(end - start + step - 1), step))
+        length = _slice_length(start, end, step)
     sizes = x.sizes[:dim] + (length,) + x.sizes[dim + 1:]
 
     def fn(idx: Index) -> Index:
         return idx[:dim] + (start + step * idx[dim],) + idx[dim + 1:]
 
     return L.view(x, sizes, fn, aten.slice.Tensor, (dim, start, end, step))
+
+
+def _slice_length(start: Any, end: Any, step: int) -> Any:
+    """Elements of ``[start:end:step]`` where ``end - start >= 0`` (symbolic sizes too)."""
+    if step == 1:
+        return static(end - start)
+    return static(FloorDiv(sympy.sympify(end - start + step - 1), step))
 
 
 def _slice_bound(v: Any, n: Any) -> Any:

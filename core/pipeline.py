@@ -325,38 +325,40 @@ class _RunTimeFallback:
         self._eager: Callable | None = None
 
     def __call__(self, *args: Any) -> Any:
-        if len(args) == 1 and type(args[0]) is list:
-            args = args[0]
-        if self._eager is not None:
-            return self._eager(list(args))
-        try:
-            return self._program(list(args))
-        except torch.OutOfMemoryError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - see the class doc
-            reason = (f"the compiled program raised when run: {type(exc).__name__}: {exc}; "
-                      "ATen runs this graph from now on")
-            run, reports = fallback.whole_graph(self._gm, reason)
+        if self._eager is None:
             try:
-                out = run(list(args))
-            except Exception:  # noqa: BLE001 - eager fails too: the inputs are at fault
-                raise exc from None
+                return self._program(*args)  # as the caller called it: no per-call copy
+            except torch.OutOfMemoryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - see the class doc
+                return self._give_way(exc, _unboxed(args))
+        return self._eager(_unboxed(args))
 
-            _log.warning("sdk:%s graph %s: %s", self._ctx.plugin, self._ctx.graph_name,
-                         reason)
-            self._eager = run
-            r = self._report
-            r.kernels.clear()
-            r.externs.clear()
-            r.fusion_refusals.clear()
-            r.fallbacks[:] = reports
-            r.notes.append(reason)
-            for f in reports:
-                self._reg.observers().sdk_on_fallback(ctx=self._ctx, op=f.op, reason=reason)
-            return out
+    def _give_way(self, exc: Exception, args: list[Any]) -> Any:
+        reason = (f"the compiled program raised when run: {type(exc).__name__}: {exc}; "
+                  "ATen runs this graph from now on")
+        run, reports = fallback.whole_graph(self._gm, reason)
+        try:
+            out = run(args)
+        except Exception:  # noqa: BLE001 - eager fails too: the inputs are at fault
+            raise exc from None
+        _log.warning("sdk:%s graph %s: %s", self._ctx.plugin, self._ctx.graph_name, reason)
+        self._eager = run
+        r = self._report
+        r.kernels.clear()
+        r.externs.clear()
+        r.fusion_refusals.clear()
+        r.fallbacks[:] = reports
+        r.notes.append(reason)
+        for f in reports:
+            self._reg.observers().sdk_on_fallback(ctx=self._ctx, op=f.op, reason=reason)
+        return out
 
-    def __getattr__(self, name: str) -> Any:  # variants, layout_free, ... of the program
-        return getattr(self._program, name)
+
+def _unboxed(args: tuple) -> list[Any]:
+    """A graph's inputs as one list, however they were passed (AOTAutograd's boxed
+    convention passes them as one list)."""
+    return args[0] if len(args) == 1 and type(args[0]) is list else list(args)
 
 
 class _LazySpecializing:

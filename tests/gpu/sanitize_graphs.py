@@ -74,6 +74,18 @@ def graphs():
         F.conv2d(x, w, b, padding=1).relu(), 1), (r(2, 3, 19, 13), r(8, 3, 3, 3), r(8))
 
 
+def _mismatches(name: str, got: list, want: list, tol: float) -> int:
+    """How many of ``got`` differ from ``want`` (each printed)."""
+    bad = 0
+    for o, e in zip(got, want):
+        try:
+            torch.testing.assert_close(o.detach(), e.detach(), rtol=tol, atol=tol)
+        except AssertionError as exc:
+            bad += 1
+            print(f"{name}: MISMATCH {exc}")
+    return bad
+
+
 def main(plugin: str = "cuda_triton") -> int:
     bad = 0
     for name, fn, args in graphs():
@@ -87,12 +99,7 @@ def main(plugin: str = "cuda_triton") -> int:
         if name != "dropout":
             ref = fn(*[a.detach() for a in args])
             refs = ref if isinstance(ref, tuple) else (ref,)
-            for o, e in zip(outs, refs):
-                try:
-                    torch.testing.assert_close(o.detach(), e, rtol=2e-2, atol=2e-2)
-                except AssertionError as exc:
-                    bad += 1
-                    print(f"{name}: MISMATCH {exc}")
+            bad += _mismatches(name, outs, refs, 2e-2)
         print(f"{name}: ran")
     print(f"sanitize_graphs: {bad} mismatches")
     return 1 if bad else 0
@@ -133,12 +140,7 @@ def dynamic_main() -> int:
                 sum(o.float().sum() for o in refs).backward()
                 ref_grads = [a.grad for a in ref_args if a.requires_grad]
             torch.cuda.synchronize()
-            for o, e in zip([*outs, *grads], [*refs, *ref_grads]):
-                try:
-                    torch.testing.assert_close(o.detach(), e.detach(), rtol=2e-3, atol=2e-3)
-                except AssertionError as exc:
-                    bad += 1
-                    print(f"{name} n={n}: MISMATCH {exc}")
+            bad += _mismatches(f"{name} n={n}", [*outs, *grads], [*refs, *ref_grads], 2e-3)
         print(f"{name}: ran")
     print(f"sanitize_graphs: dynamic {bad} mismatches")
     return 1 if bad else 0
