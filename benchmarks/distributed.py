@@ -4,8 +4,8 @@ One process per GPU over NCCL (``--nproc`` defaults to the GPU count, at least 2
 ``--nproc`` CPU processes over gloo without GPUs (``--small`` for a CPU-sized model). Every
 backend is compiled the way that works with each wrapper on torch 2.11 and 2.13:
 
-* DDP: ``DDP(torch.compile(model, backend=...))`` (``torch.compile(DDP(model))`` compiles
-  nothing there: pytorch/pytorch#140416);
+* DDP: ``torch.compile(DDP(model), backend=...)``: Dynamo's DDP optimizer splits the graph
+  at the gradient buckets, each piece compiled by the backend;
 * FSDP2: ``fully_shard`` on each transformer block and the root, each block's ``forward``
   compiled (compiling the sharded module compiles nothing: its hooks disable Dynamo).
 
@@ -51,9 +51,8 @@ def _wrapped(wrap: str, backend: str, small: bool, dtype, device):
         return torch.compile(fn, backend=backend)
 
     if wrap == "ddp":
-        inner = compiled(model)
-        return DDP(inner, device_ids=[device.index] if device.type == "cuda" else None), \
-            model, cfg
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        return compiled(ddp), model, cfg
     from torch.distributed.fsdp import fully_shard
 
     for block in model.transformer.h:
@@ -82,6 +81,8 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
         want = None
         for backend in ("eager", "inductor", f"sdk:{args.plugin}"):
             torch._dynamo.reset()
+            counters = torch._dynamo.utils.counters
+            counters.clear()
             model, base, cfg = _wrapped(wrap, backend, args.small, dtype, device)
             opt = torch.optim.SGD(base.parameters(), lr=1e-3)
             g = torch.Generator(device="cpu").manual_seed(1 + rank)
@@ -111,7 +112,8 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
                 except AssertionError as exc:
                     check = "MISMATCH " + str(exc).splitlines()[0]
             rows.append({"wrap": wrap, "backend": backend, "ms": statistics.median(times) * 1e3,
-                         "check": check, "losses": [float(x) for x in losses]})
+                         "graphs": counters["stats"]["unique_graphs"], "check": check,
+                         "losses": [float(x) for x in losses]})
             del model, base, opt
     if rank == 0:
         with open(out, "w") as f:
@@ -155,11 +157,12 @@ def main() -> int:
     where = torch.cuda.get_device_name() if cuda else "CPU (gloo)"
     print(f"GPT-2 {'2-layer' if args.small else 'small'} training step, {world} processes, "
           f"{where}, {args.dtype}, batch {args.batch} per rank; median ms of {args.steps}")
-    print(f"{'wrap':<7}{'backend':<18}{'ms':>10}{'vs eager':>10}{'vs inductor':>13}  check")
+    print(f"{'wrap':<7}{'backend':<18}{'graphs':>7}{'ms':>10}{'vs eager':>10}"
+          f"{'vs inductor':>13}  check")
     for r in rows:
         eager = next(x["ms"] for x in rows if x["wrap"] == r["wrap"] and x["backend"] == "eager")
         ind = next(x["ms"] for x in rows if x["wrap"] == r["wrap"] and x["backend"] == "inductor")
-        print(f"{r['wrap']:<7}{r['backend']:<18}{r['ms']:10.2f}{r['ms'] / eager:10.2f}"
+        print(f"{r['wrap']:<7}{r['backend']:<18}{r['graphs']:7d}{r['ms']:10.2f}{r['ms'] / eager:10.2f}"
               f"{r['ms'] / ind:13.2f}  {r['check']}")
     if args.json:
         with open(args.json, "w") as f:

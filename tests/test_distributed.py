@@ -1,9 +1,12 @@
 """torch.distributed through the SDK on CPU: two processes over gloo.
 
-* DDP: ``DDP(torch.compile(model, backend="sdk:cpu_cpp"))`` and
-  ``torch.compile(DDP(model), backend=...)`` give eager DDP's gradients. (On torch 2.13 the
-  second compiles nothing: Dynamo graph-breaks in DDP's forward and traces none of the
-  model, pytorch/pytorch#140416; Dynamo's DDP graph splitting never starts.)
+* DDP: ``torch.compile(DDP(model), backend="sdk:cpu_cpp")`` and
+  ``DDP(torch.compile(model, backend=...))`` give eager DDP's gradients. Dynamo's DDP
+  optimizer splits the model's graph at the gradient buckets (1 MiB here, about 3 MiB of
+  parameters), so the sdk compiles one graph per bucket and the all-reduce of a bucket
+  overlaps the backward of the rest. (The model is a user's module: Dynamo does not start
+  tracing at a frame of torch's own ``nn.Sequential``, so ``torch.compile(DDP(Sequential))``
+  traces nothing, under any backend.)
 * FSDP2: ``fully_shard`` per layer, each layer's ``forward`` compiled, trains like eager
   FSDP2. (``torch.compile`` of the sharded module itself compiles nothing on torch 2.13: the
   sharding hooks call ``torch._dynamo.disable`` and the layers' frames run untraced.)
@@ -53,6 +56,24 @@ WORKER = textwrap.dedent('''
             pipeline.Session.compile_dynamo_graph = compile_graph
 
 
+    class Net(torch.nn.Module):
+        """A user's model. (Not an ``nn.Sequential``: Dynamo does not start tracing at a
+        frame of torch's own modules, so ``torch.compile(DDP(nn.Sequential(...)))`` traces
+        nothing, sdk or Inductor alike.)"""
+
+        def __init__(self):
+            super().__init__()
+            self.inp = torch.nn.Linear(32, 512)
+            self.hidden = torch.nn.ModuleList(torch.nn.Linear(512, 512) for _ in range(3))
+            self.out = torch.nn.Linear(512, 4)
+
+        def forward(self, x):
+            x = torch.nn.functional.gelu(self.inp(x))
+            for layer in self.hidden:
+                x = layer(x).relu()
+            return self.out(x)
+
+
     def ddp(rank):
         """Both ways to combine DDP and torch.compile; returns how many Dynamo graphs the
         sdk compiled for each."""
@@ -68,10 +89,7 @@ WORKER = textwrap.dedent('''
     def ddp_steps(rank, wrap):
         """Three DDP steps of a compiled model (``wrap``: which way) against eager DDP."""
         torch.manual_seed(0)
-        layers = [torch.nn.Linear(32, 512), torch.nn.GELU()]
-        for _ in range(3):
-            layers += [torch.nn.Linear(512, 512), torch.nn.ReLU()]
-        model = torch.nn.Sequential(*layers, torch.nn.Linear(512, 4))  # ~3 MiB: 3+ buckets
+        model = Net()  # ~3 MiB: 3+ buckets
         ref = copy.deepcopy(model)
         ddp_ref = DDP(ref, bucket_cap_mb=1)
         if wrap == "ddp_of_compiled":
@@ -198,11 +216,10 @@ def test_ddp_and_functional_collectives_on_two_gloo_processes(tmp_path):
                        text=True, env=env, timeout=600, check=False)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT"))
-    # DDP(torch.compile(model)): the sdk compiled the model's graph, the gradients are eager
-    # DDP's. torch.compile(DDP(model)) gave eager DDP's gradients too, but on torch 2.13 Dynamo
-    # compiles no graph under DDP's forward (pytorch/pytorch#140416): its count is reported,
-    # not asserted.
-    assert int(line.split("ddp_of_compiled=")[1].split()[0]) >= 1, line
+    # Both ways gave eager DDP's gradients (asserted in the worker); the graph was split at
+    # the buckets: one sdk graph per bucket, 3 at least.
+    assert int(line.split("compiled_ddp=")[1].split()[0]) >= 3, line
+    assert int(line.split("ddp_of_compiled=")[1].split()[0]) >= 3, line
     assert int(line.split("fsdp2=")[1].split()[0]) >= 2, line  # one per layer at least
     assert "collectives=ok" in line
     print(line)
