@@ -51,6 +51,8 @@ def _wrapped(wrap: str, backend: str, small: bool, dtype, device):
             return fn
         return torch.compile(fn, backend=backend)
 
+    if wrap == "none":  # no wrapper: the same model and step on each process alone
+        return compiled(model), model, cfg
     if wrap == "ddp":
         ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         return compiled(ddp), model, cfg
@@ -114,6 +116,22 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
                 if i >= args.warmup:
                     times.append(time.perf_counter() - t)
                 losses.append(loss.detach().float().cpu())
+            prof = {}
+            if args.profile and cuda:  # one more step: device time by kind, rank 0's view
+                from torch.profiler import ProfilerActivity, profile
+
+                with profile(activities=[ProfilerActivity.CUDA]) as p:
+                    loss = model(input_ids=batches[-1], labels=batches[-1]).loss
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    torch.cuda.synchronize()
+                for e in p.events():
+                    if e.device_type == torch.autograd.DeviceType.CUDA:
+                        kind = "nccl" if "nccl" in e.name.lower() else (
+                            "gemm" if any(k in e.name.lower() for k in ("gemm", "cutlass", "sm90",
+                                                                       "nvjet")) else "other")
+                        prof[kind] = prof.get(kind, 0.0) + e.device_time / 1e3
             check = "ok"
             if want is None:
                 want = losses
@@ -124,7 +142,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
                     check = "MISMATCH " + str(exc).splitlines()[0]
             rows.append({"wrap": wrap, "backend": backend, "ms": statistics.median(times) * 1e3,
                          "graphs": counters["stats"]["unique_graphs"],
-                         "sdk_graphs": len(pieces), "check": check,
+                         "sdk_graphs": len(pieces), "device_ms": prof, "check": check,
                          "losses": [float(x) for x in losses]})
             del model, base, opt
     if rank == 0:
@@ -135,7 +153,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--wrap", default="ddp,fsdp2")
+    ap.add_argument("--wrap", default="ddp,fsdp2", help="ddp, fsdp2, none (no wrapper)")
     ap.add_argument("--plugin", default=None, help="cuda_triton on GPUs, else cpu_cpp")
     ap.add_argument("--nproc", type=int, default=0)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -144,6 +162,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--small", action="store_true", help="a 2-layer GPT-2 (CPU runs, tests)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", action="store_true",
+                    help="GPUs: one more step under the profiler, device time by kind")
     args = ap.parse_args()
 
     import tempfile
@@ -153,7 +173,7 @@ def main() -> int:
 
     cuda = torch.cuda.is_available()
     args.plugin = args.plugin or ("cuda_triton" if cuda else "cpu_cpp")
-    world = args.nproc or max(2, torch.cuda.device_count() if cuda else 2)
+    world = args.nproc or max(2, torch.cuda.device_count() if cuda else 2)  # 1: one process
     if cuda and torch.cuda.device_count() < world:
         print(f"error: --nproc {world} needs {world} GPUs, {torch.cuda.device_count()} visible",
               file=sys.stderr)
@@ -177,6 +197,9 @@ def main() -> int:
         ind = next(x["ms"] for x in rows if x["wrap"] == r["wrap"] and x["backend"] == "inductor")
         print(f"{r['wrap']:<7}{r['backend']:<18}{r['graphs']:7d}{r['sdk_graphs'] or '':>7}{r['ms']:10.2f}{r['ms'] / eager:10.2f}"
               f"{r['ms'] / ind:13.2f}  {r['check']}")
+        if r["device_ms"]:
+            print("       device ms (one step): " + ", ".join(
+                f"{k} {v:.2f}" for k, v in sorted(r["device_ms"].items())))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"world": world, "device": where, "dtype": args.dtype, "rows": rows}, f,

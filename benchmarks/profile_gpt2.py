@@ -44,7 +44,7 @@ def measure(name, step, n=20):
     total_gpu = sum(e.self_device_time_total for e in gpu) / 1e3
     launches = sum(e.count for e in gpu)
     print(f"== {name}: {wall:.2f} ms/step wall, GPU busy {total_gpu:.2f} ms, {launches} kernels")
-    for e in gpu[:12]:
+    for e in gpu[:20]:
         print(f"   {e.self_device_time_total / 1e3:8.3f} ms  x{e.count:<4d} {e.key[:100]}")
 
 
