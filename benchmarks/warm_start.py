@@ -7,7 +7,10 @@ sdk's compile, the step itself) and the part of it the sdk's compile of the ATen
 * cold: an empty cache directory (no compiled programs, no built kernels);
 * warm: the same directory afterwards, whole-graph cache on (the default);
 * warm, graph cache off: ``SDK_GRAPH_CACHE=0``, built kernels still cached;
-* aot_eager: Dynamo and AOTAutograd with no code generation, for the floor.
+* aot_eager: Dynamo and AOTAutograd with no code generation, and eager: Dynamo alone (the
+  floor of any cache that sits below Dynamo, as the sdk's and Inductor's do);
+* Inductor, cold (an empty ``TORCHINDUCTOR_CACHE_DIR``) and warm (its FX graph and
+  AOTAutograd caches filled), for comparison.
 
     python benchmarks/warm_start.py gpt2_train_fp32 --repeat 3
 """
@@ -65,14 +68,18 @@ def main() -> None:
     if args.child:
         child(*args.child)
         return
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "SDK_CACHE_DIR": cache, "SDK_GRAPH_CACHE": "1"}
-        rows = {"cold": [run(args.row, "sdk:cpu_cpp", env)]}
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as ind:
+        env = {**os.environ, "SDK_CACHE_DIR": cache, "SDK_GRAPH_CACHE": "1",
+               "TORCHINDUCTOR_CACHE_DIR": ind}
+        rows = {"cold": [run(args.row, "sdk:cpu_cpp", env)],
+                "Inductor cold": [run(args.row, "inductor", env)]}
         for _ in range(args.repeat):  # interleaved, so that a slow phase of the host hits all
             rows.setdefault("warm", []).append(run(args.row, "sdk:cpu_cpp", env))
             rows.setdefault("warm, graph cache off", []).append(
                 run(args.row, "sdk:cpu_cpp", {**env, "SDK_GRAPH_CACHE": "0"}))
+            rows.setdefault("Inductor warm", []).append(run(args.row, "inductor", env))
             rows.setdefault("aot_eager", []).append(run(args.row, "aot_eager", env))
+            rows.setdefault("eager (Dynamo alone)", []).append(run(args.row, "eager", env))
     print(f"{args.row}, one process each (median of {args.repeat} where repeated)")
     print(f"{'process':<24}{'first step s':>14}{'sdk compile s':>15}  graphs")
     for label, runs in rows.items():
