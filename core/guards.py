@@ -142,6 +142,10 @@ def make_check(specs: Sequence[InputSpec], layout_free: frozenset[int] = frozens
         for i, spec in enumerate(specs):
             if isinstance(spec, TensorSpec) and spec.aligned and i in kernel_read:
                 lines += [f"    if args[{i}].data_ptr() % {ALIGNMENT}:", "        return False"]
+            elif isinstance(spec, int) and not isinstance(spec, bool):
+                # an int input of a symbolic graph that the variant specialized on (Dynamo
+                # guards only its range)
+                lines += [f"    if args[{i}] != {spec}:", "        return False"]
         lines.append("    return True")
         exec("\n".join(lines), env)  # noqa: S102 - our own generated code
         return env["check"]

@@ -41,7 +41,8 @@ from .ir.graph import (
     contiguous_strides,
     fresh_vars,
 )
-from .ir.index import FloorDiv, Mod, is_static, provably_nonneg, size_hint, static, var
+from .ir.index import (MIN_SIZE, FloorDiv, Mod, is_static, provably_nonneg, size_hint,
+                       static, var)
 from .ir.kernel import Layout
 
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
@@ -757,8 +758,26 @@ def _symbolic_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
 # ---------------------------------------------------------------------------
 
 
-def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
+def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
+    """torch's broadcasting of sizes, also over symbolic sizes (each >= 2, so a symbolic
+    size broadcasts only against 1 or an equal size; anything else raises)."""
+    if all(is_static(x) for s in shapes for x in s):
+        return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
+    rank = max(len(s) for s in shapes)
+    out: list[Any] = []
+    for d in range(rank):
+        size: Any = 1
+        for s in shapes:
+            x = s[d - rank + len(s)] if d - rank + len(s) >= 0 else 1
+            if x == 1 or x == size:
+                continue
+            if size == 1:
+                size = x
+            else:
+                raise TypeError(f"cannot broadcast sizes {size} and {x} (unequal for some "
+                                "values of the size symbols)")
+        out.append(size)
+    return tuple(out)
 
 
 def bload(x: Any, sizes: tuple[int, ...], idx: Index, dtype: torch.dtype) -> Expr:
@@ -1775,16 +1794,21 @@ def _slice_scatter(L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None
     dim = dim % max(x.ndim, 1)
     n = x.sizes[dim]
     lo = 0 if start is None else int(start)
-    lo = max(0, min(n, lo + n if lo < 0 else lo))
     m = src.sizes[dim]
     step = int(step)
+    if is_static(n):
+        lo = max(0, min(n, lo + n if lo < 0 else lo))
+    if not (is_static(n) and is_static(m)) and not 0 <= lo < MIN_SIZE:
+        # (a symbolic size is >= MIN_SIZE: a start below it is within it)
+        raise TypeError(f"slice_scatter from {lo} over symbolic sizes {n}, {m}")
     dtype = val.dtype
+    width = Const(m * step, torch.int64) if is_static(m) else IndexValue(m * step)
 
     def body(idx: Index) -> Expr:
         i = idx[dim]
         off = IndexValue(i - lo)
         inside = Op("logical_and", (Op("ge", (off, Const(0, torch.int64)), torch.bool),
-                                    Op("lt", (off, Const(m * step, torch.int64)), torch.bool)),
+                                    Op("lt", (off, width), torch.bool)),
                     torch.bool)
         if step != 1:
             on = Op("eq", (Op("remainder", (off, Const(step, torch.int64)), torch.int64),
@@ -1794,7 +1818,8 @@ def _slice_scatter(L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None
         # in bounds wherever it is evaluated: clamp the position into src
         if m == 0:
             return cast(x.load(idx), dtype)
-        k = m * (lo // (m * step) + 1)  # a multiple of m that keeps the numerator >= 0
+        # a multiple of m that keeps the numerator >= 0 (symbolic m: lo < 2 <= m * step)
+        k = m * (lo // (m * step) + 1) if is_static(m) else m
         at[dim] = Mod(FloorDiv(i - lo + k * step, step), m)
         return Op("where", (inside, cast(src.load(tuple(at)), dtype), cast(x.load(idx), dtype)),
                   dtype)

@@ -175,7 +175,18 @@ class Session:
             report.sizes = f"per shape: sdk:{self.info.name} does not declare SYMBOLIC_SIZES"
             return None
         try:
-            specs = tuple(symbolic_spec(x) for x in example_inputs)
+            # integers that are not sizes (an int argument Dynamo made dynamic, an offset
+            # that may be negative) are specialized on their traced values; each must be an
+            # int input of the graph, so that the guard reads and checks its value
+            special = tp.non_size_symbols(example_inputs)
+            whole = {x.node.expr.name for x in example_inputs
+                     if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol}
+            if set(special) - whole:
+                raise tp.SymbolicUnsupported(
+                    f"integer symbols {sorted(set(special) - whole)} are not sizes and not "
+                    "int inputs of the graph")
+            with tp.specializing(special):
+                specs = tuple(symbolic_spec(x) for x in example_inputs)
             where = size_bindings(specs)
             hints = {sym: hint for x, spec in zip(example_inputs, specs)
                      for sym, hint in _hints(x, spec).items()}
@@ -188,7 +199,7 @@ class Session:
         before = tp.shape_env_state(env)
         notes = len(ctx.notes)
         try:
-            with size_hints(hints):
+            with size_hints(hints), tp.specializing(special):
                 fn = self._build_program(ctx, gm, specs, report, per_shape_on_failure=True)
         except SDKError:
             raise  # the user's options forbid what the compile needs (fallback=False)
@@ -204,6 +215,9 @@ class Session:
                             "SymInt somewhere in lowering or the plugin)")
             return None
         report.sizes = "symbolic: " + ", ".join(sorted(s.name for s in where))
+        if special:
+            report.sizes += "; specialized: " + ", ".join(
+                f"{name}={value}" for name, value in sorted(special.items()))
         return Specializing(build, specs, general=fn,
                             dynamo_guarded=ctx.graph_kind in ("forward", "inference"))
 

@@ -254,3 +254,53 @@ def test_symbolic_view_layouts_are_the_meta_kernels_at_every_size(plugin, case):
         want = lowering._meta_view(concrete, op, conc(args))
         got = (conc(sym.sizes), conc(sym.strides), at(sym.offset))
         assert got == (want.sizes, want.strides, want.offset), (case, env, got, want)
+
+
+def test_an_int_argument_that_is_not_a_size_is_specialized_and_checked(plugin, builds,
+                                                                        graph_reports):
+    """An int argument Dynamo made dynamic (range unbounded: not a size) is specialized on
+    its value; the program stays symbolic in the sizes, and a call with another value of
+    the int gets a program of its own, never the first one's result."""
+    dev = device_of(plugin)
+
+    def fn(x, k):
+        return (x * k).relu().sum(-1) + x[:, 1:].mean(-1)
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n, k in ((5, -3), (9, -3), (17, -3), (9, 4), (33, 4), (5, -3)):
+        x = torch.randn(n, 7, device=dev)
+        torch.testing.assert_close(f(x, k), fn(x, k))
+    reports = [g for g in graph_reports if "specialized" in g.sizes]
+    assert reports, [g.sizes for g in graph_reports]
+    assert reports[0].sizes.startswith("symbolic"), reports[0].sizes
+    assert len(builds) <= 3, builds  # -3 and 4 (sizes symbolic), Dynamo's own recompiles
+
+
+def test_gpt2_training_over_sequence_lengths_is_symbolic(plugin, builds, graph_reports):
+    """HF GPT-2 training at several sequence lengths: losses and gradients equal eager's,
+    and every graph is symbolic. (The body's graph has ``logits_to_keep``, an int Dynamo
+    makes dynamic with a range that is not a size's: it is specialized on its value, 0.)"""
+    transformers = pytest.importorskip("transformers")
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=300,
+                                  n_positions=128, resid_pdrop=0.0, embd_pdrop=0.0,
+                                  attn_pdrop=0.0)
+    ref = transformers.GPT2LMHeadModel(cfg).to(dev)
+    model = transformers.GPT2LMHeadModel(cfg).to(dev)
+    model.load_state_dict(ref.state_dict())
+    f = torch.compile(model, backend=sdk.backend(plugin), dynamic=True)
+    for n in (5, 12, 33, 17):
+        ids = torch.randint(0, 300, (2, n), device=dev)
+        for m, run in ((ref, ref), (model, f)):
+            m.zero_grad(set_to_none=True)
+            run(ids, labels=ids).loss.backward()
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5,
+                                       msg=lambda m, name=name: f"{name}: {m}")
+    per_shape = [g.sizes for g in graph_reports if not g.sizes.startswith("symbolic")]
+    # Dynamo traces the first length statically; the graphs it makes dynamic after are
+    # symbolic, the body's with logits_to_keep specialized
+    assert any("specialized" in g.sizes for g in graph_reports), \
+        [g.sizes for g in graph_reports]
+    assert len(builds) <= 8, (builds, per_shape)

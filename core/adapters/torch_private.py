@@ -6,8 +6,11 @@ Everything else in the SDK calls these functions instead of reaching into
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -296,6 +299,55 @@ class SymbolicUnsupported(TypeError):
     """A symbolic size this SDK cannot express (the graph is compiled per shape instead)."""
 
 
+#: Integer symbols that are not sizes (a non-positive offset, an int argument Dynamo made
+#: dynamic), each replaced by its traced value while a symbolic compile runs: the program is
+#: symbolic in the sizes and specialized on these, and its guard checks their values.
+_specialized: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
+    "sdk_specialized_symbols", default=MappingProxyType({}))
+
+
+@contextlib.contextmanager
+def specializing(values: Mapping[str, int]) -> Iterator[None]:
+    """Within the block, ``sym_size`` gives these symbols' values (by name) instead of the
+    symbols."""
+    token = _specialized.set(MappingProxyType(dict(values)))
+    try:
+        yield
+    finally:
+        _specialized.reset(token)
+
+
+def non_size_symbols(values: Iterable[Any]) -> dict[str, int]:
+    """The integer symbols of these graph inputs (SymInts, fake tensors' sizes, strides and
+    offsets) that are not positive sizes, with their traced values. Raises
+    :class:`SymbolicUnsupported` for one without a traced value (data-dependent)."""
+    out: dict[str, int] = {}
+
+    def visit(x: Any) -> None:
+        if not isinstance(x, torch.SymInt):
+            return
+        node = x.node
+        env = getattr(node, "shape_env", None)
+        for sym in node.expr.free_symbols:
+            if sym.is_integer and sym.is_positive or sym.name in out:
+                continue
+            values = None if env is None else (  # renamed in torch 2.13
+                env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val)
+            value = None if values is None else values.get(sym)
+            if value is None:
+                raise SymbolicUnsupported(f"symbol {sym} has no traced value "
+                                          "(data-dependent sizes are not supported)")
+            out[sym.name] = int(value)
+
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            for s in (*v.shape, *v.stride(), v.storage_offset()):
+                visit(s)
+        else:
+            visit(v)
+    return out
+
+
 def sym_size(x: Any) -> Any:
     """An int, or the sympy expression (over Dynamo's size symbols) of a SymInt.
 
@@ -322,6 +374,9 @@ def _to_index_expr(e: Any) -> Any:
     if e.is_Integer:
         return int(e)
     if e.is_Symbol:
+        value = _specialized.get().get(e.name)
+        if value is not None:
+            return value
         if not (e.is_integer and e.is_positive):
             raise SymbolicUnsupported(f"size symbol {e} is not a backed positive size "
                                       "(data-dependent sizes are not supported)")
