@@ -3,7 +3,8 @@
 For each workload, on the default plugin's device (cuda_triton on a GPU, else cpu_cpp):
 
 Workloads: ``block_fw`` and ``mlp_train`` over 8n rows, ``gpt2_serve`` (HF GPT-2 inference,
-4 prompts) over n + 1 tokens, for the 20 values of n in ``SIZES``.
+4 prompts) and ``gpt2_train`` (its training step: loss and backward) over n + 1 tokens, for
+the 20 values of n in ``SIZES``.
 
 1. ``dynamic=True`` over 20 sizes: how many programs the sdk built (lowering through
    codegen), the compile time of the first call, and that every size matches eager.
@@ -64,6 +65,16 @@ def workloads(dev: str, scale: int) -> dict[str, tuple[Callable, Callable[[int],
             return gpt2(ids).logits
 
     out["gpt2_serve"] = (serve, lambda n: (torch.randint(0, 8192, (4, n + 1), device=dev),))
+    cfg_train = transformers.GPT2Config(**{**cfg.to_dict(), "resid_pdrop": 0.0,
+                                           "embd_pdrop": 0.0, "attn_pdrop": 0.0})
+    gpt2_train = transformers.GPT2LMHeadModel(cfg_train).to(dev)
+
+    def train(ids: torch.Tensor) -> torch.Tensor:  # training on batches of varying length
+        loss = gpt2_train(ids, labels=ids).loss
+        loss.backward()
+        return loss
+
+    out["gpt2_train"] = (train, lambda n: (torch.randint(0, 8192, (4, n + 1), device=dev),))
     return out
 
 
@@ -137,7 +148,7 @@ def main() -> None:
                 args = make(n)
                 got = dyn(*args)
                 want = fn(*args)
-                worst = max(worst, float((got.float() - want.float()).abs().max()))
+                worst = max(worst, float((got.detach().float() - want.detach().float()).abs().max()))
                 sync(dev)
             total_s = time.perf_counter() - t0
         finally:

@@ -745,12 +745,48 @@ def _symbolic_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
         sizes, strides = list(new), out_st
     elif op is aten.reshape.default:
         (new,) = args
-        if not layout.is_contiguous():
-            return None  # a reshape of a strided view: not decided here
-        sizes, strides = list(new), list(contiguous_strides(tuple(new)))
+        if layout.is_contiguous():
+            sizes, strides = list(new), list(contiguous_strides(tuple(new)))
+        else:
+            view = _view_strides(sizes, strides, list(new))
+            if view is None:
+                return None  # not a view of this layout: the reshape copies
+            sizes, strides = list(new), view
     else:
         return None
     return Layout(tuple(sizes), tuple(strides), offset, layout.dtype, layout.device)
+
+
+def _view_strides(old: list[Any], strides: list[Any], new: list[Any]) -> list[Any] | None:
+    """The strides of ``new`` sizes viewed over a strided layout (ATen's computeStride),
+    also over symbolic sizes; None where no view exists or it cannot be proved for every
+    value of the symbols. Old dims are taken in chunks that are contiguous among
+    themselves, and new dims must multiply up to each chunk exactly."""
+    def same(a: Any, b: Any) -> bool:
+        return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+    out: list[Any] = [0] * len(new)
+    view_d = len(new) - 1
+    base = strides[-1] if strides else 1
+    tensor_numel: Any = 1
+    view_numel: Any = 1
+    for d in range(len(old) - 1, -1, -1):
+        tensor_numel = static(tensor_numel * old[d])
+        # a chunk ends where the next dim out is not contiguous with this one (a dim that
+        # is not provably contiguous ends it: more chunks, never a wrong stride)
+        if d == 0 or (old[d - 1] != 1 and not same(strides[d - 1], tensor_numel * base)):
+            while view_d >= 0 and (not same(view_numel, tensor_numel) or new[view_d] == 1):
+                out[view_d] = static(view_numel * base)
+                view_numel = static(view_numel * new[view_d])
+                view_d -= 1
+                if is_static(view_numel) and is_static(tensor_numel) \
+                        and view_numel > tensor_numel:
+                    return None
+            if not same(view_numel, tensor_numel):
+                return None
+            if d > 0:
+                base, tensor_numel, view_numel = strides[d - 1], 1, 1
+    return out if view_d == -1 else None
 
 
 # ---------------------------------------------------------------------------

@@ -386,6 +386,13 @@ def _to_index_expr(e: Any) -> Any:
         return sympy.Add(*args) if e.is_Add else sympy.Mul(*args)
     if isinstance(e, (tf.FloorDiv, tf.CleanDiv)):
         return FloorDiv(*(_as_sympy(_to_index_expr(a)) for a in e.args))
+    if isinstance(e, tf.CeilToInt) and isinstance(e.args[0], tf.IntTrueDiv):
+        # ceil(a / b) of integers, b > 0: (a + b - 1) // b (attention pads its log-sum-exp
+        # to a multiple of 32 this way)
+        a, b = (_as_sympy(_to_index_expr(x)) for x in e.args[0].args)
+        if not (b.is_Integer and b > 0):
+            raise SymbolicUnsupported(f"size {e} divides by {b}")
+        return FloorDiv(a + b - 1, b)
     if isinstance(e, tf.ModularIndexing):
         a, b, c = (_as_sympy(_to_index_expr(x)) for x in e.args)
         return Mod(FloorDiv(a, b), c)
