@@ -159,6 +159,9 @@ class Lowerer:
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReport] = []
         self.externs: list[ExternReport] = []
+        #: (graph node, op) -> in-place form, for the library calls the memory plan ran in
+        #: place (so that reports name what runs)
+        self.in_place: dict[tuple[str, str], Any] = {}
         self.views: set[str] = set()  # ATen calls that became index arithmetic
         #: pointwise nodes by their value (see :meth:`pointwise`), and the nodes that
         #: stand for several graph nodes (two graph outputs must not share one)
