@@ -41,8 +41,7 @@ from .ir.graph import (
     contiguous_strides,
     fresh_vars,
 )
-from .ir.index import (MIN_SIZE, FloorDiv, Mod, is_static, provably_nonneg, size_hint,
-                       static, var)
+from .ir.index import MIN_SIZE, FloorDiv, Mod, is_static, provably_nonneg, size_hint, static, var
 from .ir.kernel import Layout
 
 LOWERINGS: dict[Any, Callable[..., Any]] = {}

@@ -21,6 +21,7 @@ from sdk.report import ExternReport, FallbackReport, KernelReport
 
 from . import graph_cache
 from .adapters.torch_private import buffer_ops
+from .fallback import op_name
 from .guards import is_symbolic, size_bindings
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.index import is_static, print_size, print_sizes, static
@@ -35,7 +36,6 @@ from .lowering import (
     shape_of,
     strides_of,
 )
-from .fallback import op_name
 from .memory import plan_memory, step_reads, step_writes
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 
