@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import sdk
+import sdk.toolchain
 from sdk import ir
 from sdk.plugins import cpu_cpp
 from sdk.plugins.cpu_cpp import render, toolchain
@@ -27,7 +28,7 @@ F32, I64 = torch.float32, torch.int64
 
 def _has_compiler() -> bool:
     try:
-        toolchain.find_compiler()
+        sdk.toolchain.find_compiler(toolchain.LANGUAGE)
     except FileNotFoundError:
         return False
     return True
@@ -356,7 +357,7 @@ def test_index_checked_loops_vectorize(built: dict, tmp_path: Path) -> None:
     path.write_text(unit)
     flags = [f for f in toolchain.default_flags() if f not in ("-shared", "-fPIC")]
     cmd = [
-        toolchain.find_compiler(),
+        sdk.toolchain.find_compiler(toolchain.LANGUAGE),
         *flags,
         "-fopt-info-vec-optimized",
         "-S",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import shutil
 from collections.abc import Callable
 from typing import Any
 
 import sdk
+import sdk.toolchain
 
 __version__ = "0.1.0"
 
@@ -32,14 +32,13 @@ def sdk_plugin_info() -> sdk.PluginInfo:
 
 @sdk.hookimpl
 def sdk_plugin_status() -> str | None:
-    import os
+    from . import toolchain
 
-    cxx = os.environ.get("CXX")
-    if cxx and shutil.which(cxx):
-        return None
-    if any(shutil.which(c) for c in ("g++", "c++", "clang++")):
-        return None
-    return "no C++ compiler found (looked for $CXX, g++, c++, clang++); install g++ or set CXX"
+    try:
+        sdk.toolchain.find_compiler(toolchain.LANGUAGE)
+    except FileNotFoundError as e:
+        return str(e)
+    return None
 
 
 @sdk.hookimpl
@@ -56,10 +55,10 @@ def _cache_key() -> str | None:
     from . import toolchain
 
     try:
-        compiler = toolchain.find_compiler()
+        compiler = sdk.toolchain.find_compiler(toolchain.LANGUAGE)
     except FileNotFoundError:
         return None
-    return stable_hash(compiler, toolchain._compiler_identity(compiler),
+    return stable_hash(compiler, sdk.toolchain.compiler_identity(compiler, toolchain.LANGUAGE),
                        toolchain.default_flags(), source_digest(__name__))
 
 
@@ -78,17 +77,17 @@ def sdk_compile_kernels(
     from . import render, toolchain
 
     unit = render.translation_unit(toolchain.PRELUDE, sources)
-    lib = toolchain.load_library(toolchain.compile_library(unit, plugin_version=__version__))
+    tc = sdk.toolchain
+    lib = tc.load_library(toolchain.compile_library(unit, plugin_version=__version__))
     out = []
     for s in sources:
         nargs, nsizes = s.meta["nargs"], s.meta.get("nsizes", 0)
         if s.meta.get("index_checks"):
-            fn = toolchain.get_function(lib, s.entry, nargs, ctypes.c_int64, nsizes)
-            take = toolchain.get_function(lib, render.TAKE_INDEX_ERROR, 1, ctypes.c_int64)
+            fn = tc.get_function(lib, s.entry, nargs, ctypes.c_int64, nsizes)
+            take = tc.get_function(lib, render.TAKE_INDEX_ERROR, 1, ctypes.c_int64)
             out.append(_checked_launcher(fn, take, s.name, nargs, nsizes))
         else:
-            out.append(_launcher(toolchain.get_function(lib, s.entry, nargs, None, nsizes),
-                                 nargs, nsizes))
+            out.append(_launcher(tc.get_function(lib, s.entry, nargs, None, nsizes), nargs, nsizes))
     return out
 
 
