@@ -9,7 +9,7 @@ foreign file in the cache is a miss and is rebuilt, never loaded. Naming by cont
 
     lib = sdk.toolchain.load_library(sdk.toolchain.compile_library(source, language="c"))
     fn = sdk.toolchain.get_function(lib, "k_add", nargs=3)
-    kernel = sdk.toolchain.launcher(fn)        # kernel(*tensors) passes their data_ptr()s
+    kernel = sdk.toolchain.launcher(fn, 3)     # kernel(a, b, out) passes their data_ptr()s
 
 A library's cache key is ``stable_hash(source, compiler, compiler_identity(compiler, language),
 flags, *key)``: the compiler's path, its ``--version`` and what ``-march=native`` means on this
@@ -154,10 +154,26 @@ def get_function(lib: ctypes.CDLL, name: str, nargs: int, restype: Any = None,
     return fn
 
 
-def launcher(fn: Callable[..., Any]) -> Callable[..., None]:
-    """A :data:`sdk.KernelFn`: ``fn`` called with the tensors' ``data_ptr()`` s."""
+def launcher(fn: Callable[..., Any], nargs: int | None = None, nsizes: int = 0,
+             error: Callable[[], BaseException] | None = None) -> Callable[..., None]:
+    """A :data:`sdk.KernelFn`: ``fn`` called with the tensors' ``data_ptr()`` s.
 
-    def launch(*tensors: Any) -> None:
-        fn(*[t.data_ptr() for t in tensors])
+    With ``nargs``, the launcher takes exactly ``nargs`` tensors, then ``nsizes`` ints (the
+    kernel's size arguments), as parameters of its own (generated code: no list built per
+    call). ``error``: ``fn`` returns nonzero when it failed, and the launcher then raises
+    ``error()``."""
+    if nargs is None:
+        if nsizes or error:
+            raise ValueError("launcher: nsizes and error need nargs")
 
-    return launch
+        def launch(*tensors: Any) -> None:
+            fn(*[t.data_ptr() for t in tensors])
+
+        return launch
+    params = [f"t{i}" for i in range(nargs)] + [f"s{i}" for i in range(nsizes)]
+    call = ", ".join([f"t{i}.data_ptr()" for i in range(nargs)] + params[nargs:])
+    name = "launch" if error is None else "checked_launch"
+    body = f"fn({call})" if error is None else f"if fn({call}):\n        raise error()"
+    env = {"fn": fn, "error": error}
+    exec(f"def {name}({', '.join(params)}):\n    {body}", env)  # noqa: S102 - our own code
+    return env[name]

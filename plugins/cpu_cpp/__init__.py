@@ -82,46 +82,20 @@ def sdk_compile_kernels(
     out = []
     for s in sources:
         nargs, nsizes = s.meta["nargs"], s.meta.get("nsizes", 0)
-        if s.meta.get("index_checks"):
+        if s.meta.get("index_checks"):  # nonzero when an indirect index was out of range
             fn = tc.get_function(lib, s.entry, nargs, ctypes.c_int64, nsizes)
             take = tc.get_function(lib, render.TAKE_INDEX_ERROR, 1, ctypes.c_int64)
-            out.append(_checked_launcher(fn, take, s.name, nargs, nsizes))
+            error = functools.partial(_index_error, take, s.name)
+            out.append(tc.launcher(fn, nargs, nsizes, error))
         else:
-            out.append(_launcher(tc.get_function(lib, s.entry, nargs, None, nsizes), nargs, nsizes))
+            out.append(tc.launcher(tc.get_function(lib, s.entry, nargs, None, nsizes),
+                                   nargs, nsizes))
     return out
 
 
-def _launcher(fn: Callable[..., None], nargs: int, nsizes: int = 0) -> sdk.KernelFn:
-    """``launch(*tensors, *sizes)``: ``fn`` with the tensors' data pointers, then the
-    kernel's size arguments (ints)."""
-    return _generated("_launcher", "    fn({call})", {"fn": fn}, nargs, nsizes)
-
-
-def _checked_launcher(fn: Callable[..., int], take: Callable[..., int], name: str,
-                      nargs: int, nsizes: int = 0) -> sdk.KernelFn:
-    """Like :func:`_launcher`, for a kernel that checks its indirect indices: it
-    returns nonzero when one was out of range (it read a clamped one instead), and
-    ``launch`` then raises :class:`IndexError`."""
-    body = "    if fn({call}):\n        raise _index_error(take, name)"
-    return _generated("_checked_launcher", body, {"fn": fn, "take": take, "name": name,
-                                                  "_index_error": _index_error}, nargs, nsizes)
-
-
-def _generated(kind: str, body: str, env: dict[str, Any], nargs: int, nsizes: int
-               ) -> sdk.KernelFn:
-    """A launcher with one parameter per tensor and size (no per-call list building)."""
-    params = [f"t{i}" for i in range(nargs)] + [f"s{i}" for i in range(nsizes)]
-    call = ", ".join([f"t{i}.data_ptr()" for i in range(nargs)]
-                     + [f"s{i}" for i in range(nsizes)])
-    src = f"def launch({', '.join(params)}):\n" + body.format(call=call)
-    exec(src, env)  # noqa: S102 - our own generated code
-    launch = env["launch"]
-    launch.__qualname__ = f"{kind}.<locals>.launch"  # what made it, for tests and tracebacks
-    return launch
-
-
 def _index_error(take: Callable[..., int], name: str) -> IndexError:
-    """The error the calling thread's last checking kernel recorded (and clears it)."""
+    """The error the calling thread's last checking kernel recorded (and clears it): the
+    kernel read a clamped index instead."""
     got = (ctypes.c_int64 * 2)()
     take(ctypes.addressof(got))
     index, size = got
