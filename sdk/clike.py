@@ -28,7 +28,8 @@ The kernel it renders, for ``relu(x * y + 1)`` over a 16x33 fp32 input::
 
 ``CTarget.render(kernel)`` gives a :class:`sdk.KernelSource` (``meta["nargs"]``: pointers it
 takes, in ``kernel.args`` order); ``CTarget.unit(sources)`` one translation unit for
-:mod:`sdk.toolchain`. An op or reduction the table lacks raises :class:`NotImplementedError`
+:mod:`sdk.toolchain` (:func:`translation_unit`, which a plugin with its own renderer uses too).
+:data:`C_TYPES` is the dtype -> C type table a target starts from (``{**C_TYPES, ...}``). An op or reduction the table lacks raises :class:`NotImplementedError`
 naming it: the graph then runs through ATen (a plugin should refuse such ops in
 ``sdk_op_support`` so that only they fall back).
 """
@@ -37,7 +38,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sympy
@@ -110,11 +111,7 @@ class CTarget:
 
     def unit(self, sources: list[sdk.KernelSource]) -> str:
         """One translation unit: the prelude, then each kernel once."""
-        seen: dict[str, str] = {}
-        for s in sources:
-            if seen.setdefault(s.entry, s.source) != s.source:
-                raise ValueError(f"{self.name}: two different kernels named {s.entry!r}")
-        return "\n".join([self.prelude, *seen.values()])
+        return translation_unit([self.prelude], sources, self.name)
 
     def compute(self, dtype: torch.dtype) -> str:
         """The C type values of ``dtype`` are computed in."""
@@ -276,6 +273,18 @@ class _Emitter:
         if node.dtype in self.t.half:
             code = self.t.half[node.dtype][2].format(x=code)
         return code
+
+
+def translation_unit(preludes: Sequence[str], sources: Sequence[sdk.KernelSource],
+                     target: str) -> str:
+    """One source file of a graph's kernels, for one compiler run: ``preludes``, then each
+    kernel once (a graph may use one kernel twice), joined by newlines. Two different sources
+    of one entry name raise :class:`ValueError` naming ``target``."""
+    seen: dict[str, str] = {}
+    for s in sources:
+        if seen.setdefault(s.entry, s.source) != s.source:
+            raise ValueError(f"{target}: two different kernels are both named {s.entry!r}")
+    return "\n".join([*preludes, *seen.values()])
 
 
 def _literal(value: object, ctype: str) -> str:
