@@ -47,14 +47,9 @@ import torch
 import sdk
 from sdk.ir import Const, Expr, IndexValue, Kernel, Load, LocalRef, Op, Stage, print_index, var
 
-#: Headers and helpers of C targets: exact bf16 <-> float conversions (round to nearest even,
-#: NaN kept quiet), a bf16 rounding for values the IR computes in bf16.
-C_PRELUDE = r"""#include <math.h>
-#include <tgmath.h>
-#include <stdint.h>
-#include <stdbool.h>
-
-static inline float sdk_bf16_to_float(uint16_t h) {
+#: Exact bf16 <-> float conversions (round to nearest even, NaN kept quiet) and a bf16 rounding
+#: for values the IR computes in bf16: C that C++ compiles too (cpu_cpp's prelude has them).
+BF16_HELPERS = r"""static inline float sdk_bf16_to_float(uint16_t h) {
   uint32_t u = (uint32_t)h << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
 static inline uint16_t sdk_float_to_bf16(float f) {
   uint32_t u; __builtin_memcpy(&u, &f, 4);
@@ -62,6 +57,14 @@ static inline uint16_t sdk_float_to_bf16(float f) {
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 static inline float sdk_round_bf16(float f) { return sdk_bf16_to_float(sdk_float_to_bf16(f)); }
 """
+
+#: Headers and helpers of C targets: :data:`BF16_HELPERS` after C's headers.
+C_PRELUDE = r"""#include <math.h>
+#include <tgmath.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+""" + BF16_HELPERS
 
 #: C types of storage; bf16 is stored as its bits, fp16 as C's _Float16 (GCC, Clang).
 C_TYPES: dict[torch.dtype, str] = {

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sdk import toolchain
+from sdk import clike, toolchain
 
 #: The language of cpu_cpp's sources, for :mod:`sdk.toolchain` (``$CXX``, else g++, c++,
 #: clang++).
@@ -104,15 +104,9 @@ extern "C" {
 static inline uint32_t sdk_f2u(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
 static inline float sdk_u2f(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
 
-static inline float sdk_bf16_to_float(uint16_t h) { return sdk_u2f((uint32_t)h << 16); }
-
-// Round to nearest even; NaN stays a quiet NaN with its sign.
-static inline uint16_t sdk_float_to_bf16(float f) {
-  uint32_t u = sdk_f2u(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
+"""
+    + clike.BF16_HELPERS
+    + """
 static inline float sdk_fp16_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, a = h & 0x7fffu;
   uint32_t bits = a >= 0x7c00u ? 0x7f800000u | (a << 13)   // inf, NaN
