@@ -29,9 +29,11 @@ The kernel it renders, for ``relu(x * y + 1)`` over a 16x33 fp32 input::
 ``CTarget.render(kernel)`` gives a :class:`sdk.KernelSource` (``meta["nargs"]``: pointers it
 takes, in ``kernel.args`` order); ``CTarget.unit(sources)`` one translation unit for
 :mod:`sdk.toolchain` (:func:`translation_unit`, which a plugin with its own renderer uses too).
-:data:`C_TYPES` is the dtype -> C type table a target starts from (``{**C_TYPES, ...}``). An op or reduction the table lacks raises :class:`NotImplementedError`
-naming it: the graph then runs through ATen (a plugin should refuse such ops in
-``sdk_op_support`` so that only they fall back).
+:data:`C_TYPES` is the dtype -> C type table a target starts from (``{**C_TYPES, ...}``),
+:data:`BF16_HELPERS` the exact bf16 conversions (C that C++ compiles too) a prelude includes.
+An op or reduction the table lacks raises :class:`NotImplementedError` naming it: the graph
+then runs through ATen (a plugin should refuse such ops in ``sdk_op_support`` so that only
+they fall back).
 """
 
 from __future__ import annotations
