@@ -16,24 +16,27 @@ import time
 
 import torch
 
+import sdk.toolchain
 from sdk import bench_models as bm
-from sdk.plugins import cpu_cpp
 
 spent: collections.Counter[str] = collections.Counter()
 count: collections.Counter[str] = collections.Counter()
 
 
-def _timed_launcher(fn):
-    def launch(*tensors):
+def _timed_launcher(fn, nargs=None, nsizes=0, error=None):
+    def launch(*args):
+        n = len(args) if nargs is None else nargs  # tensors, then size arguments
         t0 = time.perf_counter()
-        fn(*[t.data_ptr() for t in tensors])
+        failed = fn(*[t.data_ptr() for t in args[:n]], *args[n:])
         spent[fn.__name__] += time.perf_counter() - t0
         count[fn.__name__] += 1
+        if error is not None and failed:
+            raise error()
     return launch
 
 
 def main(name: str, top: int) -> None:
-    cpu_cpp._launcher = _timed_launcher  # kernels built from here on are timed
+    sdk.toolchain.launcher = _timed_launcher  # kernels built from here on are timed
     model, dtype = bm.rows()[name]
     case = model.build(torch.device("cpu"), dtype, "small")
     f = torch.compile(case.target, backend="sdk:cpu_cpp")

@@ -28,16 +28,19 @@ The kernel it renders, for ``relu(x * y + 1)`` over a 16x33 fp32 input::
 
 ``CTarget.render(kernel)`` gives a :class:`sdk.KernelSource` (``meta["nargs"]``: pointers it
 takes, in ``kernel.args`` order); ``CTarget.unit(sources)`` one translation unit for
-:mod:`sdk.toolchain`. An op or reduction the table lacks raises :class:`NotImplementedError`
-naming it: the graph then runs through ATen (a plugin should refuse such ops in
-``sdk_op_support`` so that only they fall back).
+:mod:`sdk.toolchain` (:func:`translation_unit`, which a plugin with its own renderer uses too).
+:data:`C_TYPES` is the dtype -> C type table a target starts from (``{**C_TYPES, ...}``),
+:data:`BF16_HELPERS` the exact bf16 conversions (C that C++ compiles too) a prelude includes.
+An op or reduction the table lacks raises :class:`NotImplementedError` naming it: the graph
+then runs through ATen (a plugin should refuse such ops in ``sdk_op_support`` so that only
+they fall back).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sympy
@@ -46,14 +49,9 @@ import torch
 import sdk
 from sdk.ir import Const, Expr, IndexValue, Kernel, Load, LocalRef, Op, Stage, print_index, var
 
-#: Headers and helpers of C targets: exact bf16 <-> float conversions (round to nearest even,
-#: NaN kept quiet), a bf16 rounding for values the IR computes in bf16.
-C_PRELUDE = r"""#include <math.h>
-#include <tgmath.h>
-#include <stdint.h>
-#include <stdbool.h>
-
-static inline float sdk_bf16_to_float(uint16_t h) {
+#: Exact bf16 <-> float conversions (round to nearest even, NaN kept quiet) and a bf16 rounding
+#: for values the IR computes in bf16: C that C++ compiles too (cpu_cpp's prelude has them).
+BF16_HELPERS = r"""static inline float sdk_bf16_to_float(uint16_t h) {
   uint32_t u = (uint32_t)h << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
 static inline uint16_t sdk_float_to_bf16(float f) {
   uint32_t u; __builtin_memcpy(&u, &f, 4);
@@ -61,6 +59,14 @@ static inline uint16_t sdk_float_to_bf16(float f) {
   return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
 static inline float sdk_round_bf16(float f) { return sdk_bf16_to_float(sdk_float_to_bf16(f)); }
 """
+
+#: Headers and helpers of C targets: :data:`BF16_HELPERS` after C's headers.
+C_PRELUDE = r"""#include <math.h>
+#include <tgmath.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+""" + BF16_HELPERS
 
 #: C types of storage; bf16 is stored as its bits, fp16 as C's _Float16 (GCC, Clang).
 C_TYPES: dict[torch.dtype, str] = {
@@ -110,11 +116,7 @@ class CTarget:
 
     def unit(self, sources: list[sdk.KernelSource]) -> str:
         """One translation unit: the prelude, then each kernel once."""
-        seen: dict[str, str] = {}
-        for s in sources:
-            if seen.setdefault(s.entry, s.source) != s.source:
-                raise ValueError(f"{self.name}: two different kernels named {s.entry!r}")
-        return "\n".join([self.prelude, *seen.values()])
+        return translation_unit([self.prelude], sources, self.name)
 
     def compute(self, dtype: torch.dtype) -> str:
         """The C type values of ``dtype`` are computed in."""
@@ -276,6 +278,18 @@ class _Emitter:
         if node.dtype in self.t.half:
             code = self.t.half[node.dtype][2].format(x=code)
         return code
+
+
+def translation_unit(preludes: Sequence[str], sources: Sequence[sdk.KernelSource],
+                     target: str) -> str:
+    """One source file of a graph's kernels, for one compiler run: ``preludes``, then each
+    kernel once (a graph may use one kernel twice), joined by newlines. Two different sources
+    of one entry name raise :class:`ValueError` naming ``target``."""
+    seen: dict[str, str] = {}
+    for s in sources:
+        if seen.setdefault(s.entry, s.source) != s.source:
+            raise ValueError(f"{target}: two different kernels are both named {s.entry!r}")
+    return "\n".join([*preludes, *seen.values()])
 
 
 def _literal(value: object, ctype: str) -> str:

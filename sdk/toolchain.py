@@ -9,7 +9,14 @@ foreign file in the cache is a miss and is rebuilt, never loaded. Naming by cont
 
     lib = sdk.toolchain.load_library(sdk.toolchain.compile_library(source, language="c"))
     fn = sdk.toolchain.get_function(lib, "k_add", nargs=3)
-    kernel = sdk.toolchain.launcher(fn)        # kernel(*tensors) passes their data_ptr()s
+    kernel = sdk.toolchain.launcher(fn, 3)     # kernel(a, b, out) passes their data_ptr()s
+
+A library's cache key is ``stable_hash(source, compiler, compiler_identity(compiler, language),
+flags, *key)``: the compiler's path, its ``--version`` and what ``-march=native`` means on this
+host (hosts with different CPUs sharing a home directory never load each other's libraries),
+the flags, and whatever else the caller passes as ``key`` (its plugin version). C++ sources
+(``language="c++"``: ``$CXX``, else g++, c++, clang++) are built the same way; a plugin passes
+its own ``flags`` (``FLAGS`` plus ``-std=c++17``, say) and ``namespace`` (its cache directory).
 """
 
 from __future__ import annotations
@@ -34,7 +41,10 @@ from sdk.cache import DiskCache, stable_hash, write_atomic
 #: Default flags: optimized, position independent, OpenMP, this host's vector units; no
 #: -ffast-math (it folds isnan away and reassociates reductions: torch's semantics break).
 FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-march=native", "-fno-math-errno", "-fwrapv")
-_COMPILERS = {"c": ("CC", ("cc", "gcc", "clang")), "c++": ("CXX", ("c++", "g++", "clang++"))}
+#: language -> (environment variable, compilers looked for on PATH, name in messages, source
+#: suffix, the compiler a message suggests)
+_COMPILERS = {"c": ("CC", ("cc", "gcc", "clang"), "C", ".c", "gcc"),
+              "c++": ("CXX", ("g++", "c++", "clang++"), "C++", ".cpp", "g++")}
 _HEX = re.compile(rb"[0-9a-f]{64}")
 
 
@@ -45,24 +55,27 @@ class CompileError(RuntimeError):
 
 def find_compiler(language: str = "c") -> str:
     """``$CC`` (``$CXX`` for c++), else the first of the usual names on PATH."""
-    var, names = _COMPILERS[language]
+    var, names, shown, _, suggest = _COMPILERS[language]
     requested = os.environ.get(var)
     for name in [requested] if requested else names:
         path = shutil.which(name)
         if path:
             return path
-    raise FileNotFoundError(
-        f"no {language} compiler found ({'$' + var + '=' + requested if requested else ', '.join(names)}"
-        f" not on PATH). Fix: install one (e.g. `apt install gcc`) or set {var} to its path."
-    )
+    if requested:
+        raise FileNotFoundError(f"${var} is {requested!r}, which is not an executable (on PATH)."
+                                f" Fix: set {var} to a {shown} compiler such as {suggest}, "
+                                "or unset it.")
+    raise FileNotFoundError(f"no {shown} compiler found: none of {', '.join(names)} is on PATH. "
+                            f"Fix: install one (e.g. `apt install {suggest}`) or set {var} to "
+                            "a compiler's path.")
 
 
 @functools.cache
-def compiler_identity(compiler: str) -> str:
+def compiler_identity(compiler: str, language: str = "c") -> str:
     """``--version`` plus what ``-march=native`` means on this host (for cache keys)."""
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
                              check=False).stdout
-    native = subprocess.run([compiler, "-march=native", "-v", "-E", "-x", "c", os.devnull,
+    native = subprocess.run([compiler, "-march=native", "-v", "-E", "-x", language, os.devnull,
                              "-o", os.devnull], capture_output=True, text=True, check=False).stderr
     return version + native
 
@@ -83,17 +96,19 @@ def _trusted_digest(path: Path) -> str | None:
 def compile_library(source: str, *, language: str = "c", flags: Sequence[str] = FLAGS,
                     namespace: str = "clike", key: Sequence[Any] = ()) -> Path:
     """Compile ``source`` into a shared library in ``cache_dir(namespace)``, or reuse a
-    verified one built from the same source, compiler, flags and ``key``."""
+    verified one built from the same source, compiler, flags and ``key``.
+
+    Raises :class:`CompileError` when the compiler fails."""
     compiler = find_compiler(language)
     flags = tuple(flags)
-    digest_key = stable_hash(source, compiler, compiler_identity(compiler), flags, *key)
+    digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
     cache = DiskCache(namespace)
     recorded = cache.get(digest_key)
     if recorded is not None and _HEX.fullmatch(recorded):
         path = cache.path_for(digest_key, f".{recorded[:16].decode()}.so")
         if _trusted_digest(path) == recorded.decode():
             return path
-    src = cache.path_for(digest_key, ".c" if language == "c" else ".cpp")
+    src = cache.path_for(digest_key, _COMPILERS[language][3])
     write_atomic(src, source.encode())  # kept: errors and debugging point at it
     fd, tmp = tempfile.mkstemp(dir=src.parent, prefix=".tmp-", suffix=".so")
     os.close(fd)
@@ -102,10 +117,11 @@ def compile_library(source: str, *, language: str = "c", flags: Sequence[str] = 
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
-            raise CompileError(f"{language} compilation failed (exit status {proc.returncode})."
+            raise CompileError(f"{_COMPILERS[language][2]} compilation failed "
+                               f"(exit status {proc.returncode})."
                                f"\ncommand: {shlex.join(cmd)}\nfull source: {src}\n"
                                f"compiler output (last lines):\n{tail}")
-        os.chmod(tmp, 0o700)
+        os.chmod(tmp, 0o700)  # the linker creates its output under the umask
         digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
         path = cache.path_for(digest_key, f".{digest[:16]}.so")
         os.replace(tmp, path)
@@ -118,6 +134,7 @@ def compile_library(source: str, *, language: str = "c", flags: Sequence[str] = 
 
 
 def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
+    """``dlopen`` a library made by :func:`compile_library`."""
     try:
         return ctypes.CDLL(os.fspath(path))
     except OSError as e:
@@ -126,19 +143,37 @@ def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
                       ) from e
 
 
-def get_function(lib: ctypes.CDLL, name: str, nargs: int, restype: Any = None
-                 ) -> Callable[..., Any]:
-    """Symbol ``name`` of ``lib`` as a function of ``nargs`` pointers."""
+def get_function(lib: ctypes.CDLL, name: str, nargs: int, restype: Any = None,
+                 nsizes: int = 0) -> Callable[..., Any]:
+    """Symbol ``name`` of ``lib`` as a function of ``nargs`` pointers (ints such as
+    ``tensor.data_ptr()``), then ``nsizes`` int64 sizes (``Kernel.size_args``), returning
+    nothing or a ``restype`` (a ctypes type)."""
     fn = lib[name]  # a fresh object: argtypes set here do not leak to other users
-    fn.argtypes = [ctypes.c_void_p] * nargs
+    fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * nsizes
     fn.restype = restype
     return fn
 
 
-def launcher(fn: Callable[..., Any]) -> Callable[..., None]:
-    """A :data:`sdk.KernelFn`: ``fn`` called with the tensors' ``data_ptr()`` s."""
+def launcher(fn: Callable[..., Any], nargs: int | None = None, nsizes: int = 0,
+             error: Callable[[], BaseException] | None = None) -> Callable[..., None]:
+    """A :data:`sdk.KernelFn`: ``fn`` called with the tensors' ``data_ptr()`` s.
 
-    def launch(*tensors: Any) -> None:
-        fn(*[t.data_ptr() for t in tensors])
+    With ``nargs``, the launcher takes exactly ``nargs`` tensors, then ``nsizes`` ints (the
+    kernel's size arguments), as parameters of its own (generated code: no list built per
+    call). ``error``: ``fn`` returns nonzero when it failed, and the launcher then raises
+    ``error()``."""
+    if nargs is None:
+        if nsizes or error:
+            raise ValueError("launcher: nsizes and error need nargs")
 
-    return launch
+        def launch(*tensors: Any) -> None:
+            fn(*[t.data_ptr() for t in tensors])
+
+        return launch
+    params = [f"t{i}" for i in range(nargs)] + [f"s{i}" for i in range(nsizes)]
+    call = ", ".join([f"t{i}.data_ptr()" for i in range(nargs)] + params[nargs:])
+    name = "launch" if error is None else "checked_launch"
+    body = f"fn({call})" if error is None else f"if fn({call}):\n        raise error()"
+    env = {"fn": fn, "error": error}
+    exec(f"def {name}({', '.join(params)}):\n    {body}", env)  # noqa: S102 - our own code
+    return env[name]

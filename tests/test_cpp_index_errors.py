@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import sdk
+import sdk.toolchain
 from sdk import ir
 from sdk.plugins import cpu_cpp
 from sdk.plugins.cpu_cpp import render, toolchain
@@ -27,7 +28,7 @@ F32, I64 = torch.float32, torch.int64
 
 def _has_compiler() -> bool:
     try:
-        toolchain.find_compiler()
+        sdk.toolchain.find_compiler(toolchain.LANGUAGE)
     except FileNotFoundError:
         return False
     return True
@@ -335,8 +336,8 @@ def test_only_kernels_with_binds_check(built: dict) -> None:
     unit = render.translation_unit(toolchain.PRELUDE, list(built["src"].values()))
     assert unit.count(render.TAKE_INDEX_ERROR) == 1
     # the plain launcher is the lean one (one ctypes call, no error check)
-    assert built["fn"]["plain"].__qualname__.startswith("_launcher")
-    assert built["fn"]["emb_rows"].__qualname__.startswith("_checked_launcher")
+    assert built["fn"]["plain"].__name__ == "launch"
+    assert built["fn"]["emb_rows"].__name__ == "checked_launch"
 
 
 def test_bind_outside_simd_is_a_branch_inside_is_a_reduction(built: dict) -> None:
@@ -356,7 +357,7 @@ def test_index_checked_loops_vectorize(built: dict, tmp_path: Path) -> None:
     path.write_text(unit)
     flags = [f for f in toolchain.default_flags() if f not in ("-shared", "-fPIC")]
     cmd = [
-        toolchain.find_compiler(),
+        sdk.toolchain.find_compiler(toolchain.LANGUAGE),
         *flags,
         "-fopt-info-vec-optimized",
         "-S",

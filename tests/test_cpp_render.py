@@ -19,6 +19,7 @@ import sympy
 import torch
 
 import sdk
+import sdk.toolchain
 from sdk import ir
 from sdk.plugins import cpu_cpp
 from sdk.plugins.cpu_cpp import render, toolchain
@@ -30,7 +31,7 @@ N = 97  # elements of the op kernels: not a multiple of the vector width
 
 def _has_compiler() -> bool:
     try:
-        toolchain.find_compiler()
+        sdk.toolchain.find_compiler(toolchain.LANGUAGE)
     except FileNotFoundError:
         return False
     return True
@@ -795,7 +796,7 @@ def test_simd_loops_vectorize(built: dict, tmp_path: Path) -> None:
     flags = [f for f in toolchain.default_flags() if f not in ("-shared", "-fPIC")]
     proc = subprocess.run(
         [
-            toolchain.find_compiler(),
+            sdk.toolchain.find_compiler(toolchain.LANGUAGE),
             *flags,
             "-fopt-info-vec-optimized",
             "-S",

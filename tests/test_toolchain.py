@@ -1,4 +1,4 @@
-"""Tests for the per-user disk cache (sdk.cache) and the cpu_cpp C++ toolchain."""
+"""Tests for the per-user disk cache (sdk.cache) and sdk.toolchain as cpu_cpp builds C++ with it."""
 
 from __future__ import annotations
 
@@ -13,16 +13,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from sdk import toolchain
 from sdk.cache import DiskCache, cache_dir, stable_hash
-from sdk.plugins.cpu_cpp import toolchain
-from sdk.plugins.cpu_cpp.toolchain import (
-    PRELUDE,
-    CompileError,
-    compile_and_load,
-    compile_library,
-    default_flags,
-    find_compiler,
-)
+from sdk.plugins.cpu_cpp.toolchain import LANGUAGE, PRELUDE, compile_library, default_flags
+from sdk.toolchain import CompileError
+
+
+def find_compiler() -> str:
+    return toolchain.find_compiler(LANGUAGE)
+
+
+def compile_and_load(source: str, names: list[str], nargs: list[int]) -> list:
+    """cpu_cpp's ``compile_library``, then the functions ``names`` of ``nargs`` pointers each."""
+    lib = toolchain.load_library(compile_library(source))
+    return [toolchain.get_function(lib, name, n) for name, n in zip(names, nargs)]
 
 
 @pytest.fixture(autouse=True)

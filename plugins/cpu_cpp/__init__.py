@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import shutil
 from collections.abc import Callable
 from typing import Any
 
 import sdk
+import sdk.toolchain
 
 __version__ = "0.1.0"
 
@@ -32,14 +32,13 @@ def sdk_plugin_info() -> sdk.PluginInfo:
 
 @sdk.hookimpl
 def sdk_plugin_status() -> str | None:
-    import os
+    from . import toolchain
 
-    cxx = os.environ.get("CXX")
-    if cxx and shutil.which(cxx):
-        return None
-    if any(shutil.which(c) for c in ("g++", "c++", "clang++")):
-        return None
-    return "no C++ compiler found (looked for $CXX, g++, c++, clang++); install g++ or set CXX"
+    try:
+        sdk.toolchain.find_compiler(toolchain.LANGUAGE)
+    except FileNotFoundError as e:
+        return str(e)
+    return None
 
 
 @sdk.hookimpl
@@ -56,10 +55,10 @@ def _cache_key() -> str | None:
     from . import toolchain
 
     try:
-        compiler = toolchain.find_compiler()
+        compiler = sdk.toolchain.find_compiler(toolchain.LANGUAGE)
     except FileNotFoundError:
         return None
-    return stable_hash(compiler, toolchain._compiler_identity(compiler),
+    return stable_hash(compiler, sdk.toolchain.compiler_identity(compiler, toolchain.LANGUAGE),
                        toolchain.default_flags(), source_digest(__name__))
 
 
@@ -78,51 +77,25 @@ def sdk_compile_kernels(
     from . import render, toolchain
 
     unit = render.translation_unit(toolchain.PRELUDE, sources)
-    lib = toolchain.load_library(toolchain.compile_library(unit, plugin_version=__version__))
+    tc = sdk.toolchain
+    lib = tc.load_library(toolchain.compile_library(unit, plugin_version=__version__))
     out = []
     for s in sources:
         nargs, nsizes = s.meta["nargs"], s.meta.get("nsizes", 0)
-        if s.meta.get("index_checks"):
-            fn = toolchain.get_function(lib, s.entry, nargs, ctypes.c_int64, nsizes)
-            take = toolchain.get_function(lib, render.TAKE_INDEX_ERROR, 1, ctypes.c_int64)
-            out.append(_checked_launcher(fn, take, s.name, nargs, nsizes))
+        if s.meta.get("index_checks"):  # nonzero when an indirect index was out of range
+            fn = tc.get_function(lib, s.entry, nargs, ctypes.c_int64, nsizes)
+            take = tc.get_function(lib, render.TAKE_INDEX_ERROR, 1, ctypes.c_int64)
+            error = functools.partial(_index_error, take, s.name)
+            out.append(tc.launcher(fn, nargs, nsizes, error))
         else:
-            out.append(_launcher(toolchain.get_function(lib, s.entry, nargs, None, nsizes),
-                                 nargs, nsizes))
+            out.append(tc.launcher(tc.get_function(lib, s.entry, nargs, None, nsizes),
+                                   nargs, nsizes))
     return out
 
 
-def _launcher(fn: Callable[..., None], nargs: int, nsizes: int = 0) -> sdk.KernelFn:
-    """``launch(*tensors, *sizes)``: ``fn`` with the tensors' data pointers, then the
-    kernel's size arguments (ints)."""
-    return _generated("_launcher", "    fn({call})", {"fn": fn}, nargs, nsizes)
-
-
-def _checked_launcher(fn: Callable[..., int], take: Callable[..., int], name: str,
-                      nargs: int, nsizes: int = 0) -> sdk.KernelFn:
-    """Like :func:`_launcher`, for a kernel that checks its indirect indices: it
-    returns nonzero when one was out of range (it read a clamped one instead), and
-    ``launch`` then raises :class:`IndexError`."""
-    body = "    if fn({call}):\n        raise _index_error(take, name)"
-    return _generated("_checked_launcher", body, {"fn": fn, "take": take, "name": name,
-                                                  "_index_error": _index_error}, nargs, nsizes)
-
-
-def _generated(kind: str, body: str, env: dict[str, Any], nargs: int, nsizes: int
-               ) -> sdk.KernelFn:
-    """A launcher with one parameter per tensor and size (no per-call list building)."""
-    params = [f"t{i}" for i in range(nargs)] + [f"s{i}" for i in range(nsizes)]
-    call = ", ".join([f"t{i}.data_ptr()" for i in range(nargs)]
-                     + [f"s{i}" for i in range(nsizes)])
-    src = f"def launch({', '.join(params)}):\n" + body.format(call=call)
-    exec(src, env)  # noqa: S102 - our own generated code
-    launch = env["launch"]
-    launch.__qualname__ = f"{kind}.<locals>.launch"  # what made it, for tests and tracebacks
-    return launch
-
-
 def _index_error(take: Callable[..., int], name: str) -> IndexError:
-    """The error the calling thread's last checking kernel recorded (and clears it)."""
+    """The error the calling thread's last checking kernel recorded (and clears it): the
+    kernel read a clamped index instead."""
     got = (ctypes.c_int64 * 2)()
     take(ctypes.addressof(got))
     index, size = got

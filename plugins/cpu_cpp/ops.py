@@ -28,15 +28,15 @@ from dataclasses import dataclass
 import torch
 
 import sdk
+import sdk.clike
 
 F32, F64, BOOL, I64 = torch.float32, torch.float64, torch.bool, torch.int64
 
+#: :data:`sdk.clike.C_TYPES`, with fp16 kept as its raw bits like bf16 (converted by the
+#: prelude's exact helpers, :data:`HALF`) and the wide unsigned integers added.
 TYPE_MAP: dict[torch.dtype, str] = {
-    torch.float32: "float", torch.float64: "double",
-    torch.int8: "int8_t", torch.int16: "int16_t", torch.int32: "int32_t", torch.int64: "int64_t",
-    torch.uint8: "uint8_t", torch.uint16: "uint16_t", torch.uint32: "uint32_t",
-    torch.uint64: "uint64_t", torch.bool: "bool",
-    torch.bfloat16: "uint16_t", torch.float16: "uint16_t",  # raw bits
+    **sdk.clike.C_TYPES, torch.float16: "uint16_t",
+    torch.uint16: "uint16_t", torch.uint32: "uint32_t", torch.uint64: "uint64_t",
 }  # fmt: skip
 
 #: Half types: dtype -> (to float, from float) helpers of the toolchain prelude.

@@ -56,6 +56,7 @@ import sympy
 import torch
 
 import sdk
+import sdk.clike
 from sdk.ir import (
     Const,
     Expr,
@@ -844,16 +845,8 @@ def render_kernel(kernel: Kernel) -> sdk.KernelSource:
 
 def translation_unit(prelude: str, sources: list[sdk.KernelSource]) -> str:
     """One C++ file: ``prelude``, :data:`RENDER_PRELUDE`, :data:`INDEX_CHECK_PRELUDE`
-    when a kernel checks indices, then each kernel once."""
-    seen: dict[str, str] = {}
+    when a kernel checks indices, then each kernel once (:func:`sdk.clike.translation_unit`)."""
     parts = [prelude, RENDER_PRELUDE]
     if any(s.meta.get("index_checks") for s in sources):
         parts.append(INDEX_CHECK_PRELUDE)
-    for s in sources:
-        if s.entry in seen:
-            if seen[s.entry] != s.source:
-                raise ValueError(f"cpu_cpp: two different kernels are both named {s.entry!r}")
-            continue
-        seen[s.entry] = s.source
-        parts.append(s.source)
-    return "\n".join(parts)
+    return sdk.clike.translation_unit(parts, sources, "cpu_cpp")

@@ -1,4 +1,7 @@
-"""Compile C++ kernel sources into shared libraries and load them (cpu_cpp plugin).
+"""What cpu_cpp builds its C++ with: flags, the prelude of every unit, the cache it keeps.
+
+Building, caching and loading are :mod:`sdk.toolchain`'s (``language="c++"``); this module
+holds only what is cpu_cpp's own.
 
 Flags (:func:`default_flags`)
 -----------------------------
@@ -32,35 +35,23 @@ scalar calls 80 ms, libmvec 3.5 ms.
 
 Cache
 -----
-The key is ``stable_hash(source, compiler, compiler identity, flags,
-plugin_version)``; the identity is ``--version`` plus what ``-march=native``
-expands to, so hosts with different CPUs sharing a home directory do not load
-each other's libraries. The library is stored as
-``<sha256(key)>.<sha256(library)[:16]>.so`` in ``cache_dir("cpp")``, its full
-sha256 in ``DiskCache("cpp")``. A library is loaded only after its sha256,
-owner and mode check out; anything else is a miss and is recompiled. Naming by
-content means two processes racing on one key never replace a library another
-one has verified, and a recompiled library with new content never collides with
-a loaded one of the same name (``dlopen`` reuses loaded objects by name).
+:func:`compile_library` is :func:`sdk.toolchain.compile_library` with ``language="c++"``,
+these flags, ``namespace="cpp"`` and the plugin version as ``key``: a library is keyed by
+``stable_hash(source, compiler, compiler identity, flags, plugin_version)``, the identity
+being ``--version`` plus what ``-march=native`` expands to, stored as
+``<sha256(key)>.<sha256(library)[:16]>.so`` in ``cache_dir("cpp")`` with its full sha256 in
+``DiskCache("cpp")``, and loaded only after its sha256, owner and mode check out.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
-import hashlib
-import os
-import re
-import shlex
-import shutil
-import stat
-import subprocess
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
-from sdk.cache import DiskCache, stable_hash, write_atomic
+from sdk import clike, toolchain
+
+#: The language of cpu_cpp's sources, for :mod:`sdk.toolchain` (``$CXX``, else g++, c++,
+#: clang++).
+LANGUAGE = "c++"
 
 _FLAGS = (
     "-O3",
@@ -113,15 +104,9 @@ extern "C" {
 static inline uint32_t sdk_f2u(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
 static inline float sdk_u2f(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
 
-static inline float sdk_bf16_to_float(uint16_t h) { return sdk_u2f((uint32_t)h << 16); }
-
-// Round to nearest even; NaN stays a quiet NaN with its sign.
-static inline uint16_t sdk_float_to_bf16(float f) {
-  uint32_t u = sdk_f2u(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
+"""
+    + clike.BF16_HELPERS
+    + """
 static inline float sdk_fp16_to_float(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, a = h & 0x7fffu;
   uint32_t bits = a >= 0x7c00u ? 0x7f800000u | (a << 13)   // inf, NaN
@@ -142,95 +127,10 @@ static inline uint16_t sdk_float_to_fp16(float f) {
 """
 )
 
-_HEX_DIGEST = re.compile(rb"[0-9a-f]{64}")
-
-
-class CompileError(RuntimeError):
-    """The C++ compiler rejected a source; the message has the command, its output
-    and the path of the full source."""
-
-
-def find_compiler() -> str:
-    """Path of the C++ compiler: ``$CXX``, else the first of g++, c++, clang++ on PATH."""
-    requested = os.environ.get("CXX")
-    for name in [requested] if requested else ["g++", "c++", "clang++"]:
-        path = shutil.which(name)
-        if path:
-            return path
-    if requested:
-        raise FileNotFoundError(
-            f"$CXX is {requested!r}, which is not an executable (on PATH). "
-            "Fix: set CXX to a C++ compiler such as g++, or unset it."
-        )
-    raise FileNotFoundError(
-        "no C++ compiler found: none of g++, c++, clang++ is on PATH. "
-        "Fix: install one (e.g. `apt install g++`) or set CXX to a compiler's path."
-    )
-
 
 def default_flags() -> tuple[str, ...]:
     """The compiler flags used when :func:`compile_library` gets none (see module doc)."""
     return _FLAGS
-
-
-@functools.cache
-def _compiler_identity(compiler: str) -> str:
-    """``--version`` output plus what ``-march=native`` expands to on this host."""
-    version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, check=False
-    ).stdout
-    native = subprocess.run(
-        [compiler, "-march=native", "-v", "-E", "-x", "c++", os.devnull, "-o", os.devnull],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stderr
-    return version + native
-
-
-def _trusted_digest(path: str | os.PathLike[str]) -> str | None:
-    """sha256 hex of a regular file owned by us and writable by nobody else, else None."""
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                return None
-            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return None
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
-
-
-def _library_path(cache: DiskCache, key: str, digest: str) -> Path:
-    return cache.path_for(key, f".{digest[:16]}.so")
-
-
-def _build(compiler: str, source: str, flags: tuple[str, ...], cache: DiskCache, key: str) -> str:
-    """Compile ``source`` into the cache; return the library's sha256 hex."""
-    src = cache.path_for(key, ".cpp")  # kept: error messages and debugging point at it
-    write_atomic(src, source.encode())
-    fd, tmp = tempfile.mkstemp(dir=src.parent, prefix=".tmp-", suffix=".so")
-    os.close(fd)
-    cmd = [compiler, str(src), "-o", tmp, *flags]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
-            raise CompileError(
-                f"C++ compilation failed (exit status {proc.returncode}).\n"
-                f"command: {shlex.join(cmd)}\n"
-                f"full source: {src}\n"
-                f"compiler output (last lines):\n{tail}"
-            )
-        os.chmod(tmp, 0o700)  # the linker creates its output under the umask
-        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
-        os.replace(tmp, _library_path(cache, key, digest))
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return digest
 
 
 def compile_library(
@@ -238,56 +138,9 @@ def compile_library(
 ) -> Path:
     """Compile ``source`` into a shared library, or reuse a verified cached one.
 
-    Raises :class:`CompileError` when the compiler fails.
+    Raises :class:`sdk.toolchain.CompileError` when the compiler fails.
     """
-    compiler = find_compiler()
-    flags = default_flags() if flags is None else tuple(flags)
-    key = stable_hash(source, compiler, _compiler_identity(compiler), flags, plugin_version)
-    cache = DiskCache("cpp")
-    recorded = cache.get(key)
-    if recorded is not None and _HEX_DIGEST.fullmatch(recorded):
-        digest = recorded.decode()
-        path = _library_path(cache, key, digest)
-        if _trusted_digest(path) == digest:
-            return path
-    digest = _build(compiler, source, flags, cache, key)
-    cache.put(key, digest.encode())
-    return _library_path(cache, key, digest)
-
-
-def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
-    """``dlopen`` a library made by :func:`compile_library`."""
-    try:
-        return ctypes.CDLL(os.fspath(path))
-    except OSError as e:
-        raise OSError(
-            f"could not load {path}: {e}. If the cache directory is on a filesystem "
-            "mounted noexec, set SDK_CACHE_DIR to a private directory on another one."
-        ) from e
-
-
-def get_function(
-    lib: ctypes.CDLL, name: str, nargs: int, restype: type | None = None, nsizes: int = 0
-) -> Callable[..., None]:
-    """The kernel ``name`` of ``lib``, taking ``nargs`` pointers (ints such as
-    ``tensor.data_ptr()``) then ``nsizes`` int64 sizes, and returning nothing, or a
-    ``restype`` (a ctypes type)."""
-    fn = lib[name]  # a fresh function object: setting argtypes does not leak to other users
-    fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * nsizes
-    fn.restype = restype
-    return fn
-
-
-def compile_and_load(
-    source: str,
-    entry_names: list[str],
-    nargs: list[int],
-    *,
-    flags: tuple[str, ...] | None = None,
-    plugin_version: str = "0",
-) -> list[Callable[..., None]]:
-    """Compile ``source`` (see :func:`compile_library`) and return its kernels, in order."""
-    if len(entry_names) != len(nargs):
-        raise ValueError(f"{len(entry_names)} entry names but {len(nargs)} argument counts")
-    lib = load_library(compile_library(source, flags=flags, plugin_version=plugin_version))
-    return [get_function(lib, name, n) for name, n in zip(entry_names, nargs)]
+    return toolchain.compile_library(
+        source, language=LANGUAGE, flags=default_flags() if flags is None else flags,
+        namespace="cpp", key=(plugin_version,),
+    )
