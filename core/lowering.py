@@ -158,9 +158,9 @@ class Lowerer:
         self.outputs: list[Any] = []
         self.fallbacks: list[FallbackReport] = []
         self.externs: list[ExternReport] = []
-        #: (graph node, op) -> in-place form, for the library calls the memory plan ran in
-        #: place (so that reports name what runs)
-        self.in_place: dict[tuple[str, str], Any] = {}
+        #: extern node -> its entry in ``externs`` (the wrapper renames the calls it runs in
+        #: place, so that reports name what runs)
+        self.extern_report: dict[str, int] = {}
         self.views: set[str] = set()  # ATen calls that became index arithmetic
         #: pointwise nodes by their value (see :meth:`pointwise`), and the nodes that
         #: stand for several graph nodes (two graph outputs must not share one)
@@ -455,6 +455,7 @@ class Lowerer:
         self.nodes.append(node)
         name = op_name(target)
         if reason is None:
+            self.extern_report[node.name] = len(self.externs)
             self.externs.append(ExternReport(name, self._fx.name))
         else:
             self.fallbacks.append(FallbackReport(name, reason, self._fx.name))

@@ -176,15 +176,9 @@ class Session:
             return None
         try:
             # integers that are not sizes (an int argument Dynamo made dynamic, an offset
-            # that may be negative) are specialized on their traced values; each must be an
-            # int input of the graph, so that the guard reads and checks its value
+            # that may be negative) are specialized on their traced values, which the guard
+            # reads from the int inputs they are and checks
             special = tp.non_size_symbols(example_inputs)
-            whole = {x.node.expr.name for x in example_inputs
-                     if isinstance(x, torch.SymInt) and x.node.expr.is_Symbol}
-            if set(special) - whole:
-                raise tp.SymbolicUnsupported(
-                    f"integer symbols {sorted(set(special) - whole)} are not sizes and not "
-                    "int inputs of the graph")
             with tp.specializing(special):
                 specs = tuple(symbolic_spec(x) for x in example_inputs)
             where = size_bindings(specs)

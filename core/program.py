@@ -141,9 +141,7 @@ def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: t
     parts = ProgramParts(
         kernels=[KernelReport(k.name, ctx.plugin, k.origins, s.source)
                  for k, s in zip(kernels, sources)],
-        externs=[ExternReport(op_name(L.in_place[e.node, e.op]), e.node)
-                 if (e.node, e.op) in L.in_place else e for e in L.externs],
-        fallbacks=L.fallbacks, views=L.views,
+        externs=L.externs, fallbacks=L.fallbacks, views=L.views,
         decisions=sched.decisions, wrapper_source=wrapper.source,
     )
     return fn, parts, wrapper, sources, fns
@@ -450,8 +448,9 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             lines.append(f"    {fname}({', '.join(call_args)})")
         else:
             in_place = mem.extern_in_place.get(i)
-            if in_place is not None:
-                L.in_place[step.origins[0].split(":")[0], op_name(step.target)] = in_place
+            if in_place is not None and step.name in L.extern_report:
+                at = L.extern_report[step.name]
+                L.externs[at] = ExternReport(op_name(in_place), L.externs[at].node)
             op = const(_callable(step) if in_place is None else in_place)
             call_args = ", ".join(arg_expr(a) for a in step.args)
             kw = ", ".join(f"{k}={arg_expr(v)}" for k, v in step.kwargs.items())

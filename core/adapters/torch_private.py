@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -317,10 +317,11 @@ def specializing(values: Mapping[str, int]) -> Iterator[None]:
         _specialized.reset(token)
 
 
-def non_size_symbols(values: Iterable[Any]) -> dict[str, int]:
+def non_size_symbols(values: Sequence[Any]) -> dict[str, int]:
     """The integer symbols of these graph inputs (SymInts, fake tensors' sizes, strides and
     offsets) that are not positive sizes, with their traced values. Raises
-    :class:`SymbolicUnsupported` for one without a traced value (data-dependent)."""
+    :class:`SymbolicUnsupported` for one without a traced value (data-dependent), or one that
+    is not itself an int input (nothing a guard could read its value from)."""
     out: dict[str, int] = {}
 
     def visit(x: Any) -> None:
@@ -345,6 +346,11 @@ def non_size_symbols(values: Iterable[Any]) -> dict[str, int]:
                 visit(s)
         else:
             visit(v)
+    whole = {v.node.expr.name for v in values
+             if isinstance(v, torch.SymInt) and v.node.expr.is_Symbol}
+    if set(out) - whole:
+        raise SymbolicUnsupported(f"integer symbols {sorted(set(out) - whole)} are not sizes "
+                                  "and not int inputs of the graph")
     return out
 
 
