@@ -91,18 +91,24 @@ def size_bindings(specs: Sequence[InputSpec]) -> dict[sympy.Symbol, str]:
     return where
 
 
-def _symbolic_check(specs: Sequence[InputSpec], kernel_read: frozenset[int] | None
-                    ) -> Callable[[Sequence[Any]], bool]:
+def _symbolic_check(specs: Sequence[InputSpec], layout_free: frozenset[int],
+                    kernel_read: frozenset[int] | None) -> Callable[[Sequence[Any]], bool]:
     """The check of a variant compiled for symbolic sizes: bind each size symbol from the
     input that first has it, require it >= MIN_SIZE (what the kernels assume), and check
-    every input's sizes, strides and offset against their expressions at those values."""
+    every input's sizes, strides and offset against their expressions at those values
+    (sizes only for the ``layout_free`` inputs, which reach library calls whole)."""
     env: dict[str, Any] = {}
     lines = ["def check(args):"]
     for sym, src in size_bindings(specs).items():
         lines += [f"    {sym.name} = {src}", f"    if {sym.name} < {MIN_SIZE}:",
                   "        return False"]
     for i, spec in enumerate(specs):
-        if isinstance(spec, TensorSpec):
+        if isinstance(spec, TensorSpec) and i in layout_free:
+            # its device too may differ from the trace's: the meta kernels of GPU attention
+            # give its 0-dim int64 RNG state as a GPU tensor, the real kernels on the CPU
+            lines += [f"    if args[{i}].shape != {print_sizes(spec.sizes)}:",
+                      "        return False"]
+        elif isinstance(spec, TensorSpec):
             env[f"d{i}"] = spec.device
             cond = (f"a.size() != {print_sizes(spec.sizes)} or a.stride() != "
                     f"{print_sizes(spec.strides)} or a.storage_offset() != "
@@ -150,7 +156,7 @@ def make_check(specs: Sequence[InputSpec], layout_free: frozenset[int] = frozens
         exec("\n".join(lines), env)  # noqa: S102 - our own generated code
         return env["check"]
     if is_symbolic(specs):
-        return _symbolic_check(specs, kernel_read)
+        return _symbolic_check(specs, layout_free, kernel_read)
     for i, spec in enumerate(specs):
         if isinstance(spec, TensorSpec) and i in layout_free:
             env[f"s{i}"] = spec.sizes
