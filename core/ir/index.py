@@ -84,12 +84,20 @@ def size_hints(hints: Mapping[sympy.Symbol, int]) -> Iterator[None]:
 
 
 def size_hint(x: Any) -> int:
-    """An int for a size: itself if static, else its value for the compiling call.
+    """An int for a size: itself if static, else its value for the compiling call (also of
+    a ``torch.SymInt``, read without adding a guard).
 
     For heuristics only (block sizes, costs): a symbolic size takes other values at run time.
     """
     if isinstance(x, int):
         return x
+    if isinstance(x, torch.SymInt):  # a size during tracing (a plugin's decomposition)
+        from ..adapters.torch_private import size_hint_of
+
+        hint = size_hint_of(x)
+        if hint is None:
+            raise KeyError(f"no hint for the size {x}")
+        return hint
     if x.is_Integer:
         return int(x)
     hints = _HINTS.get() or {}

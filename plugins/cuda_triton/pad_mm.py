@@ -9,14 +9,23 @@ with zeros up to the alignment and slice the result: zeros add nothing to the
 sums, so the values are those of the unpadded product.
 
 Small products are left alone: the padding copies would cost more than they save.
+
+Symbolic sizes (``dynamic=True``) are read, never branched on: the work is estimated from
+the compiling call's sizes (``sdk.ir.size_hint``) and only static dimensions are padded, as
+Inductor's pad_mm does. A comparison of a symbolic size would add a guard to Dynamo's
+shape environment, and Dynamo would recompile the graph on each side of it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+
+import sdk
+import sdk.ir
 
 aten = torch.ops.aten
 
@@ -29,31 +38,46 @@ def _align(dtype: torch.dtype) -> int:
     return max(1, 16 // dtype.itemsize)
 
 
-def _up(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
+def _up(n: Any, a: int) -> Any:
+    """``n`` rounded up to a multiple of ``a``; a symbolic size as it is."""
+    return (n + a - 1) // a * a if isinstance(n, int) else n
 
 
-def _wants_padding(m: int, k: int, n: int, dtype: torch.dtype) -> bool:
-    if not dtype.is_floating_point or dtype.itemsize > 4 or m * k * n < MIN_WORK:
+def _wants_padding(work: tuple, dims: tuple, dtype: torch.dtype) -> bool:
+    """Pad when the product's multiply-adds (the product of ``work``) reach MIN_WORK and a
+    static one of ``dims`` is not aligned."""
+    if not dtype.is_floating_point or dtype.itemsize > 4:
+        return False
+    try:
+        if math.prod(sdk.ir.size_hint(x) for x in work) < MIN_WORK:
+            return False
+    except KeyError:  # a size without a value at compile time (data-dependent)
         return False
     a = _align(dtype)
-    return bool(m % a or k % a or n % a)
+    return any(isinstance(x, int) and x % a for x in dims)
 
 
-def _pad2(t: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+def _is(x: Any, value: int) -> bool:
+    """``x == value`` for a static ``x``; False (and no guard) for a symbolic one."""
+    return isinstance(x, int) and x == value
+
+
+def _pad2(t: torch.Tensor, rows: Any, cols: Any) -> torch.Tensor:
     r, c = t.shape[-2], t.shape[-1]
-    if r == rows and c == cols:
+    pr = rows - r if isinstance(rows, int) else 0  # a symbolic size is never padded
+    pc = cols - c if isinstance(cols, int) else 0
+    if not (pr or pc):
         return t
-    if t.stride(-2) == 1 and t.stride(-1) != 1:
+    if _is(t.stride(-2), 1) and not _is(t.stride(-1), 1):
         # a transposed operand (a weight used as W.t()): pad its rows in memory
         # order and transpose back, a straight copy instead of a transposing one
-        return F.pad(t.transpose(-1, -2), (0, rows - r, 0, cols - c)).transpose(-1, -2)
-    return F.pad(t, (0, cols - c, 0, rows - r))
+        return F.pad(t.transpose(-1, -2), (0, pr, 0, pc)).transpose(-1, -2)
+    return F.pad(t, (0, pc, 0, pr))
 
 
 def mm(a: torch.Tensor, b: torch.Tensor) -> Any:
     (m, k), n = a.shape, b.shape[1]
-    if not _wants_padding(m, k, n, a.dtype):
+    if not _wants_padding((m, k, n), (m, k, n), a.dtype):
         return NotImplemented
     al = _align(a.dtype)
     mp, kp, np_ = _up(m, al), _up(k, al), _up(n, al)
@@ -63,7 +87,7 @@ def mm(a: torch.Tensor, b: torch.Tensor) -> Any:
 def bmm(a: torch.Tensor, b: torch.Tensor) -> Any:
     bs, m, k = a.shape
     n = b.shape[2]
-    if not _wants_padding(bs * m, k, n, a.dtype):
+    if not _wants_padding((bs, m, k, n), (m, k, n), a.dtype):
         return NotImplemented
     al = _align(a.dtype)
     mp, kp, np_ = _up(m, al), _up(k, al), _up(n, al)
