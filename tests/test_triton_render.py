@@ -248,6 +248,25 @@ def test_casts_and_where_on_ints():
     close(out, torch.where(x.bool(), x.to(torch.int32).long(), -1))
 
 
+@pytest.mark.parametrize("other", [torch.float64, torch.int64, torch.int32, torch.float16])
+def test_casts_between_bf16_and_other_types(other):
+    """Both ways, as torch converts (on the interpreter, where bf16 is its uint16 bits, these
+    once read or wrote the bits as numbers: float64 -> bf16 gave zeros and NaNs)."""
+    x = torch.tensor([-2.7, -0.51, 0.0, 0.4, 3.9, 1e3, 1e-3, 300.5], device=DEV)
+    src = x.to(other)
+    k = pointwise("to_bf16_and_back", {"a": lay((8,), other)}, lay((8,), BF16),
+                  lambda a: op("cast", a, dtype=BF16))
+    out = torch.empty(8, device=DEV, dtype=BF16)
+    run(k, src, out)
+    close(out, src.to(BF16), rtol=0, atol=0)
+    b = src.to(BF16)
+    k = pointwise("from_bf16", {"a": lay((8,), BF16)}, lay((8,), other),
+                  lambda a: op("cast", a, dtype=other))
+    back = torch.empty(8, device=DEV, dtype=other)
+    run(k, b, back)
+    close(back, b.to(other), rtol=0, atol=0)
+
+
 # ---------------------------------------------------------------------------
 # Reductions
 # ---------------------------------------------------------------------------

@@ -13,7 +13,9 @@ module. It does two things, both specific to Triton's interpreter internals
 * Rounding: the interpreter converts float32 to bfloat16 by truncation where
   compiled Triton (and torch) round to nearest even; a long chain of bf16
   intermediates then drifts (gradients with cancellation fail their
-  tolerances). That one conversion is made to round to nearest even.
+  tolerances). That one conversion is made to round to nearest even, and casts between
+  bfloat16 and other types than float32 (which the interpreter did on the raw bits) go
+  through float32.
 * Reductions: ``tl.reduce`` with a combine function that is not one of
   Triton's own runs a Python loop per element. The module's combine helpers
   (``_sum``, ``_maximum``, ``_argmax_combine``, ...) are tagged with what
@@ -147,6 +149,30 @@ def _install_bf16_rounding() -> None:
     interpreter._convert_float = convert
 
 
+def _install_bf16_casts() -> None:
+    """Casts between bfloat16 and anything but float32 go through float32, as compiled
+    Triton and torch convert. The interpreter keeps bfloat16 as its uint16 bits and casts
+    other types with NumPy's ``astype``: float64 -> bfloat16 gave zeros and NaNs, and
+    bfloat16 -> float64 or an integer read the bits as a number."""
+    try:
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpreterBuilder
+    except ImportError:
+        return
+    original = getattr(InterpreterBuilder, "cast_impl", None)
+    if original is None or getattr(original, "_sdk_bf16", False):
+        return
+
+    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
+        a, b = src.dtype.scalar, dst_type.scalar
+        if a != b and tl.float32 not in (a, b) and tl.bfloat16 in (a, b):
+            return original(self, original(self, src, tl.float32), dst_type)
+        return original(self, src, dst_type)
+
+    cast_impl._sdk_bf16 = True  # type: ignore[attr-defined]
+    InterpreterBuilder.cast_impl = cast_impl
+
+
 _BOUNDS: contextvars.ContextVar[tuple[str, list[tuple[int, int]]] | None] = \
     contextvars.ContextVar("sdk_triton_interp_bounds", default=None)
 
@@ -258,6 +284,7 @@ def prepare(mod: types.ModuleType) -> None:
     mod.libdevice = libdevice  # type: ignore[attr-defined]
     _install_fast_reduce()
     _install_bf16_rounding()
+    _install_bf16_casts()
     for name, kind in REDUCERS.items():
         fn = getattr(mod, name, None)
         if fn is not None:
