@@ -1,0 +1,90 @@
+"""Renderers as data: one loop-nest emitter for C-like targets, driven by a table.
+
+A target whose kernels are C-like source (C or C++ with OpenMP, a vendor's C dialect) is a
+:class:`CTarget`: what each IR op (:data:`sdk.ir.OPS`) and reduction
+(:data:`sdk.ir.REDUCTIONS`) becomes, the C type of each dtype, how the few structural pieces
+are spelt (:class:`Spelling`: :data:`C` or :data:`CXX`) and the preludes of a translation
+unit. The emitter (:mod:`sdk.clike.emit`) owns what every such target shares: merged loop
+dimensions, each expression hoisted to the outermost loop it depends on (CSE on the hashable
+IR nodes), parallel blocks of ``omp simd`` loops, reductions vectorized by OpenMP clauses and
+split across threads when rows are few and long, symbolic sizes, clamped loads where bounds
+are unproven, and checked indirect indices.
+
+``CTarget.render(kernel)`` gives a :class:`sdk.KernelSource`; ``CTarget.unit(sources)`` one
+translation unit for :mod:`sdk.toolchain`; :func:`launchers` the callables of the built
+library. :data:`C_TYPES`, :data:`C_HALF`, :data:`C_PRELUDE` and :data:`C_INDEX_CHECKS` are
+what a C target starts from, :data:`HALF_HELPERS` the exact bf16/fp16 conversions (C that
+C++ compiles too). An op, reduction or type the table lacks raises
+:class:`NotImplementedError` naming it: the graph then runs through ATen (a plugin should
+refuse such ops in ``sdk_op_support`` so that only they fall back).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from collections.abc import Callable, Sequence
+
+import sdk
+from sdk import toolchain
+
+from .c import (
+    BF16_HELPERS,
+    C_HALF,
+    C_INDEX_CHECKS,
+    C_PRELUDE,
+    C_TYPES,
+    HALF_HELPERS,
+    TAKE_INDEX_ERROR,
+)
+from .emit import render
+from .target import CXX, C, CTarget, OpCode, Reducer, Spelling, as_computed, wide
+
+__all__ = [
+    "BF16_HELPERS", "CXX", "C_HALF", "C_INDEX_CHECKS", "C_PRELUDE", "C_TYPES", "HALF_HELPERS",
+    "TAKE_INDEX_ERROR", "C", "CTarget", "OpCode", "Reducer", "Spelling", "as_computed",
+    "launchers", "render", "translation_unit", "wide",
+]  # fmt: skip
+
+
+def translation_unit(preludes: Sequence[str], sources: Sequence[sdk.KernelSource],
+                     target: str) -> str:
+    """One source file of a graph's kernels, for one compiler run: ``preludes``, then each
+    kernel once (a graph may use one kernel twice), joined by newlines. Two different sources
+    of one entry name raise :class:`ValueError` naming ``target``."""
+    seen: dict[str, str] = {}
+    for s in sources:
+        if seen.setdefault(s.entry, s.source) != s.source:
+            raise ValueError(f"{target}: two different kernels are both named {s.entry!r}")
+    return "\n".join([*preludes, *seen.values()])
+
+
+def launchers(lib: ctypes.CDLL, sources: Sequence[sdk.KernelSource]) -> list[sdk.KernelFn]:
+    """The kernels of ``sources`` in ``lib`` (built from their translation unit), as the
+    callables ``sdk_compile_kernels`` returns: each takes its tensors, then its size arguments
+    (``meta["nsizes"]``); one that checks indirect indices (``meta["index_checks"]``) raises
+    :class:`IndexError` naming the index, the extent and the kernel when one was out of
+    range (the kernel read it clamped)."""
+    out = []
+    for s in sources:
+        nargs, nsizes = s.meta["nargs"], s.meta.get("nsizes", 0)
+        if s.meta.get("index_checks"):  # nonzero when an indirect index was out of range
+            fn = toolchain.get_function(lib, s.entry, nargs, ctypes.c_int64, nsizes)
+            take = toolchain.get_function(lib, TAKE_INDEX_ERROR, 1, ctypes.c_int64)
+            error = functools.partial(_index_error, take, s.name)
+            out.append(toolchain.launcher(fn, nargs, nsizes, error))
+        else:
+            fn = toolchain.get_function(lib, s.entry, nargs, None, nsizes)
+            out.append(toolchain.launcher(fn, nargs, nsizes))
+    return out
+
+
+def _index_error(take: Callable[..., int], name: str) -> IndexError:
+    """The error the calling thread's last checking kernel recorded (and clears it): the
+    kernel read a clamped index instead."""
+    got = (ctypes.c_int64 * 2)()
+    take(ctypes.addressof(got))
+    index, size = got
+    return IndexError(
+        f"index {index} is out of bounds for dimension with size {size} (kernel {name})"
+    )
