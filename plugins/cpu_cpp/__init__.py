@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import sdk
@@ -43,21 +42,9 @@ def sdk_plugin_status() -> str | None:
 def sdk_cache_key(ctx: sdk.CompileContext) -> str | None:
     """The compiler, its identity (version, what -march=native means here) and flags, and
     this plugin's sources."""
-    return _cache_key()
-
-
-@functools.cache
-def _cache_key() -> str | None:
-    from sdk.cache import source_digest, stable_hash
-
     from . import toolchain
 
-    try:
-        compiler = sdk.toolchain.find_compiler(toolchain.LANGUAGE)
-    except FileNotFoundError:
-        return None
-    return stable_hash(compiler, sdk.toolchain.compiler_identity(compiler, toolchain.LANGUAGE),
-                       toolchain.default_flags(), source_digest(__name__))
+    return sdk.toolchain.cache_key(toolchain.LANGUAGE, toolchain.default_flags(), __name__)
 
 
 @sdk.hookimpl
