@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sdk.cache import DiskCache, stable_hash, write_atomic
+from sdk.cache import DiskCache, source_digest, stable_hash, write_atomic
 
 #: Default flags: optimized, position independent, OpenMP, this host's vector units; no
 #: -ffast-math (it folds isnan away and reassociates reductions: torch's semantics break).
@@ -78,6 +78,25 @@ def compiler_identity(compiler: str, language: str = "c") -> str:
     native = subprocess.run([compiler, "-march=native", "-v", "-E", "-x", language, os.devnull,
                              "-o", os.devnull], capture_output=True, text=True, check=False).stderr
     return version + native
+
+
+def cache_key(language: str, flags: Sequence[str], *packages: str) -> str | None:
+    """What a plugin that builds here returns from ``sdk_cache_key``: the compiler
+    (:func:`find_compiler`), its :func:`compiler_identity`, ``flags`` and the sources of
+    ``packages`` (the plugin's own, ``__name__``: :func:`sdk.cache.source_digest`), hashed.
+    None when there is no compiler (the plugin's programs stay out of the whole-graph cache).
+    Computed once per process."""
+    return _cache_key(language, tuple(flags), packages)
+
+
+@functools.cache
+def _cache_key(language: str, flags: tuple[str, ...], packages: tuple[str, ...]) -> str | None:
+    try:
+        compiler = find_compiler(language)
+    except FileNotFoundError:
+        return None
+    return stable_hash(compiler, compiler_identity(compiler, language), flags,
+                       source_digest(*packages))
 
 
 def _trusted_digest(path: Path) -> str | None:

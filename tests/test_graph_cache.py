@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -236,3 +237,21 @@ def test_a_symbolic_program_hits_and_serves_every_size(cache_on, renders):
     for n, m in ((3, 4), (17, 130), (6, 6)):
         x = torch.randn(n, m)
         torch.testing.assert_close(compiled(x), g(x))
+
+
+def test_a_change_to_the_c_like_emitter_changes_every_key(monkeypatch):
+    """cpu_cpp and the C-like plugins render with sdk.clike's emitter, not with their own
+    sources (which their sdk_cache_key digests): the SDK's digest, part of every key, must
+    see it change."""
+    import sdk.clike.emit
+    import sdk.clike.target
+
+    before = graph_cache.sdk_digest.__wrapped__()
+    real = Path.read_bytes
+    for module in (sdk.clike.emit, sdk.clike.target):
+        changed = Path(module.__file__).resolve()
+        monkeypatch.setattr(Path, "read_bytes", lambda self, changed=changed: real(self) + (
+            b"\n# changed" if self.resolve() == changed else b""))
+        assert graph_cache.sdk_digest.__wrapped__() != before, module.__name__
+    monkeypatch.setattr(Path, "read_bytes", real)
+    assert graph_cache.sdk_digest.__wrapped__() == before

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import sdk
@@ -45,21 +42,9 @@ def sdk_plugin_status() -> str | None:
 def sdk_cache_key(ctx: sdk.CompileContext) -> str | None:
     """The compiler, its identity (version, what -march=native means here) and flags, and
     this plugin's sources."""
-    return _cache_key()
-
-
-@functools.cache
-def _cache_key() -> str | None:
-    from sdk.cache import source_digest, stable_hash
-
     from . import toolchain
 
-    try:
-        compiler = sdk.toolchain.find_compiler(toolchain.LANGUAGE)
-    except FileNotFoundError:
-        return None
-    return stable_hash(compiler, sdk.toolchain.compiler_identity(compiler, toolchain.LANGUAGE),
-                       toolchain.default_flags(), source_digest(__name__))
+    return sdk.toolchain.cache_key(toolchain.LANGUAGE, toolchain.default_flags(), __name__)
 
 
 @sdk.hookimpl
@@ -74,31 +59,10 @@ def sdk_compile_kernels(
     ctx: sdk.CompileContext, sources: list[sdk.KernelSource]
 ) -> list[sdk.KernelFn]:
     """Build every kernel of the graph in one translation unit (one compiler run)."""
+    import sdk.clike
+
     from . import render, toolchain
 
     unit = render.translation_unit(toolchain.PRELUDE, sources)
-    tc = sdk.toolchain
-    lib = tc.load_library(toolchain.compile_library(unit, plugin_version=__version__))
-    out = []
-    for s in sources:
-        nargs, nsizes = s.meta["nargs"], s.meta.get("nsizes", 0)
-        if s.meta.get("index_checks"):  # nonzero when an indirect index was out of range
-            fn = tc.get_function(lib, s.entry, nargs, ctypes.c_int64, nsizes)
-            take = tc.get_function(lib, render.TAKE_INDEX_ERROR, 1, ctypes.c_int64)
-            error = functools.partial(_index_error, take, s.name)
-            out.append(tc.launcher(fn, nargs, nsizes, error))
-        else:
-            out.append(tc.launcher(tc.get_function(lib, s.entry, nargs, None, nsizes),
-                                   nargs, nsizes))
-    return out
-
-
-def _index_error(take: Callable[..., int], name: str) -> IndexError:
-    """The error the calling thread's last checking kernel recorded (and clears it): the
-    kernel read a clamped index instead."""
-    got = (ctypes.c_int64 * 2)()
-    take(ctypes.addressof(got))
-    index, size = got
-    return IndexError(
-        f"index {index} is out of bounds for dimension with size {size} (kernel {name})"
-    )
+    lib = sdk.toolchain.load_library(toolchain.compile_library(unit, plugin_version=__version__))
+    return sdk.clike.launchers(lib, sources)

@@ -9,6 +9,8 @@ bit-exact with ``triton.language.random`` (``tl.rand``; ``tl.randn`` up to the
 last bits of its log/cos).
 """
 
+import sdk.clike
+
 RENDER_PRELUDE = r"""
 // ---- cpu_cpp renderer helpers: torch semantics ----
 #include <algorithm>
@@ -140,13 +142,12 @@ static inline float sdk_randn(int64_t seed, int64_t offset) {
 // ---- end of renderer helpers ----
 """
 
-#: The exported function of a translation unit with index checks:
-#: ``int64_t sdk_take_index_error(int64_t* out)`` copies the calling thread's
-#: recorded (index, extent) to ``out[0:2]``, clears the slot and returns its flag.
-TAKE_INDEX_ERROR = "sdk_take_index_error"
+#: The exported function of a translation unit with index checks (see
+#: :data:`sdk.clike.TAKE_INDEX_ERROR`; :func:`sdk.clike.launchers` calls it).
+TAKE_INDEX_ERROR = sdk.clike.TAKE_INDEX_ERROR
 
 #: Follows :data:`RENDER_PRELUDE` in a translation unit where some kernel checks
-#: its indirect indices (see the render module's doc, "Index checks").
+#: its indirect indices (see :mod:`sdk.clike.emit`, "Index checks").
 INDEX_CHECK_PRELUDE = r"""
 // ---- cpu_cpp index checks: an out-of-range indirect index is read clamped and reported ----
 // The calling thread's slot: flag, index, extent. A checking kernel takes its

@@ -1,6 +1,7 @@
-"""The C++ the cpu_cpp renderer writes for each IR op and reduction: data, not code.
+"""The C++ cpu_cpp writes for each IR op and reduction: data, not code.
 
-In the shape of tinygrad's ``cstyle`` renderer:
+In the shape of tinygrad's ``cstyle`` renderer, the tables of cpu_cpp's
+:class:`sdk.clike.CTarget` (``render.TARGET``):
 
 * :data:`TYPE_MAP`: torch dtype -> C type. bf16 and fp16 values are kept as
   their raw bits (``uint16_t``); an op that computes on one converts it to
@@ -9,11 +10,10 @@ In the shape of tinygrad's ``cstyle`` renderer:
 * :data:`CODE_FOR_OP`: IR op name -> small function returning a C++
   expression, called as ``fn(*operands, dtype=..., src=...)``: ``dtype`` is the
   type the result is computed in (bf16/fp16 -> float32), ``src`` the operands'
-  (the same, except for predicates and ``cast``). The renderer has already
-  converted the operands of arithmetic ops to ``dtype``.
+  (the same, except for predicates and ``cast``). The emitter has already
+  converted the operands of arithmetic ops to ``dtype``, with ``cast``.
 * :data:`REDUCERS`: reduction op -> accumulator init, update, OpenMP clause and
-  combine step.
-* :func:`render_const`: C++ literals.
+  combine step (:class:`sdk.clike.Reducer`).
 
 A C++-like target that differs in a few ops copies these tables and overrides
 those entries (``{**CODE_FOR_OP, "erf": ...}``).
@@ -21,29 +21,26 @@ those entries (``{**CODE_FOR_OP, "erf": ...}``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 import sdk
 import sdk.clike
+from sdk.clike import Reducer
 
 F32, F64, BOOL, I64 = torch.float32, torch.float64, torch.bool, torch.int64
 
-#: :data:`sdk.clike.C_TYPES`, with fp16 kept as its raw bits like bf16 (converted by the
-#: prelude's exact helpers, :data:`HALF`) and the wide unsigned integers added.
+#: :data:`sdk.clike.C_TYPES` (bf16 and fp16 kept as their raw bits, converted by the
+#: prelude's exact helpers, :data:`HALF`), with the wide unsigned integers added.
 TYPE_MAP: dict[torch.dtype, str] = {
-    **sdk.clike.C_TYPES, torch.float16: "uint16_t",
+    **sdk.clike.C_TYPES,
     torch.uint16: "uint16_t", torch.uint32: "uint32_t", torch.uint64: "uint64_t",
 }  # fmt: skip
 
-#: Half types: dtype -> (to float, from float) helpers of the toolchain prelude.
-HALF: dict[torch.dtype, tuple[str, str]] = {
-    torch.bfloat16: ("sdk_bf16_to_float", "sdk_float_to_bf16"),
-    torch.float16: ("sdk_fp16_to_float", "sdk_float_to_fp16"),
-}
+#: Half types: dtype -> (to float, from float) helpers of the toolchain prelude
+#: (:data:`sdk.clike.HALF_HELPERS`).
+HALF: dict[torch.dtype, tuple[str, str]] = dict(sdk.clike.C_HALF)
 
 
 def ctype(dtype: torch.dtype) -> str:
@@ -51,11 +48,6 @@ def ctype(dtype: torch.dtype) -> str:
         return TYPE_MAP[dtype]
     except KeyError:
         raise sdk.LoweringError(f"cpu_cpp: no C type for {dtype}") from None
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype arithmetic on ``dtype`` runs in (half types compute in float32)."""
-    return F32 if dtype in HALF else dtype
 
 
 # ----------------------------------------------------------------------------- op table
@@ -171,10 +163,6 @@ CODE_FOR_OP: dict[str, Callable[..., str]] = {
     "randn": lambda seed, offset, **_: f"sdk_randn({seed}, {offset})",
 }
 
-#: Ops whose operands are not converted to the result's type.
-OWN_OPERAND_TYPES = frozenset({"cast", "where", "rand", "randn", *sdk.ir.PREDICATES})
-
-
 # ----------------------------------------------------------------------------- reductions
 
 
@@ -188,19 +176,6 @@ def _highest(dtype: torch.dtype) -> str:
     if dtype.is_floating_point:
         return "INFINITY"
     return "true" if dtype == BOOL else f"std::numeric_limits<{ctype(dtype)}>::max()"
-
-
-@dataclass(frozen=True)
-class Reducer:
-    """How one reduction op accumulates. Format fields: ``{acc}``, ``{v}`` (the value),
-    ``{p}`` (another partial), ``{T}`` (accumulator C type)."""
-
-    init: Callable[[torch.dtype], str]  # accumulator dtype -> initial value
-    update: str  # one step inside the inner loop
-    omp: str | None  # OpenMP simd reduction identifier; None: the loop is not vectorized
-    combine: str  # fold a partial into acc (thread partials, in thread order)
-    nan_flag: bool = False  # floats: track NaN separately (the result is NaN if any was)
-    arg: bool = False  # the result is a position
 
 
 REDUCERS: dict[str, Reducer] = {
@@ -218,45 +193,3 @@ REDUCERS: dict[str, Reducer] = {
     "argmin": Reducer(_highest, "if ({v} < {acc} || ({v} != {v} && {acc} == {acc})) "
                       "{{ {acc} = {v}; {idx} = {pos}; }}", None, "", arg=True),
 }  # fmt: skip
-
-
-# ----------------------------------------------------------------------------- constants
-
-
-def _shortest(v: float, dtype: torch.dtype) -> str:
-    """The shortest decimal that reads back as ``v`` in ``dtype`` (with a '.' or 'e')."""
-    s = repr(v)
-    if dtype == F32:
-        for digits in range(1, 10):
-            s = f"{v:.{digits}g}"
-            if torch.tensor(float(s), dtype=F32).item() == v:
-                break
-    return s if any(c in s for c in ".en") else s + ".0"
-
-
-def render_const(value: object, dtype: torch.dtype) -> str:
-    """A C++ literal of ``dtype`` (parenthesised when negative)."""
-    if dtype == BOOL:
-        return "true" if value else "false"
-    if dtype in HALF:
-        bits = torch.tensor(float(value), dtype=dtype).view(torch.int16).item() & 0xFFFF
-        return f"uint16_t(0x{bits:04x})"
-    if dtype.is_floating_point:
-        v = float(value)
-        if dtype == F32:
-            v = torch.tensor(v, dtype=F32).item()  # the float32 value, printed exactly
-        if math.isnan(v):
-            s = "NAN"
-        elif v in (float("inf"), float("-inf")):
-            s = "INFINITY" if v > 0 else "-INFINITY"
-        else:
-            s = _shortest(v, dtype) + ("f" if dtype == F32 else "")
-        return f"({s})" if s.startswith("-") else s
-    v = int(value)
-    if -(2**31) < v < 2**31:
-        s = str(v)
-    elif v == -(2**63):
-        s = "INT64_MIN"
-    else:
-        s = f"{v}ULL" if v >= 2**63 else f"{v}LL"
-    return f"({s})" if s.startswith("-") else s

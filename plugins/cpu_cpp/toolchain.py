@@ -101,30 +101,8 @@ extern "C" {
 }
 #endif
 
-static inline uint32_t sdk_f2u(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
-static inline float sdk_u2f(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
-
 """
-    + clike.BF16_HELPERS
-    + """
-static inline float sdk_fp16_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, a = h & 0x7fffu;
-  uint32_t bits = a >= 0x7c00u ? 0x7f800000u | (a << 13)   // inf, NaN
-                : a >= 0x0400u ? (a << 13) + 0x38000000u   // normal: rebias 15 -> 127
-                : sdk_f2u((float)a * 0x1p-24f);            // subnormal, zero: exact
-  return sdk_u2f(sign | bits);
-}
-
-// Round to nearest even; NaN stays a quiet NaN with its sign.
-static inline uint16_t sdk_float_to_fp16(float f) {
-  uint32_t u = sdk_f2u(f), a = u & 0x7fffffffu;
-  uint32_t bits = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu)                // NaN
-                : a >= 0x477ff000u ? 0x7c00u                                      // to inf
-                : a >= 0x38800000u ? (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13
-                : sdk_f2u(sdk_u2f(a) + 0.5f) - 0x3f000000u;  // subnormal: the FPU rounds
-  return (uint16_t)(((u >> 16) & 0x8000u) | bits);
-}
-"""
+    + clike.HALF_HELPERS
 )
 
 

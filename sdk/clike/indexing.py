@@ -1,4 +1,4 @@
-"""Index analysis for the cpu_cpp renderer: merging loop dimensions.
+"""Index analysis for the emitter: merging loop dimensions.
 
 Index bounds are :func:`sdk.ir.index_bounds`, shared with every renderer.
 """

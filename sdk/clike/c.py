@@ -1,0 +1,139 @@
+"""What every C target shares: its types, the bf16/fp16 conversions, and the C helpers the
+emitter's kernels call (index clamping, per-thread chunks, index checks)."""
+
+from __future__ import annotations
+
+import torch
+
+#: The exported function of a translation unit with index checks:
+#: ``int64_t sdk_take_index_error(int64_t* out)`` copies the calling thread's recorded
+#: (index, extent) to ``out[0:2]``, clears the slot and returns its flag.
+TAKE_INDEX_ERROR = "sdk_take_index_error"
+
+#: Exact bf16 <-> float conversions (round to nearest even, NaN kept quiet) and a bf16 rounding
+#: for values the IR computes in bf16: C that C++ compiles too.
+BF16_HELPERS = r"""static inline float sdk_bf16_to_float(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline uint16_t sdk_float_to_bf16(float f) {
+  uint32_t u; __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+static inline float sdk_round_bf16(float f) { return sdk_bf16_to_float(sdk_float_to_bf16(f)); }
+"""
+
+#: :data:`BF16_HELPERS` and the exact fp16 <-> float conversions, for types stored as their
+#: bits (:data:`C_HALF`): C that C++ compiles too.
+HALF_HELPERS = (
+    """\
+static inline uint32_t sdk_f2u(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
+static inline float sdk_u2f(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+
+"""
+    + BF16_HELPERS
+    + """
+static inline float sdk_fp16_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, a = h & 0x7fffu;
+  uint32_t bits = a >= 0x7c00u ? 0x7f800000u | (a << 13)   // inf, NaN
+                : a >= 0x0400u ? (a << 13) + 0x38000000u   // normal: rebias 15 -> 127
+                : sdk_f2u((float)a * 0x1p-24f);            // subnormal, zero: exact
+  return sdk_u2f(sign | bits);
+}
+
+// Round to nearest even; NaN stays a quiet NaN with its sign.
+static inline uint16_t sdk_float_to_fp16(float f) {
+  uint32_t u = sdk_f2u(f), a = u & 0x7fffffffu;
+  uint32_t bits = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu)                // NaN
+                : a >= 0x477ff000u ? 0x7c00u                                      // to inf
+                : a >= 0x38800000u ? (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13
+                : sdk_f2u(sdk_u2f(a) + 0.5f) - 0x3f000000u;  // subnormal: the FPU rounds
+  return (uint16_t)(((u >> 16) & 0x8000u) | bits);
+}
+"""
+)
+
+#: C types of storage; bf16 and fp16 are stored as their bits (:data:`C_HALF`).
+C_TYPES: dict[torch.dtype, str] = {
+    torch.float32: "float", torch.float64: "double", torch.bfloat16: "uint16_t",
+    torch.float16: "uint16_t", torch.int64: "int64_t", torch.int32: "int32_t",
+    torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.bool: "bool",
+}  # fmt: skip
+
+#: Types stored as bits and computed in float: (to float, from float), over ``{x}``.
+C_HALF: dict[torch.dtype, tuple[str, str]] = {
+    torch.bfloat16: ("sdk_bf16_to_float({x})", "sdk_float_to_bf16({x})"),
+    torch.float16: ("sdk_fp16_to_float({x})", "sdk_float_to_fp16({x})"),
+}
+
+#: The start of a C translation unit: headers (<tgmath.h>: one math name serves float and
+#: double), :data:`HALF_HELPERS`, and the helpers the emitter's loops call.
+C_PRELUDE = (
+    """\
+#include <math.h>
+#include <tgmath.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <omp.h>
+
+"""
+    + HALF_HELPERS
+    + """
+static inline int64_t sdk_clamp_index(int64_t i, int64_t hi) { return i < 0 ? 0 : i > hi ? hi : i; }
+static inline int64_t sdk_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// [lo, hi) of n elements for thread tid of nth, in multiples of 16
+static inline void sdk_chunk(int64_t n, int tid, int nth, int64_t* lo, int64_t* hi) {
+  int64_t c = ((n + nth - 1) / nth + 15) / 16 * 16;
+  *lo = sdk_imin(n, c * tid);
+  *hi = sdk_imin(n, *lo + c);
+}
+"""
+)
+
+#: Follows :data:`C_PRELUDE` in a translation unit where some kernel checks its indirect
+#: indices: an index outside its extent is read clamped and reported to the calling thread's
+#: slot, which :data:`TAKE_INDEX_ERROR` reads (see :mod:`sdk.clike.emit`, "Index checks").
+C_INDEX_CHECKS = r"""
+// ---- index checks: an out-of-range indirect index is read clamped and reported ----
+// The calling thread's slot: flag, index, extent. A checking kernel takes its
+// address on entry (its OpenMP workers write through that pointer), clears it,
+// and returns the flag; the first writer wins.
+static _Thread_local int64_t sdk_index_error_slot[3];
+
+static inline int64_t* sdk_index_errors(void) {
+  int64_t* err = sdk_index_error_slot;
+  err[0] = 0;
+  return err;
+}
+
+static inline uint64_t sdk_umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+// wrap: the bind expression added the extent to a negative index; report the
+// index as written (v - n), as torch does.
+__attribute__((noinline, cold)) static void sdk_index_error(int64_t* err, int64_t v, int64_t n, int wrap) {
+  if (wrap && v < 0) v -= n;
+  int64_t unset = 0;
+  if (__atomic_compare_exchange_n(&err[0], &unset, (int64_t)1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    err[1] = v;
+    err[2] = n;
+  }
+}
+
+// i if it lies in [0, n); else records the error and returns i clamped into it
+static inline int64_t sdk_checked_index(int64_t* err, int64_t i, int64_t n, int wrap) {
+  if (__builtin_expect((uint64_t)i >= (uint64_t)n, 0)) {
+    sdk_index_error(err, i, n, wrap);
+    return i < 0 ? 0 : n - 1;
+  }
+  return i;
+}
+
+int64_t sdk_take_index_error(int64_t* out) {
+  int64_t* err = sdk_index_error_slot;
+  const int64_t flag = err[0];
+  out[0] = err[1];
+  out[1] = err[2];
+  err[0] = 0;
+  return flag;
+}
+// ---- end of index checks ----
+"""

@@ -1,0 +1,838 @@
+"""The loop-nest emitter of :mod:`sdk.clike`: one :class:`sdk.ir.Kernel` to one C or C++
+function, every op, type, literal and reduction spelled by a :class:`~sdk.clike.CTarget`.
+
+Loop structure (:func:`render`):
+
+* Loop dimensions are merged when every index and index value of the kernel is
+  linear in them with matching strides (a contiguous 2048x4096 pointwise kernel
+  becomes one loop of 8M), size-1 dimensions are dropped.
+* Pointwise kernels (no inner ranges): the innermost dimension is cut into
+  blocks of :data:`BLOCK`; one ``omp parallel for`` runs over (outer points x
+  blocks), each block an ``omp simd`` loop. Kernels of fewer than
+  :data:`PARALLEL_MIN_WORK` elements run serially (no OpenMP fork).
+* Reduction and multi-stage kernels: ``omp parallel for`` over the outer
+  points; each runs its stages in order, every inner loop ``omp simd`` with a
+  ``reduction`` clause (max/min keep a separate NaN flag so they vectorize and
+  still propagate NaN; a reducer without an OpenMP clause, such as argmax, runs a
+  scalar loop). When the outer extent is small and the rows long, the rows are
+  instead reduced by all threads together (per-thread partials, combined in
+  thread order after a barrier; only when every reducer of the kernel can combine
+  partials); which of the two runs is decided at run time from
+  ``omp_get_max_threads()``.
+* Expressions are emitted once per loop body (CSE on the hashable IR nodes) as
+  ``const T tN = ...;`` lines, each at the outermost loop level it depends on
+  (loop invariants before the parallel loop, per-row values before the inner
+  loops).
+* Loads are evaluated unconditionally (a ``where`` selects between computed
+  values), so a load whose index cannot be proven to lie in its buffer is
+  clamped into it (``sdk_clamp_index``).
+
+Index checks: an indirect (bind) index outside ``[0, extent)`` (after the
+lowering's negative wrap, which the bind expression holds) is still read
+clamped, so memory stays safe, but it is also recorded in the calling thread's
+error slot (the target's ``checks`` prelude, added to a translation unit only when
+one of its kernels checks). Such a kernel clears the slot on entry and returns
+its flag (``int64_t``; ``meta["index_checks"]``), and the launcher of
+:func:`sdk.clike.launchers` raises :class:`IndexError` when it is set. A bind
+computed outside the ``omp simd`` loop is checked by a branch
+(``sdk_checked_index``: the clamp only runs on the cold path); one computed inside
+it feeds an unsigned-max reduction of the loop (``reduction(max:sdk_badN)``) that
+is tested after the loop, so the loop still vectorizes. Kernels without binds are
+``void``.
+
+Symbolic sizes: sizes print with :func:`sdk.ir.print_size` (the kernel's size
+arguments are ``const int64_t`` parameters after its pointers); heuristics read
+:func:`sdk.ir.numel_hint`, never what is computed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import sympy
+import torch
+
+import sdk
+from sdk.ir import (
+    Const,
+    Expr,
+    FloorDiv,
+    IndexValue,
+    Kernel,
+    Load,
+    LocalRef,
+    Op,
+    Reduction,
+    Stage,
+    in_range,
+    index_bounds,
+    is_static,
+    numel_hint,
+    print_index,
+    print_size,
+    static,
+    var,
+    walk,
+)
+
+from .indexing import merge_dims
+
+if TYPE_CHECKING:
+    from .target import CTarget, Reducer
+
+F32, BOOL, I64 = torch.float32, torch.bool, torch.int64
+
+#: Ops whose operands are not converted to the result's type first.
+OWN_OPERAND_TYPES = frozenset({"cast", "where", "rand", "randn", *sdk.ir.PREDICATES})
+
+#: Work (elements) below which a kernel runs on one thread.
+PARALLEL_MIN_WORK = 32768
+#: Elements of the innermost dimension a pointwise block covers.
+BLOCK = 4096
+#: A reduction kernel with fewer outer points than this and long rows also gets
+#: the variant that reduces each row with all threads.
+SPLIT_MAX_OUTER = 256
+#: ... when its rows have at least this many elements.
+SPLIT_MIN_INNER = 4096
+
+
+# ----------------------------------------------------------------------------- emission
+
+#: Identifiers a buffer, loop or kernel name must not take: C++ keywords, the names
+#: the op table and the helpers call, and the renderer's own locals.
+_RESERVED = frozenset(
+    """auto bool break case char const continue default do double else enum extern float for goto
+    if inline int long register restrict return short signed sizeof static struct switch typedef
+    union unsigned void volatile while class namespace new delete template this operator private
+    public protected virtual friend using typename true false nullptr std INFINITY NAN INT64_MIN
+    fabs fmod pow atan2 copysign floor ceil trunc nearbyint sqrt exp exp2 expm1 log log2 log10
+    log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh erf erfc
+    p t tid nth nt lo hi""".split()  # noqa: SIM905
+)
+_RESERVED |= {n + "f" for n in _RESERVED if n.islower() and len(n) > 2}
+
+
+class _Names:
+    """Unique C identifiers."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set(_RESERVED)
+        self.counter = 0
+
+    def take(self, want: str) -> str:
+        base = re.sub(r"\W", "_", want) or "v"
+        if base[0].isdigit() or base.startswith("sdk_"):
+            base = "v_" + base
+        name, n = base, 1
+        while name in self.used:
+            name, n = f"{base}_{n}", n + 1
+        self.used.add(name)
+        return name
+
+    def temp(self) -> str:
+        while f"t{self.counter}" in self.used:
+            self.counter += 1
+        name = f"t{self.counter}"
+        self.used.add(name)
+        return name
+
+
+class _Emitter:
+    """Emits the IR expressions of one kernel as ``const T tN = ...;`` lines,
+    each into the block of the outermost loop level it depends on."""
+
+    def __init__(self, target: CTarget, kernel: Kernel, names: _Names,
+                 bufs: dict[str, str]) -> None:
+        self.t = target
+        self.names = names
+        self.bufs = bufs
+        self.written = {a.name for a in kernel.args if a.role != "in"}
+        # elements reachable from each argument's data pointer (at its storage offset)
+        self.extent = {a.name: a.layout.storage_size - a.layout.offset for a in kernel.args}
+        self.levels: dict[sympy.Symbol, int] = {}  # loop variable -> level
+        self.subs: dict[sympy.Symbol, sympy.Expr] = {}  # merged / renamed loop variables
+        self.ranges: dict[sympy.Symbol, tuple[int, int]] = {}  # original variables' ranges
+        self.deepest = 0
+        self.memo: dict[Expr, tuple[str, int]] = {}
+        self.converted: dict[tuple[Expr, torch.dtype | None], tuple[str, int]] = {}
+        self.blocks: dict[int, list[str]] = defaultdict(list)
+        # index checks (see the module doc): the level of the loop that is `omp simd`
+        # (None: none is open), the checked bind values of the open scopes, and the
+        # unsigned-max reductions that the simd loop must declare and test
+        self.simd_level: int | None = None
+        self.checked: dict[tuple[Expr, int], tuple[str, int]] = {}
+        self.simd_checks: list[tuple[str, int, int]] = []  # (variable, extent, wrap)
+        self.has_checks = False
+        self.n_bad = 0
+
+    # -- scopes
+    def forget_from(self, level: int) -> None:
+        """Leave the loops of ``level`` and deeper: their values are out of scope."""
+        self.memo = {k: v for k, v in self.memo.items() if v[1] < level}
+        self.converted = {k: v for k, v in self.converted.items() if v[1] < level}
+        self.checked = {k: v for k, v in self.checked.items() if v[1] < level}
+        assert not self.simd_checks, "index checks of a simd loop left behind"
+        assert not any(self.blocks[lvl] for lvl in self.blocks if lvl >= level), "unplaced lines"
+
+    def take_block(self, level: int) -> list[str]:
+        return self.blocks.pop(level, [])
+
+    def take_simd_checks(self) -> tuple[list[str], list[str], list[str]]:
+        """For the simd loop just rendered: the declarations to put before it, its
+        ``reduction`` clauses, and the test to put after it."""
+        t = self.t.spelling
+        decls, clauses, after = [], [], []
+        for bad, n, wrap in self.simd_checks:
+            decls.append(f"uint64_t {bad} = 0;")
+            clauses.append(f"reduction(max:{bad})")
+            after.append(
+                f"if (__builtin_expect({bad} >= {t.ctor.format(T='uint64_t', x=_c(n))}, 0)) "
+                f"sdk_index_error(sdk_err, {t.ctor.format(T='int64_t', x=bad)}, {_c(n)}, {wrap});"
+            )
+        self.simd_checks = []
+        return decls, clauses, after
+
+    # -- expressions
+    def index(self, e: sympy.Expr) -> tuple[sympy.Expr, int]:
+        e = e.xreplace(self.subs)
+        return e, max((self.levels.get(s, 0) for s in e.free_symbols), default=0)
+
+    def operand(self, node: Expr, want: torch.dtype | None) -> str:
+        """``node``'s value as C, converted to dtype ``want`` (half types to float)."""
+        s, _ = self.memo[node]
+        d = node.dtype
+        if d in self.t.half:
+            s, d = self.t.half[d][0].format(x=s), F32
+        if want is not None and d != want:
+            s = self.t.op("cast")(s, dtype=want, src=d)
+        return s
+
+    def value(self, node: Expr, want: torch.dtype | None) -> str:
+        """Like :meth:`operand`, but a conversion gets its own ``const`` line."""
+        name, lvl = self.memo[node]
+        code = self.operand(node, want)
+        if code == name or isinstance(node, Const):
+            return code
+        key = (node, want)
+        if key not in self.converted:
+            self.converted[key] = (self._line(lvl, want or self.t.compute(node.dtype), code), lvl)
+        return self.converted[key][0]
+
+    def _line(self, level: int, dtype: torch.dtype, code: str) -> str:
+        name = self.names.temp()
+        self.blocks[level].append(f"const {self.t.ctype(dtype)} {name} = {code};")
+        return name
+
+    def emit(self, roots: Iterable[Expr]) -> None:
+        for node in walk(list(roots)):
+            if node not in self.memo:
+                self.memo[node] = self._emit(node)
+
+    def _emit(self, node: Expr) -> tuple[str, int]:
+        if isinstance(node, Const):
+            return self.t.literal(node.value, node.dtype), 0
+        if isinstance(node, LocalRef):
+            raise sdk.LoweringError(f"{self.t.name}: {node.name} is read before it is reduced")
+        if isinstance(node, IndexValue):
+            e, lvl = self.index(node.expr)
+            code = print_index(e, "c")
+            if node.dtype != I64:
+                code = self.t.spelling.convert.format(T=self.t.ctype(node.dtype), x=code)
+            return self._line(lvl, node.dtype, code), lvl
+        if isinstance(node, Load):
+            return self._load(node)
+        if isinstance(node, Op):
+            return self._op(node)
+        raise sdk.LoweringError(f"{self.t.name}: cannot render {type(node).__name__}")
+
+    def _load(self, node: Load) -> tuple[str, int]:
+        lvl = 0
+        subs = dict(self.subs)
+        ranges = dict(self.ranges)
+        for sym, value, extent in node.binds:
+            _, vlvl = self.memo[value]
+            lvl = max(lvl, vlvl)
+            if not is_static(extent):  # a dimension of symbolic size (>= 2)
+                vname = self._checked(value, extent, vlvl)
+                ranges[sym] = (0, static(extent - 1))
+            elif isinstance(extent, (int, sympy.Integer)) and int(extent) >= 0:
+                vname = self._checked(value, int(extent), vlvl)
+                if int(extent) > 0:
+                    ranges[sym] = (0, int(extent) - 1)
+            else:
+                vname = self.operand(value, I64)
+                if not re.fullmatch(r"\w+", vname):
+                    vname = self._line(vlvl, I64, vname)
+            subs[sym] = sympy.Integer(vname) if vname.lstrip("-").isdigit() else var(vname)
+        idx = node.index
+        bounds = index_bounds(idx, ranges)
+        idx, ilvl = self.index(idx.xreplace(subs))
+        lvl = max(lvl, ilvl)
+        code = print_index(idx, "c")
+        size = self.extent[node.buffer]
+        if node.buffer in self.written:
+            lvl = self.deepest  # never hoisted above this kernel's stores
+        if is_static(size) and size <= 0:
+            # an empty buffer (only reached through a reported bind): read nothing
+            return self._line(lvl, node.dtype, self.t.spelling.ctor.format(
+                T=self.t.ctype(node.dtype), x="0")), lvl
+        if not in_range(bounds, size):
+            code = f"sdk_clamp_index({code}, {print_size(size - 1, 'c')})"
+        return self._line(lvl, node.dtype, f"{self.bufs[node.buffer]}[{code}]"), lvl
+
+    def _checked(self, value: Expr, n: Any, lvl: int) -> str:
+        """The name of bind ``value`` clamped into ``[0, n)``; an index outside it is
+        reported to the kernel's error slot (see the module doc)."""
+        key = (value, n)
+        if key in self.checked:
+            return self.checked[key][0]
+        v = self.operand(value, I64)
+        if not re.fullmatch(r"-?\w+", v):
+            v = self._line(lvl, I64, v)
+        wrap = int(_wraps_negative(value, n))
+        self.has_checks = True
+        if n == 0:  # nothing is in range
+            self.blocks[lvl].append(f"sdk_index_error(sdk_err, {v}, 0, {wrap});")
+            name = "0"
+        elif lvl == self.simd_level:  # in the simd loop: a reduction, tested after it
+            bad = f"sdk_bad{self.n_bad}"
+            self.n_bad += 1
+            t = self.t.spelling
+            self.blocks[lvl].append(f"{bad} = {t.umax.format(a=bad, b=t.ctor.format(T='uint64_t', x=v))};")
+            self.simd_checks.append((bad, n, wrap))
+            name = self._line(lvl, I64, f"sdk_clamp_index({v}, {_c(static(n - 1))})")
+        else:
+            name = self._line(lvl, I64, f"sdk_checked_index(sdk_err, {v}, {_c(n)}, {wrap})")
+        self.checked[key] = (name, lvl)
+        return name
+
+    def _op(self, node: Op) -> tuple[str, int]:
+        lvl = max(self.memo[a][1] for a in node.args)
+        compute = self.t.compute
+        dtype = compute(node.dtype)
+        if node.name == "where" and node.args[1].dtype == node.args[2].dtype == node.dtype:
+            # a select moves bits: no conversion, also for bf16/fp16
+            args = [self.memo[a][0] for a in node.args]
+            code = self.t.op("where")(*args, dtype=node.dtype, src=node.dtype)
+            return self._line(lvl, node.dtype, code), lvl
+        if node.name in OWN_OPERAND_TYPES:
+            src = compute(node.args[0].dtype) if node.name != "where" else dtype
+            if node.name == "where":
+                args = [self.operand(node.args[0], None)] + [
+                    self.operand(a, dtype) for a in node.args[1:]
+                ]
+            elif node.name in ("rand", "randn"):
+                args = [self.operand(a, I64) for a in node.args]
+            else:
+                args = [self.operand(a, None) for a in node.args]
+                if len(node.args) == 2:  # compare in the promoted type
+                    other = compute(node.args[1].dtype)
+                    src = torch.promote_types(src, other)
+                    args = [self.operand(a, src) for a in node.args]
+        else:
+            src = dtype
+            second = None if node.name in ("lshift", "rshift") else dtype
+            args = [self.operand(a, dtype if i == 0 else second) for i, a in enumerate(node.args)]
+        code = self.t.op(node.name)(*args, dtype=dtype, src=src)
+        if node.dtype in self.t.half:
+            code = self.t.half[node.dtype][1].format(x=code)
+        return self._line(lvl, node.dtype, code), lvl
+
+
+def _wraps_negative(value: Expr, n: Any) -> bool:
+    """Whether ``value`` is ``where(v < 0, v + n, v)``: the lowering's negative wrap (``n``
+    a constant, or the value of a symbolic size)."""
+    if not (isinstance(value, Op) and value.name == "where"):
+        return False
+    cond, neg, v = value.args
+    if not (isinstance(cond, Op) and cond.name == "lt" and cond.args == (v, Const(0, v.dtype))
+            and isinstance(neg, Op) and neg.name == "add" and neg.args[0] == v):
+        return False
+    m = neg.args[1]
+    if is_static(n):
+        return m == Const(n, v.dtype)
+    if isinstance(m, Op) and m.name == "cast":
+        m = m.args[0]
+    return isinstance(m, IndexValue) and m.expr == n
+
+
+# ----------------------------------------------------------------------------- loops
+
+
+def _indent(lines: list[str], n: int = 1) -> list[str]:
+    pad = "  " * n
+    return [pad + ln if ln else ln for ln in lines]
+
+
+def _loop(var_: str, lo: str, hi: str, body: list[str], pragma: str | None = None) -> list[str]:
+    head = [f"#pragma omp {pragma}"] if pragma else []
+    return head + [f"for (int64_t {var_} = {lo}; {var_} < {hi}; ++{var_}) {{", *_indent(body), "}"]
+
+
+def _c(x: Any) -> str:
+    """A size (an int, or an expression over the kernel's size arguments) as C."""
+    return print_size(x, "c")
+
+
+def _decompose(p: str, dims: list[tuple[str, Any]], tail: Any = 1) -> list[str]:
+    """Lines deriving the row-major variables ``dims`` from the flat index ``p``,
+    whose fastest-moving part (of extent ``tail``) is not among them."""
+    lines, stride = [], tail
+    for i in range(len(dims) - 1, -1, -1):
+        name, size = dims[i]
+        code = f"{p} / {_c(stride)}" if stride != 1 else p
+        if i:
+            code = f"({code}) % {_c(size)}" if stride != 1 else f"{p} % {_c(size)}"
+        lines.insert(0, f"const int64_t {name} = {code};")
+        stride = static(stride * size)
+    return lines
+
+
+def _when_large(work: Any) -> str:
+    """OpenMP's ``if`` clause for work of symbolic size: fork only when it is large."""
+    return "" if is_static(work) else f" if({_c(work)} >= {PARALLEL_MIN_WORK})"
+
+
+def _slot(slot: str, thread: str) -> str:
+    """Index of ``thread``'s partial in a double-buffered, padded partials array."""
+    if slot == "0":
+        return "0" if thread == "0" else f"{thread} * 16"
+    return f"{slot} * nth * 16" if thread == "0" else f"({slot} * nth + {thread}) * 16"
+
+
+@dataclass
+class _Dims:
+    """Loop dimensions after merging: C names, sizes, the symbols that stand for them
+    in substituted expressions, and the substitution."""
+
+    names: list[str]
+    sizes: list[Any]  # ints, or expressions over the kernel's size arguments
+    syms: list[sympy.Symbol]
+    subs: dict[sympy.Symbol, sympy.Expr]
+
+    @property
+    def numel(self) -> Any:
+        n: Any = 1
+        for s in self.sizes:
+            n = static(n * s)
+        return n
+
+
+@dataclass
+class _Red:
+    """One reduction as rendered: its C names and accumulator type."""
+
+    r: Reduction
+    info: Reducer
+    name: str  # the result (what LocalRef(r.name) reads)
+    acc: str
+    T: str  # accumulator C type
+    acc_dt: torch.dtype
+    nan: bool  # keeps a NaN flag {name}_nan
+    idx: str  # position (argmax/argmin)
+    part: str  # per-thread partials (split variant)
+    ipart: str
+
+
+@dataclass
+class _StageInfo:
+    st: Stage
+    dims: _Dims
+    reds: list[_Red]
+
+
+class _KernelRenderer:
+    def __init__(self, target: CTarget, kernel: Kernel) -> None:
+        self.t, self.k = target, kernel
+        self.names = _Names()
+        self.fn_name = self.names.take(kernel.name)
+        for s in kernel.size_args:  # a size argument keeps its name (indices print it)
+            if self.names.take(s.name) != s.name:
+                raise sdk.LoweringError(
+                    f"{target.name}: size argument {s.name} clashes with a name")
+        self.bufs = {a.name: self.names.take(a.name) for a in kernel.args}
+        self.loop_names: dict[sympy.Symbol, str] = {}
+        self.if_clause = ""  # the parallel row loop's OpenMP if clause (symbolic sizes)
+        self.em = _Emitter(target, kernel, self.names, self.bufs)
+
+    # -- shared pieces
+    def _dims(self, vars_: tuple, sizes: tuple, exprs: list[sympy.Expr]) -> _Dims:
+        for v, s in zip(vars_, sizes):
+            self.em.ranges[v] = (0, static(s - 1))
+        dims, subs = merge_dims(list(zip(vars_, (static(s) for s in sizes))), exprs)
+        names, syms = [], []
+        for v, _ in dims:
+            if v not in self.loop_names:  # one symbol: one name (stages never nest)
+                self.loop_names[v] = self.names.take(v.name)
+            c = self.loop_names[v]
+            if c != v.name:
+                subs[v] = var(c)
+            names.append(c)
+            syms.append(var(c))
+        return _Dims(names, [s for _, s in dims], syms, subs)
+
+    @staticmethod
+    def _arg_pos(st: Stage) -> sympy.Expr:
+        """Row-major position within the stage's inner ranges."""
+        pos, stride = sympy.Integer(0), 1
+        for v, s in reversed(list(zip(st.vars, st.sizes))):
+            pos += stride * v
+            stride = static(stride * s)
+        return pos
+
+    def _index_exprs(self, stages: list[Stage]) -> list[sympy.Expr]:
+        out: list[sympy.Expr] = []
+        roots: list[Expr] = []
+        for st in stages:
+            out += [s.index for s in st.stores]
+            roots += [r.value for r in st.reductions] + [s.value for s in st.stores]
+            if any(self.t.reducer(r.op).arg for r in st.reductions):
+                out.append(self._arg_pos(st))
+        for n in walk(roots):
+            if isinstance(n, Load):
+                out.append(n.index)
+            elif isinstance(n, IndexValue):
+                out.append(n.expr)
+        return out
+
+    def _stores(self, st: Stage) -> list[str]:
+        out = []
+        for s in st.stores:
+            idx, _ = self.em.index(s.index)
+            out.append(
+                f"{self.bufs[s.buffer]}[{print_index(idx, 'c')}] = {self.em.memo[s.value][0]};"
+            )
+        return out
+
+    # -- whole kernel
+    def render(self) -> str:
+        k = self.k
+        for st in k.stages:
+            for r in st.reductions:
+                self.t.reducer(r.op)  # NotImplementedError before any work
+        exprs = self._index_exprs(k.stages)
+        if any(st.vars for st in k.stages):
+            body = self._reduction_kernel(exprs)
+        else:
+            body = self._pointwise_kernel(exprs)
+        t = self.t
+        params = ", ".join(
+            [f"{'const ' if a.role == 'in' else ''}{t.ctype(a.layout.dtype)}* {self.bufs[a.name]}"
+             for a in k.args] + [f"const int64_t {s.name}" for s in k.size_args]
+        )
+        ret = "void"
+        if self.em.has_checks:
+            ret = "int64_t"
+            body = [
+                "int64_t* const sdk_err = sdk_index_errors();  // cleared; set by a bad index",
+                *body,
+                "return sdk_err[0];",
+            ]
+        return "\n".join(
+            self._header()
+            + [t.spelling.head.format(ret=ret, name=self.fn_name, params=params) + " {",
+               *_indent(body), "}", ""]
+        )
+
+    def _header(self) -> list[str]:
+        k = self.k
+        out = [f"// kernel {k.name}"]
+        out += [f"//   from {o}".replace("\n", " ") for o in k.origins]
+        if k.vars:
+            out.append("// outer: " + ", ".join(f"{v} < {s}" for v, s in zip(k.vars, k.sizes)))
+        for i, st in enumerate(k.stages):
+            rng = ", ".join(f"{v} < {s}" for v, s in zip(st.vars, st.sizes)) or "-"
+            what = [f"{r.name} = {r.op}" for r in st.reductions] + [
+                f"store {s.buffer}" for s in st.stores
+            ]
+            out.append(f"// stage {i}: inner {rng}: {'; '.join(what)}")
+        return out
+
+    # -- pointwise: one stage (or several) without inner ranges
+    def _pointwise_kernel(self, exprs: list[sympy.Expr]) -> list[str]:
+        k, em = self.k, self.em
+        dims = self._dims(k.vars, k.sizes, exprs)
+        em.subs = dims.subs
+        n = len(dims.names)
+        # symbolic sizes: the parallel loop, with OpenMP's if clause deciding at run time
+        parallel = n > 0 and (not is_static(dims.numel) or dims.numel >= PARALLEL_MIN_WORK)
+        # parallel: level 1 is a block's outer point, level 2 the innermost loop;
+        # serial: one level per loop
+        levels = [1] * (n - 1) + [2] if parallel else list(range(1, n + 1))
+        for s, lvl in zip(dims.syms, levels):
+            em.levels[s] = lvl
+        em.deepest = levels[-1] if n else 0
+        em.simd_level = em.deepest if n else None
+        body: list[str] = []
+        for st in k.stages:  # stages without inner ranges run one after the other
+            em.emit([s.value for s in st.stores])
+            body += em.take_block(em.deepest) + self._stores(st)
+        top = em.take_block(0)
+        if n == 0:
+            return top + body
+        decls, clauses, after = em.take_simd_checks()
+        simd = " ".join(["simd", *clauses])
+        if not parallel:
+            nest = body
+            for i in range(n - 1, -1, -1):
+                if i == n - 1:
+                    nest = decls + _loop(dims.names[i], "0", _c(dims.sizes[i]), nest, simd) + after
+                else:
+                    content = em.take_block(i + 1) + nest
+                    nest = _loop(dims.names[i], "0", _c(dims.sizes[i]), content)
+            return top + nest
+        inner, isize = dims.names[-1], dims.sizes[-1]
+        nblk = -(-isize // BLOCK) if is_static(isize) else FloorDiv(isize + BLOCK - 1, BLOCK)
+        outer = list(zip(dims.names[:-1], dims.sizes[:-1]))
+        units = static(math.prod(dims.sizes[:-1]) * nblk)
+        pre = _decompose("p", outer, nblk) if outer else []
+        if not is_static(nblk) or nblk > 1:
+            pre += [
+                f"const int64_t lo = {'(p % ' + _c(nblk) + ')' if outer else 'p'} * {BLOCK};",
+                f"const int64_t hi = {self.t.spelling.imin.format(a=f'lo + {BLOCK}', b=_c(isize))};",
+            ]
+            lo, hi = "lo", "hi"
+        else:
+            lo, hi = "0", _c(isize)
+        unit = pre + em.take_block(1) + decls + _loop(inner, lo, hi, body, simd) + after
+        blk = min(BLOCK, isize) if is_static(isize) else BLOCK
+        return (
+            top
+            + [f"// {units} blocks of up to {blk} elements"]
+            + _loop("p", "0", _c(units), unit, "parallel for schedule(static)"
+                    + _when_large(dims.numel))
+        )
+
+    # -- reductions and multi-stage kernels
+    def _reduction_kernel(self, exprs: list[sympy.Expr]) -> list[str]:
+        k, em = self.k, self.em
+        dims = self._dims(k.vars, k.sizes, exprs)
+        self.outer_subs = dims.subs
+        for s in dims.syms:
+            em.levels[s] = 1
+        self.stages = [self._prepare(st) for st in k.stages]
+        rows = dims.numel
+        # how to parallelize: from the sizes of the compiling call (``numel_hint``); every
+        # variant is right for every size
+        rows_hint = numel_hint(dims.sizes)
+        inner = max(numel_hint(si.dims.sizes) for si in self.stages)
+        work = rows_hint * sum(numel_hint(si.dims.sizes) for si in self.stages)
+        work_expr = static(rows * sum(static(si.dims.numel) for si in self.stages))
+        parallel = work >= PARALLEL_MIN_WORK or not is_static(work_expr)
+        self.if_clause = _when_large(work_expr)
+        split = parallel and rows_hint < SPLIT_MAX_OUTER and inner >= SPLIT_MIN_INNER and all(
+            red.info.arg or red.info.combine for si in self.stages for red in si.reds)
+        outer = list(zip(dims.names, dims.sizes))
+        one_row = is_static(rows) and rows == 1
+        variants: list[list[str]] = []
+        if not (split and one_row):
+            variants.append(self._rows_variant(outer, rows, parallel and not one_row))
+        if split:
+            variants.append(self._split_variant(outer, rows))
+        top = em.take_block(0)
+        if len(variants) == 1:
+            return top + variants[0]
+        return top + [
+            f"if ({_c(rows)} >= 4 * omp_get_max_threads()) {{",
+            "  // enough rows: each thread reduces whole rows",
+            *_indent(variants[0]),
+            "} else {",
+            "  // few long rows: all threads reduce each row",
+            *_indent(variants[1]),
+            "}",
+        ]
+
+    def _prepare(self, st: Stage) -> _StageInfo:
+        dims = self._dims(st.vars, st.sizes, self._index_exprs([st]))
+        if st.vars and not dims.names:  # every inner range has size 1: keep one loop
+            dims = _Dims([self.names.take("r")], [1], [], dims.subs)
+        reds = []
+        for r in st.reductions:
+            info = self.t.reducer(r.op)
+            acc_dt = self.t.accumulate(self.t.compute(r.value.dtype if info.arg else r.dtype))
+            if r.op in ("any", "all"):
+                acc_dt = BOOL
+            name = self.names.take(r.name)
+            take = self.names.take
+            take(name + "_nan")
+            reds.append(
+                _Red(
+                    r,
+                    info,
+                    name,
+                    take(name + "_acc"),
+                    "int" if acc_dt == BOOL else self.t.ctype(acc_dt),
+                    acc_dt,
+                    info.nan_flag and acc_dt.is_floating_point,
+                    take(name + "_idx"),
+                    take(name + "_part"),
+                    take(name + "_ipart"),
+                )
+            )
+        return _StageInfo(st, dims, reds)
+
+    def _row_loop(
+        self, outer: list[tuple[str, int]], rows: int, body: list[str], pragma: str | None
+    ) -> list[str]:
+        if not outer:
+            return ["{", *_indent(body), "}"]
+        if len(outer) == 1:
+            return _loop(outer[0][0], "0", _c(rows), body, pragma)
+        return _loop("p", "0", _c(rows), _decompose("p", outer) + body, pragma)
+
+    def _rows_variant(self, outer: list[tuple[str, int]], rows: int, parallel: bool) -> list[str]:
+        body: list[str] = []
+        for si in self.stages:
+            body += self._stage(si, None)
+        self.em.forget_from(1)
+        return self._row_loop(
+            outer, rows, body,
+            "parallel for schedule(static)" + self.if_clause if parallel else None
+        )
+
+    def _split_variant(self, outer: list[tuple[str, int]], rows: int) -> list[str]:
+        # partials double-buffered across rows
+        slot = "(p & 1)" if not is_static(rows) or rows > 1 else "0"
+        body: list[str] = []
+        for si in self.stages:
+            body += self._stage(si, slot)
+        self.em.forget_from(1)
+        decl = ["const int nt = omp_get_max_threads();"]
+        partials = self.t.spelling.partials
+        for si in self.stages:
+            for red in si.reds:
+                decl.append(partials.format(T=red.T, name=red.part, n="2 * nt * 16"))
+                if red.info.arg:
+                    decl.append(partials.format(T="int64_t", name=red.ipart, n="2 * nt * 16"))
+        if len(outer) == 1:
+            body = [f"const int64_t {outer[0][0]} = p;"] + body
+        elif outer:
+            body = _decompose("p", outer) + body
+        region = ["const int tid = omp_get_thread_num(), nth = omp_get_num_threads();"]
+        region += _loop("p", "0", _c(rows), body) if outer else body
+        return decl + ["#pragma omp parallel", "{", *_indent(region), "}"]
+
+    def _stage(self, si: _StageInfo, slot: str | None) -> list[str]:
+        """One stage for the current row. ``slot``: the split variant's partial slot
+        (every thread takes a chunk of the stage's first inner dimension); None: the
+        whole row runs on this thread."""
+        em, st, dims = self.em, si.st, si.dims
+        n = len(dims.names)
+        em.subs = {**self.outer_subs, **dims.subs}
+        for i, s in enumerate(dims.syms):
+            em.levels[s] = 2 + i
+        em.deepest = 1 + n
+        em.simd_level = 1 + n if n else None
+        em.emit([r.value for r in st.reductions] + [s.value for s in st.stores])
+        what = ", ".join(f"{r.name} = {r.op}" for r in st.reductions) or "stores"
+        over = f" over {' x '.join(map(str, dims.sizes))}" if n else ", once per row"
+        out = [f"// {what}{over}"] + em.take_block(1)
+        if not n:  # stores once per row
+            stores = self._stores(st)
+            return out + (["if (tid == 0) {", *_indent(stores), "}"] if slot else stores)
+        decls, clauses, updates = [], [], []
+        chunk_start = "lo" if slot else "0"
+        if slot and n > 1:
+            chunk_start = f"lo * {_c(static(math.prod(dims.sizes[1:])))}"
+        for red in si.reds:
+            info = red.info
+            if red.r.op in ("any", "all"):
+                v = _truth(em.value(red.r.value, None), self.t.compute(red.r.value.dtype))
+            else:
+                v = em.value(red.r.value, red.acc_dt)
+            decls.append(f"{red.T} {red.acc} = {info.initial(red.acc_dt)};")
+            pos = ""
+            if info.arg:
+                decls.append(f"int64_t {red.idx} = {chunk_start};")
+                pos = print_index(em.index(self._arg_pos(st))[0], "c")
+            if red.nan:
+                decls.append(f"int {red.name}_nan = 0;")
+                clauses.append(f"reduction(|:{red.name}_nan)")
+                updates.append(f"{red.name}_nan |= {v} != {v};")
+            if info.omp:
+                clauses.append(f"reduction({info.omp}:{red.acc})")
+            updates.append(info.update.format(acc=red.acc, v=v, idx=red.idx, pos=pos))
+        simd = all(red.info.omp for red in si.reds)  # argmax/argmin: scalar loop
+        nest = em.take_block(1 + n) + updates + self._stores(st)
+        check_decls, check_clauses, check_after = em.take_simd_checks()
+        decls += check_decls
+        clauses += check_clauses
+        for i in range(n - 1, -1, -1):
+            lo, hi = ("lo", "hi") if slot and i == 0 else ("0", _c(dims.sizes[i]))
+            pragma = " ".join(["simd", *clauses]) if simd and i == n - 1 else None
+            nest = _loop(
+                dims.names[i], lo, hi, nest if i == n - 1 else em.take_block(2 + i) + nest, pragma
+            )
+        nest += check_after
+        if slot is None:
+            out += decls + nest + [self._final(red, red.nan) for red in si.reds]
+        else:
+            chunk = ["int64_t lo, hi;", self.t.spelling.chunk.format(n=_c(dims.sizes[0]))]
+            publish, mine = [], _slot(slot, "tid")
+            for red in si.reds:
+                val = f"{red.name}_nan ? NAN : {red.acc}" if red.nan else red.acc
+                publish.append(f"{red.part}[{mine}] = {val};")
+                if red.info.arg:
+                    publish.append(f"{red.ipart}[{mine}] = {red.idx};")
+            out += ["{", *_indent(chunk + decls + nest + publish), "}"]
+            if si.reds:
+                out += ["#pragma omp barrier"] + self._combine(si.reds, slot)
+        em.forget_from(2)
+        for red in si.reds:
+            em.memo[LocalRef(red.r.name, red.r.dtype)] = (red.name, 1)
+        return out
+
+    def _final(self, red: _Red, nan: bool) -> str:
+        r = red.r
+        if red.info.arg:
+            val = red.idx
+        elif r.dtype == BOOL:
+            val = f"{red.acc} != 0"
+        else:
+            val = f"{red.name}_nan ? NAN : {red.acc}" if nan else red.acc
+            if r.dtype in self.t.half:
+                val = self.t.half[r.dtype][1].format(x=val)
+        return f"const {self.t.ctype(r.dtype)} {red.name} = {val};"
+
+    def _combine(self, reds: list[_Red], slot: str) -> list[str]:
+        """Fold the threads' partials in thread order (the same on every thread)."""
+        out = []
+        for red in reds:
+            first, at = f"[{_slot(slot, '0')}]", f"[{_slot(slot, 't')}]"
+            out.append(f"{red.T} {red.acc} = {red.part}{first};")
+            if red.info.arg:
+                out.append(f"int64_t {red.idx} = {red.ipart}{first};")
+                step = red.info.update.format(
+                    acc=red.acc, v=f"{red.part}{at}", idx=red.idx, pos=f"{red.ipart}{at}"
+                )
+            else:
+                step = red.info.combine.format(acc=red.acc, p=f"{red.part}{at}", T=red.T)
+            out += [f"for (int t = 1; t < nth; ++t) {step}", self._final(red, False)]
+        return out
+
+
+def render(target: CTarget, kernel: Kernel) -> sdk.KernelSource:
+    """``kernel`` as one function of ``target``'s language named after it, taking one
+    pointer per buffer in ``kernel.args`` order (each tensor's ``data_ptr()``, from which
+    the kernel's indices count), then one ``int64_t`` per size argument.
+
+    ``meta``: ``nargs`` (pointers), ``nsizes`` (present when there are size arguments) and
+    ``index_checks`` (present only when True: the kernel checks indirect indices and returns
+    ``int64_t``, nonzero when one was out of range; other kernels are ``void``)."""
+    r = _KernelRenderer(target, kernel)
+    source = r.render()
+    meta: dict = {"nargs": len(kernel.args)}
+    if kernel.size_args:  # symbolic sizes: int64_t arguments after the pointers
+        meta["nsizes"] = len(kernel.size_args)
+    if r.em.has_checks:
+        meta["index_checks"] = True
+    return sdk.KernelSource(kernel.name, target.language, source, r.fn_name, meta=meta)
+
+
+def _truth(x: str, src: torch.dtype) -> str:
+    return x if src == BOOL else f"({x} != 0)"
