@@ -137,3 +137,17 @@ def test_forward_and_backward_match_eager(backend, dtype):
         x, y, grad = (torch.randn(16, 48, dtype=dtype) for _ in range(3))
         for got, want in zip(step(compiled, x, y, grad), step(_fused, x, y, grad)):
             torch.testing.assert_close(got, want, **TOL[dtype])
+
+
+def test_masks_and_integer_bit_ops(backend):
+    """``~`` on a bool mask is a logical not (``~True`` is ``-2`` in C, nonzero), on
+    integers a bitwise one."""
+    def f(x, i):
+        keep = ~(x > 0.5)
+        return torch.where(keep, x, -x), ~i, (~keep).sum(-1)
+
+    x, i = torch.rand(7, 33), torch.randint(-100, 100, (7, 33))
+    _generated(sdk.explain(f, x, i, backend=backend))
+    compiled = torch.compile(f, backend=backend)
+    for got, want in zip(compiled(x, i), f(x, i)):
+        torch.testing.assert_close(got, want)
