@@ -11,6 +11,7 @@ from sdk.plugins.cuda_triton import pad_mm
 @pytest.fixture
 def pad_everything(monkeypatch):
     monkeypatch.setattr(pad_mm, "MIN_WORK", 0)
+    monkeypatch.setattr(pad_mm, "_tensor_cores", lambda dtype: dtype.is_floating_point)
 
 
 def test_padded_products_equal_the_plain_ones(pad_everything):
@@ -26,6 +27,22 @@ def test_padded_products_equal_the_plain_ones(pad_everything):
     torch.testing.assert_close(pad_mm.mm(x, w.t()), x @ w.t())
     t, y = torch.randn(21, 7).t(), torch.randn(21, 5)
     torch.testing.assert_close(pad_mm.mm(t, y), t @ y)
+
+
+def test_float32_is_padded_only_where_tf32_puts_it_on_tensor_cores(monkeypatch):
+    monkeypatch.setattr(pad_mm, "MIN_WORK", 0)
+    a, b = torch.randn(13, 7), torch.randn(7, 21)
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")  # CUDA cores: no gain from alignment
+        assert pad_mm.mm(a, b) is NotImplemented
+        torch.set_float32_matmul_precision("high")  # TF32
+        torch.testing.assert_close(pad_mm.mm(a, b), a @ b)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    x, y = torch.randn(13, 7, dtype=torch.bfloat16), torch.randn(7, 21, dtype=torch.bfloat16)
+    assert pad_mm.mm(x, y) is not NotImplemented  # half types always
+    assert pad_mm.mm(a.double(), b.double()) is NotImplemented
 
 
 def test_aligned_or_small_products_are_left_alone():
