@@ -708,12 +708,13 @@ def test_launch_path_and_repeated_calls():
 
 
 def test_narrow_column_reduction_takes_long_tiles():
-    """A column sum over few columns (few programs) loops in [16, 1024] tiles; wide ones keep
-    the [XBLOCK, RBLOCK] tile of 4096 elements."""
+    """A column sum over few columns (few programs) loops in [16, 1024] tiles; wide ones (a
+    vocabulary's bias gradient) in [32, 64] tiles."""
     from sdk.plugins.cuda_triton import heuristics
 
     narrow = heuristics.plan(768, [4096], False, outer=True)
     assert (narrow.mode, narrow.config) == ("looped", {"XBLOCK": 16, "RBLOCK": 1024,
                                                        "num_warps": 8})
-    wide = heuristics.plan(8192, [8192], False, outer=True)
-    assert wide.config == {"XBLOCK": 32, "RBLOCK": 128, "num_warps": 8}
+    for columns in (8192, 30522):
+        wide = heuristics.plan(columns, [4096], False, outer=True)
+        assert wide.config == {"XBLOCK": 32, "RBLOCK": 64, "num_warps": 8}, columns
