@@ -30,7 +30,7 @@ if not torch.cuda.is_available():
 # must not answer another's compile. tests/test_graph_cache.py turns the cache on.
 os.environ.setdefault("SDK_GRAPH_CACHE", "0")
 
-from sdk.core import pipeline
+from sdk.core import pipeline, program
 from sdk.core.adapters.torch_private import reset_dynamo
 from sdk.core.guards import Specializing
 from sdk.core.registry import ENTRY_POINT_GROUP, Registry, set_registry
@@ -153,6 +153,20 @@ def graph_reports() -> Iterable[list]:
     token = pipeline.collect_reports(sink)
     yield sink
     pipeline.stop_collecting(token)
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The graph name of every program built (lowering through codegen) in the test."""
+    made: list[str] = []
+    real = program.build_program
+
+    def counting(session, ctx, gm, specs):
+        made.append(ctx.graph_name)
+        return real(session, ctx, gm, specs)
+
+    monkeypatch.setattr(program, "build_program", counting)
+    return made
 
 
 @pytest.fixture

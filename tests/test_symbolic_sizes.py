@@ -15,24 +15,9 @@ import torch
 
 import sdk
 import sdk.ir
-from sdk.core import program
 from tests.plugins_under_test import PLUGINS, device_of
 
 pytestmark = pytest.mark.parametrize("plugin", PLUGINS)
-
-
-@pytest.fixture
-def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The graph name of every program built (lowering through codegen) in the test."""
-    made: list[str] = []
-    real = program.build_program
-
-    def counting(session, ctx, gm, specs):
-        made.append(ctx.graph_name)
-        return real(session, ctx, gm, specs)
-
-    monkeypatch.setattr(program, "build_program", counting)
-    return made
 
 
 def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -63,6 +63,6 @@ def sdk_compile_kernels(
 
     from . import render, toolchain
 
-    unit = render.translation_unit(toolchain.PRELUDE, sources)
+    unit = render.TARGET.unit(sources)
     lib = sdk.toolchain.load_library(toolchain.compile_library(unit, plugin_version=__version__))
     return sdk.clike.launchers(lib, sources)

@@ -27,7 +27,7 @@ import torch
 
 import sdk
 import sdk.clike
-from sdk.clike import Reducer
+from sdk.clike import Reducer, truth
 
 F32, F64, BOOL, I64 = torch.float32, torch.float64, torch.bool, torch.int64
 
@@ -76,10 +76,6 @@ def _float_or(float_code: Callable[..., str], int_code: Callable[..., str]) -> C
 def _pred_float(code: Callable[[str], str], otherwise: str) -> Callable[..., str]:
     """A predicate on floats; ``otherwise`` is its value on integers."""
     return lambda x, src, **_: code(x) if src.is_floating_point else otherwise
-
-
-def truth(x: str, src: torch.dtype) -> str:
-    return x if src == BOOL else f"({x} != 0)"
 
 
 def _helper(name: str) -> Callable[..., str]:

@@ -72,13 +72,13 @@ from .c import (
     HALF_HELPERS,
     TAKE_INDEX_ERROR,
 )
-from .emit import render
+from .emit import render, truth
 from .target import CXX, C, CTarget, OpCode, Reducer, Spelling, as_computed, wide
 
 __all__ = [
     "BF16_HELPERS", "CXX", "C_HALF", "C_INDEX_CHECKS", "C_PRELUDE", "C_TYPES", "HALF_HELPERS",
     "TAKE_INDEX_ERROR", "C", "CTarget", "OpCode", "Reducer", "Spelling", "as_computed",
-    "launchers", "render", "translation_unit", "wide",
+    "launchers", "render", "translation_unit", "truth", "wide",
 ]  # fmt: skip
 
 

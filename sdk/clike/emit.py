@@ -742,7 +742,7 @@ class _KernelRenderer:
         for red in si.reds:
             info = red.info
             if red.r.op in ("any", "all"):
-                v = _truth(em.value(red.r.value, None), self.t.compute(red.r.value.dtype))
+                v = truth(em.value(red.r.value, None), self.t.compute(red.r.value.dtype))
             else:
                 v = em.value(red.r.value, red.acc_dt)
             decls.append(f"{red.T} {red.acc} = {info.initial(red.acc_dt)};")
@@ -834,5 +834,6 @@ def render(target: CTarget, kernel: Kernel) -> sdk.KernelSource:
     return sdk.KernelSource(kernel.name, target.language, source, r.fn_name, meta=meta)
 
 
-def _truth(x: str, src: torch.dtype) -> str:
+def truth(x: str, src: torch.dtype) -> str:
+    """``x`` (of type ``src``) as a C truth value: itself for bool, else ``(x != 0)``."""
     return x if src == BOOL else f"({x} != 0)"
