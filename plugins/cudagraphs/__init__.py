@@ -37,7 +37,12 @@ saves) is handed out as the caller's input, or that view of it.
 
 A call with a CPU tensor among its inputs runs unrecorded (the next call may have none: an
 attention without dropout returns CPU seed tensors when run as it is, CUDA ones when
-recorded). A graph that cannot be recorded (an op that synchronizes with the host or
+recorded). The converse needs care: ATen's attention backward reads its RNG seed and offset
+through their pointers on the host unless a capture is under way, so a backward handed the
+CUDA seeds of a recorded forward may not run unrecorded as they are (the host would read
+device memory: a segfault). Wherever a graph has been given a CPU tensor before, an
+unrecorded run (and a recording's warm-up) gets a CPU copy of what it is given there; the
+recording itself reads the CUDA tensor, as a captured forward meant it to. A graph that cannot be recorded (an op that synchronizes with the host or
 copies from pageable memory) runs unrecorded, every call. Both say why in ``sdk.explain``.
 """
 
@@ -210,6 +215,7 @@ class CudaGraphed:
         self._own: set[int] = set()  # storages of this graph's recorded outputs
         self._index: int | None = None  # the device, from the first call's inputs
         self._layout_key = False  # key on every input's layout, not on its scalars alone
+        self._host: set[int] = set()  # input positions that have held a CPU tensor
         self.uncaptured: str | None = None  # why this graph runs unrecorded, once it does
 
     def __del__(self) -> None:
@@ -249,8 +255,15 @@ class CudaGraphed:
             (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype, a.device)
             if isinstance(a, torch.Tensor) else a for a in args)
 
+    def _eager(self, args: tuple[Any, ...] | list[Any]) -> Any:
+        """Run ``fn`` unrecorded, with host copies where it has been given host tensors."""
+        if self._host:
+            args = [a.cpu() if i in self._host and isinstance(a, torch.Tensor) and a.is_cuda
+                    else a for i, a in enumerate(args)]
+        return self.fn(*args)
+
     def _run(self, dev: _Device | None, args: tuple[Any, ...]) -> Any:
-        out = self.fn(*args)
+        out = self._eager(args)
         if dev is not None:
             self._ran(dev)
         return out
@@ -266,12 +279,13 @@ class CudaGraphed:
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and type(args[0]) is list:
             args = tuple(args[0])
+        host = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_cuda]
+        self._host.update(host)
         if self.uncaptured is not None:
-            return self.fn(*args)
+            return self._eager(args)
         if torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            return self.fn(*args)  # autograd state cannot live in a graph
-        host = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_cuda]
+            return self._eager(args)  # autograd state cannot live in a graph
         if self._index is None:
             on_device = [a for a in args if isinstance(a, torch.Tensor) and a.is_cuda]
             self._index = (on_device[0].get_device() if on_device
@@ -361,7 +375,7 @@ class CudaGraphed:
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: lazy compiles and allocator growth stay out
-                self.fn(*cap_args)
+                self._eager(cap_args)
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=dev.pool, capture_error_mode="thread_local"):

@@ -3,14 +3,16 @@
 # network): install the project, then
 #   1. tests/gpu (the reported crashes, models, fp32 and bf16 training) and the op,
 #      model, dynamic and mutation suites through cuda_triton on the GPU;
-#   2. compute-sanitizer memcheck over small graphs of each kernel shape;
-#   3. the OpInfo first-sample sweep, sdk:cuda_triton beside Inductor.
+#   2. the mode matrix (tests/gpu/test_mode_matrix.py): each model trained and run for
+#      inference in default, reduce-overhead and dynamic modes, fp32 and bf16, vs eager;
+#   3. compute-sanitizer memcheck over small graphs of each kernel shape;
+#   4. the OpInfo first-sample sweep, sdk:cuda_triton beside Inductor.
 # Writes logs under $OUT (or ./gpu-out) and prints a short summary last.
-#   STEPS="tests sanitize sweep" SWEEP_BUDGET=420 bash tests/gpu/run.sh
+#   STEPS="tests matrix sanitize sweep" SWEEP_BUDGET=420 bash tests/gpu/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-STEPS=${STEPS:-"tests sanitize sweep"}
+STEPS=${STEPS:-"tests matrix sanitize sweep"}
 export PYTHONUNBUFFERED=1
 python3 -m pip install --no-deps --no-build-isolation -q -e . >"$OUT/install.log" 2>&1 \
     || { cat "$OUT/install.log"; exit 1; }
@@ -23,10 +25,19 @@ fi
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 summary=()
 if [[ " $STEPS " == *" tests "* ]]; then
-    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 6 ${PYTEST_ARGS:-tests/gpu tests/test_ops.py tests/test_models.py tests/test_dynamic.py tests/test_mutation.py tests/test_pad_mm.py tests/test_layout.py tests/test_scatters.py tests/test_stage_reuse.py tests/test_softmax.py tests/test_recompute_cost.py tests/test_scheduler_incremental.py tests/test_runtime.py tests/test_cudagraphs_policy.py tests/test_symbolic_sizes.py tests/test_index_add_in_place.py} \
+    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 6 \
+        --ignore=tests/gpu/test_mode_matrix.py ${PYTEST_ARGS:-tests/gpu tests/test_ops.py tests/test_models.py tests/test_dynamic.py tests/test_mutation.py tests/test_pad_mm.py tests/test_layout.py tests/test_scatters.py tests/test_stage_reuse.py tests/test_softmax.py tests/test_recompute_cost.py tests/test_scheduler_incremental.py tests/test_runtime.py tests/test_cudagraphs_policy.py tests/test_symbolic_sizes.py tests/test_index_add_in_place.py} \
         >"$OUT/pytest.log" 2>&1
     summary+=("pytest: $(tail -1 "$OUT/pytest.log")")
     grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30
+fi
+if [[ " $STEPS " == *" matrix "* ]]; then
+    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 6 -rA \
+        tests/gpu/test_mode_matrix.py >"$OUT/matrix.log" 2>&1
+    summary+=("mode matrix: $(tail -1 "$OUT/matrix.log")")
+    # one line per case: model, mode, dtype, train/infer and PASSED/FAILED
+    grep -oE "^(PASSED|FAILED) tests/gpu/test_mode_matrix.py::test_mode_matrix\[[^]]*\]" \
+        "$OUT/matrix.log" | sed -E 's/tests.*\[(.*)\]/\1/' | sort -k2 | awk '{printf "  %-7s %s\n", $1, $2}' | head -60
 fi
 if [[ " $STEPS " == *" sanitize "* ]]; then
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --print-limit 20 \

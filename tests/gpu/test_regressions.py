@@ -9,6 +9,9 @@
    describes, and the wrapper asked for its strides.
 4. ``mode="reduce-overhead"`` with training: a graph that cannot be captured
    runs uncaptured and says why in ``sdk.explain``.
+5. ``mode="reduce-overhead"`` fp32 GPT-2 training with dropout segfaulted at the second
+   step (issue 24): the recorded forward handed its backward the attention's CUDA seed
+   tensors, and the backward's first call, run unrecorded, let ATen read them on the host.
 """
 
 from __future__ import annotations
@@ -146,3 +149,44 @@ def test_out_of_range_embedding_index_raises_on_gpu():
     assert p.returncode != 0 and p.returncode > 0, p.stderr[-2000:]  # raised, not a signal
     assert "assert" in p.stderr.lower(), p.stderr[-2000:]
 
+
+
+_RO_DROPOUT_STEP = """
+import sys, torch, transformers
+inside = sys.argv[2] == "inside"
+cfg = transformers.GPT2Config(n_layer=2, n_embd=256, n_head=4, n_positions=128,
+                              vocab_size=4096, bos_token_id=0, eos_token_id=0)
+torch.manual_seed(0)
+model = transformers.GPT2LMHeadModel(cfg).cuda().to(getattr(torch, sys.argv[1]))
+ids = torch.randint(0, 4096, (4, 128), device="cuda")
+
+def step(ids):
+    loss = model(input_ids=ids, labels=ids).loss
+    if inside:
+        loss.backward()
+        return loss.detach()
+    return loss
+
+f = torch.compile(step, backend="sdk:cuda_triton", mode="reduce-overhead")
+for i in range(6):
+    model.zero_grad(set_to_none=True)
+    loss = f(ids)
+    if not inside:
+        loss.backward()
+    torch.cuda.synchronize()
+    assert torch.isfinite(loss.detach()), (i, loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+print("ok", float(loss))
+"""
+
+
+@pytest.mark.parametrize("where", ["inside", "outside"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_reduce_overhead_training_with_dropout_does_not_crash(dtype, where):
+    """Repro 5, as reported: dropout on (the attention's RNG state crosses forward and
+    backward), ``loss.backward()`` inside the compiled function or after it; a child process,
+    so that a segfault fails this test and names itself instead of killing the worker."""
+    run = subprocess.run([sys.executable, "-c", _RO_DROPOUT_STEP, dtype, where],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-3000:])
