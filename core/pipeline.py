@@ -351,7 +351,8 @@ class _Hooks:
     def __getattr__(self, hook: str) -> Callable:
         caller = self._cache.get(hook)
         if caller is None:
-            caller = self._cache[hook] = self._naming(hook, self._reg.caller(hook, [self._plugin]))
+            caller = self._reg.caller(hook, [self._plugin])
+            caller = self._cache[hook] = self._naming(hook, caller)
         return caller
 
     def _naming(self, hook: str, caller: Callable) -> Callable:
@@ -419,7 +420,6 @@ class _RunTimeFallback:
             observe(self._reg, self._ctx, r.hook_faults, "sdk_on_fallback", op=f.op,
                     reason=reason)
         return out
-
 
 
 def _unboxed(args: tuple) -> list[Any]:

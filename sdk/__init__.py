@@ -64,7 +64,12 @@ def backend(name: str, **options: Any) -> Any:
 
 
 def list_plugins() -> list[dict[str, Any]]:
-    """Every discovered plugin: name, version, distribution, devices, kind, status."""
+    """Every discovered plugin: name, version, distribution, devices, kind, status.
+
+    status is "ok", "unavailable: <why and the fix>", or "faulty: <hooks that raised in this
+    process>" for a usable plugin whose observers or wrapper raised (compiles went on
+    without them; ``sdk.explain`` shows where).
+    """
     from sdk.core.registry import registry
 
     reg = registry()

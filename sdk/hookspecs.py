@@ -239,6 +239,8 @@ def sdk_wrap_compiled(ctx: CompileContext, compiled: Callable[..., Any]) -> Call
     ``inner = yield`` gives the (possibly already wrapped) callable, and what
     you return replaces it. The callable takes the graph's inputs (tensors
     and ints) as positional arguments and returns a tuple of outputs.
+    Several wrappers apply in the order of ``options["wrappers"]``, the first innermost; one
+    whose hook raises is left out (the fault is in the graph's report).
 
     :return: the callable to run. Stops at first non-None result.
 
