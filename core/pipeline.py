@@ -27,7 +27,7 @@ from . import options as opts
 from .adapters import torch_private as tp
 from .guards import Specializing, TensorSpec, size_bindings, spec_of
 from .ir.index import size_hints
-from .registry import Registry, registry
+from .registry import Registry, observe, registry, strict
 
 #: explain() collectors: every GraphReport compiled while one is active lands in it.
 _collectors: contextvars.ContextVar[tuple[list[GraphReport], ...]] = contextvars.ContextVar(
@@ -75,6 +75,8 @@ class Session:
         self.explicit_wrappers = "wrappers" in options
         self.debug = self.options["debug"] or config.env().debug
         self.hooks = _Hooks(reg, plugin)
+        #: why the plugin cannot compile this Dynamo graph at all (a preparation hook raised)
+        self.broken: str | None = None
         # read now: a backward graph compiles later, in autograd's thread
         self.sinks = _collectors.get()
 
@@ -113,8 +115,20 @@ class Session:
             forward=self._aten_compiler("forward", device),
             backward=self._aten_compiler("backward", device),
             inference=self._aten_compiler("inference", device),
-            decompositions=self.decompositions(ctx),
+            decompositions=self._table(ctx),
         )
+
+    def _table(self, ctx: CompileContext) -> dict[Any, Callable]:
+        """The decompositions; if the plugin's hooks for them raise, the core's defaults,
+        and every graph of the compile goes to the chain or ATen (the plugin may rely on
+        its decompositions); debug raises, ``fallback=False`` raises when a graph compiles."""
+        try:
+            return self.decompositions(ctx)
+        except HookFailed as exc:
+            if self.debug:
+                raise
+            self.broken = f"sdk:{ctx.plugin} failed: {exc}"
+            return tp.default_decompositions()
 
     def _aten_compiler(self, kind: str, device: str) -> Callable:
         def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
@@ -156,7 +170,7 @@ class Session:
         report.compile_seconds = time.perf_counter() - start
         for sink in self.sinks:
             sink.append(report)
-        self.registry.observers().sdk_on_graph_compiled(ctx=ctx, report=report)
+        observe(self.registry, ctx, report.hook_faults, "sdk_on_graph_compiled", report=report)
         return compiled
 
     def _symbolic(self, ctx: CompileContext, gm: torch.fx.GraphModule,
@@ -173,6 +187,9 @@ class Session:
         """
         if Capability.SYMBOLIC_SIZES not in self.info.capabilities:
             report.sizes = f"per shape: sdk:{self.info.name} does not declare SYMBOLIC_SIZES"
+            return None
+        if self.broken:
+            report.sizes = f"per shape: {self.broken}"
             return None
         try:
             # integers that are not sizes (an int argument Dynamo made dynamic, an offset
@@ -227,8 +244,10 @@ class Session:
             self._fill(report, ctx.plugin, part)
             self._announce(ctx, report)
             return fn
-        errors = []
+        errors = [self.broken] if self.broken else []
         for plugin in (ctx.plugin, *self.options["chain"]):
+            if plugin == ctx.plugin and self.broken:
+                continue
             session = self if plugin == ctx.plugin else self._chained(plugin)
             c = ctx if plugin == ctx.plugin else session.context(
                 ctx.graph_kind, ctx.graph_name, ctx.device_type)
@@ -269,6 +288,7 @@ class Session:
         report.plugin = plugin
         report.cache = part.cache
         report.wrapper = part.wrapper_source
+        report.hook_faults.extend(part.hook_faults)
 
     def _chained(self, plugin: str) -> Session:
         return Session(self.registry, plugin, None, {
@@ -277,7 +297,8 @@ class Session:
 
     def _announce(self, ctx: CompileContext, report: GraphReport) -> None:
         for f in report.fallbacks:
-            self.registry.observers().sdk_on_fallback(ctx=ctx, op=f.op, reason=f.reason)
+            observe(self.registry, ctx, report.hook_faults, "sdk_on_fallback", op=f.op,
+                    reason=f.reason)
 
     def _wrap(self, ctx: CompileContext, program: Callable, report: GraphReport) -> Callable:
         names = []
@@ -294,10 +315,31 @@ class Session:
                     + (why or f"it is not a wrapper plugin for {ctx.device_type}")
                     + "; drop it from options['wrappers']"
                 )
-        if not names:
+        for name in names:
+            program = self._wrap_with(name, ctx, program, report)
+        return program
+
+    def _wrap_with(self, name: str, ctx: CompileContext, program: Callable,
+                   report: GraphReport) -> Callable:
+        """``program`` wrapped by wrapper plugin ``name``; if its hook raises, unwrapped
+        (a wrapper changes how a graph runs, not what it computes), with the fault in the
+        report, unless strict mode asks for the error."""
+        try:
+            wrapped = self.registry.caller("sdk_wrap_compiled", [name])(ctx=ctx,
+                                                                         compiled=program)
+        except SDKError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a wrapper's fault is its own
+            report.hook_faults.append(self.registry.fault(name, "sdk_wrap_compiled", exc,
+                                                          strict(ctx)))
             return program
-        report.wrappers = tuple(names)
-        return self.registry.caller("sdk_wrap_compiled", names)(ctx=ctx, compiled=program)
+        report.wrappers += (name,)
+        return wrapped
+
+
+class HookFailed(RuntimeError):
+    """A compile hook of the codegen plugin raised: the compile falls back (chain, ATen),
+    with the plugin and the hook in the reason. The plugin's error is the ``__cause__``."""
 
 
 class _Hooks:
@@ -309,8 +351,24 @@ class _Hooks:
     def __getattr__(self, hook: str) -> Callable:
         caller = self._cache.get(hook)
         if caller is None:
-            caller = self._cache[hook] = self._reg.caller(hook, [self._plugin])
+            caller = self._reg.caller(hook, [self._plugin])
+            caller = self._cache[hook] = self._naming(hook, caller)
         return caller
+
+    def _naming(self, hook: str, caller: Callable) -> Callable:
+        """``caller``, whose errors say which plugin and hook raised (an SDKError is the
+        plugin saying so on purpose, and goes through as it is)."""
+
+        def call(**kwargs: Any) -> Any:
+            try:
+                return caller(**kwargs)
+            except SDKError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - named, then handled as before
+                raise HookFailed(f"sdk:{self._plugin} {hook} raised {type(exc).__name__}: "
+                                 f"{exc}") from exc
+
+        return call
 
 
 class _RunTimeFallback:
@@ -359,7 +417,8 @@ class _RunTimeFallback:
         r.fallbacks[:] = reports
         r.notes.append(reason)
         for f in reports:
-            self._reg.observers().sdk_on_fallback(ctx=self._ctx, op=f.op, reason=reason)
+            observe(self._reg, self._ctx, r.hook_faults, "sdk_on_fallback", op=f.op,
+                    reason=reason)
         return out
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.fx
 
 from sdk.plugin import CompileContext, KernelSource
-from sdk.report import ExternReport, FallbackReport, KernelReport
+from sdk.report import ExternReport, FallbackReport, HookFault, KernelReport
 
 from . import graph_cache
 from .adapters.torch_private import buffer_ops
@@ -37,6 +37,7 @@ from .lowering import (
     strides_of,
 )
 from .memory import plan_memory, step_reads, step_writes
+from .registry import observe
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 
 
@@ -53,6 +54,7 @@ class ProgramParts:
     decisions: list[Decision] = field(default_factory=list)
     wrapper_source: str = ""
     cache: str = ""  # GraphReport.cache
+    hook_faults: list[HookFault] = field(default_factory=list)  # observers that raised
 
 
 def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
@@ -131,9 +133,6 @@ def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: t
                                 "(its sdk_render_kernel returned None)")
         sources.append(src)
     fns = _compile(session, ctx, sources)
-    observers = session.registry.observers()
-    for src in sources:
-        observers.sdk_on_kernel_compiled(ctx=ctx, source=src)
 
     compiled = dict(zip((k.name for k in kernels), fns))
     wrapper = _codegen(L, program, compiled, outputs, layouts)
@@ -144,7 +143,14 @@ def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: t
         externs=L.externs, fallbacks=L.fallbacks, views=L.views,
         decisions=sched.decisions, wrapper_source=wrapper.source,
     )
+    _announce_kernels(session, ctx, sources, parts)
     return fn, parts, wrapper, sources, fns
+
+
+def _announce_kernels(session: Any, ctx: CompileContext, sources: list[KernelSource],
+                      parts: ProgramParts) -> None:
+    for src in sources:
+        observe(session.registry, ctx, parts.hook_faults, "sdk_on_kernel_compiled", source=src)
 
 
 def _touches(step: Kernel | ExternNode) -> set[str]:
@@ -269,9 +275,7 @@ def _from_cache(session: Any, ctx: CompileContext, key: str
         return None
     for note in doc["notes"]:
         ctx.note(note)
-    observers = session.registry.observers()
-    for src in sources:
-        observers.sdk_on_kernel_compiled(ctx=ctx, source=src)
+    _announce_kernels(session, ctx, sources, parts)
     return fn, parts
 
 

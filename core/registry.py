@@ -12,14 +12,21 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import pluggy
 
 from sdk import hookspecs
-from sdk.errors import PluginUnavailableError, UnknownPluginError
-from sdk.plugin import SUPPORTED_HOOK_APIS, PluginInfo, PluginKind
+from sdk.errors import (
+    PluginHookError,
+    PluginHookWarning,
+    PluginUnavailableError,
+    UnknownPluginError,
+)
+from sdk.plugin import SUPPORTED_HOOK_APIS, CompileContext, PluginInfo, PluginKind
+from sdk.report import HookFault
 
 from . import config
 
@@ -44,6 +51,8 @@ class PluginRecord:
     info: PluginInfo | None = None
     error: str | None = None  # why it is unavailable (load-time)
     traceback: str | None = None
+    #: hooks that raised since discovery and the first error of each (``sdk list``: faulty)
+    faults: dict[str, str] = field(default_factory=dict)
     _status: str | None = field(default=None, repr=False)
     _status_checked: bool = field(default=False, repr=False)
 
@@ -216,9 +225,67 @@ class Registry:
         remove = [p for n, p in self.pm.list_name_plugin() if n not in keep]
         return self.pm.subset_hook_caller(hook, remove_plugins=remove)
 
-    def observers(self) -> Any:
-        """The relay every available plugin observes: ``registry.observers().sdk_on_...``."""
-        return self.pm.hook
+    def notify(self, hook: str, strict: bool, **kwargs: Any) -> list[HookFault]:
+        """Call observer ``hook`` of every available plugin, each on its own.
+
+        pluggy stops a 1:N call at the first hookimpl that raises, so one plugin's broken
+        observer would take the compile, the user's call and the other observers down with
+        it. Here a raising observer is a fault of its plugin only (see :meth:`fault`).
+        """
+        faults = []
+        for name in self._observers(hook):
+            try:
+                self.caller(hook, [name])(**kwargs)
+            except Exception as exc:  # noqa: BLE001 - an observer must never break the rest
+                faults.append(self.fault(name, hook, exc, strict))
+        return faults
+
+    def fault(self, name: str, hook: str, exc: Exception, strict: bool) -> HookFault:
+        """Plugin ``name``'s ``hook`` raised ``exc`` and the SDK goes on without that hook.
+
+        The fault is returned (for the graph's report), remembered for ``sdk list`` and
+        warned about once per plugin and hook. ``strict`` (``fallback=False`` or debug,
+        where nothing may go wrong unseen) raises :class:`sdk.PluginHookError` instead.
+        """
+        rec = self.records[name]
+        fault = HookFault(name, hook, _one_line(exc))
+        first = hook not in rec.faults
+        rec.faults.setdefault(hook, fault.error)
+        if strict:
+            raise PluginHookError(
+                f"SDK plugin {name!r}: {hook} raised {fault.error}, and strict mode (options "
+                f"fallback=False or debug) is on; fix that hook in {rec.distribution}, or "
+                f"deny the plugin with SDK_PLUGINS_DENY={name}"
+            ) from exc
+        if first:
+            warnings.warn(
+                f"SDK plugin {name!r} ({rec.distribution} {rec.dist_version}): its {hook} "
+                f"raised {fault.error}; the SDK goes on without it and sdk.explain lists "
+                f"each time. Fix that hook, deny the plugin (SDK_PLUGINS_DENY={name}), or "
+                "silence this warning with warnings.filterwarnings('ignore', "
+                "category=sdk.PluginHookWarning)",
+                PluginHookWarning, stacklevel=3,
+            )
+        return fault
+
+    def _observers(self, hook: str) -> list[str]:
+        """The available plugins that implement ``hook``, in pluggy's call order."""
+        impls = reversed(getattr(self.pm.hook, hook).get_hookimpls())
+        names = dict.fromkeys(i.plugin_name for i in impls if i.plugin_name != _CORE)
+        return [n for n in names if self.status(n) is None]
+
+
+def observe(reg: Registry, ctx: CompileContext, faults: list[HookFault], hook: str,
+            **kwargs: Any) -> None:
+    """Call observer ``hook`` of every available plugin; the hooks that raised go to
+    ``faults`` (a graph's report), or raise in strict mode (``fallback=False`` or debug),
+    where nothing may go wrong unseen."""
+    faults.extend(reg.notify(hook, strict(ctx), ctx=ctx, **kwargs))
+
+
+def strict(ctx: CompileContext) -> bool:
+    """Strict mode: ``options["fallback"]`` off or debug on; a plugin's fault raises."""
+    return not ctx.options["fallback"] or ctx.options["debug"] or config.env().debug
 
 
 def _check_info(info: Any, ep_name: str) -> str | None:

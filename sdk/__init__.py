@@ -21,6 +21,8 @@ import pluggy
 from sdk.errors import (
     LoweringError,
     OptionError,
+    PluginHookError,
+    PluginHookWarning,
     PluginUnavailableError,
     SDKError,
     UnknownPluginError,
@@ -39,7 +41,7 @@ from sdk.plugin import (
     Support,
     Verdict,
 )
-from sdk.report import ExplainReport, FallbackReport, GraphReport, KernelReport
+from sdk.report import ExplainReport, FallbackReport, GraphReport, HookFault, KernelReport
 
 __version__ = "0.1.0"
 
@@ -62,13 +64,17 @@ def backend(name: str, **options: Any) -> Any:
 
 
 def list_plugins() -> list[dict[str, Any]]:
-    """Every discovered plugin: name, version, distribution, devices, kind, status."""
+    """Every discovered plugin: name, version, distribution, devices, kind, status.
+
+    status is "ok", "unavailable: <why and the fix>", or "faulty: <hooks that raised in this
+    process>" for a usable plugin whose observers or wrapper raised (compiles went on
+    without them; ``sdk.explain`` shows where).
+    """
     from sdk.core.registry import registry
 
     reg = registry()
     rows = []
     for key, rec in reg.records.items():
-        why = reg.status(key)
         info = rec.info
         rows.append({
             "name": rec.name,
@@ -76,14 +82,26 @@ def list_plugins() -> list[dict[str, Any]]:
             "distribution": f"{rec.distribution} {rec.dist_version}",
             "devices": ",".join(info.device_types) if info else "?",
             "kind": info.kind.value if info else "?",
-            "status": "ok" if why is None else f"unavailable: {why}",
+            "status": _status_text(rec.name, reg.status(key), rec.faults),
         })
     return rows
 
 
+def _status_text(name: str, why: str | None, faults: dict[str, str]) -> str:
+    """"ok", "unavailable: why", or "faulty: ..." for a usable plugin whose hooks raised in
+    this process (compiles go on without those hooks)."""
+    if why is not None:
+        return f"unavailable: {why}"
+    if not faults:
+        return "ok"
+    raised = "; ".join(f"{hook} raised {error}" for hook, error in faults.items())
+    return f"faulty: {raised}; fix those hooks, or deny it with SDK_PLUGINS_DENY={name}"
+
+
 __all__ = [
     "HOOK_API_VERSION", "Capability", "CompileContext", "ExplainReport", "FallbackReport",
-    "GraphReport", "KernelFn", "KernelReport", "KernelSource", "LoweringError", "OptionError",
-    "OptionSpec", "PluginInfo", "PluginKind", "PluginUnavailableError", "SDKError", "Support",
+    "GraphReport", "HookFault", "KernelFn", "KernelReport", "KernelSource", "LoweringError",
+    "OptionError", "OptionSpec", "PluginHookError", "PluginHookWarning", "PluginInfo",
+    "PluginKind", "PluginUnavailableError", "SDKError", "Support",
     "UnknownPluginError", "Verdict", "backend", "explain", "hookimpl", "list_plugins",
 ]

@@ -24,3 +24,11 @@ class OptionError(SDKError, ValueError):
 
 class LoweringError(SDKError):
     """An op could not be lowered and the fallback was switched off."""
+
+
+class PluginHookError(SDKError):
+    """A plugin's hook raised, and strict mode (``fallback=False`` or debug) is on."""
+
+
+class PluginHookWarning(UserWarning):
+    """A plugin's hook raised; the SDK went on without it (once per plugin and hook)."""

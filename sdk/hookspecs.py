@@ -15,7 +15,10 @@ Which plugins a hook reaches:
   the compile* only, so one vendor can never change another vendor's compile;
 * ``sdk_wrap_compiled`` reaches the wrapper plugins the compile asked for
   (``mode="reduce-overhead"`` or ``options={"wrappers": [...]}``);
-* observer hooks (``sdk_on_*``) reach every available plugin.
+* observer hooks (``sdk_on_*``) reach every available plugin, each plugin on its own: one
+  that raises is recorded in the graph's report (``hook_faults``) and warned about, and
+  neither the compile nor another plugin's observer notices (strict mode, ``fallback=False``
+  or ``debug=True``, raises :class:`sdk.PluginHookError` instead).
 
 Every hook receives only what it names; a hookimpl may take a subset of the
 arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2).
@@ -236,6 +239,8 @@ def sdk_wrap_compiled(ctx: CompileContext, compiled: Callable[..., Any]) -> Call
     ``inner = yield`` gives the (possibly already wrapped) callable, and what
     you return replaces it. The callable takes the graph's inputs (tensors
     and ints) as positional arguments and returns a tuple of outputs.
+    Several wrappers apply in the order of ``options["wrappers"]``, the first innermost; one
+    whose hook raises is left out (the fault is in the graph's report).
 
     :return: the callable to run. Stops at first non-None result.
 

@@ -45,6 +45,16 @@ class FallbackReport:
     node: str = ""
 
 
+@dataclass(frozen=True)
+class HookFault:
+    """A plugin's hook that raised while this graph compiled or ran; the SDK went on
+    without it (an observer's answer is lost, a wrapper's wrapping is not applied)."""
+
+    plugin: str
+    hook: str
+    error: str  # "ExceptionType: message"
+
+
 @dataclass
 class GraphReport:
     """One graph handed to the plugin: a forward, backward or inference graph."""
@@ -68,6 +78,8 @@ class GraphReport:
     #: sizes: "static"; "symbolic: s0, s1" (one program for every value of those sizes);
     #: or "per shape: <why not symbolic>" (a variant compiled for each concrete shape)
     sizes: str = "static"
+    #: hooks of any plugin that raised for this graph, in order
+    hook_faults: list[HookFault] = field(default_factory=list)
 
     @property
     def views(self) -> int:
@@ -97,6 +109,8 @@ class GraphReport:
             lines.append(f"  fallback {f.op} ({f.node}): {f.reason}")
         for note in self.notes:
             lines.append(f"  note: {note}")
+        for h in self.hook_faults:
+            lines.append(f"  hook fault: sdk:{h.plugin} {h.hook} raised {h.error}")
         for r in self.fusion_refusals:
             if r.reason.startswith("refused by"):  # the plugin's vetoes; the rest is noise
                 lines.append(f"  not fused {r.first} + {r.second}: {r.reason}")
@@ -122,9 +136,14 @@ class ExplainReport:
     def externs(self) -> list[ExternReport]:
         return [e for g in self.graphs for e in g.externs]
 
+    @property
+    def hook_faults(self) -> list[HookFault]:
+        return [h for g in self.graphs for h in g.hook_faults]
+
     def __str__(self) -> str:
         head = (
             f"{len(self.graphs)} graph(s), {len(self.kernels)} kernel(s), "
             f"{len(self.fallbacks)} fallback(s), {self.graph_breaks} graph break(s)"
+            + (f", {len(self.hook_faults)} hook fault(s)" if self.hook_faults else "")
         )
         return "\n".join([head, *(str(g) for g in self.graphs)])

@@ -1,0 +1,390 @@
+"""Fault injection: one plugin's hook raises, and everything else holds.
+
+A plugin ``faulty`` (cpu_cpp's code generator under another name, so it really compiles) gets
+one hook that raises, for every hook of ``sdk/hookspecs.py`` (read from the module: a hook
+added there without a case in :data:`CASES` fails :func:`test_fault_in_hook`), plus a plugin
+that fails to import and one whose kernels fail when run. Each time, beside it:
+
+* the healthy plugin (cpu_cpp) compiles the same kernels as without ``faulty`` installed, and
+  its results equal eager;
+* the fault lands where its contract says: the plugin unavailable (identity hooks, import),
+  its compile falling back to ATen with the plugin and hook in ``sdk.explain`` (compile
+  hooks, run time), or a hook fault in the report of the graph it was called for, a warning
+  and ``faulty`` in ``sdk.list_plugins()`` (observers, wrappers);
+* strict mode (``fallback=False``, or ``debug=True`` where an op must fall back) raises an
+  error naming the plugin and the hook.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import sdk
+from sdk import hookspecs
+
+HOOKS = sorted(
+    n for n, f in vars(hookspecs).items() if n.startswith("sdk_") and inspect.isfunction(f)
+)
+
+#: What every injected fault says, so a reason can be traced back to the injection.
+FAULT = "fault injected into"
+
+#: The faulty plugin: cpu_cpp's identity and code generator, under the name "faulty".
+HEAD = '''
+import dataclasses
+
+import sdk
+from sdk.plugins import cpu_cpp
+
+
+class InjectedFault(RuntimeError):
+    """What a faulty hook raises."""
+
+'''
+
+INFO = """
+@sdk.hookimpl
+def sdk_plugin_info():
+    return dataclasses.replace(cpu_cpp.sdk_plugin_info(), name="faulty", version="0.0.1",
+                               kind=sdk.PluginKind.{kind})
+"""
+
+#: cpu_cpp's codegen hooks, which ``faulty`` uses unless the fault is in one of them.
+CODEGEN = ("sdk_render_kernel", "sdk_compile_kernels")
+
+
+def faulty_source(hook: str | None, kind: str = "CODEGEN") -> str:
+    """The faulty plugin's module, with ``hook`` raising :data:`FAULT` (None: no fault)."""
+    parts = [HEAD]
+    parts += [f"{h} = cpu_cpp.{h}\n" for h in CODEGEN if h != hook]
+    if hook != "sdk_plugin_info":
+        parts.append(INFO.format(kind=kind))
+    if hook is not None:
+        params = ", ".join(inspect.signature(getattr(hookspecs, hook)).parameters)
+        wrapper = hook == "sdk_wrap_compiled"  # wrappers are generators: inner = yield
+        parts.append(
+            f"\n@sdk.hookimpl{'(wrapper=True)' if wrapper else ''}\n"
+            f"def {hook}({params}):\n"
+            f"    raise InjectedFault('{FAULT} sdk:faulty {hook}')\n"
+            + ("    yield\n" if wrapper else "")
+        )
+    return "".join(parts)
+
+
+@pytest.fixture
+def install(make_plugin, fake_dist, use_registry) -> Callable[..., object]:
+    """``install(source)``: a registry with the built-in plugins and ``faulty`` from
+    ``source``; ``install(None)``: the built-in plugins only. Returns the registry."""
+
+    def make(source: str | None):
+        if source is None:
+            return use_registry()
+        module = make_plugin(source, name="faulty", head=False)
+        return use_registry(fake_dist("acme-faulty", {"faulty": module}))
+
+    return make
+
+
+def fused(x):
+    """Pointwise ops and a reduction: every compile hook of the plugin is asked."""
+    return torch.relu(x * 2.0) + x.sum(-1, keepdim=True)
+
+
+def with_fallback(x):
+    """An op cpu_cpp has no lowering for (sdk_on_fallback is called for it)."""
+    return torch.digamma(x) * 2.0 + 1.0
+
+
+def _x() -> torch.Tensor:
+    return torch.rand(8, 33) + 0.5  # > 0: digamma is finite
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and its causes (torch.compile wraps a backend's error)."""
+    out: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and e not in out:
+        out.append(e)
+        e = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__
+    return out
+
+
+def _strict_error(fn, backend, hook: str) -> BaseException:
+    """The SDK error naming ``faulty`` and ``hook`` that compiling ``fn`` raises."""
+    with pytest.raises(Exception) as info:  # the chain is checked below
+        torch.compile(fn, backend=backend)(_x())
+    chain = _chain(info.value)
+    named = [
+        e
+        for e in chain
+        if isinstance(e, sdk.SDKError)
+        and "faulty" in str(e)
+        and f"{hook} raised" in str(e)
+        and FAULT in str(e)
+    ]
+    assert named, f"no SDK error naming sdk:faulty and {hook}: {chain}"
+    return named[0]
+
+
+def _healthy(fn, baseline: sdk.ExplainReport | None = None) -> sdk.ExplainReport:
+    """cpu_cpp compiles ``fn`` (the kernels of ``baseline``, if given) and equals eager."""
+    x = _x()
+    torch.testing.assert_close(torch.compile(fn, backend="sdk:cpu_cpp")(x), fn(x))
+    report = sdk.explain(fn, _x(), backend="sdk:cpu_cpp")
+    assert [g.plugin for g in report.graphs] == ["cpu_cpp"], str(report)
+    assert report.kernels, str(report)
+    if baseline is not None:
+        assert [k.ops for k in report.kernels] == [k.ops for k in baseline.kernels], (
+            f"cpu_cpp's kernels changed:\n{report}\nwithout the faulty plugin:\n{baseline}"
+        )
+        assert [f.op for f in report.fallbacks] == [f.op for f in baseline.fallbacks]
+    return report
+
+
+def _status(name: str) -> str:
+    return {r["name"]: r for r in sdk.list_plugins()}[name]["status"]
+
+
+# -- the contracts ----------------------------------------------------------------------
+
+
+def identity_fault(install, hook: str) -> None:
+    """The plugin is unavailable, says which hook raised, and asking for it raises."""
+    reg = install(faulty_source(hook))
+    assert f"{hook} raised" in reg.status("faulty") and FAULT in reg.status("faulty")
+    assert _status("faulty").startswith("unavailable: ")
+    with pytest.raises(sdk.PluginUnavailableError, match=f"'faulty'.*{hook}"):
+        sdk.backend("faulty")
+    _healthy(fused)
+
+
+def compile_fault(install, hook: str) -> None:
+    """The faulty plugin's graph runs through ATen, the reason names plugin and hook, and
+    ``fallback=False`` raises an SDKError that names them."""
+    install(faulty_source(hook))
+    x = _x()
+    torch.testing.assert_close(torch.compile(fused, backend=sdk.backend("faulty"))(x), fused(x))
+    report = sdk.explain(fused, _x(), backend=sdk.backend("faulty"))
+    assert not report.kernels and report.fallbacks, str(report)
+    assert all(
+        f"sdk:faulty {hook} raised" in f.reason and FAULT in f.reason for f in report.fallbacks
+    ), str(report)
+    _strict_error(fused, sdk.backend("faulty", fallback=False), hook)
+    _healthy(fused)
+    assert _status("faulty") == "ok"  # its compile fell back; nothing to list
+
+
+def cache_key_fault(install, hook: str, monkeypatch, tmp_path) -> None:
+    """sdk_cache_key is asked only with the whole-graph cache on."""
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    compile_fault(install, hook)
+
+
+def wrapper_fault(install, hook: str) -> None:
+    """A wrapper whose hook raises leaves the graph unwrapped, with the fault in its report."""
+    install(faulty_source(hook, kind="WRAPPER"))
+    backend = sdk.backend("cpu_cpp", wrappers=("faulty",))
+    with pytest.warns(sdk.PluginHookWarning, match=f"'faulty'.*{hook}.*SDK_PLUGINS_DENY"):
+        report = sdk.explain(fused, _x(), backend=backend)
+    assert report.kernels and not report.fallbacks, str(report)
+    assert [g.wrappers for g in report.graphs] == [()], str(report)
+    _check_faults(report, hook)
+    x = _x()
+    torch.testing.assert_close(torch.compile(fused, backend=backend)(x), fused(x))
+    _strict_error(fused, sdk.backend("cpu_cpp", wrappers=("faulty",), fallback=False), hook)
+    _healthy(fused)
+
+
+def observer_fault(install, hook: str) -> None:
+    """cpu_cpp's compile is untouched; the fault is in the report, warned once, listed."""
+    fn = with_fallback if hook == "sdk_on_fallback" else fused
+    install(None)
+    baseline = sdk.explain(fn, _x(), backend="sdk:cpu_cpp")
+    assert baseline.kernels, str(baseline)
+    if hook == "sdk_on_fallback":
+        assert baseline.fallbacks, f"pick an op cpu_cpp falls back on:\n{baseline}"
+    install(faulty_source(hook))
+    with pytest.warns(sdk.PluginHookWarning, match=f"'faulty'.*{hook}.*SDK_PLUGINS_DENY"):
+        report = sdk.explain(fn, _x(), backend="sdk:cpu_cpp")
+    _check_faults(report, hook)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _healthy(fn, baseline)  # compiles again: the warning is not repeated
+    assert not [w for w in seen if issubclass(w.category, sdk.PluginHookWarning)]
+    status = _status("faulty")
+    assert status.startswith("faulty: ") and hook in status and FAULT in status, status
+    # debug: an op still falls back (fallback=False would refuse it before any observer)
+    strict = sdk.backend(
+        "cpu_cpp", **({"debug": True} if hook == "sdk_on_fallback" else {"fallback": False})
+    )
+    error = _strict_error(fn, strict, hook)
+    assert isinstance(error, sdk.PluginHookError), error
+
+
+def _check_faults(report: sdk.ExplainReport, hook: str) -> None:
+    assert report.hook_faults, str(report)
+    for f in report.hook_faults:
+        assert (f.plugin, f.hook) == ("faulty", hook) and "InjectedFault" in f.error, f
+        assert FAULT in f.error
+    assert f"hook fault: sdk:faulty {hook} raised InjectedFault" in str(report), str(report)
+
+
+IDENTITY = ("sdk_plugin_info", "sdk_plugin_status")
+COMPILE = (
+    "sdk_decompositions",
+    "sdk_keep_ops",
+    "sdk_op_support",
+    "sdk_lower_op",
+    "sdk_can_fuse",
+    "sdk_render_kernel",
+    "sdk_compile_kernels",
+)
+OBSERVERS = ("sdk_on_graph_compiled", "sdk_on_kernel_compiled", "sdk_on_fallback")
+#: hook -> the check of its contract
+CASES: dict[str, Callable[..., None]] = {
+    **dict.fromkeys(IDENTITY, identity_fault),
+    **dict.fromkeys(COMPILE, compile_fault),
+    "sdk_cache_key": cache_key_fault,
+    "sdk_wrap_compiled": wrapper_fault,
+    **dict.fromkeys(OBSERVERS, observer_fault),
+}
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_fault_in_hook(hook, install, monkeypatch, tmp_path, seeded):
+    assert hook in CASES, (
+        f"{hook} is in sdk/hookspecs.py but has no fault case: add its "
+        "contract to CASES in tests/reliability/test_plugin_faults.py"
+    )
+    check = CASES[hook]
+    extra = {"monkeypatch": monkeypatch, "tmp_path": tmp_path}
+    wanted = inspect.signature(check).parameters
+    check(install, hook, **{k: v for k, v in extra.items() if k in wanted})
+
+
+# -- outside the hooks: import and run time -------------------------------------------
+
+
+def test_fault_at_import(install, seeded):
+    reg = install(f"raise RuntimeError('{FAULT} the import of sdk:faulty')\n")
+    assert "import failed" in reg.status("faulty") and FAULT in reg.status("faulty")
+    assert _status("faulty").startswith("unavailable: import failed")
+    with pytest.raises(sdk.PluginUnavailableError, match="'faulty'.*import failed"):
+        sdk.backend("faulty")
+    _healthy(fused)
+
+
+#: The faulty plugin's kernels build, and raise when run.
+RUN_TIME = """
+@sdk.hookimpl
+def sdk_compile_kernels(ctx, sources):
+    built = cpu_cpp.sdk_compile_kernels(ctx=ctx, sources=sources)
+
+    def run(*buffers):
+        raise InjectedFault("fault injected into a kernel of sdk:faulty, run")
+
+    return [run for _ in built]
+"""
+
+
+def test_fault_at_run_time(install, seeded):
+    """The graph gives way to ATen on its first call and says so; fallback=False raises the
+    kernel's error."""
+    install(
+        faulty_source(None).replace("sdk_compile_kernels = cpu_cpp.sdk_compile_kernels\n", "")
+        + RUN_TIME
+    )
+    x = _x()
+    torch.testing.assert_close(torch.compile(fused, backend=sdk.backend("faulty"))(x), fused(x))
+    report = sdk.explain(fused, _x(), backend=sdk.backend("faulty"))
+    assert report.fallbacks and all(
+        "raised when run" in f.reason and FAULT in f.reason for f in report.fallbacks
+    ), str(report)
+    with pytest.raises(RuntimeError, match=f"{FAULT} a kernel of sdk:faulty"):
+        torch.compile(fused, backend=sdk.backend("faulty", fallback=False))(_x())
+    _healthy(fused)
+
+
+def test_observer_fault_during_run_time_fallback_leaves_the_call_alone(
+    make_plugin, fake_dist, use_registry, seeded
+):
+    """sdk_on_fallback is also called when a graph gives way to ATen during the user's
+    call: a raising observer there must not make that call raise."""
+    running = make_plugin(
+        faulty_source(None).replace("sdk_compile_kernels = cpu_cpp.sdk_compile_kernels\n", "")
+        + RUN_TIME,
+        name="faulty",
+        head=False,
+    )
+    observer = make_plugin(
+        """
+        @sdk.hookimpl
+        def sdk_on_fallback(ctx, op, reason):
+            raise RuntimeError("fault injected into sdk:observer sdk_on_fallback")
+    """,
+        name="observer",
+    )
+    use_registry(fake_dist("acme-faulty", {"faulty": running, "observer": observer}))
+    x = _x()
+    with pytest.warns(sdk.PluginHookWarning, match="'observer'.*sdk_on_fallback"):
+        out = torch.compile(fused, backend=sdk.backend("faulty"))(x)
+    torch.testing.assert_close(out, fused(x))
+
+
+def test_observers_of_unavailable_plugins_are_not_called(
+    make_plugin, fake_dist, use_registry, seeded
+):
+    """A plugin whose status says it cannot run here is not called at all, observers
+    included."""
+    module = make_plugin(
+        """
+        SEEN = []
+
+        @sdk.hookimpl
+        def sdk_plugin_status():
+            return "needs the acme driver; install it"
+
+        @sdk.hookimpl
+        def sdk_on_graph_compiled(ctx, report):
+            SEEN.append(report.name)
+
+        @sdk.hookimpl
+        def sdk_on_kernel_compiled(ctx, source):
+            SEEN.append(source.name)
+    """,
+        name="absent",
+    )
+    reg = use_registry(fake_dist("acme-absent", {"absent": module}))
+    assert reg.status("absent") == "needs the acme driver; install it"
+    _healthy(fused)
+    assert sys.modules[module].SEEN == []
+
+
+def test_one_faulty_observer_leaves_the_others_called(make_plugin, fake_dist, use_registry, seeded):
+    """pluggy stops a 1:N call at the first raising hookimpl; each plugin is called alone."""
+    watcher = make_plugin(
+        """
+        SEEN = []
+
+        @sdk.hookimpl
+        def sdk_on_graph_compiled(ctx, report):
+            SEEN.append(report.kind)
+    """,
+        name="watcher",
+    )
+    # registered after the watcher, so pluggy (last in, first called) calls it first
+    broken = make_plugin(faulty_source("sdk_on_graph_compiled"), name="faulty", head=False)
+    use_registry(
+        fake_dist("acme-watcher", {"watcher": watcher}),
+        fake_dist("acme-faulty", {"faulty": broken}),
+    )
+    with pytest.warns(sdk.PluginHookWarning):
+        _healthy(fused)
+    assert sys.modules[watcher].SEEN == ["inference", "inference"]
