@@ -106,6 +106,15 @@ class Support:
         return cls(False, reason)
 
 
+def environment_variable(name: str) -> str | None:
+    """The environment variable ``name`` now, or None when unset: a plugin's own switches
+    (``TRITON_INTERPRET``, a compiler path) read through the SDK's one reader of the
+    environment, ``sdk.core.config``."""
+    from sdk.core import config
+
+    return config.variable(name)
+
+
 #: Answer of ``sdk_can_fuse``; same shape as :class:`Support`.
 Verdict = Support
 

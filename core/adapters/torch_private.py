@@ -18,6 +18,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: F401 (the SDK's pytree)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -442,3 +443,11 @@ def size_hint_of(x: Any) -> int | None:
         hint = x.node.hint
         return None if hint is None else int(hint)
     return int(x)
+
+
+def opinfo_db() -> list[Any]:
+    """torch's OpInfo database (``torch.testing._internal``), which the conformance suite
+    sweeps. Importing it needs ``expecttest``; an ImportError says what is missing."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db
