@@ -6,8 +6,9 @@ both end here. An unknown option or mode raises and lists the known ones.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from sdk.errors import OptionError
 from sdk.plugin import Capability, OptionSpec, PluginInfo, PluginKind

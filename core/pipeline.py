@@ -14,7 +14,8 @@ import contextvars
 import itertools
 import logging
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import pluggy
 

@@ -23,7 +23,8 @@ arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (vers
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 

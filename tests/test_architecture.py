@@ -156,8 +156,8 @@ def _plugin_imports(node: ast.AST, rel: str) -> list[str]:
         elif mod[:2] == ["sdk", "core"] or full[:2] == ["sdk", "core"]:
             bad.append(f"imports {'.'.join(full)}: sdk.core is not public API")
         elif (
-            mod[:2] == ["sdk", "plugins"]
-            and mod[:3] != own
+            (mod[:2] == ["sdk", "plugins"]
+            and mod[:3] != own)
             or (full[:2] == ["sdk", "plugins"] and len(full) > 2 and full[:3] != own)
         ):
             bad.append(f"imports {'.'.join(full)}: another plugin's internals")

@@ -331,7 +331,7 @@ def non_size_symbols(values: Sequence[Any]) -> dict[str, int]:
         node = x.node
         env = getattr(node, "shape_env", None)
         for sym in node.expr.free_symbols:
-            if sym.is_integer and sym.is_positive or sym.name in out:
+            if (sym.is_integer and sym.is_positive) or sym.name in out:
                 continue
             values = None if env is None else (  # renamed in torch 2.13
                 env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val)
