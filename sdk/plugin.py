@@ -36,7 +36,9 @@ class Capability(str, enum.Enum):
     MULTI_STAGE = "multi_stage"  # a kernel may hold several reduction stages per row
     INDIRECT_LOADS = "indirect_loads"  # loads through a computed index (gather, embedding)
     RANDOM = "random"  # renders the counter-based RNG ops
-    GRAPH_CAPTURE = "graph_capture"  # wrapper: replays whole graphs (CUDA graphs)
+    # wrapper: replays whole graphs (CUDA graphs); mode="reduce-overhead" (and
+    # "max-autotune") applies every available wrapper that declares it
+    GRAPH_CAPTURE = "graph_capture"
     # a later stage of a kernel may load, at the same outer point, what an earlier one
     # stored there (one thread runs a row's stages in order: true in C++, not in Triton)
     STORE_THEN_LOAD = "store_then_load"
