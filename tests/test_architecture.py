@@ -155,11 +155,7 @@ def _plugin_imports(node: ast.AST, rel: str) -> list[str]:
             bad.append(f"imports {'.'.join(mod)} by its source path; import sdk")
         elif mod[:2] == ["sdk", "core"] or full[:2] == ["sdk", "core"]:
             bad.append(f"imports {'.'.join(full)}: sdk.core is not public API")
-        elif (
-            (mod[:2] == ["sdk", "plugins"]
-            and mod[:3] != own)
-            or (full[:2] == ["sdk", "plugins"] and len(full) > 2 and full[:3] != own)
-        ):
+        elif full[:2] == ["sdk", "plugins"] and len(full) > 2 and full[:3] != own:
             bad.append(f"imports {'.'.join(full)}: another plugin's internals")
         elif mod[:1] == ["sdk"] and any(_private(p) for p in full):
             bad.append(f"imports {'.'.join(full)}: an underscore name is not public API")

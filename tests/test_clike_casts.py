@@ -38,7 +38,7 @@ def _casts(target: sdk.clike.CTarget, language: str) -> dict[torch.dtype, object
     """One scalar function per dtype, ``<int> cast_<dtype>(float x)``, built from
     ``target``'s ``cast`` op (scalar: no vector conversion can saturate instead)."""
     cast = target.op("cast")
-    head = '#include <stdint.h>\n' + ('extern "C" {\n' if language == "c++" else "")
+    head = "#include <stdint.h>\n" + ('extern "C" {\n' if language == "c++" else "")
     body = "".join(
         f"{target.ctype(dt)} cast_{str(dt)[6:]}(float x) "
         f"{{ return {cast('x', dtype=dt, src=torch.float32)}; }}\n"
@@ -79,8 +79,10 @@ def test_in_range_casts_agree_with_torch(built, dtype):
         assert tuple(built[target][dtype](v) for v in VALUES[:3]) == IN_RANGE[dtype], target
 
 
-@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
-                    reason="out-of-range float -> int conversion is undefined; x86-64 values")
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "AMD64"),
+    reason="out-of-range float -> int conversion is undefined; x86-64 values",
+)
 @pytest.mark.parametrize("dtype", list(CTYPES), ids=str)
 def test_out_of_range_and_nan_casts_differ_between_the_tables(built, dtype):
     cpp = tuple(built["cpu_cpp"][dtype](v) for v in VALUES[3:])
