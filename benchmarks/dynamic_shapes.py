@@ -171,8 +171,8 @@ def main() -> None:
                     times[k].append(time_call(f, args, dev, reps))
             med = {k: statistics.median(v) for k, v in times.items()}
             split = {k: device_and_host(fns[k], args, dev) for k in ("sdk_symbolic", "sdk_static")}
-            row["steady"].append({"n": n, "shape": [list(t.shape) for t in args
-                                                    if isinstance(t, torch.Tensor)][0], **{k: round(v, 4) for k, v in med.items()},
+            row["steady"].append({"n": n, "shape": next(list(t.shape) for t in args
+                                                    if isinstance(t, torch.Tensor)), **{k: round(v, 4) for k, v in med.items()},
                                   "symbolic_over_static": round(med["sdk_symbolic"]
                                                                 / med["sdk_static"], 3),
                                   "device_ms": {k: v[0] for k, v in split.items()},
@@ -184,7 +184,7 @@ def main() -> None:
             dv, ho = s["device_ms"], s["host_ms"]
             dev_txt = (f"; device {dv['sdk_symbolic']:.4f} vs {dv['sdk_static']:.4f} ms"
                        if dv["sdk_symbolic"] is not None else "")
-            print(f"  {str(s['shape']):>12}: symbolic {s['sdk_symbolic']:.4f} ms, static "
+            print(f"  {s['shape']!s:>12}: symbolic {s['sdk_symbolic']:.4f} ms, static "
                   f"{s['sdk_static']:.4f} ms (x{s['symbolic_over_static']}), inductor dynamic "
                   f"{s['inductor_dynamic']:.4f} ms, eager {s['eager']:.4f} ms{dev_txt}; host "
                   f"{ho['sdk_symbolic']:.4f} vs {ho['sdk_static']:.4f} ms")

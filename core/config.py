@@ -1,8 +1,16 @@
-"""Every environment variable the SDK reads, read in this one place."""
+"""Every environment variable the SDK reads, read in this one place.
+
+The core's own variables are the typed fields of :class:`Env`. The public layer and plugins
+read theirs (a compiler path, a vendor's switch) through :func:`variable`, and set them for a
+block through :func:`overridden`, so that no other module touches ``os.environ``
+(``tests/test_architecture.py`` holds the tree to that).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -39,3 +47,30 @@ def env() -> Env:
         xdg_cache_home=e.get("XDG_CACHE_HOME") or None,
         graph_cache=e.get("SDK_GRAPH_CACHE", "1") not in ("0", "false", "False", "off"),
     )
+
+
+def variable(name: str) -> str | None:
+    """The environment variable ``name`` now, or None when unset."""
+    return os.environ.get(name)
+
+
+def set_variables(**values: str | None) -> dict[str, str | None]:
+    """Set (None: unset) environment variables; returns their previous values, which
+    ``set_variables(**previous)`` restores."""
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    return old
+
+
+@contextlib.contextmanager
+def overridden(**values: str | None) -> Iterator[None]:
+    """Set environment variables for the block (the SDK reads them when it needs them)."""
+    old = set_variables(**values)
+    try:
+        yield
+    finally:
+        set_variables(**old)

@@ -8,7 +8,8 @@ of every single op a plugin cannot generate. Each op run this way is recorded
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch.fx
 

@@ -140,7 +140,7 @@ class Encoder:
             return {"t": "device", "v": str(x)}
         if isinstance(x, (torch.memory_format, torch.layout)):
             return {"t": type(x).__name__, "v": str(x).removeprefix("torch.")}
-        if isinstance(x, torch._ops.OpOverload):
+        if isinstance(x, tp.OpOverload):
             return {"t": "op", "v": f"{x.namespace}.{x._opname}.{x._overloadname}"}
         if isinstance(x, torch.Tensor):
             return self.tensor(x)

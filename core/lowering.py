@@ -29,6 +29,7 @@ from sdk.report import ExternReport, FallbackReport
 
 from .adapters.torch_private import OpOverloadPacket, aten, prims, sym_size
 from .fallback import op_name
+from .ir.expr import PREDICATES as _PRED
 from .ir.expr import Const, Expr, IndexValue, Load, Op, subs_index
 from .ir.graph import (
     ComputedView,
@@ -871,8 +872,6 @@ def elementwise(L: Lowerer, name: str, *xs: Any, compute: torch.dtype | None = N
 
     return L.pointwise(sizes, dtype, body)
 
-
-from .ir.expr import PREDICATES as _PRED
 
 # ---------------------------------------------------------------------------
 # elementwise

@@ -6,11 +6,12 @@ both end here. An unknown option or mode raises and lists the known ones.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 from sdk.errors import OptionError
-from sdk.plugin import OptionSpec, PluginInfo
+from sdk.plugin import Capability, OptionSpec, PluginInfo, PluginKind
 
 CORE_OPTIONS: dict[str, OptionSpec] = {
     "fallback": OptionSpec(
@@ -34,11 +35,12 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
     ),
 }
 
-#: torch.compile modes and the options each stands for.
+#: torch.compile modes and the options each stands for. A capability among the wrappers stands
+#: for every wrapper plugin that declares it (see :func:`wrapper_names`).
 MODES: dict[str, dict[str, Any]] = {
     "default": {},
-    "reduce-overhead": {"wrappers": ("cudagraphs",)},
-    "max-autotune": {"autotune": True, "wrappers": ("cudagraphs",)},
+    "reduce-overhead": {"wrappers": (Capability.GRAPH_CAPTURE,)},
+    "max-autotune": {"autotune": True, "wrappers": (Capability.GRAPH_CAPTURE,)},
     "max-autotune-no-cudagraphs": {"autotune": True},
 }
 
@@ -81,6 +83,21 @@ def resolve(
     for key in ("wrappers", "chain"):
         merged[key] = tuple(merged[key])
     return MappingProxyType(merged)
+
+
+def wrapper_names(wrappers: tuple[Any, ...], records: Mapping[str, Any]) -> list[str]:
+    """The plugin names ``options["wrappers"]`` asks for: a name stands for itself; a
+    :class:`Capability` (what a mode asks for: the core names no plugin) for every wrapper
+    plugin that declares it, in name order."""
+    names = []
+    for entry in wrappers:
+        if isinstance(entry, Capability):
+            names += sorted(name for name, rec in records.items() if rec.info is not None
+                            and rec.info.kind == PluginKind.WRAPPER
+                            and entry in rec.info.capabilities)
+        else:
+            names.append(entry)
+    return names
 
 
 def _type_name(t: type | tuple[type, ...]) -> str:

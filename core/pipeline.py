@@ -14,7 +14,8 @@ import contextvars
 import itertools
 import logging
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -302,7 +303,7 @@ class Session:
 
     def _wrap(self, ctx: CompileContext, program: Callable, report: GraphReport) -> Callable:
         names = []
-        for name in self.options["wrappers"]:
+        for name in opts.wrapper_names(self.options["wrappers"], self.registry.records):
             rec = self.registry.record(name) if name in self.registry.records else None
             why = self.registry.status(name) if rec else "not installed"
             fits = rec is not None and why is None and rec.info.kind == PluginKind.WRAPPER \

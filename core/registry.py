@@ -13,8 +13,9 @@ import sys
 import threading
 import traceback
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import pluggy
 

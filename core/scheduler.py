@@ -844,7 +844,7 @@ class _Builder:
         Only where the output's dtype holds the value exactly (no extra rounding).
         """
         levels = sorted(inner)
-        for prev, nxt in zip(levels, levels[1:]):
+        for prev, nxt in itertools.pairwise(levels):
             a, b = inner[prev], inner[nxt]
             computed = {e for r in a.reductions for e in walk([r.value])}
             written = [st.buffer for stage in inner.values() for st in stage.stores]
@@ -862,7 +862,9 @@ class _Builder:
                 a.stores.append(Store(store.buffer, store.index, best))
                 back = Load(store.buffer, at, best.dtype)
                 b.stores[i] = Store(store.buffer, store.index,
-                                    rewrite(store.value, lambda e: back if e == best else None))
+                                    rewrite(store.value,
+                                            lambda e, back=back, best=best:
+                                            back if e == best else None))
 
 
 _EXPENSIVE = frozenset({

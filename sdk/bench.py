@@ -63,6 +63,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sdk.core import config
+
 #: Set at the top of :func:`main`, before anything compiles.
 _CACHE_ENV = ("SDK_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
@@ -80,7 +82,7 @@ def _fresh_cache_dirs() -> dict[str, str]:
     dirs = {}
     for var in _CACHE_ENV:
         d = tempfile.mkdtemp(prefix=f"sdk-bench-{var.split('_')[0].lower()}-")  # mode 0o700
-        os.environ[var] = d
+        config.set_variables(**{var: d})
         dirs[var] = d
         _TEMP_DIRS.append(d)
     return dirs
@@ -746,7 +748,7 @@ def _machine_info(dev: Any, plugin: str) -> dict[str, Any]:
         "device": dev.type,
         "cpu": _cpu_name(),
         "torch_threads": torch.get_num_threads(),
-        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS"),
+        "omp_num_threads_env": config.variable("OMP_NUM_THREADS"),
         "cpu_count": os.cpu_count(),
         "load_average_at_start": _loadavg(),
     }

@@ -60,9 +60,9 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _cmd_conformance(args: argparse.Namespace) -> int:
-    import os
-
     import pytest
+
+    from sdk.core import config
 
     argv = [f"--sdk-plugin={n}" for n in args.plugins]
     argv += [f"--sdk-compare={args.compare}", f"--sdk-opinfo={args.opinfo}", "-q",
@@ -73,7 +73,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
              "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if args.device:
         argv.append(f"--sdk-device={args.device}")
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+    if config.variable("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         argv += ["-p", "sdk.conformance.pytest_plugin"]
     return int(pytest.main(argv + list(args.pytest_args)))
 

@@ -247,8 +247,10 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
               "the numbers above cover the forward and inference graphs only")
 
     if steps > 0:
-        train_c = lambda: _train_step(m, compiled, inputs)
-        train_e = lambda: _train_step(m, m, inputs)
+        def train_c():
+            return _train_step(m, compiled, inputs)
+        def train_e():
+            return _train_step(m, m, inputs)
         for fn in (train_c, train_e):
             fn()  # one warm-up step each
         ms_c = _median_ms(train_c, steps, sync)

@@ -26,15 +26,15 @@ arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (vers
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
-    import torch
     from torch.fx import Node
 
-    from sdk.ir import FusionGroup, Kernel, LoweringBuilder, TensorValue
+    from sdk.ir import FusionGroup, Kernel, LoweringBuilder, OpOverload, TensorValue
     from sdk.plugin import CompileContext, KernelFn, KernelSource, PluginInfo, Support, Verdict
 
 PROJECT = "sdk"
@@ -86,7 +86,7 @@ def sdk_plugin_status() -> str | None:
 @hookspec
 def sdk_decompositions(
     ctx: CompileContext,
-) -> Mapping[torch._ops.OpOverload, Callable[..., Any]] | None:
+) -> Mapping[OpOverload, Callable[..., Any]] | None:
     """Add decompositions to the core's default table.
 
     Called once per compile before AOTAutograd traces the graph. The table used
@@ -100,7 +100,7 @@ def sdk_decompositions(
 
 
 @hookspec
-def sdk_keep_ops(ctx: CompileContext) -> Iterable[torch._ops.OpOverload] | None:
+def sdk_keep_ops(ctx: CompileContext) -> Iterable[OpOverload] | None:
     """Name ATen ops that must reach lowering whole (not decomposed).
 
     Use it for ops the plugin lowers better itself, or runs through a library
@@ -118,7 +118,7 @@ def sdk_keep_ops(ctx: CompileContext) -> Iterable[torch._ops.OpOverload] | None:
 
 
 @hookspec(firstresult=True)
-def sdk_op_support(ctx: CompileContext, op: torch._ops.OpOverload, node: Node) -> Support | None:
+def sdk_op_support(ctx: CompileContext, op: OpOverload, node: Node) -> Support | None:
     """Say whether ``node`` (a call of ``op``) may go into a generated kernel.
 
     Called for every ATen call in the graph, before lowering. ``node.meta["val"]``
@@ -135,7 +135,7 @@ def sdk_op_support(ctx: CompileContext, op: torch._ops.OpOverload, node: Node) -
 @hookspec(firstresult=True)
 def sdk_lower_op(
     ctx: CompileContext,
-    op: torch._ops.OpOverload,
+    op: OpOverload,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     builder: LoweringBuilder,

@@ -9,7 +9,8 @@ A plugin's ``sdk_lower_op`` builds nodes with :class:`LoweringBuilder` from
 :class:`TensorValue` inputs; ``sdk_can_fuse`` receives :class:`FusionGroup` s.
 Indices are sympy expressions over :func:`var` symbols using
 :class:`FloorDiv` and :class:`Mod`; :func:`print_index` renders them and
-:func:`index_bounds` bounds them over loop ranges.
+:func:`index_bounds` bounds them over loop ranges. ``sdk_op_support`` and the
+decomposition hooks receive ATen ops as :class:`OpOverload` s.
 
 Symbolic sizes (plugins with ``Capability.SYMBOLIC_SIZES``): a size, stride or offset
 may be a sympy expression over size symbols (:func:`size_var`, each an integer >= 2 known
@@ -19,6 +20,7 @@ gives the compiling call's value (for heuristics only), :func:`in_range` and
 :func:`provably_nonneg` decide bounds for every value.
 """
 
+from sdk.core.adapters.torch_private import OpOverload
 from sdk.core.ir.expr import (
     OPS,
     PREDICATES,
@@ -81,6 +83,7 @@ __all__ = [
     "LoweringBuilder",
     "Mod",
     "Op",
+    "OpOverload",
     "Reduction",
     "Stage",
     "Store",

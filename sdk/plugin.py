@@ -9,8 +9,9 @@ every hook that concerns one compile.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
@@ -35,7 +36,9 @@ class Capability(str, enum.Enum):
     MULTI_STAGE = "multi_stage"  # a kernel may hold several reduction stages per row
     INDIRECT_LOADS = "indirect_loads"  # loads through a computed index (gather, embedding)
     RANDOM = "random"  # renders the counter-based RNG ops
-    GRAPH_CAPTURE = "graph_capture"  # wrapper: replays whole graphs (CUDA graphs)
+    # wrapper: replays whole graphs (CUDA graphs); mode="reduce-overhead" (and
+    # "max-autotune") applies every available wrapper that declares it
+    GRAPH_CAPTURE = "graph_capture"
     # a later stage of a kernel may load, at the same outer point, what an earlier one
     # stored there (one thread runs a row's stages in order: true in C++, not in Triton)
     STORE_THEN_LOAD = "store_then_load"
@@ -104,6 +107,15 @@ class Support:
         if not reason:
             raise ValueError("a refusal needs a reason")
         return cls(False, reason)
+
+
+def environment_variable(name: str) -> str | None:
+    """The environment variable ``name`` now, or None when unset: a plugin's own switches
+    (``TRITON_INTERPRET``, a compiler path) read through the SDK's one reader of the
+    environment, ``sdk.core.config``."""
+    from sdk.core import config
+
+    return config.variable(name)
 
 
 #: Answer of ``sdk_can_fuse``; same shape as :class:`Support`.

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.cache import DiskCache, source_digest, stable_hash, write_atomic
+from sdk.core import config
 
 #: Default flags: optimized, position independent, OpenMP, this host's vector units; no
 #: -ffast-math (it folds isnan away and reassociates reductions: torch's semantics break).
@@ -56,7 +57,7 @@ class CompileError(RuntimeError):
 def find_compiler(language: str = "c") -> str:
     """``$CC`` (``$CXX`` for c++), else the first of the usual names on PATH."""
     var, names, shown, _, suggest = _COMPILERS[language]
-    requested = os.environ.get(var)
+    requested = config.variable(var)
     for name in [requested] if requested else names:
         path = shutil.which(name)
         if path:

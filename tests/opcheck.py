@@ -9,7 +9,8 @@ cast down ("reference in float"), with Inductor's low-precision tolerances.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 

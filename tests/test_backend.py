@@ -255,12 +255,12 @@ def test_unknown_option_lists_known_ones():
 
 def test_unknown_option_through_torch_compile():
     compiled = torch.compile(torch.sin, backend=BACKEND, options={"fusoin": False})
-    with pytest.raises(Exception, match="unknown option 'fusoin'.*known options"):
+    with pytest.raises(Exception, match=r"unknown option 'fusoin'.*known options"):
         compiled(torch.randn(3))
 
 
 def test_option_of_wrong_type():
-    with pytest.raises(sdk.OptionError, match="option 'fusion' .* must be bool, got str"):
+    with pytest.raises(sdk.OptionError, match=r"option 'fusion' .* must be bool, got str"):
         sdk.backend("cpu_cpp", fusion="no")
 
 
@@ -285,6 +285,49 @@ def test_reduce_overhead_on_cpu_skips_the_cuda_wrapper(graph_reports):
         x, y = torch.randn(5), torch.randn(5)
         close(compiled(x, y), pointwise(x, y))
     assert [g.wrappers for g in graph_reports] == [()]
+
+
+#: A CPU wrapper plugin that declares graph capture, as cudagraphs does for CUDA; the wrapped
+#: program counts its calls in ``CALLS``.
+CAPTURING_WRAPPER = """
+import sdk
+
+CALLS = []
+
+@sdk.hookimpl
+def sdk_plugin_info():
+    return sdk.PluginInfo(name={name!r}, version="0.0.1", hook_api=1, device_types=("cpu",),
+                          kind=sdk.PluginKind.WRAPPER,
+                          capabilities=frozenset({{sdk.Capability.{capability}}}))
+
+@sdk.hookimpl(wrapper=True)
+def sdk_wrap_compiled(compiled):
+    inner = yield
+
+    def replay(*args):
+        CALLS.append(1)
+        return inner(*args)
+    return replay
+"""
+
+
+def test_reduce_overhead_applies_the_wrappers_that_declare_graph_capture(
+        use_registry, make_plugin, fake_dist, graph_reports):
+    """The mode asks for a capability, not for the cudagraphs plugin by name: any wrapper
+    plugin that declares ``Capability.GRAPH_CAPTURE`` for the graph's device is applied."""
+    import importlib
+
+    capture = make_plugin(CAPTURING_WRAPPER.format(name="replay_cpu", capability="GRAPH_CAPTURE"),
+                          head=False, name="replay_cpu")
+    other = make_plugin(CAPTURING_WRAPPER.format(name="other_cpu", capability="FP64"),
+                        head=False, name="other_cpu")
+    use_registry(fake_dist("acme-wrap", {"replay_cpu": capture, "other_cpu": other}))
+    compiled = torch.compile(pointwise, backend=BACKEND, mode="reduce-overhead")
+    x, y = torch.randn(5), torch.randn(5)
+    close(compiled(x, y), pointwise(x, y))
+    assert [g.wrappers for g in graph_reports] == [("replay_cpu",)]
+    assert importlib.import_module(capture).CALLS == [1]
+    assert importlib.import_module(other).CALLS == []
 
 
 def test_explicit_cuda_wrapper_on_cpu_is_an_error():
@@ -411,7 +454,7 @@ def test_explain_takes_a_backend_object_with_its_options():
     report = sdk.explain(lambda t: (t * 2).relu().sum(-1), x,
                          backend=sdk.backend("cpu_cpp", fusion=False))
     assert len(report.kernels) >= 2  # fusion=False reached the compile: one kernel per op
-    with pytest.raises(TypeError, match="sdk.backend"):
+    with pytest.raises(TypeError, match=r"sdk\.backend"):
         sdk.explain(lambda t: t * 2, x, backend=42)
 
 

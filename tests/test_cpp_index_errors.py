@@ -332,8 +332,8 @@ def test_only_kernels_with_binds_check(built: dict) -> None:
         assert src.meta["index_checks"] is True
         assert f'extern "C" int64_t {name}(' in src.source
     # a unit without checking kernels has no index-check helpers (nor their export)
-    assert "sdk_index_error" not in render.translation_unit(toolchain.PRELUDE, [plain])
-    unit = render.translation_unit(toolchain.PRELUDE, list(built["src"].values()))
+    assert "sdk_index_error" not in render.TARGET.unit([plain])
+    unit = render.TARGET.unit(list(built["src"].values()))
     assert unit.count(render.TAKE_INDEX_ERROR) == 1
     # the plain launcher is the lean one (one ctypes call, no error check)
     assert built["fn"]["plain"].__name__ == "launch"
@@ -352,7 +352,7 @@ def test_index_checked_loops_vectorize(built: dict, tmp_path: Path) -> None:
     """gcc vectorizes every ``omp simd`` loop of the checking kernels, the gathers
     with the bind inside the loop included."""
     srcs = [built["src"][k.name] for k in KERNELS]
-    unit = render.translation_unit(toolchain.PRELUDE, srcs)
+    unit = render.TARGET.unit(srcs)
     path = tmp_path / "unit.cpp"
     path.write_text(unit)
     flags = [f for f in toolchain.default_flags() if f not in ("-shared", "-fPIC")]
@@ -384,7 +384,7 @@ def test_index_checked_loops_vectorize(built: dict, tmp_path: Path) -> None:
 
 
 def test_index_error_slot_is_thread_local_and_exported(built: dict) -> None:
-    unit = render.translation_unit(toolchain.PRELUDE, list(built["src"].values()))
+    unit = render.TARGET.unit(list(built["src"].values()))
     assert re.search(r"static thread_local int64_t sdk_index_error_slot\[3\];", unit)
     assert 'extern "C" int64_t sdk_take_index_error(int64_t* out)' in unit
 

@@ -790,7 +790,7 @@ def test_simd_loops_vectorize(built: dict, tmp_path: Path) -> None:
         "red_int_ops_7x33",
     ]
     srcs = [built["src"][n] for n in names]
-    unit = render.translation_unit(toolchain.PRELUDE, srcs)
+    unit = render.TARGET.unit(srcs)
     path = tmp_path / "unit.cpp"
     path.write_text(unit)
     flags = [f for f in toolchain.default_flags() if f not in ("-shared", "-fPIC")]
@@ -833,7 +833,7 @@ def test_simd_loops_vectorize(built: dict, tmp_path: Path) -> None:
 def test_duplicate_kernel_names_rejected(built: dict) -> None:
     a = render.render_kernel(pw_chain_kernel(5, 7))
     b = render.render_kernel(pw_chain_kernel(5, 7))
-    assert render.translation_unit("", [a, b]).count('extern "C"') == 1  # same kernel: once
+    assert render.TARGET.unit([a, b]).count(a.source) == 1  # same kernel: once
     b.source += "// changed\n"
     with pytest.raises(ValueError, match="both named"):
-        render.translation_unit("", [a, b])
+        render.TARGET.unit([a, b])

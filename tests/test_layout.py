@@ -136,7 +136,8 @@ def test_adaptive_avg_pool2d(plugin, out):
     """Even windows are a reduction; uneven ones (8 -> 3) stay a library call."""
     dev = device_of(plugin)
     x = torch.randn(2, 5, 8, 8, device=dev)
-    fn = lambda t: torch.nn.functional.adaptive_avg_pool2d(t.relu(), out) * 2
+    def fn(t):
+        return torch.nn.functional.adaptive_avg_pool2d(t.relu(), out) * 2
     got = torch.compile(fn, backend=sdk.backend(plugin, fallback=False))(x)
     torch.testing.assert_close(got, fn(x))
 

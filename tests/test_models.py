@@ -40,7 +40,7 @@ def test_gpt2_forward_backward_matches_eager(plugin):
     ref_grads = torch.autograd.grad(ref, list(model.parameters()))
     torch.testing.assert_close(loss, ref, rtol=1e-4, atol=1e-4)
     for (name, _), g, r in zip(model.named_parameters(), grads, ref_grads):
-        torch.testing.assert_close(g, r, rtol=1e-3, atol=2e-4, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(g, r, rtol=1e-3, atol=2e-4, msg=lambda m, name=name: f"{name}: {m}")
 
     report = sdk.explain(step, ids, backend=f"sdk:{plugin}")
     kinds = {g.kind for g in report.graphs}

@@ -18,6 +18,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: F401 (the SDK's pytree)
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -330,7 +331,7 @@ def non_size_symbols(values: Sequence[Any]) -> dict[str, int]:
         node = x.node
         env = getattr(node, "shape_env", None)
         for sym in node.expr.free_symbols:
-            if sym.is_integer and sym.is_positive or sym.name in out:
+            if (sym.is_integer and sym.is_positive) or sym.name in out:
                 continue
             values = None if env is None else (  # renamed in torch 2.13
                 env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val)
@@ -442,3 +443,11 @@ def size_hint_of(x: Any) -> int | None:
         hint = x.node.hint
         return None if hint is None else int(hint)
     return int(x)
+
+
+def opinfo_db() -> list[Any]:
+    """torch's OpInfo database (``torch.testing._internal``), which the conformance suite
+    sweeps. Importing it needs ``expecttest``; an ImportError says what is missing."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db

@@ -16,7 +16,8 @@ renderers map each name to target code and may refuse the rest.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import sympy
 import torch

@@ -3,15 +3,17 @@
 :data:`RENDER_PRELUDE` follows the toolchain's ``PRELUDE`` (which has the
 includes, the libmvec declarations and the bf16/fp16 conversions) in every
 translation unit of the cpu_cpp plugin: Python-style floordiv/remainder,
-NaN-propagating max/min, torch's shifts and integer pow, index clamping, the
-per-thread chunking of split reductions, and Philox4x32-10 ``rand``/``randn``
+NaN-propagating max/min, torch's shifts and integer pow, index clamping and the
+per-thread chunking of split reductions (:func:`sdk.clike.loop_helpers`, shared with C
+targets), and Philox4x32-10 ``rand``/``randn``
 bit-exact with ``triton.language.random`` (``tl.rand``; ``tl.randn`` up to the
 last bits of its log/cos).
 """
 
 import sdk.clike
 
-RENDER_PRELUDE = r"""
+RENDER_PRELUDE = (
+    r"""
 // ---- cpu_cpp renderer helpers: torch semantics ----
 #include <algorithm>
 #include <limits>
@@ -91,15 +93,9 @@ template <typename T> static inline T sdk_shr(T a, T b) {
   return T(a >> b);
 }
 
-static inline int64_t sdk_clamp_index(int64_t i, int64_t hi) { return i < 0 ? 0 : i > hi ? hi : i; }
-
-// [lo, hi) of n elements for thread tid of nth, in multiples of 16
-static inline void sdk_chunk(int64_t n, int tid, int nth, int64_t& lo, int64_t& hi) {
-  int64_t c = ((n + nth - 1) / nth + 15) / 16 * 16;
-  lo = std::min<int64_t>(n, c * tid);
-  hi = std::min<int64_t>(n, lo + c);
-}
-
+"""
+    + sdk.clike.loop_helpers(sdk.clike.CXX)
+    + r"""
 // Philox4x32-10, bit-exact with triton.language.random (tl.rand / tl.randn)
 static inline uint32_t sdk_umulhi(uint32_t a, uint32_t b) {
   return uint32_t((uint64_t(a) * uint64_t(b)) >> 32);
@@ -141,53 +137,13 @@ static inline float sdk_randn(int64_t seed, int64_t offset) {
 }
 // ---- end of renderer helpers ----
 """
+)
 
 #: The exported function of a translation unit with index checks (see
 #: :data:`sdk.clike.TAKE_INDEX_ERROR`; :func:`sdk.clike.launchers` calls it).
 TAKE_INDEX_ERROR = sdk.clike.TAKE_INDEX_ERROR
 
 #: Follows :data:`RENDER_PRELUDE` in a translation unit where some kernel checks
-#: its indirect indices (see :mod:`sdk.clike.emit`, "Index checks").
-INDEX_CHECK_PRELUDE = r"""
-// ---- cpu_cpp index checks: an out-of-range indirect index is read clamped and reported ----
-// The calling thread's slot: flag, index, extent. A checking kernel takes its
-// address on entry (its OpenMP workers write through that pointer), clears it,
-// and returns the flag; the first writer wins.
-static thread_local int64_t sdk_index_error_slot[3];
-
-static inline int64_t* sdk_index_errors() {
-  int64_t* err = sdk_index_error_slot;
-  err[0] = 0;
-  return err;
-}
-
-// wrap: the bind expression added the extent to a negative index; report the
-// index as written (v - n), as torch does.
-__attribute__((noinline, cold)) static void sdk_index_error(int64_t* err, int64_t v, int64_t n, int wrap) {
-  if (wrap && v < 0) v -= n;
-  int64_t unset = 0;
-  if (__atomic_compare_exchange_n(&err[0], &unset, int64_t(1), false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    err[1] = v;
-    err[2] = n;
-  }
-}
-
-// i if it lies in [0, n); else records the error and returns i clamped into it
-static inline int64_t sdk_checked_index(int64_t* err, int64_t i, int64_t n, int wrap) {
-  if (__builtin_expect(uint64_t(i) >= uint64_t(n), 0)) {
-    sdk_index_error(err, i, n, wrap);
-    return i < 0 ? 0 : n - 1;
-  }
-  return i;
-}
-
-extern "C" int64_t sdk_take_index_error(int64_t* out) {
-  int64_t* err = sdk_index_error_slot;
-  const int64_t flag = err[0];
-  out[0] = err[1];
-  out[1] = err[2];
-  err[0] = 0;
-  return flag;
-}
-// ---- end of index checks ----
-"""
+#: its indirect indices (see :mod:`sdk.clike.emit`, "Index checks"): the SDK's one source,
+#: spelt in C++ (``thread_local``, ``extern "C"``).
+INDEX_CHECK_PRELUDE = sdk.clike.index_checks(sdk.clike.CXX)

@@ -84,6 +84,11 @@ def _helper(name: str) -> Callable[..., str]:
 
 
 def cast(x: str, dtype: torch.dtype, src: torch.dtype) -> str:
+    """``x`` converted from ``src`` to ``dtype``. Unlike :meth:`sdk.clike.CTarget.cast`
+    (through int64 for uint8 only), a float goes to every integer narrower than 64 bits
+    through int64: the same in range; out of range or NaN (undefined in C and in torch) it
+    wraps (3e9 -> int32 -1294967296, NaN -> 0) where eager torch on x86-64 gives INT_MIN
+    (``tests/test_clike_casts.py`` shows both)."""
     if dtype == src:
         return x
     if dtype == BOOL:

@@ -9,8 +9,6 @@ reduction and dtype becomes is data in :mod:`.ops` (:data:`CODE_FOR_OP`, :data:`
 
 from __future__ import annotations
 
-import dataclasses
-
 import sdk
 import sdk.clike
 from sdk.clike.emit import BLOCK, PARALLEL_MIN_WORK, SPLIT_MAX_OUTER, SPLIT_MIN_INNER
@@ -23,7 +21,7 @@ from .ops import CODE_FOR_OP, HALF, REDUCERS, TYPE_MAP
 __all__ = [
     "BLOCK", "CODE_FOR_OP", "INDEX_CHECK_PRELUDE", "PARALLEL_MIN_WORK", "REDUCERS",
     "RENDER_PRELUDE", "SPLIT_MAX_OUTER", "SPLIT_MIN_INNER", "TAKE_INDEX_ERROR", "TARGET",
-    "TYPE_MAP", "render_kernel", "translation_unit",
+    "TYPE_MAP", "render_kernel",
 ]  # fmt: skip
 
 #: cpu_cpp as a C-like target: C++17 spellings, its op tables, reductions accumulated in
@@ -46,8 +44,3 @@ def render_kernel(kernel: Kernel) -> sdk.KernelSource:
     """``kernel`` as one ``extern "C"`` C++ function (:func:`sdk.clike.render`)."""
     return TARGET.render(kernel)
 
-
-def translation_unit(prelude: str, sources: list[sdk.KernelSource]) -> str:
-    """One C++ file: ``prelude``, :data:`RENDER_PRELUDE`, :data:`INDEX_CHECK_PRELUDE`
-    when a kernel checks indices, then each kernel once (:meth:`sdk.clike.CTarget.unit`)."""
-    return dataclasses.replace(TARGET, preludes=(prelude, RENDER_PRELUDE)).unit(sources)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 
 import torch
 
@@ -18,7 +17,7 @@ __version__ = "0.1.0"
 
 
 def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
+    return sdk.plugin.environment_variable("TRITON_INTERPRET") == "1"
 
 
 @sdk.hookimpl
@@ -82,7 +81,7 @@ def sdk_decompositions(ctx: sdk.CompileContext) -> dict:
 
 
 @sdk.hookimpl
-def sdk_op_support(ctx: sdk.CompileContext, op: torch._ops.OpOverload,
+def sdk_op_support(ctx: sdk.CompileContext, op: sdk.ir.OpOverload,
                    node: torch.fx.Node) -> sdk.Support | None:
     from .ops import unsupported_dtype
 

@@ -23,7 +23,8 @@ shape environment, and Dynamo would recompile the graph on each side of it.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -48,6 +48,7 @@ copies from pageable memory) runs unrecorded, every call. Both say why in ``sdk.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -221,10 +222,8 @@ class CudaGraphed:
     def __del__(self) -> None:
         # handed-out outputs do not own their memory: recordings they use outlive this
         for shape in getattr(self, "_shapes", {}).values():
-            try:
+            with contextlib.suppress(Exception):  # at interpreter exit, nothing to keep
                 self._retire(shape)
-            except Exception:  # noqa: BLE001, S110 - at interpreter exit, nothing to keep
-                pass
 
     # -- bookkeeping ----------------------------------------------------------
 

@@ -48,7 +48,9 @@ reduction(...)`` with ``Reducer.omp``; an indirect index is checked (the kernel 
 :mod:`sdk.toolchain`; :func:`launchers` the callables of the built library (they pass the
 size arguments and raise :class:`IndexError` for an out-of-range index). :data:`C_TYPES`,
 :data:`C_HALF`, :data:`C_PRELUDE` and :data:`C_INDEX_CHECKS` are what a C target starts from,
-:data:`HALF_HELPERS` the exact bf16/fp16 conversions (C that C++ compiles too). An op,
+:data:`HALF_HELPERS` the exact bf16/fp16 conversions (C that C++ compiles too);
+:func:`loop_helpers` and :func:`index_checks` the emitter's helpers in a :class:`Spelling`'s
+language (one source for C and C++). An op,
 reduction or type the table lacks raises :class:`NotImplementedError` naming it: the graph
 then runs through ATen (a plugin should refuse such ops in ``sdk_op_support`` so that only
 they fall back).
@@ -66,19 +68,30 @@ from sdk import toolchain
 from .c import (
     BF16_HELPERS,
     C_HALF,
-    C_INDEX_CHECKS,
-    C_PRELUDE,
     C_TYPES,
     HALF_HELPERS,
     TAKE_INDEX_ERROR,
+    index_checks,
+    loop_helpers,
 )
 from .emit import render, truth
-from .target import CXX, C, CTarget, OpCode, Reducer, Spelling, as_computed, wide
+from .target import (
+    C_INDEX_CHECKS,
+    C_PRELUDE,
+    CXX,
+    C,
+    CTarget,
+    OpCode,
+    Reducer,
+    Spelling,
+    as_computed,
+    wide,
+)
 
 __all__ = [
     "BF16_HELPERS", "CXX", "C_HALF", "C_INDEX_CHECKS", "C_PRELUDE", "C_TYPES", "HALF_HELPERS",
     "TAKE_INDEX_ERROR", "C", "CTarget", "OpCode", "Reducer", "Spelling", "as_computed",
-    "launchers", "render", "translation_unit", "truth", "wide",
+    "index_checks", "launchers", "loop_helpers", "render", "translation_unit", "truth", "wide",
 ]  # fmt: skip
 
 

@@ -1,9 +1,16 @@
-"""What every C target shares: its types, the bf16/fp16 conversions, and the C helpers the
-emitter's kernels call (index clamping, per-thread chunks, index checks)."""
+"""What every C-like target shares: its types, the bf16/fp16 conversions, and the helpers the
+emitter's kernels call (index clamping, per-thread chunks, index checks), written once and
+spelt per language (:func:`loop_helpers`, :func:`index_checks`: C's ``_Thread_local`` or
+C++'s ``thread_local``, an exported function with or without ``extern "C"``)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+if TYPE_CHECKING:
+    from .target import Spelling
 
 #: The exported function of a translation unit with index checks:
 #: ``int64_t sdk_take_index_error(int64_t* out)`` copies the calling thread's recorded
@@ -64,76 +71,82 @@ C_HALF: dict[torch.dtype, tuple[str, str]] = {
     torch.float16: ("sdk_fp16_to_float({x})", "sdk_float_to_fp16({x})"),
 }
 
-#: The start of a C translation unit: headers (<tgmath.h>: one math name serves float and
-#: double), :data:`HALF_HELPERS`, and the helpers the emitter's loops call.
-C_PRELUDE = (
-    """\
-#include <math.h>
-#include <tgmath.h>
-#include <stdint.h>
-#include <stdbool.h>
-#include <omp.h>
-
-"""
-    + HALF_HELPERS
-    + """
-static inline int64_t sdk_clamp_index(int64_t i, int64_t hi) { return i < 0 ? 0 : i > hi ? hi : i; }
-static inline int64_t sdk_imin(int64_t a, int64_t b) { return a < b ? a : b; }
+#: The helpers the emitter's loops call: index clamping and per-thread chunks. Format fields:
+#: ``{lo_param}``/``{hi_param}`` declare ``sdk_chunk``'s int64_t out-parameters, ``{lo}``/``{hi}``
+#: write them (:func:`loop_helpers` fills them in from a :class:`~sdk.clike.Spelling`).
+_LOOP_HELPERS = """\
+static inline int64_t sdk_clamp_index(int64_t i, int64_t hi) {{ return i < 0 ? 0 : i > hi ? hi : i; }}
+static inline int64_t sdk_imin(int64_t a, int64_t b) {{ return a < b ? a : b; }}
 
 // [lo, hi) of n elements for thread tid of nth, in multiples of 16
-static inline void sdk_chunk(int64_t n, int tid, int nth, int64_t* lo, int64_t* hi) {
+static inline void sdk_chunk(int64_t n, int tid, int nth, {lo_param}, {hi_param}) {{
   int64_t c = ((n + nth - 1) / nth + 15) / 16 * 16;
-  *lo = sdk_imin(n, c * tid);
-  *hi = sdk_imin(n, *lo + c);
-}
+  {lo} = sdk_imin(n, c * tid);
+  {hi} = sdk_imin(n, {lo} + c);
+}}
 """
-)
 
-#: Follows :data:`C_PRELUDE` in a translation unit where some kernel checks its indirect
-#: indices: an index outside its extent is read clamped and reported to the calling thread's
-#: slot, which :data:`TAKE_INDEX_ERROR` reads (see :mod:`sdk.clike.emit`, "Index checks").
-C_INDEX_CHECKS = r"""
+#: The index checks: an index outside its extent is read clamped and reported to the calling
+#: thread's slot, which :data:`TAKE_INDEX_ERROR` reads (see :mod:`sdk.clike.emit`, "Index
+#: checks"). Format fields: ``{thread_local}`` and ``{take}``, the exported function's head.
+_INDEX_CHECKS = r"""
 // ---- index checks: an out-of-range indirect index is read clamped and reported ----
 // The calling thread's slot: flag, index, extent. A checking kernel takes its
 // address on entry (its OpenMP workers write through that pointer), clears it,
 // and returns the flag; the first writer wins.
-static _Thread_local int64_t sdk_index_error_slot[3];
+static {thread_local} int64_t sdk_index_error_slot[3];
 
-static inline int64_t* sdk_index_errors(void) {
+static inline int64_t* sdk_index_errors(void) {{
   int64_t* err = sdk_index_error_slot;
   err[0] = 0;
   return err;
-}
+}}
 
-static inline uint64_t sdk_umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static inline uint64_t sdk_umax(uint64_t a, uint64_t b) {{ return a > b ? a : b; }}
 
 // wrap: the bind expression added the extent to a negative index; report the
 // index as written (v - n), as torch does.
-__attribute__((noinline, cold)) static void sdk_index_error(int64_t* err, int64_t v, int64_t n, int wrap) {
+__attribute__((noinline, cold)) static void sdk_index_error(int64_t* err, int64_t v, int64_t n, int wrap) {{
   if (wrap && v < 0) v -= n;
   int64_t unset = 0;
-  if (__atomic_compare_exchange_n(&err[0], &unset, (int64_t)1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  if (__atomic_compare_exchange_n(&err[0], &unset, (int64_t)1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {{
     err[1] = v;
     err[2] = n;
-  }
-}
+  }}
+}}
 
 // i if it lies in [0, n); else records the error and returns i clamped into it
-static inline int64_t sdk_checked_index(int64_t* err, int64_t i, int64_t n, int wrap) {
-  if (__builtin_expect((uint64_t)i >= (uint64_t)n, 0)) {
+static inline int64_t sdk_checked_index(int64_t* err, int64_t i, int64_t n, int wrap) {{
+  if (__builtin_expect((uint64_t)i >= (uint64_t)n, 0)) {{
     sdk_index_error(err, i, n, wrap);
     return i < 0 ? 0 : n - 1;
-  }
+  }}
   return i;
-}
+}}
 
-int64_t sdk_take_index_error(int64_t* out) {
+{take} {{
   int64_t* err = sdk_index_error_slot;
   const int64_t flag = err[0];
   out[0] = err[1];
   out[1] = err[2];
   err[0] = 0;
   return flag;
-}
+}}
 // ---- end of index checks ----
 """
+
+
+def loop_helpers(spelling: Spelling) -> str:
+    """``sdk_clamp_index``, ``sdk_imin`` and ``sdk_chunk`` in ``spelling``'s language: one
+    source for C and C++, so the two cannot drift apart."""
+    return _LOOP_HELPERS.format(
+        lo_param=spelling.out_param.format(name="lo"), lo=spelling.out.format(name="lo"),
+        hi_param=spelling.out_param.format(name="hi"), hi=spelling.out.format(name="hi"),
+    )
+
+
+def index_checks(spelling: Spelling) -> str:
+    """The index-check helpers in ``spelling``'s language (its ``thread_local``; the exported
+    :data:`TAKE_INDEX_ERROR` spelt by its ``head``): one source for C and C++."""
+    take = spelling.head.format(ret="int64_t", name=TAKE_INDEX_ERROR, params="int64_t* out")
+    return _INDEX_CHECKS.format(thread_local=spelling.thread_local, take=take)

@@ -64,6 +64,10 @@ class Spelling:
     imin: str  # the smaller of two int64_t {a}, {b}
     partials: str  # declares array {name} of {n} elements of type {T}, shared by the threads
     chunk: str  # sets int64_t lo, hi to this thread's (tid of nth) chunk of {n} elements
+    # the prelude's (sdk.clike.loop_helpers, sdk.clike.index_checks); defaults: C's
+    thread_local: str = "_Thread_local"  # the storage class of a per-thread variable
+    out_param: str = "int64_t* {name}"  # declares an int64_t out-parameter {name}
+    out: str = "*{name}"  # the int64_t out-parameter {name}, written
 
 
 #: C++: ``extern "C"`` kernels, ``static_cast``, the standard library.
@@ -75,6 +79,9 @@ CXX = Spelling(
     imin="std::min<int64_t>({a}, {b})",
     partials="std::vector<{T}> {name}({n});",
     chunk="sdk_chunk({n}, tid, nth, lo, hi);",
+    thread_local="thread_local",
+    out_param="int64_t& {name}",
+    out="{name}",
 )
 
 #: C (C11): casts, the helpers of :data:`sdk.clike.C_PRELUDE`, partials on the stack.
@@ -87,6 +94,26 @@ C = Spelling(
     partials="{T} {name}[{n}];",
     chunk="sdk_chunk({n}, tid, nth, &lo, &hi);",
 )
+
+#: The start of a C translation unit: headers (<tgmath.h>: one math name serves float and
+#: double), :data:`sdk.clike.HALF_HELPERS`, and the helpers the emitter's loops call.
+C_PRELUDE = (
+    """\
+#include <math.h>
+#include <tgmath.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <omp.h>
+
+"""
+    + c.HALF_HELPERS
+    + "\n"
+    + c.loop_helpers(C)
+)
+
+#: Follows :data:`C_PRELUDE` in a C translation unit where some kernel checks its indirect
+#: indices (:func:`sdk.clike.index_checks` in C).
+C_INDEX_CHECKS = c.index_checks(C)
 
 
 def wide(dtype: torch.dtype) -> torch.dtype:
@@ -123,8 +150,8 @@ class CTarget:
     half: Mapping[torch.dtype, tuple[str, str]] = field(default_factory=lambda: dict(c.C_HALF))
     accumulate: Callable[[torch.dtype], torch.dtype] = wide
     spelling: Spelling = C
-    preludes: tuple[str, ...] = (c.C_PRELUDE,)
-    checks: str = c.C_INDEX_CHECKS
+    preludes: tuple[str, ...] = (C_PRELUDE,)
+    checks: str = C_INDEX_CHECKS
     language: str = "c"
     _code: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import sys
 import types
 import zlib
@@ -172,8 +171,10 @@ def reset() -> None:
 
 
 def op_db() -> list[Any]:
+    from sdk.core.adapters.torch_private import opinfo_db
+
     try:
-        from torch.testing._internal.common_methods_invocations import op_db as db
+        db = opinfo_db()
     except ImportError as exc:  # expecttest is torch's test-only dependency
         raise ImportError(
             f"the OpInfo checks need torch's test database, which failed to import ({exc}); "
@@ -226,7 +227,8 @@ def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> 
     Skips (``pytest.skip``) when eager itself cannot run the sample or there is nothing
     to differentiate; fails on a mismatch or an error of the compiled function."""
     import pytest
-    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    from sdk.core.adapters.torch_private import tree_flatten, tree_unflatten
 
     op = next(o for o in op_db() if op_name(o) == name)
     grad = mode == "fwbw"
@@ -359,16 +361,8 @@ def implements(plugin: str, hook: str) -> bool:
     return callable(getattr(registry().record(plugin).plugin, hook, None))
 
 
-@contextlib.contextmanager
-def environ(**values: str) -> Iterator[None]:
+def environ(**values: str) -> contextlib.AbstractContextManager[None]:
     """Set environment variables for the block (the SDK reads them when it needs them)."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    from sdk.core import config
+
+    return config.overridden(**values)

@@ -63,10 +63,12 @@ def _configure(config: pytest.Config, names: list[str], C: Any) -> None:
         C.require(n)  # unknown or unavailable: an error naming cause and fix, before collecting
     _STATE.update(plugins=plugins, device=device, results=defaultdict(lambda: defaultdict(int)),
                   kernels=defaultdict(lambda: defaultdict(int)),
-                  failures=[], saved_env=os.environ.get("SDK_GRAPH_CACHE"))
+                  failures=[])
     # programs compiled by earlier runs must not answer: the suite checks this plugin's
     # kernels as they are now (the cache checks turn the cache on in a private directory)
-    os.environ["SDK_GRAPH_CACHE"] = "0"
+    from sdk.core import config as env
+
+    _STATE["saved_env"] = env.set_variables(SDK_GRAPH_CACHE="0")
     suite = os.path.join(os.path.dirname(__file__), "suite.py")
     config.args[:] = [suite]
     config.addinivalue_line("markers", "sdk_conformance: a check of the SDK conformance suite")
@@ -74,11 +76,9 @@ def _configure(config: pytest.Config, names: list[str], C: Any) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if "plugins" in _STATE:
-        saved = _STATE["saved_env"]
-        if saved is None:
-            os.environ.pop("SDK_GRAPH_CACHE", None)
-        else:
-            os.environ["SDK_GRAPH_CACHE"] = saved
+        from sdk.core import config as env
+
+        env.set_variables(**_STATE["saved_env"])
         _STATE.clear()
 
 

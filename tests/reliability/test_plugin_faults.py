@@ -276,7 +276,7 @@ def test_fault_at_import(install, seeded):
     reg = install(f"raise RuntimeError('{FAULT} the import of sdk:faulty')\n")
     assert "import failed" in reg.status("faulty") and FAULT in reg.status("faulty")
     assert _status("faulty").startswith("unavailable: import failed")
-    with pytest.raises(sdk.PluginUnavailableError, match="'faulty'.*import failed"):
+    with pytest.raises(sdk.PluginUnavailableError, match=r"'faulty'.*import failed"):
         sdk.backend("faulty")
     _healthy(fused)
 

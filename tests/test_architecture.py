@@ -1,0 +1,346 @@
+"""The README's architecture rules, checked over every module of core/, plugins/ and sdk/.
+
+The rules (README, "Contributing"):
+
+* a built-in plugin imports only the public ``sdk`` API: no ``sdk.core``, no other plugin, no
+  underscore module or name;
+* private torch APIs (``torch._dynamo``, ``torch._C``, ``torch._ops``, ...) appear only in the
+  adapter modules listed in :data:`ADAPTERS`;
+* environment variables are read (or set) only in ``core/config.py``;
+* the core names no device and no plugin: capabilities are declared by plugins.
+
+The checker reads source with :mod:`ast` (nothing is imported: the whole tree takes well under
+a second). Each rule has a self-test that feeds it a violating snippet, so a checker that
+stopped seeing a rule would fail here too.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKED = ("core", "plugins", "sdk")
+
+#: The modules that may use private torch APIs, each with why.
+ADAPTERS = {
+    # the one adapter the README names: Dynamo, AOTAutograd, decompositions, fake tensors,
+    # OpOverload types, the OpInfo database; everything else calls its functions
+    "core/adapters/torch_private.py",
+}
+
+#: The one module that reads the environment (README: "the core reads environment variables
+#: only in core/config.py"); sdk/ and plugins/ go through ``sdk.plugin.environment_variable``.
+CONFIG = "core/config.py"
+
+#: torch's device types (``torch.device(...).type``) and the words a backend is called by.
+DEVICES = frozenset(
+    {
+        "cpu",
+        "cuda",
+        "gpu",
+        "hip",
+        "rocm",
+        "mps",
+        "xpu",
+        "xla",
+        "hpu",
+        "mtia",
+        "npu",
+        "tpu",
+        "ipu",
+        "privateuseone",
+        "meta_gpu",
+        "triton",
+        "openmp",
+        "cudnn",
+        "cublas",
+        "nccl",
+    }
+)
+#: The built-in plugins; the core names none of them.
+PLUGINS = frozenset({"cpu_cpp", "cuda_triton", "cudagraphs"})
+#: torch submodules that name a device (``torch.cuda.is_available()`` in the core decides for
+#: a plugin).
+DEVICE_MODULES = frozenset({"cuda", "mps", "xpu", "mtia", "npu", "hpu"})
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str
+    line: int
+    rule: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: [{self.rule}] {self.what}"
+
+
+def _private(segment: str) -> bool:
+    """An underscore name that is not a dunder (``_dynamo``, not ``__version__``)."""
+    return segment.startswith("_") and not (segment.startswith("__") and segment.endswith("__"))
+
+
+def _dotted(node: ast.AST) -> list[str] | None:
+    """``torch._C._foo`` -> ``["torch", "_C", "_foo"]``; None unless a chain of names."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return parts[::-1]
+
+
+def _private_torch(parts: list[str]) -> bool:
+    """A module path or attribute chain into a private part of torch. ``torch.ops.aten._foo``
+    is an ATen operator's name, not a private Python API."""
+    if not parts or parts[0] != "torch" or parts[1:2] == ["ops"]:
+        return False
+    return any(_private(p) for p in parts[1:])
+
+
+def _device_module(parts: list[str]) -> bool:
+    """``torch.cuda``, ``torch.backends.cudnn``, ...: a torch module of one device (the head
+    of the chain only)."""
+    if parts[:2] == ["torch", "backends"]:
+        return len(parts) == 3 and parts[2] in DEVICE_MODULES | {"cudnn", "mkldnn", "openmp"}
+    return len(parts) == 2 and parts[0] == "torch" and parts[1] in DEVICE_MODULES
+
+
+def _module_of(rel: str) -> list[str]:
+    """The installed package of a source file: plugins/x/y.py -> sdk.plugins.x."""
+    parts = rel.removesuffix(".py").split("/")
+    top = {"core": ["sdk", "core"], "plugins": ["sdk", "plugins"], "sdk": ["sdk"]}[parts[0]]
+    return top + parts[1:-1]
+
+
+def _imported_modules(node: ast.Import | ast.ImportFrom, rel: str) -> list[tuple[list[str], str]]:
+    """(absolute module path, imported name or "") for each module an import statement names."""
+    if isinstance(node, ast.Import):
+        return [(a.name.split("."), "") for a in node.names]
+    if node.level:
+        package = _module_of(rel)
+        base = package[: len(package) - node.level + 1]
+    else:
+        base = []
+    mod = base + (node.module.split(".") if node.module else [])
+    return [(mod, a.name) for a in node.names]
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants: prose may name a device; code may not."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                out.add(id(body[0].value))
+    return out
+
+
+def _plugin_imports(node: ast.AST, rel: str) -> list[str]:
+    """Rule "plugin": what a plugin module imports beyond the public sdk API."""
+    own = _module_of(rel)[:3]  # sdk.plugins.<name>
+    bad = []
+    for mod, name in _imported_modules(node, rel):
+        full = mod + ([name] if name and name != "*" else [])
+        if mod[:1] in (["core"], ["plugins"]):
+            bad.append(f"imports {'.'.join(mod)} by its source path; import sdk")
+        elif mod[:2] == ["sdk", "core"] or full[:2] == ["sdk", "core"]:
+            bad.append(f"imports {'.'.join(full)}: sdk.core is not public API")
+        elif full[:2] == ["sdk", "plugins"] and len(full) > 2 and full[:3] != own:
+            bad.append(f"imports {'.'.join(full)}: another plugin's internals")
+        elif mod[:1] == ["sdk"] and any(_private(p) for p in full):
+            bad.append(f"imports {'.'.join(full)}: an underscore name is not public API")
+    return bad
+
+
+def check_source(rel: str, source: str) -> list[Violation]:
+    """Every rule that ``source``, the file at ``rel`` (e.g. ``plugins/x/y.py``), breaks."""
+    tree = ast.parse(source, filename=rel)
+    out: list[Violation] = []
+    in_plugin = rel.startswith("plugins/")
+    in_core = rel.startswith("core/")
+    docs = _docstrings(tree) if in_core else set()
+
+    def add(node: ast.AST, rule: str, what: str) -> None:
+        out.append(Violation(rel, getattr(node, "lineno", 0), rule, what))
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if in_plugin:
+                for what in _plugin_imports(node, rel):
+                    add(node, "plugin", what)
+            for mod, name in _imported_modules(node, rel):
+                full = mod + ([name] if name else [])
+                if rel not in ADAPTERS and _private_torch(full):
+                    add(node, "torch-private", f"imports {'.'.join(full)}")
+                if rel != CONFIG and mod == ["os"] and name in ("environ", "getenv", "putenv"):
+                    add(node, "environ", f"imports os.{name}")
+        if isinstance(node, ast.Attribute):
+            parts = _dotted(node)
+            if parts is None:
+                continue
+            # each chain once, at its first private segment: torch._C._foo is one finding
+            first = _private(node.attr) and not any(_private(p) for p in parts[1:-1])
+            if rel not in ADAPTERS and first and _private_torch(parts):
+                add(node, "torch-private", f"uses {'.'.join(parts)}")
+            if (
+                rel != CONFIG
+                and parts[:1] == ["os"]
+                and len(parts) == 2
+                and parts[1] in ("environ", "environb", "getenv", "putenv", "unsetenv")
+            ):
+                add(node, "environ", f"uses {'.'.join(parts)}")
+            if (
+                in_plugin
+                and parts[0] == "sdk"
+                and len(parts) == 2
+                and (parts[1] in ("core", "plugins") or _private(parts[1]))
+            ):
+                add(node, "plugin", f"uses {'.'.join(parts)}: not public API")
+            if in_core and _device_module(parts):
+                add(node, "device", f"uses {'.'.join(parts)}: the core names no device")
+        elif in_core and isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) in docs:
+                continue
+            text = node.value.strip().lower()
+            if text in DEVICES or text in PLUGINS:
+                add(node, "device", f"names {node.value!r}: the core names no device or plugin")
+            elif any(re.search(rf"(?<![\w-]){p}(?![\w-])", node.value) for p in PLUGINS):
+                add(node, "device", f"names a plugin in {node.value!r}")
+        elif in_core and isinstance(node, ast.Name) and node.id in PLUGINS:
+            add(node, "device", f"names the plugin {node.id}")
+    return out
+
+
+def _sources() -> list[Path]:
+    return sorted(p for top in CHECKED for p in (ROOT / top).rglob("*.py"))
+
+
+def test_the_tree_keeps_the_architecture_rules():
+    start = time.perf_counter()
+    found = []
+    for path in _sources():
+        found += check_source(path.relative_to(ROOT).as_posix(), path.read_text())
+    elapsed = time.perf_counter() - start
+    assert not found, "architecture rules broken:\n" + "\n".join(map(str, found))
+    assert elapsed < 2.0, f"the check took {elapsed:.2f} s; it must stay fast"
+    assert len(_sources()) > 50  # it did read the tree
+
+
+def test_the_adapters_exist():
+    for rel in ADAPTERS | {CONFIG}:
+        assert (ROOT / rel).is_file(), rel
+
+
+# -- each rule, shown to fail ----------------------------------------------------------------
+
+
+def _rules(rel: str, source: str) -> list[str]:
+    return [v.rule for v in check_source(rel, source)]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from sdk.core.registry import registry",
+        "import sdk.core.pipeline",
+        "from sdk.core import pipeline",
+        "from sdk import core",
+        "import sdk\nsdk.core.pipeline.Backend",
+        "from sdk.plugins.cuda_triton import ops",
+        "from sdk.plugins import cuda_triton",
+        "from sdk.clike import _private_helper",
+        "from sdk._impl import x",
+        "from ... import core",
+        "from core import lowering",
+    ],
+)
+def test_a_plugin_importing_internals_is_caught(source):
+    assert "plugin" in _rules("plugins/cpu_cpp/x.py", source), source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import sdk\nfrom sdk.clike import CTarget\nfrom sdk.ir import Kernel",
+        "from . import helpers\nfrom .ops import OPS",
+        "from sdk.plugins.cpu_cpp import toolchain",
+        "import sdk\nsdk.__version__",
+    ],
+)
+def test_a_plugin_importing_the_public_api_passes(source):
+    assert _rules("plugins/cpu_cpp/x.py", source) == [], source
+
+
+@pytest.mark.parametrize(
+    "rel", ["core/pipeline.py", "sdk/conformance/__init__.py", "plugins/cpu_cpp/x.py"]
+)
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch._dynamo",
+        "from torch._decomp import get_decompositions",
+        "from torch import _dynamo",
+        "import torch\ntorch._C._foo()",
+        "import torch\nisinstance(x, torch._ops.OpOverload)",
+        "from torch.testing._internal.common_methods_invocations import op_db",
+    ],
+)
+def test_private_torch_outside_the_adapter_is_caught(rel, source):
+    assert "torch-private" in _rules(rel, source), (rel, source)
+
+
+def test_private_torch_in_the_adapter_and_aten_op_names_pass():
+    assert _rules("core/adapters/torch_private.py", "import torch\ntorch._C._foo()") == []
+    assert _rules("core/lowering.py", "import torch\ntorch.ops.aten._softmax.default") == []
+    assert _rules("core/lowering.py", "import torch\ntorch.__version__") == []
+
+
+@pytest.mark.parametrize("rel", ["core/registry.py", "sdk/toolchain.py", "plugins/x/y.py"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import os\nos.environ.get('X')",
+        "import os\nos.environ['X'] = '1'",
+        "import os\nos.getenv('X')",
+        "import os\nos.putenv('X', '1')",
+        "from os import environ",
+    ],
+)
+def test_environment_outside_config_is_caught(rel, source):
+    assert "environ" in _rules(rel, source), (rel, source)
+
+
+def test_config_reads_the_environment():
+    assert _rules("core/config.py", "import os\nos.environ.get('X')") == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x = 'cuda'",
+        "if device.type == 'cpu': pass",
+        "MODES = {'reduce-overhead': {'wrappers': ('cudagraphs',)}}",
+        "name = 'sdk:cpu_cpp'",
+        "import torch\ntorch.cuda.is_available()",
+        "import torch\ntorch.backends.cuda.matmul",
+        "cuda_triton.render()",
+    ],
+)
+def test_the_core_naming_a_device_or_plugin_is_caught(source):
+    assert "device" in _rules("core/pipeline.py", source), source
+
+
+def test_a_plugin_or_the_core_in_prose_passes():
+    src = '"""Runs on cuda through cudagraphs."""\ndef f():\n    """On the cpu."""\n'
+    assert _rules("core/pipeline.py", src) == []
+    assert _rules("plugins/cpu_cpp/x.py", "x = 'cpu'") == []
