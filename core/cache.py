@@ -18,10 +18,15 @@ leave an entry that fails this check, which is a miss too.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
+import threading
+import warnings
 from pathlib import Path
 
 _MAGIC = b"sdk-cache-entry-v1\n"
@@ -54,37 +59,95 @@ def _ensure_private_dir(path: Path) -> None:
         os.chmod(path, _DIR_MODE)  # mkdir's mode is masked by the umask
     except FileExistsError:
         pass
-    st = os.stat(path)
+    except OSError as exc:  # under a regular file, a read-only parent, ...
+        raise _refusal(path, f"not creatable ({exc.strerror or exc})") from exc
+    try:
+        st = os.stat(path)
+    except OSError as exc:  # a dangling symbolic link, a loop of them
+        raise _refusal(path, f"not usable ({exc.strerror or exc})") from exc
     if not stat.S_ISDIR(st.st_mode):
         cause = "not a directory"
     elif st.st_uid != os.geteuid():
         cause = f"owned by uid {st.st_uid}, not by the current user (uid {os.geteuid()})"
     elif not _is_private(st):
         cause = f"writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    elif not os.access(path, os.W_OK | os.X_OK):
+        cause = f"not writable by the current user (mode {stat.S_IMODE(st.st_mode):#o})"
     else:
         return
-    raise PermissionError(
-        f"refusing to use cache directory {path}: it is {cause}, so another user could "
-        "plant files that would be loaded as compiled code. Fix: set SDK_CACHE_DIR to a "
-        "private directory (owned by you, mode 0700), or repair this one."
+    raise _refusal(path, cause)
+
+
+class CacheDirRefused(PermissionError):
+    """A cache directory that may not be used; ``str()`` names it, the cause and the fix."""
+
+
+def _refusal(path: Path, cause: str) -> CacheDirRefused:
+    return CacheDirRefused(
+        f"refusing to use cache directory {path}: it is {cause}; a cache directory must be "
+        "a private directory (owned by you, mode 0700), or another user could plant files "
+        "that would be loaded as compiled code. Fix: set SDK_CACHE_DIR to a private "
+        "directory (owned by you, mode 0700), or repair this one."
     )
 
 
-def cache_dir(*parts: str) -> Path:
-    """The cache directory ``<root>/<parts...>``, created private (0o700) and checked.
-
-    Each part is one plain path component. Raises :class:`PermissionError` when the
-    root or a sub-directory is not owned by the current user or is group/world writable.
-    """
-    for part in parts:
-        check_part(part)
-    path = _root()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _ensure_private_dir(path)
+def _checked(root: Path, parts: tuple[str, ...]) -> Path:
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _refusal(root, f"not creatable ({exc.strerror or exc})") from exc
+    _ensure_private_dir(root)
+    path = root
     for part in parts:
         path = path / part
         _ensure_private_dir(path)
     return path
+
+
+_private_root: Path | None = None
+_warned: set[str] = set()
+_lock = threading.Lock()
+
+
+def _process_root() -> Path:
+    """A private directory of this process (mode 0700, removed at exit): where the cache
+    lives when the configured one is refused, so compiles still run, only uncached."""
+    global _private_root
+    with _lock:
+        if _private_root is None or not _private_root.is_dir():
+            _private_root = Path(tempfile.mkdtemp(prefix="sdk-cache-"))
+            atexit.register(shutil.rmtree, _private_root, True)
+        return _private_root
+
+
+def cache_dir(*parts: str, strict: bool = False) -> Path:
+    """The cache directory ``<root>/<parts...>``, created private (0o700) and checked.
+
+    Each part is one plain path component. A root or sub-directory that is not a private
+    directory of the current user (another owner, group/world writable, not writable, a
+    file, a dangling symlink, under a regular file) is refused: with ``strict``, by raising
+    :class:`CacheDirRefused` (a :class:`PermissionError`); otherwise with one
+    :class:`sdk.CacheDirWarning` per directory and cause, naming the fix, and the directory
+    of the same parts under a private temporary root of this process is returned instead:
+    compiles go on, and nothing is kept for later processes.
+    """
+    for part in parts:
+        check_part(part)
+    try:
+        return _checked(_root(), parts)
+    except CacheDirRefused as exc:
+        if strict:
+            raise
+        message = str(exc)
+        with _lock:
+            first = message not in _warned
+            _warned.add(message)
+        if first:
+            from sdk.errors import CacheDirWarning
+
+            warnings.warn(f"{message} Until then, this process caches in a private temporary "
+                          "directory, removed at exit.", CacheDirWarning, stacklevel=2)
+        return _checked(_process_root(), parts)
 
 
 def check_part(part: str) -> None:
@@ -155,16 +218,8 @@ class DiskCache:
 
     def get(self, key: str) -> bytes | None:
         """The payload stored under ``key``, or None when missing or not trustworthy."""
-        path = self.path_for(key, ".entry")  # a bad directory raises here, on purpose
-        try:
-            with open(path, "rb") as f:
-                st = os.fstat(f.fileno())
-                if not (stat.S_ISREG(st.st_mode) and _is_private(st)):
-                    return None
-                blob = f.read()
-        except OSError:
-            return None
-        return _decode(blob, key)
+        blob = read_regular(self.path_for(key, ".entry"))
+        return None if blob is None else _decode(blob, key)
 
     def put(self, key: str, data: bytes) -> None:
         """Store ``data`` under ``key``: written to a temp file, then renamed into place."""
@@ -172,6 +227,43 @@ class DiskCache:
         key_bytes = key.encode("utf-8", "surrogatepass")
         header = _MAGIC + len(key_bytes).to_bytes(4, "little") + key_bytes
         write_atomic(path, header + hashlib.sha256(data).digest() + data)
+
+
+def read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path`` if it is a private regular file, else None: never follows a
+    symbolic link, never blocks (a FIFO or device at an entry path is not opened for
+    reading in earnest), never raises for what is there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISREG(st.st_mode) and _is_private(st)):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def make_room(path: Path) -> None:
+    """Remove what is at ``path`` unless it is a regular file (a directory, a FIFO, a link),
+    so an entry can be renamed into place: a bad thing at an entry path is repaired by the
+    next write instead of failing it for good."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -184,9 +276,11 @@ def write_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        make_room(path)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
         raise
 
 

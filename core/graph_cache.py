@@ -24,6 +24,9 @@ import functools
 import hashlib
 import json
 import os
+import shutil
+import stat
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -257,35 +260,81 @@ def store() -> DiskCache:
 # -- python -m sdk cache ------------------------------------------------------
 
 
+#: a temporary file or build directory older than this is a leftover of a killed process
+STALE_AFTER_S = 600
+
+
+def _temps(d: Any) -> list[Any]:
+    """Temporary files and build directories (``.tmp-*``) of a namespace."""
+    return [p for p in d.iterdir() if p.name.startswith(".tmp-")]
+
+
+def _stale(p: Any) -> bool:
+    try:
+        return time.time() - p.lstat().st_mtime > STALE_AFTER_S
+    except OSError:
+        return False
+
+
+def _size(p: Any) -> int:
+    st = p.lstat()
+    if stat.S_ISDIR(st.st_mode):
+        return sum(f.lstat().st_size for f in p.rglob("*") if not f.is_symlink())
+    return st.st_size
+
+
 def info(namespace: str | None = None) -> dict[str, Any]:
-    """Where the cache is and what each namespace (or one) holds: files, bytes. Raises
-    ``ValueError`` for a namespace that is not a plain name."""
+    """Where the cache is and what each namespace (or one) holds: entries, bytes, and
+    temporary files (those of running compiles, and leftovers of killed ones). Raises
+    ``ValueError`` for a namespace that is not a plain name, :class:`~sdk.cache.CacheDirRefused`
+    for a cache directory that may not be used."""
     if namespace is not None:
         check_part(namespace)
-    root = cache_dir()
+    root = cache_dir(strict=True)
     spaces = {}
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
         if namespace is not None and d.name != namespace:
             continue
-        files = [f for f in d.iterdir() if f.is_file() and not f.name.startswith(".tmp-")]
-        spaces[d.name] = (len(files), sum(f.stat().st_size for f in files))
+        files = [f for f in d.iterdir()
+                 if not f.name.startswith(".tmp-") and f.is_file() and not f.is_symlink()]
+        temps = _temps(d)
+        spaces[d.name] = {"files": len(files), "bytes": sum(f.stat().st_size for f in files),
+                          "temp": len(temps), "temp_bytes": sum(_size(t) for t in temps),
+                          "stale": sum(_stale(t) for t in temps)}
     return {"root": str(root), "namespaces": spaces,
             "graph_cache": "on" if env().graph_cache else "off (SDK_GRAPH_CACHE=0)"}
 
 
 def clear(namespace: str | None = None) -> int:
-    """Delete the entries (of one namespace, or all); returns how many files went. Raises
-    ``ValueError`` for a namespace that is not a plain name."""
+    """Delete the entries (of one namespace, or all) and the temporary files that killed
+    processes left (older than :data:`STALE_AFTER_S`: a running compile's own are kept,
+    so clearing never pulls a file from under it); returns how many went. Anything that
+    is not a regular file or such a temporary is left alone. Raises ``ValueError`` for a
+    namespace that is not a plain name, :class:`~sdk.cache.CacheDirRefused` for a cache
+    directory that may not be used."""
     if namespace is not None:
         check_part(namespace)
-    root = cache_dir()
+    root = cache_dir(strict=True)
     dirs = [root / namespace] if namespace else [p for p in root.iterdir() if p.is_dir()]
     n = 0
     for d in dirs:
-        if not d.is_dir():
+        if not d.is_dir() or d.is_symlink():
             continue
         for f in d.iterdir():
-            if f.is_file():
-                os.unlink(f)
-                n += 1
+            if f.name.startswith(".tmp-"):
+                if _stale(f) and f.is_dir() and not f.is_symlink():
+                    shutil.rmtree(f, ignore_errors=True)
+                    n += 1
+                elif _stale(f):
+                    n += _unlink(f)
+            elif f.is_file() or f.is_symlink():
+                n += _unlink(f)
     return n
+
+
+def _unlink(f: Any) -> int:
+    try:
+        os.unlink(f)
+    except FileNotFoundError:  # another process's clear got there first
+        return 0
+    return 1

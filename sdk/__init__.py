@@ -19,6 +19,7 @@ from typing import Any
 import pluggy
 
 from sdk.errors import (
+    CacheDirWarning,
     LoweringError,
     OptionError,
     PluginHookError,
@@ -101,7 +102,8 @@ def _status_text(name: str, why: str | None, faults: dict[str, str]) -> str:
 __all__ = [
     "HOOK_API_VERSION", "Capability", "CompileContext", "ExplainReport", "FallbackReport",
     "GraphReport", "HookFault", "KernelFn", "KernelReport", "KernelSource", "LoweringError",
-    "OptionError", "OptionSpec", "PluginHookError", "PluginHookWarning", "PluginInfo",
+    "CacheDirWarning", "OptionError", "OptionSpec", "PluginHookError", "PluginHookWarning",
+    "PluginInfo",
     "PluginKind", "PluginUnavailableError", "SDKError", "Support",
     "UnknownPluginError", "Verdict", "backend", "explain", "hookimpl", "list_plugins",
 ]

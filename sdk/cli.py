@@ -43,8 +43,10 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             print(f"cache directory: {info['root']}")
             print(f"whole-graph cache: {info['graph_cache']}")
             spaces = info["namespaces"]
-            for name, (files, size) in spaces.items():
-                print(f"  {name:<18} {files:6d} files {size / 2**20:10.1f} MiB")
+            for name, n in spaces.items():
+                temp = (f", {n['temp']} temporary ({n['stale']} left by killed processes: "
+                        "`cache clear` removes them)" if n["temp"] else "")
+                print(f"  {name:<18} {n['files']:6d} files {n['bytes'] / 2**20:10.1f} MiB{temp}")
             if not spaces:
                 print("  (empty)")
         else:
@@ -53,7 +55,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --namespace: {exc}, such as {graph_cache.NAMESPACE!r}", file=sys.stderr)
         return 2
-    except PermissionError as exc:
+    except OSError as exc:  # a refused directory (CacheDirRefused), or one that broke
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

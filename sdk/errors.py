@@ -30,5 +30,10 @@ class PluginHookError(SDKError):
     """A plugin's hook raised, and strict mode (``fallback=False`` or debug) is on."""
 
 
+class CacheDirWarning(UserWarning):
+    """The cache directory was refused (not private, not a directory, ...); the process
+    caches in a private temporary directory instead. Says which, why and the fix."""
+
+
 class PluginHookWarning(UserWarning):
     """A plugin's hook raised; the SDK went on without it (once per plugin and hook)."""

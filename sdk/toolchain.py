@@ -21,7 +21,6 @@ its own ``flags`` (``FLAGS`` plus ``-std=c++17``, say) and ``namespace`` (its ca
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import hashlib
@@ -29,14 +28,13 @@ import os
 import re
 import shlex
 import shutil
-import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sdk.cache import DiskCache, source_digest, stable_hash, write_atomic
+from sdk.cache import DiskCache, make_room, read_regular, source_digest, stable_hash, write_atomic
 from sdk.core import config
 
 #: Default flags: optimized, position independent, OpenMP, this host's vector units; no
@@ -102,15 +100,8 @@ def _cache_key(language: str, flags: tuple[str, ...], packages: tuple[str, ...])
 
 def _trusted_digest(path: Path) -> str | None:
     """sha256 of a regular file owned by us and writable by nobody else, else None."""
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
-                    or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return None
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
+    data = read_regular(path)  # never a FIFO's read that blocks, never through a link
+    return None if data is None else hashlib.sha256(data).hexdigest()
 
 
 def compile_library(source: str, *, language: str = "c", flags: Sequence[str] = FLAGS,
@@ -130,10 +121,14 @@ def compile_library(source: str, *, language: str = "c", flags: Sequence[str] = 
             return path
     src = cache.path_for(digest_key, _COMPILERS[language][3])
     write_atomic(src, source.encode())  # kept: errors and debugging point at it
-    fd, tmp = tempfile.mkstemp(dir=src.parent, prefix=".tmp-", suffix=".so")
-    os.close(fd)
-    cmd = [compiler, str(src), "-o", tmp, *flags, "-lm"]
+    # built in a private directory of its own: `sdk cache clear` (files of the namespace)
+    # or another process cannot delete the source or the output under the compiler
+    build = Path(tempfile.mkdtemp(dir=src.parent, prefix=".tmp-build-"))
     try:
+        unit = build / src.name
+        unit.write_bytes(source.encode())
+        out = build / "lib.so"
+        cmd = [compiler, str(unit), "-o", str(out), *flags, "-lm"]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
@@ -141,14 +136,13 @@ def compile_library(source: str, *, language: str = "c", flags: Sequence[str] = 
                                f"(exit status {proc.returncode})."
                                f"\ncommand: {shlex.join(cmd)}\nfull source: {src}\n"
                                f"compiler output (last lines):\n{tail}")
-        os.chmod(tmp, 0o700)  # the linker creates its output under the umask
-        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+        os.chmod(out, 0o700)  # the linker creates its output under the umask
+        digest = hashlib.sha256(out.read_bytes()).hexdigest()
         path = cache.path_for(digest_key, f".{digest[:16]}.so")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        make_room(path)  # a directory or FIFO planted there is replaced, not fatal
+        os.replace(out, path)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
     cache.put(digest_key, digest.encode())
     return path
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import sdk
 from sdk import toolchain
 from sdk.cache import DiskCache, cache_dir, stable_hash
 from sdk.plugins.cpu_cpp.toolchain import LANGUAGE, PRELUDE, compile_library, default_flags
@@ -82,10 +83,16 @@ def test_world_writable_cache_dir_rejected(cache_root: Path, where: str) -> None
     bad.mkdir(parents=True)
     os.chmod(bad, 0o777)
     with pytest.raises(PermissionError) as info:
-        cache_dir("ns")
+        cache_dir("ns", strict=True)
     message = str(info.value)
     assert str(bad) in message and "writable by group or others" in message
     assert "set SDK_CACHE_DIR to a private directory" in message
+    # not strict (compiles): one warning with the same words, then a private temporary root
+    with pytest.warns(sdk.CacheDirWarning, match="writable by group or others") as seen:
+        used = cache_dir("ns")
+    assert len(seen) == 1 and str(bad) in str(seen[0].message)
+    assert not used.is_relative_to(cache_root) and used.name == "ns"
+    assert stat.S_IMODE(used.stat().st_mode) == 0o700 and used.stat().st_uid == os.geteuid()
 
 
 def test_foreign_cache_dir_rejected(cache_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,7 +100,7 @@ def test_foreign_cache_dir_rejected(cache_root: Path, monkeypatch: pytest.Monkey
     other_uid = os.geteuid() + 1
     monkeypatch.setattr(os, "geteuid", lambda: other_uid)  # the dir now belongs to someone else
     with pytest.raises(PermissionError) as info:
-        cache_dir()
+        cache_dir(strict=True)
     message = str(info.value)
     assert str(cache_root) in message and "not by the current user" in message
     assert "SDK_CACHE_DIR" in message

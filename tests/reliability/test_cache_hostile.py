@@ -1,0 +1,318 @@
+"""A hostile cache: refused directories, things planted at entry paths, corrupt entries,
+concurrent processes, ``cache clear`` racing them, ``kill -9`` mid-compile (issue 24).
+
+Every case is a fresh process compiling one small graph with ``sdk:cpu_cpp``, the whole-graph
+cache on, over the cache under test. What must hold each time: the result equals eager, the
+graph is generated kernels (not a whole-graph fallback to ATen), nothing hangs, and a refused
+directory says so in exactly one warning that names the directory and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import sdk
+from sdk.cache import DiskCache, cache_dir
+
+CHILD = r"""
+import json, sys, warnings
+import torch, sdk
+warnings.simplefilter("always")
+torch.manual_seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+
+def f(x, y):
+    return (torch.relu(x) * y).sum(1) + x.mean()
+
+x, y = torch.randn(64, 32), torch.randn(64, 32)
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    report = sdk.explain(f, x, y, backend="sdk:cpu_cpp")
+    got = torch.compile(f, backend="sdk:cpu_cpp")(x, y)
+torch.testing.assert_close(got, f(x, y))
+print(json.dumps({
+    "kernels": sum(len(g.kernels) for g in report.graphs),
+    "cache": [g.cache for g in report.graphs],
+    "warnings": [str(w.message) for w in seen if issubclass(w.category, sdk.CacheDirWarning)],
+}))
+"""
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {**os.environ, "SDK_CACHE_DIR": str(root), "SDK_GRAPH_CACHE": "1",
+            "OMP_NUM_THREADS": "1"}
+
+
+def compile_in_child(root: Path, seed: int = 0, timeout: float = 180) -> dict:
+    run = subprocess.run([sys.executable, "-c", CHILD, str(seed)], env=_env(root),
+                         capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _held(result: dict) -> None:
+    assert result["kernels"] > 0, result  # generated, not a whole-graph fallback to ATen
+
+
+# -- refused cache directories -------------------------------------------------------------
+
+
+def _world_writable(root: Path) -> Path:
+    root.mkdir(mode=0o700)
+    os.chmod(root, 0o777)
+    return root
+
+
+def _other_owner(root: Path) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    root.mkdir(mode=0o700)
+    os.chown(root, 4242, 4242)
+    return root
+
+
+def _a_file(root: Path) -> Path:
+    root.write_text("not a directory")
+    return root
+
+
+def _dangling_symlink(root: Path) -> Path:
+    root.symlink_to(root.parent / "nowhere")
+    return root
+
+
+def _under_a_file(root: Path) -> Path:
+    root.write_text("a file")
+    return root / "cache"
+
+
+def _read_only(root: Path) -> Path:
+    if os.geteuid() == 0:
+        pytest.skip("root writes into a read-only directory: not refusable as root")
+    root.mkdir(mode=0o500)
+    return root
+
+
+HOSTILE_ROOTS = {
+    "world-writable": (_world_writable, "writable by group or others"),
+    "other-owner": (_other_owner, "not by the current user"),
+    "a-file": (_a_file, "not a directory"),
+    "dangling-symlink": (_dangling_symlink, "not usable"),
+    "under-a-file": (_under_a_file, "not creatable"),
+    "read-only": (_read_only, "not writable"),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_ROOTS)
+def test_a_refused_cache_dir_warns_once_and_still_generates_kernels(tmp_path, case):
+    make, cause = HOSTILE_ROOTS[case]
+    root = make(tmp_path / "cache")
+    result = compile_in_child(root)
+    _held(result)
+    assert len(result["warnings"]) == 1, result["warnings"]
+    message = result["warnings"][0]
+    assert str(root) in message and cause in message and "SDK_CACHE_DIR" in message
+
+
+@pytest.mark.parametrize("namespace", ["programs", "cpp"])
+def test_a_refused_namespace_dir_still_generates_kernels(tmp_path, namespace):
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    (root / namespace).mkdir(mode=0o700)
+    os.chmod(root / namespace, 0o777)
+    result = compile_in_child(root)
+    _held(result)
+    assert len(result["warnings"]) == 1 and str(root / namespace) in result["warnings"][0]
+
+
+def test_cache_dir_strict_raises_what_the_warning_says(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(_dangling_symlink(tmp_path / "cache")))
+    with pytest.raises(PermissionError, match="refusing to use cache directory"):
+        cache_dir(strict=True)
+
+
+# -- things planted at entry paths, corrupt entries -----------------------------------------
+
+
+def _entries(root: Path) -> list[Path]:
+    return [p for ns in root.iterdir() if ns.is_dir() for p in ns.iterdir()
+            if p.suffix in (".entry", ".so") and not p.name.startswith(".tmp-")]
+
+
+def _plant(path: Path, what: str) -> None:
+    data = path.read_bytes() if path.is_file() else b""
+    path.unlink()
+    if what == "fifo":
+        os.mkfifo(path, 0o600)
+    elif what == "directory":
+        path.mkdir(mode=0o700)
+    elif what == "symlink":
+        path.symlink_to("/dev/zero")
+    elif what == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif what == "random":
+        path.write_bytes(os.urandom(max(len(data), 64)))
+    elif what == "wrong-version":
+        path.write_bytes(data.replace(b"sdk-cache-entry-v1", b"sdk-cache-entry-v9", 1))
+    elif what == "foreign-mode":
+        path.write_bytes(data)
+        os.chmod(path, 0o666)
+    if what in ("truncated", "random", "wrong-version"):
+        os.chmod(path, 0o600)
+
+
+@pytest.fixture(scope="module")
+def filled_cache(tmp_path_factory) -> Path:
+    """A cache one compile filled (graph entry, library entry, .so): copied per case."""
+    root = tmp_path_factory.mktemp("filled") / "cache"
+    _held(compile_in_child(root))
+    return root
+
+
+@pytest.mark.parametrize("what", ["fifo", "directory", "symlink", "truncated", "random",
+                                  "wrong-version", "foreign-mode"])
+def test_anything_at_an_entry_path_is_a_miss_then_repaired(tmp_path, filled_cache, what):
+    root = tmp_path / "cache"
+    shutil.copytree(filled_cache, root, symlinks=True)
+    entries = _entries(root)
+    assert any(p.suffix == ".entry" for p in entries) and any(p.suffix == ".so" for p in entries)
+    for path in entries:
+        _plant(path, what)
+    result = compile_in_child(root, timeout=120)  # a FIFO that is opened for reading hangs
+    _held(result)
+    assert result["cache"] == ["stored"], result  # rebuilt, not read from what was planted
+    fresh = _entries(root)  # repaired: every entry a regular private file again
+    assert fresh and all(stat.S_ISREG(p.lstat().st_mode) for p in fresh)
+    if what in ("fifo", "truncated"):  # and what was written serves the next process
+        assert compile_in_child(root)["cache"] == ["hit"]
+
+
+def test_swapped_entries_are_misses(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    store = DiskCache("swap")
+    store.put("a", b"payload of a")
+    store.put("b", b"payload of b")
+    pa, pb = store.path_for("a", ".entry"), store.path_for("b", ".entry")
+    data_a, data_b = pa.read_bytes(), pb.read_bytes()
+    pa.write_bytes(data_b)
+    pb.write_bytes(data_a)
+    assert store.get("a") is None and store.get("b") is None
+
+
+def test_a_fifo_at_an_entry_path_does_not_block_a_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    store = DiskCache("fifo")
+    os.mkfifo(store.path_for("k", ".entry"), 0o600)
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(store.get("k")), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive() and got == [None]
+    store.put("k", b"v")  # the write replaces it
+    assert store.get("k") == b"v"
+
+
+# -- the CLI on a bad cache directory ---------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [_dangling_symlink, _under_a_file, _world_writable])
+@pytest.mark.parametrize("action", ["info", "clear"])
+def test_cli_cache_on_a_bad_dir_prints_one_line(tmp_path, make, action):
+    root = make(tmp_path / "cache")
+    run = subprocess.run([sys.executable, "-m", "sdk", "cache", action], env=_env(root),
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: refusing to use cache directory")
+    assert "Traceback" not in run.stderr and "SDK_CACHE_DIR" in lines[0]
+
+
+# -- concurrency, a racing clear, kill -9 ------------------------------------------------
+
+
+def test_eight_processes_and_a_racing_clear(tmp_path):
+    root = tmp_path / "cache"
+    env = _env(root)
+    stop = time.monotonic() + 600
+    clears = []
+
+    def clear_loop():
+        while time.monotonic() < stop:
+            r = subprocess.run([sys.executable, "-m", "sdk", "cache", "clear"], env=env,
+                               capture_output=True, text=True, timeout=120)
+            clears.append(r.returncode)
+
+    racer = threading.Thread(target=clear_loop, daemon=True)
+    racer.start()
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(i)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(8)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    stop = 0
+    racer.join(120)
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+        _held(json.loads(out.strip().splitlines()[-1]))
+    assert clears and all(rc == 0 for rc in clears), clears
+
+
+@pytest.mark.parametrize("after", [1.0, 3.0])
+def test_kill_9_mid_compile_then_a_rerun_holds(tmp_path, after):
+    root = tmp_path / "cache"
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], env=_env(root),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(after)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(60)
+    _held(compile_in_child(root))
+    # what the killed process left (temporary files, build directories) is counted by
+    # `cache info` and, once stale, removed by `cache clear`
+    from sdk.core import graph_cache
+
+    old = time.time() - graph_cache.STALE_AFTER_S - 60
+    temps = [p for ns in root.iterdir() if ns.is_dir() for p in ns.iterdir()
+             if p.name.startswith(".tmp-")]
+    for t in temps:
+        os.utime(t, (old, old), follow_symlinks=False)
+    env_root = {"SDK_CACHE_DIR": str(root)}
+    info = _cli(["cache", "info"], env_root)
+    assert info.returncode == 0
+    if temps:
+        assert "temporary" in info.stdout
+    assert _cli(["cache", "clear"], env_root).returncode == 0
+    assert not [p for ns in root.iterdir() if ns.is_dir() for p in ns.iterdir()
+                if p.name.startswith(".tmp-")]
+
+
+def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sdk", *args], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_cache_info_counts_leftover_temporaries(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    ns = cache_dir("cpp")
+    (ns / ".tmp-abc.so").write_bytes(b"x" * 100)
+    from sdk.core import graph_cache
+
+    spaces = graph_cache.info()["namespaces"]
+    assert spaces["cpp"]["temp"] == 1 and spaces["cpp"]["temp_bytes"] == 100
+    assert graph_cache.clear() == 0  # fresh: a running compile's, kept
+    old = time.time() - graph_cache.STALE_AFTER_S - 60
+    os.utime(ns / ".tmp-abc.so", (old, old))
+    assert graph_cache.info()["namespaces"]["cpp"]["stale"] == 1
+    assert graph_cache.clear() == 1 and not (ns / ".tmp-abc.so").exists()
+
+
+def test_sdk_exports_the_warning():
+    assert issubclass(sdk.CacheDirWarning, UserWarning)
