@@ -11,6 +11,7 @@ wrapped by any wrapper plugins the options name.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import itertools
 import logging
 import time
@@ -48,7 +49,7 @@ class Backend:
         self.__name__ = f"sdk:{name}"  # torch.compile uses it in logs
         rec = self.registry.require(name, PluginKind.CODEGEN)
         self.options = dict(options or {})
-        opts.resolve(rec.info, None, self.options)  # fail now on a bad option
+        _check_names(self.registry, opts.resolve(rec.info, None, self.options))  # fail now
 
     @property
     def registry(self) -> Registry:
@@ -60,8 +61,22 @@ class Backend:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], *,
                  mode: str | None = None, options: Mapping[str, Any] | None = None) -> Callable:
         merged = {**self.options, **(options or {})}
-        session = Session(self.registry, self.name, mode, merged)
+        try:
+            # torch.compile(backend="sdk:x", mode=..., options=...) hands both over only now,
+            # at the first call: a bad one raises here as one line of its own, not as a
+            # compiler crash (Dynamo wraps other exceptions in BackendCompilerFailed)
+            session = Session(self.registry, self.name, mode, merged)
+            _check_names(self.registry, session.options)
+        except SDKError as exc:
+            raise tp.user_error(exc, inspect.currentframe()) from None
         return session.compile_dynamo_graph(gm, example_inputs)
+
+
+def _check_names(reg: Registry, options: Mapping[str, Any]) -> None:
+    """Every plugin ``chain`` names exists and can run here (at compile time, not when the
+    primary plugin first fails)."""
+    for name in options["chain"]:
+        reg.require(name, PluginKind.CODEGEN)
 
 
 class Session:

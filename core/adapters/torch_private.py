@@ -451,3 +451,30 @@ def opinfo_db() -> list[Any]:
     from torch.testing._internal.common_methods_invocations import op_db
 
     return op_db
+
+
+_USER_ERRORS: dict[type, type] = {}
+
+
+def user_error(exc: Exception, frame: Any = None) -> Exception:
+    """``exc`` as an exception Dynamo re-raises as it is from a backend, instead of wrapping
+    it in ``BackendCompilerFailed`` under its "report this bug to PyTorch" text: a bad option
+    or plugin name is the user's to fix, not a compiler crash. The result is still an
+    instance of ``type(exc)`` (``except sdk.OptionError`` catches it), with the same message.
+    Dynamo re-raises its ``ShortenTraceback`` family unwrapped (torch 2.11 and 2.13 alike);
+    where a torch lacks it, ``exc`` is returned unchanged. ``frame`` (the raising function's,
+    ``inspect.currentframe()``) is where Dynamo starts the traceback it shows: the frames of
+    torch between the user's call and the backend are left out."""
+    base = getattr(torch._dynamo.exc, "ShortenTraceback", None)
+    if base is None or isinstance(exc, base):
+        return exc
+    cls = _USER_ERRORS.get(type(exc))
+    if cls is None:
+        cls = _USER_ERRORS[type(exc)] = type(type(exc).__name__, (type(exc), base), {
+            "__module__": type(exc).__module__,
+            "__str__": lambda self: str(self.args[0]) if self.args else "",
+        })
+    err = cls.__new__(cls)
+    Exception.__init__(err, *exc.args)
+    err.first_useful_frame = frame
+    return err

@@ -1,0 +1,64 @@
+"""Bad options, modes and plugin names: one clear line each, as early as torch allows
+(issue 24). ``sdk.backend(...)`` checks at once; ``torch.compile(backend="sdk:x", mode=...,
+options=...)`` hands mode and options to the backend only at the first call, where the error
+is raised as the SDK's own exception (not Dynamo's ``BackendCompilerFailed``) over a short
+traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import sdk
+
+BAD = {
+    "bad-type": ({"options": {"fusion": "maybe"}}, sdk.OptionError,
+                 "option 'fusion' for sdk:cpu_cpp must be bool, got str 'maybe'"),
+    "unknown-key": ({"options": {"fusoin": True}}, sdk.OptionError,
+                    "unknown option 'fusoin' for sdk:cpu_cpp; known options:"),
+    "unknown-mode": ({"mode": "fastest"}, sdk.OptionError,
+                     "unknown mode 'fastest' for sdk:cpu_cpp; known modes:"),
+    "unknown-chain": ({"options": {"chain": ["nope"]}}, sdk.UnknownPluginError,
+                      "no SDK plugin named 'nope' is installed"),
+    "chain-of-a-wrapper": ({"options": {"chain": ["cudagraphs"]}}, sdk.SDKError,
+                           "cudagraphs"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_torch_compile_raises_the_sdk_error_at_the_first_call(case):
+    kw, error, words = BAD[case]
+    f = torch.compile(lambda x: x * 2, backend="sdk:cpu_cpp", **kw)  # torch keeps them
+    with pytest.raises(error) as info:
+        f(torch.randn(4))
+    assert words in str(info.value)
+    assert "BackendCompilerFailed" not in type(info.value).__name__
+
+
+@pytest.mark.parametrize("case", [c for c in BAD if "options" in BAD[c][0]])
+def test_sdk_backend_raises_at_once(case):
+    kw, error, words = BAD[case]
+    with pytest.raises(error, match=words.split(";")[0].replace("(", r"\(")):
+        sdk.backend("cpu_cpp", **kw["options"])
+
+
+def test_the_user_sees_a_short_error():
+    code = ("import torch\n"
+            "f = torch.compile(lambda x: x * 2, backend='sdk:cpu_cpp', options={'fusion': 1})\n"
+            "f(torch.randn(3))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 1
+    err = run.stderr.strip().splitlines()
+    assert any(line.startswith("sdk.errors.OptionError: option 'fusion' for sdk:cpu_cpp must "
+                               "be bool") for line in err), run.stderr
+    assert "BackendCompilerFailed" not in run.stderr
+    assert len(err) <= 15, run.stderr  # was 30 lines of Dynamo's frames and a wrapped error
+
+
+def test_an_unknown_backend_name_fails_at_torch_compile():
+    with pytest.raises(Exception, match="sdk:nope"):
+        torch.compile(lambda x: x, backend="sdk:nope")
