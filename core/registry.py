@@ -9,12 +9,12 @@ listed with its distribution and the reason, and never affects the others.
 
 from __future__ import annotations
 
-import sys
 import threading
 import traceback
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 import pluggy
@@ -30,11 +30,6 @@ from sdk.plugin import SUPPORTED_HOOK_APIS, CompileContext, PluginInfo, PluginKi
 from sdk.report import HookFault
 
 from . import config
-
-if sys.version_info >= (3, 10):
-    from importlib.metadata import EntryPoint, entry_points
-else:  # pragma: no cover - the backport, for interpreters without entry_points(group=)
-    from importlib_metadata import EntryPoint, entry_points
 
 ENTRY_POINT_GROUP = "sdk.plugins"
 hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT)

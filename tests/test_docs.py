@@ -29,7 +29,7 @@ def test_quick_start_has_two_set_up_commands():
     assert len(blocks) == 2
     main, tests = blocks
     assert main[-1] == "python -m sdk run"
-    assert tests[-1] == "python -m pytest -q"
+    assert tests[-1] == "python -m pytest -q -n auto"
     for block in blocks:
         assert block[0].startswith("pip install torch==2.13.0")
         assert block[1] == "pip install -e '.[test]'"

@@ -24,6 +24,7 @@ import configparser
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -110,12 +111,27 @@ def venv(wheels, tmp_path_factory) -> Path:
     _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", root],
          cwd=root.parent)
     python = _venv_python(root)
+    _see_the_outer_venv(python)
     # pip itself comes from the base environment; it installs into the running venv.
     # --ignore-installed: the base's editable install has the same version
     _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
           "--disable-pip-version-check", "--no-warn-script-location",
           wheels["sdk"], wheels["acme"]], cwd=root.parent, env=_clean_env())
     return root
+
+
+def _see_the_outer_venv(python: Path) -> None:
+    """Run from a venv (the usual set-up), ``--system-site-packages`` gives the new venv the
+    *base* interpreter's packages, not this venv's torch and pluggy: name this one's site
+    directories in a ``.pth`` file of the new venv. They come after its own site-packages, so
+    what is installed there wins, and a ``.pth`` file in them (this venv's editable SDK) is
+    not run: only site directories' ``.pth`` files are."""
+    if sys.prefix == sys.base_prefix:
+        return
+    out = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    outer = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    Path(out, "outer-venv.pth").write_text("".join(p + "\n" for p in outer))
 
 
 def _venv_python(root: Path) -> Path:
