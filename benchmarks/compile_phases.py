@@ -55,10 +55,12 @@ def _instrument(plugin: str) -> None:
     _timed(scheduler.Scheduler, "run", "schedule")
     if plugin == "cuda_triton":
         from sdk.plugins.cuda_triton import launch, render
+
         _timed(render, "render", "render")
         _timed(launch, "compile_sources", "build")
     else:
         from sdk.plugins.cpu_cpp import render, toolchain
+
         _timed(render, "render_kernel", "render")
         _timed(toolchain, "compile_library", "build")
 
@@ -90,10 +92,14 @@ def main() -> None:
             ind = _cold(case, "inductor", dev)
             spent.clear()
             sdk_s = _cold(case, f"sdk:{plugin}", dev)
-            parts = ", ".join(f"{k} {spent[k]:.2f}" for k in
-                              ("lower", "schedule", "render", "build", "program"))
-            print(f"{name:26s} inductor {ind:6.2f} s | sdk {sdk_s:6.2f} s: {parts}, "
-                  f"rest {sdk_s - spent['program']:.2f}", flush=True)
+            parts = ", ".join(
+                f"{k} {spent[k]:.2f}" for k in ("lower", "schedule", "render", "build", "program")
+            )
+            print(
+                f"{name:26s} inductor {ind:6.2f} s | sdk {sdk_s:6.2f} s: {parts}, "
+                f"rest {sdk_s - spent['program']:.2f}",
+                flush=True,
+            )
             del case
     finally:
         bench._remove_temp_dirs()

@@ -32,6 +32,7 @@ def _timed_launcher(fn, nargs=None, nsizes=0, error=None):
         count[fn.__name__] += 1
         if error is not None and failed:
             raise error()
+
     return launch
 
 
@@ -49,8 +50,10 @@ def main(name: str, top: int) -> None:
     for _ in range(steps):
         case.step(f)
     total = time.perf_counter() - t0
-    print(f"{name}: step {total / steps * 1e3:.2f} ms, generated kernels "
-          f"{sum(spent.values()) / steps * 1e3:.2f} ms in {sum(count.values()) // steps} launches")
+    print(
+        f"{name}: step {total / steps * 1e3:.2f} ms, generated kernels "
+        f"{sum(spent.values()) / steps * 1e3:.2f} ms in {sum(count.values()) // steps} launches"
+    )
     for k, v in spent.most_common(top):
         print(f"{v / count[k] * 1e6:8.1f} us x{count[k] // steps}  {k}")
 

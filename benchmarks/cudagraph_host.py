@@ -21,13 +21,23 @@ import sdk  # noqa: F401  (registers the sdk: backends)
 
 def main() -> None:
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(),
-                            torch.nn.Linear(512, 512), torch.nn.ReLU(),
-                            torch.nn.Linear(512, 10)).cuda().eval()
+    m = (
+        torch.nn.Sequential(
+            torch.nn.Linear(512, 512),
+            torch.nn.ReLU(),
+            torch.nn.Linear(512, 512),
+            torch.nn.ReLU(),
+            torch.nn.Linear(512, 10),
+        )
+        .cuda()
+        .eval()
+    )
     x = torch.randn(1, 512, device="cuda")
     res = {}
-    for name, kw in (("inductor", {"mode": "reduce-overhead"}),
-                     ("sdk", {"backend": "sdk:cuda_triton", "mode": "reduce-overhead"})):
+    for name, kw in (
+        ("inductor", {"mode": "reduce-overhead"}),
+        ("sdk", {"backend": "sdk:cuda_triton", "mode": "reduce-overhead"}),
+    ):
         torch._dynamo.reset()
         f = torch.compile(m, **kw)
         with torch.no_grad():

@@ -32,8 +32,11 @@ def _model(small: bool, dtype, device):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = (GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=128, vocab_size=1024)
-           if small else GPT2Config(n_layer=12, n_embd=768, n_head=12))
+    cfg = (
+        GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=128, vocab_size=1024)
+        if small
+        else GPT2Config(n_layer=12, n_embd=768, n_head=12)
+    )
     cfg.resid_pdrop = cfg.embd_pdrop = cfg.attn_pdrop = 0.0
     cfg.use_cache = False  # training: no KV cache (one per block made each block recompile)
     torch.manual_seed(0)
@@ -100,8 +103,10 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
             opt = torch.optim.SGD(base.parameters(), lr=1e-3)
             g = torch.Generator(device="cpu").manual_seed(1 + rank)
             seq = 64 if args.small else 512
-            batches = [torch.randint(0, cfg.vocab_size, (args.batch, seq), generator=g)
-                       .to(device) for _ in range(args.warmup + args.steps)]
+            batches = [
+                torch.randint(0, cfg.vocab_size, (args.batch, seq), generator=g).to(device)
+                for _ in range(args.warmup + args.steps)
+            ]
             losses, times = [], []
             for i, ids in enumerate(batches):
                 if cuda:
@@ -128,9 +133,18 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
                     torch.cuda.synchronize()
                 for e in p.events():
                     if e.device_type == torch.autograd.DeviceType.CUDA:
-                        kind = "nccl" if "nccl" in e.name.lower() else (
-                            "gemm" if any(k in e.name.lower() for k in ("gemm", "cutlass", "sm90",
-                                                                       "nvjet")) else "other")
+                        kind = (
+                            "nccl"
+                            if "nccl" in e.name.lower()
+                            else (
+                                "gemm"
+                                if any(
+                                    k in e.name.lower()
+                                    for k in ("gemm", "cutlass", "sm90", "nvjet")
+                                )
+                                else "other"
+                            )
+                        )
                         prof[kind] = prof.get(kind, 0.0) + e.device_time / 1e3
             check = "ok"
             if want is None:
@@ -140,10 +154,18 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
                     torch.testing.assert_close(torch.stack(losses), torch.stack(want), **tol)
                 except AssertionError as exc:
                     check = "MISMATCH " + str(exc).splitlines()[0]
-            rows.append({"wrap": wrap, "backend": backend, "ms": statistics.median(times) * 1e3,
-                         "graphs": counters["stats"]["unique_graphs"],
-                         "sdk_graphs": len(pieces), "device_ms": prof, "check": check,
-                         "losses": [float(x) for x in losses]})
+            rows.append(
+                {
+                    "wrap": wrap,
+                    "backend": backend,
+                    "ms": statistics.median(times) * 1e3,
+                    "graphs": counters["stats"]["unique_graphs"],
+                    "sdk_graphs": len(pieces),
+                    "device_ms": prof,
+                    "check": check,
+                    "losses": [float(x) for x in losses],
+                }
+            )
             del model, base, opt
     if rank == 0:
         with open(out, "w") as f:
@@ -162,8 +184,11 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--small", action="store_true", help="a 2-layer GPT-2 (CPU runs, tests)")
     ap.add_argument("--json", default=None)
-    ap.add_argument("--profile", action="store_true",
-                    help="GPUs: one more step under the profiler, device time by kind")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="GPUs: one more step under the profiler, device time by kind",
+    )
     args = ap.parse_args()
 
     import tempfile
@@ -175,8 +200,10 @@ def main() -> int:
     args.plugin = args.plugin or ("cuda_triton" if cuda else "cpu_cpp")
     world = args.nproc or max(2, torch.cuda.device_count() if cuda else 2)  # 1: one process
     if cuda and torch.cuda.device_count() < world:
-        print(f"error: --nproc {world} needs {world} GPUs, {torch.cuda.device_count()} visible",
-              file=sys.stderr)
+        print(
+            f"error: --nproc {world} needs {world} GPUs, {torch.cuda.device_count()} visible",
+            file=sys.stderr,
+        )
         return 2
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -187,23 +214,32 @@ def main() -> int:
         with open(out) as f:
             rows = json.load(f)
     where = torch.cuda.get_device_name() if cuda else "CPU (gloo)"
-    print(f"GPT-2 {'2-layer' if args.small else 'small'} training step, {world} processes, "
-          f"{where}, {args.dtype}, batch {args.batch} per rank; median ms of {args.steps}")
+    print(
+        f"GPT-2 {'2-layer' if args.small else 'small'} training step, {world} processes, "
+        f"{where}, {args.dtype}, batch {args.batch} per rank; median ms of {args.steps}"
+    )
     print("graphs: Dynamo's; pieces: the graphs the sdk compiled (DDP: one per bucket)")
-    print(f"{'wrap':<7}{'backend':<18}{'graphs':>7}{'pieces':>7}{'ms':>10}{'vs eager':>10}"
-          f"{'vs inductor':>13}  check")
+    print(
+        f"{'wrap':<7}{'backend':<18}{'graphs':>7}{'pieces':>7}{'ms':>10}{'vs eager':>10}"
+        f"{'vs inductor':>13}  check"
+    )
     for r in rows:
         eager = next(x["ms"] for x in rows if x["wrap"] == r["wrap"] and x["backend"] == "eager")
         ind = next(x["ms"] for x in rows if x["wrap"] == r["wrap"] and x["backend"] == "inductor")
-        print(f"{r['wrap']:<7}{r['backend']:<18}{r['graphs']:7d}{r['sdk_graphs'] or '':>7}{r['ms']:10.2f}{r['ms'] / eager:10.2f}"
-              f"{r['ms'] / ind:13.2f}  {r['check']}")
+        print(
+            f"{r['wrap']:<7}{r['backend']:<18}{r['graphs']:7d}{r['sdk_graphs'] or '':>7}{r['ms']:10.2f}{r['ms'] / eager:10.2f}"
+            f"{r['ms'] / ind:13.2f}  {r['check']}"
+        )
         if r["device_ms"]:
-            print("       device ms (one step): " + ", ".join(
-                f"{k} {v:.2f}" for k, v in sorted(r["device_ms"].items())))
+            print(
+                "       device ms (one step): "
+                + ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["device_ms"].items()))
+            )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"world": world, "device": where, "dtype": args.dtype, "rows": rows}, f,
-                      indent=1)
+            json.dump(
+                {"world": world, "device": where, "dtype": args.dtype, "rows": rows}, f, indent=1
+            )
     return 0 if all(r["check"] == "ok" for r in rows) else 1
 
 

@@ -40,8 +40,9 @@ def block(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def workloads(dev: str, scale: int) -> dict[str, tuple[Callable, Callable[[int], tuple]]]:
     d = 256 * scale
     w = torch.randn(d, device=dev)
-    mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(),
-                              torch.nn.Linear(4 * d, d), torch.nn.LayerNorm(d)).to(dev)
+    mlp = torch.nn.Sequential(
+        torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d), torch.nn.LayerNorm(d)
+    ).to(dev)
 
     def train_step(x: torch.Tensor) -> torch.Tensor:
         out = mlp(x)
@@ -56,8 +57,13 @@ def workloads(dev: str, scale: int) -> dict[str, tuple[Callable, Callable[[int],
         import transformers
     except ImportError:
         return out
-    cfg = transformers.GPT2Config(n_layer=4 if dev == "cuda" else 2, n_embd=128 * scale,
-                                  n_head=4, vocab_size=8192, n_positions=512)
+    cfg = transformers.GPT2Config(
+        n_layer=4 if dev == "cuda" else 2,
+        n_embd=128 * scale,
+        n_head=4,
+        vocab_size=8192,
+        n_positions=512,
+    )
     gpt2 = transformers.GPT2LMHeadModel(cfg).to(dev).eval()
 
     def serve(ids: torch.Tensor) -> torch.Tensor:  # a serving loop: one prompt length a call
@@ -65,8 +71,9 @@ def workloads(dev: str, scale: int) -> dict[str, tuple[Callable, Callable[[int],
             return gpt2(ids).logits
 
     out["gpt2_serve"] = (serve, lambda n: (torch.randint(0, 8192, (4, n + 1), device=dev),))
-    cfg_train = transformers.GPT2Config(**{**cfg.to_dict(), "resid_pdrop": 0.0,
-                                           "embd_pdrop": 0.0, "attn_pdrop": 0.0})
+    cfg_train = transformers.GPT2Config(
+        **{**cfg.to_dict(), "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+    )
     gpt2_train = transformers.GPT2LMHeadModel(cfg_train).to(dev)
 
     def train(ids: torch.Tensor) -> torch.Tensor:  # training on batches of varying length
@@ -148,50 +155,77 @@ def main() -> None:
                 args = make(n)
                 got = dyn(*args)
                 want = fn(*args)
-                worst = max(worst, float((got.detach().float() - want.detach().float()).abs().max()))
+                worst = max(
+                    worst, float((got.detach().float() - want.detach().float()).abs().max())
+                )
                 sync(dev)
             total_s = time.perf_counter() - t0
         finally:
             program.build_program = real
             pipeline.stop_collecting(token)
         sizes = sorted({g.sizes for g in reports})
-        row = {"workload": name, "plugin": plugin, "sizes_seen": len(SIZES),
-               "programs_built": len(built), "built": built, "first_calls_s": round(total_s, 2),
-               "max_abs_diff_vs_eager": worst, "graph_sizes": sizes, "steady": []}
+        row = {
+            "workload": name,
+            "plugin": plugin,
+            "sizes_seen": len(SIZES),
+            "programs_built": len(built),
+            "built": built,
+            "first_calls_s": round(total_s, 2),
+            "max_abs_diff_vs_eager": worst,
+            "graph_sizes": sizes,
+            "steady": [],
+        }
         for n in (8, 33, 200):
             args = make(n)
             tp.reset_dynamo()
             static = torch.compile(fn, backend=sdk.backend(plugin), dynamic=False)
             ind = torch.compile(fn, dynamic=True)
-            fns = {"sdk_symbolic": dyn, "sdk_static": static, "inductor_dynamic": ind,
-                   "eager": fn}
+            fns = {"sdk_symbolic": dyn, "sdk_static": static, "inductor_dynamic": ind, "eager": fn}
             times: dict[str, list[float]] = {k: [] for k in fns}
             for _ in range(a.rounds):
                 for k, f in fns.items():
                     times[k].append(time_call(f, args, dev, reps))
             med = {k: statistics.median(v) for k, v in times.items()}
             split = {k: device_and_host(fns[k], args, dev) for k in ("sdk_symbolic", "sdk_static")}
-            row["steady"].append({"n": n, "shape": next(list(t.shape) for t in args
-                                                    if isinstance(t, torch.Tensor)), **{k: round(v, 4) for k, v in med.items()},
-                                  "symbolic_over_static": round(med["sdk_symbolic"]
-                                                                / med["sdk_static"], 3),
-                                  "device_ms": {k: v[0] for k, v in split.items()},
-                                  "host_ms": {k: v[1] for k, v in split.items()}})
+            row["steady"].append(
+                {
+                    "n": n,
+                    "shape": next(list(t.shape) for t in args if isinstance(t, torch.Tensor)),
+                    **{k: round(v, 4) for k, v in med.items()},
+                    "symbolic_over_static": round(med["sdk_symbolic"] / med["sdk_static"], 3),
+                    "device_ms": {k: v[0] for k, v in split.items()},
+                    "host_ms": {k: v[1] for k, v in split.items()},
+                }
+            )
         rows.append(row)
-        print(f"{name}: {row['programs_built']} programs for {len(SIZES)} sizes "
-              f"({row['first_calls_s']} s of first calls), max |diff| {worst:.2e}; {sizes}")
+        print(
+            f"{name}: {row['programs_built']} programs for {len(SIZES)} sizes "
+            f"({row['first_calls_s']} s of first calls), max |diff| {worst:.2e}; {sizes}"
+        )
         for s in row["steady"]:
             dv, ho = s["device_ms"], s["host_ms"]
-            dev_txt = (f"; device {dv['sdk_symbolic']:.4f} vs {dv['sdk_static']:.4f} ms"
-                       if dv["sdk_symbolic"] is not None else "")
-            print(f"  {s['shape']!s:>12}: symbolic {s['sdk_symbolic']:.4f} ms, static "
-                  f"{s['sdk_static']:.4f} ms (x{s['symbolic_over_static']}), inductor dynamic "
-                  f"{s['inductor_dynamic']:.4f} ms, eager {s['eager']:.4f} ms{dev_txt}; host "
-                  f"{ho['sdk_symbolic']:.4f} vs {ho['sdk_static']:.4f} ms")
+            dev_txt = (
+                f"; device {dv['sdk_symbolic']:.4f} vs {dv['sdk_static']:.4f} ms"
+                if dv["sdk_symbolic"] is not None
+                else ""
+            )
+            print(
+                f"  {s['shape']!s:>12}: symbolic {s['sdk_symbolic']:.4f} ms, static "
+                f"{s['sdk_static']:.4f} ms (x{s['symbolic_over_static']}), inductor dynamic "
+                f"{s['inductor_dynamic']:.4f} ms, eager {s['eager']:.4f} ms{dev_txt}; host "
+                f"{ho['sdk_symbolic']:.4f} vs {ho['sdk_static']:.4f} ms"
+            )
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-                       "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+                    "torch": torch.__version__,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -52,11 +52,14 @@ def main(names: list[str], prof_rows: int) -> None:
                     torch.cuda.synchronize()
                     host.append(t1 - t0)
                     step.append(time.perf_counter() - t0)
-                res.setdefault(be, []).append((statistics.median(host) * 1e3,
-                                               statistics.median(step) * 1e3))
+                res.setdefault(be, []).append(
+                    (statistics.median(host) * 1e3, statistics.median(step) * 1e3)
+                )
         for be, v in res.items():
-            print(f"{name:26s} {be:16s} host ms {[round(h, 3) for h, _ in v]}  "
-                  f"step ms {[round(s, 3) for _, s in v]}")
+            print(
+                f"{name:26s} {be:16s} host ms {[round(h, 3) for h, _ in v]}  "
+                f"step ms {[round(s, 3) for _, s in v]}"
+            )
         for be in BACKENDS[1:] if prof_rows else ():
             pr = cProfile.Profile()
             pr.enable()

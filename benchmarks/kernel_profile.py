@@ -41,8 +41,10 @@ def main(names: list[str], top: int) -> None:
             if "error" in prof:
                 print(f"== {name} {be}: {prof['error']}")
                 continue
-            print(f"== {name} {be}: step {statistics.median(times) * 1e3:.2f} ms, "
-                  f"device {prof['device_ms']:.2f} ms, launches {prof['launches']}")
+            print(
+                f"== {name} {be}: step {statistics.median(times) * 1e3:.2f} ms, "
+                f"device {prof['device_ms']:.2f} ms, launches {prof['launches']}"
+            )
             for k in prof["top_kernels"]:
                 print(f"   {k['ms']:7.3f} ms  {k['name'][:110]}")
 

@@ -25,28 +25,48 @@ from sdk.core.adapters.torch_private import reset_dynamo
 def build(name):
     torch.manual_seed(0)
     if name == "gpt2":
-        cfg = T.GPT2Config(n_layer=4, n_embd=768, n_head=12, resid_pdrop=0, embd_pdrop=0,
-                           attn_pdrop=0)
+        cfg = T.GPT2Config(
+            n_layer=4, n_embd=768, n_head=12, resid_pdrop=0, embd_pdrop=0, attn_pdrop=0
+        )
         return T.GPT2LMHeadModel(cfg), torch.randint(0, cfg.vocab_size, (8, 512))
     if name == "distilbert":
         cfg = T.DistilBertConfig(dropout=0, attention_dropout=0)
         return T.DistilBertForMaskedLM(cfg), torch.randint(0, cfg.vocab_size, (16, 256))
     if name == "mistral":
-        cfg = T.MistralConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=4,
-                              num_attention_heads=12, num_key_value_heads=4, vocab_size=32000,
-                              max_position_embeddings=1024)
+        cfg = T.MistralConfig(
+            hidden_size=768,
+            intermediate_size=2048,
+            num_hidden_layers=4,
+            num_attention_heads=12,
+            num_key_value_heads=4,
+            vocab_size=32000,
+            max_position_embeddings=1024,
+        )
         return T.MistralForCausalLM(cfg), torch.randint(0, cfg.vocab_size, (4, 512))
     if name == "t5":
-        cfg = T.T5Config(d_model=512, d_ff=2048, num_layers=4, num_heads=8, dropout_rate=0,
-                         vocab_size=32128, decoder_start_token_id=0, pad_token_id=0)
+        cfg = T.T5Config(
+            d_model=512,
+            d_ff=2048,
+            num_layers=4,
+            num_heads=8,
+            dropout_rate=0,
+            vocab_size=32128,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        )
         return T.T5ForConditionalGeneration(cfg), torch.randint(0, 32128, (8, 256))
     raise SystemExit(f"unknown model {name}")
 
 
 def profile_backend(model, ids, backend: str) -> None:
     reset_dynamo()
-    f = model if backend == "eager" else torch.compile(
-        model, backend="inductor" if backend == "inductor" else sdk.backend("cuda_triton"))
+    f = (
+        model
+        if backend == "eager"
+        else torch.compile(
+            model, backend="inductor" if backend == "inductor" else sdk.backend("cuda_triton")
+        )
+    )
 
     def step() -> None:
         model.zero_grad(set_to_none=True)
@@ -70,10 +90,13 @@ def profile_backend(model, ids, backend: str) -> None:
     if "error" in prof:
         print(f"-- {backend}: {sorted(times)[2]:.3f} ms/step, cold {cold:.1f}s; {prof['error']}")
         return
-    classes = ", ".join(f"{c} {v['launches']}/{v['ms']:.3f}"
-                        for c, v in prof["by_class"].items() if v["launches"])
-    print(f"-- {backend}: {sorted(times)[2]:.3f} ms/step, device {prof['device_ms']:.3f} ms, "
-          f"cold {cold:.1f}s, {prof['launches']} launches; per class launches/ms: {classes}")
+    classes = ", ".join(
+        f"{c} {v['launches']}/{v['ms']:.3f}" for c, v in prof["by_class"].items() if v["launches"]
+    )
+    print(
+        f"-- {backend}: {sorted(times)[2]:.3f} ms/step, device {prof['device_ms']:.3f} ms, "
+        f"cold {cold:.1f}s, {prof['launches']} launches; per class launches/ms: {classes}"
+    )
     if backend != "eager":
         for k in prof["top_kernels"]:
             print(f"   {k['ms']:7.3f} ms  {k['name'][:100]}")

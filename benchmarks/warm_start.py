@@ -52,8 +52,14 @@ def child(name: str, backend: str) -> None:
 
 
 def run(name: str, backend: str, env: dict[str, str]) -> tuple[float, float, int]:
-    out = subprocess.run([sys.executable, __file__, "--child", name, backend], env=env,
-                         capture_output=True, text=True, check=True, timeout=1800).stdout
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", name, backend],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1800,
+    ).stdout
     line = next(x for x in out.splitlines() if x.startswith("RESULT"))
     step, sdk_s, graphs = line.split()[1:]
     return float(step), float(sdk_s), int(graphs)
@@ -69,14 +75,21 @@ def main() -> None:
         child(*args.child)
         return
     with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as ind:
-        env = {**os.environ, "SDK_CACHE_DIR": cache, "SDK_GRAPH_CACHE": "1",
-               "TORCHINDUCTOR_CACHE_DIR": ind}
-        rows = {"cold": [run(args.row, "sdk:cpu_cpp", env)],
-                "Inductor cold": [run(args.row, "inductor", env)]}
+        env = {
+            **os.environ,
+            "SDK_CACHE_DIR": cache,
+            "SDK_GRAPH_CACHE": "1",
+            "TORCHINDUCTOR_CACHE_DIR": ind,
+        }
+        rows = {
+            "cold": [run(args.row, "sdk:cpu_cpp", env)],
+            "Inductor cold": [run(args.row, "inductor", env)],
+        }
         for _ in range(args.repeat):  # interleaved, so that a slow phase of the host hits all
             rows.setdefault("warm", []).append(run(args.row, "sdk:cpu_cpp", env))
             rows.setdefault("warm, graph cache off", []).append(
-                run(args.row, "sdk:cpu_cpp", {**env, "SDK_GRAPH_CACHE": "0"}))
+                run(args.row, "sdk:cpu_cpp", {**env, "SDK_GRAPH_CACHE": "0"})
+            )
             rows.setdefault("Inductor warm", []).append(run(args.row, "inductor", env))
             rows.setdefault("aot_eager", []).append(run(args.row, "aot_eager", env))
             rows.setdefault("eager (Dynamo alone)", []).append(run(args.row, "eager", env))

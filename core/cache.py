@@ -145,8 +145,12 @@ def cache_dir(*parts: str, strict: bool = False) -> Path:
         if first:
             from sdk.errors import CacheDirWarning
 
-            warnings.warn(f"{message} Until then, this process caches in a private temporary "
-                          "directory, removed at exit.", CacheDirWarning, stacklevel=2)
+            warnings.warn(
+                f"{message} Until then, this process caches in a private temporary "
+                "directory, removed at exit.",
+                CacheDirWarning,
+                stacklevel=2,
+            )
         return _checked(_process_root(), parts)
 
 

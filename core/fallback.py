@@ -20,8 +20,9 @@ from .adapters.torch_private import OpOverload
 
 def aten_calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     """The op calls of ``gm`` (tuple unpacking through getitem is not an op)."""
-    return [n for n in gm.graph.nodes
-            if n.op == "call_function" and n.target is not operator.getitem]
+    return [
+        n for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+    ]
 
 
 def op_name(target: Any) -> str:

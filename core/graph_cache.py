@@ -68,8 +68,9 @@ def _plain(x: Any) -> bool:
     return False
 
 
-def graph_key(gm: torch.fx.GraphModule, specs: tuple, ctx: Any, plugin_version: str,
-              plugin_key: str) -> str:
+def graph_key(
+    gm: torch.fx.GraphModule, specs: tuple, ctx: Any, plugin_version: str, plugin_key: str
+) -> str:
     """The key of one graph variant (see the module's docstring). Raises
     :class:`Uncacheable` for an option whose value is not plain data."""
     options = sorted(ctx.options.items())
@@ -89,9 +90,19 @@ def graph_key(gm: torch.fx.GraphModule, specs: tuple, ctx: Any, plugin_version: 
     import sdk
 
     return stable_hash(
-        FORMAT, sdk.__version__, sdk_digest(), torch.__version__,
-        ctx.plugin, plugin_version, plugin_key, ctx.graph_kind, ctx.device_type,
-        gm.code, tuple(consts), repr(specs), repr(options),
+        FORMAT,
+        sdk.__version__,
+        sdk_digest(),
+        torch.__version__,
+        ctx.plugin,
+        plugin_version,
+        plugin_key,
+        ctx.graph_kind,
+        ctx.device_type,
+        gm.code,
+        tuple(consts),
+        repr(specs),
+        repr(options),
     )
 
 
@@ -162,10 +173,18 @@ class Encoder:
         if self.size > MAX_CONSTANT_BYTES:
             raise Uncacheable(f"constants over {MAX_CONSTANT_BYTES >> 20} MiB")
         self.blobs.append(data)
-        return {"t": "tensor", "v": {
-            "blob": len(self.blobs) - 1, "dtype": str(t.dtype).removeprefix("torch."),
-            "shape": list(t.shape), "stride": list(t.stride()), "offset": t.storage_offset(),
-            "device": str(t.device), "requires_grad": t.requires_grad}}
+        return {
+            "t": "tensor",
+            "v": {
+                "blob": len(self.blobs) - 1,
+                "dtype": str(t.dtype).removeprefix("torch."),
+                "shape": list(t.shape),
+                "stride": list(t.stride()),
+                "offset": t.storage_offset(),
+                "device": str(t.device),
+                "requires_grad": t.requires_grad,
+            },
+        }
 
 
 class Decoder:
@@ -189,8 +208,11 @@ class Decoder:
             return {self(k): self(y) for k, y in v}
         if t in ("dtype", "memory_format", "layout"):
             obj = getattr(torch, v, None)
-            kind = {"dtype": torch.dtype, "memory_format": torch.memory_format,
-                    "layout": torch.layout}[t]
+            kind = {
+                "dtype": torch.dtype,
+                "memory_format": torch.memory_format,
+                "layout": torch.layout,
+            }[t]
             if not isinstance(obj, kind):
                 raise ValueError(f"torch has no {t} {v}")
             return obj
@@ -220,8 +242,9 @@ class Decoder:
     def _tensor(self, v: dict) -> torch.Tensor:
         data = bytearray(self.blobs[v["blob"]])
         dtype = self({"t": "dtype", "v": v["dtype"]})
-        st = (torch.frombuffer(data, dtype=torch.uint8) if data
-              else torch.empty(0, dtype=torch.uint8)).untyped_storage()
+        st = (
+            torch.frombuffer(data, dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+        ).untyped_storage()
         device = torch.device(v["device"])
         st = st.to(device=device)  # type: ignore[call-arg]  (itself where it already is)
         out = torch.empty(0, dtype=dtype, device=device)
@@ -241,12 +264,12 @@ def pack(doc: dict, blobs: list[bytes]) -> bytes:
 
 def unpack(data: bytes) -> tuple[dict, list[bytes]]:
     n = int.from_bytes(data[:8], "little")
-    doc = json.loads(data[8:8 + n])
+    doc = json.loads(data[8 : 8 + n])
     if doc.get("format") != FORMAT:
         raise ValueError(f"entry format {doc.get('format')}, not {FORMAT}")
     blobs, pos = [], 8 + n
     for size in doc["blobs"]:
-        blobs.append(data[pos:pos + size])
+        blobs.append(data[pos : pos + size])
         pos += size
     if pos != len(data):
         raise ValueError("entry length does not match its blobs")
@@ -295,14 +318,24 @@ def info(namespace: str | None = None) -> dict[str, Any]:
     for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
         if namespace is not None and d.name != namespace:
             continue
-        files = [f for f in d.iterdir()
-                 if not f.name.startswith(".tmp-") and f.is_file() and not f.is_symlink()]
+        files = [
+            f
+            for f in d.iterdir()
+            if not f.name.startswith(".tmp-") and f.is_file() and not f.is_symlink()
+        ]
         temps = _temps(d)
-        spaces[d.name] = {"files": len(files), "bytes": sum(f.stat().st_size for f in files),
-                          "temp": len(temps), "temp_bytes": sum(_size(t) for t in temps),
-                          "stale": sum(_stale(t) for t in temps)}
-    return {"root": str(root), "namespaces": spaces,
-            "graph_cache": "on" if env().graph_cache else "off (SDK_GRAPH_CACHE=0)"}
+        spaces[d.name] = {
+            "files": len(files),
+            "bytes": sum(f.stat().st_size for f in files),
+            "temp": len(temps),
+            "temp_bytes": sum(_size(t) for t in temps),
+            "stale": sum(_stale(t) for t in temps),
+        }
+    return {
+        "root": str(root),
+        "namespaces": spaces,
+        "graph_cache": "on" if env().graph_cache else "off (SDK_GRAPH_CACHE=0)",
+    }
 
 
 def clear(namespace: str | None = None) -> int:

@@ -81,18 +81,29 @@ def size_bindings(specs: Sequence[InputSpec]) -> dict[sympy.Symbol, str]:
             for d, sz in enumerate(spec.sizes):
                 if isinstance(sz, sympy.Symbol):
                     where.setdefault(sz, f"args[{i}].size({d})")
-    used = size_symbols(*(x for spec in specs for x in (
-        (*spec.sizes, *spec.strides, spec.offset) if isinstance(spec, TensorSpec) else (spec,))
-        if isinstance(x, sympy.Expr)))
+    used = size_symbols(
+        *(
+            x
+            for spec in specs
+            for x in (
+                (*spec.sizes, *spec.strides, spec.offset)
+                if isinstance(spec, TensorSpec)
+                else (spec,)
+            )
+            if isinstance(x, sympy.Expr)
+        )
+    )
     unbound = used - set(where)
     if unbound:
-        raise TypeError(f"size symbols {sorted(map(str, unbound))} are not the size of any "
-                        "input dimension")
+        raise TypeError(
+            f"size symbols {sorted(map(str, unbound))} are not the size of any input dimension"
+        )
     return where
 
 
-def _symbolic_check(specs: Sequence[InputSpec], layout_free: frozenset[int],
-                    kernel_read: frozenset[int] | None) -> Callable[[Sequence[Any]], bool]:
+def _symbolic_check(
+    specs: Sequence[InputSpec], layout_free: frozenset[int], kernel_read: frozenset[int] | None
+) -> Callable[[Sequence[Any]], bool]:
     """The check of a variant compiled for symbolic sizes: bind each size symbol from the
     input that first has it, require it >= MIN_SIZE (what the kernels assume), and check
     every input's sizes, strides and offset against their expressions at those values
@@ -100,19 +111,26 @@ def _symbolic_check(specs: Sequence[InputSpec], layout_free: frozenset[int],
     env: dict[str, Any] = {}
     lines = ["def check(args):"]
     for sym, src in size_bindings(specs).items():
-        lines += [f"    {sym.name} = {src}", f"    if {sym.name} < {MIN_SIZE}:",
-                  "        return False"]
+        lines += [
+            f"    {sym.name} = {src}",
+            f"    if {sym.name} < {MIN_SIZE}:",
+            "        return False",
+        ]
     for i, spec in enumerate(specs):
         if isinstance(spec, TensorSpec) and i in layout_free:
             # its device too may differ from the trace's: the meta kernels of GPU attention
             # give its 0-dim int64 RNG state as a GPU tensor, the real kernels on the CPU
-            lines += [f"    if args[{i}].shape != {print_sizes(spec.sizes)}:",
-                      "        return False"]
+            lines += [
+                f"    if args[{i}].shape != {print_sizes(spec.sizes)}:",
+                "        return False",
+            ]
         elif isinstance(spec, TensorSpec):
             env[f"d{i}"] = spec.device
-            cond = (f"a.size() != {print_sizes(spec.sizes)} or a.stride() != "
-                    f"{print_sizes(spec.strides)} or a.storage_offset() != "
-                    f"{print_size(spec.offset)} or a.device != d{i}")
+            cond = (
+                f"a.size() != {print_sizes(spec.sizes)} or a.stride() != "
+                f"{print_sizes(spec.strides)} or a.storage_offset() != "
+                f"{print_size(spec.offset)} or a.device != d{i}"
+            )
             if spec.aligned and (kernel_read is None or i in kernel_read):
                 cond += f" or a.data_ptr() % {ALIGNMENT}"
             lines += [f"    a = args[{i}]", f"    if {cond}:", "        return False"]
@@ -125,9 +143,12 @@ def _symbolic_check(specs: Sequence[InputSpec], layout_free: frozenset[int],
     return env["check"]
 
 
-def make_check(specs: Sequence[InputSpec], layout_free: frozenset[int] = frozenset(),
-               dynamo_guarded: bool = False, kernel_read: frozenset[int] | None = None
-               ) -> Callable[[Sequence[Any]], bool]:
+def make_check(
+    specs: Sequence[InputSpec],
+    layout_free: frozenset[int] = frozenset(),
+    dynamo_guarded: bool = False,
+    kernel_read: frozenset[int] | None = None,
+) -> Callable[[Sequence[Any]], bool]:
     """A generated function that is True when ``args`` match ``specs``.
 
     Per-call Python work grows with the input count (a convnet has two hundred
@@ -184,8 +205,13 @@ class Specializing:
     graph's inputs as positional arguments; returns the outputs.
     """
 
-    def __init__(self, build: Callable[[tuple[InputSpec, ...]], Callable], specs: tuple,
-                 dynamo_guarded: bool = False, general: Callable | None = None) -> None:
+    def __init__(
+        self,
+        build: Callable[[tuple[InputSpec, ...]], Callable],
+        specs: tuple,
+        dynamo_guarded: bool = False,
+        general: Callable | None = None,
+    ) -> None:
         """``general``: a variant already compiled for ``specs`` when those are symbolic
         (one program for every size); inputs it does not fit get concrete variants."""
         self._build = build
@@ -201,8 +227,12 @@ class Specializing:
         self._fn = self._install(specs)
 
     def _check_for(self, specs: tuple, fn: Callable, dynamo_guarded: bool) -> Callable:
-        return make_check(specs, getattr(fn, "layout_free", frozenset()),
-                          dynamo_guarded, getattr(fn, "kernel_read", None))
+        return make_check(
+            specs,
+            getattr(fn, "layout_free", frozenset()),
+            dynamo_guarded,
+            getattr(fn, "kernel_read", None),
+        )
 
     def _install(self, specs: tuple) -> Callable:
         fn = self.variants.get(specs)
@@ -211,8 +241,7 @@ class Specializing:
             self.variants[specs] = fn
         # Dynamo's guards hold a static graph's sizes, not a symbolic graph's: a concrete
         # variant of a symbolic graph checks its whole layout
-        self._check = self._check_for(specs, fn,
-                                      self._dynamo_guarded and self._general is None)
+        self._check = self._check_for(specs, fn, self._dynamo_guarded and self._general is None)
         return fn
 
     _boxed_call = True  # AOTAutograd may pass the inputs as one list

@@ -52,7 +52,10 @@ _CSE_VARS = tuple(var(f"cse{k}") for k in range(16))
 
 #: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
 EXTERN_OPS = {
-    aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default,
+    aten.mm.default,
+    aten.bmm.default,
+    aten.addmm.default,
+    aten.baddbmm.default,
     aten.convolution_backward.default,  # aten.convolution: see _convolution
     aten._scaled_dot_product_flash_attention.default,
     aten._scaled_dot_product_flash_attention_backward.default,
@@ -64,11 +67,16 @@ EXTERN_OPS = {
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
     aten.max_pool2d_with_indices_backward.default,  # the forward: _max_pool2d
     aten._adaptive_avg_pool2d_backward.default,  # the forward: _adaptive_avg_pool2d
-    aten.avg_pool2d.default, aten.avg_pool2d_backward.default,
+    aten.avg_pool2d.default,
+    aten.avg_pool2d_backward.default,
     aten.scatter_add.default,  # index_put: _index_put; scatter.src/.value: _scatter
-    aten.scatter_reduce.two, aten.index_add.default,
-    aten.sort.default, aten.topk.default, aten.cumsum.default,
-    aten._embedding_bag.default, aten.upsample_nearest2d.default,
+    aten.scatter_reduce.two,
+    aten.index_add.default,
+    aten.sort.default,
+    aten.topk.default,
+    aten.cumsum.default,
+    aten._embedding_bag.default,
+    aten.upsample_nearest2d.default,
 }
 
 #: Library ops whose functional form copies its first argument and then updates the copy in
@@ -85,11 +93,19 @@ _functional = torch.ops._c10d_functional
 #: Their inputs are never recycled (core/memory.py): the communication may read them until
 #: the wait.
 COLLECTIVE_OPS = frozenset(
-    getattr(_functional, name).default for name in (
-        "all_reduce", "all_reduce_coalesced", "all_gather_into_tensor",
-        "all_gather_into_tensor_coalesced", "reduce_scatter_tensor",
-        "reduce_scatter_tensor_coalesced", "all_to_all_single", "broadcast")
-    if hasattr(_functional, name))
+    getattr(_functional, name).default
+    for name in (
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather_into_tensor",
+        "all_gather_into_tensor_coalesced",
+        "reduce_scatter_tensor",
+        "reduce_scatter_tensor_coalesced",
+        "all_to_all_single",
+        "broadcast",
+    )
+    if hasattr(_functional, name)
+)
 WAIT_OPS = frozenset({_functional.wait_tensor.default})
 EXTERN_OPS |= COLLECTIVE_OPS | WAIT_OPS
 
@@ -144,8 +160,9 @@ def strides_of(t: Any) -> tuple[Any, ...]:
 class Lowerer:
     """Lowers one ATen graph variant; the result feeds the scheduler."""
 
-    def __init__(self, gm: torch.fx.GraphModule, specs: tuple, ctx: CompileContext,
-                 hooks: Any) -> None:
+    def __init__(
+        self, gm: torch.fx.GraphModule, specs: tuple, ctx: CompileContext, hooks: Any
+    ) -> None:
         self.gm, self.specs, self.ctx, self.hooks = gm, specs, ctx, hooks
         self.nodes: list[Node | ExternNode] = []
         self.env: dict[torch.fx.Node, Any] = {}
@@ -173,8 +190,9 @@ class Lowerer:
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
         self._graph_outputs = {a for a in out_node.args[0] if isinstance(a, torch.fx.Node)}
         #: the eager value of each graph output (its strides are the ones users see)
-        self.output_metas = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None
-                             for a in out_node.args[0]]
+        self.output_metas = [
+            a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in out_node.args[0]
+        ]
         #: every buffer's layout by name (inputs, nodes, extern outputs): layout choices
         self.layouts: dict[str, Layout] = {}
         #: channels-last activations around convolutions (see :func:`channels_last_wanted`)
@@ -213,8 +231,9 @@ class Lowerer:
             elif n.op == "call_function":
                 self.env[n] = self._call(n)
             elif n.op == "output":
-                self.outputs = [self.env[a] if isinstance(a, torch.fx.Node) else a
-                                for a in n.args[0]]
+                self.outputs = [
+                    self.env[a] if isinstance(a, torch.fx.Node) else a for a in n.args[0]
+                ]
             elif n.op == "get_attr":
                 self.env[n] = self._constant(n)
         self._fx = None
@@ -230,8 +249,7 @@ class Lowerer:
     def _input(self, i: int, spec: Any) -> Any:
         if hasattr(spec, "strides"):
             name = f"arg{i}"
-            layout = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype,
-                            spec.device.type)
+            layout = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype, spec.device.type)
             self.inputs.append((name, spec))
             if spec.device.type != self.ctx.device_type:
                 return self._hosted(name, layout)
@@ -248,8 +266,13 @@ class Lowerer:
             return value
         name = f"const{len(self.constants)}"
         self.constants[name] = value
-        layout = Layout(shape_of(value), strides_of(value), value.storage_offset(),
-                        value.dtype, value.device.type)
+        layout = Layout(
+            shape_of(value),
+            strides_of(value),
+            value.storage_offset(),
+            value.dtype,
+            value.device.type,
+        )
         if value.device.type != self.ctx.device_type:
             return self._hosted(name, layout)
         return StorageView(name, layout)
@@ -261,8 +284,9 @@ class Lowerer:
         :meth:`extern` and the graph outputs map it back to ``name``.
         """
         dev_name = f"{name}_dev"
-        dev_layout = Layout(layout.sizes, contiguous_strides(layout.sizes), 0, layout.dtype,
-                            self.ctx.device_type)
+        dev_layout = Layout(
+            layout.sizes, contiguous_strides(layout.sizes), 0, layout.dtype, self.ctx.device_type
+        )
         self.host[dev_name] = (StorageView(name, layout), dev_layout)
         return StorageView(dev_name, dev_layout)
 
@@ -294,12 +318,14 @@ class Lowerer:
             return self.extern(target, args, kwargs)
         verdict = self.hooks.sdk_op_support(ctx=self.ctx, op=target, node=n)
         if verdict is not None and not verdict.ok:
-            return self.extern(target, args, kwargs, reason=f"refused by sdk:{self.ctx.plugin}: "
-                               f"{verdict.reason}")
+            return self.extern(
+                target, args, kwargs, reason=f"refused by sdk:{self.ctx.plugin}: {verdict.reason}"
+            )
         if not _tensor_meta_ok(n):
             return self.extern(target, args, kwargs, reason="complex, sparse or quantized dtype")
-        override = self.hooks.sdk_lower_op(ctx=self.ctx, op=target, args=args, kwargs=kwargs,
-                                           builder=self.builder())
+        override = self.hooks.sdk_lower_op(
+            ctx=self.ctx, op=target, args=args, kwargs=kwargs, builder=self.builder()
+        )
         if override is not None:
             return override
         fn = LOWERINGS.get(target)
@@ -314,25 +340,44 @@ class Lowerer:
 
     # -- builders -------------------------------------------------------------
 
-    def _layout_for(self, sizes: tuple[int, ...], dtype: torch.dtype,
-                    meta: torch.Tensor | None, value: Expr | None = None) -> Layout:
-        if meta is not None and self._fx is not None and self._fx in self._graph_outputs and \
-                shape_of(meta) == tuple(sizes):
+    def _layout_for(
+        self,
+        sizes: tuple[int, ...],
+        dtype: torch.dtype,
+        meta: torch.Tensor | None,
+        value: Expr | None = None,
+    ) -> Layout:
+        if (
+            meta is not None
+            and self._fx is not None
+            and self._fx in self._graph_outputs
+            and shape_of(meta) == tuple(sizes)
+        ):
             # a graph output gets the strides eager would give it
             strides = strides_of(meta)
             if _dense(sizes, strides):
                 return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
-        if self.channels_last and len(sizes) == 4 and value is not None and any(
-                is_channels_last(self.layouts.get(ld.buffer)) for ld in _loads(value)):
+        if (
+            self.channels_last
+            and len(sizes) == 4
+            and value is not None
+            and any(is_channels_last(self.layouts.get(ld.buffer)) for ld in _loads(value))
+        ):
             # follow the activations' layout: kernels over a channels-last tensor store
             # channels-last too, so the next convolution needs no conversion
-            return Layout(tuple(sizes), channels_last_strides(sizes), 0, dtype,
-                          self.ctx.device_type)
+            return Layout(
+                tuple(sizes), channels_last_strides(sizes), 0, dtype, self.ctx.device_type
+            )
         return Layout(tuple(sizes), contiguous_strides(sizes), 0, dtype, self.ctx.device_type)
 
-    def pointwise(self, sizes: tuple[int, ...], dtype: torch.dtype,
-                  body: Callable[[Index], Expr], layout: Layout | None = None,
-                  cse: bool = True) -> ComputedView:
+    def pointwise(
+        self,
+        sizes: tuple[int, ...],
+        dtype: torch.dtype,
+        body: Callable[[Index], Expr],
+        layout: Layout | None = None,
+        cse: bool = True,
+    ) -> ComputedView:
         """A computed node; ``layout`` (else chosen here) is where it is stored, if it is.
         ``cse``: an existing node of the same values stands for it."""
         sizes = tuple(static(s) for s in sizes)
@@ -340,24 +385,46 @@ class Lowerer:
         value = body(vs)
         layout = layout or self._layout_for(sizes, dtype, self._meta_or_none(), value)
         if not cse:
-            return self._add(Node(name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs,
-                                  value=value, layout=layout))
+            return self._add(
+                Node(
+                    name=self.fresh("buf"),
+                    sizes=sizes,
+                    dtype=dtype,
+                    vars=vs,
+                    value=value,
+                    layout=layout,
+                )
+            )
         # the same values computed twice (two products padding one operand alike) are one
         # node: expressions are pure, so equal ones hold equal values
-        key = (sizes, dtype, layout, subs_index(value, dict(zip(vs, _CSE_VARS[:len(vs)]))))
+        key = (sizes, dtype, layout, subs_index(value, dict(zip(vs, _CSE_VARS[: len(vs)]))))
         same = self._cse.get(key)
         if same is not None:
             if self.origin not in same.origins:
                 same.origins.append(self.origin)
             self.merged.add(same.name)
             return ComputedView(same, same.sizes, None, StorageView(same.name, same.layout))
-        view = self._add(Node(name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs,
-                              value=value, layout=layout))
+        view = self._add(
+            Node(
+                name=self.fresh("buf"),
+                sizes=sizes,
+                dtype=dtype,
+                vars=vs,
+                value=value,
+                layout=layout,
+            )
+        )
         self._cse[key] = view.node
         return view
 
-    def reduction(self, sizes: tuple[int, ...], rsizes: tuple[int, ...], op: str,
-                  dtype: torch.dtype, body: Callable[[Index, Index], Expr]) -> ComputedView:
+    def reduction(
+        self,
+        sizes: tuple[int, ...],
+        rsizes: tuple[int, ...],
+        op: str,
+        dtype: torch.dtype,
+        body: Callable[[Index, Index], Expr],
+    ) -> ComputedView:
         sizes = tuple(static(s) for s in sizes)
         rsizes = tuple(static(s) for s in rsizes)
         vs, rvs = fresh_vars("i", len(sizes)), fresh_vars("r", len(rsizes))
@@ -367,14 +434,29 @@ class Lowerer:
         value = body(vs, rvs)
         if op in ("sum", "prod") and value.dtype.is_floating_point:
             value = cast(value, upcast(value.dtype))
-        return self._add(Node(
-            name=self.fresh("buf"), sizes=sizes, dtype=dtype, vars=vs, value=value,
-            layout=self._layout_for(sizes, dtype, self._meta_or_none()),
-            rvars=rvs, rsizes=rsizes, reduce_op=op,
-        ))
+        return self._add(
+            Node(
+                name=self.fresh("buf"),
+                sizes=sizes,
+                dtype=dtype,
+                vars=vs,
+                value=value,
+                layout=self._layout_for(sizes, dtype, self._meta_or_none()),
+                rvars=rvs,
+                rsizes=rsizes,
+                reduce_op=op,
+            )
+        )
 
-    def _degenerate(self, sizes: tuple[int, ...], rsizes: tuple[int, ...], op: str,
-                    dtype: torch.dtype, body: Callable, rn: int) -> ComputedView:
+    def _degenerate(
+        self,
+        sizes: tuple[int, ...],
+        rsizes: tuple[int, ...],
+        op: str,
+        dtype: torch.dtype,
+        body: Callable,
+        rn: int,
+    ) -> ComputedView:
         if rn == 0:
             if op in ("max", "min", "argmax", "argmin"):
                 raise Unsupported(f"{op} of an empty tensor (eager raises)")
@@ -410,8 +492,14 @@ class Lowerer:
         copy = self.pointwise(value.sizes, value.dtype, value.load)
         return copy.storage
 
-    def extern(self, target: Any, args: tuple, kwargs: dict, reason: str | None = None,
-               out_strides: list[tuple[int, ...] | None] | None = None) -> Any:
+    def extern(
+        self,
+        target: Any,
+        args: tuple,
+        kwargs: dict,
+        reason: str | None = None,
+        out_strides: list[tuple[int, ...] | None] | None = None,
+    ) -> Any:
         """Run ``target`` through ATen (a library call, or a fallback when ``reason``).
 
         Outputs get the trace's strides, or ``out_strides`` where given; a call that
@@ -422,13 +510,13 @@ class Lowerer:
             raise LoweringError(
                 f"{op_name(target)} ({self.origin}) would run through ATen, op by op: "
                 f"{reason}; options['fallback'] is False (set it True to allow this, or "
-                f"lower the op in sdk:{self.ctx.plugin})")
+                f"lower the op in sdk:{self.ctx.plugin})"
+            )
         args = _map_values(args, lambda x: self.on_host(self.realize(x)))
         kwargs = _map_values(kwargs, lambda x: self.on_host(self.realize(x)))
         val = self._fx.meta.get("val")
         vals = list(val) if isinstance(val, (list, tuple)) else [val]
-        strides = [strides_of(v) if isinstance(v, torch.Tensor) else None
-                   for v in vals]
+        strides = [strides_of(v) if isinstance(v, torch.Tensor) else None for v in vals]
         if self.channels_last and out_strides is None:
             # the trace's strides assumed the trace's layouts; an op given channels-last
             # inputs may answer in channels-last (pooling does): ask its meta kernel
@@ -440,8 +528,9 @@ class Lowerer:
         for v, st in zip(vals, strides):
             if isinstance(v, torch.Tensor):
                 name = self.fresh("ext")
-                layout = Layout(shape_of(v), st,
-                                sym_size(v.storage_offset()), v.dtype, v.device.type)
+                layout = Layout(
+                    shape_of(v), st, sym_size(v.storage_offset()), v.dtype, v.device.type
+                )
                 outputs.append((name, layout))
                 if v.device.type != self.ctx.device_type:
                     results.append(self._hosted(name, layout))
@@ -451,8 +540,16 @@ class Lowerer:
             else:
                 outputs.append(None)
                 results.append(None)
-        node = ExternNode(self.fresh("extern"), target, args, kwargs, outputs,
-                          [self.origin], reason, isinstance(val, (list, tuple)))
+        node = ExternNode(
+            self.fresh("extern"),
+            target,
+            args,
+            kwargs,
+            outputs,
+            [self.origin],
+            reason,
+            isinstance(val, (list, tuple)),
+        )
         self.nodes.append(node)
         name = op_name(target)
         if reason is None:
@@ -474,8 +571,14 @@ class Lowerer:
         layout = Layout(tuple(lay.sizes), strides, 0, lay.dtype, self.ctx.device_type)
         return self.pointwise(lay.sizes, lay.dtype, st.load, layout=layout)
 
-    def view(self, value: TensorValue, sizes: tuple[int, ...],
-             reindex: Callable[[Index], Index], op: Any, args: tuple) -> TensorValue:
+    def view(
+        self,
+        value: TensorValue,
+        sizes: tuple[int, ...],
+        reindex: Callable[[Index], Index],
+        op: Any,
+        args: tuple,
+    ) -> TensorValue:
         """A view: index arithmetic over ``value``, never a copy."""
         self.views.add(self.origin)
         sizes = tuple(static(s) for s in sizes)
@@ -513,13 +616,20 @@ class LoweringBuilder:
     def out(self) -> Any:
         return self._L.meta()
 
-    def pointwise(self, sizes: tuple[int, ...], dtype: torch.dtype,
-                  fn: Callable[[Index], Expr]) -> TensorValue:
+    def pointwise(
+        self, sizes: tuple[int, ...], dtype: torch.dtype, fn: Callable[[Index], Expr]
+    ) -> TensorValue:
         """``out[i] = fn(i)`` over ``sizes``."""
         return self._L.pointwise(tuple(sizes), dtype, fn)
 
-    def reduction(self, sizes: tuple[int, ...], reduced: tuple[int, ...], op: str,
-                  dtype: torch.dtype, fn: Callable[[Index, Index], Expr]) -> TensorValue:
+    def reduction(
+        self,
+        sizes: tuple[int, ...],
+        reduced: tuple[int, ...],
+        op: str,
+        dtype: torch.dtype,
+        fn: Callable[[Index, Index], Expr],
+    ) -> TensorValue:
         """``out[i] = op over r of fn(i, r)``; ``op`` is one of ``sdk.ir.REDUCTIONS``."""
         return self._L.reduction(tuple(sizes), tuple(reduced), op, dtype, fn)
 
@@ -535,8 +645,9 @@ class LoweringBuilder:
 class _IndexedView(TensorValue):
     """A view that is not strided (e.g. reshape of a transposed input)."""
 
-    def __init__(self, base: TensorValue, sizes: tuple[int, ...],
-                 reindex: Callable[[Index], Index]) -> None:
+    def __init__(
+        self, base: TensorValue, sizes: tuple[int, ...], reindex: Callable[[Index], Index]
+    ) -> None:
         self.base, self.sizes, self.dtype, self.reindex = base, tuple(sizes), base.dtype, reindex
 
     def load(self, index: Index) -> Expr:
@@ -598,13 +709,22 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
     rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
     """
     forced = ctx.options.get("channels_last")
-    convs = [n for n in gm.graph.nodes if n.op == "call_function"
-             and n.target is aten.convolution.default
-             and isinstance(n.meta.get("val"), torch.Tensor) and n.meta["val"].ndim == 4]
+    convs = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and n.target is aten.convolution.default
+        and isinstance(n.meta.get("val"), torch.Tensor)
+        and n.meta["val"].ndim == 4
+    ]
     if forced is not None:
         on = bool(forced) and bool(convs)
-        return on, (f"channels-last activations around {len(convs)} convolution(s) "
-                    "(option channels_last=True)" if on else "")
+        return on, (
+            f"channels-last activations around {len(convs)} convolution(s) "
+            "(option channels_last=True)"
+            if on
+            else ""
+        )
     if not convs or not ctx.has(Capability.CHANNELS_LAST) or ctx.graph_kind != "inference":
         return False, ""
     if len(gm.graph.nodes) >= 300 * len(convs):
@@ -629,13 +749,16 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
         total += flops
         weighted += flops * _CL_MULTIPLIER[kind]
     if weighted > total:
-        return False, ("channels-last not chosen: by FLOP-weighted measured speed-ups its "
-                       "convolutions (mostly grouped) are faster in the trace's layout")
+        return False, (
+            "channels-last not chosen: by FLOP-weighted measured speed-ups its "
+            "convolutions (mostly grouped) are faster in the trace's layout"
+        )
     return True, f"channels-last activations around {len(convs)} convolution(s)"
 
 
-def _meta_strides(target: Any, args: tuple, kwargs: dict,
-                  vals: list[Any]) -> list[tuple[int, ...] | None] | None:
+def _meta_strides(
+    target: Any, args: tuple, kwargs: dict, vals: list[Any]
+) -> list[tuple[int, ...] | None] | None:
     """The output strides ``target``'s meta kernel gives for the arguments' real layouts,
     when a channels-last argument may change them (None: keep the trace's)."""
     views: list[TensorValue] = []
@@ -663,8 +786,12 @@ def _meta_strides(target: Any, args: tuple, kwargs: dict,
         return None
     out: list[tuple[int, ...] | None] = []
     for g, v in zip(got, vals):
-        ok = (isinstance(g, torch.Tensor) and isinstance(v, torch.Tensor)
-              and shape_of(g) == shape_of(v) and _dense(shape_of(g), strides_of(g)))
+        ok = (
+            isinstance(g, torch.Tensor)
+            and isinstance(v, torch.Tensor)
+            and shape_of(g) == shape_of(v)
+            and _dense(shape_of(g), strides_of(g))
+        )
         out.append(strides_of(g) if ok else None)
     return out
 
@@ -711,8 +838,9 @@ def _meta_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
         return None
     if not isinstance(out, torch.Tensor):
         return None
-    return Layout(shape_of(out), strides_of(out),
-                  sym_size(out.storage_offset()), layout.dtype, layout.device)
+    return Layout(
+        shape_of(out), strides_of(out), sym_size(out.storage_offset()), layout.dtype, layout.device
+    )
 
 
 def _symbolic_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
@@ -766,6 +894,7 @@ def _view_strides(old: list[Any], strides: list[Any], new: list[Any]) -> list[An
     also over symbolic sizes; None where no view exists or it cannot be proved for every
     value of the symbols. Old dims are taken in chunks that are contiguous among
     themselves, and new dims must multiply up to each chunk exactly."""
+
     def same(a: Any, b: Any) -> bool:
         return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
 
@@ -783,8 +912,7 @@ def _view_strides(old: list[Any], strides: list[Any], new: list[Any]) -> list[An
                 out[view_d] = static(view_numel * base)
                 view_numel = static(view_numel * new[view_d])
                 view_d -= 1
-                if is_static(view_numel) and is_static(tensor_numel) \
-                        and view_numel > tensor_numel:
+                if is_static(view_numel) and is_static(tensor_numel) and view_numel > tensor_numel:
                     return None
             if not same(view_numel, tensor_numel):
                 return None
@@ -814,8 +942,10 @@ def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
             if size == 1:
                 size = x
             else:
-                raise TypeError(f"cannot broadcast sizes {size} and {x} (unequal for some "
-                                "values of the size symbols)")
+                raise TypeError(
+                    f"cannot broadcast sizes {size} and {x} (unequal for some "
+                    "values of the size symbols)"
+                )
         out.append(size)
     return tuple(out)
 
@@ -824,7 +954,7 @@ def bload(x: Any, sizes: tuple[int, ...], idx: Index, dtype: torch.dtype) -> Exp
     """Load ``x`` broadcast to ``sizes`` at ``idx``, as ``dtype``."""
     if isinstance(x, TensorValue):
         nd = len(x.sizes)
-        sub = idx[len(idx) - nd:] if nd else ()
+        sub = idx[len(idx) - nd :] if nd else ()
         sub = tuple(sympy.Integer(0) if s == 1 else i for s, i in zip(x.sizes, sub))
         return cast(x.load(sub), dtype)
     if isinstance(x, Expr):
@@ -855,8 +985,13 @@ def promoted(a: Any, b: Any) -> torch.dtype:
     return torch.result_type(meta(a), meta(b))
 
 
-def elementwise(L: Lowerer, name: str, *xs: Any, compute: torch.dtype | None = None,
-                result: torch.dtype | None = None) -> ComputedView:
+def elementwise(
+    L: Lowerer,
+    name: str,
+    *xs: Any,
+    compute: torch.dtype | None = None,
+    result: torch.dtype | None = None,
+) -> ComputedView:
     """``name(*xs)`` broadcast, computed in ``compute`` and stored as the graph's dtype."""
     dtype = out_dtype(L)
     sizes = shape_of(L.meta())
@@ -864,7 +999,7 @@ def elementwise(L: Lowerer, name: str, *xs: Any, compute: torch.dtype | None = N
     res = result or (torch.bool if name in _PRED else compute)
 
     if compute == torch.bool and name.startswith("bitwise_"):
-        name = "logical_" + name[len("bitwise_"):]
+        name = "logical_" + name[len("bitwise_") :]
         res = torch.bool
 
     def body(idx: Index) -> Expr:
@@ -878,31 +1013,74 @@ def elementwise(L: Lowerer, name: str, *xs: Any, compute: torch.dtype | None = N
 # ---------------------------------------------------------------------------
 
 _UNARY_FLOAT = {
-    aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1", aten.log: "log", aten.log2: "log2",
-    aten.log10: "log10", aten.log1p: "log1p", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt",
-    aten.sin: "sin", aten.cos: "cos", aten.tan: "tan", aten.asin: "asin", aten.acos: "acos",
-    aten.atan: "atan", aten.sinh: "sinh", aten.cosh: "cosh", aten.tanh: "tanh",
-    aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh", aten.erf: "erf",
-    aten.erfc: "erfc", aten.sigmoid: "sigmoid", aten.reciprocal: "reciprocal",
+    aten.exp: "exp",
+    aten.exp2: "exp2",
+    aten.expm1: "expm1",
+    aten.log: "log",
+    aten.log2: "log2",
+    aten.log10: "log10",
+    aten.log1p: "log1p",
+    aten.sqrt: "sqrt",
+    aten.rsqrt: "rsqrt",
+    aten.sin: "sin",
+    aten.cos: "cos",
+    aten.tan: "tan",
+    aten.asin: "asin",
+    aten.acos: "acos",
+    aten.atan: "atan",
+    aten.sinh: "sinh",
+    aten.cosh: "cosh",
+    aten.tanh: "tanh",
+    aten.asinh: "asinh",
+    aten.acosh: "acosh",
+    aten.atanh: "atanh",
+    aten.erf: "erf",
+    aten.erfc: "erfc",
+    aten.sigmoid: "sigmoid",
+    aten.reciprocal: "reciprocal",
 }
 _UNARY_SAME = {
-    aten.neg: "neg", aten.abs: "abs", aten.floor: "floor", aten.ceil: "ceil",
-    aten.trunc: "trunc", aten.round.default: "round", aten.sign: "sign",
+    aten.neg: "neg",
+    aten.abs: "abs",
+    aten.floor: "floor",
+    aten.ceil: "ceil",
+    aten.trunc: "trunc",
+    aten.round.default: "round",
+    aten.sign: "sign",
     aten.bitwise_not: "bitwise_not",
 }
-_UNARY_PRED = {aten.isnan: "isnan", aten.isinf: "isinf", aten.signbit: "signbit",
-               aten.logical_not: "logical_not"}
+_UNARY_PRED = {
+    aten.isnan: "isnan",
+    aten.isinf: "isinf",
+    aten.signbit: "signbit",
+    aten.logical_not: "logical_not",
+}
 _BINARY = {
-    aten.mul: "mul", aten.maximum: "maximum", aten.minimum: "minimum",
-    aten.atan2: "atan2", aten.remainder: "remainder", aten.fmod: "fmod",
-    aten.bitwise_and: "bitwise_and", aten.bitwise_or: "bitwise_or",
-    aten.bitwise_xor: "bitwise_xor", aten.copysign: "copysign",
-    aten.bitwise_left_shift: "lshift", aten.bitwise_right_shift: "rshift",
+    aten.mul: "mul",
+    aten.maximum: "maximum",
+    aten.minimum: "minimum",
+    aten.atan2: "atan2",
+    aten.remainder: "remainder",
+    aten.fmod: "fmod",
+    aten.bitwise_and: "bitwise_and",
+    aten.bitwise_or: "bitwise_or",
+    aten.bitwise_xor: "bitwise_xor",
+    aten.copysign: "copysign",
+    aten.bitwise_left_shift: "lshift",
+    aten.bitwise_right_shift: "rshift",
     prims.mul: "mul",
 }
-_COMPARE = {aten.eq: "eq", aten.ne: "ne", aten.lt: "lt", aten.le: "le", aten.gt: "gt",
-            aten.ge: "ge", aten.logical_and: "logical_and", aten.logical_or: "logical_or",
-            aten.logical_xor: "logical_xor"}
+_COMPARE = {
+    aten.eq: "eq",
+    aten.ne: "ne",
+    aten.lt: "lt",
+    aten.le: "le",
+    aten.gt: "gt",
+    aten.ge: "ge",
+    aten.logical_and: "logical_and",
+    aten.logical_or: "logical_or",
+    aten.logical_xor: "logical_xor",
+}
 
 
 def _reg_unary(op: Any, name: str, kind: str) -> None:
@@ -998,10 +1176,21 @@ def _div_mode(L: Lowerer, a: Any, b: Any, *, rounding_mode: str | None = None) -
         # integer truncating division: sign-aware on top of floor division
         q = Op("floordiv", (x, y), c)
         r = Op("fmod", (x, y), c)
-        fix = Op("logical_and", (Op("ne", (r, Const(0, c)), torch.bool),
-                                 Op("ne", (Op("lt", (x, Const(0, c)), torch.bool),
-                                           Op("lt", (y, Const(0, c)), torch.bool)), torch.bool)),
-                 torch.bool)
+        fix = Op(
+            "logical_and",
+            (
+                Op("ne", (r, Const(0, c)), torch.bool),
+                Op(
+                    "ne",
+                    (
+                        Op("lt", (x, Const(0, c)), torch.bool),
+                        Op("lt", (y, Const(0, c)), torch.bool),
+                    ),
+                    torch.bool,
+                ),
+            ),
+            torch.bool,
+        )
         return cast(Op("where", (fix, Op("add", (q, Const(1, c)), c), q), c), dtype)
 
     return L.pointwise(sizes, dtype, body)
@@ -1011,8 +1200,13 @@ def _div_mode(L: Lowerer, a: Any, b: Any, *, rounding_mode: str | None = None) -
 def _pow(L: Lowerer, a: Any, b: Any) -> Any:
     dtype, sizes = out_dtype(L), shape_of(L.meta())
     c = upcast(dtype)
-    if isinstance(b, (int, float)) and not isinstance(a, (int, float)) and b == int(b) \
-            and 0 <= b <= 4:
+    if (
+        isinstance(b, (int, float))
+        and not isinstance(a, (int, float))
+        and b == int(b)
+        and 0 <= b <= 4
+    ):
+
         def body(idx: Index) -> Expr:  # small integer powers as products
             x = bload(a, sizes, idx, c)
             out: Expr = Const(1, c)
@@ -1062,15 +1256,26 @@ def _hardtanh(L: Lowerer, x: Any, lo: float = -1.0, hi: float = 1.0) -> Any:
     return _clamp(L, x, min=lo, max=hi)
 
 
-@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar,
-          prims.where)
+@register(
+    aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar, prims.where
+)
 def _where(L: Lowerer, cond: Any, a: Any, b: Any) -> Any:
     dtype, sizes = out_dtype(L), shape_of(L.meta())
     c = upcast(dtype)
 
     def body(idx: Index) -> Expr:
-        return cast(Op("where", (bload(cond, sizes, idx, torch.bool), bload(a, sizes, idx, c),
-                                 bload(b, sizes, idx, c)), c), dtype)
+        return cast(
+            Op(
+                "where",
+                (
+                    bload(cond, sizes, idx, torch.bool),
+                    bload(a, sizes, idx, c),
+                    bload(b, sizes, idx, c),
+                ),
+                c,
+            ),
+            dtype,
+        )
 
     return L.pointwise(sizes, dtype, body)
 
@@ -1080,9 +1285,16 @@ def _masked_fill(L: Lowerer, x: Any, mask: Any, value: Any) -> Any:
     return _where(L, mask, value, x)
 
 
-@register(aten._to_copy.default, prims.convert_element_type.default, aten.clone.default,
-          aten.copy.default, aten.lift_fresh_copy.default, aten.alias.default,
-          aten.detach.default, aten.contiguous.default)
+@register(
+    aten._to_copy.default,
+    prims.convert_element_type.default,
+    aten.clone.default,
+    aten.copy.default,
+    aten.lift_fresh_copy.default,
+    aten.alias.default,
+    aten.detach.default,
+    aten.contiguous.default,
+)
 def _copy(L: Lowerer, x: Any, *rest: Any, **kw: Any) -> Any:
     if L._fx.target is aten.copy.default:
         x = rest[0]  # copy(self, src): the values of src
@@ -1098,11 +1310,24 @@ def _copy(L: Lowerer, x: Any, *rest: Any, **kw: Any) -> Any:
     return L.pointwise(sizes, dtype, lambda idx: cast(bload(x, sizes, idx, x.dtype), dtype))
 
 
-@register(aten.full.default, aten.full_like.default, aten.zeros_like.default,
-          aten.ones_like.default, aten.empty_like.default, aten.zeros.default, aten.ones.default,
-          aten.empty.memory_format, aten.new_zeros.default, aten.new_ones.default,
-          aten.new_empty.default, aten.new_full.default, aten.scalar_tensor.default,
-          aten.fill.Scalar, aten.empty_strided.default, aten.new_empty_strided.default)
+@register(
+    aten.full.default,
+    aten.full_like.default,
+    aten.zeros_like.default,
+    aten.ones_like.default,
+    aten.empty_like.default,
+    aten.zeros.default,
+    aten.ones.default,
+    aten.empty.memory_format,
+    aten.new_zeros.default,
+    aten.new_ones.default,
+    aten.new_empty.default,
+    aten.new_full.default,
+    aten.scalar_tensor.default,
+    aten.fill.Scalar,
+    aten.empty_strided.default,
+    aten.new_empty_strided.default,
+)
 def _full(L: Lowerer, *args: Any, **kw: Any) -> Any:
     target = L._fx.target
     val = L.meta()
@@ -1123,8 +1348,7 @@ def _full(L: Lowerer, *args: Any, **kw: Any) -> Any:
 @register(aten.fill.Tensor)
 def _fill_tensor(L: Lowerer, x: Any, value: Any) -> Any:
     val = L.meta()
-    return L.pointwise(shape_of(val), val.dtype,
-                       lambda idx: cast(value.load(()), val.dtype))
+    return L.pointwise(shape_of(val), val.dtype, lambda idx: cast(value.load(()), val.dtype))
 
 
 @register(aten.arange.start_step, aten.arange.default, aten.arange.start, prims.iota.default)
@@ -1143,8 +1367,9 @@ def _arange(L: Lowerer, *args: Any, **kw: Any) -> Any:
 
     def body(idx: Index) -> Expr:
         i = IndexValue(idx[0])
-        return cast(Op("add", (Const(start, c), Op("mul", (cast(i, c), Const(step, c)), c)), c),
-                    dtype)
+        return cast(
+            Op("add", (Const(start, c), Op("mul", (cast(i, c), Const(step, c)), c)), c), dtype
+        )
 
     return L.pointwise(shape_of(val), dtype, body)
 
@@ -1188,12 +1413,20 @@ def _dims(dims: Any, ndim: int) -> list[int]:
     return sorted(d % ndim if ndim else 0 for d in dims)
 
 
-def reduce_over(L: Lowerer, x: TensorValue, dims: list[int], keepdim: bool, op: str,
-                dtype: torch.dtype, prologue: Callable[[Expr], Expr] | None = None) -> ComputedView:
+def reduce_over(
+    L: Lowerer,
+    x: TensorValue,
+    dims: list[int],
+    keepdim: bool,
+    op: str,
+    dtype: torch.dtype,
+    prologue: Callable[[Expr], Expr] | None = None,
+) -> ComputedView:
     """``op`` over ``dims`` of ``x``; the kept dims come first in the output's loop order."""
     nd = len(x.sizes)
-    out_sizes = tuple(1 if (keepdim and d in dims) else x.sizes[d]
-                      for d in range(nd) if keepdim or d not in dims)
+    out_sizes = tuple(
+        1 if (keepdim and d in dims) else x.sizes[d] for d in range(nd) if keepdim or d not in dims
+    )
     rsizes = tuple(x.sizes[d] for d in dims)
 
     def body(idx: Index, ridx: Index) -> Expr:
@@ -1214,18 +1447,27 @@ def reduce_over(L: Lowerer, x: TensorValue, dims: list[int], keepdim: bool, op: 
 
 
 @register(aten.sum.dim_IntList, aten.sum.default, prims.sum.default)
-def _sum(L: Lowerer, x: Any, dims: Any = None, keepdim: bool = False, *, dtype: Any = None,
-         output_dtype: Any = None) -> Any:
+def _sum(
+    L: Lowerer,
+    x: Any,
+    dims: Any = None,
+    keepdim: bool = False,
+    *,
+    dtype: Any = None,
+    output_dtype: Any = None,
+) -> Any:
     out = out_dtype(L)
-    return reduce_over(L, x, _dims(dims, x.ndim), keepdim, "sum", out,
-                       lambda v: cast(v, upcast(out)))
+    return reduce_over(
+        L, x, _dims(dims, x.ndim), keepdim, "sum", out, lambda v: cast(v, upcast(out))
+    )
 
 
 @register(aten.prod.dim_int, aten.prod.default)
 def _prod(L: Lowerer, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
     out = out_dtype(L)
-    return reduce_over(L, x, _dims(dim, x.ndim), keepdim, "prod", out,
-                       lambda v: cast(v, upcast(out)))
+    return reduce_over(
+        L, x, _dims(dim, x.ndim), keepdim, "prod", out, lambda v: cast(v, upcast(out))
+    )
 
 
 @register(aten.mean.dim, aten.mean.default)
@@ -1235,8 +1477,9 @@ def _mean(L: Lowerer, x: Any, dims: Any = None, keepdim: bool = False, *, dtype:
     d = _dims(dims, x.ndim)
     n = math.prod(x.sizes[i] for i in d)
     s = reduce_over(L, x, d, keepdim, "sum", c, lambda v: cast(v, c))
-    return L.pointwise(s.sizes, out, lambda idx: cast(
-        Op("truediv", (s.load(idx), size_value(n, c)), c), out))
+    return L.pointwise(
+        s.sizes, out, lambda idx: cast(Op("truediv", (s.load(idx), size_value(n, c)), c), out)
+    )
 
 
 @register(aten.amax, aten.amin, aten.max.default, aten.min.default, prims.amax, prims.amin)
@@ -1259,25 +1502,44 @@ def _max_dim(L: Lowerer, x: Any, dim: int, keepdim: bool = False) -> Any:
 def _argmax(L: Lowerer, x: Any, dim: Any = None, keepdim: bool = False) -> Any:
     op = "argmax" if L._fx.target is aten.argmax.default else "argmin"
     if dim is None:
-        flat = L.view(x, (math.prod(x.sizes),), reshape_reindex(x.sizes, (math.prod(x.sizes),)),
-                      aten.reshape.default, ((math.prod(x.sizes),),))
+        flat = L.view(
+            x,
+            (math.prod(x.sizes),),
+            reshape_reindex(x.sizes, (math.prod(x.sizes),)),
+            aten.reshape.default,
+            ((math.prod(x.sizes),),),
+        )
         out = reduce_over(L, flat, [0], False, op, torch.int64)
         return out
     return reduce_over(L, x, _dims(dim, x.ndim), keepdim, op, torch.int64)
 
 
-@register(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims,
-          aten.all.default)
+@register(
+    aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim, aten.all.dims, aten.all.default
+)
 def _any(L: Lowerer, x: Any, dim: Any = None, keepdim: bool = False) -> Any:
     op = "any" if L._fx.target in (aten.any.dim, aten.any.dims, aten.any.default) else "all"
-    return reduce_over(L, x, _dims(dim, x.ndim), keepdim, op, torch.bool,
-                       lambda v: cast(v, torch.bool))
+    return reduce_over(
+        L, x, _dims(dim, x.ndim), keepdim, op, torch.bool, lambda v: cast(v, torch.bool)
+    )
 
 
-@register(aten.var_mean.correction, aten.var.correction, aten.var.dim, aten.var_mean.dim,
-          prims.var.default)
-def _var_mean(L: Lowerer, x: Any, dims: Any = None, *args: Any, correction: Any = None,
-              keepdim: bool = False, unbiased: Any = None) -> Any:
+@register(
+    aten.var_mean.correction,
+    aten.var.correction,
+    aten.var.dim,
+    aten.var_mean.dim,
+    prims.var.default,
+)
+def _var_mean(
+    L: Lowerer,
+    x: Any,
+    dims: Any = None,
+    *args: Any,
+    correction: Any = None,
+    keepdim: bool = False,
+    unbiased: Any = None,
+) -> Any:
     """Two passes (mean, then the sum of squared deviations): numerically stable."""
     target = L._fx.target
     if target is prims.var.default:
@@ -1293,8 +1555,9 @@ def _var_mean(L: Lowerer, x: Any, dims: Any = None, *args: Any, correction: Any 
     out = L.meta(0).dtype if is_pair else L.meta().dtype
     c = upcast(out)
     total = reduce_over(L, x, d, True, "sum", c, lambda v: cast(v, c))
-    mean_k = L.pointwise(total.sizes, c, lambda idx: Op(
-        "truediv", (total.load(idx), size_value(n, c)), c))
+    mean_k = L.pointwise(
+        total.sizes, c, lambda idx: Op("truediv", (total.load(idx), size_value(n, c)), c)
+    )
 
     def sq(idx: Index, ridx: Index) -> Expr:
         full: list[Any] = list(idx)
@@ -1310,8 +1573,11 @@ def _var_mean(L: Lowerer, x: Any, dims: Any = None, *args: Any, correction: Any 
         denom = n - correction
     else:
         raise TypeError(f"a correction of {correction} over a symbolic count")
-    out_sizes = tuple(1 if i in d else s for i, s in enumerate(x.sizes)) if keepdim else \
-        tuple(s for i, s in enumerate(x.sizes) if i not in d)
+    out_sizes = (
+        tuple(1 if i in d else s for i, s in enumerate(x.sizes))
+        if keepdim
+        else tuple(s for i, s in enumerate(x.sizes) if i not in d)
+    )
     if not keepdim:
         squeeze = [i for i in range(x.ndim) if i not in d]
 
@@ -1321,13 +1587,27 @@ def _var_mean(L: Lowerer, x: Any, dims: Any = None, *args: Any, correction: Any 
                 full[k] = i
             return tuple(full)
     else:
+
         def drop(idx: Index) -> Index:
             return idx
 
-    var_ = L.pointwise(out_sizes, out, lambda idx: cast(
-        Op("truediv", (ssq.load(drop(idx)), size_value(denom, c) if denom != 0 else
-                       Const(float("nan"), c)), c)
-        if denom != 0 else Op("truediv", (ssq.load(drop(idx)), Const(0.0, c)), c), out))
+    var_ = L.pointwise(
+        out_sizes,
+        out,
+        lambda idx: cast(
+            Op(
+                "truediv",
+                (
+                    ssq.load(drop(idx)),
+                    size_value(denom, c) if denom != 0 else Const(float("nan"), c),
+                ),
+                c,
+            )
+            if denom != 0
+            else Op("truediv", (ssq.load(drop(idx)), Const(0.0, c)), c),
+            out,
+        ),
+    )
     if not is_pair:
         return var_
     mean = L.pointwise(out_sizes, out, lambda idx: cast(mean_k.load(drop(idx)), out))
@@ -1351,8 +1631,12 @@ def reshape_reindex(old: tuple[int, ...], new: tuple[int, ...]) -> Callable[[Ind
         # the compiling call's values pick the side to grow, and a group closes only where
         # its products are the same expression, so it holds for every size)
         while True:
-            if sympy.expand(po - pn) == 0 and (go or gn) and \
-                    not (i < len(old) and old[i] == 1) and not (j < len(new) and new[j] == 1):
+            if (
+                sympy.expand(po - pn) == 0
+                and (go or gn)
+                and not (i < len(old) and old[i] == 1)
+                and not (j < len(new) and new[j] == 1)
+            ):
                 break
             if i < len(old) and (size_hint(po) <= size_hint(pn) or j >= len(new)):
                 go.append(i)
@@ -1373,7 +1657,7 @@ def reshape_reindex(old: tuple[int, ...], new: tuple[int, ...]) -> Callable[[Ind
             for k in gn:
                 lin = lin * new[k] + idx[k]
             for pos, k in enumerate(go):
-                inner = math.prod(old[m] for m in go[pos + 1:])
+                inner = math.prod(old[m] for m in go[pos + 1 :])
                 v = FloorDiv(lin, inner) if inner != 1 else lin
                 out[k] = Mod(v, old[k]) if pos > 0 else v
                 if old[k] == 1:
@@ -1383,14 +1667,14 @@ def reshape_reindex(old: tuple[int, ...], new: tuple[int, ...]) -> Callable[[Ind
     return fn
 
 
-@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default,
-          prims.reshape.default)
+@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default, prims.reshape.default)
 def _view(L: Lowerer, x: Any, sizes: Any) -> Any:
     sizes = list(sizes)
     if -1 in sizes:
         known = math.prod(s for s in sizes if s != -1)
-        sizes[sizes.index(-1)] = static(FloorDiv(sympy.sympify(math.prod(x.sizes)), known)) \
-            if known else 0
+        sizes[sizes.index(-1)] = (
+            static(FloorDiv(sympy.sympify(math.prod(x.sizes)), known)) if known else 0
+        )
     sizes = tuple(static(s) for s in sizes)
     return L.view(x, sizes, reshape_reindex(x.sizes, sizes), aten.reshape.default, (sizes,))
 
@@ -1428,17 +1712,18 @@ def _expand(L: Lowerer, x: Any, sizes: Any, bdims: Any = None, *, implicit: bool
         return ScalarValue(Const(x, L.meta().dtype), tuple(sizes))
     sizes = tuple(static(s) for s in sizes)
     if bdims is not None:  # prims.broadcast_in_dim: x's dims land at bdims
+
         def fn(idx: Index) -> Index:
-            return tuple(sympy.Integer(0) if x.sizes[k] == 1 else idx[d]
-                         for k, d in enumerate(bdims))
+            return tuple(
+                sympy.Integer(0) if x.sizes[k] == 1 else idx[d] for k, d in enumerate(bdims)
+            )
+
         return L.view(x, sizes, fn, prims.broadcast_in_dim.default, (sizes, bdims))
-    sizes = tuple(x.sizes[k - (len(sizes) - x.ndim)] if s == -1 else s
-                  for k, s in enumerate(sizes))
+    sizes = tuple(x.sizes[k - (len(sizes) - x.ndim)] if s == -1 else s for k, s in enumerate(sizes))
     lead = len(sizes) - x.ndim
 
     def fn(idx: Index) -> Index:
-        return tuple(sympy.Integer(0) if x.sizes[k] == 1 else idx[k + lead]
-                     for k in range(x.ndim))
+        return tuple(sympy.Integer(0) if x.sizes[k] == 1 else idx[k + lead] for k in range(x.ndim))
 
     return L.view(x, sizes, fn, aten.expand.default, (sizes,))
 
@@ -1447,7 +1732,7 @@ def _expand(L: Lowerer, x: Any, sizes: Any, bdims: Any = None, *, implicit: bool
 def _unsqueeze(L: Lowerer, x: Any, dim: int) -> Any:
     dim = dim % (x.ndim + 1)
     sizes = x.sizes[:dim] + (1,) + x.sizes[dim:]
-    return L.view(x, sizes, lambda idx: idx[:dim] + idx[dim + 1:], aten.unsqueeze.default, (dim,))
+    return L.view(x, sizes, lambda idx: idx[:dim] + idx[dim + 1 :], aten.unsqueeze.default, (dim,))
 
 
 @register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, prims.squeeze.default)
@@ -1467,8 +1752,9 @@ def _squeeze(L: Lowerer, x: Any, dims: Any = None) -> Any:
 
 
 @register(aten.slice.Tensor)
-def _slice(L: Lowerer, x: Any, dim: int = 0, start: Any = None, end: Any = None,
-           step: int = 1) -> Any:
+def _slice(
+    L: Lowerer, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
+) -> Any:
     dim = dim % x.ndim
     n = x.sizes[dim]
     if all(is_static(v) for v in (n, start or 0, end or 0)):
@@ -1482,10 +1768,10 @@ def _slice(L: Lowerer, x: Any, dim: int = 0, start: Any = None, end: Any = None,
         if not (start == 0 or provably_nonneg(end - start)):
             raise TypeError(f"a slice [{start}:{end}] whose length's sign depends on the sizes")
         length = _slice_length(start, end, step)
-    sizes = x.sizes[:dim] + (length,) + x.sizes[dim + 1:]
+    sizes = x.sizes[:dim] + (length,) + x.sizes[dim + 1 :]
 
     def fn(idx: Index) -> Index:
-        return idx[:dim] + (start + step * idx[dim],) + idx[dim + 1:]
+        return idx[:dim] + (start + step * idx[dim],) + idx[dim + 1 :]
 
     return L.view(x, sizes, fn, aten.slice.Tensor, (dim, start, end, step))
 
@@ -1510,25 +1796,34 @@ def _slice_bound(v: Any, n: Any) -> Any:
         return v
     if provably_nonneg(v - n):
         return n
-    raise TypeError(f"a slice bound {v} over a dimension of size {n} clamps differently "
-                    "for different sizes")
+    raise TypeError(
+        f"a slice bound {v} over a dimension of size {n} clamps differently for different sizes"
+    )
 
 
 @register(aten.select.int)
 def _select(L: Lowerer, x: Any, dim: int, index: int) -> Any:
     dim = dim % x.ndim
     index = index + x.sizes[dim] if index < 0 else index
-    sizes = x.sizes[:dim] + x.sizes[dim + 1:]
-    return L.view(x, sizes, lambda idx: idx[:dim] + (sympy.Integer(index),) + idx[dim:],
-                  aten.select.int, (dim, index))
+    sizes = x.sizes[:dim] + x.sizes[dim + 1 :]
+    return L.view(
+        x,
+        sizes,
+        lambda idx: idx[:dim] + (sympy.Integer(index),) + idx[dim:],
+        aten.select.int,
+        (dim, index),
+    )
 
 
 @register(aten.split.Tensor, aten.split_with_sizes.default)
 def _split(L: Lowerer, x: Any, size: Any, dim: int = 0) -> Any:
     dim = dim % x.ndim
     n = x.sizes[dim]
-    sizes = list(size) if isinstance(size, (list, tuple)) else \
-        [min(size, n - s) for s in range(0, n, size)]
+    sizes = (
+        list(size)
+        if isinstance(size, (list, tuple))
+        else [min(size, n - s) for s in range(0, n, size)]
+    )
     out, start = [], 0
     for s in sizes:
         out.append(_slice(L, x, dim, start, start + s))
@@ -1546,8 +1841,13 @@ def _as_strided(L: Lowerer, x: Any, sizes: Any, strides: Any, offset: Any = None
     if x.storage is None:
         raise Unsupported("as_strided of a value that is not a strided buffer")
     base = x.storage
-    layout = Layout(tuple(sizes), tuple(strides),
-                    base.layout.offset if offset is None else offset, x.dtype, base.layout.device)
+    layout = Layout(
+        tuple(sizes),
+        tuple(strides),
+        base.layout.offset if offset is None else offset,
+        x.dtype,
+        base.layout.device,
+    )
     L.views.add(L.origin)
     return StorageView(base.buffer, layout)
 
@@ -1576,8 +1876,13 @@ def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
     dim = dim % len(sizes)
     # an empty part adds nothing, and a load from it could only read outside it (the
     # legacy 1-D empty tensor may even have another rank)
-    parts = [x for x in xs if isinstance(x, TensorValue)
-             and not (x.ndim == 1 and x.sizes[0] == 0) and x.sizes[dim] != 0]
+    parts = [
+        x
+        for x in xs
+        if isinstance(x, TensorValue)
+        and not (x.ndim == 1 and x.sizes[0] == 0)
+        and x.sizes[dim] != 0
+    ]
     offsets, acc = [], 0
     for x in parts:
         offsets.append(acc)
@@ -1587,13 +1892,14 @@ def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
         i = idx[dim]
         out: Expr | None = None if parts else Const(0, dtype)  # no element to compute
         for x, off in reversed(list(zip(parts, offsets))):
-            sub = idx[:dim] + (_safe(i, off, x.sizes[dim], acc),) + idx[dim + 1:]
+            sub = idx[:dim] + (_safe(i, off, x.sizes[dim], acc),) + idx[dim + 1 :]
             v = cast(x.load(sub), dtype)
             if out is None:
                 out = v
             else:
-                cond = Op("lt", (IndexValue(i), size_value(off + x.sizes[dim], torch.int64)),
-                          torch.bool)
+                cond = Op(
+                    "lt", (IndexValue(i), size_value(off + x.sizes[dim], torch.int64)), torch.bool
+                )
                 out = Op("where", (cond, v, out), dtype)
         return out
 
@@ -1632,8 +1938,11 @@ def _convolution(L: Lowerer, x: Any, weight: Any, bias: Any, *rest: Any) -> Any:
     """A library call; with the plugin's capabilities, on channels-last activations and
     with the bias added in the generated kernel that follows (fused with what reads it)."""
     out = L.meta()
-    if (isinstance(bias, TensorValue) and L.ctx.has(Capability.CONV_BIAS_IN_KERNEL)
-            and out.numel() > 0):
+    if (
+        isinstance(bias, TensorValue)
+        and L.ctx.has(Capability.CONV_BIAS_IN_KERNEL)
+        and out.numel() > 0
+    ):
         y = _conv_call(L, x, weight, None, rest)
         b = _view(L, bias, (bias.sizes[0],) + (1,) * (out.ndim - 2))
         return elementwise(L, "add", y, b)
@@ -1657,12 +1966,20 @@ def _conv_call(L: Lowerer, x: Any, weight: Any, bias: Any, rest: tuple) -> Any:
 
 
 @register(aten.max_pool2d_with_indices.default)
-def _max_pool2d(L: Lowerer, x: Any, kernel_size: Any, stride: Any = (), padding: Any = 0,
-                dilation: Any = 1, ceil_mode: bool = False) -> Any:
+def _max_pool2d(
+    L: Lowerer,
+    x: Any,
+    kernel_size: Any,
+    stride: Any = (),
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> Any:
     """Max over each window, unrolled: a pointwise node that fuses with what computes
     its input (BatchNorm + ReLU in a ResNet stem). The indices are a second node, stored
     only if something reads them (training). ATen's semantics: positions outside the
     input are skipped, the first maximum wins, NaN beats everything."""
+
     def pair(v: Any, default: Any) -> tuple[int, int]:
         v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
         v = list(v) if isinstance(v, (list, tuple)) else [v]
@@ -1707,8 +2024,11 @@ def _max_pool2d(L: Lowerer, x: Any, kernel_size: Any, stride: Any = (), padding:
             pos = Op("where", (inside, p, pos), torch.int64)
         best: Expr = Const(float("-inf"), acc)
         for inside, v, p in items:
-            take = Op("logical_or", (Op("gt", (v, best), torch.bool),
-                                     Op("isnan", (v,), torch.bool)), torch.bool)
+            take = Op(
+                "logical_or",
+                (Op("gt", (v, best), torch.bool), Op("isnan", (v,), torch.bool)),
+                torch.bool,
+            )
             take = Op("logical_and", (inside, take), torch.bool)
             best = Op("where", (take, v, best), acc)
             pos = Op("where", (take, p, pos), torch.int64)
@@ -1740,8 +2060,11 @@ def _adaptive_avg_pool2d(L: Lowerer, x: Any, output_size: Any) -> Any:
 
     total = L.reduction(lead + (oh, ow), (kh, kw), "sum", acc, body)
     n = kh * kw
-    return L.pointwise(lead + (oh, ow), dtype, lambda idx: cast(
-        Op("truediv", (total.load(idx), Const(float(n), acc)), acc), dtype))
+    return L.pointwise(
+        lead + (oh, ow),
+        dtype,
+        lambda idx: cast(Op("truediv", (total.load(idx), Const(float(n), acc)), acc), dtype),
+    )
 
 
 def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False) -> Callable:
@@ -1755,8 +2078,9 @@ def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False
         raise Unsupported("indexing into a non-strided view")
     # a whole computed node is read at its own index (linearized when scheduled), so the
     # scheduler can recompute the few gathered elements instead of storing the node
-    whole = (isinstance(x, ComputedView) and x.reindex is None
-             and tuple(x.sizes) == tuple(x.node.sizes))
+    whole = (
+        isinstance(x, ComputedView) and x.reindex is None and tuple(x.sizes) == tuple(x.node.sizes)
+    )
 
     def load(idx_parts: list[Any]) -> Expr:
         binds, full = [], []
@@ -1765,9 +2089,15 @@ def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False
                 sym = var(L.fresh("ind"))
                 v = cast(part, torch.int64)
                 if wrap:  # Python indexing: -1 is the last element
-                    v = Op("where", (Op("lt", (v, Const(0, torch.int64)), torch.bool),
-                                     Op("add", (v, size_value(n, torch.int64)), torch.int64), v),
-                           torch.int64)
+                    v = Op(
+                        "where",
+                        (
+                            Op("lt", (v, Const(0, torch.int64)), torch.bool),
+                            Op("add", (v, size_value(n, torch.int64)), torch.int64),
+                            v,
+                        ),
+                        torch.int64,
+                    )
                 binds.append((sym, v, n))
                 full.append(sym)
             else:
@@ -1787,10 +2117,15 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
     negative indices count from the end, as in ``index_put``. Otherwise ``index_put``."""
     target = aten.index_put.default
     idx = indices[0] if isinstance(indices, (list, tuple)) and len(indices) == 1 else None
-    ok = (accumulate and isinstance(idx, TensorValue) and isinstance(values, TensorValue)
-          and idx.dtype in (torch.int64, torch.int32) and x.ndim >= 1
-          and tuple(values.sizes) == tuple(idx.sizes) + tuple(x.sizes[1:])
-          and not torch.are_deterministic_algorithms_enabled())
+    ok = (
+        accumulate
+        and isinstance(idx, TensorValue)
+        and isinstance(values, TensorValue)
+        and idx.dtype in (torch.int64, torch.int32)
+        and x.ndim >= 1
+        and tuple(values.sizes) == tuple(idx.sizes) + tuple(x.sizes[1:])
+        and not torch.are_deterministic_algorithms_enabled()
+    )
     if not ok:
         return L.extern(target, (x, indices, values, accumulate), {})
     n = x.sizes[0]
@@ -1800,8 +2135,15 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
     def wrapped(i: Index) -> Expr:
         at = reshape_reindex(tuple(idx.sizes), (flat_n,))(i)
         v = cast(idx.load(at), torch.int64)
-        return Op("where", (Op("lt", (v, Const(0, torch.int64)), torch.bool),
-                            Op("add", (v, size_value(n, torch.int64)), torch.int64), v), torch.int64)
+        return Op(
+            "where",
+            (
+                Op("lt", (v, Const(0, torch.int64)), torch.bool),
+                Op("add", (v, size_value(n, torch.int64)), torch.int64),
+                v,
+            ),
+            torch.int64,
+        )
 
     flat_idx = L.pointwise((flat_n,), torch.int64, wrapped)
     vals = _view(L, values, (flat_n,) + tuple(values.sizes[k:]))
@@ -1816,16 +2158,16 @@ def _repeat(L: Lowerer, x: Any, repeats: Any) -> Any:
     lead = len(sizes) - x.ndim  # repeat may add leading dims
 
     def body(idx: Index) -> Expr:
-        at = tuple(Mod(i, n) if n != s else i
-                   for i, n, s in zip(idx[lead:], x.sizes, sizes[lead:]))
+        at = tuple(Mod(i, n) if n != s else i for i, n, s in zip(idx[lead:], x.sizes, sizes[lead:]))
         return cast(x.load(at), val.dtype)
 
     return L.pointwise(sizes, val.dtype, body)
 
 
 @register(aten.slice_scatter.default)
-def _slice_scatter(L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None,
-                   end: Any = None, step: int = 1) -> Any:
+def _slice_scatter(
+    L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
+) -> Any:
     """``x`` with ``src`` written over ``x[start:end:step]`` along ``dim``: pointwise (the
     backward of slicing and of ``cat``; rotary embeddings have eight per layer)."""
     val = L.meta()
@@ -1845,12 +2187,23 @@ def _slice_scatter(L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None
     def body(idx: Index) -> Expr:
         i = idx[dim]
         off = IndexValue(i - lo)
-        inside = Op("logical_and", (Op("ge", (off, Const(0, torch.int64)), torch.bool),
-                                    Op("lt", (off, width), torch.bool)),
-                    torch.bool)
+        inside = Op(
+            "logical_and",
+            (
+                Op("ge", (off, Const(0, torch.int64)), torch.bool),
+                Op("lt", (off, width), torch.bool),
+            ),
+            torch.bool,
+        )
         if step != 1:
-            on = Op("eq", (Op("remainder", (off, Const(step, torch.int64)), torch.int64),
-                           Const(0, torch.int64)), torch.bool)
+            on = Op(
+                "eq",
+                (
+                    Op("remainder", (off, Const(step, torch.int64)), torch.int64),
+                    Const(0, torch.int64),
+                ),
+                torch.bool,
+            )
             inside = Op("logical_and", (inside, on), torch.bool)
         at = list(idx)
         # in bounds wherever it is evaluated: clamp the position into src
@@ -1859,8 +2212,9 @@ def _slice_scatter(L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None
         # a multiple of m that keeps the numerator >= 0 (symbolic m: lo < 2 <= m * step)
         k = m * (lo // (m * step) + 1) if is_static(m) else m
         at[dim] = Mod(FloorDiv(i - lo + k * step, step), m)
-        return Op("where", (inside, cast(src.load(tuple(at)), dtype), cast(x.load(idx), dtype)),
-                  dtype)
+        return Op(
+            "where", (inside, cast(src.load(tuple(at)), dtype), cast(x.load(idx), dtype)), dtype
+        )
 
     return L.pointwise(shape_of(val), dtype, body)
 
@@ -1890,9 +2244,13 @@ def _scatter(L: Lowerer, x: Any, dim: int, index: Any, value: Any) -> Any:
     library calls (several writes may land on one element)."""
     val = L.meta()
     dim = dim % max(x.ndim, 1)
-    if (not isinstance(index, TensorValue) or index.ndim != x.ndim or index.sizes[dim] != 1
-            or any(a != b for d, (a, b) in enumerate(zip(index.sizes, x.sizes)) if d != dim)
-            or (isinstance(value, TensorValue) and tuple(value.sizes) != tuple(index.sizes))):
+    if (
+        not isinstance(index, TensorValue)
+        or index.ndim != x.ndim
+        or index.sizes[dim] != 1
+        or any(a != b for d, (a, b) in enumerate(zip(index.sizes, x.sizes)) if d != dim)
+        or (isinstance(value, TensorValue) and tuple(value.sizes) != tuple(index.sizes))
+    ):
         raise Unsupported("a scatter with several indices per row")
     dtype = val.dtype
     check = _indirect(L, x, list(x.sizes))
@@ -1971,8 +2329,8 @@ def _index(L: Lowerer, x: Any, indices: Any) -> Any:
     load = _indirect(L, x, list(x.sizes), wrap=True)
 
     def body(idx: Index) -> Expr:
-        bidx = idx[front:front + nb]
-        rest = list(idx[:front]) + list(idx[front + nb:])
+        bidx = idx[front : front + nb]
+        rest = list(idx[:front]) + list(idx[front + nb :])
         parts: list[Any] = []
         it = iter(rest)
         for k in range(x.ndim):

@@ -76,8 +76,9 @@ def _in_place_ok(k: Kernel, src: str, dst: str) -> bool:
     return True
 
 
-def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
-                keep: set[str], inputs: set[str]) -> MemoryPlan:
+def plan_memory(
+    program: list[Kernel | ExternNode], layouts: dict[str, Layout], keep: set[str], inputs: set[str]
+) -> MemoryPlan:
     plan = MemoryPlan()
     last_use: dict[str, int] = {}
     for i, step in enumerate(program):
@@ -96,18 +97,28 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
     ours = {b for step in program if isinstance(step, Kernel) for b in step_writes(step)}
     # an op run through the fallback may return a view of what it reads, and a collective
     # may read its inputs until its wait: never recycle those
-    pinned = {b for step in program if isinstance(step, ExternNode)
-              and (step.fallback_reason is not None or step.target in COLLECTIVE_OPS)
-              for b in step.reads}
+    pinned = {
+        b
+        for step in program
+        if isinstance(step, ExternNode)
+        and (step.fallback_reason is not None or step.target in COLLECTIVE_OPS)
+        for b in step.reads
+    }
 
     def free(name: str) -> bool:
         return name in ours and name not in keep and name not in inputs and name not in pinned
 
     def extern_target(step: ExternNode, i: int) -> str | None:
         """The buffer the extern at step ``i`` may update in place (IN_PLACE_FORMS), if any."""
-        if (step.target not in IN_PLACE_FORMS or step.fallback_reason is not None
-                or step.multi_output or len(step.outputs) != 1 or not step.outputs[0]
-                or not step.args or not isinstance(step.args[0], StorageView)):
+        if (
+            step.target not in IN_PLACE_FORMS
+            or step.fallback_reason is not None
+            or step.multi_output
+            or len(step.outputs) != 1
+            or not step.outputs[0]
+            or not step.args
+            or not isinstance(step.args[0], StorageView)
+        ):
             return None
         first, (dst, lay) = step.args[0], step.outputs[0]
         src = first.buffer
@@ -128,12 +139,21 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
             plan.extern_in_place[i] = IN_PLACE_FORMS[step.target]
             plan.in_place += 1
         if isinstance(step, Kernel):
-            dying = [a.name for a in step.args if a.role == "in" and free(a.name)
-                     and last_use.get(a.name) == i]
+            dying = [
+                a.name
+                for a in step.args
+                if a.role == "in" and free(a.name) and last_use.get(a.name) == i
+            ]
             for dst in step_writes(step):
                 lay = layouts[dst]
-                src = next((s for s in dying if layouts[s] == lay and dst not in keep
-                            and _in_place_ok(step, s, dst)), None)
+                src = next(
+                    (
+                        s
+                        for s in dying
+                        if layouts[s] == lay and dst not in keep and _in_place_ok(step, s, dst)
+                    ),
+                    None,
+                )
                 if src is not None:
                     dying.remove(src)
                     alias_of[dst] = src
@@ -147,17 +167,23 @@ def plan_memory(program: list[Kernel | ExternNode], layouts: dict[str, Layout],
                     if layouts[src] == lay:  # the same view: no new tensor needed
                         lines.append(f"{dst} = {src}")
                     else:  # pooled roots have offset 0: the increment is the offset
-                        lines.append(f"{dst} = _view({src}, {print_sizes(lay.sizes)}, "
-                                     f"{print_sizes(lay.strides)}, {print_size(lay.offset)})")
+                        lines.append(
+                            f"{dst} = _view({src}, {print_sizes(lay.sizes)}, "
+                            f"{print_sizes(lay.strides)}, {print_size(lay.offset)})"
+                        )
                     plan.reused += 1
                 else:
-                    lines.append(f"{dst} = _empty({print_sizes(lay.sizes)}, "
-                                 f"{print_sizes(lay.strides)}, {lay.dtype})")
+                    lines.append(
+                        f"{dst} = _empty({print_sizes(lay.sizes)}, "
+                        f"{print_sizes(lay.strides)}, {lay.dtype})"
+                    )
                     plan.allocated += 1
                     if lay.offset != 0:
-                        lines[-1] = (f"{dst} = _view(_empty(({print_size(lay.storage_size)},), "
-                                     f"(1,), {lay.dtype}), {print_sizes(lay.sizes)}, "
-                                     f"{print_sizes(lay.strides)}, {print_size(lay.offset)})")
+                        lines[-1] = (
+                            f"{dst} = _view(_empty(({print_size(lay.storage_size)},), "
+                            f"(1,), {lay.dtype}), {print_sizes(lay.sizes)}, "
+                            f"{print_sizes(lay.strides)}, {print_size(lay.offset)})"
+                        )
         after = plan.after.setdefault(i, [])
         for b in sorted(step_reads(step) | set(step_writes(step))):
             if last_use.get(b) == i and free(b) and b not in alias_of.values():

@@ -25,13 +25,17 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
     ),
     "autotune": OptionSpec(False, "let the plugin time a few kernel configs", bool),
     "cache": OptionSpec(
-        True, "keep compiled programs in the per-user whole-graph cache and reuse them in "
+        True,
+        "keep compiled programs in the per-user whole-graph cache and reuse them in "
         "later processes (also SDK_GRAPH_CACHE=0; only plugins that answer sdk_cache_key)",
-        bool),
+        bool,
+    ),
     "channels_last": OptionSpec(
-        None, "channels-last activations around convolutions: None lets the core decide per "
+        None,
+        "channels-last activations around convolutions: None lets the core decide per "
         "graph (plugins with Capability.CHANNELS_LAST, inference graphs), True always, False "
-        "never", (bool, type(None))
+        "never",
+        (bool, type(None)),
     ),
 }
 
@@ -92,9 +96,13 @@ def wrapper_names(wrappers: tuple[Any, ...], records: Mapping[str, Any]) -> list
     names = []
     for entry in wrappers:
         if isinstance(entry, Capability):
-            names += sorted(name for name, rec in records.items() if rec.info is not None
-                            and rec.info.kind == PluginKind.WRAPPER
-                            and entry in rec.info.capabilities)
+            names += sorted(
+                name
+                for name, rec in records.items()
+                if rec.info is not None
+                and rec.info.kind == PluginKind.WRAPPER
+                and entry in rec.info.capabilities
+            )
         else:
             names.append(entry)
     return names

@@ -42,8 +42,9 @@ _log = logging.getLogger(__name__)
 class Backend:
     """The torch.compile backend for one codegen plugin (``sdk:<name>``)."""
 
-    def __init__(self, name: str, options: Mapping[str, Any] | None = None,
-                 reg: Registry | None = None) -> None:
+    def __init__(
+        self, name: str, options: Mapping[str, Any] | None = None, reg: Registry | None = None
+    ) -> None:
         self._registry = reg
         self.name = name
         self.__name__ = f"sdk:{name}"  # torch.compile uses it in logs
@@ -58,8 +59,14 @@ class Backend:
     def __repr__(self) -> str:
         return f"<sdk backend {self.name} {self.options or ''}>"
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], *,
-                 mode: str | None = None, options: Mapping[str, Any] | None = None) -> Callable:
+    def __call__(
+        self,
+        gm: torch.fx.GraphModule,
+        example_inputs: list[Any],
+        *,
+        mode: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Callable:
         merged = {**self.options, **(options or {})}
         try:
             # torch.compile(backend="sdk:x", mode=..., options=...) hands both over only now,
@@ -82,8 +89,9 @@ def _check_names(reg: Registry, options: Mapping[str, Any]) -> None:
 class Session:
     """One Dynamo graph's compile: plugin, options and hook callers."""
 
-    def __init__(self, reg: Registry, plugin: str, mode: str | None,
-                 options: Mapping[str, Any]) -> None:
+    def __init__(
+        self, reg: Registry, plugin: str, mode: str | None, options: Mapping[str, Any]
+    ) -> None:
         self.registry = reg
         self.record = reg.require(plugin, PluginKind.CODEGEN)
         self.info = self.record.info
@@ -148,34 +156,41 @@ class Session:
 
     def _aten_compiler(self, kind: str, device: str) -> Callable:
         def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-            ctx = self.context(kind, f"g{self.graph_id}_{kind}", _device_type(example_inputs) or device)
+            ctx = self.context(
+                kind, f"g{self.graph_id}_{kind}", _device_type(example_inputs) or device
+            )
             return self.compile_aten_graph(ctx, gm, example_inputs)
 
         return compile_aten
 
-    def compile_aten_graph(self, ctx: CompileContext, gm: torch.fx.GraphModule,
-                           example_inputs: list[Any]) -> Callable:
-        report = GraphReport(name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin,
-                             notes=ctx.notes)
+    def compile_aten_graph(
+        self, ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list[Any]
+    ) -> Callable:
+        report = GraphReport(
+            name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin, notes=ctx.notes
+        )
         report.aten_ops = len(fallback.aten_calls(gm))
         start = time.perf_counter()
 
         static = all(_is_static(x) for x in example_inputs)
-        traced = tuple(spec_of(x, real=not tp.is_fake(x)) for x in example_inputs) \
-            if static else None
+        traced = (
+            tuple(spec_of(x, real=not tp.is_fake(x)) for x in example_inputs) if static else None
+        )
 
         def build(specs: tuple) -> Callable:
             # a variant the trace did not describe gets its own, concrete metadata
             same = traced is not None and all(
-                _same_layout(a, b) for a, b in zip(specs, traced, strict=True))
+                _same_layout(a, b) for a, b in zip(specs, traced, strict=True)
+            )
             graph = gm if same else tp.concrete_graph(gm, specs)
             return self._build_program(ctx, graph, specs, report)
 
         if static:
             # a forward or inference graph's inputs are Dynamo's (user inputs and
             # parameters), whose guards hold sizes and strides; a backward graph's are not
-            program = Specializing(build, traced,
-                                   dynamo_guarded=ctx.graph_kind in ("forward", "inference"))
+            program = Specializing(
+                build, traced, dynamo_guarded=ctx.graph_kind in ("forward", "inference")
+            )
         else:
             program = self._symbolic(ctx, gm, example_inputs, report, build)
             if program is None:  # a variant per concrete shape, from the first real call
@@ -189,9 +204,14 @@ class Session:
         observe(self.registry, ctx, report.hook_faults, "sdk_on_graph_compiled", report=report)
         return compiled
 
-    def _symbolic(self, ctx: CompileContext, gm: torch.fx.GraphModule,
-                  example_inputs: list[Any], report: GraphReport, build: Callable
-                  ) -> Specializing | None:
+    def _symbolic(
+        self,
+        ctx: CompileContext,
+        gm: torch.fx.GraphModule,
+        example_inputs: list[Any],
+        report: GraphReport,
+        build: Callable,
+    ) -> Specializing | None:
         """One program for every value of the graph's symbolic sizes, or None (and why, in
         ``report.sizes``) where the plugin or the graph needs a variant per shape.
 
@@ -215,8 +235,11 @@ class Session:
             with tp.specializing(special):
                 specs = tuple(symbolic_spec(x) for x in example_inputs)
             where = size_bindings(specs)
-            hints = {sym: hint for x, spec in zip(example_inputs, specs)
-                     for sym, hint in _hints(x, spec).items()}
+            hints = {
+                sym: hint
+                for x, spec in zip(example_inputs, specs)
+                for sym, hint in _hints(x, spec).items()
+            }
             if set(where) - set(hints):
                 raise tp.SymbolicUnsupported("a size symbol has no value at compile time")
         except TypeError as exc:
@@ -238,18 +261,28 @@ class Session:
             return None
         if tp.shape_env_state(env) != before:
             del ctx.notes[notes:]
-            report.sizes = ("per shape: compiling specialized a symbolic size (an int() of a "
-                            "SymInt somewhere in lowering or the plugin)")
+            report.sizes = (
+                "per shape: compiling specialized a symbolic size (an int() of a "
+                "SymInt somewhere in lowering or the plugin)"
+            )
             return None
         report.sizes = "symbolic: " + ", ".join(sorted(s.name for s in where))
         if special:
             report.sizes += "; specialized: " + ", ".join(
-                f"{name}={value}" for name, value in sorted(special.items()))
-        return Specializing(build, specs, general=fn,
-                            dynamo_guarded=ctx.graph_kind in ("forward", "inference"))
+                f"{name}={value}" for name, value in sorted(special.items())
+            )
+        return Specializing(
+            build, specs, general=fn, dynamo_guarded=ctx.graph_kind in ("forward", "inference")
+        )
 
-    def _build_program(self, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple,
-                       report: GraphReport, per_shape_on_failure: bool = False) -> Callable:
+    def _build_program(
+        self,
+        ctx: CompileContext,
+        gm: torch.fx.GraphModule,
+        specs: tuple,
+        report: GraphReport,
+        per_shape_on_failure: bool = False,
+    ) -> Callable:
         """Compile one variant; on failure try the chain, then the op-level fallback.
         ``per_shape_on_failure`` (a symbolic variant): raise instead, and take no op-level
         fallback that the symbolic sizes caused."""
@@ -265,8 +298,11 @@ class Session:
             if plugin == ctx.plugin and self.broken:
                 continue
             session = self if plugin == ctx.plugin else self._chained(plugin)
-            c = ctx if plugin == ctx.plugin else session.context(
-                ctx.graph_kind, ctx.graph_name, ctx.device_type)
+            c = (
+                ctx
+                if plugin == ctx.plugin
+                else session.context(ctx.graph_kind, ctx.graph_name, ctx.device_type)
+            )
             try:
                 fn, part = build_program(session, c, gm, specs)
             except SDKError:
@@ -299,30 +335,39 @@ class Session:
         report.externs[:] = part.externs
         report.fallbacks[:] = part.fallbacks
         report.view_nodes = tuple(sorted(part.views))
-        report.fusion_refusals[:] = [FusionRefusal(d.first, d.second, d.reason)
-                                     for d in part.decisions if not d.fused]
+        report.fusion_refusals[:] = [
+            FusionRefusal(d.first, d.second, d.reason) for d in part.decisions if not d.fused
+        ]
         report.plugin = plugin
         report.cache = part.cache
         report.wrapper = part.wrapper_source
         report.hook_faults.extend(part.hook_faults)
 
     def _chained(self, plugin: str) -> Session:
-        return Session(self.registry, plugin, None, {
-            k: v for k, v in self.options.items() if k in opts.CORE_OPTIONS and k != "chain"
-        })
+        return Session(
+            self.registry,
+            plugin,
+            None,
+            {k: v for k, v in self.options.items() if k in opts.CORE_OPTIONS and k != "chain"},
+        )
 
     def _announce(self, ctx: CompileContext, report: GraphReport) -> None:
         for f in report.fallbacks:
-            observe(self.registry, ctx, report.hook_faults, "sdk_on_fallback", op=f.op,
-                    reason=f.reason)
+            observe(
+                self.registry, ctx, report.hook_faults, "sdk_on_fallback", op=f.op, reason=f.reason
+            )
 
     def _wrap(self, ctx: CompileContext, program: Callable, report: GraphReport) -> Callable:
         names = []
         for name in opts.wrapper_names(self.options["wrappers"], self.registry.records):
             rec = self.registry.record(name) if name in self.registry.records else None
             why = self.registry.status(name) if rec else "not installed"
-            fits = rec is not None and why is None and rec.info.kind == PluginKind.WRAPPER \
+            fits = (
+                rec is not None
+                and why is None
+                and rec.info.kind == PluginKind.WRAPPER
                 and ctx.device_type in rec.info.device_types
+            )
             if fits:
                 names.append(name)
             elif self.explicit_wrappers:
@@ -335,19 +380,20 @@ class Session:
             program = self._wrap_with(name, ctx, program, report)
         return program
 
-    def _wrap_with(self, name: str, ctx: CompileContext, program: Callable,
-                   report: GraphReport) -> Callable:
+    def _wrap_with(
+        self, name: str, ctx: CompileContext, program: Callable, report: GraphReport
+    ) -> Callable:
         """``program`` wrapped by wrapper plugin ``name``; if its hook raises, unwrapped
         (a wrapper changes how a graph runs, not what it computes), with the fault in the
         report, unless strict mode asks for the error."""
         try:
-            wrapped = self.registry.caller("sdk_wrap_compiled", [name])(ctx=ctx,
-                                                                         compiled=program)
+            wrapped = self.registry.caller("sdk_wrap_compiled", [name])(ctx=ctx, compiled=program)
         except SDKError:
             raise
         except Exception as exc:  # noqa: BLE001 - a wrapper's fault is its own
-            report.hook_faults.append(self.registry.fault(name, "sdk_wrap_compiled", exc,
-                                                          strict(ctx)))
+            report.hook_faults.append(
+                self.registry.fault(name, "sdk_wrap_compiled", exc, strict(ctx))
+            )
             return program
         report.wrappers += (name,)
         return wrapped
@@ -381,8 +427,9 @@ class _Hooks:
             except SDKError:
                 raise
             except Exception as exc:  # noqa: BLE001 - named, then handled as before
-                raise HookFailed(f"sdk:{self._plugin} {hook} raised {type(exc).__name__}: "
-                                 f"{exc}") from exc
+                raise HookFailed(
+                    f"sdk:{self._plugin} {hook} raised {type(exc).__name__}: {exc}"
+                ) from exc
 
         return call
 
@@ -400,10 +447,15 @@ class _RunTimeFallback:
 
     _boxed_call = True
 
-    def __init__(self, program: Callable, gm: torch.fx.GraphModule, report: GraphReport,
-                 ctx: CompileContext, reg: Registry) -> None:
-        self._program, self._gm, self._report, self._ctx, self._reg = \
-            program, gm, report, ctx, reg
+    def __init__(
+        self,
+        program: Callable,
+        gm: torch.fx.GraphModule,
+        report: GraphReport,
+        ctx: CompileContext,
+        reg: Registry,
+    ) -> None:
+        self._program, self._gm, self._report, self._ctx, self._reg = program, gm, report, ctx, reg
         self._eager: Callable | None = None
 
     def __call__(self, *args: Any) -> Any:
@@ -417,8 +469,10 @@ class _RunTimeFallback:
         return self._eager(_unboxed(args))
 
     def _give_way(self, exc: Exception, args: list[Any]) -> Any:
-        reason = (f"the compiled program raised when run: {type(exc).__name__}: {exc}; "
-                  "ATen runs this graph from now on")
+        reason = (
+            f"the compiled program raised when run: {type(exc).__name__}: {exc}; "
+            "ATen runs this graph from now on"
+        )
         run, reports = fallback.whole_graph(self._gm, reason)
         try:
             out = run(args)
@@ -433,8 +487,7 @@ class _RunTimeFallback:
         r.fallbacks[:] = reports
         r.notes.append(reason)
         for f in reports:
-            observe(self._reg, self._ctx, r.hook_faults, "sdk_on_fallback", op=f.op,
-                    reason=reason)
+            observe(self._reg, self._ctx, r.hook_faults, "sdk_on_fallback", op=f.op, reason=reason)
         return out
 
 
@@ -464,17 +517,27 @@ class _LazySpecializing:
 def _same_layout(a: Any, b: Any) -> bool:
     """Equal specs, alignment aside (it changes no shape or stride the metadata holds)."""
     if isinstance(a, TensorSpec) and isinstance(b, TensorSpec):
-        return (a.sizes, a.strides, a.offset, a.dtype, a.device) == \
-            (b.sizes, b.strides, b.offset, b.dtype, b.device)
+        return (a.sizes, a.strides, a.offset, a.dtype, a.device) == (
+            b.sizes,
+            b.strides,
+            b.offset,
+            b.dtype,
+            b.device,
+        )
     return a == b
 
 
 def symbolic_spec(x: Any) -> Any:
     """The spec of a traced input with its sizes as sympy expressions over size symbols."""
     if isinstance(x, torch.Tensor):
-        return TensorSpec(tuple(tp.sym_size(s) for s in x.shape),
-                          tuple(tp.sym_size(s) for s in x.stride()),
-                          tp.sym_size(x.storage_offset()), x.dtype, x.device, True)
+        return TensorSpec(
+            tuple(tp.sym_size(s) for s in x.shape),
+            tuple(tp.sym_size(s) for s in x.stride()),
+            tp.sym_size(x.storage_offset()),
+            x.dtype,
+            x.device,
+            True,
+        )
     if isinstance(x, torch.SymInt):
         return tp.sym_size(x)
     if isinstance(x, (torch.SymFloat, torch.SymBool)):
@@ -511,8 +574,9 @@ def _is_static(x: Any) -> bool:
     if isinstance(x, torch.SymInt):
         return False
     if isinstance(x, torch.Tensor):
-        return not any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride())) and \
-            not isinstance(x.storage_offset(), torch.SymInt)
+        return not any(
+            isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride())
+        ) and not isinstance(x.storage_offset(), torch.SymInt)
     return True
 
 

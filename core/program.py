@@ -57,8 +57,9 @@ class ProgramParts:
     hook_faults: list[HookFault] = field(default_factory=list)  # observers that raised
 
 
-def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
-                  specs: tuple) -> tuple[Callable, ProgramParts]:
+def build_program(
+    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
+) -> tuple[Callable, ProgramParts]:
     key, why = _cache_key(session, ctx, gm, specs)
     if key is not None:
         hit = _from_cache(session, ctx, key)
@@ -69,15 +70,15 @@ def build_program(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule,
     parts.cache = why or "stored"
     if key is not None:
         try:
-            graph_cache.store().put(key, _entry(wrapper, sources, fns, parts,
-                                                ctx.notes[notes:]))
+            graph_cache.store().put(key, _entry(wrapper, sources, fns, parts, ctx.notes[notes:]))
         except (graph_cache.Uncacheable, OSError) as exc:
             parts.cache = f"not stored: {exc}"
     return fn, parts
 
 
-def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
-           ) -> tuple[Callable, ProgramParts, Wrapper, list[KernelSource], list[Callable]]:
+def _build(
+    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
+) -> tuple[Callable, ProgramParts, Wrapper, list[KernelSource], list[Callable]]:
     L = Lowerer(gm, specs, ctx, session.hooks)
     L.run()
     outputs, keep = _plan_outputs(L)
@@ -87,16 +88,18 @@ def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: t
     layouts: dict[str, Layout] = {}
     for name, spec in L.inputs:
         if name:
-            layouts[name] = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype,
-                                   spec.device.type)
+            layouts[name] = Layout(
+                spec.sizes, spec.strides, spec.offset, spec.dtype, spec.device.type
+            )
     for n in L.nodes:
         if isinstance(n, ExternNode):
             layouts.update({o[0]: o[1] for o in n.outputs if o})
         else:
             layouts[n.name] = n.layout
     for name, t in L.constants.items():
-        layouts[name] = Layout(tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype,
-                               t.device.type)
+        layouts[name] = Layout(
+            tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype, t.device.type
+        )
     for dev_name, (_host, dev_layout) in L.host.items():
         layouts[dev_name] = dev_layout
     layouts[SEED_BUFFER] = Layout((1,), (1,), 0, torch.int64, ctx.device_type)
@@ -129,8 +132,10 @@ def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: t
             check_kernel(k)
         src = session.hooks.sdk_render_kernel(ctx=ctx, kernel=k)
         if src is None:
-            raise PluginFailure(f"sdk:{ctx.plugin} rendered nothing for kernel {k.name} "
-                                "(its sdk_render_kernel returned None)")
+            raise PluginFailure(
+                f"sdk:{ctx.plugin} rendered nothing for kernel {k.name} "
+                "(its sdk_render_kernel returned None)"
+            )
         sources.append(src)
     fns = _compile(session, ctx, sources)
 
@@ -138,17 +143,22 @@ def _build(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: t
     wrapper = _codegen(L, program, compiled, outputs, layouts)
     fn = wrapper.materialize(ctx.graph_name)
     parts = ProgramParts(
-        kernels=[KernelReport(k.name, ctx.plugin, k.origins, s.source)
-                 for k, s in zip(kernels, sources)],
-        externs=L.externs, fallbacks=L.fallbacks, views=L.views,
-        decisions=sched.decisions, wrapper_source=wrapper.source,
+        kernels=[
+            KernelReport(k.name, ctx.plugin, k.origins, s.source) for k, s in zip(kernels, sources)
+        ],
+        externs=L.externs,
+        fallbacks=L.fallbacks,
+        views=L.views,
+        decisions=sched.decisions,
+        wrapper_source=wrapper.source,
     )
     _announce_kernels(session, ctx, sources, parts)
     return fn, parts, wrapper, sources, fns
 
 
-def _announce_kernels(session: Any, ctx: CompileContext, sources: list[KernelSource],
-                      parts: ProgramParts) -> None:
+def _announce_kernels(
+    session: Any, ctx: CompileContext, sources: list[KernelSource], parts: ProgramParts
+) -> None:
     for src in sources:
         observe(session.registry, ctx, parts.hook_faults, "sdk_on_kernel_compiled", source=src)
 
@@ -170,8 +180,11 @@ def overlap_communication(program: list[Kernel | ExternNode]) -> list[Kernel | E
         if isinstance(step, ExternNode) and step.target in COLLECTIVE_OPS:
             ins = step_reads(step)
             j = i
-            while j > 0 and not (set(step_writes(out[j - 1])) & ins) \
-                    and not _is(out[j - 1], COLLECTIVE_OPS):
+            while (
+                j > 0
+                and not (set(step_writes(out[j - 1])) & ins)
+                and not _is(out[j - 1], COLLECTIVE_OPS)
+            ):
                 j -= 1
             out.insert(j, out.pop(i))
     for i in range(len(out) - 1, -1, -1):
@@ -179,8 +192,11 @@ def overlap_communication(program: list[Kernel | ExternNode]) -> list[Kernel | E
         if isinstance(step, ExternNode) and step.target in WAIT_OPS:
             made = _touches(step)  # the wait returns (an alias of) its input
             j = i
-            while j + 1 < len(out) and not (_touches(out[j + 1]) & made) \
-                    and not _is(out[j + 1], WAIT_OPS):
+            while (
+                j + 1 < len(out)
+                and not (_touches(out[j + 1]) & made)
+                and not _is(out[j + 1], WAIT_OPS)
+            ):
                 j += 1
             out.insert(j, out.pop(i))
     return out
@@ -195,17 +211,20 @@ def _compile(session: Any, ctx: CompileContext, sources: list[KernelSource]) -> 
         return []
     fns = session.hooks.sdk_compile_kernels(ctx=ctx, sources=sources)
     if fns is None or len(fns) != len(sources):
-        raise PluginFailure(f"sdk:{ctx.plugin} compiled {0 if fns is None else len(fns)} "
-                            f"of {len(sources)} kernels; sdk_compile_kernels must return "
-                            "one callable per source")
+        raise PluginFailure(
+            f"sdk:{ctx.plugin} compiled {0 if fns is None else len(fns)} "
+            f"of {len(sources)} kernels; sdk_compile_kernels must return "
+            "one callable per source"
+        )
     return list(fns)
 
 
 # -- the whole-graph cache (core/graph_cache.py) ---------------------------------
 
 
-def _cache_key(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
-               ) -> tuple[str | None, str | None]:
+def _cache_key(
+    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
+) -> tuple[str | None, str | None]:
     """The program's cache key, or None and why there is none."""
     if not graph_cache.enabled(ctx.options):
         return None, "off"
@@ -218,51 +237,74 @@ def _cache_key(session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, spec
         return None, f"not stored: {exc}"
 
 
-def _entry(wrapper: Wrapper, sources: list[KernelSource], fns: list[Callable],
-           parts: ProgramParts, notes: list[str]) -> bytes:
+def _entry(
+    wrapper: Wrapper,
+    sources: list[KernelSource],
+    fns: list[Callable],
+    parts: ProgramParts,
+    notes: list[str],
+) -> bytes:
     enc = graph_cache.Encoder(fns)
     doc = {
         "wrapper": {
             "source": wrapper.source,
             "named": {k: enc(v) for k, v in wrapper.named.items()},
             "constants": {k: enc.tensor(t) for k, t in wrapper.constants.items()},
-            "on_device": list(wrapper.on_device), "device": wrapper.device,
+            "on_device": list(wrapper.on_device),
+            "device": wrapper.device,
             "layout_free": sorted(wrapper.layout_free),
             "kernel_read": sorted(wrapper.kernel_read),
         },
-        "sources": [{"name": s.name, "language": s.language, "source": s.source,
-                     "entry": s.entry, "meta": enc(s.meta)} for s in sources],
+        "sources": [
+            {
+                "name": s.name,
+                "language": s.language,
+                "source": s.source,
+                "entry": s.entry,
+                "meta": enc(s.meta),
+            }
+            for s in sources
+        ],
         "kernels": [[k.name, k.plugin, list(k.nodes), k.source] for k in parts.kernels],
         "externs": [[e.op, e.node] for e in parts.externs],
         "fallbacks": [[f.op, f.reason, f.node] for f in parts.fallbacks],
         "views": sorted(parts.views),
-        "decisions": [[d.first, d.second, d.saved_bytes, d.fused, d.reason]
-                      for d in parts.decisions],
+        "decisions": [
+            [d.first, d.second, d.saved_bytes, d.fused, d.reason] for d in parts.decisions
+        ],
         "notes": list(notes),
     }
     return graph_cache.pack(doc, enc.blobs)
 
 
-def _from_cache(session: Any, ctx: CompileContext, key: str
-                ) -> tuple[Callable, ProgramParts] | None:
+def _from_cache(
+    session: Any, ctx: CompileContext, key: str
+) -> tuple[Callable, ProgramParts] | None:
     data = graph_cache.store().get(key)
     if data is None:
         return None
     try:
         doc, blobs = graph_cache.unpack(data)
         dec = graph_cache.Decoder([], blobs)
-        sources = [KernelSource(s["name"], s["language"], s["source"], s["entry"],
-                                dec(s["meta"])) for s in doc["sources"]]
+        sources = [
+            KernelSource(s["name"], s["language"], s["source"], s["entry"], dec(s["meta"]))
+            for s in doc["sources"]
+        ]
         fns = _compile(session, ctx, sources)
     except Exception:  # noqa: BLE001 - an entry this code cannot read or build is a miss
         return None
     try:
         dec.kernels = fns
         w = doc["wrapper"]
-        wrapper = Wrapper(w["source"], {k: dec(v) for k, v in w["named"].items()},
-                          {k: dec.tensor(v["v"]) for k, v in w["constants"].items()},
-                          tuple(w["on_device"]), w["device"], frozenset(w["layout_free"]),
-                          frozenset(w["kernel_read"]))
+        wrapper = Wrapper(
+            w["source"],
+            {k: dec(v) for k, v in w["named"].items()},
+            {k: dec.tensor(v["v"]) for k, v in w["constants"].items()},
+            tuple(w["on_device"]),
+            w["device"],
+            frozenset(w["layout_free"]),
+            frozenset(w["kernel_read"]),
+        )
         fn = wrapper.materialize(ctx.graph_name)
         parts = ProgramParts(
             kernels=[KernelReport(n, p, tuple(nodes), src) for n, p, nodes, src in doc["kernels"]],
@@ -270,7 +312,9 @@ def _from_cache(session: Any, ctx: CompileContext, key: str
             fallbacks=[FallbackReport(*f) for f in doc["fallbacks"]],
             views=set(doc["views"]),
             decisions=[Decision(*d) for d in doc["decisions"]],
-            wrapper_source=wrapper.source, cache="hit")
+            wrapper_source=wrapper.source,
+            cache="hit",
+        )
     except Exception:  # noqa: BLE001 - as above
         return None
     for note in doc["notes"]:
@@ -294,8 +338,12 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
             # a layout the core chose stays inside the graph: outputs leave in eager's
             want = strides_of(meta)
             st = v.storage
-            if (st is not None and shape_of(meta) == tuple(v.sizes) and _dense(v.sizes, want)
-                    and not same_strides(v.sizes, st.layout.strides, want)):
+            if (
+                st is not None
+                and shape_of(meta) == tuple(v.sizes)
+                and _dense(v.sizes, want)
+                and not same_strides(v.sizes, st.layout.strides, want)
+            ):
                 v = L.require_layout(v, want)
         if isinstance(v, ComputedView) and v.reindex is None and v.sizes == v.node.sizes:
             plan.append(("buf", v.node.name, None))
@@ -331,9 +379,15 @@ class Wrapper:
         device = torch.device(self.device)
         empty, empty_fast, view, is_current = buffer_ops(device)
         env: dict[str, Any] = {
-            "torch": torch, "_as_strided": torch.as_strided, "_view": view,
-            "_restride": _restride, "_dev": device, "_empty": empty_fast or empty,
-            "_empty_fast": empty_fast, "_empty_any": empty, "_is_current": is_current,
+            "torch": torch,
+            "_as_strided": torch.as_strided,
+            "_view": view,
+            "_restride": _restride,
+            "_dev": device,
+            "_empty": empty_fast or empty,
+            "_empty_fast": empty_fast,
+            "_empty_any": empty,
+            "_is_current": is_current,
             "_seed": _make_seed,
         }
         moved: dict[str, Any] = {}
@@ -351,8 +405,13 @@ class Wrapper:
         return call
 
 
-def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: list[tuple],
-             layouts: dict[str, Layout]) -> Wrapper:
+def _codegen(
+    L: Lowerer,
+    program: list,
+    compiled: dict[str, Callable],
+    outputs: list[tuple],
+    layouts: dict[str, Layout],
+) -> Wrapper:
     _, empty_fast, _, is_current = buffer_ops(L.device)
     copy_of = {host.buffer: dev for dev, (host, _) in L.host.items()}  # host -> device copy
     named: dict[str, Any] = {}
@@ -408,8 +467,9 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
 
     # buffers whose storage offset at run time is their layout's: inputs (Dynamo guards
     # it) and what the kernels write (the memory plan places them)
-    placed = input_names | {a.name for k in program if isinstance(k, Kernel)
-                            for a in k.args if a.role != "in"}
+    placed = input_names | {
+        a.name for k in program if isinstance(k, Kernel) for a in k.args if a.role != "in"
+    }
 
     def restrided(buf: str, layout: Layout, *, result: bool = False) -> str:
         """A view of ``buf``. An intermediate is reinterpreted in place (no autograd view
@@ -436,9 +496,11 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
         if isinstance(x, sympy.Expr):  # a symbolic size handed to a library call
             return print_size(x)
         if isinstance(x, (bool, int, float)) or x is None:
-            return repr(x) if not (isinstance(x, float) and (x != x or x in (float("inf"),
-                                                                             float("-inf")))) \
+            return (
+                repr(x)
+                if not (isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))))
                 else const(x)
+            )
         return const(x)
 
     for i, step in enumerate(program):
@@ -487,8 +549,7 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
                     got = ", ".join(f"{name}.stride({d})" for d in dims)
                     want = ", ".join(print_size(lay.strides[d]) for d in dims)
                     lines.append(f"    if {name} is not None and ({got},) != ({want},):")
-                    lines.append(f"        {name} = _restride({name}, "
-                                 f"{print_sizes(lay.strides)})")
+                    lines.append(f"        {name} = _restride({name}, {print_sizes(lay.strides)})")
         for line in mem.after.get(i, []):
             lines.append("    " + line)
 
@@ -507,12 +568,20 @@ def _codegen(L: Lowerer, program: list, compiled: dict[str, Callable], outputs: 
             rets.append(const(buf))
     lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
     return Wrapper(
-        "\n".join(lines), named, dict(L.constants),
-        tuple(n for n in L.constants if n in copy_of), str(L.device),
-        layout_free=frozenset(i for i, (name, _) in enumerate(L.inputs)
-                              if name and name not in baked and name not in copy_of),
-        kernel_read=frozenset(i for i, (name, _) in enumerate(L.inputs)
-                              if name and name in kernel_read))
+        "\n".join(lines),
+        named,
+        dict(L.constants),
+        tuple(n for n in L.constants if n in copy_of),
+        str(L.device),
+        layout_free=frozenset(
+            i
+            for i, (name, _) in enumerate(L.inputs)
+            if name and name not in baked and name not in copy_of
+        ),
+        kernel_read=frozenset(
+            i for i, (name, _) in enumerate(L.inputs) if name and name in kernel_read
+        ),
+    )
 
 
 #: ATen ops whose public ``torch`` function runs the same overload with less per-call host

@@ -117,8 +117,10 @@ class Registry:
             rec.traceback = traceback.format_exc()
             return
         unmarked = [
-            n for n in dir(plugin)
-            if n.startswith("sdk_") and callable(getattr(plugin, n, None))
+            n
+            for n in dir(plugin)
+            if n.startswith("sdk_")
+            and callable(getattr(plugin, n, None))
             and self.pm.parse_hookimpl_opts(plugin, n) is None
         ]
         if unmarked:
@@ -152,8 +154,10 @@ class Registry:
             )()
         except Exception as exc:
             self.pm.unregister(plugin)
-            rec.error = (f"sdk_plugin_info raised: {_one_line(exc)}; fix that hook or "
-                         f"reinstall {rec.distribution}")
+            rec.error = (
+                f"sdk_plugin_info raised: {_one_line(exc)}; fix that hook or "
+                f"reinstall {rec.distribution}"
+            )
             return
         problem = _check_info(info, rec.name)
         if problem:
@@ -176,8 +180,10 @@ class Registry:
             try:
                 rec._status = self.caller("sdk_plugin_status", [name])()
             except Exception as exc:
-                rec._status = (f"sdk_plugin_status raised: {_one_line(exc)}; fix that hook "
-                               f"or reinstall {rec.distribution}")
+                rec._status = (
+                    f"sdk_plugin_status raised: {_one_line(exc)}; fix that hook "
+                    f"or reinstall {rec.distribution}"
+                )
             rec._status_checked = True
         return rec._status
 
@@ -211,7 +217,8 @@ class Registry:
 
     def codegen_names(self) -> list[str]:
         return [
-            n for n, r in self.records.items()
+            n
+            for n, r in self.records.items()
             if r.loaded and r.info.kind == PluginKind.CODEGEN and self.status(n) is None
         ]
 
@@ -260,7 +267,8 @@ class Registry:
                 f"each time. Fix that hook, deny the plugin (SDK_PLUGINS_DENY={name}), or "
                 "silence this warning with warnings.filterwarnings('ignore', "
                 "category=sdk.PluginHookWarning)",
-                PluginHookWarning, stacklevel=3,
+                PluginHookWarning,
+                stacklevel=3,
             )
         return fault
 
@@ -271,8 +279,9 @@ class Registry:
         return [n for n in names if self.status(n) is None]
 
 
-def observe(reg: Registry, ctx: CompileContext, faults: list[HookFault], hook: str,
-            **kwargs: Any) -> None:
+def observe(
+    reg: Registry, ctx: CompileContext, faults: list[HookFault], hook: str, **kwargs: Any
+) -> None:
     """Call observer ``hook`` of every available plugin; the hooks that raised go to
     ``faults`` (a graph's report), or raise in strict mode (``fallback=False`` or debug),
     where nothing may go wrong unseen."""

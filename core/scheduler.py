@@ -152,8 +152,9 @@ def _transcendental(n: Node) -> bool:
     return any(isinstance(e, Op) and e.name in TRANSCENDENTAL for e in walk([n.value]))
 
 
-def inline_producers(nodes: list[Node | ExternNode], keep: set[str], *,
-                     cheap_math: bool) -> list[Node | ExternNode]:
+def inline_producers(
+    nodes: list[Node | ExternNode], keep: set[str], *, cheap_math: bool
+) -> list[Node | ExternNode]:
     """Recompute cheap pointwise nodes in their readers where storing them costs more.
 
     The producer must be cheap (at most ``_INLINE_MAX_NODES`` expression nodes), not a
@@ -203,15 +204,27 @@ def inline_producers(nodes: list[Node | ExternNode], keep: set[str], *,
 
     def consider(p: Node, all_rules: bool) -> None:
         rs = readers.get(p.name, [])
-        if (p.name in dropped or p.is_reduction or p.name in pinned or not rs
-                or len(walk([p.value])) > _INLINE_MAX_NODES):
+        if (
+            p.name in dropped
+            or p.is_reduction
+            or p.name in pinned
+            or not rs
+            or len(walk([p.value])) > _INLINE_MAX_NODES
+        ):
             return
         indexed = any(isinstance(e, IndexValue) for e in walk([p.value]))
         # a constant (zeros that a scatter writes into): recomputing it reads nothing,
         # at any index; a gathered read of it keeps its bounds check through a probe
-        constant = not p.reads and not indexed and all(
-            _probe(ld.binds) is not None for r in rs for ld in loads(r.value)
-            if ld.buffer == p.name and ld.binds)
+        constant = (
+            not p.reads
+            and not indexed
+            and all(
+                _probe(ld.binds) is not None
+                for r in rs
+                for ld in loads(r.value)
+                if ld.buffer == p.name and ld.binds
+            )
+        )
         if not constant and (p.name in raw or (p.name in indirect and indexed)):
             return  # an index value cannot take a gathered index's bindings
         # it reads far less than it writes (a scatter of one value per row, once its
@@ -226,12 +239,20 @@ def inline_producers(nodes: list[Node | ExternNode], keep: set[str], *,
             # (costs: symbolic sizes at the compiling call's values, ``size_hint``)
             pn = numel_hint(p.sizes)
             gather = all(_points(r) * k * _GATHER_RATIO <= pn for r, k in zip(rs, reads))
-            broadcast = (p.name not in indirect and all(numel_hint(r.sizes) > pn for r in rs)
-                         and (cheap_math or not _transcendental(p)))
+            broadcast = (
+                p.name not in indirect
+                and all(numel_hint(r.sizes) > pn for r in rs)
+                and (cheap_math or not _transcendental(p))
+            )
             # a window over it (max-pooling after BatchNorm + ReLU): recomputing a cheap
             # value a few times costs less than storing it and reading it back
-            window = (p.name not in indirect and len(rs) == 1 and not rs[0].is_reduction
-                      and numel_hint(rs[0].sizes) < pn and reads[0] <= _INLINE_MAX_READS)
+            window = (
+                p.name not in indirect
+                and len(rs) == 1
+                and not rs[0].is_reduction
+                and numel_hint(rs[0].sizes) < pn
+                and reads[0] <= _INLINE_MAX_READS
+            )
             ok = gather or broadcast or window
         if not ok:
             return
@@ -350,13 +371,20 @@ def _drop_dead(nodes: list[Node | ExternNode], keep: set[str]) -> list[Node | Ex
 
 
 class Scheduler:
-    def __init__(self, nodes: list[Node | ExternNode], ctx: CompileContext, hooks: Any,
-                 keep: set[str], fusion: bool = True) -> None:
+    def __init__(
+        self,
+        nodes: list[Node | ExternNode],
+        ctx: CompileContext,
+        hooks: Any,
+        keep: set[str],
+        fusion: bool = True,
+    ) -> None:
         """``keep``: buffers that must be in memory (graph outputs)."""
         self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
         if fusion:
-            nodes = inline_producers(nodes, self.keep,
-                                     cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS))
+            nodes = inline_producers(
+                nodes, self.keep, cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS)
+            )
         self.steps = nodes
         self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
         #: buffer -> the computed nodes that read it
@@ -400,22 +428,24 @@ class Scheduler:
         while True:
             best = None
             for (ia, ib), saved in sorted(
-                    pairs.items(), key=lambda kv: (-kv[1], by_id[kv[0][0]].order,
-                                                   by_id[kv[0][1]].order)):
+                pairs.items(), key=lambda kv: (-kv[1], by_id[kv[0][0]].order, by_id[kv[0][1]].order)
+            ):
                 if (ia, ib) in self._refused:
                     continue
                 a, b = by_id[ia], by_id[ib]
                 why = self._legal(a, b, owner)
                 if why is None:
                     verdicts = self.hooks.sdk_can_fuse(
-                        ctx=self.ctx, first=self.public(a), second=self.public(b))
+                        ctx=self.ctx, first=self.public(a), second=self.public(b)
+                    )
                     refusals = [v.reason for v in verdicts if isinstance(v, Support) and not v.ok]
                     if refusals:
                         why = f"refused by sdk:{self.ctx.plugin}: {'; '.join(refusals)}"
                 if why is not None:
                     self._refused[(ia, ib)] = why
-                    self.decisions.append(Decision(self._label(a), self._label(b), saved,
-                                                   False, why))
+                    self.decisions.append(
+                        Decision(self._label(a), self._label(b), saved, False, why)
+                    )
                     continue
                 best = (saved, a, b)
                 break
@@ -456,8 +486,9 @@ class Scheduler:
                 self._horizontal(pairs, buf, owner)
         return pairs
 
-    def _vertical(self, pairs: dict[tuple[int, int], int], g: Group,
-                  owner: dict[str, Group]) -> None:
+    def _vertical(
+        self, pairs: dict[tuple[int, int], int], g: Group, owner: dict[str, Group]
+    ) -> None:
         """Add the vertical pairs of ``g`` with the groups it reads."""
         for n in g.members:
             for buf in n.reads:
@@ -473,16 +504,23 @@ class Scheduler:
         if pairs.get(key, 0) < saved:
             pairs[key] = saved
 
-    def _horizontal(self, pairs: dict[tuple[int, int], int], buf: str,
-                    owner: dict[str, Group]) -> None:
+    def _horizontal(
+        self, pairs: dict[tuple[int, int], int], buf: str, owner: dict[str, Group]
+    ) -> None:
         gs = list({id(g): g for g in (owner[n.name] for n in self._readers[buf])}.values())
         if len(gs) > 8:
             return
         for a, b in itertools.combinations(sorted(gs, key=lambda g: g.order), 2):
             pairs.setdefault((a.id, b.id), 1)
 
-    def _update_pairs(self, pairs: dict[tuple[int, int], int], a: Group, b: Group, g: Group,
-                      owner: dict[str, Group]) -> None:
+    def _update_pairs(
+        self,
+        pairs: dict[tuple[int, int], int],
+        a: Group,
+        b: Group,
+        g: Group,
+        owner: dict[str, Group],
+    ) -> None:
         """``pairs`` after ``a`` and ``b`` became ``g``: the pairs of a and b go; g's vertical
         pairs (its reads, and its readers' reads of it) come first, then the horizontal
         pairs of every outside buffer g reads (fewer groups may read it now)."""
@@ -512,8 +550,7 @@ class Scheduler:
     def _legal(self, a: Group, b: Group, owner: dict[str, Group]) -> str | None:
         space = _merged_space(a, b)
         if space is None:
-            return (f"iteration spaces differ: {list(a.X)}x{list(a.R)} vs "
-                    f"{list(b.X)}x{list(b.R)}")
+            return f"iteration spaces differ: {list(a.X)}x{list(a.R)} vs {list(b.X)}x{list(b.R)}"
         if self._path_through_other(a, b, owner):
             return "another kernel runs between them (fusing would form a cycle)"
         if not self.ctx.has(Capability.REDUCTIONS) and (a.R or b.R):
@@ -524,8 +561,9 @@ class Scheduler:
             for ld in loads(n.value):
                 if ld.buffer in names and not isinstance(ld.index, tuple):
                     return f"{n.name} reads {ld.buffer} through a computed address"
-        trial = Group(-1, sorted(members, key=lambda n: self.index[id(n)]), *space,
-                      min(a.order, b.order))
+        trial = Group(
+            -1, sorted(members, key=lambda n: self.index[id(n)]), *space, min(a.order, b.order)
+        )
         try:
             levels = _Builder(self, trial).levels()
         except _NotFusable as exc:
@@ -603,12 +641,15 @@ class Scheduler:
                         produced_by[out[0]] = s
         deps: dict[int, set[int]] = {}
         for it in items:
-            reads = it.reads if isinstance(it, ExternNode) else \
-                set().union(*(n.reads for n in it.members))
-            deps[id(it)] = {id(produced_by[r]) for r in reads
-                            if r in produced_by and produced_by[r] is not it}
-        pos = {id(it): (it.order if isinstance(it, Group) else self.index[id(it)])
-               for it in items}
+            reads = (
+                it.reads
+                if isinstance(it, ExternNode)
+                else set().union(*(n.reads for n in it.members))
+            )
+            deps[id(it)] = {
+                id(produced_by[r]) for r in reads if r in produced_by and produced_by[r] is not it
+            }
+        pos = {id(it): (it.order if isinstance(it, Group) else self.index[id(it)]) for it in items}
         done: set[int] = set()
         out: list[Any] = []
         pending = sorted(items, key=lambda it: pos[id(it)])
@@ -629,7 +670,8 @@ class Scheduler:
         return FusionGroup(
             name=self._label(g),
             origins=tuple(o for n in g.members for o in n.origins),
-            sizes=g.X, reduction_sizes=g.R,
+            sizes=g.X,
+            reduction_sizes=g.R,
             num_reductions=sum(n.is_reduction for n in g.members),
             num_nodes=len(g.members),
         )
@@ -716,12 +758,15 @@ class _Builder:
                     idx = [sympy.expand(sympy.sympify(i).xreplace(rm)) for i in ld.index]
                     used = [i for i, sz in zip(idx, node.sizes) if sz != 1]
                     if set(used) == wanted and len(used) == len(wanted):
-                        return {v: (sympy.Integer(0) if sz == 1 else i)
-                                for v, i, sz in zip(node.vars, idx, node.sizes)}
+                        return {
+                            v: (sympy.Integer(0) if sz == 1 else i)
+                            for v, i, sz in zip(node.vars, idx, node.sizes)
+                        }
         finally:
             self._mapping_stack.discard(node.name)
-        raise _NotFusable(f"{node.name} is a transpose of the group's loops that no member "
-                          "reads plainly")
+        raise _NotFusable(
+            f"{node.name} is a transpose of the group's loops that no member reads plainly"
+        )
 
     def store_index(self, node: Node) -> tuple[sympy.Expr, ...]:
         m = self._mapping(node)
@@ -743,17 +788,18 @@ class _Builder:
                 p = self.members[e.buffer]
                 if p.is_reduction:
                     if tuple(sympy.expand(i) for i in e.index) != tuple(
-                            sympy.expand(i) for i in self.store_index(p)):
-                        raise _NotFusable(
-                            f"reads the reduction {p.name} at another outer point")
+                        sympy.expand(i) for i in self.store_index(p)
+                    ):
+                        raise _NotFusable(f"reads the reduction {p.name} at another outer point")
                     return LocalRef(p.name, self.result_dtype(p))
                 # inline: p's value at the reader's index, its own reads resolved too
                 key = (p.name, e.index, e.binds)
                 hit = self._inlined.get(key)
                 if hit is None:
                     if e.binds and any(isinstance(x, IndexValue) for x in walk([p.value])):
-                        raise _NotFusable(f"{p.name} computes an index value and is read "
-                                          "at a gathered index")
+                        raise _NotFusable(
+                            f"{p.name} computes an index value and is read at a gathered index"
+                        )
                     at = _value_at(p, e)
                     # rounded to p's dtype, exactly as if it had been stored and loaded
                     hit = self._inlined[key] = cast(self._resolve_reads(at), p.dtype)
@@ -791,8 +837,9 @@ class _Builder:
         refs = [r for r in walk([e]) if isinstance(r, LocalRef)]
         return max((self._level_of(self.members[r.name]) for r in refs), default=-1)
 
-    def kernel(self, name: str, stored: set[str], layouts: dict[str, Layout],
-               origins: tuple[str, ...]) -> Kernel:
+    def kernel(
+        self, name: str, stored: set[str], layouts: dict[str, Layout], origins: tuple[str, ...]
+    ) -> Kernel:
         self.levels()
         inner: dict[int, Stage] = {}
         outer: dict[int, Stage] = {}
@@ -808,18 +855,25 @@ class _Builder:
                 lvl = self._level[n.name]
                 value = self.resolved(n)
                 inner_stage(lvl).reductions.append(
-                    Reduction(n.name, n.reduce_op, value, self.result_dtype(n)))
+                    Reduction(n.name, n.reduce_op, value, self.result_dtype(n))
+                )
                 if n.name in stored:
                     ref = LocalRef(n.name, self.result_dtype(n))
-                    outer_stage(lvl).stores.append(Store(
-                        n.name, layouts[n.name].linear(self.store_index(n)), n.store_value(ref)))
+                    outer_stage(lvl).stores.append(
+                        Store(
+                            n.name, layouts[n.name].linear(self.store_index(n)), n.store_value(ref)
+                        )
+                    )
             elif n.name in stored:
                 value = n.store_value(self.resolved(n))
                 kind = _fits(n, self.g.X, self.g.R)
                 need = self._needs(value)
-                stage = inner_stage(need + 1) if kind in ("inner", "permuted") else outer_stage(need)
-                stage.stores.append(Store(n.name, layouts[n.name].linear(self.store_index(n)),
-                                          value))
+                stage = (
+                    inner_stage(need + 1) if kind in ("inner", "permuted") else outer_stage(need)
+                )
+                stage.stores.append(
+                    Store(n.name, layouts[n.name].linear(self.store_index(n)), value)
+                )
         if self.s.ctx.has(Capability.STORE_THEN_LOAD):
             self._reuse_across_stages(inner, layouts)
         stages: list[Stage] = []
@@ -852,26 +906,60 @@ class _Builder:
                 if written.count(store.buffer) != 1:
                     continue
                 node = self.members[store.buffer]
-                cands = [e for e in walk([store.value]) if e in computed and e is not store.value
-                         and e.dtype == layouts[store.buffer].dtype and _expensive(e)
-                         and _uses(e, self.rs)]
+                cands = [
+                    e
+                    for e in walk([store.value])
+                    if e in computed
+                    and e is not store.value
+                    and e.dtype == layouts[store.buffer].dtype
+                    and _expensive(e)
+                    and _uses(e, self.rs)
+                ]
                 if not cands:
                     continue
                 best = max(cands, key=lambda e: len(walk([e])))
                 at = self.store_index(node)
                 a.stores.append(Store(store.buffer, store.index, best))
                 back = Load(store.buffer, at, best.dtype)
-                b.stores[i] = Store(store.buffer, store.index,
-                                    rewrite(store.value,
-                                            lambda e, back=back, best=best:
-                                            back if e == best else None))
+                b.stores[i] = Store(
+                    store.buffer,
+                    store.index,
+                    rewrite(
+                        store.value, lambda e, back=back, best=best: back if e == best else None
+                    ),
+                )
 
 
-_EXPENSIVE = frozenset({
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "erf", "erfc",
-    "pow", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh",
-    "atanh", "atan2", "sqrt", "rsqrt",
-})
+_EXPENSIVE = frozenset(
+    {
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "tanh",
+        "sigmoid",
+        "erf",
+        "erfc",
+        "pow",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "atan2",
+        "sqrt",
+        "rsqrt",
+    }
+)
 
 
 def _expensive(e: Expr) -> bool:
@@ -906,15 +994,23 @@ def _linearize(stage: Stage, layouts: dict[str, Layout]) -> Stage:
         return None
 
     return Stage(
-        stage.vars, stage.sizes,
+        stage.vars,
+        stage.sizes,
         [Reduction(r.name, r.op, rewrite(r.value, fn, memo), r.dtype) for r in stage.reductions],
-        [Store(s.buffer, simplify_divmod(s.index - layouts[s.buffer].offset),
-               rewrite(s.value, fn, memo)) for s in stage.stores],
+        [
+            Store(
+                s.buffer,
+                simplify_divmod(s.index - layouts[s.buffer].offset),
+                rewrite(s.value, fn, memo),
+            )
+            for s in stage.stores
+        ],
     )
 
 
-def _loop_order(xs: tuple, sizes: tuple, stages: list[Stage], layouts: dict[str, Layout]
-                ) -> tuple[tuple, tuple]:
+def _loop_order(
+    xs: tuple, sizes: tuple, stages: list[Stage], layouts: dict[str, Layout]
+) -> tuple[tuple, tuple]:
     """The outer loops in the memory order of the kernel's largest access.
 
     Loops are logical (N, C, H, W); a kernel over a channels-last buffer walks it
@@ -955,7 +1051,9 @@ def _loop_order(xs: tuple, sizes: tuple, stages: list[Stage], layouts: dict[str,
     return tuple(xs[i] for i in order), tuple(sizes[i] for i in order)
 
 
-def _arguments(stages: list[Stage], layouts: dict[str, Layout], stored: set[str]) -> list[BufferArg]:
+def _arguments(
+    stages: list[Stage], layouts: dict[str, Layout], stored: set[str]
+) -> list[BufferArg]:
     reads: list[str] = []
     writes: list[str] = []
     for st in stages:
@@ -980,12 +1078,16 @@ def kernel_size_args(sizes: tuple, stages: list[Stage], args: list) -> tuple:
     exprs: list[Any] = [*sizes]
     for st in stages:
         exprs += [*st.sizes, *(s.index for s in st.stores)]
-        exprs += [e.index for e in walk([r.value for r in st.reductions]
-                                        + [s.value for s in st.stores])
-                  if isinstance(e, Load)]
-        exprs += [e.expr for e in walk([r.value for r in st.reductions]
-                                       + [s.value for s in st.stores])
-                  if isinstance(e, IndexValue)]
+        exprs += [
+            e.index
+            for e in walk([r.value for r in st.reductions] + [s.value for s in st.stores])
+            if isinstance(e, Load)
+        ]
+        exprs += [
+            e.expr
+            for e in walk([r.value for r in st.reductions] + [s.value for s in st.stores])
+            if isinstance(e, IndexValue)
+        ]
     for a in args:
         exprs += [*a.layout.sizes, *a.layout.strides, a.layout.offset]
     return tuple(sorted(size_symbols(*exprs), key=lambda s: s.name))

@@ -77,19 +77,21 @@ def list_plugins() -> list[dict[str, Any]]:
     rows = []
     for key, rec in reg.records.items():
         info = rec.info
-        rows.append({
-            "name": rec.name,
-            "version": info.version if info else rec.dist_version,
-            "distribution": f"{rec.distribution} {rec.dist_version}",
-            "devices": ",".join(info.device_types) if info else "?",
-            "kind": info.kind.value if info else "?",
-            "status": _status_text(rec.name, reg.status(key), rec.faults),
-        })
+        rows.append(
+            {
+                "name": rec.name,
+                "version": info.version if info else rec.dist_version,
+                "distribution": f"{rec.distribution} {rec.dist_version}",
+                "devices": ",".join(info.device_types) if info else "?",
+                "kind": info.kind.value if info else "?",
+                "status": _status_text(rec.name, reg.status(key), rec.faults),
+            }
+        )
     return rows
 
 
 def _status_text(name: str, why: str | None, faults: dict[str, str]) -> str:
-    """"ok", "unavailable: why", or "faulty: ..." for a usable plugin whose hooks raised in
+    """ "ok", "unavailable: why", or "faulty: ..." for a usable plugin whose hooks raised in
     this process (compiles go on without those hooks)."""
     if why is not None:
         return f"unavailable: {why}"
@@ -100,10 +102,31 @@ def _status_text(name: str, why: str | None, faults: dict[str, str]) -> str:
 
 
 __all__ = [
-    "HOOK_API_VERSION", "Capability", "CompileContext", "ExplainReport", "FallbackReport",
-    "GraphReport", "HookFault", "KernelFn", "KernelReport", "KernelSource", "LoweringError",
-    "CacheDirWarning", "OptionError", "OptionSpec", "PluginHookError", "PluginHookWarning",
+    "HOOK_API_VERSION",
+    "CacheDirWarning",
+    "Capability",
+    "CompileContext",
+    "ExplainReport",
+    "FallbackReport",
+    "GraphReport",
+    "HookFault",
+    "KernelFn",
+    "KernelReport",
+    "KernelSource",
+    "LoweringError",
+    "OptionError",
+    "OptionSpec",
+    "PluginHookError",
+    "PluginHookWarning",
     "PluginInfo",
-    "PluginKind", "PluginUnavailableError", "SDKError", "Support",
-    "UnknownPluginError", "Verdict", "backend", "explain", "hookimpl", "list_plugins",
+    "PluginKind",
+    "PluginUnavailableError",
+    "SDKError",
+    "Support",
+    "UnknownPluginError",
+    "Verdict",
+    "backend",
+    "explain",
+    "hookimpl",
+    "list_plugins",
 ]

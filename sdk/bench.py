@@ -130,21 +130,29 @@ def dynamo_rmse_rule(ref: Any, res: Any, fp64_ref: Any, tol: float) -> tuple[boo
     if torch.allclose(ref, res, atol=tol, rtol=tol, equal_nan=True):
         return True, "allclose"
     loose = 4e-2
-    if (not bool(fp64_ref.isnan().any()) and not bool(res.isnan().any())
-            and bool(ref.isnan().any())
-            and torch.allclose(fp64_ref.to(res.dtype), res, atol=loose, rtol=loose)):
+    if (
+        not bool(fp64_ref.isnan().any())
+        and not bool(res.isnan().any())
+        and bool(ref.isnan().any())
+        and torch.allclose(fp64_ref.to(res.dtype), res, atol=loose, rtol=loose)
+    ):
         return True, "eager has NaN, result matches fp64"
     ref_err = _rmse(fp64_ref, ref)
     res_err = _rmse(fp64_ref, res)
     multiplier = 3.0 if res.dtype in (torch.float16, torch.bfloat16) else 2.0
-    if (fp64_ref.numel() < 1000 or (ref.ndim == 4 and ref.shape[-1] == ref.shape[-2] == 1)
-            or tol >= 2e-2):
+    if (
+        fp64_ref.numel() < 1000
+        or (ref.ndim == 4 and ref.shape[-1] == ref.shape[-2] == 1)
+        or tol >= 2e-2
+    ):
         multiplier = 3.0
     ok = res_err <= multiplier * ref_err + tol / 10.0
     if not ok and math.isnan(ref_err) and math.isnan(res_err):
         ok = True
-    return ok, (f"rmse(res, fp64)={res_err:.3g} {'<=' if ok else '>'} {multiplier:g} x "
-                f"rmse(eager, fp64)={ref_err:.3g} + {tol / 10:.0e}")
+    return ok, (
+        f"rmse(res, fp64)={res_err:.3g} {'<=' if ok else '>'} {multiplier:g} x "
+        f"rmse(eager, fp64)={ref_err:.3g} + {tol / 10:.0e}"
+    )
 
 
 def _assert_close_check(ref: Any, res: Any) -> tuple[bool, str]:
@@ -162,8 +170,12 @@ def _assert_close_check(ref: Any, res: Any) -> tuple[bool, str]:
     return True, f"max abs diff {diff:.3g}"
 
 
-def _compare(ref: list[tuple[str, Any]], res: list[tuple[str, Any]],
-             fp64: list[tuple[str, Any]] | None, tol: float) -> tuple[bool, str]:
+def _compare(
+    ref: list[tuple[str, Any]],
+    res: list[tuple[str, Any]],
+    fp64: list[tuple[str, Any]] | None,
+    tol: float,
+) -> tuple[bool, str]:
     """Every named tensor of ``res`` against ``ref`` (and ``fp64`` when given)."""
     if [n for n, _ in ref] != [n for n, _ in res]:
         return False, f"outputs differ: {[n for n, _ in res]} vs {[n for n, _ in ref]}"
@@ -237,16 +249,20 @@ def _pw_case(dev: Any, m: int, n: int) -> Case:
     import torch
 
     x, y = (torch.randn(m, n, device=dev) for _ in range(2))
-    return Case(_pw, lambda f: f(x, y), _one, f"{m}x{n} fp32, x*sigmoid(x)+y, relu, *0.5 - tanh(y)",
-                min_bytes=3 * m * n * 4)
+    return Case(
+        _pw,
+        lambda f: f(x, y),
+        _one,
+        f"{m}x{n} fp32, x*sigmoid(x)+y, relu, *0.5 - tanh(y)",
+        min_bytes=3 * m * n * 4,
+    )
 
 
 def _softmax_case(dev: Any, m: int, n: int) -> Case:
     import torch
 
     x = torch.randn(m, n, device=dev)
-    return Case(_softmax, lambda f: f(x), _one, f"{m}x{n} fp32, last dim",
-                min_bytes=2 * m * n * 4)
+    return Case(_softmax, lambda f: f(x), _one, f"{m}x{n} fp32, last dim", min_bytes=2 * m * n * 4)
 
 
 def _layer_norm_case(dev: Any, m: int, n: int, dtype: Any) -> Case:
@@ -256,8 +272,13 @@ def _layer_norm_case(dev: Any, m: int, n: int, dtype: Any) -> Case:
     w = torch.randn(n, device=dev, dtype=dtype)
     b = torch.randn(n, device=dev, dtype=dtype)
     size = torch.finfo(dtype).bits // 8
-    return Case(_layer_norm, lambda f: f(x, w, b), _one,
-                f"{m}x{n} {_dt(dtype)}, affine", min_bytes=(2 * m * n + 2 * n) * size)
+    return Case(
+        _layer_norm,
+        lambda f: f(x, w, b),
+        _one,
+        f"{m}x{n} {_dt(dtype)}, affine",
+        min_bytes=(2 * m * n + 2 * n) * size,
+    )
 
 
 def _dt(dtype: Any) -> str:
@@ -286,8 +307,9 @@ def _mlp_inference_case(dev: Any, batch: int, sizes: list[int], act: Any, dtype:
             return f(x)
 
     arrows = " -> ".join(map(str, sizes))
-    return Case(model, step, _one,
-                f"batch {batch}, {arrows}, {act.__name__}, {_dt(dtype)}, no_grad")
+    return Case(
+        model, step, _one, f"batch {batch}, {arrows}, {act.__name__}, {_dt(dtype)}, no_grad"
+    )
 
 
 def _mlp_train_case(dev: Any) -> Case:
@@ -308,11 +330,16 @@ def _mlp_train_case(dev: Any) -> Case:
         return loss
 
     def outputs(loss: Any) -> list[tuple[str, Any]]:
-        return [("loss", loss)] + [(f"grad {n}", p.grad) for n, p in params] + \
-            [("grad input", x.grad)]
+        return (
+            [("loss", loss)] + [(f"grad {n}", p.grad) for n, p in params] + [("grad input", x.grad)]
+        )
 
-    return Case(loss_fn, step, outputs,
-                "batch 256, 512 -> 2048 -> 512, GELU, fp32; fwd + pow(2).mean() + bwd")
+    return Case(
+        loss_fn,
+        step,
+        outputs,
+        "batch 256, 512 -> 2048 -> 512, GELU, fp32; fwd + pow(2).mean() + bwd",
+    )
 
 
 def _gpt2_train_case(dev: Any) -> Case:
@@ -325,8 +352,9 @@ def _gpt2_train_case(dev: Any) -> Case:
         raise Skip(f"transformers is not installed ({e})") from e
     hf_logging.set_verbosity_error()
     torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=4, n_embd=768, n_head=12, resid_pdrop=0.0, embd_pdrop=0.0,
-                     attn_pdrop=0.0)
+    cfg = GPT2Config(
+        n_layer=4, n_embd=768, n_head=12, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
+    )
     model = GPT2LMHeadModel(cfg).to(dev).train()
     model64 = copy.deepcopy(model).double()
     model = model.to(torch.bfloat16)
@@ -346,10 +374,15 @@ def _gpt2_train_case(dev: Any) -> Case:
         model64.zero_grad(set_to_none=True)
         return out
 
-    return Case(model, lambda f: run(model, f), lambda loss: collect(model, loss),
-                "HF GPT2LMHeadModel n_layer=4 n_embd=768 n_head=12, random weights, "
-                "dropout 0, bf16, 8x512 tokens, loss(labels=input_ids) + bwd",
-                fp64_outputs=fp64_outputs, rule_tol=1e-2)
+    return Case(
+        model,
+        lambda f: run(model, f),
+        lambda loss: collect(model, loss),
+        "HF GPT2LMHeadModel n_layer=4 n_embd=768 n_head=12, random weights, "
+        "dropout 0, bf16, 8x512 tokens, loss(labels=input_ids) + bwd",
+        fp64_outputs=fp64_outputs,
+        rule_tol=1e-2,
+    )
 
 
 def _resnet18_case(dev: Any) -> Case:
@@ -374,8 +407,14 @@ def _resnet18_case(dev: Any) -> Case:
         with torch.no_grad():
             return [("out", model64(x64))]
 
-    return Case(model, step, _one, "torchvision resnet18, weights=None, bs 64, 224x224, bf16, "
-                "no_grad", fp64_outputs=fp64_outputs, rule_tol=1e-4)
+    return Case(
+        model,
+        step,
+        _one,
+        "torchvision resnet18, weights=None, bs 64, 224x224, bf16, no_grad",
+        fp64_outputs=fp64_outputs,
+        rule_tol=1e-4,
+    )
 
 
 def _cpu_suite() -> dict[str, Callable[[Any], Case]]:
@@ -385,8 +424,9 @@ def _cpu_suite() -> dict[str, Callable[[Any], Case]]:
         "pw_chain": lambda d: _pw_case(d, 2048, 4096),
         "softmax": lambda d: _softmax_case(d, 2048, 4096),
         "layer_norm": lambda d: _layer_norm_case(d, 4096, 1024, torch.float32),
-        "mlp_inference": lambda d: _mlp_inference_case(d, 256, [512, 2048, 512],
-                                                       torch.nn.GELU, torch.float32),
+        "mlp_inference": lambda d: _mlp_inference_case(
+            d, 256, [512, 2048, 512], torch.nn.GELU, torch.float32
+        ),
         "mlp_train_step": _mlp_train_case,
     }
 
@@ -398,10 +438,12 @@ def _gpu_suite() -> dict[str, Callable[[Any], Case]]:
         "pw_chain": lambda d: _pw_case(d, 8192, 8192),
         "softmax": lambda d: _softmax_case(d, 8192, 8192),
         "layer_norm": lambda d: _layer_norm_case(d, 16384, 4096, torch.bfloat16),
-        "mlp_inference": lambda d: _mlp_inference_case(d, 8192, [4096, 16384, 4096],
-                                                       torch.nn.GELU, torch.bfloat16),
-        "mlp_bs1": lambda d: _mlp_inference_case(d, 1, [512, 512, 512, 10], torch.nn.ReLU,
-                                                 torch.float32),
+        "mlp_inference": lambda d: _mlp_inference_case(
+            d, 8192, [4096, 16384, 4096], torch.nn.GELU, torch.bfloat16
+        ),
+        "mlp_bs1": lambda d: _mlp_inference_case(
+            d, 1, [512, 512, 512, 10], torch.nn.ReLU, torch.float32
+        ),
         "gpt2_train_step": _gpt2_train_case,
         "resnet18_inference": _resnet18_case,
     }
@@ -456,16 +498,17 @@ class _Clock:
             if self.repeat:
                 if len(out) >= max(1, math.ceil(self.repeat * share)):
                     return out
-            elif ((len(out) >= least and time.perf_counter() - start >= share)
-                  or len(out) >= 10000):
+            elif (len(out) >= least and time.perf_counter() - start >= share) or len(out) >= 10000:
                 return out
 
     def _cuda(self, call: Callable[[], Any], share: float) -> list[float]:
         import torch
 
         n = max(1, math.ceil((self.repeat or 100) * share))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(n)]
+        events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            for _ in range(n)
+        ]
         torch.cuda.synchronize()
         for start, end in events:
             start.record()
@@ -511,10 +554,17 @@ class Row:
 ROUNDS = 3
 
 
-def _prepare(name: str, case: Case, clock: _Clock, compile_fn: Callable[[Any], Any] | None,
-             ref: list[tuple[str, Any]] | None, fp64: list[tuple[str, Any]] | None,
-             sink: list[Any] | None = None, *, reset: bool = True,
-             ) -> tuple[Result, list[tuple[str, Any]] | None, Callable[[], Any] | None]:
+def _prepare(
+    name: str,
+    case: Case,
+    clock: _Clock,
+    compile_fn: Callable[[Any], Any] | None,
+    ref: list[tuple[str, Any]] | None,
+    fp64: list[tuple[str, Any]] | None,
+    sink: list[Any] | None = None,
+    *,
+    reset: bool = True,
+) -> tuple[Result, list[tuple[str, Any]] | None, Callable[[], Any] | None]:
     """Compile (unless eager), cold call, check against ``ref``, warm up.
 
     Returns the result so far, the outputs of the first call and the step to time (None
@@ -571,9 +621,13 @@ def _record_error(name: str, res: Result, e: BaseException) -> None:
     print(f"\n[{name}] raised:\n{res.detail}", file=sys.stderr, flush=True)
 
 
-def _time_interleaved(name: str, case: Case, clock: _Clock,
-                      entries: list[tuple[Result, Callable[[], Any]]],
-                      probe: Probe | None) -> None:
+def _time_interleaved(
+    name: str,
+    case: Case,
+    clock: _Clock,
+    entries: list[tuple[Result, Callable[[], Any]]],
+    probe: Probe | None,
+) -> None:
     """Time the prepared steps in :data:`ROUNDS` rounds, each step in turn within a round; then
     give ``probe`` one more warm step of each (its failure is recorded in
     ``Result.profile``, never fails the row)."""
@@ -604,8 +658,13 @@ def _graph_summary(reports: list[Any]) -> dict[str, Any]:
         covered = sum(g.generated_fraction * g.aten_ops for g in reports)
     except Exception:  # noqa: BLE001 - a report format this code does not know: no share
         aten = 0
-    reasons = sorted({f"{f.op}: {(f.reason.splitlines() or [''])[0][:200]}"
-                      for g in reports for f in g.fallbacks})
+    reasons = sorted(
+        {
+            f"{f.op}: {(f.reason.splitlines() or [''])[0][:200]}"
+            for g in reports
+            for f in g.fallbacks
+        }
+    )
     return {
         "graphs": len(reports),
         "kernels": sum(len(g.kernels) for g in reports),
@@ -617,8 +676,15 @@ def _graph_summary(reports: list[Any]) -> dict[str, Any]:
     }
 
 
-def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Clock,
-                  sdk_backend: Any, probe: Probe | None = None, mode: str | None = None) -> Row:
+def _run_workload(
+    name: str,
+    make: Callable[[Any], Case],
+    dev: Any,
+    clock: _Clock,
+    sdk_backend: Any,
+    probe: Probe | None = None,
+    mode: str | None = None,
+) -> Row:
     """Eager, Inductor and the sdk on one workload: each compiled (cold time) and checked
     in turn, then all timed in interleaved rounds (:data:`ROUNDS`). ``mode``: the
     torch.compile mode both compilers get (None: the default)."""
@@ -645,26 +711,43 @@ def _run_workload(name: str, make: Callable[[Any], Case], dev: Any, clock: _Cloc
             row.skipped = f"fp64 reference failed: {type(e).__name__}: {e}"
             return row
 
-    row.inductor, _, ind_step = _prepare(name, case, clock,
-                                         lambda t: torch.compile(t, mode=mode), ref, fp64)
-    print(f"  inductor cold {_fmt_s(row.inductor.cold_s)} s, "
-          f"{row.inductor.check}: {row.inductor.error or row.inductor.detail}", flush=True)
+    row.inductor, _, ind_step = _prepare(
+        name, case, clock, lambda t: torch.compile(t, mode=mode), ref, fp64
+    )
+    print(
+        f"  inductor cold {_fmt_s(row.inductor.cold_s)} s, "
+        f"{row.inductor.check}: {row.inductor.error or row.inductor.detail}",
+        flush=True,
+    )
     sink: list[Any] = []
     # Dynamo's caches stay: Inductor's compiled frames must outlive the sdk's compile
-    row.sdk, _, sdk_step = _prepare(name, case, clock,
-                                    lambda t: torch.compile(t, backend=sdk_backend, mode=mode),
-                                    ref, fp64,
-                                    sink, reset=False)
+    row.sdk, _, sdk_step = _prepare(
+        name,
+        case,
+        clock,
+        lambda t: torch.compile(t, backend=sdk_backend, mode=mode),
+        ref,
+        fp64,
+        sink,
+        reset=False,
+    )
     row.sdk_graphs = _graph_summary(sink)
-    print(f"  sdk      cold {_fmt_s(row.sdk.cold_s)} s, "
-          f"{row.sdk.check}: {row.sdk.error or row.sdk.detail}; {_graphs_cell(row.sdk_graphs)}",
-          flush=True)
+    print(
+        f"  sdk      cold {_fmt_s(row.sdk.cold_s)} s, "
+        f"{row.sdk.check}: {row.sdk.error or row.sdk.detail}; {_graphs_cell(row.sdk_graphs)}",
+        flush=True,
+    )
     del ref, fp64
     steps = [(row.eager, eager_step), (row.inductor, ind_step), (row.sdk, sdk_step)]
     _time_interleaved(name, case, clock, [(r, s) for r, s in steps if s is not None], probe)
-    print("  ms (median; per round): " + "; ".join(
-        f"{label} {_fmt_ms(r.ms)} ({', '.join(_fmt_ms(m) for m in r.round_ms)})"
-        for label, (r, _) in zip(("eager", "inductor", "sdk"), steps)), flush=True)
+    print(
+        "  ms (median; per round): "
+        + "; ".join(
+            f"{label} {_fmt_ms(r.ms)} ({', '.join(_fmt_ms(m) for m in r.round_ms)})"
+            for label, (r, _) in zip(("eager", "inductor", "sdk"), steps)
+        ),
+        flush=True,
+    )
     del case, steps, eager_step, ind_step, sdk_step
     _free(dev)
     return row
@@ -797,23 +880,40 @@ def _geomean(values: list[float]) -> float | None:
 def _render(head: list[str], body: list[list[str]]) -> list[str]:
     """Aligned text columns: the first left-aligned, the rest right-aligned; a body row of
     two cells that does not fill the head (a skipped row) is printed as name + text."""
-    widths = [max(len(head[i]), *(len(b[i]) for b in body if len(b) > i and len(b) == len(head)))
-              for i in range(len(head))]
-    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in
-                       enumerate(zip(head, widths)))]
+    widths = [
+        max(len(head[i]), *(len(b[i]) for b in body if len(b) > i and len(b) == len(head)))
+        for i in range(len(head))
+    ]
+    lines = [
+        "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(head, widths)))
+    ]
     lines.append("  ".join("-" * w for w in widths))
     for b in body:
         if len(b) != len(head):
             lines.append(b[0].ljust(widths[0]) + "  " + b[1])
         else:
-            lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
-                                   for i, (c, w) in enumerate(zip(b, widths))))
+            lines.append(
+                "  ".join(
+                    c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(b, widths))
+                )
+            )
     return lines
 
 
 def _table(rows: list[Row], bandwidth: float | None) -> tuple[str, float | None, int]:
-    head = ["workload", "eager ms", "inductor ms", "sdk ms", "sdk/ind", "sdk/eager",
-            "ind cold s", "sdk cold s", "sdk check", "ind check", "sdk graphs"]
+    head = [
+        "workload",
+        "eager ms",
+        "inductor ms",
+        "sdk ms",
+        "sdk/ind",
+        "sdk/eager",
+        "ind cold s",
+        "sdk cold s",
+        "sdk check",
+        "ind check",
+        "sdk graphs",
+    ]
     body: list[list[str]] = []
     ratios: list[float] = []
     for r in rows:
@@ -825,24 +925,49 @@ def _table(rows: list[Row], bandwidth: float | None) -> tuple[str, float | None,
         si, se = _ratio(sdk_ms, ind_ms), _ratio(sdk_ms, r.eager.ms)
         if si is not None:
             ratios.append(si)
-        body.append([
-            r.name, _fmt_ms(r.eager.ms), _fmt_ms(r.inductor.ms),
-            "MISMATCH" if r.sdk.check == "MISMATCH" else _fmt_ms(sdk_ms),
-            "-" if si is None else f"{si:.2f}", "-" if se is None else f"{se:.2f}",
-            _fmt_s(r.inductor.cold_s), _fmt_s(r.sdk.cold_s), _check_cell(r.sdk),
-            _check_cell(r.inductor), _graphs_cell(r.sdk_graphs),
-        ])
+        body.append(
+            [
+                r.name,
+                _fmt_ms(r.eager.ms),
+                _fmt_ms(r.inductor.ms),
+                "MISMATCH" if r.sdk.check == "MISMATCH" else _fmt_ms(sdk_ms),
+                "-" if si is None else f"{si:.2f}",
+                "-" if se is None else f"{se:.2f}",
+                _fmt_s(r.inductor.cold_s),
+                _fmt_s(r.sdk.cold_s),
+                _check_cell(r.sdk),
+                _check_cell(r.inductor),
+                _graphs_cell(r.sdk_graphs),
+            ]
+        )
     geo = _geomean(ratios)
-    body.append(["geomean sdk/ind", "", "", "", "-" if geo is None else f"{geo:.2f}",
-                 "", "", "", f"n={len(ratios)}", "", ""])
+    body.append(
+        [
+            "geomean sdk/ind",
+            "",
+            "",
+            "",
+            "-" if geo is None else f"{geo:.2f}",
+            "",
+            "",
+            "",
+            f"n={len(ratios)}",
+            "",
+            "",
+        ]
+    )
     lines = _render(head, body)
-    lines.append("sdk graphs: g graphs, k generated kernels, x library calls (mm, conv, ...), "
-                 "fb ops run through the ATen fallback, % of ATen calls in generated kernels; "
-                 "ratios < 1 mean sdk is faster")
+    lines.append(
+        "sdk graphs: g graphs, k generated kernels, x library calls (mm, conv, ...), "
+        "fb ops run through the ATen fallback, % of ATen calls in generated kernels; "
+        "ratios < 1 mean sdk is faster"
+    )
     if bandwidth:
         lines.append("")
-        lines.append(f"device copy bandwidth (1 GiB D2D copy, read + write, median): "
-                     f"{bandwidth / 1e9:.0f} GB/s")
+        lines.append(
+            f"device copy bandwidth (1 GiB D2D copy, read + write, median): "
+            f"{bandwidth / 1e9:.0f} GB/s"
+        )
         for r in rows:
             if r.name in _BANDWIDTH_ROWS and r.min_bytes and not r.skipped:
                 parts = []
@@ -852,8 +977,11 @@ def _table(rows: list[Row], bandwidth: float | None) -> tuple[str, float | None,
                         parts.append(f"{label} {bw / 1e9:.0f} GB/s = {bw / bandwidth:.0%}")
                     else:
                         parts.append(f"{label} -")
-                lines.append(f"  {r.name}: minimum bytes {r.min_bytes / 2**20:.0f} MiB; "
-                             + ", ".join(parts) + " of copy bandwidth")
+                lines.append(
+                    f"  {r.name}: minimum bytes {r.min_bytes / 2**20:.0f} MiB; "
+                    + ", ".join(parts)
+                    + " of copy bandwidth"
+                )
     return "\n".join(lines), geo, len(ratios)
 
 
@@ -868,12 +996,18 @@ def _notes(rows: list[Row]) -> list[str]:
         reasons = r.sdk_graphs.get("fallback_reasons") if r.sdk_graphs else None
         if reasons:
             out.append(f"{r.name}: sdk fallbacks: " + " | ".join(reasons[:5]))
-        if ("train" in r.name and r.sdk.check == "ok" and r.sdk_graphs
-                and not r.sdk_graphs.get("backward_graphs")):
-            out.append(f"{r.name}: 'sdk graphs' counts no backward graph: the backward was "
-                       "compiled where the report collector does not reach (on CUDA autograd "
-                       "runs it on a device thread, outside the collector's ContextVar), so "
-                       "the column covers the forward graphs only")
+        if (
+            "train" in r.name
+            and r.sdk.check == "ok"
+            and r.sdk_graphs
+            and not r.sdk_graphs.get("backward_graphs")
+        ):
+            out.append(
+                f"{r.name}: 'sdk graphs' counts no backward graph: the backward was "
+                "compiled where the report collector does not reach (on CUDA autograd "
+                "runs it on a device thread, outside the collector's ContextVar), so "
+                "the column covers the forward graphs only"
+            )
     return out
 
 
@@ -955,8 +1089,9 @@ def _setup(args: argparse.Namespace) -> Setup | None:
     except sdk.SDKError as e:
         print(f"error: sdk:{plugin} cannot be used here: {e}", file=sys.stderr)
         return None
-    return Setup(dev, cuda, plugin, sdk_backend, _machine_info(dev, plugin),
-                 _Clock(cuda, args.repeat))
+    return Setup(
+        dev, cuda, plugin, sdk_backend, _machine_info(dev, plugin), _Clock(cuda, args.repeat)
+    )
 
 
 def _mode(args: argparse.Namespace) -> str | None:
@@ -967,23 +1102,39 @@ def _mode(args: argparse.Namespace) -> str | None:
 def _print_header(st: Setup, repeat: int, mode: str | None = None) -> None:
     info, dev = st.info, st.dev
     where = info.get("gpu") or info["cpu"]
-    print(f"sdk bench: sdk:{st.plugin} vs inductor (torch.compile mode "
-          f"{mode or 'default'}, both) vs eager")
-    print(f"torch {info['torch']}, python {info['python']}, sdk {info['sdk']}, "
-          f"triton {info['triton'] or 'not installed'}")
-    print(f"device: {dev.type}, {where}; torch threads {info['torch_threads']} "
-          f"(os.cpu_count {info['cpu_count']}, OMP_NUM_THREADS "
-          f"{info['omp_num_threads_env'] or 'unset'})")
-    reps = (f"{repeat} timed calls" if repeat else
-            "auto: 100 timed calls" if st.cuda else "auto: >= 10 timed calls and ~1 s")
+    print(
+        f"sdk bench: sdk:{st.plugin} vs inductor (torch.compile mode "
+        f"{mode or 'default'}, both) vs eager"
+    )
+    print(
+        f"torch {info['torch']}, python {info['python']}, sdk {info['sdk']}, "
+        f"triton {info['triton'] or 'not installed'}"
+    )
+    print(
+        f"device: {dev.type}, {where}; torch threads {info['torch_threads']} "
+        f"(os.cpu_count {info['cpu_count']}, OMP_NUM_THREADS "
+        f"{info['omp_num_threads_env'] or 'unset'})"
+    )
+    reps = (
+        f"{repeat} timed calls"
+        if repeat
+        else "auto: 100 timed calls"
+        if st.cuda
+        else "auto: >= 10 timed calls and ~1 s"
+    )
     load = info["load_average_at_start"]
     if load is not None and dev.type == "cpu":
-        busy = " (other processes are competing for the CPU: expect noisy times)" \
-            if load[0] > 0.5 * (os.cpu_count() or 1) else ""
+        busy = (
+            " (other processes are competing for the CPU: expect noisy times)"
+            if load[0] > 0.5 * (os.cpu_count() or 1)
+            else ""
+        )
         print(f"load average (1/5/15 min) at start: {load[0]} {load[1]} {load[2]}{busy}")
-    print(f"timing: median per call after 3 warm-up calls; {reps} per backend, in {ROUNDS} "
-          f"interleaved rounds; cold = first call after a Dynamo reset with fresh cache "
-          f"dirs, fx_graph_cache and autograd cache off")
+    print(
+        f"timing: median per call after 3 warm-up calls; {reps} per backend, in {ROUNDS} "
+        f"interleaved rounds; cold = first call after a Dynamo reset with fresh cache "
+        f"dirs, fx_graph_cache and autograd cache off"
+    )
 
 
 def _print_end(st: Setup, rows: list[Row], table: str) -> None:
@@ -992,8 +1143,10 @@ def _print_end(st: Setup, rows: list[Row], table: str) -> None:
     print()
     print(table)
     if st.dev.type == "cpu" and st.info["load_average_at_end"] is not None:
-        print(f"load average at end (this run's own compiler processes included): "
-              f"{' '.join(map(str, st.info['load_average_at_end']))}")
+        print(
+            f"load average at end (this run's own compiler processes included): "
+            f"{' '.join(map(str, st.info['load_average_at_end']))}"
+        )
     notes = _notes(rows)
     if notes:
         print()
@@ -1002,15 +1155,14 @@ def _print_end(st: Setup, rows: list[Row], table: str) -> None:
             print(f"  {n}")
 
 
-def _method(st: Setup, repeat: int, prewarm_s: float,
-            start_dirs: dict[str, str]) -> dict[str, Any]:
+def _method(st: Setup, repeat: int, prewarm_s: float, start_dirs: dict[str, str]) -> dict[str, Any]:
     return {
         "cold": "wall time of the first call after reset_dynamo(), fresh SDK_CACHE_DIR/"
-                "TORCHINDUCTOR_CACHE_DIR/TRITON_CACHE_DIR per measurement, "
-                "fx_graph_cache and enable_autograd_cache off; a trivial function was "
-                "compiled with each backend first (prewarm_s)",
+        "TORCHINDUCTOR_CACHE_DIR/TRITON_CACHE_DIR per measurement, "
+        "fx_graph_cache and enable_autograd_cache off; a trivial function was "
+        "compiled with each backend first (prewarm_s)",
         "steady": f"median of per-call times after 3 warm-up calls, the backends timed in "
-                  f"turn in {ROUNDS} interleaved rounds (round_ms: each round's median)",
+        f"turn in {ROUNDS} interleaved rounds (round_ms: each round's median)",
         "timer": "cuda events" if st.cuda else "time.perf_counter",
         "repeat": repeat,
         "prewarm_s": prewarm_s,
@@ -1039,8 +1191,11 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
         wanted = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in wanted if n not in suite]
         if unknown:
-            print(f"error: unknown workload(s) {', '.join(unknown)}; on {dev.type} the "
-                  f"workloads are: {', '.join(names)}", file=sys.stderr)
+            print(
+                f"error: unknown workload(s) {', '.join(unknown)}; on {dev.type} the "
+                f"workloads are: {', '.join(names)}",
+                file=sys.stderr,
+            )
             return 2
         names = wanted
     st = _setup(args)
@@ -1054,34 +1209,52 @@ def _main(args: argparse.Namespace, start_dirs: dict[str, str]) -> int:
         torch.cuda.empty_cache()
     rows: list[Row] = []
     for name in names:
-        rows.append(_run_workload(name, suite[name], st.dev, st.clock, st.sdk_backend,
-                                  mode=_mode(args)))
+        rows.append(
+            _run_workload(name, suite[name], st.dev, st.clock, st.sdk_backend, mode=_mode(args))
+        )
 
     table, geo, n_geo = _table(rows, bandwidth)
     _print_end(st, rows, table)
 
     if args.json:
-        _write_json(args.json, {
-            "machine": st.info,
-            "method": {**_method(st, args.repeat, prewarm_s, start_dirs),
-                       "mode": _mode(args) or "default"},
-            "copy_bandwidth_bytes_per_s": bandwidth,
-            "geomean_sdk_over_inductor": geo,
-            "geomean_n": n_geo,
-            "rows": [_row_json(r, bandwidth) for r in rows],
-        })
+        _write_json(
+            args.json,
+            {
+                "machine": st.info,
+                "method": {
+                    **_method(st, args.repeat, prewarm_s, start_dirs),
+                    "mode": _mode(args) or "default",
+                },
+                "copy_bandwidth_bytes_per_s": bandwidth,
+                "geomean_sdk_over_inductor": geo,
+                "geomean_n": n_geo,
+                "rows": [_row_json(r, bandwidth) for r in rows],
+            },
+        )
     return _exit_code(rows)
 
 
 def _row_json(r: Row, bandwidth: float | None) -> dict[str, Any]:
     def res(x: Result) -> dict[str, Any]:
-        return {"median_ms": x.ms, "samples_ms": x.samples_ms, "round_ms": x.round_ms,
-                "cold_s": x.cold_s,
-                "check": x.check or None, "detail": x.detail, "error": x.error or None}
+        return {
+            "median_ms": x.ms,
+            "samples_ms": x.samples_ms,
+            "round_ms": x.round_ms,
+            "cold_s": x.cold_s,
+            "check": x.check or None,
+            "detail": x.detail,
+            "error": x.error or None,
+        }
 
-    out: dict[str, Any] = {"name": r.name, "desc": r.desc, "skipped": r.skipped or None,
-                           "eager": res(r.eager), "inductor": res(r.inductor), "sdk": res(r.sdk),
-                           "sdk_graphs": r.sdk_graphs}
+    out: dict[str, Any] = {
+        "name": r.name,
+        "desc": r.desc,
+        "skipped": r.skipped or None,
+        "eager": res(r.eager),
+        "inductor": res(r.inductor),
+        "sdk": res(r.sdk),
+        "sdk_graphs": r.sdk_graphs,
+    }
     ok = r.sdk.check == "ok"
     out["sdk_over_inductor"] = _ratio(r.sdk.ms, r.inductor.ms) if ok else None
     out["sdk_over_eager"] = _ratio(r.sdk.ms, r.eager.ms) if ok else None

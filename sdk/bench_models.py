@@ -78,9 +78,9 @@ _TOL_HF_TRAIN = 1e-2
 #: PyPI's Linux torchvision wheels are CUDA builds, which do not load on a CPU-only torch.
 _INSTALL_HINT = {
     "torchvision": "pip install --no-deps torchvision==<the release made for this torch>, "
-                   "from https://download.pytorch.org/whl/cpu for a CPU-only torch",
+    "from https://download.pytorch.org/whl/cpu for a CPU-only torch",
     "timm": "pip install --no-deps timm (it needs torchvision, huggingface_hub, safetensors, "
-            "pyyaml)",
+    "pyyaml)",
     "transformers": "pip install -e '.[test]'",
 }
 
@@ -99,8 +99,10 @@ def _import_error(module: str) -> str | None:
         import torch
 
         first = (str(e).strip().splitlines() or [""])[0][:200]
-        return (f"{module} is installed but does not import with torch {torch.__version__} "
-                f"({type(e).__name__}: {first}), a build for another torch?; {hint}")
+        return (
+            f"{module} is installed but does not import with torch {torch.__version__} "
+            f"({type(e).__name__}: {first}), a build for another torch?; {hint}"
+        )
     return None
 
 
@@ -122,8 +124,14 @@ def _dtype(name: str) -> Any:
     return {"bf16": torch.bfloat16, "fp32": torch.float32}[name]
 
 
-def _inference_case(dev: Any, dtype: str, make_model: Callable[[], Any],
-                    make_input: Callable[[], Any], desc: str, tol: float) -> Case:
+def _inference_case(
+    dev: Any,
+    dtype: str,
+    make_model: Callable[[], Any],
+    make_input: Callable[[], Any],
+    desc: str,
+    tol: float,
+) -> Case:
     import torch
 
     torch.manual_seed(0)
@@ -143,8 +151,14 @@ def _inference_case(dev: Any, dtype: str, make_model: Callable[[], Any],
         with torch.no_grad():
             return [("out", model64(x64))]
 
-    return Case(model, step, lambda out: [("out", out)], f"{desc}, {dtype}, eval, no_grad",
-                fp64_outputs=fp64_outputs, rule_tol=tol)
+    return Case(
+        model,
+        step,
+        lambda out: [("out", out)],
+        f"{desc}, {dtype}, eval, no_grad",
+        fp64_outputs=fp64_outputs,
+        rule_tol=tol,
+    )
 
 
 def _train_case(dev: Any, dtype: str, model: Any, batch: dict[str, Any], desc: str) -> Case:
@@ -163,16 +177,22 @@ def _train_case(dev: Any, dtype: str, model: Any, batch: dict[str, Any], desc: s
         return out
 
     def collect(m: Any, out: Any) -> list[tuple[str, Any]]:
-        return ([("loss", out.loss), ("logits", out.logits)]
-                + [(f"grad {n}", p.grad) for n, p in m.named_parameters()])
+        return [("loss", out.loss), ("logits", out.logits)] + [
+            (f"grad {n}", p.grad) for n, p in m.named_parameters()
+        ]
 
     def fp64_outputs() -> list[tuple[str, Any]]:
         model64 = holder.pop()
         return bench._named(collect(model64, run(model64, model64, batch64)))
 
-    return Case(model, lambda f: run(model, f, batch), lambda out: collect(model, out),
-                f"{desc}, {dtype}, train, loss + backward", fp64_outputs=fp64_outputs,
-                rule_tol=_TOL_HF_TRAIN)
+    return Case(
+        model,
+        lambda f: run(model, f, batch),
+        lambda out: collect(model, out),
+        f"{desc}, {dtype}, train, loss + backward",
+        fp64_outputs=fp64_outputs,
+        rule_tol=_TOL_HF_TRAIN,
+    )
 
 
 # --- torchvision -----------------------------------------------------------
@@ -187,9 +207,13 @@ def _torchvision(arch: str) -> Callable[[Any, str, str], Case]:
         tv = _need("torchvision")
         bs, hw = _CONVNET_SIZES[size]
         return _inference_case(
-            dev, dtype, lambda: getattr(tv.models, arch)(weights=None),
+            dev,
+            dtype,
+            lambda: getattr(tv.models, arch)(weights=None),
             lambda: torch.randn(bs, 3, hw, hw),
-            f"torchvision {arch}(weights=None), bs {bs}, {hw}x{hw}", _TOL_TORCHVISION)
+            f"torchvision {arch}(weights=None), bs {bs}, {hw}x{hw}",
+            _TOL_TORCHVISION,
+        )
 
     return build
 
@@ -197,15 +221,26 @@ def _torchvision(arch: str) -> Callable[[Any, str, str], Case]:
 # --- timm --------------------------------------------------------------------
 
 _TIMM = {
-    "deit_tiny": ("deit_tiny_patch16_224", {
-        "small": {"img_size": 64, "depth": 2},
-        "full": {},
-    }),
-    "swin_tiny": ("swin_tiny_patch4_window7_224", {
-        "small": {"img_size": 64, "window_size": 4, "embed_dim": 32,
-                  "depths": (2, 2, 2, 2), "num_heads": (1, 2, 4, 8)},
-        "full": {},
-    }),
+    "deit_tiny": (
+        "deit_tiny_patch16_224",
+        {
+            "small": {"img_size": 64, "depth": 2},
+            "full": {},
+        },
+    ),
+    "swin_tiny": (
+        "swin_tiny_patch4_window7_224",
+        {
+            "small": {
+                "img_size": 64,
+                "window_size": 4,
+                "embed_dim": 32,
+                "depths": (2, 2, 2, 2),
+                "num_heads": (1, 2, 4, 8),
+            },
+            "full": {},
+        },
+    ),
 }
 
 
@@ -219,9 +254,13 @@ def _timm(key: str) -> Callable[[Any, str, str], Case]:
         bs, hw = _CONVNET_SIZES[size]
         extra = "".join(f", {k}={v}" for k, v in kw.items() if k != "img_size")
         return _inference_case(
-            dev, dtype, lambda: timm.create_model(arch, pretrained=False, **kw),
+            dev,
+            dtype,
+            lambda: timm.create_model(arch, pretrained=False, **kw),
             lambda: torch.randn(bs, 3, hw, hw),
-            f"timm {arch}(pretrained=False{extra}), bs {bs}, {hw}x{hw}", _TOL_TIMM)
+            f"timm {arch}(pretrained=False{extra}), bs {bs}, {hw}x{hw}",
+            _TOL_TIMM,
+        )
 
     return build
 
@@ -258,8 +297,18 @@ def _ids(vocab: int, *shape: int) -> Any:
 
 
 _GPT2 = {
-    "small": ({"n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 1000,
-               "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0}, (2, 32)),
+    "small": (
+        {
+            "n_layer": 2,
+            "n_embd": 128,
+            "n_head": 4,
+            "vocab_size": 1000,
+            "n_positions": 64,
+            "bos_token_id": 0,
+            "eos_token_id": 0,
+        },
+        (2, 32),
+    ),
     "full": ({"n_layer": 6, "n_embd": 768, "n_head": 12}, (8, 512)),
 }
 
@@ -267,20 +316,44 @@ _GPT2 = {
 def _gpt2(dev: Any, dtype: str, size: str) -> Case:
     tf = _transformers()
     kw, (b, s) = _GPT2[size]
-    model, attn = _hf_model(tf.GPT2LMHeadModel, tf.GPT2Config,
-                            dict(kw, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                 summary_first_dropout=0.0, use_cache=False))
+    model, attn = _hf_model(
+        tf.GPT2LMHeadModel,
+        tf.GPT2Config,
+        dict(
+            kw,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            summary_first_dropout=0.0,
+            use_cache=False,
+        ),
+    )
     ids = _ids(model.config.vocab_size, b, s)
     c = model.config
-    return _train_case(dev, dtype, model, {"input_ids": ids, "labels": ids},
-                       f"HF GPT2LMHeadModel n_layer={c.n_layer} n_embd={c.n_embd} "
-                       f"n_head={c.n_head} vocab={c.vocab_size}, {attn} attention, dropout 0, "
-                       f"{b}x{s} tokens, labels=input_ids")
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_ids": ids, "labels": ids},
+        f"HF GPT2LMHeadModel n_layer={c.n_layer} n_embd={c.n_embd} "
+        f"n_head={c.n_head} vocab={c.vocab_size}, {attn} attention, dropout 0, "
+        f"{b}x{s} tokens, labels=input_ids",
+    )
 
 
 _DISTILBERT = {
-    "small": ({"n_layers": 2, "dim": 128, "hidden_dim": 512, "n_heads": 4, "vocab_size": 1000,
-               "max_position_embeddings": 64, "pad_token_id": 0}, (2, 32)),
+    "small": (
+        {
+            "n_layers": 2,
+            "dim": 128,
+            "hidden_dim": 512,
+            "n_heads": 4,
+            "vocab_size": 1000,
+            "max_position_embeddings": 64,
+            "pad_token_id": 0,
+        },
+        (2, 32),
+    ),
     "full": ({}, (16, 256)),  # DistilBertConfig's defaults are distilbert-base's sizes
 }
 
@@ -290,56 +363,109 @@ def _distilbert(dev: Any, dtype: str, size: str) -> Case:
 
     tf = _transformers()
     kw, (b, s) = _DISTILBERT[size]
-    model, attn = _hf_model(tf.DistilBertForMaskedLM, tf.DistilBertConfig,
-                            dict(kw, dropout=0.0, attention_dropout=0.0, qa_dropout=0.0,
-                                 seq_classif_dropout=0.0))
+    model, attn = _hf_model(
+        tf.DistilBertForMaskedLM,
+        tf.DistilBertConfig,
+        dict(kw, dropout=0.0, attention_dropout=0.0, qa_dropout=0.0, seq_classif_dropout=0.0),
+    )
     c = model.config
     ids = _ids(c.vocab_size, b, s)
     masked = torch.rand(b, s) < 0.15
     masked[:, 0] = True  # at least one label per sequence
     labels = torch.where(masked, ids, torch.full_like(ids, -100))
-    return _train_case(dev, dtype, model,
-                       {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                        "labels": labels},
-                       f"HF DistilBertForMaskedLM n_layers={c.n_layers} dim={c.dim} "
-                       f"n_heads={c.n_heads} vocab={c.vocab_size}, {attn} attention, "
-                       f"dropout 0, {b}x{s} tokens, 15% masked labels")
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels},
+        f"HF DistilBertForMaskedLM n_layers={c.n_layers} dim={c.dim} "
+        f"n_heads={c.n_heads} vocab={c.vocab_size}, {attn} attention, "
+        f"dropout 0, {b}x{s} tokens, 15% masked labels",
+    )
 
 
 _QWEN2 = {
-    "small": ({"num_hidden_layers": 2, "hidden_size": 128, "intermediate_size": 352,
-               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
-               "max_position_embeddings": 64}, (2, 32)),
-    "full": ({"num_hidden_layers": 4, "hidden_size": 1024, "intermediate_size": 2816,
-              "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
-              "max_position_embeddings": 2048}, (4, 512)),
+    "small": (
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 128,
+            "intermediate_size": 352,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 1000,
+            "max_position_embeddings": 64,
+        },
+        (2, 32),
+    ),
+    "full": (
+        {
+            "num_hidden_layers": 4,
+            "hidden_size": 1024,
+            "intermediate_size": 2816,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "vocab_size": 32000,
+            "max_position_embeddings": 2048,
+        },
+        (4, 512),
+    ),
 }
 
 
 def _qwen2(dev: Any, dtype: str, size: str) -> Case:
     tf = _transformers()
     kw, (b, s) = _QWEN2[size]
-    model, attn = _hf_model(tf.Qwen2ForCausalLM, tf.Qwen2Config,
-                            dict(kw, attention_dropout=0.0, use_cache=False,
-                                 use_sliding_window=False, bos_token_id=1, eos_token_id=2,
-                                 pad_token_id=0))
+    model, attn = _hf_model(
+        tf.Qwen2ForCausalLM,
+        tf.Qwen2Config,
+        dict(
+            kw,
+            attention_dropout=0.0,
+            use_cache=False,
+            use_sliding_window=False,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+    )
     c = model.config
     ids = _ids(c.vocab_size, b, s)
-    return _train_case(dev, dtype, model, {"input_ids": ids, "labels": ids},
-                       f"HF Qwen2ForCausalLM layers={c.num_hidden_layers} "
-                       f"hidden={c.hidden_size} heads={c.num_attention_heads} "
-                       f"kv_heads={c.num_key_value_heads} vocab={c.vocab_size}, {attn} "
-                       f"attention, {b}x{s} tokens, labels=input_ids")
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_ids": ids, "labels": ids},
+        f"HF Qwen2ForCausalLM layers={c.num_hidden_layers} "
+        f"hidden={c.hidden_size} heads={c.num_attention_heads} "
+        f"kv_heads={c.num_key_value_heads} vocab={c.vocab_size}, {attn} "
+        f"attention, {b}x{s} tokens, labels=input_ids",
+    )
 
 
 _WHISPER = {
     # (config, batch, label tokens); the mel frames are 2 x max_source_positions
-    "small": ({"d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
-               "encoder_attention_heads": 4, "decoder_attention_heads": 4,
-               "encoder_ffn_dim": 256, "decoder_ffn_dim": 256, "vocab_size": 1000,
-               "max_source_positions": 32, "max_target_positions": 64, "pad_token_id": 0,
-               "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1,
-               "suppress_tokens": None, "begin_suppress_tokens": None}, 2, 16),
+    "small": (
+        {
+            "d_model": 64,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 256,
+            "decoder_ffn_dim": 256,
+            "vocab_size": 1000,
+            "max_source_positions": 32,
+            "max_target_positions": 64,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "decoder_start_token_id": 1,
+            "suppress_tokens": None,
+            "begin_suppress_tokens": None,
+        },
+        2,
+        16,
+    ),
     "full": ({}, 8, 128),  # WhisperConfig's defaults are whisper-tiny's sizes
 }
 
@@ -349,20 +475,34 @@ def _whisper(dev: Any, dtype: str, size: str) -> Case:
 
     tf = _transformers()
     kw, b, t = _WHISPER[size]
-    model, attn = _hf_model(tf.WhisperForConditionalGeneration, tf.WhisperConfig,
-                            dict(kw, dropout=0.0, attention_dropout=0.0,
-                                 activation_dropout=0.0, encoder_layerdrop=0.0,
-                                 decoder_layerdrop=0.0, use_cache=False))
+    model, attn = _hf_model(
+        tf.WhisperForConditionalGeneration,
+        tf.WhisperConfig,
+        dict(
+            kw,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            encoder_layerdrop=0.0,
+            decoder_layerdrop=0.0,
+            use_cache=False,
+        ),
+    )
     c = model.config
     frames = 2 * c.max_source_positions
     feats = torch.randn(b, c.num_mel_bins, frames)
     labels = _ids(c.vocab_size, b, t)
-    return _train_case(dev, dtype, model, {"input_features": feats, "labels": labels},
-                       f"HF WhisperForConditionalGeneration d_model={c.d_model} "
-                       f"layers={c.encoder_layers}+{c.decoder_layers} "
-                       f"heads={c.encoder_attention_heads} vocab={c.vocab_size}, {attn} "
-                       f"attention, dropout 0, bs {b}, {c.num_mel_bins}x{frames} mel, "
-                       f"{t} label tokens")
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_features": feats, "labels": labels},
+        f"HF WhisperForConditionalGeneration d_model={c.d_model} "
+        f"layers={c.encoder_layers}+{c.decoder_layers} "
+        f"heads={c.encoder_attention_heads} vocab={c.vocab_size}, {attn} "
+        f"attention, dropout 0, bs {b}, {c.num_mel_bins}x{frames} mel, "
+        f"{t} label tokens",
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -410,8 +550,11 @@ def select(only: str | None, dtype: str | None) -> list[str]:
         for item in (w.strip() for w in only.split(",")):
             if not item:
                 continue
-            hit = [n for n in names if fnmatch.fnmatchcase(n, item)
-                   or fnmatch.fnmatchcase(table[n][0].name, item)]
+            hit = [
+                n
+                for n in names
+                if fnmatch.fnmatchcase(n, item) or fnmatch.fnmatchcase(table[n][0].name, item)
+            ]
             if not hit:
                 unknown.append(item)
             picked.update(hit)
@@ -419,7 +562,8 @@ def select(only: str | None, dtype: str | None) -> list[str]:
             raise ValueError(
                 f"unknown row(s) {', '.join(unknown)}; the models suite's rows are: "
                 f"{', '.join(names)} (a model name without the dtype suffix selects both "
-                f"dtypes; shell patterns such as '*_train_fp32' work too)")
+                f"dtypes; shell patterns such as '*_train_fp32' work too)"
+            )
         names = [n for n in names if n in picked]
     if dtype and dtype != "all":
         names = [n for n in names if table[n][1] == dtype]
@@ -508,8 +652,11 @@ def cuda_launches(step: Callable[[], Any], top: int = 5) -> dict[str, Any]:
 
 def _best(r: Row) -> float | None:
     """The faster of eager and Inductor (Inductor only when its check passed)."""
-    times = [t for t in (r.eager.ms, r.inductor.ms if r.inductor.check == "ok" else None)
-             if t is not None]
+    times = [
+        t
+        for t in (r.eager.ms, r.inductor.ms if r.inductor.check == "ok" else None)
+        if t is not None
+    ]
     return min(times) if times else None
 
 
@@ -518,8 +665,11 @@ def _ratios(r: Row) -> tuple[float | None, float | None, float | None]:
     if r.skipped or r.sdk.check != "ok":
         return None, None, None
     ind = r.inductor.ms if r.inductor.check == "ok" else None
-    return (bench._ratio(r.sdk.ms, ind), bench._ratio(r.sdk.ms, r.eager.ms),
-            bench._ratio(r.sdk.ms, _best(r)))
+    return (
+        bench._ratio(r.sdk.ms, ind),
+        bench._ratio(r.sdk.ms, r.eager.ms),
+        bench._ratio(r.sdk.ms, _best(r)),
+    )
 
 
 def _target_cell(si: float | None, sb: float | None) -> str:
@@ -535,8 +685,21 @@ def _f2(v: float | None) -> str:
 
 
 def table(rows_: list[Row]) -> tuple[str, dict[str, Any]]:
-    head = ["row", "eager ms", "inductor ms", "sdk ms", "sdk/ind", "sdk/eager", "sdk/best",
-            "target", "ind cold s", "sdk cold s", "sdk check", "ind check", "sdk graphs"]
+    head = [
+        "row",
+        "eager ms",
+        "inductor ms",
+        "sdk ms",
+        "sdk/ind",
+        "sdk/eager",
+        "sdk/best",
+        "target",
+        "ind cold s",
+        "sdk cold s",
+        "sdk check",
+        "ind check",
+        "sdk graphs",
+    ]
     body: list[list[str]] = []
     si_all: list[float] = []
     se_all: list[float] = []
@@ -557,28 +720,65 @@ def table(rows_: list[Row]) -> tuple[str, dict[str, Any]]:
                 met_ind += si <= TARGET
                 met_best += sb <= TARGET
         sdk_ms = r.sdk.ms if r.sdk.check == "ok" else None
-        body.append([
-            r.name, bench._fmt_ms(r.eager.ms), bench._fmt_ms(r.inductor.ms),
-            "MISMATCH" if r.sdk.check == "MISMATCH" else bench._fmt_ms(sdk_ms),
-            _f2(si), _f2(se), _f2(sb), _target_cell(si, sb),
-            bench._fmt_s(r.inductor.cold_s), bench._fmt_s(r.sdk.cold_s),
-            bench._check_cell(r.sdk), bench._check_cell(r.inductor),
-            bench._graphs_cell(r.sdk_graphs),
-        ])
-    geo = {"sdk_over_inductor": bench._geomean(si_all), "sdk_over_eager": bench._geomean(se_all),
-           "sdk_over_best": bench._geomean(sb_all), "n": len(si_all)}
-    body.append(["geomean", "", "", "", _f2(geo["sdk_over_inductor"]),
-                 _f2(geo["sdk_over_eager"]), _f2(geo["sdk_over_best"]), "", "", "",
-                 f"n={len(si_all)}", "", ""])
+        body.append(
+            [
+                r.name,
+                bench._fmt_ms(r.eager.ms),
+                bench._fmt_ms(r.inductor.ms),
+                "MISMATCH" if r.sdk.check == "MISMATCH" else bench._fmt_ms(sdk_ms),
+                _f2(si),
+                _f2(se),
+                _f2(sb),
+                _target_cell(si, sb),
+                bench._fmt_s(r.inductor.cold_s),
+                bench._fmt_s(r.sdk.cold_s),
+                bench._check_cell(r.sdk),
+                bench._check_cell(r.inductor),
+                bench._graphs_cell(r.sdk_graphs),
+            ]
+        )
+    geo = {
+        "sdk_over_inductor": bench._geomean(si_all),
+        "sdk_over_eager": bench._geomean(se_all),
+        "sdk_over_best": bench._geomean(sb_all),
+        "n": len(si_all),
+    }
+    body.append(
+        [
+            "geomean",
+            "",
+            "",
+            "",
+            _f2(geo["sdk_over_inductor"]),
+            _f2(geo["sdk_over_eager"]),
+            _f2(geo["sdk_over_best"]),
+            "",
+            "",
+            "",
+            f"n={len(si_all)}",
+            "",
+            "",
+        ]
+    )
     lines = bench._render(head, body)
-    lines.append("sdk/best = sdk / min(eager, inductor); target: both sdk/ind and sdk/best "
-                 f"<= {TARGET} ('met'; 'ind only': sdk/ind only); ratios < 1 mean sdk is faster")
-    lines.append("sdk graphs: g graphs, k generated kernels, x library calls (mm, conv, ...), "
-                 "fb ops run through the ATen fallback, % of ATen calls in generated kernels")
-    targets = {"limit": TARGET, "rows": n_targets, "sdk_over_inductor_met": met_ind,
-               "sdk_over_best_met": met_best}
-    lines.append(f"targets: sdk/ind <= {TARGET} on {met_ind}/{n_targets} rows, "
-                 f"sdk/min(eager, ind) <= {TARGET} on {met_best}/{n_targets} rows")
+    lines.append(
+        "sdk/best = sdk / min(eager, inductor); target: both sdk/ind and sdk/best "
+        f"<= {TARGET} ('met'; 'ind only': sdk/ind only); ratios < 1 mean sdk is faster"
+    )
+    lines.append(
+        "sdk graphs: g graphs, k generated kernels, x library calls (mm, conv, ...), "
+        "fb ops run through the ATen fallback, % of ATen calls in generated kernels"
+    )
+    targets = {
+        "limit": TARGET,
+        "rows": n_targets,
+        "sdk_over_inductor_met": met_ind,
+        "sdk_over_best_met": met_best,
+    }
+    lines.append(
+        f"targets: sdk/ind <= {TARGET} on {met_ind}/{n_targets} rows, "
+        f"sdk/min(eager, ind) <= {TARGET} on {met_best}/{n_targets} rows"
+    )
     return "\n".join(lines), {"geomean": geo, "targets": targets}
 
 
@@ -587,18 +787,26 @@ def _profile_line(label: str, p: dict[str, Any] | None) -> str:
         return f"    {label:<8}  -"
     if "error" in p:
         return f"    {label:<8}  profile failed: {p['error']}"
-    parts = [f"{c} {v['launches']}/{v['ms']:.3f}" for c, v in p["by_class"].items()
-             if v["launches"]]
-    return (f"    {label:<8}  {p['launches']:>5} launches  {p['device_ms']:9.3f} ms  "
-            + "  ".join(parts))
+    parts = [
+        f"{c} {v['launches']}/{v['ms']:.3f}" for c, v in p["by_class"].items() if v["launches"]
+    ]
+    return f"    {label:<8}  {p['launches']:>5} launches  {p['device_ms']:9.3f} ms  " + "  ".join(
+        parts
+    )
 
 
 def profile_text(rows_: list[Row], cuda: bool) -> str:
     if not cuda:
-        return ("launches per step: counted on CUDA only (torch.profiler's CUDA activities); "
-                "nothing to show on this device")
-    lines = [("launches per step (one warm step under torch.profiler, CUDA activities): "
-             "launches, device ms, and per class launches/ms")]
+        return (
+            "launches per step: counted on CUDA only (torch.profiler's CUDA activities); "
+            "nothing to show on this device"
+        )
+    lines = [
+        (
+            "launches per step (one warm step under torch.profiler, CUDA activities): "
+            "launches, device ms, and per class launches/ms"
+        )
+    ]
     for r in rows_:
         if r.skipped:
             continue
@@ -611,17 +819,28 @@ def profile_text(rows_: list[Row], cuda: bool) -> str:
 def _row_json(r: Row, model: Model, dtype: str, size: str, cuda: bool) -> dict[str, Any]:
     out = bench._row_json(r, None)
     si, se, sb = _ratios(r)
-    out.update({"model": model.name, "kind": model.kind, "package": model.package,
-                "dtype": dtype, "size": size, "sdk_over_inductor": si, "sdk_over_eager": se,
-                "sdk_over_best": sb, "target": _target_cell(si, sb)})
+    out.update(
+        {
+            "model": model.name,
+            "kind": model.kind,
+            "package": model.package,
+            "dtype": dtype,
+            "size": size,
+            "sdk_over_inductor": si,
+            "sdk_over_eager": se,
+            "sdk_over_best": sb,
+            "target": _target_cell(si, sb),
+        }
+    )
     if not cuda:
         out["profile"] = {"skipped": "launches are counted on CUDA only"}
     elif r.skipped:
         out["profile"] = {"skipped": "row skipped"}
     else:
-        out["profile"] = {label: res.profile or {"error": "not profiled (not timed)"}
-                          for label, res in (("eager", r.eager), ("inductor", r.inductor),
-                                             ("sdk", r.sdk))}
+        out["profile"] = {
+            label: res.profile or {"error": "not profiled (not timed)"}
+            for label, res in (("eager", r.eager), ("inductor", r.inductor), ("sdk", r.sdk))
+        }
     return out
 
 
@@ -657,15 +876,16 @@ def main(args: argparse.Namespace) -> int:
         bench._remove_temp_dirs()
 
 
-def _run(args: argparse.Namespace, names: list[str], size: str,
-         start_dirs: dict[str, str]) -> int:
+def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict[str, str]) -> int:
     st = bench._setup(args)
     if st is None:
         return 2
     bench._print_header(st, args.repeat)
-    print(f"models suite, size {size}, {len(names)} row(s); checks: Dynamo's RMSE rule "
-          f"against an fp64 copy (outputs; loss, logits and every parameter gradient for "
-          f"training)" + ("; CUDA launches profiled per backend" if st.cuda else ""))
+    print(
+        f"models suite, size {size}, {len(names)} row(s); checks: Dynamo's RMSE rule "
+        f"against an fp64 copy (outputs; loss, logits and every parameter gradient for "
+        f"training)" + ("; CUDA launches profiled per backend" if st.cuda else "")
+    )
     prewarm_s = bench._prewarm(st.dev, st.sdk_backend)
     probe = cuda_launches if st.cuda else None
     table_ = rows()
@@ -674,28 +894,44 @@ def _run(args: argparse.Namespace, names: list[str], size: str,
     def write_json(final: bool) -> None:
         _, summary = table(out)
         method = bench._method(st, args.repeat, prewarm_s, start_dirs)
-        method.update({"suite": "models", "size": size,
-                       "check": "Dynamo's RMSE rule vs an fp64 copy of the model "
-                                "(sdk.bench.dynamo_rmse_rule)",
-                       "launches": "one warm step per backend under torch.profiler "
-                                   "(CUDA activities), after timing; CUDA only"})
-        bench._write_json(args.json, {
-            "machine": st.info,
-            "method": method,
-            "geomean_sdk_over_inductor": summary["geomean"]["sdk_over_inductor"],
-            "geomean_sdk_over_eager": summary["geomean"]["sdk_over_eager"],
-            "geomean_sdk_over_best": summary["geomean"]["sdk_over_best"],
-            "geomean_n": summary["geomean"]["n"],
-            "targets": summary["targets"],
-            "rows": [_row_json(r, *table_[r.name], size, st.cuda) for r in out],
-            "complete": final,
-        }, quiet=not final)
+        method.update(
+            {
+                "suite": "models",
+                "size": size,
+                "check": "Dynamo's RMSE rule vs an fp64 copy of the model "
+                "(sdk.bench.dynamo_rmse_rule)",
+                "launches": "one warm step per backend under torch.profiler "
+                "(CUDA activities), after timing; CUDA only",
+            }
+        )
+        bench._write_json(
+            args.json,
+            {
+                "machine": st.info,
+                "method": method,
+                "geomean_sdk_over_inductor": summary["geomean"]["sdk_over_inductor"],
+                "geomean_sdk_over_eager": summary["geomean"]["sdk_over_eager"],
+                "geomean_sdk_over_best": summary["geomean"]["sdk_over_best"],
+                "geomean_n": summary["geomean"]["n"],
+                "targets": summary["targets"],
+                "rows": [_row_json(r, *table_[r.name], size, st.cuda) for r in out],
+                "complete": final,
+            },
+            quiet=not final,
+        )
 
     for name in names:
         model, dtype = table_[name]
-        out.append(bench._run_workload(
-            name, lambda d, m=model, dt=dtype: m.build(d, dt, size), st.dev, st.clock,
-            st.sdk_backend, probe))
+        out.append(
+            bench._run_workload(
+                name,
+                lambda d, m=model, dt=dtype: m.build(d, dt, size),
+                st.dev,
+                st.clock,
+                st.sdk_backend,
+                probe,
+            )
+        )
         if args.json:  # after every row: a run cut short still leaves the rows it measured
             write_json(final=False)
 

@@ -21,5 +21,13 @@ from sdk.core.cache import (
     write_atomic,
 )
 
-__all__ = ["CacheDirRefused", "DiskCache", "cache_dir", "make_room", "read_regular",
-           "source_digest", "stable_hash", "write_atomic"]
+__all__ = [
+    "CacheDirRefused",
+    "DiskCache",
+    "cache_dir",
+    "make_room",
+    "read_regular",
+    "source_digest",
+    "stable_hash",
+    "write_atomic",
+]

@@ -44,8 +44,12 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             print(f"whole-graph cache: {info['graph_cache']}")
             spaces = info["namespaces"]
             for name, n in spaces.items():
-                temp = (f", {n['temp']} temporary ({n['stale']} left by killed processes: "
-                        "`cache clear` removes them)" if n["temp"] else "")
+                temp = (
+                    f", {n['temp']} temporary ({n['stale']} left by killed processes: "
+                    "`cache clear` removes them)"
+                    if n["temp"]
+                    else ""
+                )
                 print(f"  {name:<18} {n['files']:6d} files {n['bytes'] / 2**20:10.1f} MiB{temp}")
             if not spaces:
                 print("  (empty)")
@@ -67,12 +71,19 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     from sdk.core import config
 
     argv = [f"--sdk-plugin={n}" for n in args.plugins]
-    argv += [f"--sdk-compare={args.compare}", f"--sdk-opinfo={args.opinfo}", "-q",
-             "-p", "no:cacheprovider",
-             "-p", "no:logging",
-             # sdk is imported before pytest starts (this command is in it): a project
-             # whose pytest configuration turns warnings into errors must still run it
-             "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    argv += [
+        f"--sdk-compare={args.compare}",
+        f"--sdk-opinfo={args.opinfo}",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:logging",
+        # sdk is imported before pytest starts (this command is in it): a project
+        # whose pytest configuration turns warnings into errors must still run it
+        "-W",
+        "ignore::pytest.PytestAssertRewriteWarning",
+    ]
     if args.device:
         argv.append(f"--sdk-device={args.device}")
     if config.variable("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
@@ -88,9 +99,11 @@ def _cmd_new_plugin(args: argparse.Namespace) -> int:
     except (ValueError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {root} (package {module_name(args.name)}); next:\n"
-          f"  pip install -e {root}\n  python -m sdk list\n"
-          f"  python -m sdk conformance {args.name}")
+    print(
+        f"wrote {root} (package {module_name(args.name)}); next:\n"
+        f"  pip install -e {root}\n  python -m sdk list\n"
+        f"  python -m sdk conformance {args.name}"
+    )
     return 0
 
 
@@ -98,84 +111,125 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sdk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list discovered plugins and their status").set_defaults(
-        func=_cmd_list)
+        func=_cmd_list
+    )
     run = sub.add_parser("run", help="compile a small real model, check it against eager, time it")
-    run.add_argument("--plugin", default=None,
-                     help="codegen plugin (default: cuda_triton on a GPU, else cpu_cpp)")
+    run.add_argument(
+        "--plugin",
+        default=None,
+        help="codegen plugin (default: cuda_triton on a GPU, else cpu_cpp)",
+    )
     run.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"])
     run.add_argument("--steps", type=int, default=10)
     run.set_defaults(func=_cmd_run)
     bench = sub.add_parser(
-        "bench", help="time workloads through sdk, Inductor and eager",
+        "bench",
+        help="time workloads through sdk, Inductor and eager",
         description="Time workloads through sdk:<plugin>, Inductor and eager in one process: "
-                    "median ms, ratios, cold compile, a correctness check per row. "
-                    "--suite kernels (default): microbenchmarks. --suite models: torchvision, "
-                    "timm and HF transformers models (inference and training steps) in bf16 "
-                    "and fp32, random weights, checked with Dynamo's RMSE rule against fp64; "
-                    "on CUDA also device launches per step. Exit status 1 on any sdk "
-                    "MISMATCH or error.")
-    bench.add_argument("--suite", choices=["kernels", "models"], default="kernels",
-                       help="kernels: microbenchmarks (default); models: real models")
-    bench.add_argument("--plugin", default=None,
-                       help="codegen plugin (default: cuda_triton on a GPU, else cpu_cpp)")
-    bench.add_argument("--only", default=None,
-                       help="comma-separated row names; for --suite models also model names "
-                            "(both dtypes) and shell patterns, e.g. 'resnet18,*_train_fp32'")
-    bench.add_argument("--size", choices=["small", "full"], default=None,
-                       help="models: full = sizes a user would run (default on a GPU), small = "
-                            "tiny configs that run in minutes on a CPU (default without a GPU)")
-    bench.add_argument("--dtype", choices=["bf16", "fp32", "all"], default=None,
-                       help="models: only the rows of this dtype (default: all)")
-    bench.add_argument("--profile", action="store_true",
-                       help="models: print the CUDA launches per step and device time per "
-                            "kernel class of each backend (always in --json; CUDA only)")
-    bench.add_argument("--list", action="store_true",
-                       help="print the selected row names and exit")
-    bench.add_argument("--mode", default=None,
-                       choices=["default", "reduce-overhead", "max-autotune",
-                                "max-autotune-no-cudagraphs"],
-                       help="kernels: torch.compile mode for Inductor and the sdk alike "
-                            "(default: default)")
+        "median ms, ratios, cold compile, a correctness check per row. "
+        "--suite kernels (default): microbenchmarks. --suite models: torchvision, "
+        "timm and HF transformers models (inference and training steps) in bf16 "
+        "and fp32, random weights, checked with Dynamo's RMSE rule against fp64; "
+        "on CUDA also device launches per step. Exit status 1 on any sdk "
+        "MISMATCH or error.",
+    )
+    bench.add_argument(
+        "--suite",
+        choices=["kernels", "models"],
+        default="kernels",
+        help="kernels: microbenchmarks (default); models: real models",
+    )
+    bench.add_argument(
+        "--plugin",
+        default=None,
+        help="codegen plugin (default: cuda_triton on a GPU, else cpu_cpp)",
+    )
+    bench.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated row names; for --suite models also model names "
+        "(both dtypes) and shell patterns, e.g. 'resnet18,*_train_fp32'",
+    )
+    bench.add_argument(
+        "--size",
+        choices=["small", "full"],
+        default=None,
+        help="models: full = sizes a user would run (default on a GPU), small = "
+        "tiny configs that run in minutes on a CPU (default without a GPU)",
+    )
+    bench.add_argument(
+        "--dtype",
+        choices=["bf16", "fp32", "all"],
+        default=None,
+        help="models: only the rows of this dtype (default: all)",
+    )
+    bench.add_argument(
+        "--profile",
+        action="store_true",
+        help="models: print the CUDA launches per step and device time per "
+        "kernel class of each backend (always in --json; CUDA only)",
+    )
+    bench.add_argument("--list", action="store_true", help="print the selected row names and exit")
+    bench.add_argument(
+        "--mode",
+        default=None,
+        choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
+        help="kernels: torch.compile mode for Inductor and the sdk alike (default: default)",
+    )
     bench.add_argument("--repeat", type=int, default=0, help="timed runs (0: automatic)")
     bench.add_argument("--json", default=None, help="also write the results to this file")
     bench.set_defaults(func=_cmd_bench)
     cache = sub.add_parser(
-        "cache", help="the per-user cache: where it is and what it holds, or clear it",
+        "cache",
+        help="the per-user cache: where it is and what it holds, or clear it",
         description="The per-user cache (SDK_CACHE_DIR, else ~/.cache/torch-backend-sdk): "
-                    "compiled C++ libraries, Triton autotuning results and whole compiled "
-                    "programs (namespace 'programs'), one directory per namespace.")
+        "compiled C++ libraries, Triton autotuning results and whole compiled "
+        "programs (namespace 'programs'), one directory per namespace.",
+    )
     cache.add_argument("action", choices=["info", "clear"])
-    cache.add_argument("--namespace", default=None,
-                       help="only this namespace (e.g. programs, cpp)")
+    cache.add_argument("--namespace", default=None, help="only this namespace (e.g. programs, cpp)")
     cache.set_defaults(func=_cmd_cache)
     conf = sub.add_parser(
-        "conformance", help="run the vendor conformance suite on a plugin (pytest)",
+        "conformance",
+        help="run the vendor conformance suite on a plugin (pytest)",
         description="Run the conformance suite (OpInfo sweep forward and fw+bw against eager, "
-                    "fusion through explain, options, fault injection, cache hostility) on "
-                    "sdk:NAME and the built-in plugins of its device, and print a summary. The "
-                    "same as `pytest --sdk-plugin=NAME`. Exit status 1 when a check fails.")
+        "fusion through explain, options, fault injection, cache hostility) on "
+        "sdk:NAME and the built-in plugins of its device, and print a summary. The "
+        "same as `pytest --sdk-plugin=NAME`. Exit status 1 when a check fails.",
+    )
     conf.add_argument("plugins", nargs="+", metavar="NAME", help="codegen plugin(s) to check")
-    conf.add_argument("--compare", default="builtin",
-                      help="plugins to run beside them: builtin (default), none, or names")
-    conf.add_argument("--opinfo", default="default",
-                      help="OpInfo ops: quick, default, all, or comma-separated names")
+    conf.add_argument(
+        "--compare",
+        default="builtin",
+        help="plugins to run beside them: builtin (default), none, or names",
+    )
+    conf.add_argument(
+        "--opinfo",
+        default="default",
+        help="OpInfo ops: quick, default, all, or comma-separated names",
+    )
     conf.add_argument("--device", default=None, help="device type of the test tensors")
     conf.set_defaults(func=_cmd_conformance)
     new = sub.add_parser(
-        "new-plugin", help="write a plugin package to start from",
+        "new-plugin",
+        help="write a plugin package to start from",
         description="Write <dest>/<NAME>-sdk-plugin: pyproject.toml with the entry points, a "
-                    "README and the package <NAME>_sdk_plugin. Without --c-like every hook is "
-                    "there and every op runs through ATen; with --c-like it renders C with "
-                    "OpenMP from a table of op strings (fusion, training).")
+        "README and the package <NAME>_sdk_plugin. Without --c-like every hook is "
+        "there and every op runs through ATen; with --c-like it renders C with "
+        "OpenMP from a table of op strings (fusion, training).",
+    )
     new.add_argument("name", help="plugin name: a lower-case identifier, e.g. acme_npu")
-    new.add_argument("--c-like", action="store_true",
-                     help="a working C/OpenMP renderer (sdk.clike) instead of the hook skeleton")
+    new.add_argument(
+        "--c-like",
+        action="store_true",
+        help="a working C/OpenMP renderer (sdk.clike) instead of the hook skeleton",
+    )
     new.add_argument("--dest", default=".", help="directory to write into (default: .)")
     new.set_defaults(func=_cmd_new_plugin)
     conf.epilog = "More pytest arguments go after --, e.g. -- -x -k fusion"
     argv = list(sys.argv[1:] if argv is None else argv)
-    rest = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    rest = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     args.pytest_args = rest
     return args.func(args)
 

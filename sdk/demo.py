@@ -43,16 +43,28 @@ def _gpt2(dev: Any) -> _Model:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    cfg = GPT2Config(n_layer=2, n_embd=256, n_head=4, vocab_size=2048, n_positions=256,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                     bos_token_id=0, eos_token_id=0)
+    cfg = GPT2Config(
+        n_layer=2,
+        n_embd=256,
+        n_head=4,
+        vocab_size=2048,
+        n_positions=256,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(cfg).to(dev).train()
     ids = torch.randint(0, cfg.vocab_size, (4, 128), device=dev)
     n = sum(p.numel() for p in model.parameters())
-    return _Model(model, {"input_ids": ids, "labels": ids},
-                  f"GPT-2 (transformers GPT2LMHeadModel: 2 layers, n_embd 256, 4 heads, vocab 2048; "
-                  f"{n / 1e6:.1f}M parameters, random weights, dropout 0), batch 4 x 128 tokens, fp32")
+    return _Model(
+        model,
+        {"input_ids": ids, "labels": ids},
+        f"GPT-2 (transformers GPT2LMHeadModel: 2 layers, n_embd 256, 4 heads, vocab 2048; "
+        f"{n / 1e6:.1f}M parameters, random weights, dropout 0), batch 4 x 128 tokens, fp32",
+    )
 
 
 class _MLP:
@@ -66,8 +78,12 @@ class _MLP:
             def __init__(self) -> None:
                 super().__init__()
                 self.net = torch.nn.Sequential(
-                    torch.nn.Linear(128, 512), torch.nn.GELU(), torch.nn.LayerNorm(512),
-                    torch.nn.Linear(512, 512), torch.nn.GELU(), torch.nn.Linear(512, 10),
+                    torch.nn.Linear(128, 512),
+                    torch.nn.GELU(),
+                    torch.nn.LayerNorm(512),
+                    torch.nn.Linear(512, 512),
+                    torch.nn.GELU(),
+                    torch.nn.Linear(512, 10),
                 )
 
             def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> Any:
@@ -81,9 +97,11 @@ class _MLP:
         model = MLP().to(dev).train()
         x = torch.randn(256, 128, device=dev)
         y = torch.randint(0, 10, (256,), device=dev)
-        return _Model(model, {"x": x, "labels": y},
-                      "MLP 128 -> 512 -> 512 -> 10 (GELU, LayerNorm), cross-entropy loss, "
-                      "batch 256, fp32")
+        return _Model(
+            model,
+            {"x": x, "labels": y},
+            "MLP 128 -> 512 -> 512 -> 10 (GELU, LayerNorm), cross-entropy loss, batch 256, fp32",
+        )
 
 
 def _loss_logits(out: Any) -> tuple[Any, Any]:
@@ -108,8 +126,10 @@ def _inference(fn: Callable[..., Any], inputs: dict[str, Any]) -> Any:
 
 
 def _grads(model: Any) -> list[tuple[str, Any]]:
-    return [(n, None if p.grad is None else p.grad.detach().clone())
-            for n, p in model.named_parameters()]
+    return [
+        (n, None if p.grad is None else p.grad.detach().clone())
+        for n, p in model.named_parameters()
+    ]
 
 
 class _Checks:
@@ -135,8 +155,9 @@ class _Checks:
         where = f" ({worst_name})" if len(ref) > 1 and worst_name else ""
         line = f"  {'PASS' if ok else 'FAIL'}  {what}: max abs diff {worst:.3g}{where}"
         if bad:
-            line += f"; not within rtol={RTOL:g}, atol={ATOL:g}: {', '.join(bad[:5])}" + \
-                (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            line += f"; not within rtol={RTOL:g}, atol={ATOL:g}: {', '.join(bad[:5])}" + (
+                f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+            )
         print(line, flush=True)
 
 
@@ -173,9 +194,11 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
     try:
         backend = sdk.backend(plugin)
     except sdk.SDKError as e:
-        print(f"error: sdk:{plugin} cannot be used here: {e}\n"
-              "`python -m sdk list` shows the installed plugins and their status.",
-              file=sys.stderr)
+        print(
+            f"error: sdk:{plugin} cannot be used here: {e}\n"
+            "`python -m sdk list` shows the installed plugins and their status.",
+            file=sys.stderr,
+        )
         return 2
     dev = torch.device("cuda" if cuda and "cuda" in _plugin_devices(plugin).split(",") else "cpu")
 
@@ -183,14 +206,19 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
         try:
             import transformers  # noqa: F401
         except ImportError:
-            print("note: transformers is not installed, so the demo uses the MLP instead of "
-                  "GPT-2 (pip install transformers to run GPT-2)")
+            print(
+                "note: transformers is not installed, so the demo uses the MLP instead of "
+                "GPT-2 (pip install transformers to run GPT-2)"
+            )
             model = "mlp"
     built = _gpt2(dev) if model == "gpt2" else _MLP.build(dev)
     m, inputs = built.module, built.inputs
 
-    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else \
-        f"CPU, {torch.get_num_threads()} threads"
+    where = (
+        torch.cuda.get_device_name(dev)
+        if dev.type == "cuda"
+        else f"CPU, {torch.get_num_threads()} threads"
+    )
     print(f"sdk {sdk.__version__}, torch {torch.__version__}: sdk:{plugin} on {dev.type} ({where})")
     print(f"model: {built.desc}")
 
@@ -229,8 +257,10 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
     finally:
         pipeline.stop_collecting(token)
     breaks = tp.graph_break_count() - breaks_before
-    print(f"compile + first call: training step {t_train:.1f} s, inference forward "
-          f"{t_infer:.1f} s (the on-disk kernel cache makes later runs faster)")
+    print(
+        f"compile + first call: training step {t_train:.1f} s, inference forward "
+        f"{t_infer:.1f} s (the on-disk kernel cache makes later runs faster)"
+    )
 
     print("checks against eager mode:")
     checks.tensors("training loss", [("loss", ref_loss)], [("loss", loss.detach())])
@@ -241,23 +271,30 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
     report = sdk.ExplainReport(graphs=reports, graph_breaks=breaks)
     _print_explain(report)
     if not any(g.kind == "backward" for g in reports):
-        print("  note: no backward graph was reported although the training step ran a "
-              "compiled backward: autograd compiled it where the report collector does not "
-              "reach (on CUDA, autograd's device thread, outside the collector's ContextVar); "
-              "the numbers above cover the forward and inference graphs only")
+        print(
+            "  note: no backward graph was reported although the training step ran a "
+            "compiled backward: autograd compiled it where the report collector does not "
+            "reach (on CUDA, autograd's device thread, outside the collector's ContextVar); "
+            "the numbers above cover the forward and inference graphs only"
+        )
 
     if steps > 0:
+
         def train_c():
             return _train_step(m, compiled, inputs)
+
         def train_e():
             return _train_step(m, m, inputs)
+
         for fn in (train_c, train_e):
             fn()  # one warm-up step each
         ms_c = _median_ms(train_c, steps, sync)
         ms_e = _median_ms(train_e, steps, sync)
-        print(f"training step, median of {steps}: compiled {ms_c:.2f} ms, eager {ms_e:.2f} ms; "
-              f"compiled/eager = {ms_c / ms_e:.2f} ("
-              + (f"{ms_e / ms_c:.2f}x faster)" if ms_c <= ms_e else f"{ms_c / ms_e:.2f}x slower)"))
+        print(
+            f"training step, median of {steps}: compiled {ms_c:.2f} ms, eager {ms_e:.2f} ms; "
+            f"compiled/eager = {ms_c / ms_e:.2f} ("
+            + (f"{ms_e / ms_c:.2f}x faster)" if ms_c <= ms_e else f"{ms_c / ms_e:.2f}x slower)")
+        )
 
     if checks.failed:
         print(f"FAIL: {checks.failed} check(s) failed")
@@ -271,10 +308,12 @@ def _print_explain(report: Any) -> None:
     covered = sum(g.generated_fraction * g.aten_ops for g in report.graphs)
     share = f"{covered / aten:.0%}" if aten else "-"
     kinds = ", ".join(f"{g.name} [{g.kind}]" for g in report.graphs)
-    print(f"what was compiled (sdk.explain's numbers): {len(report.graphs)} graph(s) ({kinds}), "
-          f"{len(report.kernels)} generated kernel(s), {len(report.externs)} library call(s), "
-          f"{len(report.fallbacks)} fallback(s), {report.graph_breaks} graph break(s); "
-          f"{share} of {aten} ATen calls run in generated kernels")
+    print(
+        f"what was compiled (sdk.explain's numbers): {len(report.graphs)} graph(s) ({kinds}), "
+        f"{len(report.kernels)} generated kernel(s), {len(report.externs)} library call(s), "
+        f"{len(report.fallbacks)} fallback(s), {report.graph_breaks} graph break(s); "
+        f"{share} of {aten} ATen calls run in generated kernels"
+    )
     reasons: dict[str, int] = {}
     for f in report.fallbacks:
         key = f"{f.op}: {f.reason.splitlines()[0][:160]}"

@@ -10,8 +10,13 @@ import torch
 from sdk.report import ExplainReport
 
 
-def explain(fn: Callable[..., Any], *args: Any, backend: Any = "sdk:cpu_cpp",
-            dynamic: bool | None = None, **options: Any) -> ExplainReport:
+def explain(
+    fn: Callable[..., Any],
+    *args: Any,
+    backend: Any = "sdk:cpu_cpp",
+    dynamic: bool | None = None,
+    **options: Any,
+) -> ExplainReport:
     """Compile ``fn`` with ``backend`` on ``args``, run it once and report.
 
     ``backend`` is ``"sdk:<plugin>"`` or an ``sdk.backend(...)``; ``dynamic`` is
@@ -32,8 +37,10 @@ def explain(fn: Callable[..., Any], *args: Any, backend: Any = "sdk:cpu_cpp",
     elif isinstance(backend, pipeline.Backend):
         compiled_backend = make_backend(backend.name, **{**backend.options, **options})
     else:
-        raise TypeError(f"sdk.explain: backend must be 'sdk:<plugin>' or sdk.backend(...), "
-                        f"got {type(backend).__name__}")
+        raise TypeError(
+            f"sdk.explain: backend must be 'sdk:<plugin>' or sdk.backend(...), "
+            f"got {type(backend).__name__}"
+        )
     report = ExplainReport()
     tp.reset_dynamo()
     breaks_before = tp.graph_break_count()
@@ -43,8 +50,7 @@ def explain(fn: Callable[..., Any], *args: Any, backend: Any = "sdk:cpu_cpp",
         outs = [t for t in _tensors(out) if t.requires_grad and t.grad_fn is not None]
         leaves = _leaves(outs)
         if outs and leaves:
-            torch.autograd.grad(outs, leaves, [torch.ones_like(t) for t in outs],
-                                allow_unused=True)
+            torch.autograd.grad(outs, leaves, [torch.ones_like(t) for t in outs], allow_unused=True)
     finally:
         pipeline.stop_collecting(token)
     report.graph_breaks = tp.graph_break_count() - breaks_before

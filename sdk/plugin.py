@@ -87,7 +87,9 @@ class PluginInfo:
         if not self.name.isidentifier():
             raise ValueError(f"plugin name {self.name!r} must be a Python identifier")
         object.__setattr__(self, "kind", PluginKind(self.kind))
-        object.__setattr__(self, "capabilities", frozenset(Capability(c) for c in self.capabilities))
+        object.__setattr__(
+            self, "capabilities", frozenset(Capability(c) for c in self.capabilities)
+        )
         object.__setattr__(self, "device_types", tuple(self.device_types))
 
 

@@ -62,15 +62,17 @@ class Outputs:
     not overwrite that memory while it does.
     """
 
-    def __init__(self, outputs: Sequence[Any], message: str, *, reuse: bool = True,
-                 grad_ok: bool = False) -> None:
+    def __init__(
+        self, outputs: Sequence[Any], message: str, *, reuse: bool = True, grad_ok: bool = False
+    ) -> None:
         self.outputs = tuple(outputs)
         self._message = message
         self._grad_ok = grad_ok
         at = [i for i, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)]
         shared = Counter(self.outputs[i].untyped_storage().data_ptr() for i in at)
-        self._reused = [i for i in at if reuse
-                        and shared[self.outputs[i].untyped_storage().data_ptr()] == 1]
+        self._reused = [
+            i for i in at if reuse and shared[self.outputs[i].untyped_storage().data_ptr()] == 1
+        ]
         self._fresh_at = sorted(set(at) - set(self._reused))
         n = len(self.outputs)
         self._kept: list[torch.Tensor | None] = [None] * n  # the reused slots' tensors
@@ -84,16 +86,18 @@ class Outputs:
 
     def _counts(self, i: int) -> tuple[int, int, int]:
         t = self._kept[i]
-        return (sys.getrefcount(t), _tp.tensor_use_count(t),  # type: ignore[arg-type]
-                _tp.storage_use_count(self._weak[i]))
+        return (
+            sys.getrefcount(t),
+            _tp.tensor_use_count(t),  # type: ignore[arg-type]
+            _tp.storage_use_count(self._weak[i]),
+        )
 
     def _held(self, i: int) -> bool:
         return self._kept[i] is not None and self._counts(i) != self._base[i]
 
     def _shared(self, i: int) -> bool:
         """Does a tensor other than the kept one use its storage (a view, say)?"""
-        return (self._kept[i] is not None
-                and _tp.storage_use_count(self._weak[i]) > self._base[i][2])  # type: ignore[index]
+        return self._kept[i] is not None and _tp.storage_use_count(self._weak[i]) > self._base[i][2]  # type: ignore[index]
 
     def _intact(self, i: int) -> bool:
         t, o = self._kept[i], self.outputs[i]
@@ -153,16 +157,21 @@ class Outputs:
     def in_use(self) -> bool:
         """Does anything still hold memory of the outputs (a handed-out tensor, a view,
         a tensor over its storage)?"""
-        return (any(self._held(i) for i in self._reused)
-                or any(_tp.storage_use_count(weak) > 1 for _, weak, _ in self._fresh)
-                or self.unreachable())
+        return (
+            any(self._held(i) for i in self._reused)
+            or any(_tp.storage_use_count(weak) > 1 for _, weak, _ in self._fresh)
+            or self.unreachable()
+        )
 
     def unreachable(self) -> bool:
         """Is memory of the outputs held by a tensor :meth:`revoke` cannot reach (a view, a
         tensor over the storage that is not a handed-out one)?"""
         self._lingering = [w for w in self._lingering if _tp.storage_use_count(w) > 0]
-        return bool(self._lingering) or any(self._shared(i) for i in self._reused) or any(
-            self._unreached(weak, tensors) for _, weak, tensors in self._fresh)
+        return (
+            bool(self._lingering)
+            or any(self._shared(i) for i in self._reused)
+            or any(self._unreached(weak, tensors) for _, weak, tensors in self._fresh)
+        )
 
     def revoke(self) -> int:
         """Make the handed-out tensors still held raise the message on access; the next

@@ -42,8 +42,10 @@ from sdk.core import config
 FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp", "-march=native", "-fno-math-errno", "-fwrapv")
 #: language -> (environment variable, compilers looked for on PATH, name in messages, source
 #: suffix, the compiler a message suggests)
-_COMPILERS = {"c": ("CC", ("cc", "gcc", "clang"), "C", ".c", "gcc"),
-              "c++": ("CXX", ("g++", "c++", "clang++"), "C++", ".cpp", "g++")}
+_COMPILERS = {
+    "c": ("CC", ("cc", "gcc", "clang"), "C", ".c", "gcc"),
+    "c++": ("CXX", ("g++", "c++", "clang++"), "C++", ".cpp", "g++"),
+}
 _HEX = re.compile(rb"[0-9a-f]{64}")
 
 
@@ -61,21 +63,30 @@ def find_compiler(language: str = "c") -> str:
         if path:
             return path
     if requested:
-        raise FileNotFoundError(f"${var} is {requested!r}, which is not an executable (on PATH)."
-                                f" Fix: set {var} to a {shown} compiler such as {suggest}, "
-                                "or unset it.")
-    raise FileNotFoundError(f"no {shown} compiler found: none of {', '.join(names)} is on PATH. "
-                            f"Fix: install one (e.g. `apt install {suggest}`) or set {var} to "
-                            "a compiler's path.")
+        raise FileNotFoundError(
+            f"${var} is {requested!r}, which is not an executable (on PATH)."
+            f" Fix: set {var} to a {shown} compiler such as {suggest}, "
+            "or unset it."
+        )
+    raise FileNotFoundError(
+        f"no {shown} compiler found: none of {', '.join(names)} is on PATH. "
+        f"Fix: install one (e.g. `apt install {suggest}`) or set {var} to "
+        "a compiler's path."
+    )
 
 
 @functools.cache
 def compiler_identity(compiler: str, language: str = "c") -> str:
     """``--version`` plus what ``-march=native`` means on this host (for cache keys)."""
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True,
-                             check=False).stdout
-    native = subprocess.run([compiler, "-march=native", "-v", "-E", "-x", language, os.devnull,
-                             "-o", os.devnull], capture_output=True, text=True, check=False).stderr
+    version = subprocess.run(
+        [compiler, "--version"], capture_output=True, text=True, check=False
+    ).stdout
+    native = subprocess.run(
+        [compiler, "-march=native", "-v", "-E", "-x", language, os.devnull, "-o", os.devnull],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stderr
     return version + native
 
 
@@ -94,8 +105,9 @@ def _cache_key(language: str, flags: tuple[str, ...], packages: tuple[str, ...])
         compiler = find_compiler(language)
     except FileNotFoundError:
         return None
-    return stable_hash(compiler, compiler_identity(compiler, language), flags,
-                       source_digest(*packages))
+    return stable_hash(
+        compiler, compiler_identity(compiler, language), flags, source_digest(*packages)
+    )
 
 
 def _trusted_digest(path: Path) -> str | None:
@@ -104,8 +116,14 @@ def _trusted_digest(path: Path) -> str | None:
     return None if data is None else hashlib.sha256(data).hexdigest()
 
 
-def compile_library(source: str, *, language: str = "c", flags: Sequence[str] = FLAGS,
-                    namespace: str = "clike", key: Sequence[Any] = ()) -> Path:
+def compile_library(
+    source: str,
+    *,
+    language: str = "c",
+    flags: Sequence[str] = FLAGS,
+    namespace: str = "clike",
+    key: Sequence[Any] = (),
+) -> Path:
     """Compile ``source`` into a shared library in ``cache_dir(namespace)``, or reuse a
     verified one built from the same source, compiler, flags and ``key``.
 
@@ -132,10 +150,12 @@ def compile_library(source: str, *, language: str = "c", flags: Sequence[str] = 
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
-            raise CompileError(f"{_COMPILERS[language][2]} compilation failed "
-                               f"(exit status {proc.returncode})."
-                               f"\ncommand: {shlex.join(cmd)}\nfull source: {src}\n"
-                               f"compiler output (last lines):\n{tail}")
+            raise CompileError(
+                f"{_COMPILERS[language][2]} compilation failed "
+                f"(exit status {proc.returncode})."
+                f"\ncommand: {shlex.join(cmd)}\nfull source: {src}\n"
+                f"compiler output (last lines):\n{tail}"
+            )
         os.chmod(out, 0o700)  # the linker creates its output under the umask
         digest = hashlib.sha256(out.read_bytes()).hexdigest()
         path = cache.path_for(digest_key, f".{digest[:16]}.so")
@@ -152,13 +172,15 @@ def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
     try:
         return ctypes.CDLL(os.fspath(path))
     except OSError as e:
-        raise OSError(f"could not load {path}: {e}. If the cache directory is on a filesystem "
-                      "mounted noexec, set SDK_CACHE_DIR to a private directory on another one."
-                      ) from e
+        raise OSError(
+            f"could not load {path}: {e}. If the cache directory is on a filesystem "
+            "mounted noexec, set SDK_CACHE_DIR to a private directory on another one."
+        ) from e
 
 
-def get_function(lib: ctypes.CDLL, name: str, nargs: int, restype: Any = None,
-                 nsizes: int = 0) -> Callable[..., Any]:
+def get_function(
+    lib: ctypes.CDLL, name: str, nargs: int, restype: Any = None, nsizes: int = 0
+) -> Callable[..., Any]:
     """Symbol ``name`` of ``lib`` as a function of ``nargs`` pointers (ints such as
     ``tensor.data_ptr()``), then ``nsizes`` int64 sizes (``Kernel.size_args``), returning
     nothing or a ``restype`` (a ctypes type)."""
@@ -168,8 +190,12 @@ def get_function(lib: ctypes.CDLL, name: str, nargs: int, restype: Any = None,
     return fn
 
 
-def launcher(fn: Callable[..., Any], nargs: int | None = None, nsizes: int = 0,
-             error: Callable[[], BaseException] | None = None) -> Callable[..., None]:
+def launcher(
+    fn: Callable[..., Any],
+    nargs: int | None = None,
+    nsizes: int = 0,
+    error: Callable[[], BaseException] | None = None,
+) -> Callable[..., None]:
     """A :data:`sdk.KernelFn`: ``fn`` called with the tensors' ``data_ptr()`` s.
 
     With ``nargs``, the launcher takes exactly ``nargs`` tensors, then ``nsizes`` ints (the

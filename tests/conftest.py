@@ -38,14 +38,14 @@ from sdk.core.registry import ENTRY_POINT_GROUP, Registry, set_registry
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The head of every well-formed test plugin; ``{name}``, ``{kind}``, ``{api}`` are filled in.
-PLUGIN_HEAD = '''
+PLUGIN_HEAD = """
 import sdk
 
 @sdk.hookimpl
 def sdk_plugin_info():
     return sdk.PluginInfo(name={name!r}, version="0.0.1", hook_api={api},
                           device_types=("cpu",), kind=sdk.PluginKind.{kind})
-'''
+"""
 
 _module_ids = itertools.count()
 
@@ -80,10 +80,16 @@ def make_plugin(plugin_dir: Path) -> Iterable[Callable[..., str]]:
     """
     made: list[str] = []
 
-    def make(source: str = "", *, name: str = "good", kind: str = "CODEGEN",
-             api: int | str = "sdk.HOOK_API_VERSION", head: bool = True) -> str:
+    def make(
+        source: str = "",
+        *,
+        name: str = "good",
+        kind: str = "CODEGEN",
+        api: int | str = "sdk.HOOK_API_VERSION",
+        head: bool = True,
+    ) -> str:
         module = f"sdktest_plugin_{next(_module_ids)}_{name}"
-        text = (PLUGIN_HEAD.format(name=name, kind=kind, api=api) if head else "")
+        text = PLUGIN_HEAD.format(name=name, kind=kind, api=api) if head else ""
         text += textwrap.dedent(source)
         (plugin_dir / f"{module}.py").write_text(text)
         made.append(module)
@@ -104,12 +110,17 @@ def fake_dist(tmp_path: Path) -> Callable[..., list[EntryPoint]]:
     """
     root = tmp_path / "dists"
 
-    def make(dist_name: str, plugins: dict[str, str], version: str = "0.0.1",
-             group: str = ENTRY_POINT_GROUP) -> list[EntryPoint]:
+    def make(
+        dist_name: str,
+        plugins: dict[str, str],
+        version: str = "0.0.1",
+        group: str = ENTRY_POINT_GROUP,
+    ) -> list[EntryPoint]:
         info = root / f"{dist_name.replace('-', '_')}-{version}.dist-info"
         info.mkdir(parents=True)
         (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: {version}\n")
+            f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: {version}\n"
+        )
         lines = [f"[{group}]"] + [f"{k} = {v}" for k, v in plugins.items()]
         (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
         eps = list(PathDistribution(info).entry_points.select(group=group))

@@ -102,8 +102,12 @@ def fsdp2(rank, dev, backend):
 
     def make():
         torch.manual_seed(0)
-        m = torch.nn.Sequential(*[torch.nn.TransformerEncoderLayer(
-            64, 4, 128, dropout=0.0, batch_first=True) for _ in range(2)]).to(dev)
+        m = torch.nn.Sequential(
+            *[
+                torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+                for _ in range(2)
+            ]
+        ).to(dev)
         for layer in m:
             fully_shard(layer)
         fully_shard(m)
@@ -142,8 +146,9 @@ def collectives(rank, dev, backend):
         y = (x @ w).relu()
         s = funcol.all_reduce(y, "sum", group)
         g = funcol.all_gather_tensor(x * 2, 0, group)
-        r = funcol.reduce_scatter_tensor(torch.cat([y] * dist.get_world_size()) + 1, "sum",
-                                         0, group)
+        r = funcol.reduce_scatter_tensor(
+            torch.cat([y] * dist.get_world_size()) + 1, "sum", 0, group
+        )
         u = (z.exp() + 1).sum(-1)  # independent of the communication
         return s.sin() + 1, g.sum(0), r * 3, u
 
@@ -159,16 +164,22 @@ def collectives(rank, dev, backend):
     (graph,) = report.graphs
     assert not graph.fallbacks, str(report)
     ops = {e.op.split(".")[1] for e in graph.externs}
-    assert {"all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor",
-            "wait_tensor"} <= ops, ops
+    assert {
+        "all_reduce",
+        "all_gather_into_tensor",
+        "reduce_scatter_tensor",
+        "wait_tensor",
+    } <= ops, ops
     if dev.type == "cpu":
         lines = graph.wrapper.splitlines()
         z_kernel = next(i for i, line in enumerate(lines) if re.search(r"_c\d+\(arg2,", line))
-        starts = [i for i, line in enumerate(lines) if re.search(r"= _c\d+\(buf\d+, ", line)
-                  and "_empty" not in line]
+        starts = [
+            i
+            for i, line in enumerate(lines)
+            if re.search(r"= _c\d+\(buf\d+, ", line) and "_empty" not in line
+        ]
         waits = [i for i, line in enumerate(lines) if re.search(r"= _c\d+\(ext\d+\)$", line)]
-        assert len(waits) == 3 and starts and max(starts) < z_kernel < min(waits), \
-            graph.wrapper
+        assert len(waits) == 3 and starts and max(starts) < z_kernel < min(waits), graph.wrapper
     return "ok"
 
 
@@ -197,8 +208,11 @@ def run(rank, world, port, device):
         if device == "cuda":
             torch.cuda.synchronize()
         if rank == 0:
-            print(f"RESULT world={world} ddp_of_compiled={inner} compiled_ddp={outer} "
-                  f"fsdp2={f} collectives={c}", flush=True)
+            print(
+                f"RESULT world={world} ddp_of_compiled={inner} compiled_ddp={outer} "
+                f"fsdp2={f} collectives={c}",
+                flush=True,
+            )
     finally:
         dist.destroy_process_group()
 

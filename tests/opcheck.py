@@ -41,8 +41,7 @@ def _clone(x: Any, dtype: torch.dtype | None = None) -> Any:
             y = y.clone()
         # keep the input's strides and offset: a clone would be contiguous
         if dtype is None and (not x.is_contiguous() or x.storage_offset()):
-            span = x.storage_offset() + 1 + sum((s - 1) * st for s, st in
-                                                zip(x.shape, x.stride()))
+            span = x.storage_offset() + 1 + sum((s - 1) * st for s, st in zip(x.shape, x.stride()))
             base = torch.empty(span, dtype=x.dtype, device=x.device)
             y = base.as_strided(x.size(), x.stride(), x.storage_offset())
             y.copy_(x.detach())
@@ -56,8 +55,16 @@ def compile_fn(fn: Callable, plugin: str, **options: Any) -> Callable:
     return torch.compile(fn, backend=sdk.backend(plugin, **options), fullgraph=False)
 
 
-def check(fn: Callable, inputs: Sequence[Any], *, plugin: str, grad: bool = True,
-          tol: dict | None = None, reference_in_float: bool = True, **options: Any) -> Any:
+def check(
+    fn: Callable,
+    inputs: Sequence[Any],
+    *,
+    plugin: str,
+    grad: bool = True,
+    tol: dict | None = None,
+    reference_in_float: bool = True,
+    **options: Any,
+) -> Any:
     """Compiled ``fn`` against eager on ``inputs`` (forward, and backward when inputs need grad).
 
     ``reference_in_float=False`` for modules holding low-precision parameters: eager
@@ -65,7 +72,8 @@ def check(fn: Callable, inputs: Sequence[Any], *, plugin: str, grad: bool = True
     """
     actual_in = _clone(list(inputs))
     low = reference_in_float and any(
-        t.dtype in (torch.bfloat16, torch.float16) for t in _tensors(list(inputs)))
+        t.dtype in (torch.bfloat16, torch.float16) for t in _tensors(list(inputs))
+    )
     ref_in = _clone(list(inputs), torch.float32 if low else None)
     compiled = compile_fn(fn, plugin, **options)
     actual = compiled(*actual_in)
@@ -78,8 +86,9 @@ def check(fn: Callable, inputs: Sequence[Any], *, plugin: str, grad: bool = True
     if grad and leaves_a and outs_a:
         gouts = [torch.randn_like(t) for t in outs_a]
         ga = torch.autograd.grad(outs_a, leaves_a, gouts, allow_unused=True)
-        ge = torch.autograd.grad(outs_e, leaves_e, [g.to(t.dtype) for g, t in zip(gouts, outs_e)],
-                                 allow_unused=True)
+        ge = torch.autograd.grad(
+            outs_e, leaves_e, [g.to(t.dtype) for g, t in zip(gouts, outs_e)], allow_unused=True
+        )
         _compare(list(ga), list(ge), tol)
     return actual
 
@@ -89,8 +98,7 @@ def _compare(actual: Any, expected: Any, tol: dict | None) -> None:
     assert len(a) == len(e), f"{len(a)} outputs, eager gives {len(e)}"
     for x, y in zip(a, e):
         assert x.shape == y.shape, f"shape {tuple(x.shape)} vs eager {tuple(y.shape)}"
-        y = y.to(x.dtype) if y.dtype != x.dtype and x.dtype in TOL and y.is_floating_point() \
-            else y
+        y = y.to(x.dtype) if y.dtype != x.dtype and x.dtype in TOL and y.is_floating_point() else y
         assert x.dtype == y.dtype, f"dtype {x.dtype} vs eager {y.dtype}"
         t = tol or TOL.get(x.dtype, dict(rtol=0, atol=0))
         torch.testing.assert_close(x.detach(), y.detach(), equal_nan=True, **t)

@@ -25,8 +25,12 @@ def _triton_available() -> bool:
 
 PLUGINS = [
     "cpu_cpp",
-    pytest.param("cuda_triton", marks=pytest.mark.skipif(
-        not _triton_available(), reason="Triton missing (pip install triton)")),
+    pytest.param(
+        "cuda_triton",
+        marks=pytest.mark.skipif(
+            not _triton_available(), reason="Triton missing (pip install triton)"
+        ),
+    ),
 ]
 
 

@@ -147,8 +147,13 @@ def test_recompiles_on_new_shape_and_dtype(graph_reports):
 
     compiled = torch.compile(fn, backend=BACKEND)
     seen = []
-    for shape, dtype in [((8,), torch.float32), ((8,), torch.float32), ((16,), torch.float32),
-                         ((16,), torch.float64), ((16,), torch.float64)]:
+    for shape, dtype in [
+        ((8,), torch.float32),
+        ((8,), torch.float32),
+        ((16,), torch.float32),
+        ((16,), torch.float64),
+        ((16,), torch.float64),
+    ]:
         x = torch.randn(shape, dtype=dtype)
         out = compiled(x)
         assert out.dtype == dtype
@@ -208,8 +213,13 @@ def test_library_calls_read_offset_views_of_inputs_and_buffers():
 
 
 def _tensor_specs(specializations) -> list[TensorSpec]:
-    return [s for program in specializations for key in program.variants for s in key
-            if isinstance(s, TensorSpec)]
+    return [
+        s
+        for program in specializations
+        for key in program.variants
+        for s in key
+        if isinstance(s, TensorSpec)
+    ]
 
 
 def test_transposed_input_gets_its_own_specialization(specializations):
@@ -223,8 +233,10 @@ def test_transposed_input_gets_its_own_specialization(specializations):
     # Dynamo guards strides and recompiles (with a symbolic stride the second time: one
     # program for every column stride), or the program re-specializes: either way a
     # variant built for the transposed layout ran it
-    strides = {tuple(st if sdk.ir.is_static(st) else "sym" for st in s.strides)
-               for s in _tensor_specs(specializations)}
+    strides = {
+        tuple(st if sdk.ir.is_static(st) else "sym" for st in s.strides)
+        for s in _tensor_specs(specializations)
+    }
     assert (6, 1) in strides and ((1, 6) in strides or (1, "sym") in strides)
 
 
@@ -312,15 +324,20 @@ def sdk_wrap_compiled(compiled):
 
 
 def test_reduce_overhead_applies_the_wrappers_that_declare_graph_capture(
-        use_registry, make_plugin, fake_dist, graph_reports):
+    use_registry, make_plugin, fake_dist, graph_reports
+):
     """The mode asks for a capability, not for the cudagraphs plugin by name: any wrapper
     plugin that declares ``Capability.GRAPH_CAPTURE`` for the graph's device is applied."""
     import importlib
 
-    capture = make_plugin(CAPTURING_WRAPPER.format(name="replay_cpu", capability="GRAPH_CAPTURE"),
-                          head=False, name="replay_cpu")
-    other = make_plugin(CAPTURING_WRAPPER.format(name="other_cpu", capability="FP64"),
-                        head=False, name="other_cpu")
+    capture = make_plugin(
+        CAPTURING_WRAPPER.format(name="replay_cpu", capability="GRAPH_CAPTURE"),
+        head=False,
+        name="replay_cpu",
+    )
+    other = make_plugin(
+        CAPTURING_WRAPPER.format(name="other_cpu", capability="FP64"), head=False, name="other_cpu"
+    )
     use_registry(fake_dist("acme-wrap", {"replay_cpu": capture, "other_cpu": other}))
     compiled = torch.compile(pointwise, backend=BACKEND, mode="reduce-overhead")
     x, y = torch.randn(5), torch.randn(5)
@@ -451,8 +468,9 @@ def test_acme_refusal_reason_shows_in_explain(acme):
 
 def test_explain_takes_a_backend_object_with_its_options():
     x = torch.randn(8, 16)
-    report = sdk.explain(lambda t: (t * 2).relu().sum(-1), x,
-                         backend=sdk.backend("cpu_cpp", fusion=False))
+    report = sdk.explain(
+        lambda t: (t * 2).relu().sum(-1), x, backend=sdk.backend("cpu_cpp", fusion=False)
+    )
     assert len(report.kernels) >= 2  # fusion=False reached the compile: one kernel per op
     with pytest.raises(TypeError, match=r"sdk\.backend"):
         sdk.explain(lambda t: t * 2, x, backend=42)
@@ -468,8 +486,10 @@ def test_externs_call_the_public_function_of_the_same_overload():
     ba, bb, bc = torch.randn(2, 4, 5), torch.randn(2, 5, 6), torch.randn(2, 4, 6)
     x, w = torch.randn(2, 4, 9, 9), torch.randn(8, 2, 3, 3)
     cases = {
-        "aten.convolution.default": ((x, w, torch.randn(8), [2, 1], [1, 0], [1, 2], False,
-                                      [0, 0], 2), {}),
+        "aten.convolution.default": (
+            (x, w, torch.randn(8), [2, 1], [1, 0], [1, 2], False, [0, 0], 2),
+            {},
+        ),
         "aten.mm.default": ((a, b), {}),
         "aten.bmm.default": ((ba, bb), {}),
         "aten.addmm.default": ((c, a, b), {"beta": 0.5, "alpha": 2.0}),

@@ -27,14 +27,20 @@ def test_every_model_has_a_bf16_and_an_fp32_row():
     assert {m.kind for m in bench_models.MODELS} == {"inference", "train"}
 
 
-@pytest.mark.parametrize(("only", "dtype", "expected"), [
-    ("resnet18", None, ["resnet18_bf16", "resnet18_fp32"]),
-    ("resnet18", "fp32", ["resnet18_fp32"]),
-    ("gpt2_train_fp32, resnet18_bf16", "all", ["resnet18_bf16", "gpt2_train_fp32"]),
-    ("*_train_fp32", None, ["gpt2_train_fp32", "distilbert_train_fp32", "qwen2_train_fp32",
-                            "whisper_train_fp32"]),
-    ("resnet18_bf16", "fp32", []),
-])
+@pytest.mark.parametrize(
+    ("only", "dtype", "expected"),
+    [
+        ("resnet18", None, ["resnet18_bf16", "resnet18_fp32"]),
+        ("resnet18", "fp32", ["resnet18_fp32"]),
+        ("gpt2_train_fp32, resnet18_bf16", "all", ["resnet18_bf16", "gpt2_train_fp32"]),
+        (
+            "*_train_fp32",
+            None,
+            ["gpt2_train_fp32", "distilbert_train_fp32", "qwen2_train_fp32", "whisper_train_fp32"],
+        ),
+        ("resnet18_bf16", "fp32", []),
+    ],
+)
 def test_select(only, dtype, expected):
     assert bench_models.select(only, dtype) == expected
 
@@ -53,8 +59,9 @@ def test_unknown_row_exits_2_and_names_the_rows(capsys):
 
 
 def test_empty_selection_exits_2(capsys):
-    assert cli.main(["bench", "--suite", "models", "--only", "resnet18_bf16",
-                     "--dtype", "fp32"]) == 2
+    assert (
+        cli.main(["bench", "--suite", "models", "--only", "resnet18_bf16", "--dtype", "fp32"]) == 2
+    )
     assert "select no row" in capsys.readouterr().err
 
 
@@ -88,45 +95,60 @@ def test_list(capsys):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "cls"), [
-    ("triton_poi_fused_add_relu_0", "triton"),
-    ("triton_red_fused__softmax_1", "triton"),
-    ("triton_tem_fused_mm_2", "triton"),
-    ("k_add_mul_relu", "triton"),
-    ("Memcpy DtoD (Device -> Device)", "copy"),
-    ("Memset (Device)", "copy"),
-    ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", "gemm"),
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", "gemm"),
-    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_tn_align4>(Params)",
-     "gemm"),
-    ("ampere_sgemm_128x64_tn", "gemm"),
-    ("void splitKreduce_kernel<32, 16, int, float, float, float>(...)", "gemm"),
-    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", "conv"),
-    ("void cudnn::bn_fw_inf_1C11_kernel_NCHW<float, float, true, 1>(...)", "conv"),
-    ("void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false>(...)", "conv"),
-    ("void at::native::conv_depthwise2d_forward_kernel<float, int>(...)", "conv"),
-    ("winograd_nonfused_fprop_kernel", "conv"),
-    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64>>(Params)", "attention"),
-    ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)",
-     "attention"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
-    ("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda, convert>", "other"),
-    ("void at::native::reduce_kernel<512, 1, ReduceOp<float, MeanOps<float>>>(...)", "other"),
-])
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("triton_poi_fused_add_relu_0", "triton"),
+        ("triton_red_fused__softmax_1", "triton"),
+        ("triton_tem_fused_mm_2", "triton"),
+        ("k_add_mul_relu", "triton"),
+        ("Memcpy DtoD (Device -> Device)", "copy"),
+        ("Memset (Device)", "copy"),
+        ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNT", "gemm"),
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_cublas", "gemm"),
+        (
+            "void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_16x4_tn_align4>(Params)",
+            "gemm",
+        ),
+        ("ampere_sgemm_128x64_tn", "gemm"),
+        ("void splitKreduce_kernel<32, 16, int, float, float, float>(...)", "gemm"),
+        ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", "conv"),
+        ("void cudnn::bn_fw_inf_1C11_kernel_NCHW<float, float, true, 1>(...)", "conv"),
+        ("void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false>(...)", "conv"),
+        ("void at::native::conv_depthwise2d_forward_kernel<float, int>(...)", "conv"),
+        ("winograd_nonfused_fprop_kernel", "conv"),
+        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64>>(Params)", "attention"),
+        (
+            "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel)",
+            "attention",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
+            "other",
+        ),
+        ("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda, convert>", "other"),
+        ("void at::native::reduce_kernel<512, 1, ReduceOp<float, MeanOps<float>>>(...)", "other"),
+    ],
+)
 def test_classify_kernel(name, cls):
     assert bench_models.classify_kernel(name) == cls
 
 
 def _event(name: str, us: float, device: str = "CUDA") -> types.SimpleNamespace:
     span = types.SimpleNamespace(elapsed_us=lambda: us)
-    return types.SimpleNamespace(name=name, time_range=span,
-                                 device_type=getattr(torch.autograd.DeviceType, device))
+    return types.SimpleNamespace(
+        name=name, time_range=span, device_type=getattr(torch.autograd.DeviceType, device)
+    )
 
 
 def test_summarize_device_events_counts_device_activities_only():
-    events = [_event("triton_poi_fused_0", 10.0), _event("triton_poi_fused_0", 30.0),
-              _event("nvjet_tst_64x8", 100.0), _event("Memcpy HtoD (Pageable -> Device)", 5.0),
-              _event("cudaLaunchKernel", 2.0, device="CPU")]
+    events = [
+        _event("triton_poi_fused_0", 10.0),
+        _event("triton_poi_fused_0", 30.0),
+        _event("nvjet_tst_64x8", 100.0),
+        _event("Memcpy HtoD (Pageable -> Device)", 5.0),
+        _event("cudaLaunchKernel", 2.0, device="CPU"),
+    ]
     out = bench_models.summarize_device_events(events)
     assert out["launches"] == 4
     assert out["by_class"]["triton"] == {"launches": 2, "ms": pytest.approx(0.04)}
@@ -172,8 +194,9 @@ def test_backends_are_timed_in_interleaved_rounds_without_recompiling(monkeypatc
         return gm.forward
 
     real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile",
-                        lambda f, backend=counting, **kw: real_compile(f, backend=backend, **kw))
+    monkeypatch.setattr(
+        torch, "compile", lambda f, backend=counting, **kw: real_compile(f, backend=backend, **kw)
+    )
     order: list[str] = []
     real_samples = bench._Clock.samples
 
@@ -182,10 +205,12 @@ def test_backends_are_timed_in_interleaved_rounds_without_recompiling(monkeypatc
         return real_samples(self, call, share)
 
     monkeypatch.setattr(bench._Clock, "samples", samples)
-    case = bench.Case(lambda t: torch.sin(t) + 1, lambda f: f(torch.ones(8)),
-                      lambda r: [("out", r)], "t")
-    row = bench._run_workload("t", lambda dev: case, torch.device("cpu"), bench._Clock(False, 6),
-                              "sdk:cpu_cpp")
+    case = bench.Case(
+        lambda t: torch.sin(t) + 1, lambda f: f(torch.ones(8)), lambda r: [("out", r)], "t"
+    )
+    row = bench._run_workload(
+        "t", lambda dev: case, torch.device("cpu"), bench._Clock(False, 6), "sdk:cpu_cpp"
+    )
     assert (row.inductor.check, row.sdk.check) == ("ok", "ok")
     assert len(compiles) == 1, "the first backend recompiled after the sdk's compile"
     for res in (row.eager, row.inductor, row.sdk):
@@ -201,6 +226,7 @@ def _sized_halves(x):
         y = torch.sin(t) * 2
         torch._dynamo.graph_break()
         return y + 1
+
     return g(x[:, :5]).sum() + g(x).sum()
 
 
@@ -214,9 +240,14 @@ def test_a_second_backend_compiles_the_graphs_a_fresh_process_would():
 
     def recording(tag):
         def backend(gm, example_inputs):
-            graphs[tag].append([tuple(map(str, t.shape)) if isinstance(t, torch.Tensor) else
-                                str(t) for t in example_inputs])
+            graphs[tag].append(
+                [
+                    tuple(map(str, t.shape)) if isinstance(t, torch.Tensor) else str(t)
+                    for t in example_inputs
+                ]
+            )
             return gm.forward
+
         return backend
 
     x = torch.randn(4, 10)
@@ -241,8 +272,11 @@ def test_a_second_backend_compiles_the_graphs_a_fresh_process_would():
 
 #: Rows run end to end, with the package each needs (a test of a row whose package cannot
 #: be imported here is skipped with the reason).
-E2E_ROWS = {"gpt2_train_fp32": "transformers", "qwen2_train_fp32": "transformers",
-            "resnet18_fp32": "torchvision"}
+E2E_ROWS = {
+    "gpt2_train_fp32": "transformers",
+    "qwen2_train_fp32": "transformers",
+    "resnet18_fp32": "torchvision",
+}
 
 
 @pytest.fixture(scope="module")
@@ -266,12 +300,26 @@ def small_suite(tmp_path_factory):
         import torch._inductor.config as inductor_config
 
         mp.setattr(inductor_config, "fx_graph_cache", inductor_config.fx_graph_cache)
-        mp.setattr(functorch_config, "enable_autograd_cache",
-                   functorch_config.enable_autograd_cache)
+        mp.setattr(
+            functorch_config, "enable_autograd_cache", functorch_config.enable_autograd_cache
+        )
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            rc = cli.main(["bench", "--suite", "models", "--size", "small", "--repeat", "3",
-                           "--only", ",".join(runnable), "--json", str(out)])
+            rc = cli.main(
+                [
+                    "bench",
+                    "--suite",
+                    "models",
+                    "--size",
+                    "small",
+                    "--repeat",
+                    "3",
+                    "--only",
+                    ",".join(runnable),
+                    "--json",
+                    str(out),
+                ]
+            )
     data = json.loads(out.read_text())
     return rc, {r["name"]: r for r in data["rows"]}, data, buf.getvalue()
 
@@ -310,7 +358,8 @@ def test_small_suite_exit_status_and_summary(small_suite):
 def test_profile_text_and_json_on_cuda_rows():
     """The CUDA-only output paths, from a row with made-up profiles."""
     prof = bench_models.summarize_device_events(
-        [_event("triton_poi_fused_0", 10.0), _event("sm90_xmma_fprop_implicit_gemm", 50.0)])
+        [_event("triton_poi_fused_0", 10.0), _event("sm90_xmma_fprop_implicit_gemm", 50.0)]
+    )
     row = bench.Row("resnet18_bf16", desc="d")
     for res, ms in ((row.eager, 2.0), (row.inductor, 1.0), (row.sdk, 1.05)):
         res.ms, res.profile = ms, prof

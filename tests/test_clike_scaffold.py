@@ -21,8 +21,10 @@ from sdk.scaffold import generate, module_name
 NAME = "clk"
 #: Inductor's tolerances (torch._inductor's test_torchinductor: fp32 1.3e-5 / 1e-5, bf16
 #: 1.6e-2 / 1e-2), as in the conformance suite.
-TOL = {torch.float32: {"rtol": 1.3e-5, "atol": 1e-5},
-       torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2}}
+TOL = {
+    torch.float32: {"rtol": 1.3e-5, "atol": 1e-5},
+    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
+}
 
 
 def _has_compiler() -> bool:
@@ -74,8 +76,11 @@ def test_out_of_range_index_raises_index_error(backend):
     for bad in (50, -51, 1000):
         idx = good.clone()
         idx[1, 1] = bad
-        with pytest.raises(IndexError, match=rf"^index {bad} is out of bounds for dimension "
-                                             rf"with size 50 \(kernel k_\w+\)$"):
+        with pytest.raises(
+            IndexError,
+            match=rf"^index {bad} is out of bounds for dimension "
+            rf"with size 50 \(kernel k_\w+\)$",
+        ):
             compiled(idx, weight)
         with pytest.raises(IndexError):  # as eager does
             f(idx, weight)
@@ -85,6 +90,7 @@ def test_out_of_range_index_raises_index_error(backend):
 
 def test_out_of_range_gather_raises_in_a_reduction(backend):
     """A bind inside the vectorized inner loop of a reduction is checked too."""
+
     def f(x, idx):
         return torch.gather(x, 1, idx).sum(-1)
 
@@ -94,8 +100,11 @@ def test_out_of_range_gather_raises_in_a_reduction(backend):
     compiled = torch.compile(f, backend=backend)
     torch.testing.assert_close(compiled(x, idx), f(x, idx), **TOL[torch.float32])
     idx[3, 4321] = 40
-    with pytest.raises(IndexError, match=r"^index 40 is out of bounds for dimension with "
-                                         r"size 40 \(kernel k_\w+\)$"):
+    with pytest.raises(
+        IndexError,
+        match=r"^index 40 is out of bounds for dimension with "
+        r"size 40 \(kernel k_\w+\)$",
+    ):
         compiled(x, idx)
 
 
@@ -142,6 +151,7 @@ def test_forward_and_backward_match_eager(backend, dtype):
 def test_masks_and_integer_bit_ops(backend):
     """``~`` on a bool mask is a logical not (``~True`` is ``-2`` in C, nonzero), on
     integers a bitwise one."""
+
     def f(x, i):
         keep = ~(x > 0.5)
         return torch.where(keep, x, -x), ~i, (~keep).sum(-1)

@@ -33,13 +33,20 @@ def installed_as_wheel(site: Path, dist: str, version: str, entry_points: str) -
 
 def acme_env(tmp_path: Path) -> dict[str, str]:
     site = tmp_path / "site"
-    installed_as_wheel(site, "acme-sdk-plugin", "0.1.0",
-                       "[sdk.plugins]\nacme = acme_sdk_plugin\n\n"
-                       "[torch_dynamo_backends]\nsdk:acme = sdk.backends:acme\n")
+    installed_as_wheel(
+        site,
+        "acme-sdk-plugin",
+        "0.1.0",
+        "[sdk.plugins]\nacme = acme_sdk_plugin\n\n"
+        "[torch_dynamo_backends]\nsdk:acme = sdk.backends:acme\n",
+    )
     path = [str(site), str(ROOT / "examples" / "acme_vendor"), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p),
-            "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1"),
-            "SDK_CACHE_DIR": str(tmp_path / "cache")}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in path if p),
+        "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1"),
+        "SDK_CACHE_DIR": str(tmp_path / "cache"),
+    }
 
 
 def summary(output: str) -> dict[tuple[str, str], str]:
@@ -62,11 +69,30 @@ def counts(cell: str) -> tuple[int, int]:
 
 @pytest.mark.slow
 def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging",
-           "--sdk-plugin=cpu_cpp", "--sdk-plugin=cuda_triton", "--sdk-plugin=acme",
-           "--sdk-compare=none", "--sdk-opinfo=quick"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=acme_env(tmp_path), capture_output=True,
-                          text=True, timeout=600, check=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:logging",
+        "--sdk-plugin=cpu_cpp",
+        "--sdk-plugin=cuda_triton",
+        "--sdk-plugin=acme",
+        "--sdk-compare=none",
+        "--sdk-opinfo=quick",
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=tmp_path,
+        env=acme_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     out = proc.stdout + proc.stderr
     assert "sdk conformance summary" in out, out[-3000:]
     failed = set(re.findall(r"^FAILED (\w+): (\S+)$", out, re.MULTILINE))
@@ -78,8 +104,13 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
             for dt in ("float32", "bfloat16"):
                 passed, run = counts(cells[(f"opinfo {mode} {dt}", plugin)])
                 assert run >= 8, (plugin, mode, dt, cells)  # every quick op ran
-                known = sum(1 for p, n in KNOWN_FAILURES if p == plugin and dt in n
-                            and n.endswith(f"-{'fwbw' if mode == 'fw+bw' else 'fw'}]"))
+                known = sum(
+                    1
+                    for p, n in KNOWN_FAILURES
+                    if p == plugin
+                    and dt in n
+                    and n.endswith(f"-{'fwbw' if mode == 'fw+bw' else 'fw'}]")
+                )
                 assert passed == run - known, (plugin, mode, dt, cells)
     # the built-in plugins generate kernels for most OpInfo samples; acme for none
     row = "opinfo passes in generated kernels"
@@ -100,8 +131,13 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
 
 
 def test_conformance_cli_rejects_an_unknown_plugin(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sdk", "conformance", "no_such_plugin_q"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdk", "conformance", "no_such_plugin_q"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode != 0
     assert "no SDK plugin named 'no_such_plugin_q'" in proc.stdout + proc.stderr

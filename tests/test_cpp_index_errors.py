@@ -394,9 +394,9 @@ def test_negative_indices_are_out_of_range_where_eager_says_so():
     w = torch.randn(10, 4)
     idx = torch.tensor([1, -1])
     with pytest.raises(IndexError):
-        torch.compile(lambda i: torch.nn.functional.embedding(i, w),
-                      backend="sdk:cpu_cpp")(idx)
+        torch.compile(lambda i: torch.nn.functional.embedding(i, w), backend="sdk:cpu_cpp")(idx)
     with pytest.raises(IndexError):
         torch.compile(lambda i: torch.index_select(w, 0, i), backend="sdk:cpu_cpp")(idx)
-    torch.testing.assert_close(torch.compile(lambda i: w[i] * 1, backend="sdk:cpu_cpp")(idx),
-                               w[idx])
+    torch.testing.assert_close(
+        torch.compile(lambda i: w[i] * 1, backend="sdk:cpu_cpp")(idx), w[idx]
+    )

@@ -15,8 +15,9 @@ from sdk.plugins import cudagraphs as cg
 
 
 def _recording(dev: cg._Device) -> cg._Recording:
-    return cg._Recording(0, next(dev.order), None, {}, {}, [],
-                         runtime.Outputs((torch.ones(4),), cg.STALE), [])
+    return cg._Recording(
+        0, next(dev.order), None, {}, {}, [], runtime.Outputs((torch.ones(4),), cg.STALE), []
+    )
 
 
 def _hand_out(dev: cg._Device, rec: cg._Recording):
@@ -87,7 +88,8 @@ def test_stale_outputs_are_revoked_at_the_next_replay_only(compiled_call):
 
 
 def test_an_earlier_steps_output_held_out_of_reach_blocks_the_replays_that_overwrite_it(
-        compiled_call):
+    compiled_call,
+):
     dev = cg._Device()
     a, b = _recording(dev), _recording(dev)
     compiled_call()

@@ -29,15 +29,23 @@ from tests.distributed_worker import free_port
 
 ROOT = Path(__file__).resolve().parents[1]  # the worker runs as tests.distributed_worker
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="torch.distributed with gloo is needed")
+pytestmark = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(),
+    reason="torch.distributed with gloo is needed",
+)
 
 
 def test_ddp_and_functional_collectives_on_two_gloo_processes():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "tests.distributed_worker", str(free_port()), "2",
-                        "cpu"], capture_output=True, text=True, env=env, timeout=600,
-                       check=False, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.distributed_worker", str(free_port()), "2", "cpu"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+        cwd=ROOT,
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT"))
     # Both ways gave eager DDP's gradients (asserted in the worker); the graph was split at

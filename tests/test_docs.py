@@ -41,8 +41,7 @@ def test_ci_runs_the_readme_test_command():
     lines = [ln.strip() for ln in script.read_text().splitlines()]
     assert lines[0] == "#!/usr/bin/env bash"
     assert "set -euo pipefail" in lines
-    commands = [ln.split(" || ")[0] for ln in lines
-                if ln.startswith(("pip ", "python "))]
+    commands = [ln.split(" || ")[0] for ln in lines if ln.startswith(("pip ", "python "))]
     assert commands == _quick_start()[1]
 
 
@@ -50,7 +49,13 @@ def test_ci_runs_the_readme_test_command():
 def test_sdk_run_mlp(tmp_path):
     """``python -m sdk run`` (the README's main job), on the small model."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDK_")}
-    proc = subprocess.run([sys.executable, "-m", "sdk", "run", "--model", "mlp", "--steps", "2"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdk", "run", "--model", "mlp", "--steps", "2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

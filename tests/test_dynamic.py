@@ -28,8 +28,9 @@ def test_automatic_dynamic_shapes(plugin, graph_reports):
 
 def test_dynamic_true_with_views(plugin, graph_reports):
     dev = device_of(plugin)
-    fn = torch.compile(lambda x, y: (x.view(-1, 4) * y).sum(1), backend=sdk.backend(plugin),
-                       dynamic=True)
+    fn = torch.compile(
+        lambda x, y: (x.view(-1, 4) * y).sum(1), backend=sdk.backend(plugin), dynamic=True
+    )
     for n in (8, 12, 20):
         x, y = torch.randn(n, 8, device=dev), torch.randn(4, device=dev)
         torch.testing.assert_close(fn(x, y), (x.view(-1, 4) * y).sum(1))

@@ -62,8 +62,9 @@ def test_a_second_compile_rebuilds_the_program_from_the_cache(cache_on, renders)
     assert [g.cache for g in second.graphs] == ["hit"], str(second)
     assert not renders, "a hit renders nothing"
     # the report is the first compile's
-    assert [k.source for k in second.graphs[0].kernels] == \
-        [k.source for k in first.graphs[0].kernels]
+    assert [k.source for k in second.graphs[0].kernels] == [
+        k.source for k in first.graphs[0].kernels
+    ]
     torch._dynamo.reset()
     _check(f, torch.compile(f, backend="sdk:cpu_cpp"), (4, 3), (4, 3))
 
@@ -103,6 +104,7 @@ def test_other_options_or_layouts_miss(cache_on):
 @pytest.mark.parametrize("damage", ["flip", "truncate", "foreign"])
 def test_a_damaged_or_foreign_entry_is_a_miss_and_is_rebuilt(cache_on, damage):
     _explain(f, torch.randn(4, 3), torch.randn(4, 3))
+
     def g(x, y):
         return (x - y).abs().amax(-1)
 
@@ -130,8 +132,9 @@ def test_the_cache_is_off_by_option_and_by_environment(cache_on, monkeypatch):
     monkeypatch.setenv("SDK_GRAPH_CACHE", "0")
     report = _explain(f, torch.randn(4, 3), torch.randn(4, 3))
     assert [g.cache for g in report.graphs] == ["off"]
-    assert not (cache_on / graph_cache.NAMESPACE).exists() or \
-        not any((cache_on / graph_cache.NAMESPACE).iterdir())
+    assert not (cache_on / graph_cache.NAMESPACE).exists() or not any(
+        (cache_on / graph_cache.NAMESPACE).iterdir()
+    )
 
 
 def test_entries_hold_no_pickle(cache_on):
@@ -142,15 +145,16 @@ def test_entries_hold_no_pickle(cache_on):
     from sdk.core import cache
 
     pos = len(cache._MAGIC)
-    key_len = int.from_bytes(data[pos:pos + 4], "little")
-    key = data[pos + 4:pos + 4 + key_len].decode()
+    key_len = int.from_bytes(data[pos : pos + 4], "little")
+    key = data[pos + 4 : pos + 4 + key_len].decode()
     doc, blobs = graph_cache.unpack(cache._decode(data, key))
     assert doc["format"] == graph_cache.FORMAT and len(blobs) == 1  # the constant tensor
 
 
 def test_a_second_process_hits(cache_on, tmp_path):
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import torch, sdk
         def f(x, y):
             return (x * torch.sigmoid(y) + 1).sum(-1)
@@ -158,10 +162,20 @@ def test_a_second_process_hits(cache_on, tmp_path):
         r = sdk.explain(f, x, y, backend="sdk:cpu_cpp")
         torch.testing.assert_close(torch.compile(f, backend="sdk:cpu_cpp")(x, y), f(x, y))
         print("cache:", ",".join(g.cache for g in r.graphs))
-    """))
+    """)
+    )
     env = {**os.environ, "SDK_CACHE_DIR": str(cache_on), "SDK_GRAPH_CACHE": "1"}
-    runs = [subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                           env=env, timeout=300, check=False) for _ in range(2)]
+    runs = [
+        subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        for _ in range(2)
+    ]
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
     assert "cache: stored" in runs[0].stdout and "cache: hit" in runs[1].stdout
@@ -170,16 +184,34 @@ def test_a_second_process_hits(cache_on, tmp_path):
 def test_cli_cache_info_and_clear(cache_on):
     _explain(f, torch.randn(4, 3), torch.randn(4, 3))
     env = {**os.environ, "SDK_CACHE_DIR": str(cache_on)}
-    info = subprocess.run([sys.executable, "-m", "sdk", "cache", "info"], capture_output=True,
-                          text=True, env=env, timeout=120, check=False)
+    info = subprocess.run(
+        [sys.executable, "-m", "sdk", "cache", "info"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert info.returncode == 0, info.stderr
     assert str(cache_on) in info.stdout and graph_cache.NAMESPACE in info.stdout
-    clear = subprocess.run([sys.executable, "-m", "sdk", "cache", "clear"], capture_output=True,
-                           text=True, env=env, timeout=120, check=False)
+    clear = subprocess.run(
+        [sys.executable, "-m", "sdk", "cache", "clear"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert clear.returncode == 0, clear.stderr
     assert not any((cache_on / graph_cache.NAMESPACE).iterdir())
-    bad = subprocess.run([sys.executable, "-m", "sdk", "cache", "clear", "--namespace", "../x"],
-                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "sdk", "cache", "clear", "--namespace", "../x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert bad.returncode == 2 and "namespace" in bad.stderr
 
 
@@ -213,8 +245,9 @@ def test_a_plugin_without_a_cache_key_is_not_cached(cache_on, use_registry, monk
     monkeypatch.syspath_prepend(str(ROOT / "examples" / "acme_vendor"))
     use_registry(EntryPoint("acme", "acme_sdk_plugin", "sdk.plugins"))
     report = _explain_with("sdk:acme", f, torch.randn(4, 3), torch.randn(4, 3))
-    assert [g.cache for g in report.graphs] == \
-        ["off: sdk:acme does not implement sdk_cache_key"], str(report)
+    assert [g.cache for g in report.graphs] == ["off: sdk:acme does not implement sdk_cache_key"], (
+        str(report)
+    )
 
 
 def _explain_with(backend, fn, *args):
@@ -250,8 +283,13 @@ def test_a_change_to_the_c_like_emitter_changes_every_key(monkeypatch):
     real = Path.read_bytes
     for module in (sdk.clike.emit, sdk.clike.target):
         changed = Path(module.__file__).resolve()
-        monkeypatch.setattr(Path, "read_bytes", lambda self, changed=changed: real(self) + (
-            b"\n# changed" if self.resolve() == changed else b""))
+        monkeypatch.setattr(
+            Path,
+            "read_bytes",
+            lambda self, changed=changed: (
+                real(self) + (b"\n# changed" if self.resolve() == changed else b"")
+            ),
+        )
         assert graph_cache.sdk_digest.__wrapped__() != before, module.__name__
     monkeypatch.setattr(Path, "read_bytes", real)
     assert graph_cache.sdk_digest.__wrapped__() == before

@@ -137,8 +137,16 @@ def _two_accumulations(a, i, v, v2):
     return _acc(b, i, v), _acc(b, (i + 3) % a.shape[0], v2)
 
 
-CASES = {_zeros: 1, _temporary: 1, _index_add_alpha: 1, _input: 0, _output: 0,
-         _view_output: 0, _read_after: 0, _two_accumulations: 1}
+CASES = {
+    _zeros: 1,
+    _temporary: 1,
+    _index_add_alpha: 1,
+    _input: 0,
+    _output: 0,
+    _view_output: 0,
+    _read_after: 0,
+    _two_accumulations: 1,
+}
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)

@@ -61,8 +61,7 @@ def _net(device: str, dtype: torch.dtype = torch.float32) -> Net:
     return m.to(device=device, dtype=dtype)
 
 
-def _check(compiled: torch.nn.Module, model: torch.nn.Module, x: torch.Tensor,
-           tol: dict) -> None:
+def _check(compiled: torch.nn.Module, model: torch.nn.Module, x: torch.Tensor, tol: dict) -> None:
     with torch.no_grad():
         got, want = compiled(x), model(x)
     for g, w in zip(got, want):
@@ -101,8 +100,9 @@ def test_batchnorm_in_inference_is_one_pass(plugin):
         roots = {"aten.sqrt.default", "aten.rsqrt.default"} & set(k.ops)
         assert roots and "aten.relu.default" in k.ops, k.ops
     # and no kernel does the per-channel part alone
-    assert all("aten.sub.Tensor" in k.ops or "aten.mean.dim" in k.ops
-               for k in graph.kernels), [k.ops for k in graph.kernels]
+    assert all("aten.sub.Tensor" in k.ops or "aten.mean.dim" in k.ops for k in graph.kernels), [
+        k.ops for k in graph.kernels
+    ]
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
@@ -137,8 +137,10 @@ def test_adaptive_avg_pool2d(plugin, out):
     """Even windows are a reduction; uneven ones (8 -> 3) stay a library call."""
     dev = device_of(plugin)
     x = torch.randn(2, 5, 8, 8, device=dev)
+
     def fn(t):
         return torch.nn.functional.adaptive_avg_pool2d(t.relu(), out) * 2
+
     got = torch.compile(fn, backend=sdk.backend(plugin, fallback=False))(x)
     torch.testing.assert_close(got, fn(x))
 
@@ -163,6 +165,7 @@ def test_guard_checks_sizes_only_for_inputs_that_only_reach_library_calls(specia
     itself (here a program is called directly, as one that is not Dynamo-guarded). ``b``
     goes whole to mm: another layout of it needs no new variant and is right. ``a`` is
     read by a kernel: another layout gets its own variant."""
+
     def fn(a, b):
         return torch.mm(a.relu(), b)
 
@@ -208,14 +211,18 @@ def test_parameters_of_another_layout_or_alignment_are_right(plugin):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
-@pytest.mark.parametrize("case", [
-    (3, 2, 1, (2, 4, 9, 9), torch.float32, False),
-    (2, 2, 0, (1, 3, 8, 8), torch.float32, False),
-    (3, 1, 1, (2, 3, 5, 7), torch.bfloat16, False),
-    (3, 2, 0, (4, 9, 9), torch.float32, False),
-    ((3, 2), (2, 1), (1, 0), (2, 2, 7, 6), torch.float32, False),
-    (3, 2, 1, (1, 2, 8, 8), torch.float32, True),
-], ids=lambda c: "-".join(map(str, c[:3])) + ("-ceil" if c[5] else ""))
+@pytest.mark.parametrize(
+    "case",
+    [
+        (3, 2, 1, (2, 4, 9, 9), torch.float32, False),
+        (2, 2, 0, (1, 3, 8, 8), torch.float32, False),
+        (3, 1, 1, (2, 3, 5, 7), torch.bfloat16, False),
+        (3, 2, 0, (4, 9, 9), torch.float32, False),
+        ((3, 2), (2, 1), (1, 0), (2, 2, 7, 6), torch.float32, False),
+        (3, 2, 1, (1, 2, 8, 8), torch.float32, True),
+    ],
+    ids=lambda c: "-".join(map(str, c[:3])) + ("-ceil" if c[5] else ""),
+)
 def test_max_pool2d_values_and_indices_match_eager(plugin, case):
     """Lowered, not a library call; NaN wins, -inf windows and padding as ATen does."""
     k, stride, pad, shape, dtype, ceil = case
@@ -226,8 +233,7 @@ def test_max_pool2d_values_and_indices_match_eager(plugin, case):
     x[..., :3, :3] = float("-inf") if len(shape) == 4 else x[..., :3, :3]
 
     def fn(t):
-        return torch.nn.functional.max_pool2d_with_indices(t * 1.0, k, stride, pad,
-                                                           ceil_mode=ceil)
+        return torch.nn.functional.max_pool2d_with_indices(t * 1.0, k, stride, pad, ceil_mode=ceil)
 
     v, i = torch.compile(fn, backend=sdk.backend(plugin, fallback=False))(x)
     rv, ri = fn(x)

@@ -16,9 +16,18 @@ transformers = pytest.importorskip("transformers")
 
 
 def gpt2(device: str):
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=512,
-                                  n_positions=64, bos_token_id=0, eos_token_id=0,
-                                  attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=512,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_pdrop=0.0,
+        embd_pdrop=0.0,
+        resid_pdrop=0.0,
+    )
     torch.manual_seed(0)
     return transformers.GPT2LMHeadModel(cfg).to(device)
 
@@ -40,7 +49,9 @@ def test_gpt2_forward_backward_matches_eager(plugin):
     ref_grads = torch.autograd.grad(ref, list(model.parameters()))
     torch.testing.assert_close(loss, ref, rtol=1e-4, atol=1e-4)
     for (name, _), g, r in zip(model.named_parameters(), grads, ref_grads):
-        torch.testing.assert_close(g, r, rtol=1e-3, atol=2e-4, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(
+            g, r, rtol=1e-3, atol=2e-4, msg=lambda m, name=name: f"{name}: {m}"
+        )
 
     report = sdk.explain(step, ids, backend=f"sdk:{plugin}")
     kinds = {g.kind for g in report.graphs}

@@ -98,8 +98,9 @@ def test_reused_buffers_do_not_leak_between_outputs(plugin):
 
 def test_batch_norm_updates_running_stats_and_eval_uses_them(plugin):
     dev = device_of(plugin)
-    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
-                            torch.nn.ReLU()).to(dev)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).to(
+        dev
+    )
     ref = __import__("copy").deepcopy(m)
     x = torch.randn(2, 3, 12, 12, device=dev)
     torch.testing.assert_close(compiled(m, plugin)(x), ref(x))

@@ -56,35 +56,68 @@ def no_fallbacks(fn, *args, plugin):
 
 
 UNARY = {
-    "exp": torch.exp, "log": lambda x: torch.log(x.abs() + 0.1), "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid, "erf": torch.erf, "sqrt": lambda x: torch.sqrt(x.abs()),
-    "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.5), "sin": torch.sin, "cos": torch.cos,
-    "neg": torch.neg, "abs": torch.abs, "relu": torch.relu, "gelu": F.gelu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
-    "reciprocal": lambda x: 1.0 / (x.abs() + 0.5), "expm1": torch.expm1,
-    "log1p": lambda x: torch.log1p(x.abs()), "atan": torch.atan, "softplus": F.softplus,
-    "leaky_relu": F.leaky_relu, "hardtanh": F.hardtanh, "elu": F.elu,
-    "pow3": lambda x: x ** 3, "square": torch.square, "clamp": lambda x: x.clamp(-0.5, 0.7),
+    "exp": torch.exp,
+    "log": lambda x: torch.log(x.abs() + 0.1),
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "erf": torch.erf,
+    "sqrt": lambda x: torch.sqrt(x.abs()),
+    "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.5),
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "relu": torch.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "reciprocal": lambda x: 1.0 / (x.abs() + 0.5),
+    "expm1": torch.expm1,
+    "log1p": lambda x: torch.log1p(x.abs()),
+    "atan": torch.atan,
+    "softplus": F.softplus,
+    "leaky_relu": F.leaky_relu,
+    "hardtanh": F.hardtanh,
+    "elu": F.elu,
+    "pow3": lambda x: x**3,
+    "square": torch.square,
+    "clamp": lambda x: x.clamp(-0.5, 0.7),
 }
 UNARY_NOGRAD = {
-    "floor": torch.floor, "ceil": torch.ceil, "round": torch.round, "trunc": torch.trunc,
-    "sign": torch.sign, "isnan": lambda x: torch.isnan(x / (x - x[0:1])),
-    "gt0": lambda x: x > 0, "logical_not": lambda x: torch.logical_not(x > 0),
-    "to_int": lambda x: (x * 10).to(torch.int32), "to_bool": lambda x: (x * 2).round().bool(),
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+    "round": torch.round,
+    "trunc": torch.trunc,
+    "sign": torch.sign,
+    "isnan": lambda x: torch.isnan(x / (x - x[0:1])),
+    "gt0": lambda x: x > 0,
+    "logical_not": lambda x: torch.logical_not(x > 0),
+    "to_int": lambda x: (x * 10).to(torch.int32),
+    "to_bool": lambda x: (x * 2).round().bool(),
 }
 BINARY = {
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-    "maximum": torch.maximum, "minimum": torch.minimum, "atan2": torch.atan2,
-    "pow": lambda a, b: torch.pow(a.abs() + 0.1, b), "add_alpha": lambda a, b: torch.add(a, b, alpha=3),
-    "where": lambda a, b: torch.where(a > b, a, b * 2), "hypot_like": lambda a, b: (a * a + b * b).sqrt(),
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "div": torch.div,
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "atan2": torch.atan2,
+    "pow": lambda a, b: torch.pow(a.abs() + 0.1, b),
+    "add_alpha": lambda a, b: torch.add(a, b, alpha=3),
+    "where": lambda a, b: torch.where(a > b, a, b * 2),
+    "hypot_like": lambda a, b: (a * a + b * b).sqrt(),
 }
 BINARY_NOGRAD = {
     "remainder": lambda a, b: torch.remainder(a, b.abs() + 0.3),
     "fmod": lambda a, b: torch.fmod(a, b.abs() + 0.3),
     "floor_divide": lambda a, b: torch.div(a, b.abs() + 0.3, rounding_mode="floor"),
     "trunc_divide": lambda a, b: torch.div(a, b.abs() + 0.3, rounding_mode="trunc"),
-    "eq": lambda a, b: a.round() == b.round(), "lt": torch.lt, "ge": torch.ge,
-    "logical_and": lambda a, b: (a > 0) & (b > 0), "logical_xor": lambda a, b: (a > 0) ^ (b > 0),
+    "eq": lambda a, b: a.round() == b.round(),
+    "lt": torch.lt,
+    "ge": torch.ge,
+    "logical_and": lambda a, b: (a > 0) & (b > 0),
+    "logical_xor": lambda a, b: (a > 0) ^ (b > 0),
 }
 
 
@@ -106,16 +139,22 @@ def test_unary_nograd(plugin, name):
 def test_binary(plugin, name, kind):
     dev = device_of(plugin)
     a = layout(rand(16, 24, grad=True, device=dev), "contiguous" if kind == "broadcast" else kind)
-    b = rand(1, 24, grad=True, device=dev) if kind == "broadcast" else \
-        layout(rand(16, 24, grad=True, device=dev), kind)
+    b = (
+        rand(1, 24, grad=True, device=dev)
+        if kind == "broadcast"
+        else layout(rand(16, 24, grad=True, device=dev), kind)
+    )
     check(BINARY[name], [a, b], plugin=plugin)
 
 
 @pytest.mark.parametrize("name", sorted(BINARY_NOGRAD))
 def test_binary_nograd(plugin, name):
     dev = device_of(plugin)
-    check(BINARY_NOGRAD[name], [rand(12, 20, device=dev, low=-4, high=4),
-                                rand(12, 20, device=dev, low=-4, high=4)], plugin=plugin)
+    check(
+        BINARY_NOGRAD[name],
+        [rand(12, 20, device=dev, low=-4, high=4), rand(12, 20, device=dev, low=-4, high=4)],
+        plugin=plugin,
+    )
 
 
 def test_scalar_ops_and_int_math(plugin):
@@ -129,11 +168,17 @@ def test_scalar_ops_and_int_math(plugin):
 
 
 REDUCTIONS = {
-    "sum_last": lambda x: x.sum(-1), "sum_first": lambda x: x.sum(0),
-    "sum_all": lambda x: x.sum(), "mean_keep": lambda x: x.mean(-1, keepdim=True),
-    "amax": lambda x: x.amax(-1), "amin_first": lambda x: x.amin(0),
-    "var": lambda x: x.var(-1), "std_all": lambda x: x.std(), "var_mean": lambda x: torch.var_mean(x, 0),
-    "logsumexp": lambda x: torch.logsumexp(x, -1), "prod": lambda x: (x[:, :24] * 0.2 + 1).prod(-1),
+    "sum_last": lambda x: x.sum(-1),
+    "sum_first": lambda x: x.sum(0),
+    "sum_all": lambda x: x.sum(),
+    "mean_keep": lambda x: x.mean(-1, keepdim=True),
+    "amax": lambda x: x.amax(-1),
+    "amin_first": lambda x: x.amin(0),
+    "var": lambda x: x.var(-1),
+    "std_all": lambda x: x.std(),
+    "var_mean": lambda x: torch.var_mean(x, 0),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+    "prod": lambda x: (x[:, :24] * 0.2 + 1).prod(-1),
     "norm": lambda x: x.norm(dim=-1),
 }
 

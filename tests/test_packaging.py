@@ -42,19 +42,32 @@ pytestmark = pytest.mark.slow
 MIN_SETUPTOOLS = (70, 1)
 
 
-def _run(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None,
-         timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+def _run(
+    cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [str(c) for c in cmd],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if proc.returncode != 0:
-        pytest.fail(f"{' '.join(map(str, cmd))} exited {proc.returncode}\n"
-                    f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
+        pytest.fail(
+            f"{' '.join(map(str, cmd))} exited {proc.returncode}\n"
+            f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
+        )
     return proc
 
 
 def _clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SDK_", "PYTHON", "PIP_")) and k != "TRITON_INTERPRET"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SDK_", "PYTHON", "PIP_")) and k != "TRITON_INTERPRET"
+    }
     env.update(extra)
     return env
 
@@ -72,18 +85,32 @@ def _check_setuptools() -> None:
             return
         except PackageNotFoundError:
             pass
-        pytest.fail(f"building wheels without isolation needs setuptools>="
-                    f"{'.'.join(map(str, MIN_SETUPTOOLS))} (found {found}) or the 'wheel' "
-                    f"package; pip install -U setuptools")
+        pytest.fail(
+            f"building wheels without isolation needs setuptools>="
+            f"{'.'.join(map(str, MIN_SETUPTOOLS))} (found {found}) or the 'wheel' "
+            f"package; pip install -U setuptools"
+        )
 
 
 @pytest.fixture(scope="session")
 def source_tree(tmp_path_factory) -> Path:
     """A snapshot of the working tree, so the build never writes into the checkout."""
     src = tmp_path_factory.mktemp("src") / "torch-backend-sdk"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", "build", "dist", "*.egg-info", "__pycache__", ".venv", ".pytest_cache",
-        ".whl", ".gl"))
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".venv",
+            ".pytest_cache",
+            ".whl",
+            ".gl",
+        ),
+    )
     return src
 
 
@@ -97,9 +124,21 @@ def wheels(source_tree, tmp_path_factory) -> dict[str, Path]:
         dest = out / key
         # --skip-dependency-check: the build requirements list 'wheel', which setuptools
         # >= 70.1 no longer needs (checked above), and nothing may be downloaded here
-        _run([sys.executable, "-m", "build", "--wheel", "--no-isolation",
-              "--skip-dependency-check", "--outdir", dest, project], cwd=project,
-             env=_clean_env())
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "build",
+                "--wheel",
+                "--no-isolation",
+                "--skip-dependency-check",
+                "--outdir",
+                dest,
+                project,
+            ],
+            cwd=project,
+            env=_clean_env(),
+        )
         [built[key]] = dest.glob("*.whl")
     return built
 
@@ -108,15 +147,31 @@ def wheels(source_tree, tmp_path_factory) -> dict[str, Path]:
 def venv(wheels, tmp_path_factory) -> Path:
     """A venv with both wheels installed; torch and pluggy come from the base environment."""
     root = tmp_path_factory.mktemp("venv") / "env"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", root],
-         cwd=root.parent)
+    _run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", root],
+        cwd=root.parent,
+    )
     python = _venv_python(root)
     _see_the_outer_venv(python)
     # pip itself comes from the base environment; it installs into the running venv.
     # --ignore-installed: the base's editable install has the same version
-    _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
-          "--disable-pip-version-check", "--no-warn-script-location",
-          wheels["sdk"], wheels["acme"]], cwd=root.parent, env=_clean_env())
+    _run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--ignore-installed",
+            "--disable-pip-version-check",
+            "--no-warn-script-location",
+            wheels["sdk"],
+            wheels["acme"],
+        ],
+        cwd=root.parent,
+        env=_clean_env(),
+    )
     return root
 
 
@@ -128,8 +183,12 @@ def _see_the_outer_venv(python: Path) -> None:
     not run: only site directories' ``.pth`` files are."""
     if sys.prefix == sys.base_prefix:
         return
-    out = subprocess.run([python, "-c", "import site; print(site.getsitepackages()[0])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [python, "-c", "import site; print(site.getsitepackages()[0])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     outer = [p for p in site.getsitepackages() if os.path.isdir(p)]
     Path(out, "outer-venv.pth").write_text("".join(p + "\n" for p in outer))
 
@@ -138,7 +197,7 @@ def _venv_python(root: Path) -> Path:
     return root / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import importlib.metadata as md
     import json
     import sys
@@ -174,7 +233,7 @@ PROBE = textwrap.dedent('''
     out["sdk_modules"] = {name: getattr(m, "__file__", None) for name, m in sys.modules.items()
                           if name == "sdk" or name.startswith("sdk.")}
     print("PROBE" + json.dumps(out))
-''')
+""")
 
 
 @pytest.fixture(scope="session")
@@ -185,7 +244,7 @@ def probe(venv, tmp_path_factory) -> dict:
     script.write_text(PROBE)
     proc = _run([_venv_python(venv), script], cwd=work, env=_clean_env())
     [line] = [x for x in proc.stdout.splitlines() if x.startswith("PROBE")]
-    return json.loads(line[len("PROBE"):])
+    return json.loads(line[len("PROBE") :])
 
 
 def _inside(path: str | None, root: Path) -> bool:
@@ -210,10 +269,17 @@ def test_sdk_wheel_holds_only_the_sdk_package(wheels):
         names = whl.namelist()
     top = {n.split("/", 1)[0] for n in names}
     assert top == {"sdk", "torch_backend_sdk-0.1.0.dist-info"}, top
-    for expected in ("sdk/__init__.py", "sdk/hookspecs.py", "sdk/core/__init__.py",
-                     "sdk/core/pipeline.py", "sdk/core/registry.py",
-                     "sdk/core/adapters/torch_private.py", "sdk/plugins/cpu_cpp/__init__.py",
-                     "sdk/plugins/cuda_triton/__init__.py", "sdk/plugins/cudagraphs/__init__.py"):
+    for expected in (
+        "sdk/__init__.py",
+        "sdk/hookspecs.py",
+        "sdk/core/__init__.py",
+        "sdk/core/pipeline.py",
+        "sdk/core/registry.py",
+        "sdk/core/adapters/torch_private.py",
+        "sdk/plugins/cpu_cpp/__init__.py",
+        "sdk/plugins/cuda_triton/__init__.py",
+        "sdk/plugins/cudagraphs/__init__.py",
+    ):
         assert expected in names
 
 
@@ -226,8 +292,10 @@ def test_sdk_wheel_contains_every_module_of_the_tree(wheels, source_tree):
         for path in (source_tree / top).rglob("*.py"):
             expected.add(f"{prefix}/{path.relative_to(source_tree / top).as_posix()}")
     missing = sorted(expected - names)
-    assert not missing, (f"modules not in the wheel (add their packages to "
-                         f"[tool.setuptools] packages in pyproject.toml): {missing}")
+    assert not missing, (
+        f"modules not in the wheel (add their packages to "
+        f"[tool.setuptools] packages in pyproject.toml): {missing}"
+    )
 
 
 def test_sdk_wheel_entry_points(wheels):
@@ -251,8 +319,10 @@ def test_sdk_wheel_holds_the_scaffold_templates(wheels, source_tree):
     """python -m sdk new-plugin reads its templates from the installed package."""
     with zipfile.ZipFile(wheels["sdk"]) as whl:
         names = set(whl.namelist())
-    templates = {f"sdk/{p.relative_to(source_tree / 'sdk').as_posix()}"
-                 for p in (source_tree / "sdk" / "scaffold" / "templates").rglob("*.tmpl")}
+    templates = {
+        f"sdk/{p.relative_to(source_tree / 'sdk').as_posix()}"
+        for p in (source_tree / "sdk" / "scaffold" / "templates").rglob("*.tmpl")
+    }
     assert templates and templates <= names, sorted(templates - names)
 
 
@@ -263,7 +333,9 @@ def test_acme_wheel_is_a_plain_vendor_package(wheels):
         [meta] = [n for n in names if n.endswith(".dist-info/METADATA")]
         metadata = whl.read(meta).decode()
     assert {n.split("/", 1)[0] for n in names} == {
-        "acme_sdk_plugin", "acme_sdk_plugin-0.1.0.dist-info"}
+        "acme_sdk_plugin",
+        "acme_sdk_plugin-0.1.0.dist-info",
+    }
     assert dict(eps["sdk.plugins"]) == {"acme": "acme_sdk_plugin"}
     assert dict(eps["torch_dynamo_backends"]) == {"sdk:acme": "sdk.backends:acme"}
     assert "Requires-Dist: torch-backend-sdk" in metadata
@@ -271,8 +343,9 @@ def test_acme_wheel_is_a_plain_vendor_package(wheels):
 
 def test_acme_imports_only_the_public_sdk():
     source = (ROOT / ACME / "acme_sdk_plugin" / "__init__.py").read_text()
-    imports = [line.split()[1] for line in source.splitlines()
-               if line.startswith(("import ", "from "))]
+    imports = [
+        line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))
+    ]
     assert all(not name.startswith("sdk.") for name in imports), imports
 
 
@@ -287,8 +360,11 @@ def test_venv_imports_the_wheel_not_the_checkout(probe, venv):
     assert _inside(probe["sdk_dist"], venv), probe["sdk_dist"]
     assert _inside(probe["acme_file"], venv), probe["acme_file"]
     assert {"sdk.core", "sdk.core.pipeline", "sdk.plugins.cpu_cpp"} <= set(probe["sdk_modules"])
-    strays = {name: f for name, f in probe["sdk_modules"].items()
-              if f is not None and not _inside(f, venv)}
+    strays = {
+        name: f
+        for name, f in probe["sdk_modules"].items()
+        if f is not None and not _inside(f, venv)
+    }
     assert not strays, f"served from outside the venv (the editable finder?): {strays}"
 
 
@@ -341,7 +417,8 @@ def test_editable_install_serves_the_checkout(tmp_path):
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     direct = json.loads(seen["direct_url"] or "{}")
     assert direct.get("dir_info", {}).get("editable") is True, (
-        f"the SDK is not installed editable ({direct}); run pip install -e '.[test]'")
+        f"the SDK is not installed editable ({direct}); run pip install -e '.[test]'"
+    )
     root = ROOT.resolve()
     assert Path(seen["sdk"]).resolve() == root / "sdk" / "__init__.py"
     assert Path(seen["core"]).resolve() == root / "core" / "__init__.py"

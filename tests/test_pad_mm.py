@@ -18,8 +18,9 @@ def test_padded_products_equal_the_plain_ones(pad_everything):
     a, b = torch.randn(13, 7), torch.randn(7, 21)
     torch.testing.assert_close(pad_mm.mm(a, b), a @ b)
     bias = torch.randn(21)
-    torch.testing.assert_close(pad_mm.addmm(bias, a, b, beta=0.5, alpha=2.0),
-                               torch.addmm(bias, a, b, beta=0.5, alpha=2.0))
+    torch.testing.assert_close(
+        pad_mm.addmm(bias, a, b, beta=0.5, alpha=2.0), torch.addmm(bias, a, b, beta=0.5, alpha=2.0)
+    )
     x, y = torch.randn(3, 5, 9), torch.randn(3, 9, 6)
     torch.testing.assert_close(pad_mm.bmm(x, y), x @ y)
     w = torch.randn(21, 7)  # used transposed, as a Linear weight is
@@ -65,8 +66,7 @@ def test_decomposition_runs_through_the_compiler(pad_everything):
     assert any("constant_pad_nd" in op for k in report.kernels for op in k.ops), str(report)
 
 
-def test_symbolic_sizes_are_neither_padded_nor_branched_on(pad_everything, builds,
-                                                          graph_reports):
+def test_symbolic_sizes_are_neither_padded_nor_branched_on(pad_everything, builds, graph_reports):
     """Once Dynamo makes the rows a symbol, only the static dimensions are padded and the
     decision adds no guard, so one program serves every later row count (a guard on
     ``m % 8`` made Dynamo recompile on each side of it)."""
@@ -90,5 +90,4 @@ def test_symbolic_sizes_are_neither_padded_nor_branched_on(pad_everything, build
     symbolic = [r for r in graph_reports if r.sizes.startswith("symbolic")]
     assert symbolic, [r.sizes for r in graph_reports]
     # K = 7 and N = 21 are still padded to 8 and 24
-    assert any("constant_pad_nd" in op for k in symbolic[0].kernels for op in k.ops), \
-        symbolic[0]
+    assert any("constant_pad_nd" in op for k in symbolic[0].kernels for op in k.ops), symbolic[0]

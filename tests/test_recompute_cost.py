@@ -49,8 +49,7 @@ def test_rotary_matches_eager(plugin, dtype):
         got, want = compiled(q, k, freqs), rotary(q, k, freqs)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w, **tol)
-        grads = [torch.autograd.grad(sum(t.float().sum() for t in r), (q, k))
-                 for r in (got, want)]
+        grads = [torch.autograd.grad(sum(t.float().sum() for t in r), (q, k)) for r in (got, want)]
         for g, w in zip(*grads):
             torch.testing.assert_close(g, w, **tol)
 

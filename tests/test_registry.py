@@ -19,8 +19,12 @@ from sdk.core.registry import ENTRY_POINT_GROUP
 BROKEN = {
     "import_error": {
         "source": "import acme_driver_that_is_not_installed\n",
-        "reason": ["import failed", "ModuleNotFoundError",
-                   "acme_driver_that_is_not_installed", "reinstall"],
+        "reason": [
+            "import failed",
+            "ModuleNotFoundError",
+            "acme_driver_that_is_not_installed",
+            "reinstall",
+        ],
     },
     "invalid_hookimpl": {
         "source": """
@@ -90,9 +94,12 @@ def broken_world(make_plugin, fake_dist, use_registry):
     """A registry with cpu_cpp, one good plugin, and every kind of broken one."""
     plugins = {"good": make_plugin(GOOD_SOURCE, name="good")}
     for ep_name, case in BROKEN.items():
-        plugins[ep_name] = make_plugin(case["source"], head=case.get("head", True),
-                                       name=case.get("info_name", ep_name),
-                                       api=case.get("api", "sdk.HOOK_API_VERSION"))
+        plugins[ep_name] = make_plugin(
+            case["source"],
+            head=case.get("head", True),
+            name=case.get("info_name", ep_name),
+            api=case.get("api", "sdk.HOOK_API_VERSION"),
+        )
     eps = fake_dist("acme-broken", plugins, version="2.0")
     return use_registry(eps)
 
@@ -143,7 +150,8 @@ def test_half_registered_plugin_does_not_observe_compiles(make_plugin, fake_dist
     invalid one, leaving the earlier ones (here ``sdk_on_graph_compiled``, which
     sorts before ``sdk_plugin_status``) in the manager.
     """
-    module = make_plugin("""
+    module = make_plugin(
+        """
         SEEN = []
 
         @sdk.hookimpl
@@ -153,7 +161,9 @@ def test_half_registered_plugin_does_not_observe_compiles(make_plugin, fake_dist
         @sdk.hookimpl
         def sdk_plugin_status(ctx):  # sdk_plugin_status takes no arguments
             return None
-    """, name="half")
+    """,
+        name="half",
+    )
     reg = use_registry(fake_dist("acme-half", {"half": module}))
     assert "invalid hookimpl" in reg.status("half")
     x = torch.randn(3)
@@ -170,8 +180,7 @@ def test_entry_point_without_distribution(make_plugin, use_registry):
     assert "nowhere_to_be_found" in reg.status("orphan")
 
 
-def test_duplicate_name_keeps_the_first_and_lists_the_second(make_plugin, fake_dist,
-                                                              use_registry):
+def test_duplicate_name_keeps_the_first_and_lists_the_second(make_plugin, fake_dist, use_registry):
     first = make_plugin(GOOD_SOURCE, name="twin")
     second = make_plugin(GOOD_SOURCE, name="twin")
     use_registry(fake_dist("acme-one", {"twin": first}), fake_dist("acme-two", {"twin": second}))
@@ -182,8 +191,9 @@ def test_duplicate_name_keeps_the_first_and_lists_the_second(make_plugin, fake_d
     assert "acme-one" in rows[1]["status"] and "uninstall one" in rows[1]["status"]
     # the first one still works; the second was never imported
     x = torch.randn(4)
-    torch.testing.assert_close(torch.compile(torch.cos, backend=sdk.backend("twin"))(x),
-                               torch.cos(x))
+    torch.testing.assert_close(
+        torch.compile(torch.cos, backend=sdk.backend("twin"))(x), torch.cos(x)
+    )
     assert second not in sys.modules
 
 
@@ -227,13 +237,17 @@ def tripwire(make_plugin, fake_dist):
         del builtins.SDK_TEST_TRIPWIRE
 
 
-@pytest.mark.parametrize("variable, value", [
-    ("SDK_PLUGINS_DENY", "tripwire"),
-    ("SDK_PLUGINS_DENY", " cudagraphs , tripwire "),
-    ("SDK_PLUGINS_ALLOW", "good,cpu_cpp"),
-])
-def test_allow_and_deny_lists_apply_before_import(tripwire, use_registry, monkeypatch,
-                                                  variable, value):
+@pytest.mark.parametrize(
+    "variable, value",
+    [
+        ("SDK_PLUGINS_DENY", "tripwire"),
+        ("SDK_PLUGINS_DENY", " cudagraphs , tripwire "),
+        ("SDK_PLUGINS_ALLOW", "good,cpu_cpp"),
+    ],
+)
+def test_allow_and_deny_lists_apply_before_import(
+    tripwire, use_registry, monkeypatch, variable, value
+):
     import builtins
 
     module, eps = tripwire
@@ -268,14 +282,24 @@ def test_without_lists_the_tripwire_is_imported_and_isolated(tripwire, use_regis
 
 
 def _clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SDK_") and k not in ("TRITON_INTERPRET", "PYTHONPATH")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("SDK_") and k not in ("TRITON_INTERPRET", "PYTHONPATH")
+    }
     return env
 
 
 def test_cli_list_shows_builtin_plugins(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "sdk", "list"], cwd=tmp_path, env=_clean_env(),
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdk", "list"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = {line.split()[0]: line for line in proc.stdout.splitlines()[1:] if line.strip()}
     assert set(lines) >= {"cpu_cpp", "cuda_triton", "cudagraphs"}
@@ -290,8 +314,15 @@ def test_cli_list_shows_builtin_plugins(tmp_path):
 
 def test_cli_list_with_deny(tmp_path):
     env = {**_clean_env(), "SDK_PLUGINS_DENY": "cuda_triton"}
-    proc = subprocess.run([sys.executable, "-m", "sdk", "list"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sdk", "list"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("cuda_triton"))
     assert "denied by SDK_PLUGINS_DENY" in line

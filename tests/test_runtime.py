@@ -23,7 +23,11 @@ def test_hand_out_shares_memory_not_storage_objects():
     assert out[2:4] == (3, None)
     for o, t in zip(out[:2] + out[4:], (a, b, c)):
         assert o.data_ptr() == t.data_ptr()
-        assert (o.shape, o.stride(), o.storage_offset()) == (t.shape, t.stride(), t.storage_offset())
+        assert (o.shape, o.stride(), o.storage_offset()) == (
+            t.shape,
+            t.stride(),
+            t.storage_offset(),
+        )
         assert o.untyped_storage()._cdata != t.untyped_storage()._cdata
     # two outputs over one storage still share one (new) storage
     assert out[0].untyped_storage()._cdata == out[1].untyped_storage()._cdata

@@ -22,26 +22,43 @@ MAX_C_LIKE_LINES = 300
 
 def _install(tmp_path: Path, name: str, c_like: bool) -> dict[str, str]:
     if c_like:  # through the CLI
-        out = subprocess.run([sys.executable, "-m", "sdk", "new-plugin", name, "--dest",
-                              str(tmp_path), "--c-like"], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "sdk", "new-plugin", name, "--dest", str(tmp_path), "--c-like"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert f"python -m sdk conformance {name}" in out.stdout
     else:
         generate(name, tmp_path)
     root = tmp_path / f"{name}-sdk-plugin"
     site = tmp_path / "site"
-    installed_as_wheel(site, f"{name}-sdk-plugin", "0.1.0",
-                       f"[sdk.plugins]\n{name} = {name}_sdk_plugin\n\n"
-                       f"[torch_dynamo_backends]\nsdk:{name} = sdk.backends:{name}\n")
+    installed_as_wheel(
+        site,
+        f"{name}-sdk-plugin",
+        "0.1.0",
+        f"[sdk.plugins]\n{name} = {name}_sdk_plugin\n\n"
+        f"[torch_dynamo_backends]\nsdk:{name} = sdk.backends:{name}\n",
+    )
     # the entry points written match those of the generated pyproject.toml
     assert f'{name} = "{name}_sdk_plugin"' in (root / "pyproject.toml").read_text()
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(root)]),
-            "SDK_CACHE_DIR": str(tmp_path / "cache")}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(root)]),
+        "SDK_CACHE_DIR": str(tmp_path / "cache"),
+    }
 
 
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_c_like_plugin_is_small(tmp_path):
@@ -77,8 +94,10 @@ def test_bad_names_are_refused(tmp_path):
 def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
     env = _install(tmp_path, "zeta", c_like=True)
     listing = _run(["-m", "sdk", "list"], env, tmp_path)
-    assert any(ln.split()[:1] == ["zeta"] and ln.rstrip().endswith("ok")
-               for ln in listing.stdout.splitlines()), listing.stdout + listing.stderr
+    assert any(
+        ln.split()[:1] == ["zeta"] and ln.rstrip().endswith("ok")
+        for ln in listing.stdout.splitlines()
+    ), listing.stdout + listing.stderr
     probe = textwrap.dedent("""
         import json, torch, sdk
         def f(x, w):
@@ -116,13 +135,31 @@ def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
     assert all(max(sizes) > 2 for sizes in got["kernels"]), got
     # three OpInfo ops here (pointwise, a reduction chain, an indirect load): the built-in
     # plugins run the quick set in test_conformance.py
-    conf = _run(["-m", "sdk", "conformance", "zeta", "--compare", "none", "--opinfo",
-                 "add,softmax,index_select"], env, tmp_path)
+    conf = _run(
+        [
+            "-m",
+            "sdk",
+            "conformance",
+            "zeta",
+            "--compare",
+            "none",
+            "--opinfo",
+            "add,softmax,index_select",
+        ],
+        env,
+        tmp_path,
+    )
     text = conf.stdout + conf.stderr
     assert conf.returncode == 0, text[-3000:]
     cells = summary(text)
-    for check in ("opinfo fw float32", "opinfo fw bfloat16", "opinfo fw+bw float32",
-                  "opinfo fw+bw bfloat16", "fusion", "cache"):
+    for check in (
+        "opinfo fw float32",
+        "opinfo fw bfloat16",
+        "opinfo fw+bw float32",
+        "opinfo fw+bw bfloat16",
+        "fusion",
+        "cache",
+    ):
         passed, run = counts(cells[(check, "zeta")])
         assert passed == run > 0, (check, cells)
     made, passed = counts(cells[("opinfo passes in generated kernels", "zeta")])
@@ -137,8 +174,9 @@ def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
 @pytest.mark.slow
 def test_hook_skeleton_plugin_lists_and_conforms(tmp_path):
     env = _install(tmp_path, "eta", c_like=False)
-    conf = _run(["-m", "sdk", "conformance", "eta", "--compare", "none", "--opinfo", "add"],
-                env, tmp_path)
+    conf = _run(
+        ["-m", "sdk", "conformance", "eta", "--compare", "none", "--opinfo", "add"], env, tmp_path
+    )
     text = conf.stdout + conf.stderr
     assert conf.returncode == 0, text[-3000:]
     cells = summary(text)

@@ -84,8 +84,9 @@ def test_scatter_index_out_of_range_raises(plugin, base):
         "if dev == 'cuda': torch.cuda.synchronize()\n"
         "print('NO ERROR')\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=600, check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
+    )
     assert "NO ERROR" not in p.stdout
     assert re.search("(?i)out of bounds|device-side assert", p.stderr), p.stderr[-2000:]
 
@@ -97,8 +98,9 @@ def test_scatter_with_several_indices_per_row_is_a_library_call():
     def fn(a, i, s):
         return torch.scatter(a, 1, i, s)
 
-    torch.testing.assert_close(torch.compile(fn, backend="sdk:cpu_cpp")(x, index, src),
-                               fn(x, index, src))
+    torch.testing.assert_close(
+        torch.compile(fn, backend="sdk:cpu_cpp")(x, index, src), fn(x, index, src)
+    )
     report = sdk.explain(fn, x, index, src, backend="sdk:cpu_cpp")
     assert [f.op for f in report.fallbacks] == ["aten.scatter.src"]
 
@@ -140,7 +142,7 @@ def test_column_reduction_fuses_its_producer(plugin, dtype):
 @pytest.mark.parametrize("reps", [(2, 3), (1, 2, 1), (3, 1, 1, 2)])
 def test_repeat(plugin, reps):
     dev = device_of(plugin)
-    x = torch.randn(3, 1, 4, device=dev)[:, :, :len(reps) + 1]
+    x = torch.randn(3, 1, 4, device=dev)[:, :, : len(reps) + 1]
 
     def fn(t):
         return (t * 2).repeat(*reps) + 1

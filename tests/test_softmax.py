@@ -29,6 +29,7 @@ def _head(dev: str, dtype: torch.dtype) -> torch.nn.Linear:
 def _loss(head: torch.nn.Linear):
     def f(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(head(x).float(), t)
+
     return f
 
 
@@ -53,33 +54,40 @@ def test_cross_entropy_training_matches_eager(plugin, dtype):
         want = f(x, t)
         got = compiled(x, t)
         torch.testing.assert_close(got, want, **tol)
-        for g, w in zip(torch.autograd.grad(got, [x, *params]),
-                        torch.autograd.grad(want, [x, *params])):
+        for g, w in zip(
+            torch.autograd.grad(got, [x, *params]), torch.autograd.grad(want, [x, *params])
+        ):
             torch.testing.assert_close(g, w, **tol)
 
 
 def _row_stores(source: str) -> list[str]:
     """The kernel's stages that store inside a loop over a whole vocabulary row (both
     renderers head their kernels with one comment line per stage)."""
-    return [ln for ln in source.splitlines()
-            if re.match(r"\s*(#|//) stage \d+:", ln) and f"< {VOCAB}" in ln and "store" in ln]
+    return [
+        ln
+        for ln in source.splitlines()
+        if re.match(r"\s*(#|//) stage \d+:", ln) and f"< {VOCAB}" in ln and "store" in ln
+    ]
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_log_probabilities_and_zeros_are_not_stored(plugin):
     dev = device_of(plugin)
     x, t = _inputs(dev, torch.float32)
-    report = sdk.explain(_loss(_head(dev, torch.float32)), x, t, backend=f"sdk:{plugin}",
-                         fallback=False)
+    report = sdk.explain(
+        _loss(_head(dev, torch.float32)), x, t, backend=f"sdk:{plugin}", fallback=False
+    )
     (fw,) = [g for g in report.graphs if g.kind == "forward"]
     (bw,) = [g for g in report.graphs if g.kind == "backward"]
     # forward: the row statistics (max, log-sum-exp) and the loss; the target's
     # log-probability is recomputed from the logits, no (rows, vocab) buffer is stored
-    assert not [ln for k in fw.kernels for ln in _row_stores(k.source)], \
-        [k.source for k in fw.kernels]
+    assert not [ln for k in fw.kernels for ln in _row_stores(k.source)], [
+        k.source for k in fw.kernels
+    ]
     # backward: nll's zeros are recomputed where the scatter writes into them
-    assert not [k for k in bw.kernels if k.ops == ("aten.full_like.default",)], \
-        [k.ops for k in bw.kernels]
+    assert not [k for k in bw.kernels if k.ops == ("aten.full_like.default",)], [
+        k.ops for k in bw.kernels
+    ]
     assert any("aten.full_like.default" in k.ops for k in bw.kernels)
     # and so is the scatter into them (one value per row): two kernels, the rows' sums of
     # the recomputed scatter, then the logits' gradient with the bias gradient

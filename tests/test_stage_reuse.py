@@ -14,7 +14,8 @@ def test_cpu_softmax_computes_exp_once_per_element():
     assert kernel.source.count("expf(") == 1, kernel.source
     torch.testing.assert_close(
         torch.compile(lambda x: torch.softmax(x, -1), backend="sdk:cpu_cpp")(x),
-        torch.softmax(x, -1))
+        torch.softmax(x, -1),
+    )
 
 
 def test_low_precision_outputs_are_not_read_back():

@@ -43,8 +43,9 @@ def test_twenty_batch_sizes_compile_at_most_two_programs(plugin, builds, graph_r
 def test_training_forward_and_backward_are_symbolic(plugin, builds, graph_reports):
     dev = device_of(plugin)
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
-                            torch.nn.Linear(32, 4)).to(dev)
+    m = torch.nn.Sequential(
+        torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+    ).to(dev)
     h = torch.compile(m, backend=sdk.backend(plugin), dynamic=True)
     for n in (3, 6, 11, 40):
         x = torch.randn(n, 8, device=dev, requires_grad=True)
@@ -103,8 +104,9 @@ def test_what_cannot_be_symbolic_compiles_per_shape_and_says_why(plugin, graph_r
     dev = device_of(plugin)
 
     def fn(x):  # a gather over a symbolic extent (the index's range is symbolic)
-        return torch.gather(x, 0, torch.zeros(3, x.shape[1], dtype=torch.int64,
-                                              device=x.device) + 1)
+        return torch.gather(
+            x, 0, torch.zeros(3, x.shape[1], dtype=torch.int64, device=x.device) + 1
+        )
 
     f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
     for n in (4, 7, 10):
@@ -117,8 +119,7 @@ def test_what_cannot_be_symbolic_compiles_per_shape_and_says_why(plugin, graph_r
         assert len(s) > len("per shape: ")  # a reason
 
 
-def test_a_plugin_without_the_capability_compiles_per_shape(plugin, graph_reports,
-                                                            monkeypatch):
+def test_a_plugin_without_the_capability_compiles_per_shape(plugin, graph_reports, monkeypatch):
     from sdk.core import pipeline
 
     dev = device_of(plugin)
@@ -135,13 +136,18 @@ def test_a_plugin_without_the_capability_compiles_per_shape(plugin, graph_report
         x = torch.randn(n, device=dev)
         torch.testing.assert_close(f(x), x.sin() + 1)
     assert graph_reports and all(
-        g.sizes.startswith("per shape: ") and "SYMBOLIC_SIZES" in g.sizes for g in graph_reports)
+        g.sizes.startswith("per shape: ") and "SYMBOLIC_SIZES" in g.sizes for g in graph_reports
+    )
 
 
 def test_explain_reports_symbolic_sizes(plugin):
     dev = device_of(plugin)
-    rep = sdk.explain(lambda x: torch.softmax(x, -1), torch.randn(6, 10, device=dev),
-                      backend=f"sdk:{plugin}", dynamic=True)
+    rep = sdk.explain(
+        lambda x: torch.softmax(x, -1),
+        torch.randn(6, 10, device=dev),
+        backend=f"sdk:{plugin}",
+        dynamic=True,
+    )
     assert [g.sizes.startswith("symbolic") for g in rep.graphs] == [True]
     assert "sizes symbolic" in str(rep)
 
@@ -167,8 +173,7 @@ def test_gpt2_over_sequence_lengths_compiles_once(plugin, builds, graph_reports)
     transformers = pytest.importorskip("transformers")
     dev = device_of(plugin)
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=300,
-                                  n_positions=128)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=300, n_positions=128)
     m = transformers.GPT2LMHeadModel(cfg).to(dev).eval()
     f = torch.compile(m, backend=sdk.backend(plugin), dynamic=True)
     with torch.no_grad():
@@ -193,13 +198,26 @@ def test_padding_to_a_multiple_and_slicing_back(plugin, graph_reports):
     for n in (5, 11, 13, 19):
         x = torch.randn(3, n, device=dev)
         torch.testing.assert_close(f(x), fn(x))
-    assert any(g.sizes.startswith("symbolic") for g in graph_reports), \
-        [g.sizes for g in graph_reports]
+    assert any(g.sizes.startswith("symbolic") for g in graph_reports), [
+        g.sizes for g in graph_reports
+    ]
 
 
-@pytest.mark.parametrize("case", ["slice", "slice_step", "select", "permute", "unsqueeze",
-                                  "squeeze", "expand", "reshape", "reshape_split_strided",
-                                  "reshape_merge_strided"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "slice",
+        "slice_step",
+        "select",
+        "permute",
+        "unsqueeze",
+        "squeeze",
+        "expand",
+        "reshape",
+        "reshape_split_strided",
+        "reshape_merge_strided",
+    ],
+)
 def test_symbolic_view_layouts_are_the_meta_kernels_at_every_size(plugin, case):
     """A view of a symbolic layout (computed by the lowering) equals what the op's meta
     kernel gives for the concrete layout, at several values of the size symbols."""
@@ -237,8 +255,11 @@ def test_symbolic_view_layouts_are_the_meta_kernels_at_every_size(plugin, case):
             return int(sympy.sympify(x).xreplace(env))
 
         def conc(xs, at=at):
-            return type(xs)(conc(x, at) for x in xs) if isinstance(xs, (list, tuple)) else (
-                at(xs) if isinstance(xs, sympy.Expr) else xs)
+            return (
+                type(xs)(conc(x, at) for x in xs)
+                if isinstance(xs, (list, tuple))
+                else (at(xs) if isinstance(xs, sympy.Expr) else xs)
+            )
 
         concrete = Layout(conc(base.sizes), conc(base.strides), 5, torch.float32, "cpu")
         want = lowering._meta_view(concrete, op, conc(args))
@@ -246,8 +267,9 @@ def test_symbolic_view_layouts_are_the_meta_kernels_at_every_size(plugin, case):
         assert got == (want.sizes, want.strides, want.offset), (case, env, got, want)
 
 
-def test_an_int_argument_that_is_not_a_size_is_specialized_and_checked(plugin, builds,
-                                                                        graph_reports):
+def test_an_int_argument_that_is_not_a_size_is_specialized_and_checked(
+    plugin, builds, graph_reports
+):
     """An int argument Dynamo made dynamic (range unbounded: not a size) is specialized on
     its value; the program stays symbolic in the sizes, and a call with another value of
     the int gets a program of its own, never the first one's result."""
@@ -273,9 +295,16 @@ def test_gpt2_training_over_sequence_lengths_is_symbolic(plugin, builds, graph_r
     transformers = pytest.importorskip("transformers")
     dev = device_of(plugin)
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=300,
-                                  n_positions=128, resid_pdrop=0.0, embd_pdrop=0.0,
-                                  attn_pdrop=0.0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=300,
+        n_positions=128,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     ref = transformers.GPT2LMHeadModel(cfg).to(dev)
     model = transformers.GPT2LMHeadModel(cfg).to(dev)
     model.load_state_dict(ref.state_dict())
@@ -286,18 +315,17 @@ def test_gpt2_training_over_sequence_lengths_is_symbolic(plugin, builds, graph_r
             m.zero_grad(set_to_none=True)
             run(ids, labels=ids).loss.backward()
         for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5,
-                                       msg=lambda m, name=name: f"{name}: {m}")
+            torch.testing.assert_close(
+                p.grad, q.grad, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}"
+            )
     per_shape = [g.sizes for g in graph_reports if not g.sizes.startswith("symbolic")]
     # Dynamo traces the first length statically; the graphs it makes dynamic after are
     # symbolic, the body's with logits_to_keep specialized
-    assert any("specialized" in g.sizes for g in graph_reports), \
-        [g.sizes for g in graph_reports]
+    assert any("specialized" in g.sizes for g in graph_reports), [g.sizes for g in graph_reports]
     # two Dynamo graphs (the body, the loss), forward and backward: one program each for
     # every length. (On a GPU the backward's attention takes a CPU RNG state that the meta
     # kernel gives as a GPU tensor; a check of its device rebuilt the backward per length.)
     assert len(builds) <= 4, (builds, per_shape)
-
 
 
 def test_an_input_only_library_calls_take_is_checked_for_its_sizes_alone(plugin):
@@ -310,8 +338,10 @@ def test_an_input_only_library_calls_take_is_checked_for_its_sizes_alone(plugin)
     from sdk.core import guards
 
     n = sympy.Symbol("s9", integer=True, positive=True)
-    specs = (guards.TensorSpec((n, 4), (4, 1), 0, torch.float32, torch.device("cpu"), True),
-             guards.TensorSpec((), (), 0, torch.int64, torch.device("cuda:0"), True))
+    specs = (
+        guards.TensorSpec((n, 4), (4, 1), 0, torch.float32, torch.device("cpu"), True),
+        guards.TensorSpec((), (), 0, torch.int64, torch.device("cuda:0"), True),
+    )
     args = (torch.randn(5, 4), torch.tensor(7))
     assert not guards.make_check(specs)(args)  # every input's layout and device
     check = guards.make_check(specs, layout_free=frozenset({1}))

@@ -200,13 +200,16 @@ def test_find_compiler_honours_cxx(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _add_kernel(tag: str) -> str:
     """A small kernel, made unique by ``tag`` so each test compiles its own library."""
-    return PRELUDE + f"""
+    return (
+        PRELUDE
+        + f"""
 // {tag}
 extern "C" void add(const float* __restrict x, const float* __restrict y, float* __restrict out) {{
 #pragma omp parallel for simd
   for (int64_t i = 0; i < {N}; ++i) out[i] = x[i] + y[i];
 }}
 """
+    )
 
 
 def _check_add(fn) -> None:
@@ -296,13 +299,16 @@ def test_compile_error_message(cache_root: Path) -> None:
 
 @needs_cxx
 def test_kernel_matches_torch() -> None:
-    source = PRELUDE + f"""
+    source = (
+        PRELUDE
+        + f"""
 extern "C" void silu_tanh(const float* __restrict x, const float* __restrict y,
                           float* __restrict out) {{
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < {N}; ++i) out[i] = x[i] * (1.0f / (1.0f + expf(-x[i]))) + tanhf(y[i]);
 }}
 """
+    )
     (fn,) = compile_and_load(source, ["silu_tanh"], [3])
     x, y, out = torch.randn(N) * 5, torch.randn(N) * 5, torch.empty(N)
     x[:4] = torch.tensor([float("inf"), float("-inf"), float("nan"), -100.0])
@@ -320,7 +326,9 @@ def test_half_conversions_are_bit_exact() -> None:
     edges = specials + fp16_edges
     floats[: len(edges)] = torch.tensor(edges)
     floats[len(edges) : N // 2] = torch.randn(N // 2 - len(edges), generator=generator) * 1e-5
-    source = PRELUDE + f"""
+    source = (
+        PRELUDE
+        + f"""
 extern "C" void to_half(const float* __restrict x, uint16_t* __restrict bf,
                         uint16_t* __restrict h) {{
 #pragma omp simd
@@ -338,6 +346,7 @@ extern "C" void from_half(const uint16_t* __restrict bf, const uint16_t* __restr
   }}
 }}
 """
+    )
     to_half, from_half = compile_and_load(source, ["to_half", "from_half"], [3, 4])
 
     bf, h = torch.empty(N, dtype=torch.int16), torch.empty(N, dtype=torch.int16)

@@ -89,9 +89,14 @@ def pointwise(name: str, ins: dict[str, ir.Layout], out: ir.Layout, body) -> ir.
     loads = {n: ir.Load(n, lo.linear(vs) - lo.offset, lo.dtype) for n, lo in ins.items()}
     value = body(**loads)
     args = [ir.BufferArg(n, lo, "in") for n, lo in ins.items()] + [ir.BufferArg("out", out, "out")]
-    return ir.Kernel(name, vs, out.sizes, [ir.Stage((), (), [], [ir.Store("out", out.linear(vs),
-                                                                            value)])], args,
-                     origins=(f"{name}: test",))
+    return ir.Kernel(
+        name,
+        vs,
+        out.sizes,
+        [ir.Stage((), (), [], [ir.Store("out", out.linear(vs), value)])],
+        args,
+        origins=(f"{name}: test",),
+    )
 
 
 def close(actual, expected, **kw):
@@ -105,10 +110,16 @@ def close(actual, expected, **kw):
 
 def test_pointwise_chain_fp32():
     shape = (37, 50)
-    k = pointwise("fused_exp_mul_sigmoid_add", {"a": lay(shape), "b": lay(shape)}, lay(shape),
-                  lambda a, b: op("add", op("mul", op("exp", a), ir.Const(2.0, F32)),
-                                  op("where", op("gt", b, ir.Const(0.0, F32)), op("sigmoid", b),
-                                     op("neg", b))))
+    k = pointwise(
+        "fused_exp_mul_sigmoid_add",
+        {"a": lay(shape), "b": lay(shape)},
+        lay(shape),
+        lambda a, b: op(
+            "add",
+            op("mul", op("exp", a), ir.Const(2.0, F32)),
+            op("where", op("gt", b, ir.Const(0.0, F32)), op("sigmoid", b), op("neg", b)),
+        ),
+    )
     a, b = torch.randn(shape, device=DEV), torch.randn(shape, device=DEV)
     out = torch.empty(shape, device=DEV)
     src = run(k, a, b, out)
@@ -122,9 +133,16 @@ def test_pointwise_chain_fp32():
 
 def test_bf16_in_out():
     shape = (10, 33)
-    k = pointwise("bf16_gelu_ish", {"a": lay(shape, BF16)}, lay(shape, BF16),
-                  lambda a: op("cast", op("mul", op("cast", a, dtype=F32),
-                                          op("tanh", op("cast", a, dtype=F32))), dtype=BF16))
+    k = pointwise(
+        "bf16_gelu_ish",
+        {"a": lay(shape, BF16)},
+        lay(shape, BF16),
+        lambda a: op(
+            "cast",
+            op("mul", op("cast", a, dtype=F32), op("tanh", op("cast", a, dtype=F32))),
+            dtype=BF16,
+        ),
+    )
     a = torch.randn(shape, device=DEV).to(BF16)
     out = torch.empty(shape, device=DEV, dtype=BF16)
     run(k, a, out)
@@ -140,8 +158,24 @@ def test_half_precision_op_computes_in_fp32():
     close(out, a.exp(), rtol=0, atol=0)
 
 
-_SPECIAL = [float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1.0,
-            -1.0, 3.0, -7.25, 1e-3, 100.0]
+_SPECIAL = [
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    -0.0,
+    0.0,
+    0.5,
+    -0.5,
+    1.5,
+    2.5,
+    -2.5,
+    1.0,
+    -1.0,
+    3.0,
+    -7.25,
+    1e-3,
+    100.0,
+]
 
 
 def _floats(n=48, seed=0, lo=-3.0, hi=3.0) -> torch.Tensor:
@@ -151,40 +185,101 @@ def _floats(n=48, seed=0, lo=-3.0, hi=3.0) -> torch.Tensor:
 
 
 UNARY_FLOAT = {
-    "neg": torch.neg, "abs": torch.abs, "reciprocal": torch.reciprocal, "sign": torch.sign,
-    "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1, "log": torch.log,
-    "log2": torch.log2, "log10": torch.log10, "log1p": torch.log1p, "sqrt": torch.sqrt,
-    "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan,
-    "asin": torch.asin, "acos": torch.acos, "atan": torch.atan, "sinh": torch.sinh,
-    "cosh": torch.cosh, "tanh": torch.tanh, "asinh": torch.asinh, "acosh": torch.acosh,
-    "atanh": torch.atanh, "erf": torch.erf, "erfc": torch.erfc, "sigmoid": torch.sigmoid,
-    "floor": torch.floor, "ceil": torch.ceil, "trunc": torch.trunc, "round": torch.round,
-    "isnan": torch.isnan, "isinf": torch.isinf, "signbit": torch.signbit,
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "reciprocal": torch.reciprocal,
+    "sign": torch.sign,
+    "exp": torch.exp,
+    "exp2": torch.exp2,
+    "expm1": torch.expm1,
+    "log": torch.log,
+    "log2": torch.log2,
+    "log10": torch.log10,
+    "log1p": torch.log1p,
+    "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "tan": torch.tan,
+    "asin": torch.asin,
+    "acos": torch.acos,
+    "atan": torch.atan,
+    "sinh": torch.sinh,
+    "cosh": torch.cosh,
+    "tanh": torch.tanh,
+    "asinh": torch.asinh,
+    "acosh": torch.acosh,
+    "atanh": torch.atanh,
+    "erf": torch.erf,
+    "erfc": torch.erfc,
+    "sigmoid": torch.sigmoid,
+    "floor": torch.floor,
+    "ceil": torch.ceil,
+    "trunc": torch.trunc,
+    "round": torch.round,
+    "isnan": torch.isnan,
+    "isinf": torch.isinf,
+    "signbit": torch.signbit,
     "logical_not": torch.logical_not,
 }
 BINARY_FLOAT = {
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "truediv": torch.div,
-    "floordiv": torch.floor_divide, "remainder": torch.remainder, "fmod": torch.fmod,
-    "pow": torch.pow, "atan2": torch.atan2, "maximum": torch.maximum, "minimum": torch.minimum,
-    "copysign": torch.copysign, "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le,
-    "gt": torch.gt, "ge": torch.ge, "logical_and": torch.logical_and,
-    "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "truediv": torch.div,
+    "floordiv": torch.floor_divide,
+    "remainder": torch.remainder,
+    "fmod": torch.fmod,
+    "pow": torch.pow,
+    "atan2": torch.atan2,
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "copysign": torch.copysign,
+    "eq": torch.eq,
+    "ne": torch.ne,
+    "lt": torch.lt,
+    "le": torch.le,
+    "gt": torch.gt,
+    "ge": torch.ge,
+    "logical_and": torch.logical_and,
+    "logical_or": torch.logical_or,
+    "logical_xor": torch.logical_xor,
 }
 BINARY_INT = {
-    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "floordiv": torch.floor_divide,
-    "remainder": torch.remainder, "fmod": torch.fmod, "maximum": torch.maximum,
-    "minimum": torch.minimum, "bitwise_and": torch.bitwise_and, "bitwise_or": torch.bitwise_or,
-    "bitwise_xor": torch.bitwise_xor, "lshift": torch.bitwise_left_shift,
-    "rshift": torch.bitwise_right_shift, "lt": torch.lt, "eq": torch.eq,
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "floordiv": torch.floor_divide,
+    "remainder": torch.remainder,
+    "fmod": torch.fmod,
+    "maximum": torch.maximum,
+    "minimum": torch.minimum,
+    "bitwise_and": torch.bitwise_and,
+    "bitwise_or": torch.bitwise_or,
+    "bitwise_xor": torch.bitwise_xor,
+    "lshift": torch.bitwise_left_shift,
+    "rshift": torch.bitwise_right_shift,
+    "lt": torch.lt,
+    "eq": torch.eq,
 }
-UNARY_INT = {"neg": torch.neg, "abs": torch.abs, "sign": torch.sign,
-             "bitwise_not": torch.bitwise_not, "isnan": torch.isnan, "signbit": torch.signbit}
+UNARY_INT = {
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "sign": torch.sign,
+    "bitwise_not": torch.bitwise_not,
+    "isnan": torch.isnan,
+    "signbit": torch.signbit,
+}
 
 
 def _unary(name, fn, x, dtype):
     out_dtype = torch.bool if name in ir.PREDICATES else dtype
-    k = pointwise(f"op_{name}", {"a": lay(x.shape, dtype)}, lay(x.shape, out_dtype),
-                  lambda a: op(name, a, dtype=out_dtype))
+    k = pointwise(
+        f"op_{name}",
+        {"a": lay(x.shape, dtype)},
+        lay(x.shape, out_dtype),
+        lambda a: op(name, a, dtype=out_dtype),
+    )
     out = torch.empty(x.shape, device=DEV, dtype=out_dtype)
     run(k, x, out)
     close(out, fn(x), rtol=2e-5, atol=1e-5)
@@ -207,8 +302,12 @@ def test_binary_float_ops(name):
     if name == "pow":
         a = a.abs()
     out_dtype = torch.bool if name in ir.PREDICATES else F32
-    k = pointwise(f"op_{name}", {"a": lay(a.shape), "b": lay(b.shape)}, lay(a.shape, out_dtype),
-                  lambda a, b: op(name, a, b, dtype=out_dtype))
+    k = pointwise(
+        f"op_{name}",
+        {"a": lay(a.shape), "b": lay(b.shape)},
+        lay(a.shape, out_dtype),
+        lambda a, b: op(name, a, b, dtype=out_dtype),
+    )
     out = torch.empty(a.shape, device=DEV, dtype=out_dtype)
     run(k, a, b, out)
     close(out, BINARY_FLOAT[name](a, b), rtol=2e-5, atol=1e-5)
@@ -224,8 +323,12 @@ def test_binary_int_ops(name):
     if name in ("lshift", "rshift"):
         b = b.abs() % 5
     out_dtype = torch.bool if name in ir.PREDICATES else torch.int32
-    k = pointwise(f"iop_{name}", {"a": lay((64,), torch.int32), "b": lay((64,), torch.int32)},
-                  lay((64,), out_dtype), lambda a, b: op(name, a, b, dtype=out_dtype))
+    k = pointwise(
+        f"iop_{name}",
+        {"a": lay((64,), torch.int32), "b": lay((64,), torch.int32)},
+        lay((64,), out_dtype),
+        lambda a, b: op(name, a, b, dtype=out_dtype),
+    )
     out = torch.empty(64, device=DEV, dtype=out_dtype)
     run(k, a, b, out)
     close(out, BINARY_INT[name](a, b), rtol=0, atol=0)
@@ -239,10 +342,18 @@ def test_unary_int_ops(name):
 
 def test_casts_and_where_on_ints():
     x = torch.tensor([-2.7, -0.5, 0.0, 0.4, 3.9, 1e3], device=DEV)
-    k = pointwise("casts", {"a": lay((6,))}, lay((6,), I64),
-                  lambda a: op("where", op("cast", a, dtype=torch.bool),
-                               op("cast", a, dtype=torch.int32),
-                               ir.Const(-1, I64), dtype=I64))
+    k = pointwise(
+        "casts",
+        {"a": lay((6,))},
+        lay((6,), I64),
+        lambda a: op(
+            "where",
+            op("cast", a, dtype=torch.bool),
+            op("cast", a, dtype=torch.int32),
+            ir.Const(-1, I64),
+            dtype=I64,
+        ),
+    )
     out = torch.empty(6, device=DEV, dtype=I64)
     run(k, x, out)
     close(out, torch.where(x.bool(), x.to(torch.int32).long(), -1))
@@ -254,14 +365,19 @@ def test_casts_between_bf16_and_other_types(other):
     once read or wrote the bits as numbers: float64 -> bf16 gave zeros and NaNs)."""
     x = torch.tensor([-2.7, -0.51, 0.0, 0.4, 3.9, 1e3, 1e-3, 300.5], device=DEV)
     src = x.to(other)
-    k = pointwise("to_bf16_and_back", {"a": lay((8,), other)}, lay((8,), BF16),
-                  lambda a: op("cast", a, dtype=BF16))
+    k = pointwise(
+        "to_bf16_and_back",
+        {"a": lay((8,), other)},
+        lay((8,), BF16),
+        lambda a: op("cast", a, dtype=BF16),
+    )
     out = torch.empty(8, device=DEV, dtype=BF16)
     run(k, src, out)
     close(out, src.to(BF16), rtol=0, atol=0)
     b = src.to(BF16)
-    k = pointwise("from_bf16", {"a": lay((8,), BF16)}, lay((8,), other),
-                  lambda a: op("cast", a, dtype=other))
+    k = pointwise(
+        "from_bf16", {"a": lay((8,), BF16)}, lay((8,), other), lambda a: op("cast", a, dtype=other)
+    )
     back = torch.empty(8, device=DEV, dtype=other)
     run(k, b, back)
     close(back, b.to(other), rtol=0, atol=0)
@@ -276,19 +392,35 @@ def softmax_kernel(rows: int, cols: int) -> ir.Kernel:
     (i,) = V("i")
     r0, r1, r2 = V("r0", "r1", "r2")
     X, Y = lay((rows, cols)), lay((rows, cols))
+
     def x(r):
         return ir.Load("x", X.linear((i, r)), F32)
+
     mx, sm = ir.LocalRef("mx", F32), ir.LocalRef("sm", F32)
+
     def e(r):
         return op("exp", op("sub", x(r), mx))
+
     return ir.Kernel(
-        f"softmax_{rows}x{cols}", (i,), (rows,),
-        [ir.Stage((r0,), (cols,), [ir.Reduction("mx", "max", x(r0), F32)]),
-         ir.Stage((r1,), (cols,), [ir.Reduction("sm", "sum", e(r1), F32)]),
-         ir.Stage((r2,), (cols,), [], [ir.Store("y", Y.linear((i, r2)), op("truediv", e(r2), sm))])],
+        f"softmax_{rows}x{cols}",
+        (i,),
+        (rows,),
+        [
+            ir.Stage((r0,), (cols,), [ir.Reduction("mx", "max", x(r0), F32)]),
+            ir.Stage((r1,), (cols,), [ir.Reduction("sm", "sum", e(r1), F32)]),
+            ir.Stage(
+                (r2,), (cols,), [], [ir.Store("y", Y.linear((i, r2)), op("truediv", e(r2), sm))]
+            ),
+        ],
         [ir.BufferArg("x", X, "in"), ir.BufferArg("y", Y, "out")],
-        origins=("amax: aten.amax", "sub: aten.sub", "exp: aten.exp", "sum: aten.sum",
-                 "div: aten.div"))
+        origins=(
+            "amax: aten.amax",
+            "sub: aten.sub",
+            "exp: aten.exp",
+            "sum: aten.sum",
+            "div: aten.div",
+        ),
+    )
 
 
 @pytest.mark.parametrize("shape,mode", [((8, 1000), "persistent"), ((4, 5000), "looped")])
@@ -337,23 +469,34 @@ def reduce_kernel(name, n_rows, n_cols, reds, dtype=F32, split_ok=True) -> ir.Ke
     x = ir.Load("x", idx, dtype)
     reductions, stores, args = [], [], [ir.BufferArg("x", X, "in")]
     for opname in reds:
-        out_dtype = I64 if opname.startswith("arg") else (
-            torch.bool if opname in ("any", "all") else F32)
-        value = x if opname.startswith("arg") or opname in ("any", "all") else (
-            x if dtype == F32 else op("cast", x, dtype=F32))
+        out_dtype = (
+            I64 if opname.startswith("arg") else (torch.bool if opname in ("any", "all") else F32)
+        )
+        value = (
+            x
+            if opname.startswith("arg") or opname in ("any", "all")
+            else (x if dtype == F32 else op("cast", x, dtype=F32))
+        )
         reductions.append(ir.Reduction(opname, opname, value, out_dtype))
         O = lay((n_rows,), out_dtype)
         args.append(ir.BufferArg(f"out_{opname}", O, "out"))
         at = O.linear((i,)) if n_rows > 1 else sympy.Integer(0)
         stores.append(ir.Store(f"out_{opname}", at, ir.LocalRef(opname, out_dtype)))
-    return ir.Kernel(name, *outer, [ir.Stage((r,), (n_cols,), reductions),
-                                    ir.Stage((), (), [], stores)], args)
+    return ir.Kernel(
+        name, *outer, [ir.Stage((r,), (n_cols,), reductions), ir.Stage((), (), [], stores)], args
+    )
 
 
-REF = {"sum": lambda x: x.float().sum(-1), "max": lambda x: x.float().amax(-1),
-       "min": lambda x: x.float().amin(-1), "prod": lambda x: x.float().prod(-1),
-       "argmax": lambda x: x.argmax(-1), "argmin": lambda x: x.argmin(-1),
-       "any": lambda x: x.bool().any(-1), "all": lambda x: x.bool().all(-1)}
+REF = {
+    "sum": lambda x: x.float().sum(-1),
+    "max": lambda x: x.float().amax(-1),
+    "min": lambda x: x.float().amin(-1),
+    "prod": lambda x: x.float().prod(-1),
+    "argmax": lambda x: x.argmax(-1),
+    "argmin": lambda x: x.argmin(-1),
+    "any": lambda x: x.bool().any(-1),
+    "all": lambda x: x.bool().all(-1),
+}
 
 
 def _reduce(x, reds, mode, **tol):
@@ -394,8 +537,9 @@ def _ties(rows, cols, nan_row=True):
     return x.to(DEV)
 
 
-@pytest.mark.parametrize("rows,cols,mode", [(6, 37, "persistent"), (3, 5000, "looped"),
-                                            (1, 100000, "split")])
+@pytest.mark.parametrize(
+    "rows,cols,mode", [(6, 37, "persistent"), (3, 5000, "looped"), (1, 100000, "split")]
+)
 def test_argmax_argmin_ties(rows, cols, mode):
     if rows == 1:  # ties across split chunks
         x = torch.ones(1, cols, device=DEV)
@@ -421,14 +565,28 @@ def test_reduce_two_inner_dims_strided_and_nan():
     X = lay((6, 5, 7))
     x = ir.Load("x", X.linear((i, j, kk)), F32)
     O1, O2 = lay((5,)), lay((5,))
-    kern = ir.Kernel("sum_max_dims_0_2", (j,), (5,),
-                     [ir.Stage((i, kk), (6, 7), [ir.Reduction("s", "sum", x, F32),
-                                                 ir.Reduction("m", "max", x, F32)]),
-                      ir.Stage((), (), [], [ir.Store("o1", O1.linear((j,)), ir.LocalRef("s", F32)),
-                                            ir.Store("o2", O2.linear((j,)),
-                                                     ir.LocalRef("m", F32))])],
-                     [ir.BufferArg("x", X, "in"), ir.BufferArg("o1", O1, "out"),
-                      ir.BufferArg("o2", O2, "out")])
+    kern = ir.Kernel(
+        "sum_max_dims_0_2",
+        (j,),
+        (5,),
+        [
+            ir.Stage(
+                (i, kk),
+                (6, 7),
+                [ir.Reduction("s", "sum", x, F32), ir.Reduction("m", "max", x, F32)],
+            ),
+            ir.Stage(
+                (),
+                (),
+                [],
+                [
+                    ir.Store("o1", O1.linear((j,)), ir.LocalRef("s", F32)),
+                    ir.Store("o2", O2.linear((j,)), ir.LocalRef("m", F32)),
+                ],
+            ),
+        ],
+        [ir.BufferArg("x", X, "in"), ir.BufferArg("o1", O1, "out"), ir.BufferArg("o2", O2, "out")],
+    )
     t = torch.randn(6, 5, 7, device=DEV)
     t[3, 2, 4] = float("nan")
     o1, o2 = torch.empty(5, device=DEV), torch.empty(5, device=DEV)
@@ -442,18 +600,35 @@ def test_stages_of_different_inner_sizes():
     """One kernel: a = sum(x[i, :30]); b = max(y[i, :50]); out[i] = a * b (two r groups)."""
     i, r, s = V("i", "r", "s")
     X, Y, O = lay((9, 30)), lay((9, 50)), lay((9,))
-    kern = ir.Kernel("two_groups", (i,), (9,),
-                     [ir.Stage((r,), (30,), [ir.Reduction("a", "sum", ir.Load("x", X.linear((i, r)),
-                                                                               F32), F32)]),
-                      ir.Stage((s,), (50,), [ir.Reduction("b", "max", ir.Load("y", Y.linear((i, s)),
-                                                                               F32), F32)]),
-                      ir.Stage((), (), [], [ir.Store("o", O.linear((i,)),
-                                                     op("mul", ir.LocalRef("a", F32),
-                                                        ir.LocalRef("b", F32)))])],
-                     [ir.BufferArg("x", X, "in"), ir.BufferArg("y", Y, "in"),
-                      ir.BufferArg("o", O, "out")])
-    x, y, o = torch.randn(9, 30, device=DEV), torch.randn(9, 50, device=DEV), torch.empty(9,
-                                                                                       device=DEV)
+    kern = ir.Kernel(
+        "two_groups",
+        (i,),
+        (9,),
+        [
+            ir.Stage(
+                (r,), (30,), [ir.Reduction("a", "sum", ir.Load("x", X.linear((i, r)), F32), F32)]
+            ),
+            ir.Stage(
+                (s,), (50,), [ir.Reduction("b", "max", ir.Load("y", Y.linear((i, s)), F32), F32)]
+            ),
+            ir.Stage(
+                (),
+                (),
+                [],
+                [
+                    ir.Store(
+                        "o", O.linear((i,)), op("mul", ir.LocalRef("a", F32), ir.LocalRef("b", F32))
+                    )
+                ],
+            ),
+        ],
+        [ir.BufferArg("x", X, "in"), ir.BufferArg("y", Y, "in"), ir.BufferArg("o", O, "out")],
+    )
+    x, y, o = (
+        torch.randn(9, 30, device=DEV),
+        torch.randn(9, 50, device=DEV),
+        torch.empty(9, device=DEV),
+    )
     run(kern, x, y, o)
     close(o, x.sum(1) * y.amax(1), rtol=1e-5, atol=1e-5)
 
@@ -469,8 +644,12 @@ def test_non_contiguous_offset_and_broadcast_loads():
     Xt = lay((5, 7), strides=(1, 9), offset=13)  # a transposed window of a (7, 9) matrix
     R = lay((5, 7), strides=(0, 3), offset=2)  # row[j] = base2[2 + 3 j], stride 0 over i
     base2 = torch.randn(30, device=DEV)
-    k = pointwise("strided", {"xt": Xt, "row": R}, lay((5, 7)),
-                  lambda xt, row: op("add", op("mul", xt, ir.Const(2.0, F32)), row))
+    k = pointwise(
+        "strided",
+        {"xt": Xt, "row": R},
+        lay((5, 7)),
+        lambda xt, row: op("add", op("mul", xt, ir.Const(2.0, F32)), row),
+    )
     out = torch.empty(5, 7, device=DEV)
     xt = torch.as_strided(base, (5, 7), (1, 9), 13)
     row = torch.as_strided(base2, (5, 7), (0, 3), 2)
@@ -485,8 +664,12 @@ def test_transposing_pointwise_is_tiled_2d(sizes, perm):
     base = lay(sizes)
     out_sizes = tuple(sizes[p] for p in perm)
     xt = lay(out_sizes, strides=tuple(base.strides[p] for p in perm))
-    k = pointwise("permute_mul_add", {"x": xt, "y": lay(out_sizes)}, lay(out_sizes),
-                  lambda x, y: op("add", op("mul", x, ir.Const(2.0, F32)), y))
+    k = pointwise(
+        "permute_mul_add",
+        {"x": xt, "y": lay(out_sizes)},
+        lay(out_sizes),
+        lambda x, y: op("add", op("mul", x, ir.Const(2.0, F32)), y),
+    )
     x, y = torch.randn(sizes, device=DEV), torch.randn(out_sizes, device=DEV)
     out = torch.empty(out_sizes, device=DEV)
     src = run(k, x, y, out)
@@ -500,16 +683,19 @@ def test_row_broadcast_tile_gets_two_warps(transposed):
     spans the columns across them (a row-wise kernel): 2 warps. With x read transposed, the
     same tile is a transpose and keeps 4."""
     x_lay = lay((70, 90), strides=(1, 70)) if transposed else lay((70, 90))
-    k = pointwise("row_scale", {"x": x_lay, "s": lay((70, 90), strides=(1, 0))},
-                  lay((70, 90)), lambda x, s: op("mul", x, s))
+    k = pointwise(
+        "row_scale",
+        {"x": x_lay, "s": lay((70, 90), strides=(1, 0))},
+        lay((70, 90)),
+        lambda x, s: op("mul", x, s),
+    )
     x = torch.randn(90, 70, device=DEV).t() if transposed else torch.randn(70, 90, device=DEV)
     s = torch.randn(70, device=DEV)
     out = torch.empty(70, 90, device=DEV)
     src = run(k, x, s.as_strided((70, 90), (1, 0)), out)
     close(out, x * s[:, None])
     assert src.meta["mode"] == "pointwise2d"
-    assert src.meta["config"] == {"XBLOCK": 64, "YBLOCK": 64,
-                                  "num_warps": 4 if transposed else 2}
+    assert src.meta["config"] == {"XBLOCK": 64, "YBLOCK": 64, "num_warps": 4 if transposed else 2}
 
 
 def _embedding_kernel(rows: int = 10) -> ir.Kernel:
@@ -518,10 +704,13 @@ def _embedding_kernel(rows: int = 10) -> ir.Kernel:
     W, IDX, O = lay((rows, 16)), lay((4, 5), I64), lay((4, 5, 16))
     index = ir.Load("idx", IDX.linear((i, j)), I64)
     value = ir.Load("w", W.linear((s, kk)), F32, binds=((s, index, rows),))
-    return ir.Kernel("embedding", (i, j, kk), (4, 5, 16),
-                     [ir.Stage((), (), [], [ir.Store("out", O.linear((i, j, kk)), value)])],
-                     [ir.BufferArg("w", W, "in"), ir.BufferArg("idx", IDX, "in"),
-                      ir.BufferArg("out", O, "out")])
+    return ir.Kernel(
+        "embedding",
+        (i, j, kk),
+        (4, 5, 16),
+        [ir.Stage((), (), [], [ir.Store("out", O.linear((i, j, kk)), value)])],
+        [ir.BufferArg("w", W, "in"), ir.BufferArg("idx", IDX, "in"), ir.BufferArg("out", O, "out")],
+    )
 
 
 @pytest.mark.parametrize("debug", [False, True])
@@ -560,8 +749,13 @@ def test_unprovable_direct_load_is_clamped_into_its_buffer():
     X, O = lay((8,)), lay((12,))
     idx = ir.Mod(i * 7 + 20, 5) + ir.FloorDiv(i, 3) - 2  # may leave [0, 8) as far as it knows
     value = ir.Load("x", idx, F32)
-    kern = ir.Kernel("odd", (i,), (12,), [ir.Stage((), (), [], [ir.Store("out", i, value)])],
-                     [ir.BufferArg("x", X, "in"), ir.BufferArg("out", O, "out")])
+    kern = ir.Kernel(
+        "odd",
+        (i,),
+        (12,),
+        [ir.Stage((), (), [], [ir.Store("out", i, value)])],
+        [ir.BufferArg("x", X, "in"), ir.BufferArg("out", O, "out")],
+    )
     x = torch.randn(8, device=DEV)
     out = torch.empty(12, device=DEV)
     src = run(kern, x, out)
@@ -585,8 +779,10 @@ def test_interpreter_rejects_a_load_outside_every_buffer():
         tl.store(out_ptr + offs, tl.load(x_ptr + offs + 1))
 
     x, out = torch.randn(8), torch.empty(8)
-    with pytest.raises(Exception, match="outside every buffer"), \
-            checking_bounds("past_the_end", [x, out]):
+    with (
+        pytest.raises(Exception, match="outside every buffer"),
+        checking_bounds("past_the_end", [x, out]),
+    ):
         past_the_end[(1,)](x, out, N=8)
     y = torch.randn(9)
     with checking_bounds("in_bounds", [y, out]):
@@ -598,10 +794,13 @@ def _rand_kernel(name: str, n: int) -> ir.Kernel:
     (i,) = V("i")
     seed = ir.Load("seed", sympy.Integer(0), I64)
     offset = op("add", ir.IndexValue(i), ir.Const(1000, I64))
-    return ir.Kernel(name, (i,), (n,),
-                     [ir.Stage((), (), [], [ir.Store("out", i, ir.Op(name, (seed, offset), F32))])],
-                     [ir.BufferArg("seed", lay((1,), I64), "in"),
-                      ir.BufferArg("out", lay((n,)), "out")])
+    return ir.Kernel(
+        name,
+        (i,),
+        (n,),
+        [ir.Stage((), (), [], [ir.Store("out", i, ir.Op(name, (seed, offset), F32))])],
+        [ir.BufferArg("seed", lay((1,), I64), "in"), ir.BufferArg("out", lay((n,)), "out")],
+    )
 
 
 def test_rand_uniform_and_normal():
@@ -623,10 +822,20 @@ def test_rand_uniform_and_normal():
 def test_int64_indices_when_an_index_can_reach_2_31():
     i, j = V("i", "j")
     big = lay((3, 2**30), strides=(2**30, 1))
-    k = ir.Kernel("huge", (i, j), (3, 2**30),
-                  [ir.Stage((), (), [], [ir.Store("out", big.linear((i, j)),
-                                                  ir.Load("x", big.linear((i, j)), F32))])],
-                  [ir.BufferArg("x", big, "in"), ir.BufferArg("out", big, "out")])
+    k = ir.Kernel(
+        "huge",
+        (i, j),
+        (3, 2**30),
+        [
+            ir.Stage(
+                (),
+                (),
+                [],
+                [ir.Store("out", big.linear((i, j)), ir.Load("x", big.linear((i, j)), F32))],
+            )
+        ],
+        [ir.BufferArg("x", big, "in"), ir.BufferArg("out", big, "out")],
+    )
     src = render.render(k)
     assert src.meta["int64"] and "tl.program_id(0).to(tl.int64)" in src.source
     small = render.render(softmax_kernel(8, 1000))
@@ -639,9 +848,14 @@ def test_int64_indices_when_an_index_can_reach_2_31():
 
 
 def _ctx(**options) -> sdk.CompileContext:
-    return sdk.CompileContext("cuda_triton", DEV, "inference", "g0",
-                              {"debug": False, "autotune": False, **options},
-                              frozenset(cuda_triton.sdk_plugin_info().capabilities))
+    return sdk.CompileContext(
+        "cuda_triton",
+        DEV,
+        "inference",
+        "g0",
+        {"debug": False, "autotune": False, **options},
+        frozenset(cuda_triton.sdk_plugin_info().capabilities),
+    )
 
 
 def test_hooks_render_and_compile_with_autotune_option():
@@ -696,8 +910,9 @@ def test_combine_helpers_without_the_interpreter_shortcut(monkeypatch):
 
 def test_launch_path_and_repeated_calls():
     """On a GPU the second call on skips Triton's dispatch; results stay the same."""
-    k = pointwise("launch_path", {"a": lay((300,))}, lay((300,)),
-                  lambda a: op("mul", a, ir.Const(3.0, F32)))
+    k = pointwise(
+        "launch_path", {"a": lay((300,))}, lay((300,)), lambda a: op("mul", a, ir.Const(3.0, F32))
+    )
     ir.check_kernel(k)
     (fn,) = launch.compile_sources([render.render(k)])
     a = torch.randn(300, device=DEV)
@@ -715,8 +930,10 @@ def test_narrow_column_reduction_takes_long_tiles():
     from sdk.plugins.cuda_triton import heuristics
 
     narrow = heuristics.plan(768, [4096], False, outer=True)
-    assert (narrow.mode, narrow.config) == ("looped", {"XBLOCK": 16, "RBLOCK": 1024,
-                                                       "num_warps": 8})
+    assert (narrow.mode, narrow.config) == (
+        "looped",
+        {"XBLOCK": 16, "RBLOCK": 1024, "num_warps": 8},
+    )
     for columns in (8192, 30522):
         wide = heuristics.plan(columns, [4096], False, outer=True)
         assert wide.config == {"XBLOCK": 32, "RBLOCK": 64, "num_warps": 8}, columns

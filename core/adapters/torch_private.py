@@ -30,11 +30,21 @@ OpOverloadPacket = torch._ops.OpOverloadPacket
 _EXTRA_DECOMPOSED = [
     getattr(aten, name)
     for name in (
-        "_softmax", "_log_softmax", "native_layer_norm", "gelu", "std", "native_dropout",
+        "_softmax",
+        "_log_softmax",
+        "native_layer_norm",
+        "gelu",
+        "std",
+        "native_dropout",
         # every batch-norm entry point, as Inductor does: some mutate running stats
-        "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
-        "_native_batch_norm_legit_no_training", "_batch_norm_with_update",
-        "_batch_norm_with_update_functional", "_batch_norm_no_update", "batch_norm_backward",
+        "native_batch_norm",
+        "_native_batch_norm_legit",
+        "_native_batch_norm_legit_functional",
+        "_native_batch_norm_legit_no_training",
+        "_batch_norm_with_update",
+        "_batch_norm_with_update_functional",
+        "_batch_norm_no_update",
+        "batch_norm_backward",
     )
     if hasattr(aten, name)  # not every op exists in every supported torch
 ]
@@ -88,6 +98,7 @@ def aot_compile(
     graph, splits it with the min-cut rematerialization partitioner and calls
     ``forward`` now and ``backward`` when the backward first runs.
     """
+
     def compile_backward(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         # What Dynamo's wrapper does (keep Dynamo out of the compiler and of the
         # compiled backward), but keeping the boxed calling convention.
@@ -108,8 +119,11 @@ def aot_compile(
     return compiler(gm, example_inputs)
 
 
-def buffer_ops(device: torch.device) -> tuple[Callable[..., Any], Callable[..., Any] | None,
-                                             Callable[..., Any], Callable[[], bool] | None]:
+def buffer_ops(
+    device: torch.device,
+) -> tuple[
+    Callable[..., Any], Callable[..., Any] | None, Callable[..., Any], Callable[[], bool] | None
+]:
     """The cheap tensor constructors a generated wrapper calls, as Inductor's wrappers do.
 
     Returns ``(empty, empty_fast, view, is_current)``:
@@ -216,8 +230,11 @@ def concrete_graph(gm: torch.fx.GraphModule, specs: tuple) -> torch.fx.GraphModu
     with mode:
         for spec in specs:
             if hasattr(spec, "strides"):
-                n = spec.offset + 1 + sum((sz - 1) * st for sz, st in zip(spec.sizes, spec.strides)
-                                          if sz > 0)
+                n = (
+                    spec.offset
+                    + 1
+                    + sum((sz - 1) * st for sz, st in zip(spec.sizes, spec.strides) if sz > 0)
+                )
                 base = torch.empty((max(n, 1),), dtype=spec.dtype, device=spec.device)
                 args.append(base.as_strided(spec.sizes, spec.strides, spec.offset))
             else:
@@ -269,8 +286,9 @@ def tensor_use_count(t: torch.Tensor) -> int:
 
 def storage_alias(storage: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:
     """A second storage object over ``storage``'s memory, owning none of it."""
-    return torch._C._construct_storage_from_data_pointer(storage.data_ptr(), device,
-                                                         storage.nbytes())
+    return torch._C._construct_storage_from_data_pointer(
+        storage.data_ptr(), device, storage.nbytes()
+    )
 
 
 def set_access_error(t: torch.Tensor, message: str) -> bool:
@@ -304,7 +322,8 @@ class SymbolicUnsupported(TypeError):
 #: dynamic), each replaced by its traced value while a symbolic compile runs: the program is
 #: symbolic in the sizes and specialized on these, and its guard checks their values.
 _specialized: contextvars.ContextVar[Mapping[str, int]] = contextvars.ContextVar(
-    "sdk_specialized_symbols", default=MappingProxyType({}))
+    "sdk_specialized_symbols", default=MappingProxyType({})
+)
 
 
 @contextlib.contextmanager
@@ -333,12 +352,19 @@ def non_size_symbols(values: Sequence[Any]) -> dict[str, int]:
         for sym in node.expr.free_symbols:
             if (sym.is_integer and sym.is_positive) or sym.name in out:
                 continue
-            values = None if env is None else (  # renamed in torch 2.13
-                env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val)
+            values = (
+                None
+                if env is None
+                # renamed in torch 2.13
+                else (
+                    env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
+                )
+            )
             value = None if values is None else values.get(sym)
             if value is None:
-                raise SymbolicUnsupported(f"symbol {sym} has no traced value "
-                                          "(data-dependent sizes are not supported)")
+                raise SymbolicUnsupported(
+                    f"symbol {sym} has no traced value (data-dependent sizes are not supported)"
+                )
             out[sym.name] = int(value)
 
     for v in values:
@@ -347,11 +373,14 @@ def non_size_symbols(values: Sequence[Any]) -> dict[str, int]:
                 visit(s)
         else:
             visit(v)
-    whole = {v.node.expr.name for v in values
-             if isinstance(v, torch.SymInt) and v.node.expr.is_Symbol}
+    whole = {
+        v.node.expr.name for v in values if isinstance(v, torch.SymInt) and v.node.expr.is_Symbol
+    }
     if set(out) - whole:
-        raise SymbolicUnsupported(f"integer symbols {sorted(set(out) - whole)} are not sizes "
-                                  "and not int inputs of the graph")
+        raise SymbolicUnsupported(
+            f"integer symbols {sorted(set(out) - whole)} are not sizes "
+            "and not int inputs of the graph"
+        )
     return out
 
 
@@ -385,8 +414,10 @@ def _to_index_expr(e: Any) -> Any:
         if value is not None:
             return value
         if not (e.is_integer and e.is_positive):
-            raise SymbolicUnsupported(f"size symbol {e} is not a backed positive size "
-                                      "(data-dependent sizes are not supported)")
+            raise SymbolicUnsupported(
+                f"size symbol {e} is not a backed positive size "
+                "(data-dependent sizes are not supported)"
+            )
         return size_var(e.name)
     if e.is_Add or e.is_Mul:
         args = [_as_sympy(_to_index_expr(a)) for a in e.args]
@@ -470,10 +501,14 @@ def user_error(exc: Exception, frame: Any = None) -> Exception:
         return exc
     cls = _USER_ERRORS.get(type(exc))
     if cls is None:
-        cls = _USER_ERRORS[type(exc)] = type(type(exc).__name__, (type(exc), base), {
-            "__module__": type(exc).__module__,
-            "__str__": lambda self: str(self.args[0]) if self.args else "",
-        })
+        cls = _USER_ERRORS[type(exc)] = type(
+            type(exc).__name__,
+            (type(exc), base),
+            {
+                "__module__": type(exc).__module__,
+                "__str__": lambda self: str(self.args[0]) if self.args else "",
+            },
+        )
     err = cls.__new__(cls)
     Exception.__init__(err, *exc.args)
     err.first_useful_frame = frame

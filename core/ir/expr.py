@@ -25,35 +25,73 @@ import torch
 # name -> (arity, doc). Comparisons and logical ops return torch.bool.
 OPS: dict[str, tuple[int, str]] = {
     # arithmetic
-    "add": (2, "a + b"), "sub": (2, "a - b"), "mul": (2, "a * b"),
+    "add": (2, "a + b"),
+    "sub": (2, "a - b"),
+    "mul": (2, "a * b"),
     "truediv": (2, "a / b (floating)"),
     "floordiv": (2, "floor(a / b), Python semantics (integers and floats)"),
     "remainder": (2, "a - floor(a / b) * b, Python semantics (torch.remainder)"),
     "fmod": (2, "C fmod / integer %, sign of a (torch.fmod)"),
-    "pow": (2, "a ** b"), "atan2": (2, "atan2(a, b)"),
+    "pow": (2, "a ** b"),
+    "atan2": (2, "atan2(a, b)"),
     "maximum": (2, "max, NaN-propagating (torch.maximum)"),
     "minimum": (2, "min, NaN-propagating (torch.minimum)"),
     "copysign": (2, "copysign(a, b)"),
-    "neg": (1, "-a"), "abs": (1, "|a|"), "reciprocal": (1, "1 / a"),
+    "neg": (1, "-a"),
+    "abs": (1, "|a|"),
+    "reciprocal": (1, "1 / a"),
     "sign": (1, "-1, 0 or 1; NaN gives 0 (torch.sign)"),
     # transcendental
-    "exp": (1, ""), "exp2": (1, ""), "expm1": (1, ""), "log": (1, ""), "log2": (1, ""),
-    "log10": (1, ""), "log1p": (1, ""), "sqrt": (1, ""), "rsqrt": (1, "1 / sqrt(a)"),
-    "sin": (1, ""), "cos": (1, ""), "tan": (1, ""), "asin": (1, ""), "acos": (1, ""),
-    "atan": (1, ""), "sinh": (1, ""), "cosh": (1, ""), "tanh": (1, ""), "asinh": (1, ""),
-    "acosh": (1, ""), "atanh": (1, ""), "erf": (1, ""), "erfc": (1, ""),
+    "exp": (1, ""),
+    "exp2": (1, ""),
+    "expm1": (1, ""),
+    "log": (1, ""),
+    "log2": (1, ""),
+    "log10": (1, ""),
+    "log1p": (1, ""),
+    "sqrt": (1, ""),
+    "rsqrt": (1, "1 / sqrt(a)"),
+    "sin": (1, ""),
+    "cos": (1, ""),
+    "tan": (1, ""),
+    "asin": (1, ""),
+    "acos": (1, ""),
+    "atan": (1, ""),
+    "sinh": (1, ""),
+    "cosh": (1, ""),
+    "tanh": (1, ""),
+    "asinh": (1, ""),
+    "acosh": (1, ""),
+    "atanh": (1, ""),
+    "erf": (1, ""),
+    "erfc": (1, ""),
     "sigmoid": (1, "1 / (1 + exp(-a))"),
     # rounding
-    "floor": (1, ""), "ceil": (1, ""), "trunc": (1, ""),
+    "floor": (1, ""),
+    "ceil": (1, ""),
+    "trunc": (1, ""),
     "round": (1, "round half to even (torch.round)"),
     # predicates and logic (result torch.bool)
-    "eq": (2, ""), "ne": (2, ""), "lt": (2, ""), "le": (2, ""), "gt": (2, ""), "ge": (2, ""),
-    "isnan": (1, ""), "isinf": (1, ""), "signbit": (1, ""),
-    "logical_and": (2, ""), "logical_or": (2, ""), "logical_xor": (2, ""),
+    "eq": (2, ""),
+    "ne": (2, ""),
+    "lt": (2, ""),
+    "le": (2, ""),
+    "gt": (2, ""),
+    "ge": (2, ""),
+    "isnan": (1, ""),
+    "isinf": (1, ""),
+    "signbit": (1, ""),
+    "logical_and": (2, ""),
+    "logical_or": (2, ""),
+    "logical_xor": (2, ""),
     "logical_not": (1, ""),
     # integer bit ops
-    "bitwise_and": (2, ""), "bitwise_or": (2, ""), "bitwise_xor": (2, ""),
-    "bitwise_not": (1, ""), "lshift": (2, ""), "rshift": (2, ""),
+    "bitwise_and": (2, ""),
+    "bitwise_or": (2, ""),
+    "bitwise_xor": (2, ""),
+    "bitwise_not": (1, ""),
+    "lshift": (2, ""),
+    "rshift": (2, ""),
     # selection and conversion
     "where": (3, "a ? b : c"),
     "cast": (1, "convert to the node's dtype (bool: a != 0; float->int truncates)"),
@@ -66,15 +104,51 @@ OPS: dict[str, tuple[int, str]] = {
 #: vectorized one, and about as much where hardware units compute them. The scheduler
 #: stores a value computed with them rather than recompute it at every point of a larger
 #: reader, unless the plugin declares ``Capability.CHEAP_TRANSCENDENTALS``.
-TRANSCENDENTAL: frozenset[str] = frozenset({
-    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
-    "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc",
-    "sigmoid", "pow", "atan2",
-})
+TRANSCENDENTAL: frozenset[str] = frozenset(
+    {
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "tanh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "erf",
+        "erfc",
+        "sigmoid",
+        "pow",
+        "atan2",
+    }
+)
 
 PREDICATES = frozenset(
-    {"eq", "ne", "lt", "le", "gt", "ge", "isnan", "isinf", "signbit",
-     "logical_and", "logical_or", "logical_xor", "logical_not"}
+    {
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "isnan",
+        "isinf",
+        "signbit",
+        "logical_and",
+        "logical_or",
+        "logical_xor",
+        "logical_not",
+    }
 )
 
 #: Reduction ops of :class:`sdk.ir.Reduction`; argmax/argmin give int64 positions
@@ -144,11 +218,19 @@ class Load(Expr):
 
     __slots__ = ("buffer", "index", "binds")
 
-    def __init__(self, buffer: str, index: Any, dtype: torch.dtype,
-                 binds: tuple[tuple[sympy.Symbol, Expr, Any], ...] = ()) -> None:
+    def __init__(
+        self,
+        buffer: str,
+        index: Any,
+        dtype: torch.dtype,
+        binds: tuple[tuple[sympy.Symbol, Expr, Any], ...] = (),
+    ) -> None:
         self.buffer = buffer
-        self.index = tuple(sympy.sympify(i) for i in index) if isinstance(index, tuple) \
+        self.index = (
+            tuple(sympy.sympify(i) for i in index)
+            if isinstance(index, tuple)
             else sympy.sympify(index)
+        )
         self.binds = binds
         self._init(dtype, (buffer, self.index, binds))
 
@@ -221,8 +303,11 @@ def rewrite(root: Expr, fn: Callable[[Expr], Expr | None], memo: dict | None = N
                 out = node if args == node.args else Op(node.name, args, node.dtype)
             elif isinstance(node, Load) and node.binds:
                 binds = tuple((s, go(e), n) for s, e, n in node.binds)
-                out = node if binds == node.binds else Load(node.buffer, node.index, node.dtype,
-                                                            binds)
+                out = (
+                    node
+                    if binds == node.binds
+                    else Load(node.buffer, node.index, node.dtype, binds)
+                )
             else:
                 out = node
         memo[node] = out
@@ -240,8 +325,11 @@ def subs_index(root: Expr, mapping: dict[sympy.Symbol, sympy.Expr]) -> Expr:
         if isinstance(node, Load):
             binds = tuple((s, subs_index(e, mapping), n) for s, e, n in node.binds)
             idx = node.index
-            idx = tuple(sympy.sympify(i).xreplace(mapping) for i in idx) \
-                if isinstance(idx, tuple) else idx.xreplace(mapping)
+            idx = (
+                tuple(sympy.sympify(i).xreplace(mapping) for i in idx)
+                if isinstance(idx, tuple)
+                else idx.xreplace(mapping)
+            )
             return Load(node.buffer, idx, node.dtype, binds)
         if isinstance(node, IndexValue):
             return IndexValue(node.expr.xreplace(mapping), node.dtype)

@@ -81,9 +81,13 @@ class StorageView(TensorValue):
 
 
 class ComputedView(TensorValue):
-    def __init__(self, node: Node, sizes: tuple[int, ...],
-                 reindex: Callable[[Index], Index] | None = None,
-                 storage: StorageView | None = None) -> None:
+    def __init__(
+        self,
+        node: Node,
+        sizes: tuple[int, ...],
+        reindex: Callable[[Index], Index] | None = None,
+        storage: StorageView | None = None,
+    ) -> None:
         self.node = node
         self.sizes = tuple(static(s) for s in sizes)
         self.dtype = node.dtype

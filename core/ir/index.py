@@ -37,7 +37,8 @@ def var(name: str) -> sympy.Symbol:
 MIN_SIZE = 2
 
 _HINTS: contextvars.ContextVar[Mapping[sympy.Symbol, int] | None] = contextvars.ContextVar(
-    "sdk_size_hints", default=None)
+    "sdk_size_hints", default=None
+)
 
 
 def size_var(name: str) -> sympy.Symbol:
@@ -172,8 +173,9 @@ def _exact_quotient(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
     q = sympy.cancel(a / b)
     if sympy.fraction(q)[1] != 1 or not q.is_polynomial():
         return None
-    if q.free_symbols and not all(c.is_Integer for c in sympy.Poly(q, *sorted(
-            q.free_symbols, key=lambda s: s.name)).coeffs()):
+    if q.free_symbols and not all(
+        c.is_Integer for c in sympy.Poly(q, *sorted(q.free_symbols, key=lambda s: s.name)).coeffs()
+    ):
         return None
     return q
 
@@ -260,8 +262,10 @@ def provably_nonneg(e: Any) -> bool:
             at = sympy.expand(e.xreplace({m: t}))
             if at.is_polynomial(t) and sympy.degree(at, t) <= 1 and not at.has(Mod, FloorDiv):
                 return provably_nonneg(at.subs(t, 0)) and provably_nonneg(at.subs(t, int(k) - 1))
-    shift = {s: sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True) + MIN_SIZE
-             for s in size_symbols(e)}
+    shift = {
+        s: sympy.Symbol(f"_t_{s.name}", integer=True, nonnegative=True) + MIN_SIZE
+        for s in size_symbols(e)
+    }
     return bool(sympy.expand(e.xreplace(shift)).is_nonnegative)
 
 

@@ -45,8 +45,14 @@ class Layout:
             raise ValueError(f"index of rank {len(index)} into a buffer of rank {len(self.sizes)}")
         return sympy.expand(
             sympy.sympify(self.offset)
-            + sum((sympy.sympify(st) * i for st, i, sz in zip(self.strides, index, self.sizes)
-                   if sz != 1), sympy.Integer(0))
+            + sum(
+                (
+                    sympy.sympify(st) * i
+                    for st, i, sz in zip(self.strides, index, self.sizes)
+                    if sz != 1
+                ),
+                sympy.Integer(0),
+            )
         )
 
     @property
@@ -59,8 +65,11 @@ class Layout:
         """Elements the storage must hold from offset 0 (symbolic where a size is)."""
         if any(s == 0 for s in self.sizes):
             return 0
-        return static(static(self.offset) + 1 + sum((static(s) - 1) * static(st)
-                                                    for s, st in zip(self.sizes, self.strides)))
+        return static(
+            static(self.offset)
+            + 1
+            + sum((static(s) - 1) * static(st) for s, st in zip(self.sizes, self.strides))
+        )
 
     @property
     def symbolic(self) -> bool:

@@ -18,11 +18,18 @@ def sdk_plugin_info() -> sdk.PluginInfo:
         hook_api=2,
         device_types=("cpu",),
         kind=sdk.PluginKind.CODEGEN,
-        capabilities=frozenset({
-            sdk.Capability.FP64, sdk.Capability.BF16, sdk.Capability.REDUCTIONS,
-            sdk.Capability.MULTI_STAGE, sdk.Capability.INDIRECT_LOADS, sdk.Capability.RANDOM,
-            sdk.Capability.STORE_THEN_LOAD, sdk.Capability.SYMBOLIC_SIZES,
-        }),
+        capabilities=frozenset(
+            {
+                sdk.Capability.FP64,
+                sdk.Capability.BF16,
+                sdk.Capability.REDUCTIONS,
+                sdk.Capability.MULTI_STAGE,
+                sdk.Capability.INDIRECT_LOADS,
+                sdk.Capability.RANDOM,
+                sdk.Capability.STORE_THEN_LOAD,
+                sdk.Capability.SYMBOLIC_SIZES,
+            }
+        ),
         description="C++ with OpenMP, built by the system C++ compiler",
     )
 

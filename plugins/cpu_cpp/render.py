@@ -43,4 +43,3 @@ TARGET = sdk.clike.CTarget(
 def render_kernel(kernel: Kernel) -> sdk.KernelSource:
     """``kernel`` as one ``extern "C"`` C++ function (:func:`sdk.clike.render`)."""
     return TARGET.render(kernel)
-

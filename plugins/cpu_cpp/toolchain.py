@@ -119,6 +119,9 @@ def compile_library(
     Raises :class:`sdk.toolchain.CompileError` when the compiler fails.
     """
     return toolchain.compile_library(
-        source, language=LANGUAGE, flags=default_flags() if flags is None else flags,
-        namespace="cpp", key=(plugin_version,),
+        source,
+        language=LANGUAGE,
+        flags=default_flags() if flags is None else flags,
+        namespace="cpp",
+        key=(plugin_version,),
     )

@@ -28,14 +28,22 @@ def sdk_plugin_info() -> sdk.PluginInfo:
         hook_api=2,
         device_types=("cuda", "cpu") if interpreting() else ("cuda",),
         kind=sdk.PluginKind.CODEGEN,
-        capabilities=frozenset({
-            sdk.Capability.FP64, sdk.Capability.BF16, sdk.Capability.REDUCTIONS,
-            sdk.Capability.MULTI_STAGE, sdk.Capability.INDIRECT_LOADS, sdk.Capability.RANDOM,
-            # cuDNN: NHWC kernels, and a bias in the call is a separate, slower kernel
-            sdk.Capability.CHANNELS_LAST, sdk.Capability.CONV_BIAS_IN_KERNEL,
-            # sin/exp/erf run on the special-function units
-            sdk.Capability.CHEAP_TRANSCENDENTALS, sdk.Capability.SYMBOLIC_SIZES,
-        }),
+        capabilities=frozenset(
+            {
+                sdk.Capability.FP64,
+                sdk.Capability.BF16,
+                sdk.Capability.REDUCTIONS,
+                sdk.Capability.MULTI_STAGE,
+                sdk.Capability.INDIRECT_LOADS,
+                sdk.Capability.RANDOM,
+                # cuDNN: NHWC kernels, and a bias in the call is a separate, slower kernel
+                sdk.Capability.CHANNELS_LAST,
+                sdk.Capability.CONV_BIAS_IN_KERNEL,
+                # sin/exp/erf run on the special-function units
+                sdk.Capability.CHEAP_TRANSCENDENTALS,
+                sdk.Capability.SYMBOLIC_SIZES,
+            }
+        ),
         description="Triton kernels on NVIDIA GPUs (CPU tensors under TRITON_INTERPRET=1)",
     )
 
@@ -43,13 +51,17 @@ def sdk_plugin_info() -> sdk.PluginInfo:
 @sdk.hookimpl
 def sdk_plugin_status() -> str | None:
     if importlib.util.find_spec("triton") is None:
-        return ("Triton is not installed; pip install 'torch-backend-sdk[triton]' "
-                "(or pip install triton)")
+        return (
+            "Triton is not installed; pip install 'torch-backend-sdk[triton]' "
+            "(or pip install triton)"
+        )
     if interpreting():
         return None
     if not torch.cuda.is_available():
-        return ("no CUDA device visible (torch.cuda.is_available() is False); run on a machine "
-                "with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run kernels on CPU tensors")
+        return (
+            "no CUDA device visible (torch.cuda.is_available() is False); run on a machine "
+            "with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run kernels on CPU tensors"
+        )
     return None
 
 
@@ -81,8 +93,9 @@ def sdk_decompositions(ctx: sdk.CompileContext) -> dict:
 
 
 @sdk.hookimpl
-def sdk_op_support(ctx: sdk.CompileContext, op: sdk.ir.OpOverload,
-                   node: torch.fx.Node) -> sdk.Support | None:
+def sdk_op_support(
+    ctx: sdk.CompileContext, op: sdk.ir.OpOverload, node: torch.fx.Node
+) -> sdk.Support | None:
     from .ops import unsupported_dtype
 
     for t in _tensors(node.meta.get("val")):
@@ -113,8 +126,9 @@ def sdk_render_kernel(ctx: sdk.CompileContext, kernel: object) -> sdk.KernelSour
 
 
 @sdk.hookimpl
-def sdk_compile_kernels(ctx: sdk.CompileContext,
-                        sources: list[sdk.KernelSource]) -> list[sdk.KernelFn]:
+def sdk_compile_kernels(
+    ctx: sdk.CompileContext, sources: list[sdk.KernelSource]
+) -> list[sdk.KernelFn]:
     from .launch import compile_sources
 
     return compile_sources(sources, autotune=bool(ctx.options.get("autotune", False)))

@@ -124,8 +124,13 @@ def tile_2d(ynumel: int, xnumel: int, broadcast: bool = False) -> dict[str, int]
     return {"XBLOCK": xb, "YBLOCK": yb, "num_warps": warps}
 
 
-def plan(xnumel: int, inner_numels: list[int], splittable: bool, outer: bool = False,
-         looped: bool = False) -> Plan:
+def plan(
+    xnumel: int,
+    inner_numels: list[int],
+    splittable: bool,
+    outer: bool = False,
+    looped: bool = False,
+) -> Plan:
     """Choose the kernel shape and its default block sizes.
 
     ``inner_numels``: the numel of every stage with inner ranges (empty for a
@@ -147,8 +152,7 @@ def plan(xnumel: int, inner_numels: list[int], splittable: bool, outer: bool = F
             xblock //= 2
         tile = OUTER_TILE_NARROW if xblock <= OUTER_MIN_ROWS else OUTER_TILE
         rblock = min(next_power_of_2(rnumel), tile // xblock)
-        return Plan("looped", xnumel, rnumel,
-                    {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": 8})
+        return Plan("looped", xnumel, rnumel, {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": 8})
     if splittable and xnumel <= SPLIT_MAX_OUTER and rnumel >= SPLIT_MIN_INNER:
         split = min(cdiv(rnumel, SPLIT_MIN_CHUNK), max(2, SPLIT_TARGET_PROGRAMS // max(xnumel, 1)))
         if split >= 2:
@@ -156,11 +160,19 @@ def plan(xnumel: int, inner_numels: list[int], splittable: bool, outer: bool = F
             rblock = min(SPLIT_RBLOCK, next_power_of_2(chunk))
             xblock = min(next_power_of_2(xnumel), 16)
             sblock = next_power_of_2(split)
-            return Plan("split", xnumel, rnumel,
-                        {"XBLOCK": xblock, "num_warps": _warps(xblock * sblock)},
-                        split=split, chunk=chunk,
-                        pre_config={"XBLOCK": 1, "RBLOCK": rblock,
-                                    "num_warps": 16 if chunk >= 8192 else _warps(4 * rblock)})
+            return Plan(
+                "split",
+                xnumel,
+                rnumel,
+                {"XBLOCK": xblock, "num_warps": _warps(xblock * sblock)},
+                split=split,
+                chunk=chunk,
+                pre_config={
+                    "XBLOCK": 1,
+                    "RBLOCK": rblock,
+                    "num_warps": 16 if chunk >= 8192 else _warps(4 * rblock),
+                },
+            )
     if looped:
         # the reduction's size is symbolic (``rnumel`` is the compiling call's): a loop over
         # RBLOCK chunks is right for every size; blocks as a persistent kernel's would be
@@ -168,18 +180,31 @@ def plan(xnumel: int, inner_numels: list[int], splittable: bool, outer: bool = F
         xblock = max(1, min(next_power_of_2(xnumel), 4096 // rblock, 256))
         while xblock > 1 and cdiv(xnumel, xblock) < MIN_PROGRAMS:
             xblock //= 2
-        return Plan("looped", xnumel, rnumel, {"XBLOCK": xblock, "RBLOCK": rblock,
-                                               "num_warps": _warps(xblock * rblock)})
+        return Plan(
+            "looped",
+            xnumel,
+            rnumel,
+            {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": _warps(xblock * rblock)},
+        )
     if rnumel <= PERSISTENT_MAX:
         rblock = next_power_of_2(rnumel)
         xblock = max(1, min(next_power_of_2(xnumel), 4096 // rblock, 256))
         while xblock > 1 and cdiv(xnumel, xblock) < MIN_PROGRAMS:
             xblock //= 2
-        return Plan("persistent", xnumel, rnumel,
-                    {"XBLOCK": xblock, "num_warps": _warps(xblock * rblock)}, rblock=rblock)
+        return Plan(
+            "persistent",
+            xnumel,
+            rnumel,
+            {"XBLOCK": xblock, "num_warps": _warps(xblock * rblock)},
+            rblock=rblock,
+        )
     rblock = min(LOOPED_RBLOCK, next_power_of_2(rnumel))
-    return Plan("looped", xnumel, rnumel, {"XBLOCK": 1, "RBLOCK": rblock,
-                                           "num_warps": 16 if rblock >= 4096 else 8})
+    return Plan(
+        "looped",
+        xnumel,
+        rnumel,
+        {"XBLOCK": 1, "RBLOCK": rblock, "num_warps": 16 if rblock >= 4096 else 8},
+    )
 
 
 def candidates(meta: dict[str, Any]) -> list[dict[str, int]]:

@@ -65,23 +65,50 @@ def _np(fn: Callable[..., np.ndarray]) -> Callable[..., Any]:
 
 #: Every libdevice function the renderer emits, by name.
 FUNCTIONS: dict[str, Callable[..., np.ndarray]] = {
-    "pow": np.power, "atan2": np.arctan2, "copysign": np.copysign,
-    "expm1": np.expm1, "log10": np.log10, "log1p": np.log1p,
-    "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-    "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh,
-    "acosh": np.arccosh, "atanh": np.arctanh, "erfc": _erfc, "trunc": np.trunc,
-    "rint": np.rint, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2,
-    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "sin": np.sin, "cos": np.cos,
+    "pow": np.power,
+    "atan2": np.arctan2,
+    "copysign": np.copysign,
+    "expm1": np.expm1,
+    "log10": np.log10,
+    "log1p": np.log1p,
+    "tan": np.tan,
+    "asin": np.arcsin,
+    "acos": np.arccos,
+    "atan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "tanh": np.tanh,
+    "asinh": np.arcsinh,
+    "acosh": np.arccosh,
+    "atanh": np.arctanh,
+    "erfc": _erfc,
+    "trunc": np.trunc,
+    "rint": np.rint,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "log": np.log,
+    "log2": np.log2,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "sin": np.sin,
+    "cos": np.cos,
     "erf": lambda x: np.vectorize(__import__("math").erf, otypes=[x.dtype])(x),
-    "floor": np.floor, "ceil": np.ceil,
+    "floor": np.floor,
+    "ceil": np.ceil,
 }
 
 libdevice = types.SimpleNamespace(**{name: _np(fn) for name, fn in FUNCTIONS.items()})
 
 
 #: Combine helper of the generated source -> what it reduces.
-REDUCERS = {"_sum": "sum", "_prod": "prod", "_maximum": "max", "_minimum": "min",
-            "_argmax_combine": "argmax", "_argmin_combine": "argmin"}
+REDUCERS = {
+    "_sum": "sum",
+    "_prod": "prod",
+    "_maximum": "max",
+    "_minimum": "min",
+    "_argmax_combine": "argmax",
+    "_argmin_combine": "argmin",
+}
 
 
 def _fast_reduce(op: Any, inputs: tuple[Any, ...], kind: str) -> Any:
@@ -173,8 +200,9 @@ def _install_bf16_casts() -> None:
     InterpreterBuilder.cast_impl = cast_impl
 
 
-_BOUNDS: contextvars.ContextVar[tuple[str, list[tuple[int, int]]] | None] = \
-    contextvars.ContextVar("sdk_triton_interp_bounds", default=None)
+_BOUNDS: contextvars.ContextVar[tuple[str, list[tuple[int, int]]] | None] = contextvars.ContextVar(
+    "sdk_triton_interp_bounds", default=None
+)
 
 
 @contextlib.contextmanager
@@ -246,9 +274,11 @@ def _check(ptrs: Any, mask: Any, what: str) -> None:
         ok |= (p >= lo) & (p + width <= hi)
     if not ok.all():
         bad = int(p[~ok][0])
-        raise IndexError(f"kernel {name} would {what} address {bad:#x}, outside every buffer "
-                         f"of the launch ({len(spans)} buffers): an out-of-bounds access a GPU "
-                         "reports as an illegal memory access")
+        raise IndexError(
+            f"kernel {name} would {what} address {bad:#x}, outside every buffer "
+            f"of the launch ({len(spans)} buffers): an out-of-bounds access a GPU "
+            "reports as an illegal memory access"
+        )
 
 
 def _np_dtype(ptrs: Any) -> Any:

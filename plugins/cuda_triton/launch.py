@@ -110,8 +110,10 @@ def _hooks_probe() -> Callable[[], bool]:
         from triton.compiler import CompiledKernel as holder
 
     def active() -> bool:
-        for hook in (getattr(holder, "launch_enter_hook", None),
-                     getattr(holder, "launch_exit_hook", None)):
+        for hook in (
+            getattr(holder, "launch_enter_hook", None),
+            getattr(holder, "launch_exit_hook", None),
+        ):
             if hook is not None and getattr(hook, "calls", True):
                 return True
         return False
@@ -148,8 +150,9 @@ def _fast(compiled: Any, grid: tuple[int, int, int], consts: tuple[Any, ...]) ->
     return fast
 
 
-def kernel_call(jit_fn: Any, grid: tuple[int, int, int], constexprs: dict[str, int],
-                options: dict[str, Any]) -> Callable[..., None]:
+def kernel_call(
+    jit_fn: Any, grid: tuple[int, int, int], constexprs: dict[str, int], options: dict[str, Any]
+) -> Callable[..., None]:
     """``fn(*args)`` launching ``jit_fn`` on ``grid`` with fixed constexprs and options.
 
     ``fn.path()`` says which launch path the next call takes ("portable" or "fast").
@@ -199,8 +202,9 @@ def kernel_call(jit_fn: Any, grid: tuple[int, int, int], constexprs: dict[str, i
 # ---------------------------------------------------------------------------
 
 
-def _split_config(meta: dict[str, Any], cfg: dict[str, Any], names: list[str]
-                  ) -> tuple[dict[str, int], dict[str, Any]]:
+def _split_config(
+    meta: dict[str, Any], cfg: dict[str, Any], names: list[str]
+) -> tuple[dict[str, int], dict[str, Any]]:
     consts = {k: int(cfg[k]) for k in names}
     opts: dict[str, Any] = {k: int(cfg[k]) for k in ("num_warps", "num_stages") if k in cfg}
     if meta.get("debug"):
@@ -235,8 +239,7 @@ def _spec_key_src(names: list[str]) -> str:
 class _Variant:
     """One Triton function of a kernel of symbolic sizes, and its compiled kernels by key."""
 
-    def __init__(self, jit_fn: Any, constexprs: dict[str, int], options: dict[str, Any]
-                 ) -> None:
+    def __init__(self, jit_fn: Any, constexprs: dict[str, int], options: dict[str, Any]) -> None:
         self.jit_fn, self.kw = jit_fn, {**constexprs, **options}
         self.consts = tuple(constexprs.values())
         self.fast: dict[tuple, Any] = {}
@@ -255,14 +258,20 @@ def _direct(compiled: Any, consts: tuple[Any, ...]) -> tuple | None:
     try:
         from triton.runtime import driver
 
-        return (compiled.run, compiled.function, compiled.packed_metadata,
-                driver.active.get_current_device(), consts)
+        return (
+            compiled.run,
+            compiled.function,
+            compiled.packed_metadata,
+            driver.active.get_current_device(),
+            consts,
+        )
     except (ImportError, AttributeError):
         return None
 
 
-def symbolic_call(mod: Any, meta: dict[str, Any], opts: dict[str, Any],
-                  consts: dict[str, int]) -> Callable[..., None]:
+def symbolic_call(
+    mod: Any, meta: dict[str, Any], opts: dict[str, Any], consts: dict[str, int]
+) -> Callable[..., None]:
     """``fn(*buffers, *sizes)`` for a kernel of symbolic sizes, generated as Python source:
     the grid from the sizes at each call. With ``meta["alt"]`` (a persistent form for rows
     that fit one block) the call takes it where ``alt["when"]`` holds. On a GPU, after
@@ -271,13 +280,20 @@ def symbolic_call(mod: Any, meta: dict[str, Any], opts: dict[str, Any],
     names, nargs = meta["sizes"], len(meta["args"])
     params = [f"a{i}" for i in range(nargs)] + list(names)
     args = ", ".join(params)
-    variants = [("main", _Variant(getattr(mod, meta["fn"]), consts, opts),
-                 _grid_src(meta["grid"], consts))]
+    variants = [
+        ("main", _Variant(getattr(mod, meta["fn"]), consts, opts), _grid_src(meta["grid"], consts))
+    ]
     alt = meta.get("alt")
     if alt is not None:
         aconsts, aopts = _split_config(meta, alt["config"], alt["constexprs"])
-        variants.insert(0, ("alt", _Variant(getattr(mod, alt["fn"]), aconsts, aopts),
-                            _grid_src(alt["grid"], aconsts)))
+        variants.insert(
+            0,
+            (
+                "alt",
+                _Variant(getattr(mod, alt["fn"]), aconsts, aopts),
+                _grid_src(alt["grid"], aconsts),
+            ),
+        )
     interp = interpreting() or not torch.cuda.is_available()
     env: dict[str, Any] = {}
     lines = [f"def call({args}):", f"    key = {_spec_key_src(names)}"]
@@ -297,8 +313,10 @@ def symbolic_call(mod: Any, meta: dict[str, Any], opts: dict[str, Any],
             f"{ind}    run, function, packed, device, consts = ent",
             f"{ind}    dev = _get_device()",
             f"{ind}    if dev == device and not _hooks_active():",
-            (f"{ind}        return run(*grid, _get_stream(dev), function, packed, None, "
-             f"None, None, {args}, *consts)"),
+            (
+                f"{ind}        return run(*grid, _get_stream(dev), function, packed, None, "
+                f"None, None, {args}, *consts)"
+            ),
             f"{ind}return {label}.slow(grid, key, ({args},))",
         ]
     if interp:
@@ -310,21 +328,31 @@ def symbolic_call(mod: Any, meta: dict[str, Any], opts: dict[str, Any],
             if 0 in grid:
                 return
             name = getattr(v.jit_fn, "__name__", "kernel")
-            with np.errstate(all="ignore"), checking_bounds(name, list(a),
-                                                            asserts=bool(v.kw.get("debug"))):
+            with (
+                np.errstate(all="ignore"),
+                checking_bounds(name, list(a), asserts=bool(v.kw.get("debug"))),
+            ):
                 v.jit_fn[grid](*a, **v.kw)
 
         env["_interp"] = _interp
     else:
         from triton.runtime import driver
 
-        env.update(_get_device=driver.active.get_current_device,
-                   _get_stream=driver.active.get_current_stream, _hooks_active=_hooks_probe())
+        env.update(
+            _get_device=driver.active.get_current_device,
+            _get_stream=driver.active.get_current_stream,
+            _hooks_active=_hooks_probe(),
+        )
     source = "\n".join(lines)
     exec(source, env)  # noqa: S102 - generated from the renderer's size expressions
     call = env["call"]
-    call.path = lambda: "fast" if any(  # type: ignore[attr-defined]
-        e for _l, v, _g in variants for e in v.fast.values()) else "portable"
+    call.path = lambda: (
+        "fast"
+        if any(  # type: ignore[attr-defined]
+            e for _l, v, _g in variants for e in v.fast.values()
+        )
+        else "portable"
+    )
     call.source = source  # type: ignore[attr-defined]
     return call
 
@@ -350,8 +378,9 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
         return main
     pre_meta = meta["pre"]
     pconsts, popts = _split_config(meta, cfg["pre"], pre_meta["constexprs"])
-    pre = kernel_call(getattr(mod, pre_meta["fn"]), _grid(pre_meta["grid"], pconsts), pconsts,
-                      popts)
+    pre = kernel_call(
+        getattr(mod, pre_meta["fn"]), _grid(pre_meta["grid"], pconsts), pconsts, popts
+    )
     specs = [(int(n), getattr(torch, dt)) for n, dt in meta["scratch"]]
     scratch: dict[Any, list[torch.Tensor]] = {}
 
@@ -387,8 +416,13 @@ def tuned_config(src: sdk.KernelSource) -> dict[str, Any]:
     import triton.testing
 
     meta = src.meta
-    key = stable_hash("cuda_triton-autotune", src.source, json.dumps(meta, sort_keys=True),
-                      triton.__version__, torch.cuda.get_device_name())
+    key = stable_hash(
+        "cuda_triton-autotune",
+        src.source,
+        json.dumps(meta, sort_keys=True),
+        triton.__version__,
+        torch.cuda.get_device_name(),
+    )
     cache = DiskCache("triton-autotune")
     cands = heuristics.candidates(meta)
     hit = cache.get(key)
@@ -414,8 +448,9 @@ def tuned_config(src: sdk.KernelSource) -> dict[str, Any]:
     return best
 
 
-def compile_sources(sources: list[sdk.KernelSource], *, autotune: bool = False
-                    ) -> list[Callable[..., None]]:
+def compile_sources(
+    sources: list[sdk.KernelSource], *, autotune: bool = False
+) -> list[Callable[..., None]]:
     """One launcher per source, in order (what ``sdk_compile_kernels`` returns)."""
     tune = autotune and not interpreting() and torch.cuda.is_available()
     out = []

@@ -23,9 +23,15 @@ from dataclasses import dataclass
 import torch
 
 TYPE_MAP: dict[torch.dtype, str] = {
-    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
-    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16",
-    torch.int32: "tl.int32", torch.int64: "tl.int64", torch.uint8: "tl.uint8",
+    torch.float32: "tl.float32",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64",
+    torch.int8: "tl.int8",
+    torch.int16: "tl.int16",
+    torch.int32: "tl.int32",
+    torch.int64: "tl.int64",
+    torch.uint8: "tl.uint8",
     torch.bool: "tl.int1",
 }
 for _name in ("uint16", "uint32", "uint64"):
@@ -73,65 +79,140 @@ OpCode = Callable[..., str]
 #: compute dtype: the node's for arithmetic, the operands' for predicates.
 #: Floating point (float32) semantics; see the overriding tables below.
 CODE_FOR_OP: dict[str, OpCode] = {
-    "add": _binop("+"), "sub": _binop("-"), "mul": _binop("*"), "truediv": _binop("/"),
-    "floordiv": _call("_floordiv_f"), "remainder": _call("_remainder"),
+    "add": _binop("+"),
+    "sub": _binop("-"),
+    "mul": _binop("*"),
+    "truediv": _binop("/"),
+    "floordiv": _call("_floordiv_f"),
+    "remainder": _call("_remainder"),
     "fmod": _binop("%"),  # Triton's % on floats and ints is C fmod / srem
-    "pow": _libdevice("pow"), "atan2": _libdevice("atan2"),
+    "pow": _libdevice("pow"),
+    "atan2": _libdevice("atan2"),
     "maximum": lambda dt, a, b: f"tl.where(({a} > {b}) | ({a} != {a}), {a}, {b})",
     "minimum": lambda dt, a, b: f"tl.where(({a} < {b}) | ({a} != {a}), {a}, {b})",
     "copysign": _libdevice("copysign"),
-    "neg": lambda dt, a: f"(-{a})", "abs": _call("tl.abs"),
-    "reciprocal": lambda dt, a: f"(1.0 / {a})", "sign": _sign_f,
-    "exp": _call("tl.exp"), "exp2": _call("tl.exp2"), "expm1": _libdevice("expm1"),
-    "log": _call("tl.log"), "log2": _call("tl.log2"), "log10": _libdevice("log10"),
-    "log1p": _libdevice("log1p"), "sqrt": _call("tl.sqrt"), "rsqrt": _call("tl.rsqrt"),
-    "sin": _call("tl.sin"), "cos": _call("tl.cos"), "tan": _libdevice("tan"),
-    "asin": _libdevice("asin"), "acos": _libdevice("acos"), "atan": _libdevice("atan"),
-    "sinh": _libdevice("sinh"), "cosh": _libdevice("cosh"), "tanh": _libdevice("tanh"),
-    "asinh": _libdevice("asinh"), "acosh": _libdevice("acosh"), "atanh": _libdevice("atanh"),
-    "erf": _call("tl.erf"), "erfc": _libdevice("erfc"),
+    "neg": lambda dt, a: f"(-{a})",
+    "abs": _call("tl.abs"),
+    "reciprocal": lambda dt, a: f"(1.0 / {a})",
+    "sign": _sign_f,
+    "exp": _call("tl.exp"),
+    "exp2": _call("tl.exp2"),
+    "expm1": _libdevice("expm1"),
+    "log": _call("tl.log"),
+    "log2": _call("tl.log2"),
+    "log10": _libdevice("log10"),
+    "log1p": _libdevice("log1p"),
+    "sqrt": _call("tl.sqrt"),
+    "rsqrt": _call("tl.rsqrt"),
+    "sin": _call("tl.sin"),
+    "cos": _call("tl.cos"),
+    "tan": _libdevice("tan"),
+    "asin": _libdevice("asin"),
+    "acos": _libdevice("acos"),
+    "atan": _libdevice("atan"),
+    "sinh": _libdevice("sinh"),
+    "cosh": _libdevice("cosh"),
+    "tanh": _libdevice("tanh"),
+    "asinh": _libdevice("asinh"),
+    "acosh": _libdevice("acosh"),
+    "atanh": _libdevice("atanh"),
+    "erf": _call("tl.erf"),
+    "erfc": _libdevice("erfc"),
     "sigmoid": lambda dt, a: f"(1.0 / (1.0 + tl.exp(-{a})))",
-    "floor": _call("tl.floor"), "ceil": _call("tl.ceil"), "trunc": _libdevice("trunc"),
+    "floor": _call("tl.floor"),
+    "ceil": _call("tl.ceil"),
+    "trunc": _libdevice("trunc"),
     "round": _libdevice("rint"),  # round half to even
-    "eq": _binop("=="), "ne": _binop("!="), "lt": _binop("<"), "le": _binop("<="),
-    "gt": _binop(">"), "ge": _binop(">="),
+    "eq": _binop("=="),
+    "ne": _binop("!="),
+    "lt": _binop("<"),
+    "le": _binop("<="),
+    "gt": _binop(">"),
+    "ge": _binop(">="),
     "isnan": lambda dt, a: f"({a} != {a})",
-    "isinf": lambda dt, a: f"(tl.abs({a}) == float(\"inf\"))",
+    "isinf": lambda dt, a: f'(tl.abs({a}) == float("inf"))',
     "signbit": _signbit_f,
     # logical ops receive bool operands (the emitter converts)
-    "logical_and": _binop("&"), "logical_or": _binop("|"), "logical_xor": _binop("^"),
+    "logical_and": _binop("&"),
+    "logical_or": _binop("|"),
+    "logical_xor": _binop("^"),
     "logical_not": lambda dt, a: f"({a} == 0)",
     "where": lambda dt, c, a, b: f"tl.where({c}, {a}, {b})",
     "cast": cast_to,
-    "rand": _call("_rand"), "randn": _call("_randn"),
+    "rand": _call("_rand"),
+    "randn": _call("_randn"),
 }
 
 #: float64: every transcendental through libdevice (tl.exp & co. are float32 paths).
 CODE_FOR_OP_F64: dict[str, OpCode] = {
     **CODE_FOR_OP,
-    **{name: _libdevice(name) for name in (
-        "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "erf", "floor", "ceil")},
+    **{
+        name: _libdevice(name)
+        for name in (
+            "exp",
+            "exp2",
+            "log",
+            "log2",
+            "sqrt",
+            "rsqrt",
+            "sin",
+            "cos",
+            "erf",
+            "floor",
+            "ceil",
+        )
+    },
     "sigmoid": lambda dt, a: f"(1.0 / (1.0 + libdevice.exp(-{a})))",
 }
 
 #: Integer and bool operands.
 CODE_FOR_OP_INT: dict[str, OpCode] = {
-    **{k: v for k, v in CODE_FOR_OP.items() if k in (
-        "add", "sub", "mul", "fmod", "neg", "abs", "eq", "ne", "lt", "le", "gt", "ge",
-        "logical_and", "logical_or", "logical_xor", "logical_not", "where", "cast")},
-    "floordiv": _call("_floordiv_i"), "remainder": _call("_remainder"),
-    "maximum": _call("tl.maximum"), "minimum": _call("tl.minimum"),
-    "pow": lambda dt, a, b: (f"libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64))"
-                             f".to({tl_type(dt)})"),  # exact below 2**53
+    **{
+        k: v
+        for k, v in CODE_FOR_OP.items()
+        if k
+        in (
+            "add",
+            "sub",
+            "mul",
+            "fmod",
+            "neg",
+            "abs",
+            "eq",
+            "ne",
+            "lt",
+            "le",
+            "gt",
+            "ge",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+            "logical_not",
+            "where",
+            "cast",
+        )
+    },
+    "floordiv": _call("_floordiv_i"),
+    "remainder": _call("_remainder"),
+    "maximum": _call("tl.maximum"),
+    "minimum": _call("tl.minimum"),
+    "pow": lambda dt, a, b: (
+        f"libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64)).to({tl_type(dt)})"
+    ),  # exact below 2**53
     "sign": lambda dt, a: f"(({a} > 0).to({tl_type(dt)}) - ({a} < 0).to({tl_type(dt)}))",
     "isnan": lambda dt, a: f"({a} != {a})",  # false, in the operand's shape
     "isinf": lambda dt, a: f"({a} != {a})",
     "signbit": lambda dt, a: f"({a} < 0)",
-    "floor": lambda dt, a: a, "ceil": lambda dt, a: a, "trunc": lambda dt, a: a,
+    "floor": lambda dt, a: a,
+    "ceil": lambda dt, a: a,
+    "trunc": lambda dt, a: a,
     "round": lambda dt, a: a,
-    "bitwise_and": _binop("&"), "bitwise_or": _binop("|"), "bitwise_xor": _binop("^"),
+    "bitwise_and": _binop("&"),
+    "bitwise_or": _binop("|"),
+    "bitwise_xor": _binop("^"),
     "bitwise_not": lambda dt, a: f"({a} == 0)" if dt == torch.bool else f"(~{a})",
-    "lshift": _binop("<<"), "rshift": _binop(">>"),  # >> is arithmetic on signed ints
+    "lshift": _binop("<<"),
+    "rshift": _binop(">>"),  # >> is arithmetic on signed ints
 }
 
 LOGICAL_OPS = ("logical_and", "logical_or", "logical_xor", "logical_not")
@@ -162,49 +243,59 @@ def highest(dt: torch.dtype) -> str:
 #: interpreter cannot run when Triton was imported before ``TRITON_INTERPRET``
 #: was set; our helpers are decorated when the kernel module is imported.
 REDUCE: dict[str, Reduce] = {
-    "sum": Reduce(lambda dt: "0", lambda dt, a, b: f"{a} + {b}",
-                  lambda dt, a: f"tl.reduce({a}, 1, _sum)"),
-    "prod": Reduce(lambda dt: "1", lambda dt, a, b: f"{a} * {b}",
-                   lambda dt, a: f"tl.reduce({a}, 1, _prod)"),
-    "max": Reduce(lowest,
-                  lambda dt, a, b: (f"_maximum({a}, {b})" if dt.is_floating_point
-                                    else f"tl.maximum({a}, {b})"),
-                  lambda dt, a: f"tl.reduce({a}, 1, _maximum)"),
-    "min": Reduce(highest,
-                  lambda dt, a, b: (f"_minimum({a}, {b})" if dt.is_floating_point
-                                    else f"tl.minimum({a}, {b})"),
-                  lambda dt, a: f"tl.reduce({a}, 1, _minimum)"),
+    "sum": Reduce(
+        lambda dt: "0", lambda dt, a, b: f"{a} + {b}", lambda dt, a: f"tl.reduce({a}, 1, _sum)"
+    ),
+    "prod": Reduce(
+        lambda dt: "1", lambda dt, a, b: f"{a} * {b}", lambda dt, a: f"tl.reduce({a}, 1, _prod)"
+    ),
+    "max": Reduce(
+        lowest,
+        lambda dt, a, b: f"_maximum({a}, {b})" if dt.is_floating_point else f"tl.maximum({a}, {b})",
+        lambda dt, a: f"tl.reduce({a}, 1, _maximum)",
+    ),
+    "min": Reduce(
+        highest,
+        lambda dt, a, b: f"_minimum({a}, {b})" if dt.is_floating_point else f"tl.minimum({a}, {b})",
+        lambda dt, a: f"tl.reduce({a}, 1, _minimum)",
+    ),
     # any/all accumulate int32 0/1
-    "any": Reduce(lambda dt: "0", lambda dt, a, b: f"tl.maximum({a}, {b})",
-                  lambda dt, a: f"tl.reduce({a}, 1, _maximum)"),
-    "all": Reduce(lambda dt: "1", lambda dt, a, b: f"tl.minimum({a}, {b})",
-                  lambda dt, a: f"tl.reduce({a}, 1, _minimum)"),
+    "any": Reduce(
+        lambda dt: "0",
+        lambda dt, a, b: f"tl.maximum({a}, {b})",
+        lambda dt, a: f"tl.reduce({a}, 1, _maximum)",
+    ),
+    "all": Reduce(
+        lambda dt: "1",
+        lambda dt, a, b: f"tl.minimum({a}, {b})",
+        lambda dt, a: f"tl.reduce({a}, 1, _minimum)",
+    ),
 }
 
 #: Helper functions, included in a kernel's source when it names them.
 HELPERS: dict[str, str] = {
-    "_maximum": '''
+    "_maximum": """
 @triton.jit
 def _maximum(a, b):
     # NaN-propagating max (torch.maximum, torch.max)
     return tl.where((a > b) | (a != a), a, b)
-''',
-    "_minimum": '''
+""",
+    "_minimum": """
 @triton.jit
 def _minimum(a, b):
     return tl.where((a < b) | (a != a), a, b)
-''',
-    "_sum": '''
+""",
+    "_sum": """
 @triton.jit
 def _sum(a, b):
     return a + b
-''',
-    "_prod": '''
+""",
+    "_prod": """
 @triton.jit
 def _prod(a, b):
     return a * b
-''',
-    "_argmax_combine": '''
+""",
+    "_argmax_combine": """
 @triton.jit
 def _argmax_combine(a, ia, b, ib):
     # first occurrence of the maximum; NaN is the maximum
@@ -212,16 +303,16 @@ def _argmax_combine(a, ia, b, ib):
     b_nan = b != b
     take_a = (a > b) | ((a == b) & (ia < ib)) | (a_nan & ~b_nan) | (a_nan & b_nan & (ia < ib))
     return tl.where(take_a, a, b), tl.where(take_a, ia, ib)
-''',
-    "_argmin_combine": '''
+""",
+    "_argmin_combine": """
 @triton.jit
 def _argmin_combine(a, ia, b, ib):
     a_nan = a != a
     b_nan = b != b
     take_a = (a < b) | ((a == b) & (ia < ib)) | (a_nan & ~b_nan) | (a_nan & b_nan & (ia < ib))
     return tl.where(take_a, a, b), tl.where(take_a, ia, ib)
-''',
-    "_floordiv_f": '''
+""",
+    "_floordiv_f": """
 @triton.jit
 def _floordiv_f(a, b):
     # Python / torch floor division of floats (c10 div_floor_floating)
@@ -233,22 +324,22 @@ def _floordiv_f(a, b):
     q = a / b
     fl = tl.where(div != 0, fl, libdevice.copysign(div * 0.0, q))
     return tl.where(b == 0, q, fl)
-''',
-    "_remainder": '''
+""",
+    "_remainder": """
 @triton.jit
 def _remainder(a, b):
     # Python semantics on top of Triton's C-style %, for floats and integers alike
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
-''',
-    "_floordiv_i": '''
+""",
+    "_floordiv_i": """
 @triton.jit
 def _floordiv_i(a, b):
     q = a // b
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
-''',
-    "_philox": '''
+""",
+    "_philox": """
 @triton.jit
 def _philox(seed, offset):
     # Philox4x32-10 with key (seed lo, seed hi) and counter (offset lo, offset hi, 0, 0);
@@ -271,22 +362,22 @@ def _philox(seed, offset):
         k0 = k0 + 0x9E3779B9
         k1 = k1 + 0xBB67AE85
     return c0, c1, c2, c3
-''',
-    "_uniform": '''
+""",
+    "_uniform": """
 @triton.jit
 def _uniform(r):
     # uint32 -> float32 in [0, 1), as tl.rand
     x = r.to(tl.int32, bitcast=True)
     x = tl.where(x < 0, -x - 1, x)
     return x.to(tl.float32) * 4.6566127342e-10
-''',
-    "_rand": '''
+""",
+    "_rand": """
 @triton.jit
 def _rand(seed, offset):
     r0, r1, r2, r3 = _philox(seed, offset)
     return _uniform(r0)
-''',
-    "_randn": '''
+""",
+    "_randn": """
 @triton.jit
 def _randn(seed, offset):
     # Box-Muller on the first two Philox words, as tl.randn
@@ -294,7 +385,7 @@ def _randn(seed, offset):
     u1 = tl.maximum(1.0e-7, _uniform(r0))
     u2 = _uniform(r1)
     return tl.sqrt(-2.0 * tl.log(u1)) * tl.cos(6.283185307179586 * u2)
-''',
+""",
 }
 HELPER_DEPS = {"_rand": ("_philox", "_uniform"), "_randn": ("_philox", "_uniform")}
 

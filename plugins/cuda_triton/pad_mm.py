@@ -54,8 +54,10 @@ def _tensor_cores(dtype: torch.dtype) -> bool:
     if dtype in (torch.float16, torch.bfloat16):
         return True
     if dtype == torch.float32:
-        return torch.get_float32_matmul_precision() != "highest" or \
-            getattr(torch.backends.cuda.matmul, "fp32_precision", None) == "tf32"
+        return (
+            torch.get_float32_matmul_precision() != "highest"
+            or getattr(torch.backends.cuda.matmul, "fp32_precision", None) == "tf32"
+        )
     return False
 
 
@@ -110,8 +112,9 @@ def bmm(a: torch.Tensor, b: torch.Tensor) -> Any:
     return aten.bmm(_pad2(a, mp, kp), _pad2(b, kp, np_))[:, :m, :n]
 
 
-def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 1,
-          alpha: Any = 1) -> Any:
+def addmm(
+    bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: Any = 1, alpha: Any = 1
+) -> Any:
     out = mm(a, b)
     if out is NotImplemented:
         return NotImplemented

@@ -89,8 +89,11 @@ def _upper(e: sympy.Expr, bounds: dict[sympy.Symbol, int], worst: list[int]) -> 
     elif e.is_Symbol:
         v = bounds.get(e, 2**63)
     elif isinstance(e, ir.FloorDiv):
-        v = _upper(e.args[0], bounds, worst) // max(1, int(e.args[1])) \
-            if e.args[1].is_Integer else _upper(e.args[0], bounds, worst)
+        v = (
+            _upper(e.args[0], bounds, worst) // max(1, int(e.args[1]))
+            if e.args[1].is_Integer
+            else _upper(e.args[0], bounds, worst)
+        )
     elif isinstance(e, ir.Mod):
         a = _upper(e.args[0], bounds, worst)
         v = min(a, int(e.args[1]) - 1) if e.args[1].is_Integer else a
@@ -221,14 +224,23 @@ class _Writer:
                 local = _ident(f"red{nred}", taken)
                 nred += 1
                 reds.append((local, r.op, _subst(r.value, smap, memo), r.dtype))
-            stores = [(s.buffer, sympy.sympify(s.index).xreplace(smap),
-                       _subst(s.value, smap, memo)) for s in st.stores]
+            stores = [
+                (s.buffer, sympy.sympify(s.index).xreplace(smap), _subst(s.value, smap, memo))
+                for s in st.stores
+            ]
             # LocalRefs are renamed after this stage's values were read
             for r, (local, *_rest) in zip(st.reductions, reds):
                 self.local[r.name] = local
-            self.stages.append(_Stage(tuple(names), tuple(kept),
-                                      ir.static(math.prod(sizes)) if st.vars else 1, g, reds,
-                                      stores))
+            self.stages.append(
+                _Stage(
+                    tuple(names),
+                    tuple(kept),
+                    ir.static(math.prod(sizes)) if st.vars else 1,
+                    g,
+                    reds,
+                    stores,
+                )
+            )
         self.groups = {g: sz for sz, g in groups.items()}
         self.online = self._online_pairs()
         self.ranges = {sym: (0, hi) for sym, hi in self.bounds.items()}  # for index_bounds
@@ -244,16 +256,24 @@ class _Writer:
             # scratch are literals)
             hints = [ir.size_hint(n) for n in inner]
             outer = bool(inner) and self._outer_reduction()
-            self.plan = heuristics.plan(ir.size_hint(self.xnumel), hints, False, outer=outer,
-                                        looped=not all(ir.is_static(n) for n in inner))
-            if self.plan.mode == "looped" and not outer and not all(
-                    ir.is_static(n) for n in inner):
+            self.plan = heuristics.plan(
+                ir.size_hint(self.xnumel),
+                hints,
+                False,
+                outer=outer,
+                looped=not all(ir.is_static(n) for n in inner),
+            )
+            if self.plan.mode == "looped" and not outer and not all(ir.is_static(n) for n in inner):
                 rows = heuristics.plan(ir.size_hint(self.xnumel), hints, False)
                 if rows.mode == "persistent":
                     self.alt_plan = rows
         else:
-            self.plan = heuristics.plan(self.xnumel, inner, self._splittable(),
-                                        outer=bool(inner) and self._outer_reduction())
+            self.plan = heuristics.plan(
+                self.xnumel,
+                inner,
+                self._splittable(),
+                outer=bool(inner) and self._outer_reduction(),
+            )
         # axis 0 of a 2D block: index, mask, block size (rows of a 2D pointwise tile: y)
         self.ax0 = ("xindex", "xmask", "XBLOCK")
         self.tile: tuple[list[tuple[str, int]], list[tuple[str, int]], dict] | None = None
@@ -269,8 +289,13 @@ class _Writer:
     def _splittable(self) -> bool:
         """One reduction stage first (no stores), then stages without inner ranges."""
         st = self.stages
-        return (bool(st) and st[0].group >= 0 and bool(st[0].reductions) and not st[0].stores
-                and all(s.group < 0 for s in st[1:]))
+        return (
+            bool(st)
+            and st[0].group >= 0
+            and bool(st[0].reductions)
+            and not st[0].stores
+            and all(s.group < 0 for s in st[1:])
+        )
 
     def _online_pairs(self) -> dict[int, int]:
         """Softmax's two passes that a looped kernel runs as one (online softmax).
@@ -290,8 +315,12 @@ class _Writer:
             if op != "max" or dt not in (torch.float32, torch.float64) or v.dtype != dt:
                 continue
             b = next((j for j in range(a + 1, len(stages)) if stages[j].group >= 0), None)
-            if b is None or stages[b].group != st.group or stages[b].stores \
-                    or len(stages[b].reductions) != 1:
+            if (
+                b is None
+                or stages[b].group != st.group
+                or stages[b].stores
+                or len(stages[b].reductions) != 1
+            ):
                 continue
             _s, op2, e, dt2 = stages[b].reductions[0]
             want = ir.Op("exp", (ir.Op("sub", (v, ir.LocalRef(ir_name[m], dt)), dt),), dt)
@@ -346,8 +375,11 @@ class _Writer:
                 continue
             p = names.index(unit) + 1
             rows, cols = self.xvars[:p], self.xvars[p:]
-            cfg = heuristics.tile_2d(math.prod(s for _, s in rows), math.prod(s for _, s in cols),
-                                     broadcast=self._row_broadcast(roots, set(names[p:])))
+            cfg = heuristics.tile_2d(
+                math.prod(s for _, s in rows),
+                math.prod(s for _, s in cols),
+                broadcast=self._row_broadcast(roots, set(names[p:])),
+            )
             if cfg is None:
                 return
             self.tile = (rows, cols, cfg)
@@ -388,8 +420,7 @@ class _Writer:
             for node in ir.walk(exprs):
                 if isinstance(node, ir.Load):
                     for sym, _e, n in node.binds:
-                        bounds[sym] = int(n) - 1 if isinstance(n, (int, sympy.Integer)) \
-                            else 2**62
+                        bounds[sym] = int(n) - 1 if isinstance(n, (int, sympy.Integer)) else 2**62
                     _upper(node.index, bounds, acc)
                 elif isinstance(node, ir.IndexValue):
                     _upper(node.expr, bounds, acc)
@@ -449,7 +480,8 @@ class _Writer:
             name = self._tmp()
             self.consts.append(
                 f"{name} = tl.full({self.shape1}, {_literal(node.value, node.dtype)}, "
-                f"{tl_type(node.dtype)})")
+                f"{tl_type(node.dtype)})"
+            )
         elif isinstance(node, ir.LocalRef):
             name = self.local[node.name]
         elif isinstance(node, ir.IndexValue):
@@ -458,8 +490,11 @@ class _Writer:
                 text = ir.print_index(node.expr, "python")
                 self._put(f"{name} = ({text}).to({tl_type(node.dtype)})", deps)
             else:
-                self._put(f"{name} = tl.full({self.shape1}, "
-                          f"{ir.print_index(node.expr, 'python')}, {tl_type(node.dtype)})", deps)
+                self._put(
+                    f"{name} = tl.full({self.shape1}, "
+                    f"{ir.print_index(node.expr, 'python')}, {tl_type(node.dtype)})",
+                    deps,
+                )
         elif isinstance(node, ir.Load):
             name = self._load(node, deps)
         elif isinstance(node, ir.Op):
@@ -489,15 +524,17 @@ class _Writer:
             n = ir.static(extent)  # an int, or a symbolic size (>= 2)
             mask = self._mask(edeps)
             ok = f"(0 <= {v}) & ({v} < {_py(n)})"
-            self._put(f"tl.device_assert(({ok}){f' | ~({mask})' if mask else ''}, "
-                      f"\"index out of bounds: {node.buffer}\")", edeps)
+            self._put(
+                f"tl.device_assert(({ok}){f' | ~({mask})' if mask else ''}, "
+                f'"index out of bounds: {node.buffer}")',
+                edeps,
+            )
             self.asserts = True
             if ir.is_static(n) and n <= 0:
                 empty = True
                 continue
             clamped = self._tmp()
-            self._put(f"{clamped} = tl.minimum(tl.maximum({v}, 0), {_py(ir.static(n - 1))})",
-                      edeps)
+            self._put(f"{clamped} = tl.minimum(tl.maximum({v}, 0), {_py(ir.static(n - 1))})", edeps)
             subs[sym] = _sym(clamped)
             ranges[_sym(clamped)] = (0, ir.static(n - 1))
         layout = self.layout[node.buffer]
@@ -510,8 +547,11 @@ class _Writer:
         text = ir.print_index(index, "python")
         lo, hi = ir.static(-layout.offset), ir.static(size - 1 - layout.offset)
         bounds = ir.index_bounds(index, ranges)
-        if bounds is None or not ir.provably_nonneg(bounds[0] - lo) \
-                or not ir.provably_nonneg(hi - bounds[1]):
+        if (
+            bounds is None
+            or not ir.provably_nonneg(bounds[0] - lo)
+            or not ir.provably_nonneg(hi - bounds[1])
+        ):
             text = f"tl.minimum(tl.maximum({text}, {_py(lo)}), {_py(hi)})"
             self.clamped += 1
         mask = self._mask(deps)
@@ -583,8 +623,11 @@ class _Writer:
             deps = deps | {"x"}
         text = ir.print_index(index, "python")
         if deps != ideps:
-            text = f"tl.broadcast_to({text}, {self._shape(deps)})" if ideps else \
-                f"tl.full({self._shape(deps)}, {text}, {self.itype})"
+            text = (
+                f"tl.broadcast_to({text}, {self._shape(deps)})"
+                if ideps
+                else f"tl.full({self._shape(deps)}, {text}, {self.itype})"
+            )
         mask = self._mask(deps)
         line = f"tl.store({self.ptr[buffer]} + {text}, {v}" + (f", {mask})" if mask else ")")
         self._put(line, frozenset(deps))
@@ -610,14 +653,14 @@ class _Writer:
             return f"({v} != 0).to(tl.int32)" if value.dtype != torch.bool else f"{v}.to(tl.int32)"
         return v if value.dtype == acc else cast_to(acc, v)
 
-    def _finish(self, local: str, text: str, op: str, dtype: torch.dtype,
-                acc: torch.dtype) -> str:
+    def _finish(self, local: str, text: str, op: str, dtype: torch.dtype, acc: torch.dtype) -> str:
         """``local = text[:, None]`` cast to the reduction's dtype."""
         if op in ("any", "all"):
             return f"{local} = ({text} != 0)[:, None]"
         if op in ("argmax", "argmin"):
-            return f"{local} = {text}[:, None]" + \
-                ("" if dtype == torch.int64 else f".to({tl_type(dtype)})")
+            return f"{local} = {text}[:, None]" + (
+                "" if dtype == torch.int64 else f".to({tl_type(dtype)})"
+            )
         if dtype != acc:
             return f"{local} = {cast_to(dtype, text + '[:, None]')}"
         return f"{local} = {text}[:, None]"
@@ -630,8 +673,9 @@ class _Writer:
             return v
         return f"tl.broadcast_to({v}, [XBLOCK, {self.rb}])"
 
-    def _reduction_persistent(self, local: str, op: str, value: ir.Expr,
-                              dtype: torch.dtype) -> None:
+    def _reduction_persistent(
+        self, local: str, op: str, value: ir.Expr, dtype: torch.dtype
+    ) -> None:
         acc = self._acc_dtype(op, value, dtype)
         deps = self._deps(value, self.depmemo)
         v = self._red_value(op, value, acc)
@@ -654,8 +698,9 @@ class _Writer:
             self._need(h)
         self.body.append(self._finish(local, text, op, dtype, acc))
 
-    def _reduction_looped(self, local: str, op: str, value: ir.Expr, dtype: torch.dtype,
-                          post: list[str]) -> None:
+    def _reduction_looped(
+        self, local: str, op: str, value: ir.Expr, dtype: torch.dtype, post: list[str]
+    ) -> None:
         acc = self._acc_dtype(op, value, dtype)
         v = self._red_value(op, value, acc)
         shape = f"[XBLOCK, {self.rb}]"
@@ -664,19 +709,24 @@ class _Writer:
             helper = f"_{op}_combine"
             self._need(helper)
             self.pre.append(f"{local}_acc = tl.full({shape}, {init}, {tl_type(acc)})")
-            self.pre.append(f"{local}_accidx = tl.broadcast_to(({self.rfirst}).to(tl.int64), "
-                            f"{shape})")
+            self.pre.append(
+                f"{local}_accidx = tl.broadcast_to(({self.rfirst}).to(tl.int64), {shape})"
+            )
             cmp = ">" if op == "argmax" else "<"
             t = self._tmp()
             self.body.append(f"{t} = tl.where({self.rmask}, {v}, {init})")
             # strictly better only: equal values keep the earlier (smaller) index
-            self.body.append(f"{t}_take = ({t} {cmp} {local}_acc) | "
-                             f"(({t} != {t}) & ({local}_acc == {local}_acc))")
+            self.body.append(
+                f"{t}_take = ({t} {cmp} {local}_acc) | "
+                f"(({t} != {t}) & ({local}_acc == {local}_acc))"
+            )
             self.body.append(f"{local}_acc = tl.where({t}_take, {t}, {local}_acc)")
-            self.body.append(f"{local}_accidx = tl.where({t}_take, rindex.to(tl.int64), "
-                             f"{local}_accidx)")
-            post.append(f"{local}_val, {local}_idx = tl.reduce(({local}_acc, {local}_accidx), 1, "
-                        f"{helper})")
+            self.body.append(
+                f"{local}_accidx = tl.where({t}_take, rindex.to(tl.int64), {local}_accidx)"
+            )
+            post.append(
+                f"{local}_val, {local}_idx = tl.reduce(({local}_acc, {local}_accidx), 1, {helper})"
+            )
             if not self.partial:
                 post.append(self._finish(local, f"{local}_idx", op, dtype, acc))
             return
@@ -782,8 +832,9 @@ class _Writer:
                 self._reduction_persistent(local, op, value, dtype)
         return head + self.consts + self.pre
 
-    def _looped_stage(self, st: _Stage, out: list[str], split: bool = False,
-                      second: _Stage | None = None) -> None:
+    def _looped_stage(
+        self, st: _Stage, out: list[str], split: bool = False, second: _Stage | None = None
+    ) -> None:
         """One stage with inner ranges as a loop over RBLOCK chunks, appended to ``out``;
         with ``second`` (see :meth:`_online_pairs`), that stage's sum in the same loop."""
         self.pre, self.body, self.memo_r = [], [], {}
@@ -832,13 +883,17 @@ class _Writer:
         self.body += [
             f"{t} = tl.where(rmask, {v}, {ninf})",
             f"{t}_max = _maximum({m}_acc, {t})",
-            (f"{s}_acc = {s}_acc * tl.where({m}_acc == {ninf}, 0.0, tl.exp({m}_acc - {t}_max)) "
-             f"+ tl.where({t} == {ninf}, 0.0, tl.exp({t} - {t}_max))"),
+            (
+                f"{s}_acc = {s}_acc * tl.where({m}_acc == {ninf}, 0.0, tl.exp({m}_acc - {t}_max)) "
+                f"+ tl.where({t} == {ninf}, 0.0, tl.exp({t} - {t}_max))"
+            ),
             f"{m}_acc = {t}_max",
         ]
         post.append(f"{m}_row = tl.reduce({m}_acc, 1, _maximum)")
-        post.append(f"{s}_row = tl.reduce(tl.where({m}_acc == {ninf}, 0.0, "
-                    f"{s}_acc * tl.exp({m}_acc - {m}_row[:, None])), 1, _sum)")
+        post.append(
+            f"{s}_row = tl.reduce(tl.where({m}_acc == {ninf}, 0.0, "
+            f"{s}_acc * tl.exp({m}_acc - {m}_row[:, None])), 1, _sum)"
+        )
         post.append(self._finish(m, f"{m}_row", "max", dtype, acc))
         post.append(self._finish(s, f"{s}_row", "sum", dtype, acc))
 
@@ -909,15 +964,14 @@ class _Writer:
                 helper = f"_{op}_combine"
                 self._need(helper)
                 out.append(f"{local}_v = tl.load({local}_pv + ({at}), smask, other={init})")
-                out.append(f"{local}_i = tl.load({local}_pi + ({at}), smask, "
-                           f"other={2**62})")
-                out.append(f"{local}_rv, {local}_idx = tl.reduce(({local}_v, {local}_i), 1, "
-                           f"{helper})")
+                out.append(f"{local}_i = tl.load({local}_pi + ({at}), smask, other={2**62})")
+                out.append(
+                    f"{local}_rv, {local}_idx = tl.reduce(({local}_v, {local}_i), 1, {helper})"
+                )
                 out.append(self._finish(local, f"{local}_idx", op, dtype, acc))
             else:
                 red = REDUCE[op]
-                out.append(f"{local}_v = tl.load({local}_p + ({at}), smask, "
-                           f"other={red.init(acc)})")
+                out.append(f"{local}_v = tl.load({local}_p + ({at}), smask, other={red.init(acc)})")
                 final = red.final(acc, f"{local}_v")
                 for h in re.findall(r"\b(_[a-z_]+)\b", final):
                     self._need(h)
@@ -953,11 +1007,21 @@ class _Writer:
         mode = self.plan.mode
         fns: list[str] = []
         meta: dict = {
-            "mode": mode, "xnumel": _json_size(self.xnumel), "rnumel": self.plan.rnumel,
-            "int64": self.int64, "config": dict(self.plan.config),
+            "mode": mode,
+            "xnumel": _json_size(self.xnumel),
+            "rnumel": self.plan.rnumel,
+            "int64": self.int64,
+            "config": dict(self.plan.config),
             "grid": [[_json_size(self.xnumel), "XBLOCK"]],
-            "args": [[a.name, _json_size(a.layout.storage_size),
-                      str(a.layout.dtype).replace("torch.", ""), a.role] for a in self.k.args],
+            "args": [
+                [
+                    a.name,
+                    _json_size(a.layout.storage_size),
+                    str(a.layout.dtype).replace("torch.", ""),
+                    a.role,
+                ]
+                for a in self.k.args
+            ],
             "scratch": [],
         }
         if self.sizes:
@@ -974,8 +1038,10 @@ class _Writer:
         elif mode == "pointwise2d":
             assert self.tile is not None
             rows, cols, _ = self.tile
-            meta["grid"] = [[math.prod(s for _, s in cols), "XBLOCK"],
-                            [math.prod(s for _, s in rows), "YBLOCK"]]
+            meta["grid"] = [
+                [math.prod(s for _, s in cols), "XBLOCK"],
+                [math.prod(s for _, s in rows), "YBLOCK"],
+            ]
             meta["constexprs"] = ["XBLOCK", "YBLOCK"]
             fns.append(fn(self.name, ptrs, meta["constexprs"], self._pointwise2d()))
         elif mode == "persistent":
@@ -990,8 +1056,11 @@ class _Writer:
                 rows = [_py(st.numel) for st in self.stages if st.group >= 0]
                 name = self.name + "_rows"
                 meta["alt"] = {
-                    "fn": name, "rblock": self.plan.rblock, "config": dict(self.plan.config),
-                    "grid": [[_json_size(self.xnumel), "XBLOCK"]], "constexprs": ["XBLOCK"],
+                    "fn": name,
+                    "rblock": self.plan.rblock,
+                    "config": dict(self.plan.config),
+                    "grid": [[_json_size(self.xnumel), "XBLOCK"]],
+                    "constexprs": ["XBLOCK"],
                     "when": " and ".join(f"{r} <= {self.plan.rblock}" for r in rows),
                 }
                 fns.append(fn(name, ptrs, ["XBLOCK"], self._persistent()))
@@ -1000,16 +1069,19 @@ class _Writer:
             partial, scratch = self._split_partial()
             names = [n for n, _ in scratch]
             pname = self.name + "_partial"
-            meta["pre"] = {"fn": pname, "grid": [[self.plan.split, None], [self.xnumel, None]],
-                           "constexprs": ["XBLOCK", "RBLOCK"]}
+            meta["pre"] = {
+                "fn": pname,
+                "grid": [[self.plan.split, None], [self.xnumel, None]],
+                "constexprs": ["XBLOCK", "RBLOCK"],
+            }
             meta["constexprs"] = ["XBLOCK"]
             fns.append(fn(pname, ptrs + names, meta["pre"]["constexprs"], partial))
-            fns.append(fn(self.name, ptrs + names, meta["constexprs"],
-                          self._split_final(scratch)))
+            fns.append(fn(self.name, ptrs + names, meta["constexprs"], self._split_final(scratch)))
             meta["split"] = self.plan.split
             meta["chunk"] = self.plan.chunk
-            meta["scratch"] = [[self.xnumel * self.plan.split,
-                                str(dt).replace("torch.", "")] for _, dt in scratch]
+            meta["scratch"] = [
+                [self.xnumel * self.plan.split, str(dt).replace("torch.", "")] for _, dt in scratch
+            ]
             meta["config"]["pre"] = dict(self.plan.pre_config)
         if self.debug or self.asserts:
             meta["debug"] = True  # compile with device-side asserts

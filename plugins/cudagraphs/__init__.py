@@ -64,17 +64,23 @@ __version__ = "0.2.0"
 #: recordings per input shapes before a graph whose inputs keep moving runs unrecorded
 MAX_RECORDINGS = 3
 
-STALE = ("Error: accessing a tensor output of CUDA graphs (sdk:cudagraphs) that a later replay "
-         "has overwritten. Clone it (outside the compiled function) before the next step, or "
-         "call torch.compiler.cudagraph_mark_step_begin() where a new step begins.")
-STALE_GRAD = ("Error: accessing a gradient output of a backward recorded by CUDA graphs "
-              "(sdk:cudagraphs) that a later replay has overwritten. Clone it before the next "
-              "step, or call torch.compiler.cudagraph_mark_step_begin() where a new step "
-              "begins.")
-HELD = ("a call ran uncaptured: memory of an earlier step's outputs is still held by a tensor "
-        "the wrapper cannot revoke (a view of an output, or a .grad kept from a recorded "
-        "backward); drop it (optimizer.zero_grad(set_to_none=True), or clone the view) and "
-        "the next call replays")
+STALE = (
+    "Error: accessing a tensor output of CUDA graphs (sdk:cudagraphs) that a later replay "
+    "has overwritten. Clone it (outside the compiled function) before the next step, or "
+    "call torch.compiler.cudagraph_mark_step_begin() where a new step begins."
+)
+STALE_GRAD = (
+    "Error: accessing a gradient output of a backward recorded by CUDA graphs "
+    "(sdk:cudagraphs) that a later replay has overwritten. Clone it before the next "
+    "step, or call torch.compiler.cudagraph_mark_step_begin() where a new step "
+    "begins."
+)
+HELD = (
+    "a call ran uncaptured: memory of an earlier step's outputs is still held by a tensor "
+    "the wrapper cannot revoke (a view of an output, or a .grad kept from a recorded "
+    "backward); drop it (optimizer.zero_grad(set_to_none=True), or clone the view) and "
+    "the next call replays"
+)
 
 
 @sdk.hookimpl
@@ -93,8 +99,10 @@ def sdk_plugin_info() -> sdk.PluginInfo:
 @sdk.hookimpl
 def sdk_plugin_status() -> str | None:
     if not torch.cuda.is_available():
-        return ("no CUDA device visible (torch.cuda.is_available() is False); "
-                "use it on a machine with an NVIDIA GPU and a CUDA build of torch")
+        return (
+            "no CUDA device visible (torch.cuda.is_available() is False); "
+            "use it on a machine with an NVIDIA GPU and a CUDA build of torch"
+        )
     return None
 
 
@@ -154,8 +162,11 @@ class _Device:
         now = runtime.step_token()
         if now == self.token:
             return
-        if self.token is not None and self.pending and \
-                not runtime.mark_step_called(self.token, now):
+        if (
+            self.token is not None
+            and self.pending
+            and not runtime.mark_step_called(self.token, now)
+        ):
             return  # a forward's backward has yet to run: the step goes on
         self.token, self.pending = now, 0
         self.stale.update(self.step)
@@ -167,9 +178,11 @@ class _Device:
         of this step in use, or of an earlier step held where revoking cannot reach; its
         own, and those of graphs recorded after it (they may sit in its scratch memory)."""
         if any(r.index >= rec.index and r.in_use() for r in self.step.values()):
-            return ("a call ran uncaptured: outputs of an earlier call in this step are "
-                    "still in use (call torch.compiler.cudagraph_mark_step_begin() where a "
-                    "new step begins)")
+            return (
+                "a call ran uncaptured: outputs of an earlier call in this step are "
+                "still in use (call torch.compiler.cudagraph_mark_step_begin() where a "
+                "new step begins)"
+            )
         if any(r.index >= rec.index and r.out.unreachable() for r in self.stale.values()):
             return HELD
         return None
@@ -252,13 +265,18 @@ class CudaGraphed:
             return scalars
         return tuple(
             (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype, a.device)
-            if isinstance(a, torch.Tensor) else a for a in args)
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in args
+        )
 
     def _eager(self, args: tuple[Any, ...] | list[Any]) -> Any:
         """Run ``fn`` unrecorded, with host copies where it has been given host tensors."""
         if self._host:
-            args = [a.cpu() if i in self._host and isinstance(a, torch.Tensor) and a.is_cuda
-                    else a for i, a in enumerate(args)]
+            args = [
+                a.cpu() if i in self._host and isinstance(a, torch.Tensor) and a.is_cuda else a
+                for i, a in enumerate(args)
+            ]
         return self.fn(*args)
 
     def _run(self, dev: _Device | None, args: tuple[Any, ...]) -> Any:
@@ -283,21 +301,23 @@ class CudaGraphed:
         if self.uncaptured is not None:
             return self._eager(args)
         if torch.is_grad_enabled() and any(
-                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            isinstance(a, torch.Tensor) and a.requires_grad for a in args
+        ):
             return self._eager(args)  # autograd state cannot live in a graph
         if self._index is None:
             on_device = [a for a in args if isinstance(a, torch.Tensor) and a.is_cuda]
-            self._index = (on_device[0].get_device() if on_device
-                           else torch.cuda.current_device())
+            self._index = on_device[0].get_device() if on_device else torch.cuda.current_device()
         dev = _device(self._index)
         if not self.backward:  # a backward belongs to the step of its forward
             dev.begin()
         if host:
             # per call, not for good: a forward run unrecorded hands its backward the CPU
             # seed tensors of an attention without dropout, a recorded one CUDA tensors
-            self._note(f"a call ran uncaptured: input {host[0]} is a "
-                       f"{args[host[0]].device.type} tensor; a CUDA graph replays device "
-                       "work only")
+            self._note(
+                f"a call ran uncaptured: input {host[0]} is a "
+                f"{args[host[0]].device.type} tensor; a CUDA graph replays device "
+                "work only"
+            )
             return self._run(dev, args)
         key = self._key(args)
         shape = self._shapes.get(key)
@@ -322,8 +342,10 @@ class CudaGraphed:
                 rec = None
         if rec is None:
             if shape.recordings >= MAX_RECORDINGS:
-                self._give_up(f"inputs {sorted(shape.copy)} moved between calls after "
-                              f"{MAX_RECORDINGS} recordings")
+                self._give_up(
+                    f"inputs {sorted(shape.copy)} moved between calls after "
+                    f"{MAX_RECORDINGS} recordings"
+                )
                 return self._run(dev, args)
             try:
                 rec = self._record(args, shape, self._index, dev)
@@ -344,16 +366,18 @@ class CudaGraphed:
             out = list(out)
             for k, i, view in rec.aliases:
                 a = args[i]
-                out[k] = a if view is None else a.as_strided(
-                    view[0], view[1], a.storage_offset() + view[2])
+                out[k] = (
+                    a
+                    if view is None
+                    else a.as_strided(view[0], view[1], a.storage_offset() + view[2])
+                )
         dev.step[id(rec)] = rec
         self._ran(dev)
         return out
 
     # -- recording ------------------------------------------------------------
 
-    def _record(self, args: tuple[Any, ...], shape: _Shape, index: int, dev: _Device
-                ) -> _Recording:
+    def _record(self, args: tuple[Any, ...], shape: _Shape, index: int, dev: _Device) -> _Recording:
         assert shape.seen is not None
         in_place: dict[int, int] = {}
         copied: dict[int, torch.Tensor] = {}
@@ -379,8 +403,11 @@ class CudaGraphed:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=dev.pool, capture_error_mode="thread_local"):
             outputs = tuple(self.fn(*cap_args))
-        inputs = {a.untyped_storage().data_ptr(): i for i, a in enumerate(cap_args)
-                  if isinstance(a, torch.Tensor)}
+        inputs = {
+            a.untyped_storage().data_ptr(): i
+            for i, a in enumerate(cap_args)
+            if isinstance(a, torch.Tensor)
+        }
         aliases = []
         owned = list(outputs)
         for k, o in enumerate(outputs):
@@ -389,19 +416,32 @@ class CudaGraphed:
             i = inputs.get(o.untyped_storage().data_ptr())
             if i is not None:  # (a view of) an input: handed out as that of the caller's
                 a = cap_args[i]
-                same = (o.shape, o.stride(), o.storage_offset()) == \
-                    (a.shape, a.stride(), a.storage_offset())
-                aliases.append((k, i, None if same else (
-                    o.shape, o.stride(), o.storage_offset() - a.storage_offset())))
+                same = (o.shape, o.stride(), o.storage_offset()) == (
+                    a.shape,
+                    a.stride(),
+                    a.storage_offset(),
+                )
+                aliases.append(
+                    (
+                        k,
+                        i,
+                        None
+                        if same
+                        else (o.shape, o.stride(), o.storage_offset() - a.storage_offset()),
+                    )
+                )
                 owned[k] = None
         ptrs = {o.untyped_storage().data_ptr() for o in owned if isinstance(o, torch.Tensor)}
         self._own |= ptrs
         dev.managed |= ptrs
         shapes = [(i, a.shape) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        out = runtime.Outputs(owned, STALE_GRAD if self.backward else STALE,
-                              reuse=not self.backward, grad_ok=self.forward)
-        return _Recording(index, next(dev.order), graph, in_place, copied, shapes, out,
-                          aliases)
+        out = runtime.Outputs(
+            owned,
+            STALE_GRAD if self.backward else STALE,
+            reuse=not self.backward,
+            grad_ok=self.forward,
+        )
+        return _Recording(index, next(dev.order), graph, in_place, copied, shapes, out, aliases)
 
 
 def _buffer_like(a: torch.Tensor) -> torch.Tensor:

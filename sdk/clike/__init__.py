@@ -95,8 +95,9 @@ __all__ = [
 ]  # fmt: skip
 
 
-def translation_unit(preludes: Sequence[str], sources: Sequence[sdk.KernelSource],
-                     target: str) -> str:
+def translation_unit(
+    preludes: Sequence[str], sources: Sequence[sdk.KernelSource], target: str
+) -> str:
     """One source file of a graph's kernels, for one compiler run: ``preludes``, then each
     kernel once (a graph may use one kernel twice), joined by newlines. Two different sources
     of one entry name raise :class:`ValueError` naming ``target``."""

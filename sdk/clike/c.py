@@ -140,8 +140,10 @@ def loop_helpers(spelling: Spelling) -> str:
     """``sdk_clamp_index``, ``sdk_imin`` and ``sdk_chunk`` in ``spelling``'s language: one
     source for C and C++, so the two cannot drift apart."""
     return _LOOP_HELPERS.format(
-        lo_param=spelling.out_param.format(name="lo"), lo=spelling.out.format(name="lo"),
-        hi_param=spelling.out_param.format(name="hi"), hi=spelling.out.format(name="hi"),
+        lo_param=spelling.out_param.format(name="lo"),
+        lo=spelling.out.format(name="lo"),
+        hi_param=spelling.out_param.format(name="hi"),
+        hi=spelling.out.format(name="hi"),
     )
 
 

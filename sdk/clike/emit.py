@@ -146,8 +146,9 @@ class _Emitter:
     """Emits the IR expressions of one kernel as ``const T tN = ...;`` lines,
     each into the block of the outermost loop level it depends on."""
 
-    def __init__(self, target: CTarget, kernel: Kernel, names: _Names,
-                 bufs: dict[str, str]) -> None:
+    def __init__(
+        self, target: CTarget, kernel: Kernel, names: _Names, bufs: dict[str, str]
+    ) -> None:
         self.t = target
         self.names = names
         self.bufs = bufs
@@ -279,8 +280,9 @@ class _Emitter:
             lvl = self.deepest  # never hoisted above this kernel's stores
         if is_static(size) and size <= 0:
             # an empty buffer (only reached through a reported bind): read nothing
-            return self._line(lvl, node.dtype, self.t.spelling.ctor.format(
-                T=self.t.ctype(node.dtype), x="0")), lvl
+            return self._line(
+                lvl, node.dtype, self.t.spelling.ctor.format(T=self.t.ctype(node.dtype), x="0")
+            ), lvl
         if not in_range(bounds, size):
             code = f"sdk_clamp_index({code}, {print_size(size - 1, 'c')})"
         return self._line(lvl, node.dtype, f"{self.bufs[node.buffer]}[{code}]"), lvl
@@ -303,7 +305,9 @@ class _Emitter:
             bad = f"sdk_bad{self.n_bad}"
             self.n_bad += 1
             t = self.t.spelling
-            self.blocks[lvl].append(f"{bad} = {t.umax.format(a=bad, b=t.ctor.format(T='uint64_t', x=v))};")
+            self.blocks[lvl].append(
+                f"{bad} = {t.umax.format(a=bad, b=t.ctor.format(T='uint64_t', x=v))};"
+            )
             self.simd_checks.append((bad, n, wrap))
             name = self._line(lvl, I64, f"sdk_clamp_index({v}, {_c(static(n - 1))})")
         else:
@@ -350,8 +354,14 @@ def _wraps_negative(value: Expr, n: Any) -> bool:
     if not (isinstance(value, Op) and value.name == "where"):
         return False
     cond, neg, v = value.args
-    if not (isinstance(cond, Op) and cond.name == "lt" and cond.args == (v, Const(0, v.dtype))
-            and isinstance(neg, Op) and neg.name == "add" and neg.args[0] == v):
+    if not (
+        isinstance(cond, Op)
+        and cond.name == "lt"
+        and cond.args == (v, Const(0, v.dtype))
+        and isinstance(neg, Op)
+        and neg.name == "add"
+        and neg.args[0] == v
+    ):
         return False
     m = neg.args[1]
     if is_static(n):
@@ -454,7 +464,8 @@ class _KernelRenderer:
         for s in kernel.size_args:  # a size argument keeps its name (indices print it)
             if self.names.take(s.name) != s.name:
                 raise sdk.LoweringError(
-                    f"{target.name}: size argument {s.name} clashes with a name")
+                    f"{target.name}: size argument {s.name} clashes with a name"
+                )
         self.bufs = {a.name: self.names.take(a.name) for a in kernel.args}
         self.loop_names: dict[sympy.Symbol, str] = {}
         self.if_clause = ""  # the parallel row loop's OpenMP if clause (symbolic sizes)
@@ -522,8 +533,11 @@ class _KernelRenderer:
             body = self._pointwise_kernel(exprs)
         t = self.t
         params = ", ".join(
-            [f"{'const ' if a.role == 'in' else ''}{t.ctype(a.layout.dtype)}* {self.bufs[a.name]}"
-             for a in k.args] + [f"const int64_t {s.name}" for s in k.size_args]
+            [
+                f"{'const ' if a.role == 'in' else ''}{t.ctype(a.layout.dtype)}* {self.bufs[a.name]}"
+                for a in k.args
+            ]
+            + [f"const int64_t {s.name}" for s in k.size_args]
         )
         ret = "void"
         if self.em.has_checks:
@@ -535,8 +549,12 @@ class _KernelRenderer:
             ]
         return "\n".join(
             self._header()
-            + [t.spelling.head.format(ret=ret, name=self.fn_name, params=params) + " {",
-               *_indent(body), "}", ""]
+            + [
+                t.spelling.head.format(ret=ret, name=self.fn_name, params=params) + " {",
+                *_indent(body),
+                "}",
+                "",
+            ]
         )
 
     def _header(self) -> list[str]:
@@ -604,8 +622,9 @@ class _KernelRenderer:
         return (
             top
             + [f"// {units} blocks of up to {blk} elements"]
-            + _loop("p", "0", _c(units), unit, "parallel for schedule(static)"
-                    + _when_large(dims.numel))
+            + _loop(
+                "p", "0", _c(units), unit, "parallel for schedule(static)" + _when_large(dims.numel)
+            )
         )
 
     # -- reductions and multi-stage kernels
@@ -625,8 +644,12 @@ class _KernelRenderer:
         work_expr = static(rows * sum(static(si.dims.numel) for si in self.stages))
         parallel = work >= PARALLEL_MIN_WORK or not is_static(work_expr)
         self.if_clause = _when_large(work_expr)
-        split = parallel and rows_hint < SPLIT_MAX_OUTER and inner >= SPLIT_MIN_INNER and all(
-            red.info.arg or red.info.combine for si in self.stages for red in si.reds)
+        split = (
+            parallel
+            and rows_hint < SPLIT_MAX_OUTER
+            and inner >= SPLIT_MIN_INNER
+            and all(red.info.arg or red.info.combine for si in self.stages for red in si.reds)
+        )
         outer = list(zip(dims.names, dims.sizes))
         one_row = is_static(rows) and rows == 1
         variants: list[list[str]] = []
@@ -691,8 +714,10 @@ class _KernelRenderer:
             body += self._stage(si, None)
         self.em.forget_from(1)
         return self._row_loop(
-            outer, rows, body,
-            "parallel for schedule(static)" + self.if_clause if parallel else None
+            outer,
+            rows,
+            body,
+            "parallel for schedule(static)" + self.if_clause if parallel else None,
         )
 
     def _split_variant(self, outer: list[tuple[str, int]], rows: int) -> list[str]:

@@ -156,8 +156,9 @@ class CTarget:
     _code: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._code.update({name: _callable(self.name, name, code)
-                           for name, code in self.ops.items()})
+        self._code.update(
+            {name: _callable(self.name, name, code) for name, code in self.ops.items()}
+        )
         self._code.setdefault("cast", self.cast)
 
     def render(self, kernel: Kernel) -> sdk.KernelSource:
@@ -183,8 +184,7 @@ class CTarget:
         try:
             return self.reducers[name]
         except KeyError:
-            raise NotImplementedError(f"{self.name}: no rendering of reduction {name!r}") \
-                from None
+            raise NotImplementedError(f"{self.name}: no rendering of reduction {name!r}") from None
 
     def ctype(self, dtype: torch.dtype) -> str:
         try:

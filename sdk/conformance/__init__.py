@@ -128,18 +128,24 @@ def assert_close(actual: Any, expected: Any, what: str = "output") -> None:
         assert x.shape == y.shape, f"{what} {i}: shape {tuple(x.shape)}, eager {tuple(y.shape)}"
         assert x.dtype == y.dtype, f"{what} {i}: dtype {x.dtype}, eager {y.dtype}"
         tol = TOL.get(x.dtype, dict(rtol=0, atol=0))
-        torch.testing.assert_close(x.detach(), y.detach(), equal_nan=True,
-                                   msg=lambda m, i=i: f"{what} {i}: {m}", **tol)
+        torch.testing.assert_close(
+            x.detach(), y.detach(), equal_nan=True, msg=lambda m, i=i: f"{what} {i}: {m}", **tol
+        )
 
 
-def run_both(fn: Callable, args: list[Any], compiled: Callable, grad: bool, seed: int
-             ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
+def run_both(
+    fn: Callable, args: list[Any], compiled: Callable, grad: bool, seed: int
+) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
     """Outputs (and, with ``grad``, input gradients for a random upstream gradient) of
     ``compiled`` and of eager ``fn`` on copies of ``args``; None where there is no gradient."""
 
     def run(f: Callable) -> list[torch.Tensor] | None:
-        ins = [a.detach().clone().requires_grad_(grad and a.requires_grad)
-               if isinstance(a, torch.Tensor) else a for a in args]
+        ins = [
+            a.detach().clone().requires_grad_(grad and a.requires_grad)
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in args
+        ]
         torch.manual_seed(seed)
         outs = tensors(f(*ins))
         if not grad:
@@ -149,8 +155,7 @@ def run_both(fn: Callable, args: list[Any], compiled: Callable, grad: bool, seed
         if not diff or not leaves:
             return None
         gen = torch.Generator(device=diff[0].device).manual_seed(seed)
-        gouts = [torch.randn(t.shape, dtype=t.dtype, device=t.device, generator=gen)
-                 for t in diff]
+        gouts = [torch.randn(t.shape, dtype=t.dtype, device=t.device, generator=gen) for t in diff]
         gs = torch.autograd.grad(diff, leaves, gouts, allow_unused=True)
         return [t.detach() for t in outs] + [g for g in gs if g is not None]
 
@@ -216,7 +221,8 @@ def opinfo_cases(selection: str, device: str) -> list[tuple[str, str, str]]:
         raise ValueError(
             f"--sdk-opinfo: no OpInfo named {', '.join(sorted(wanted - found))} in torch "
             f"{torch.__version__}'s op_db; use quick, default, all or names such as "
-            "'add,softmax,div.no_rounding_mode'")
+            "'add,softmax,div.no_rounding_mode'"
+        )
     return cases
 
 
@@ -309,12 +315,14 @@ def faulty(plugin: str, where: str) -> types.ModuleType:
     message = f"fault injected into sdk:{plugin}'s kernel {where} by the conformance suite"
 
     if where == "render":
+
         @sdk.hookimpl
         def sdk_render_kernel(ctx: sdk.CompileContext, kernel: Any) -> Any:
             raise InjectedFault(message)
 
         mod.sdk_render_kernel = sdk_render_kernel
     elif where == "build":
+
         @sdk.hookimpl
         def sdk_compile_kernels(ctx: sdk.CompileContext, sources: list) -> Any:
             raise InjectedFault(message)

@@ -22,17 +22,34 @@ OUTCOMES = ("passed", "failed", "skipped", "xfailed")
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("sdk", "torch-backend-sdk conformance suite")
-    group.addoption("--sdk-plugin", action="append", default=[], metavar="NAME",
-                    help="run the conformance suite on sdk:NAME (repeat for several)")
-    group.addoption("--sdk-compare", default="builtin", metavar="NAMES",
-                    help="also run these plugins, for comparison: 'builtin' (default: the "
-                         "built-in codegen plugins of the same device), 'none', or names")
-    group.addoption("--sdk-opinfo", default="default", metavar="SET",
-                    help="OpInfo ops: 'quick' (8 ops), 'default' (about 40), 'all' (every "
-                         "op of torch's op_db, long) or comma-separated op names")
-    group.addoption("--sdk-device", default=None, metavar="TYPE",
-                    help="device type of the test tensors (default: the first of the "
-                         "plugin's device_types that torch has here)")
+    group.addoption(
+        "--sdk-plugin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run the conformance suite on sdk:NAME (repeat for several)",
+    )
+    group.addoption(
+        "--sdk-compare",
+        default="builtin",
+        metavar="NAMES",
+        help="also run these plugins, for comparison: 'builtin' (default: the "
+        "built-in codegen plugins of the same device), 'none', or names",
+    )
+    group.addoption(
+        "--sdk-opinfo",
+        default="default",
+        metavar="SET",
+        help="OpInfo ops: 'quick' (8 ops), 'default' (about 40), 'all' (every "
+        "op of torch's op_db, long) or comma-separated op names",
+    )
+    group.addoption(
+        "--sdk-device",
+        default=None,
+        metavar="TYPE",
+        help="device type of the test tensors (default: the first of the "
+        "plugin's device_types that torch has here)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -61,9 +78,13 @@ def _configure(config: pytest.Config, names: list[str], C: Any) -> None:
     plugins += [n for n in extra if n not in plugins]
     for n in plugins:
         C.require(n)  # unknown or unavailable: an error naming cause and fix, before collecting
-    _STATE.update(plugins=plugins, device=device, results=defaultdict(lambda: defaultdict(int)),
-                  kernels=defaultdict(lambda: defaultdict(int)),
-                  failures=[])
+    _STATE.update(
+        plugins=plugins,
+        device=device,
+        results=defaultdict(lambda: defaultdict(int)),
+        kernels=defaultdict(lambda: defaultdict(int)),
+        failures=[],
+    )
     # programs compiled by earlier runs must not answer: the suite checks this plugin's
     # kernels as they are now (the cache checks turn the cache on in a private directory)
     from sdk.core import config as env
@@ -96,8 +117,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         ids = [f"{p}-{c[0]}-{c[1]}-{c[2]}" for p, _, c in params]
         metafunc.parametrize(("sdk_plugin", "sdk_device", "opinfo_case"), params, ids=ids)
     elif "sdk_device" in metafunc.fixturenames:
-        metafunc.parametrize(("sdk_plugin", "sdk_device"), [(p, devices[p]) for p in plugins],
-                             ids=plugins)
+        metafunc.parametrize(
+            ("sdk_plugin", "sdk_device"), [(p, devices[p]) for p in plugins], ids=plugins
+        )
     else:
         metafunc.parametrize("sdk_plugin", plugins, ids=plugins)
 
@@ -141,8 +163,10 @@ def summary_lines() -> list[str]:
     plugins, results = _STATE["plugins"], _STATE["results"]
     cats = sorted({c for c, _ in results}, key=lambda c: (not c.startswith("opinfo"), c))
     lines = [
-        (f"sdk conformance: torch {torch.__version__}, torch-backend-sdk {sdk.__version__}, "
-         f"{platform.system()} {platform.machine()}, python {platform.python_version()}"),
+        (
+            f"sdk conformance: torch {torch.__version__}, torch-backend-sdk {sdk.__version__}, "
+            f"{platform.system()} {platform.machine()}, python {platform.python_version()}"
+        ),
         "",
         "| check | " + " | ".join(f"sdk:{p}" for p in plugins) + " |",
         "|---" * (len(plugins) + 1) + "|",
@@ -159,14 +183,18 @@ def summary_lines() -> list[str]:
     lines.append("| **total** | " + " | ".join(_cell(totals[p]) for p in plugins) + " |")
     if _STATE["kernels"]:
         made = [_STATE["kernels"][p] for p in plugins]
-        lines.append("| opinfo passes in generated kernels | "
-                     + " | ".join(f"{m['passed']}/{m['passed'] + m['skipped']}" for m in made)
-                     + " |")
+        lines.append(
+            "| opinfo passes in generated kernels | "
+            + " | ".join(f"{m['passed']}/{m['passed'] + m['skipped']}" for m in made)
+            + " |"
+        )
     lines.append("")
-    lines.append("cells: passed/run (run = passed + failed), then skipped and expected "
-                 "failures (xfail: a known gap of the SDK, not of the plugin); last row: the "
-                 "OpInfo passes where the plugin generated at least one kernel (the rest ran "
-                 "through ATen)")
+    lines.append(
+        "cells: passed/run (run = passed + failed), then skipped and expected "
+        "failures (xfail: a known gap of the SDK, not of the plugin); last row: the "
+        "OpInfo passes where the plugin generated at least one kernel (the rest ran "
+        "through ATen)"
+    )
     for plugin, name in _STATE["failures"]:
         lines.append(f"FAILED {plugin}: {name}")
     return lines

@@ -21,8 +21,9 @@ from sdk import conformance as C
 #: the whole-graph cache is on only in the cache checks (see the pytest plugin)
 
 
-def _rand(*shape: int, device: str, grad: bool = False, dtype: torch.dtype = torch.float32
-          ) -> torch.Tensor:
+def _rand(
+    *shape: int, device: str, grad: bool = False, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     return torch.randn(*shape, device=device, dtype=dtype).requires_grad_(grad)
 
 
@@ -37,15 +38,18 @@ def _check(plugin: str, fn, *args, grad: bool = False, **options) -> None:
 def _needs_kernels(report: sdk.ExplainReport, plugin: str) -> None:
     if not report.kernels:
         reasons = sorted({f"{f.op}: {f.reason}" for f in report.fallbacks})
-        pytest.skip(f"sdk:{plugin} generated no kernel here (every op fell back: "
-                    f"{'; '.join(reasons)[:200]})")
+        pytest.skip(
+            f"sdk:{plugin} generated no kernel here (every op fell back: "
+            f"{'; '.join(reasons)[:200]})"
+        )
 
 
 # -- opinfo ------------------------------------------------------------------------------
 
 
-def test_opinfo(sdk_plugin: str, sdk_device: str, opinfo_case: tuple[str, str, str],
-                record_property) -> None:
+def test_opinfo(
+    sdk_plugin: str, sdk_device: str, opinfo_case: tuple[str, str, str], record_property
+) -> None:
     """The OpInfo's first sample against eager, forward (fw) or forward+backward (fwbw)."""
     record_property("sdk_kernels", C.run_opinfo_case(sdk_plugin, sdk_device, *opinfo_case))
 
@@ -65,7 +69,8 @@ def test_fusion_pointwise_chain_is_one_kernel(sdk_plugin: str, sdk_device: str) 
         pytest.skip(f"sdk:{sdk_plugin} refuses part of the chain: {report.fallbacks[0].reason}")
     assert len(report.kernels) == 1, f"a pointwise chain should be one kernel:\n{report}"
     assert sorted(report.kernels[0].ops) == sorted(
-        ["aten.mul.Tensor", "aten.add.Tensor", "aten.relu.default", "aten.mul.Tensor"]), report
+        ["aten.mul.Tensor", "aten.add.Tensor", "aten.relu.default", "aten.mul.Tensor"]
+    ), report
     _check(sdk_plugin, chain, x, y)
 
 
@@ -169,8 +174,9 @@ def test_option_identity_hooks(sdk_plugin: str) -> None:
     rows = {r["name"]: r for r in sdk.list_plugins()}
     assert rows[sdk_plugin]["status"] == "ok", rows[sdk_plugin]
     info = C.require(sdk_plugin)
-    assert info.version and info.device_types and info.description, \
+    assert info.version and info.device_types and info.description, (
         f"fill in version, device_types and description of PluginInfo: {info}"
+    )
     rec = C.registry().record(sdk_plugin)
     status = getattr(rec.plugin, "sdk_plugin_status", None)
     if status is not None:
@@ -208,8 +214,9 @@ def test_fault_falls_back_and_strict_raises(sdk_plugin: str, sdk_device: str, wh
         strict = _error_of(pointwise, x, backend=sdk.backend(sdk_plugin, debug=True))
         assert any(isinstance(e, C.InjectedFault) for e in strict), strict
         nofallback = _error_of(pointwise, x, backend=sdk.backend(sdk_plugin, fallback=False))
-        assert any(isinstance(e, sdk.SDKError) and "fault injected" in str(e)
-                   for e in nofallback), nofallback
+        assert any(
+            isinstance(e, sdk.SDKError) and "fault injected" in str(e) for e in nofallback
+        ), nofallback
 
 
 def _error_of(fn, *args, backend) -> list[BaseException]:
@@ -230,8 +237,13 @@ def _error_of(fn, *args, backend) -> list[BaseException]:
 def test_fault_chain_takes_over(sdk_plugin: str, sdk_device: str) -> None:
     """With ``chain``, the next codegen plugin compiles the graph this one failed."""
     x = _fault_input(sdk_plugin, sdk_device)
-    others = [n for n in C.registry().codegen_names() if n != sdk_plugin
-              and C.implements(n, "sdk_compile_kernels") and C.device_for(n) == sdk_device]
+    others = [
+        n
+        for n in C.registry().codegen_names()
+        if n != sdk_plugin
+        and C.implements(n, "sdk_compile_kernels")
+        and C.device_for(n) == sdk_device
+    ]
     if not others:
         pytest.skip(f"no other codegen plugin for {sdk_device} to chain to")
     with C.registry_with(sdk_plugin, C.faulty(sdk_plugin, "build")):
@@ -247,8 +259,9 @@ def test_fault_at_run_time_falls_back(sdk_plugin: str, sdk_device: str) -> None:
     with C.registry_with(sdk_plugin, C.faulty(sdk_plugin, "run")):
         _check(sdk_plugin, pointwise, x)
         report = C.explain(sdk_plugin, pointwise, x)
-        assert report.fallbacks and any("raised when run" in f.reason for f in report.fallbacks), \
+        assert report.fallbacks and any("raised when run" in f.reason for f in report.fallbacks), (
             f"the run-time fallback is not in the report:\n{report}"
+        )
         C.reset()
         with pytest.raises(C.InjectedFault):
             torch.compile(pointwise, backend=sdk.backend(sdk_plugin, fallback=False))(x)
@@ -262,7 +275,7 @@ def _damage(path: Path, how: str, other: Path | None) -> None:
     data = path.read_bytes()
     if how == "flip" and data:
         i = len(data) // 2
-        data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
+        data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :]
     elif how == "truncate":
         data = data[: len(data) // 2]
     elif how == "foreign" and other is not None:
@@ -285,8 +298,9 @@ def cached_b(x, y):
 
 
 @pytest.mark.parametrize("how", ["flip", "truncate", "foreign", "unsafe"])
-def test_cache_damaged_entries_are_misses(sdk_plugin: str, sdk_device: str, tmp_path: Path,
-                                          how: str) -> None:
+def test_cache_damaged_entries_are_misses(
+    sdk_plugin: str, sdk_device: str, tmp_path: Path, how: str
+) -> None:
     """Every file of the per-user cache (whole-graph programs and the plugin's own
     namespaces) damaged between two compiles (a flipped byte, cut in half, another entry's
     content, or made writable by others): the second compile is right, and stores again."""
@@ -297,8 +311,10 @@ def test_cache_damaged_entries_are_misses(sdk_plugin: str, sdk_device: str, tmp_
         C.explain(sdk_plugin, cached_b, x, y)
         files = sorted(p for p in root.rglob("*") if p.is_file())
         if not files:
-            pytest.skip(f"sdk:{sdk_plugin} keeps nothing in the per-user cache "
-                        f"(whole-graph cache: {first.graphs[0].cache})")
+            pytest.skip(
+                f"sdk:{sdk_plugin} keeps nothing in the per-user cache "
+                f"(whole-graph cache: {first.graphs[0].cache})"
+            )
         for i, p in enumerate(files):
             _damage(p, how, files[(i + 1) % len(files)] if len(files) > 1 else None)
         _check(sdk_plugin, cached_a, x, y)
@@ -306,4 +322,5 @@ def test_cache_damaged_entries_are_misses(sdk_plugin: str, sdk_device: str, tmp_
         again = C.explain(sdk_plugin, cached_a, x, y)
         if first.graphs[0].cache == "stored":
             assert [g.cache for g in again.graphs] == ["hit"], (
-                f"after a damaged entry was rebuilt the next compile should hit:\n{again}")
+                f"after a damaged entry was rebuilt the next compile should hit:\n{again}"
+            )

@@ -26,16 +26,20 @@ def module_name(name: str) -> str:
 def generate(name: str, dest: str | Path, *, c_like: bool = False) -> Path:
     """Write the plugin package for ``name`` into ``dest/<name>-sdk-plugin``; return it."""
     if not name.isidentifier() or keyword.iskeyword(name) or not name.islower():
-        raise ValueError(f"plugin name {name!r} must be a lower-case Python identifier "
-                         "(it is the entry-point name and part of the package name), "
-                         "e.g. 'acme' or 'acme_npu'")
+        raise ValueError(
+            f"plugin name {name!r} must be a lower-case Python identifier "
+            "(it is the entry-point name and part of the package name), "
+            "e.g. 'acme' or 'acme_npu'"
+        )
     dist = f"{name.replace('_', '-')}-sdk-plugin"
     root = Path(dest) / dist
     if root.exists():
         raise FileExistsError(f"{root} exists; remove it or choose another destination")
     package = root / module_name(name)
-    files = {root / "pyproject.toml": "common/pyproject.toml.tmpl",
-             root / "README.md": "common/README.md.tmpl"}
+    files = {
+        root / "pyproject.toml": "common/pyproject.toml.tmpl",
+        root / "README.md": "common/README.md.tmpl",
+    }
     flavor = "c_like" if c_like else "fallback"
     for tmpl in sorted((TEMPLATES / flavor).glob("*.tmpl")):
         files[package / tmpl.name.removesuffix(".tmpl")] = f"{flavor}/{tmpl.name}"

@@ -19,26 +19,38 @@ def rmse(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b.double()).pow(2).mean().sqrt())
 
 
-def rmse_ok(actual: torch.Tensor, eager: torch.Tensor, ref64: torch.Tensor, *,
-            multiplier: float = 2.0, floor: float = 1e-4) -> tuple[bool, str]:
+def rmse_ok(
+    actual: torch.Tensor,
+    eager: torch.Tensor,
+    ref64: torch.Tensor,
+    *,
+    multiplier: float = 2.0,
+    floor: float = 1e-4,
+) -> tuple[bool, str]:
     if not torch.isfinite(actual).all():
         return False, "non-finite values"
     got, base = rmse(actual, ref64), rmse(eager, ref64)
     return got <= multiplier * base + floor, f"rmse {got:.3g} vs eager {base:.3g}"
 
 
-def train_results(model: torch.nn.Module, step: Callable[[torch.nn.Module], torch.Tensor]
-                  ) -> list[torch.Tensor]:
+def train_results(
+    model: torch.nn.Module, step: Callable[[torch.nn.Module], torch.Tensor]
+) -> list[torch.Tensor]:
     """Loss and every parameter's gradient of one step (grads cleared first)."""
     model.zero_grad(set_to_none=True)
     loss = step(model)
     loss.backward()
-    return [loss.detach()] + [p.grad.detach() if p.grad is not None else torch.zeros_like(p)
-                              for p in model.parameters()]
+    return [loss.detach()] + [
+        p.grad.detach() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()
+    ]
 
 
-def check_training(model: torch.nn.Module, step: Callable[[torch.nn.Module], torch.Tensor],
-                   backend: Any = "sdk:cuda_triton", **compile_kw: Any) -> list[str]:
+def check_training(
+    model: torch.nn.Module,
+    step: Callable[[torch.nn.Module], torch.Tensor],
+    backend: Any = "sdk:cuda_triton",
+    **compile_kw: Any,
+) -> list[str]:
     """Compiled training step vs eager (same dtype) and an fp64 eager reference.
 
     Returns the failures (empty when every result passes the rule).

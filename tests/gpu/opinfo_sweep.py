@@ -73,8 +73,7 @@ def _run(op, sample, backend, grad, seed):
         inp, args, kwargs = tree_unflatten(vals, spec)
         return op(inp, *args, **kwargs)
 
-    ins = [flat[i].detach().clone().requires_grad_(grad and flat[i].requires_grad)
-           for i in where]
+    ins = [flat[i].detach().clone().requires_grad_(grad and flat[i].requires_grad) for i in where]
     f = fn if backend == "eager" else torch.compile(fn, backend=backend, dynamic=False)
     out = f(*ins)
     outs = _tensors(out)
@@ -133,14 +132,16 @@ def worker(cases: list[tuple[int, str]], backends: list[str], device: str) -> No
             seed = zlib.crc32(f"{name} {dt} {mode}".encode())
             torch.manual_seed(seed)
             try:
-                sample = next(iter(op.sample_inputs(device, getattr(torch, dt),
-                                                    requires_grad=grad)))
+                sample = next(
+                    iter(op.sample_inputs(device, getattr(torch, dt), requires_grad=grad))
+                )
                 torch.manual_seed(seed)
                 ref = _run(op, sample, "eager", grad, seed)
             except Exception as exc:  # noqa: BLE001 - eager cannot run it: nothing to compare
                 for b in backends:
-                    print(json.dumps([name, dt, mode, b, "skip", f"eager: {exc}"[:200]]),
-                          flush=True)
+                    print(
+                        json.dumps([name, dt, mode, b, "skip", f"eager: {exc}"[:200]]), flush=True
+                    )
                 continue
             for b in backends:
                 torch._dynamo.reset()
@@ -180,7 +181,7 @@ def main() -> None:
 
         keep = set(a.only.split(","))
         cases = [c for c in cases if op_db[c[0]].name in keep]
-    chunks = [cases[i:i + a.chunk] for i in range(0, len(cases), a.chunk)]
+    chunks = [cases[i : i + a.chunk] for i in range(0, len(cases), a.chunk)]
     rows: list[list] = []
     env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -190,9 +191,22 @@ def main() -> None:
         while todo:
             if time.time() - t0 > a.budget:
                 return out, todo
-            p = subprocess.run([sys.executable, __file__, "--plugin", a.plugin, "--device",
-                                a.device, "--worker", json.dumps(todo)],
-                               capture_output=True, text=True, env=env, check=False)
+            p = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--plugin",
+                    a.plugin,
+                    "--device",
+                    a.device,
+                    "--worker",
+                    json.dumps(todo),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                check=False,
+            )
             got = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("[")]
             out += got
             done = {(r[0], r[1]) for r in got}
@@ -209,8 +223,16 @@ def main() -> None:
                 rest = [c for c in rest if not (names[c] == last[0] and c[1] == last[1])]
             elif rest:
                 dead = rest[0]
-                out.append([names[dead], dead[1], "?", backends[0], "crash",
-                            f"worker died (exit {p.returncode}): {p.stderr[-300:]}"])
+                out.append(
+                    [
+                        names[dead],
+                        dead[1],
+                        "?",
+                        backends[0],
+                        "crash",
+                        f"worker died (exit {p.returncode}): {p.stderr[-300:]}",
+                    ]
+                )
                 rest = rest[1:]
             todo = rest
         return out, []
@@ -240,8 +262,10 @@ def report(rows, backends, n_cases, left, seconds, path):
 
     counts = Counter((r[3], r[2], r[4]) for r in rows)
     statuses = ["pass", "mismatch", "error", "crash", "skip"]
-    print(f"\nOpInfo first-sample sweep: {n_cases} (op, dtype) cases, {left} not reached "
-          f"within the budget, {seconds:.0f}s")
+    print(
+        f"\nOpInfo first-sample sweep: {n_cases} (op, dtype) cases, {left} not reached "
+        f"within the budget, {seconds:.0f}s"
+    )
     print(f"{'backend':<18}{'mode':<6}" + "".join(f"{s:>10}" for s in statuses))
     for b in backends:
         for m in ("fw", "fwbw"):
@@ -250,15 +274,19 @@ def report(rows, backends, n_cases, left, seconds, path):
     for r in crashes:
         print("CRASH", r)
     by = {(r[0], r[1], r[2], r[3]): r for r in rows}
-    worse = [(k, r) for k, r in by.items() if k[3] == backends[0] and r[4] != "pass"
-             and by.get((k[0], k[1], k[2], "inductor"), [0] * 5)[4] == "pass"]
+    worse = [
+        (k, r)
+        for k, r in by.items()
+        if k[3] == backends[0]
+        and r[4] != "pass"
+        and by.get((k[0], k[1], k[2], "inductor"), [0] * 5)[4] == "pass"
+    ]
     print(f"\n{len(worse)} cases where {backends[0]} fails and inductor passes:")
     for k, r in sorted(worse)[:80]:
         print(f"  {k[0]} {k[1]} {k[2]}: {r[4]} {r[5][:150]}")
     if path:
         with open(path, "w") as f:
-            json.dump({"rows": rows, "cases": n_cases, "not_reached": left,
-                       "seconds": seconds}, f)
+            json.dump({"rows": rows, "cases": n_cases, "not_reached": left, "seconds": seconds}, f)
 
 
 if __name__ == "__main__":

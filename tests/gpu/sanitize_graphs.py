@@ -43,35 +43,74 @@ def graphs():
     yield "looped_reduction", lambda x: x.amax(-1), (r(33, 20001),)
     yield "split_reduction", lambda x: x.sum(), (r(1 << 20 | 3),)
     yield "softmax_fwbw", lambda x: F.softmax(x, -1), (r(65, 1031, requires_grad=True),)
-    yield "layer_norm_fwbw", lambda x, w, b: F.layer_norm(x, (513,), w, b), \
-        (r(67, 513, requires_grad=True), r(513, requires_grad=True), r(513, requires_grad=True))
-    yield "embedding_fwbw", lambda i, w: F.embedding(i, w) * 2, \
-        (torch.randint(0, 1000, (7, 33)), r(1000, 65, requires_grad=True))
-    yield "gather", lambda x, i: torch.gather(x, 1, i), \
-        (r(40, 50), torch.randint(0, 50, (40, 23)))
+    yield (
+        "layer_norm_fwbw",
+        lambda x, w, b: F.layer_norm(x, (513,), w, b),
+        (r(67, 513, requires_grad=True), r(513, requires_grad=True), r(513, requires_grad=True)),
+    )
+    yield (
+        "embedding_fwbw",
+        lambda i, w: F.embedding(i, w) * 2,
+        (torch.randint(0, 1000, (7, 33)), r(1000, 65, requires_grad=True)),
+    )
+    yield "gather", lambda x, i: torch.gather(x, 1, i), (r(40, 50), torch.randint(0, 50, (40, 23)))
     yield "index", lambda x, i: x[i] + 1, (r(100, 17), torch.randint(-100, 100, (31,)))
-    yield "cat_pad_empty", lambda a, b: (torch.cat([a[:, :0], b, a], 1),
-                                         F.pad(b[:0], (1, 2, 3, 0), value=1.0),
-                                         torch.block_diag(a, b, a[:0])), (r(3, 5), r(3, 7))
+    yield (
+        "cat_pad_empty",
+        lambda a, b: (
+            torch.cat([a[:, :0], b, a], 1),
+            F.pad(b[:0], (1, 2, 3, 0), value=1.0),
+            torch.block_diag(a, b, a[:0]),
+        ),
+        (r(3, 5), r(3, 7)),
+    )
     yield "dropout", lambda x: F.dropout(x, 0.5, training=True).sum(), (r(4099),)
-    yield "bf16_mixed", lambda x, w: (x @ w).float().softmax(-1), \
-        (r(64, 96, dtype=torch.bfloat16), r(96, 130, dtype=torch.bfloat16))
-    yield "column_reduction", lambda x: (F.gelu(x * 3).sum(0), *torch.var_mean(x, 0)), (r(1000, 333),)
-    yield "scatters", lambda x, i, s: (torch.slice_scatter(x * 2, s, 1, 2, 9, 3),
-                                       torch.scatter(x, 1, i, -1.0),
-                                       torch.select_scatter(x, s[:, 0], 1, -1)), \
-        (r(37, 11), torch.randint(0, 11, (37, 1)), r(37, 3))
-    yield "index_put_accumulate", lambda x, i, v: torch.index_put(x * 1, [i], v, True), \
-        (r(50, 7), torch.randint(-50, 50, (129,)), r(129, 7))
-    yield "max_pool_bn_relu", lambda x, m, v: F.max_pool2d(
-        F.batch_norm(x, m, v, training=False).relu(), 3, 2, 1, ceil_mode=True), \
-        (r(3, 5, 17, 15), r(5), r(5).abs() + 0.5)
-    yield "cross_entropy_fwbw", lambda x, t: F.cross_entropy(x.float() * 2, t), \
-        (r(33, 20001, dtype=torch.bfloat16, requires_grad=True), torch.randint(0, 20001, (33,)))
-    yield "scatter_into_zeros", lambda x, i: torch.scatter(torch.zeros_like(x), 1, i, 3.0).sum(1), \
-        (r(37, 4099), torch.randint(0, 4099, (37, 1)))
-    yield "conv_channels_last", lambda x, w, b: F.adaptive_avg_pool2d(
-        F.conv2d(x, w, b, padding=1).relu(), 1), (r(2, 3, 19, 13), r(8, 3, 3, 3), r(8))
+    yield (
+        "bf16_mixed",
+        lambda x, w: (x @ w).float().softmax(-1),
+        (r(64, 96, dtype=torch.bfloat16), r(96, 130, dtype=torch.bfloat16)),
+    )
+    yield (
+        "column_reduction",
+        lambda x: (F.gelu(x * 3).sum(0), *torch.var_mean(x, 0)),
+        (r(1000, 333),),
+    )
+    yield (
+        "scatters",
+        lambda x, i, s: (
+            torch.slice_scatter(x * 2, s, 1, 2, 9, 3),
+            torch.scatter(x, 1, i, -1.0),
+            torch.select_scatter(x, s[:, 0], 1, -1),
+        ),
+        (r(37, 11), torch.randint(0, 11, (37, 1)), r(37, 3)),
+    )
+    yield (
+        "index_put_accumulate",
+        lambda x, i, v: torch.index_put(x * 1, [i], v, True),
+        (r(50, 7), torch.randint(-50, 50, (129,)), r(129, 7)),
+    )
+    yield (
+        "max_pool_bn_relu",
+        lambda x, m, v: F.max_pool2d(
+            F.batch_norm(x, m, v, training=False).relu(), 3, 2, 1, ceil_mode=True
+        ),
+        (r(3, 5, 17, 15), r(5), r(5).abs() + 0.5),
+    )
+    yield (
+        "cross_entropy_fwbw",
+        lambda x, t: F.cross_entropy(x.float() * 2, t),
+        (r(33, 20001, dtype=torch.bfloat16, requires_grad=True), torch.randint(0, 20001, (33,))),
+    )
+    yield (
+        "scatter_into_zeros",
+        lambda x, i: torch.scatter(torch.zeros_like(x), 1, i, 3.0).sum(1),
+        (r(37, 4099), torch.randint(0, 4099, (37, 1))),
+    )
+    yield (
+        "conv_channels_last",
+        lambda x, w, b: F.adaptive_avg_pool2d(F.conv2d(x, w, b, padding=1).relu(), 1),
+        (r(2, 3, 19, 13), r(8, 3, 3, 3), r(8)),
+    )
 
 
 def _mismatches(name: str, got: list, want: list, tol: float) -> int:
@@ -108,12 +147,21 @@ def main(plugin: str = "cuda_triton") -> int:
 def dynamic_graphs():
     r = torch.randn
     yield "dyn_pointwise", lambda x, y: (x * y + 1).relu().sin(), lambda n: (r(n, 37), r(n, 37))
-    yield "dyn_rows_softmax_fwbw", lambda x: F.softmax(x * 2, -1), \
-        lambda n: (r(n, 1031, requires_grad=True),)
+    yield (
+        "dyn_rows_softmax_fwbw",
+        lambda x: F.softmax(x * 2, -1),
+        lambda n: (r(n, 1031, requires_grad=True),),
+    )
     yield "dyn_cols_softmax", lambda x: F.softmax(x, -1), lambda n: (r(5, n),)
-    yield "dyn_layer_norm_fwbw", lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b), \
-        lambda n: (r(n, 96, requires_grad=True), r(96, requires_grad=True),
-                   r(96, requires_grad=True))
+    yield (
+        "dyn_layer_norm_fwbw",
+        lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
+        lambda n: (
+            r(n, 96, requires_grad=True),
+            r(96, requires_grad=True),
+            r(96, requires_grad=True),
+        ),
+    )
     yield "dyn_column_sum", lambda x: (F.gelu(x * 3).sum(0), x.mean(0)), lambda n: (r(n, 333),)
     yield "dyn_transpose", lambda x: (x.t() * 2).contiguous(), lambda n: (r(n, 129),)
     yield "dyn_view", lambda x, y: (x.view(-1, 4) * y).sum(1), lambda n: (r(n, 8), r(4))
@@ -150,8 +198,9 @@ def cudagraphs_main() -> int:
     import copy
 
     torch.manual_seed(0)
-    ref = torch.nn.Sequential(torch.nn.Linear(33, 65), torch.nn.GELU(),
-                              torch.nn.Linear(65, 7)).to(DEV)
+    ref = torch.nn.Sequential(torch.nn.Linear(33, 65), torch.nn.GELU(), torch.nn.Linear(65, 7)).to(
+        DEV
+    )
     model = copy.deepcopy(ref)
     f = torch.compile(model, backend="sdk:cuda_triton", mode="reduce-overhead")
     bad = 0

@@ -41,8 +41,9 @@ def replays(monkeypatch):
 
 def mlp() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
-                               torch.nn.Linear(128, 10)).cuda()
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10)
+    ).cuda()
 
 
 def test_inference_replays_and_reads_weights_in_place(replays):
@@ -126,8 +127,9 @@ def test_training_records_forward_and_backward_and_matches_eager(replays):
     xs = [torch.randn(8, 64, device="cuda") for _ in range(5)]
     ys = [torch.randint(0, 10, (8,), device="cuda") for _ in range(5)]
     want = _train(ref, torch.optim.SGD(ref.parameters(), lr=0.1), xs, ys)
-    got = _train(model, torch.optim.SGD(model.parameters(), lr=0.1), xs, ys,
-                 torch.compile(model, **RO))
+    got = _train(
+        model, torch.optim.SGD(model.parameters(), lr=0.1), xs, ys, torch.compile(model, **RO)
+    )
     for g_step, w_step in zip(got, want):
         for g, w in zip(g_step, w_step):
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
@@ -135,8 +137,9 @@ def test_training_records_forward_and_backward_and_matches_eager(replays):
     # copied: the forward's x, the backward's x (saved) and its incoming gradient; the
     # activations the backward reads were written by the recorded forward: read in place
     assert replays["buffers"] <= 4, replays
-    report = sdk.explain(lambda x: model(x).sum(), xs[0], backend="sdk:cuda_triton",
-                         wrappers=["cudagraphs"])
+    report = sdk.explain(
+        lambda x: model(x).sum(), xs[0], backend="sdk:cuda_triton", wrappers=["cudagraphs"]
+    )
     assert not [n for g in report.graphs for n in g.notes if "uncaptured" in n], str(report)
 
 
@@ -179,9 +182,16 @@ def test_gpt2_training_is_recorded_and_matches_eager(replays):
     transformers = pytest.importorskip("transformers")
     from tests.gpu.common import rmse_ok, train_results
 
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=64,
-                                  vocab_size=1024, attn_pdrop=0.0, embd_pdrop=0.0,
-                                  resid_pdrop=0.0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=128,
+        n_head=4,
+        n_positions=64,
+        vocab_size=1024,
+        attn_pdrop=0.0,
+        embd_pdrop=0.0,
+        resid_pdrop=0.0,
+    )
     torch.manual_seed(0)
     model = transformers.GPT2LMHeadModel(cfg).cuda()
     ref = copy.deepcopy(model).double()
@@ -197,8 +207,12 @@ def test_gpt2_training_is_recorded_and_matches_eager(replays):
     for _ in range(5):
         got = train_results(compiled, step)
         names = ["loss"] + [n for n, _ in model.named_parameters()]
-        bad = [f"{n}: {why}" for n, a, e, r in zip(names, got, eager, want)
-               for ok, why in [rmse_ok(a, e, r)] if not ok]
+        bad = [
+            f"{n}: {why}"
+            for n, a, e, r in zip(names, got, eager, want)
+            for ok, why in [rmse_ok(a, e, r)]
+            if not ok
+        ]
         assert not bad, "\n".join(bad)
     report = sdk.explain(step, model, backend="sdk:cuda_triton", wrappers=["cudagraphs"])
     notes = [n for g in report.graphs for n in g.notes if "runs uncaptured" in n]

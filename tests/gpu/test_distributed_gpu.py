@@ -32,10 +32,15 @@ def test_collectives_ddp_and_fsdp2_over_nccl():
     if not dist.is_available() or not dist.is_nccl_available():
         pytest.skip("NCCL is not available")
     world = min(2, torch.cuda.device_count())
-    r = subprocess.run([sys.executable, "-m", "tests.distributed_worker", str(free_port()),
-                        str(world), "cuda"], capture_output=True, text=True,
-                       env=dict(os.environ), timeout=600, check=False,
-                       cwd=Path(__file__).resolve().parents[2])
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.distributed_worker", str(free_port()), str(world), "cuda"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ),
+        timeout=600,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert r.returncode == 0, (r.stdout + r.stderr)[-6000:]
     line = next(x for x in r.stdout.splitlines() if x.startswith("RESULT"))
     assert int(line.split("compiled_ddp=")[1].split()[0]) >= 3, line  # split at the buckets

@@ -33,12 +33,18 @@ class ConvNet(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1, bias=False),
-                                        torch.nn.BatchNorm2d(32), torch.nn.ReLU())
-        self.block = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1, bias=False),
-                                         torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
-                                         torch.nn.Conv2d(32, 32, 3, padding=1, bias=False),
-                                         torch.nn.BatchNorm2d(32))
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 32, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(32),
+            torch.nn.ReLU(),
+        )
+        self.block = torch.nn.Sequential(
+            torch.nn.Conv2d(32, 32, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(32),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(32, 32, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(32),
+        )
         self.head = torch.nn.Linear(32, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -48,8 +54,9 @@ class ConvNet(torch.nn.Module):
 
 
 def _mlp() -> tuple[torch.nn.Module, Callable[[int], tuple]]:
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
-                                torch.nn.LayerNorm(256), torch.nn.Linear(256, 64))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256), torch.nn.Linear(256, 64)
+    )
     return model, lambda n: (torch.randn(8 * n, 64, device="cuda"),)
 
 
@@ -59,9 +66,18 @@ def _convnet() -> tuple[torch.nn.Module, Callable[[int], tuple]]:
 
 def _gpt2() -> tuple[torch.nn.Module, Callable[[int], tuple]]:
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=128,
-                                  vocab_size=1024, bos_token_id=0, eos_token_id=0,
-                                  attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=128,
+        n_head=4,
+        n_positions=128,
+        vocab_size=1024,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_pdrop=0.0,
+        embd_pdrop=0.0,
+        resid_pdrop=0.0,
+    )
     model = transformers.GPT2LMHeadModel(cfg)
     return model, lambda n: (torch.randint(0, 1024, (2, 32 * n), device="cuda"),)
 
@@ -75,8 +91,9 @@ def _vit() -> tuple[torch.nn.Module, Callable[[int], tuple]]:
 MODELS = {"mlp": _mlp, "convnet": _convnet, "gpt2": _gpt2, "vit": _vit}
 
 
-def _results(model: torch.nn.Module, fn: Callable, inputs: tuple, train: bool
-             ) -> list[torch.Tensor]:
+def _results(
+    model: torch.nn.Module, fn: Callable, inputs: tuple, train: bool
+) -> list[torch.Tensor]:
     if not train:
         with torch.no_grad():
             out = fn(*inputs)
@@ -87,7 +104,8 @@ def _results(model: torch.nn.Module, fn: Callable, inputs: tuple, train: bool
     loss.backward()
     return [loss.detach().clone()] + [
         p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-        for p in model.parameters()]
+        for p in model.parameters()
+    ]
 
 
 def _loss_of(fn: Callable, inputs: tuple) -> torch.Tensor:

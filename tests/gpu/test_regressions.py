@@ -32,9 +32,18 @@ transformers = pytest.importorskip("transformers")
 
 def gpt2(dtype: torch.dtype, dropout: bool, n_embd: int = 256, vocab: int = 4096):
     p = 0.1 if dropout else 0.0
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=n_embd, n_head=4, n_positions=128,
-                                  vocab_size=vocab, bos_token_id=0, eos_token_id=0,
-                                  attn_pdrop=p, embd_pdrop=p, resid_pdrop=p)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=n_embd,
+        n_head=4,
+        n_positions=128,
+        vocab_size=vocab,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_pdrop=p,
+        embd_pdrop=p,
+        resid_pdrop=p,
+    )
     torch.manual_seed(0)
     return transformers.GPT2LMHeadModel(cfg).cuda().to(dtype)
 
@@ -84,8 +93,11 @@ def test_block_diag_and_empty_cat_parts():
 
     def f(a, b, c):
         e = b[:, :0]
-        return (torch.block_diag(a, b, c), torch.cat([e, b, e], 1),
-                torch.nn.functional.pad(c[:0], (1, 1, 2, 0), value=3.0))
+        return (
+            torch.block_diag(a, b, c),
+            torch.cat([e, b, e], 1),
+            torch.nn.functional.pad(c[:0], (1, 1, 2, 0), value=3.0),
+        )
 
     got = torch.compile(f, backend="sdk:cuda_triton")(a, b, c)
     torch.cuda.synchronize()
@@ -112,16 +124,20 @@ def test_reduce_overhead_training_runs_and_explains():
     """Repro 4: fp32 GPT-2 training under mode="reduce-overhead"."""
     model = gpt2(torch.float32, dropout=False)
     ids = torch.randint(0, 4096, (4, 128), device="cuda")
-    bad = check_training(model, lambda m: m(input_ids=ids, labels=ids).loss,
-                         mode="reduce-overhead")
+    bad = check_training(model, lambda m: m(input_ids=ids, labels=ids).loss, mode="reduce-overhead")
     assert not bad, "\n".join(bad)
-    report = sdk.explain(lambda i: model(input_ids=i, labels=i).loss, ids,
-                         backend="sdk:cuda_triton", wrappers=["cudagraphs"])
+    report = sdk.explain(
+        lambda i: model(input_ids=i, labels=i).loss,
+        ids,
+        backend="sdk:cuda_triton",
+        wrappers=["cudagraphs"],
+    )
     assert any("cudagraphs" in g.wrappers for g in report.graphs), str(report)
 
 
 def test_cudagraphs_capture_failure_runs_uncaptured_with_a_note():
     """A graph whose extern syncs with the host cannot be captured: it still runs."""
+
     def f(x):
         return torch.nonzero(x > 0).float().sum() + x.sum()  # data-dependent size
 
@@ -143,12 +159,17 @@ def test_out_of_range_embedding_index_raises_on_gpu():
         "torch.cuda.synchronize()\n"
         "print('NO ERROR', out)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=False)
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        check=False,
+    )
     assert "NO ERROR" not in p.stdout
     assert p.returncode != 0 and p.returncode > 0, p.stderr[-2000:]  # raised, not a signal
     assert "assert" in p.stderr.lower(), p.stderr[-2000:]
-
 
 
 _RO_DROPOUT_STEP = """
@@ -186,7 +207,11 @@ def test_reduce_overhead_training_with_dropout_does_not_crash(dtype, where):
     """Repro 5, as reported: dropout on (the attention's RNG state crosses forward and
     backward), ``loss.backward()`` inside the compiled function or after it; a child process,
     so that a segfault fails this test and names itself instead of killing the worker."""
-    run = subprocess.run([sys.executable, "-c", _RO_DROPOUT_STEP, dtype, where],
-                         capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    run = subprocess.run(
+        [sys.executable, "-c", _RO_DROPOUT_STEP, dtype, where],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+    )
     assert run.returncode == 0 and "ok" in run.stdout, (run.returncode, run.stderr[-3000:])

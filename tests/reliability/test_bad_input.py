@@ -15,16 +15,27 @@ import torch
 import sdk
 
 BAD = {
-    "bad-type": ({"options": {"fusion": "maybe"}}, sdk.OptionError,
-                 "option 'fusion' for sdk:cpu_cpp must be bool, got str 'maybe'"),
-    "unknown-key": ({"options": {"fusoin": True}}, sdk.OptionError,
-                    "unknown option 'fusoin' for sdk:cpu_cpp; known options:"),
-    "unknown-mode": ({"mode": "fastest"}, sdk.OptionError,
-                     "unknown mode 'fastest' for sdk:cpu_cpp; known modes:"),
-    "unknown-chain": ({"options": {"chain": ["nope"]}}, sdk.UnknownPluginError,
-                      "no SDK plugin named 'nope' is installed"),
-    "chain-of-a-wrapper": ({"options": {"chain": ["cudagraphs"]}}, sdk.SDKError,
-                           "cudagraphs"),
+    "bad-type": (
+        {"options": {"fusion": "maybe"}},
+        sdk.OptionError,
+        "option 'fusion' for sdk:cpu_cpp must be bool, got str 'maybe'",
+    ),
+    "unknown-key": (
+        {"options": {"fusoin": True}},
+        sdk.OptionError,
+        "unknown option 'fusoin' for sdk:cpu_cpp; known options:",
+    ),
+    "unknown-mode": (
+        {"mode": "fastest"},
+        sdk.OptionError,
+        "unknown mode 'fastest' for sdk:cpu_cpp; known modes:",
+    ),
+    "unknown-chain": (
+        {"options": {"chain": ["nope"]}},
+        sdk.UnknownPluginError,
+        "no SDK plugin named 'nope' is installed",
+    ),
+    "chain-of-a-wrapper": ({"options": {"chain": ["cudagraphs"]}}, sdk.SDKError, "cudagraphs"),
 }
 
 
@@ -46,15 +57,18 @@ def test_sdk_backend_raises_at_once(case):
 
 
 def test_the_user_sees_a_short_error():
-    code = ("import torch\n"
-            "f = torch.compile(lambda x: x * 2, backend='sdk:cpu_cpp', options={'fusion': 1})\n"
-            "f(torch.randn(3))\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    code = (
+        "import torch\n"
+        "f = torch.compile(lambda x: x * 2, backend='sdk:cpu_cpp', options={'fusion': 1})\n"
+        "f(torch.randn(3))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1
     err = run.stderr.strip().splitlines()
-    assert any(line.startswith("sdk.errors.OptionError: option 'fusion' for sdk:cpu_cpp must "
-                               "be bool") for line in err), run.stderr
+    assert any(
+        line.startswith("sdk.errors.OptionError: option 'fusion' for sdk:cpu_cpp must be bool")
+        for line in err
+    ), run.stderr
     assert "BackendCompilerFailed" not in run.stderr
     assert len(err) <= 15, run.stderr  # was 30 lines of Dynamo's frames and a wrapped error
 

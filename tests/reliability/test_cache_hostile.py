@@ -49,13 +49,22 @@ print(json.dumps({
 
 
 def _env(root: Path) -> dict[str, str]:
-    return {**os.environ, "SDK_CACHE_DIR": str(root), "SDK_GRAPH_CACHE": "1",
-            "OMP_NUM_THREADS": "1"}
+    return {
+        **os.environ,
+        "SDK_CACHE_DIR": str(root),
+        "SDK_GRAPH_CACHE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def compile_in_child(root: Path, seed: int = 0, timeout: float = 180) -> dict:
-    run = subprocess.run([sys.executable, "-c", CHILD, str(seed)], env=_env(root),
-                         capture_output=True, text=True, timeout=timeout)
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, str(seed)],
+        env=_env(root),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -145,8 +154,13 @@ def test_cache_dir_strict_raises_what_the_warning_says(tmp_path, monkeypatch):
 
 
 def _entries(root: Path) -> list[Path]:
-    return [p for ns in root.iterdir() if ns.is_dir() for p in ns.iterdir()
-            if p.suffix in (".entry", ".so") and not p.name.startswith(".tmp-")]
+    return [
+        p
+        for ns in root.iterdir()
+        if ns.is_dir()
+        for p in ns.iterdir()
+        if p.suffix in (".entry", ".so") and not p.name.startswith(".tmp-")
+    ]
 
 
 def _plant(path: Path, what: str) -> None:
@@ -179,8 +193,9 @@ def filled_cache(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.mark.parametrize("what", ["fifo", "directory", "symlink", "truncated", "random",
-                                  "wrong-version", "foreign-mode"])
+@pytest.mark.parametrize(
+    "what", ["fifo", "directory", "symlink", "truncated", "random", "wrong-version", "foreign-mode"]
+)
 def test_anything_at_an_entry_path_is_a_miss_then_repaired(tmp_path, filled_cache, what):
     root = tmp_path / "cache"
     shutil.copytree(filled_cache, root, symlinks=True)
@@ -229,8 +244,13 @@ def test_a_fifo_at_an_entry_path_does_not_block_a_read(tmp_path, monkeypatch):
 @pytest.mark.parametrize("action", ["info", "clear"])
 def test_cli_cache_on_a_bad_dir_prints_one_line(tmp_path, make, action):
     root = make(tmp_path / "cache")
-    run = subprocess.run([sys.executable, "-m", "sdk", "cache", action], env=_env(root),
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "sdk", "cache", action],
+        env=_env(root),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 1
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: refusing to use cache directory")
@@ -248,15 +268,27 @@ def test_eight_processes_and_a_racing_clear(tmp_path):
 
     def clear_loop():
         while time.monotonic() < stop:
-            r = subprocess.run([sys.executable, "-m", "sdk", "cache", "clear"], env=env,
-                               capture_output=True, text=True, timeout=120)
+            r = subprocess.run(
+                [sys.executable, "-m", "sdk", "cache", "clear"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             clears.append(r.returncode)
 
     racer = threading.Thread(target=clear_loop, daemon=True)
     racer.start()
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(i)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for i in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(i)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     stop = 0
     racer.join(120)
@@ -269,8 +301,12 @@ def test_eight_processes_and_a_racing_clear(tmp_path):
 @pytest.mark.parametrize("after", [1.0, 3.0])
 def test_kill_9_mid_compile_then_a_rerun_holds(tmp_path, after):
     root = tmp_path / "cache"
-    proc = subprocess.Popen([sys.executable, "-c", CHILD], env=_env(root),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        env=_env(root),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(after)
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)
@@ -280,8 +316,13 @@ def test_kill_9_mid_compile_then_a_rerun_holds(tmp_path, after):
     from sdk.core import graph_cache
 
     old = time.time() - graph_cache.STALE_AFTER_S - 60
-    temps = [p for ns in root.iterdir() if ns.is_dir() for p in ns.iterdir()
-             if p.name.startswith(".tmp-")]
+    temps = [
+        p
+        for ns in root.iterdir()
+        if ns.is_dir()
+        for p in ns.iterdir()
+        if p.name.startswith(".tmp-")
+    ]
     for t in temps:
         os.utime(t, (old, old), follow_symlinks=False)
     env_root = {"SDK_CACHE_DIR": str(root)}
@@ -290,13 +331,23 @@ def test_kill_9_mid_compile_then_a_rerun_holds(tmp_path, after):
     if temps:
         assert "temporary" in info.stdout
     assert _cli(["cache", "clear"], env_root).returncode == 0
-    assert not [p for ns in root.iterdir() if ns.is_dir() for p in ns.iterdir()
-                if p.name.startswith(".tmp-")]
+    assert not [
+        p
+        for ns in root.iterdir()
+        if ns.is_dir()
+        for p in ns.iterdir()
+        if p.name.startswith(".tmp-")
+    ]
 
 
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sdk", *args], env={**os.environ, **env},
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "sdk", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cache_info_counts_leftover_temporaries(tmp_path, monkeypatch):
