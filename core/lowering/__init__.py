@@ -1,0 +1,33 @@
+"""Lowering: ATen graph -> loop IR nodes, one module per op family.
+
+:mod:`.lowerer` walks the graph (:class:`Lowerer`) and holds the table of lowerings
+(``LOWERINGS``, filled by ``@register``); :mod:`.layouts` chooses strides and views'
+layouts; :mod:`.helpers` is what the op lowerings share. The op families register
+themselves on import: :mod:`.elementwise`, :mod:`.reductions`, :mod:`.views` and
+:mod:`.movement` (data movement with computed indices). This package exports what the
+rest of the core uses.
+"""
+
+from __future__ import annotations
+
+from . import elementwise, movement, reductions, views  # noqa: F401 - register the lowerings
+from .elementwise import SEED_BUFFER
+from .layouts import _dense, _meta_view, same_strides, shape_of, strides_of
+from .lowerer import COLLECTIVE_OPS, IN_PLACE_FORMS, WAIT_OPS, Lowerer, LoweringBuilder, cast
+from .views import reshape_reindex
+
+__all__ = [
+    "COLLECTIVE_OPS",
+    "IN_PLACE_FORMS",
+    "SEED_BUFFER",
+    "WAIT_OPS",
+    "Lowerer",
+    "LoweringBuilder",
+    "_dense",
+    "_meta_view",
+    "cast",
+    "reshape_reindex",
+    "same_strides",
+    "shape_of",
+    "strides_of",
+]

@@ -1,0 +1,311 @@
+"""Layouts for lowering: shapes and strides of traced values, channels-last, and views.
+
+Which strides a node is stored in, whether a graph runs channels-last around its
+convolutions, and the strided layout a view op gives (by its meta kernel, or computed
+where sizes are symbolic). Nothing here builds IR: :class:`.lowerer.Lowerer` and the
+op lowerings ask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from sdk.plugin import Capability, CompileContext
+
+from ..adapters.torch_private import aten, sym_size
+from ..ir.expr import Expr, Load
+from ..ir.graph import (
+    StorageView,
+    TensorValue,
+    contiguous_strides,
+)
+from ..ir.index import FloorDiv, is_static, size_hint, static
+from ..ir.kernel import Layout
+
+
+def shape_of(t: Any) -> tuple[Any, ...]:
+    """A traced tensor's sizes: ints, or sympy expressions where they are symbolic."""
+    return tuple(sym_size(s) for s in t.shape)
+
+
+def strides_of(t: Any) -> tuple[Any, ...]:
+    return tuple(sym_size(s) for s in t.stride())
+
+
+def _loads(e: Expr) -> list[Load]:
+    from ..ir.expr import loads
+
+    return loads(e)
+
+
+def _dense(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Strides that cover exactly numel elements (a permutation of contiguous)."""
+    dims = [(st, sz) for st, sz in zip(strides, sizes) if sz != 1]
+    expect: Any = 1
+    while dims:  # the dim whose stride is the elements so far (symbolic strides too)
+        hit = next((d for d in dims if sympy.expand(d[0] - expect) == 0), None)
+        if hit is None:
+            return False
+        dims.remove(hit)
+        expect = expect * hit[1]
+    return True
+
+
+def same_strides(sizes: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Equal strides on every dim of more than one element (the others have none that
+    matters)."""
+    return all(x == y for x, y, n in zip(a, b, sizes) if n != 1)
+
+
+def channels_last_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a 4-d (N, C, H, W) tensor stored as N, H, W, C."""
+    _, c, h, w = (static(s) for s in sizes)
+    c, h, w = (max(x, 1) if isinstance(x, int) else x for x in (c, h, w))
+    return (h * w * c, 1, w * c, c)
+
+
+def is_channels_last(layout: Layout | None) -> bool:
+    """A dense 4-d layout whose channels are innermost (and not also contiguous)."""
+    if layout is None or len(layout.sizes) != 4 or layout.sizes[1] == 1:
+        return False
+    want = channels_last_strides(layout.sizes)
+    return same_strides(layout.sizes, layout.strides, want) and not layout.is_contiguous()
+
+
+#: Inductor's measured channels-last speed-up per convolution kind (inference;
+#: torch/_inductor/graph.py decide_layout_opt): < 1 is faster in channels-last.
+_CL_MULTIPLIER = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
+
+
+def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
+    """Whether this graph's convolutions run on channels-last activations, and why (a note).
+
+    The option ``channels_last`` decides when set. Otherwise: only for plugins that
+    declare ``Capability.CHANNELS_LAST``, only inference graphs (in training the saved
+    activations leave the forward graph in eager's layout, which would cost a copy
+    each), only 2-d convolutions, and by Inductor's rule: not when convolutions are
+    rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
+    """
+    forced = ctx.options.get("channels_last")
+    convs = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+        and n.target is aten.convolution.default
+        and isinstance(n.meta.get("val"), torch.Tensor)
+        and n.meta["val"].ndim == 4
+    ]
+    if forced is not None:
+        on = bool(forced) and bool(convs)
+        return on, (
+            f"channels-last activations around {len(convs)} convolution(s) "
+            "(option channels_last=True)"
+            if on
+            else ""
+        )
+    if not convs or not ctx.has(Capability.CHANNELS_LAST) or ctx.graph_kind != "inference":
+        return False, ""
+    if len(gm.graph.nodes) >= 300 * len(convs):
+        return False, ""
+    total = weighted = 0.0
+    for n in convs:
+        w = n.args[1].meta.get("val") if isinstance(n.args[1], torch.fx.Node) else None
+        out = n.meta["val"]
+        if not isinstance(w, torch.Tensor):
+            continue
+        groups = n.args[8] if len(n.args) > 8 else 1
+        cout, cin_g, kh, kw = (size_hint(s) for s in shape_of(w))
+        flops = 2.0 * size_hint(sym_size(out.numel())) * cin_g * kh * kw
+        if groups > 1 and cin_g > 1:
+            kind = "grouped"
+        elif cout <= 64 and cin_g <= 64:
+            kind = "small"
+        elif cout * 2 <= cin_g and kh > 1:
+            kind = "in_out"
+        else:
+            kind = "default"
+        total += flops
+        weighted += flops * _CL_MULTIPLIER[kind]
+    if weighted > total:
+        return False, (
+            "channels-last not chosen: by FLOP-weighted measured speed-ups its "
+            "convolutions (mostly grouped) are faster in the trace's layout"
+        )
+    return True, f"channels-last activations around {len(convs)} convolution(s)"
+
+
+def _meta_strides(
+    target: Any, args: tuple, kwargs: dict, vals: list[Any]
+) -> list[tuple[int, ...] | None] | None:
+    """The output strides ``target``'s meta kernel gives for the arguments' real layouts,
+    when a channels-last argument may change them (None: keep the trace's)."""
+    views: list[TensorValue] = []
+
+    def collect(v: TensorValue) -> TensorValue:
+        views.append(v)
+        return v
+
+    _map_values((args, kwargs), collect)
+    if not any(isinstance(v, StorageView) and is_channels_last(v.layout) for v in views):
+        return None
+
+    def meta(x: Any) -> Any:
+        if isinstance(x, StorageView):
+            lay = x.layout
+            return torch.empty_strided(lay.sizes, lay.strides, dtype=lay.dtype, device="meta")
+        return x
+
+    try:
+        got = target(*_map_values(args, meta), **_map_values(kwargs, meta))
+    except Exception:  # noqa: BLE001 - no meta kernel: the trace's strides stand
+        return None
+    got = list(got) if isinstance(got, (list, tuple)) else [got]
+    if len(got) != len(vals):
+        return None
+    out: list[tuple[int, ...] | None] = []
+    for g, v in zip(got, vals):
+        ok = (
+            isinstance(g, torch.Tensor)
+            and isinstance(v, torch.Tensor)
+            and shape_of(g) == shape_of(v)
+            and _dense(shape_of(g), strides_of(g))
+        )
+        out.append(strides_of(g) if ok else None)
+    return out
+
+
+def _tensor_meta_ok(n: torch.fx.Node) -> bool:
+    val = n.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else [val]
+    for v in vals:
+        if isinstance(v, torch.Tensor) and (v.is_complex() or v.is_sparse or v.is_quantized):
+            return False
+    for a in n.all_input_nodes:
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor) and v.is_complex():
+            return False
+    return True
+
+
+def _map_values(x: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(x, TensorValue):
+        return fn(x)
+    if isinstance(x, tuple):
+        return tuple(_map_values(y, fn) for y in x)
+    if isinstance(x, list):
+        return [_map_values(y, fn) for y in x]
+    if isinstance(x, dict):
+        return {k: _map_values(v, fn) for k, v in x.items()}
+    return x
+
+
+def _meta_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
+    """Run a view op on a meta tensor of ``layout``: the strided layout it gives, if any.
+    A layout of symbolic sizes has no meta tensor: the view's layout is computed."""
+    if layout.symbolic:
+        try:
+            return _symbolic_view(layout, op, args)
+        except TypeError:  # a decision that depends on the sizes: no strided view
+            return None
+    try:
+        base = torch.empty_strided(
+            (layout.storage_size,), (1,), dtype=layout.dtype, device="meta"
+        ).as_strided(layout.sizes, layout.strides, layout.offset)
+        out = op(base, *args)
+    except Exception:  # noqa: BLE001 - not expressible as a view of this layout
+        return None
+    if not isinstance(out, torch.Tensor):
+        return None
+    return Layout(
+        shape_of(out), strides_of(out), sym_size(out.storage_offset()), layout.dtype, layout.device
+    )
+
+
+def _symbolic_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
+    """The layout a view op gives of a layout of symbolic sizes (as the op's meta kernel
+    would), for the views lowering makes; None where it is not a strided view of it."""
+    sizes, strides, offset = list(layout.sizes), list(layout.strides), layout.offset
+    if op is aten.slice.Tensor:
+        dim, start, end, step = args
+        length = _slice_length(start, end, step)
+        offset = static(offset + start * strides[dim])
+        sizes[dim], strides[dim] = length, static(strides[dim] * step)
+    elif op is aten.select.int:
+        dim, index = args
+        offset = static(offset + index * strides[dim])
+        del sizes[dim], strides[dim]
+    elif op is aten.permute.default:
+        (dims,) = args
+        sizes, strides = [sizes[d] for d in dims], [strides[d] for d in dims]
+    elif op is aten.unsqueeze.default:
+        (dim,) = args
+        stride = static(sizes[dim] * strides[dim]) if dim < len(sizes) else 1
+        sizes.insert(dim, 1)
+        strides.insert(dim, stride)
+    elif op is aten.squeeze.dims:
+        (dims,) = args
+        keep = [d for d in range(len(sizes)) if d not in dims]
+        sizes, strides = [sizes[d] for d in keep], [strides[d] for d in keep]
+    elif op is aten.expand.default:
+        (new,) = args
+        lead = len(new) - len(sizes)
+        out_st = [0] * lead
+        for k, (sz, st) in enumerate(zip(sizes, strides)):
+            out_st.append(0 if sz == 1 and new[k + lead] != 1 else st)
+        sizes, strides = list(new), out_st
+    elif op is aten.reshape.default:
+        (new,) = args
+        if layout.is_contiguous():
+            sizes, strides = list(new), list(contiguous_strides(tuple(new)))
+        else:
+            view = _view_strides(sizes, strides, list(new))
+            if view is None:
+                return None  # not a view of this layout: the reshape copies
+            sizes, strides = list(new), view
+    else:
+        return None
+    return Layout(tuple(sizes), tuple(strides), offset, layout.dtype, layout.device)
+
+
+def _view_strides(old: list[Any], strides: list[Any], new: list[Any]) -> list[Any] | None:
+    """The strides of ``new`` sizes viewed over a strided layout (ATen's computeStride),
+    also over symbolic sizes; None where no view exists or it cannot be proved for every
+    value of the symbols. Old dims are taken in chunks that are contiguous among
+    themselves, and new dims must multiply up to each chunk exactly."""
+
+    def same(a: Any, b: Any) -> bool:
+        return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+    out: list[Any] = [0] * len(new)
+    view_d = len(new) - 1
+    base = strides[-1] if strides else 1
+    tensor_numel: Any = 1
+    view_numel: Any = 1
+    for d in range(len(old) - 1, -1, -1):
+        tensor_numel = static(tensor_numel * old[d])
+        # a chunk ends where the next dim out is not contiguous with this one (a dim that
+        # is not provably contiguous ends it: more chunks, never a wrong stride)
+        if d == 0 or (old[d - 1] != 1 and not same(strides[d - 1], tensor_numel * base)):
+            while view_d >= 0 and (not same(view_numel, tensor_numel) or new[view_d] == 1):
+                out[view_d] = static(view_numel * base)
+                view_numel = static(view_numel * new[view_d])
+                view_d -= 1
+                if is_static(view_numel) and is_static(tensor_numel) and view_numel > tensor_numel:
+                    return None
+            if not same(view_numel, tensor_numel):
+                return None
+            if d > 0:
+                base, tensor_numel, view_numel = strides[d - 1], 1, 1
+    return out if view_d == -1 else None
+
+
+def _slice_length(start: Any, end: Any, step: int) -> Any:
+    """Elements of ``[start:end:step]`` where ``end - start >= 0`` (symbolic sizes too)."""
+    if step == 1:
+        return static(end - start)
+    return static(FloorDiv(sympy.sympify(end - start + step - 1), step))

@@ -1,0 +1,659 @@
+"""The lowering walk (ATen graph -> loop IR nodes) and the table of op lowerings.
+
+:class:`Lowerer` walks a functionalized ATen graph. For each call it asks the
+plugin whether the op may go into a generated kernel (``sdk_op_support``),
+then for an override (``sdk_lower_op``), then the core table :data:`LOWERINGS`.
+An op with no lowering, or refused, runs through ATen as a fallback extern and
+is recorded with the reason. Library ops in :data:`EXTERN_OPS` run through
+ATen on purpose and are recorded as externs. The lowerings themselves live in
+the op-family modules beside this one and enter the table with :func:`register`.
+
+Element types: floating math in bf16/fp16 is computed in fp32 and rounded
+once when stored; eager rounds after every op, so fused results are slightly
+*more* accurate than eager (as with Inductor).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from sdk.errors import LoweringError
+from sdk.plugin import CompileContext
+from sdk.report import ExternReport, FallbackReport
+
+from ..adapters.torch_private import OpOverloadPacket, aten, sym_size
+from ..fallback import op_name
+from ..ir.expr import Const, Expr, IndexValue, Op, subs_index
+from ..ir.graph import (
+    ComputedView,
+    ExternNode,
+    Index,
+    Node,
+    ScalarValue,
+    StorageView,
+    TensorValue,
+    contiguous_strides,
+    fresh_vars,
+)
+from ..ir.index import is_static, static, var
+from ..ir.kernel import Layout
+from .layouts import (
+    _dense,
+    _loads,
+    _map_values,
+    _meta_strides,
+    _meta_view,
+    _tensor_meta_ok,
+    channels_last_strides,
+    channels_last_wanted,
+    is_channels_last,
+    same_strides,
+    shape_of,
+    strides_of,
+)
+
+LOWERINGS: dict[Any, Callable[..., Any]] = {}
+
+#: Loop variables that pointwise values are compared in (common subexpressions).
+_CSE_VARS = tuple(var(f"cse{k}") for k in range(16))
+
+#: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
+EXTERN_OPS = {
+    aten.mm.default,
+    aten.bmm.default,
+    aten.addmm.default,
+    aten.baddbmm.default,
+    aten.convolution_backward.default,  # aten.convolution: see _convolution
+    aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    aten._scaled_dot_product_cudnn_attention.default,
+    aten._scaled_dot_product_cudnn_attention_backward.default,
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    aten.max_pool2d_with_indices_backward.default,  # the forward: _max_pool2d
+    aten._adaptive_avg_pool2d_backward.default,  # the forward: _adaptive_avg_pool2d
+    aten.avg_pool2d.default,
+    aten.avg_pool2d_backward.default,
+    aten.scatter_add.default,  # index_put: _index_put; scatter.src/.value: _scatter
+    aten.scatter_reduce.two,
+    aten.index_add.default,
+    aten.sort.default,
+    aten.topk.default,
+    aten.cumsum.default,
+    aten._embedding_bag.default,
+    aten.upsample_nearest2d.default,
+}
+
+#: Library ops whose functional form copies its first argument and then updates the copy in
+#: place, as the in-place form does to the argument itself. Where that argument is a
+#: temporary of the program dying at the call (the zeros an embedding backward accumulates
+#: into), core/memory.py runs the in-place form over it and skips the copy.
+IN_PLACE_FORMS = {aten.index_add.default: aten.index_add_.default}
+
+_functional = torch.ops._c10d_functional
+#: Functional collectives (torch.distributed._functional_collectives, FSDP2 and DTensor in
+#: graphs): each starts its communication and returns its output at once; a wait_tensor
+#: later makes the output ready. Library calls, ordered by the program (core/program.py:
+#: a collective as early as its inputs allow, its wait just before its output is read).
+#: Their inputs are never recycled (core/memory.py): the communication may read them until
+#: the wait.
+COLLECTIVE_OPS = frozenset(
+    getattr(_functional, name).default
+    for name in (
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather_into_tensor",
+        "all_gather_into_tensor_coalesced",
+        "reduce_scatter_tensor",
+        "reduce_scatter_tensor_coalesced",
+        "all_to_all_single",
+        "broadcast",
+    )
+    if hasattr(_functional, name)
+)
+WAIT_OPS = frozenset({_functional.wait_tensor.default})
+EXTERN_OPS |= COLLECTIVE_OPS | WAIT_OPS
+
+
+class Unsupported(Exception):
+    """Raised by a lowering for a case it does not handle: the op falls back."""
+
+
+def register(*ops: Any) -> Callable:
+    def deco(fn: Callable) -> Callable:
+        for op in ops:
+            if isinstance(op, OpOverloadPacket):
+                for name in op.overloads():
+                    LOWERINGS.setdefault(getattr(op, name), fn)
+            else:
+                LOWERINGS[op] = fn
+        return fn
+
+    return deco
+
+
+def upcast(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def cast(e: Expr, dtype: torch.dtype) -> Expr:
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        return Const(e.value if dtype != torch.bool else bool(e.value), dtype)
+    # fp32 -> bf16 -> fp32 is not an identity; keep it (stores round on purpose)
+    return Op("cast", (e,), dtype)
+
+
+def size_value(n: Any, dtype: torch.dtype) -> Expr:
+    """A count (a reduction's element count) as a value of ``dtype``: a constant, or the
+    run's value of a symbolic size."""
+    if is_static(n):
+        return Const(n, dtype)
+    return cast(IndexValue(n), dtype)
+
+
+class Lowerer:
+    """Lowers one ATen graph variant; the result feeds the scheduler."""
+
+    def __init__(
+        self, gm: torch.fx.GraphModule, specs: tuple, ctx: CompileContext, hooks: Any
+    ) -> None:
+        self.gm, self.specs, self.ctx, self.hooks = gm, specs, ctx, hooks
+        self.nodes: list[Node | ExternNode] = []
+        self.env: dict[torch.fx.Node, Any] = {}
+        self.inputs: list[tuple[str, Any]] = []  # (buffer name or "", spec)
+        self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors, by buffer name
+        # Values on another device than the graph's (CPU scalars beside CUDA tensors, the
+        # CPU philox seed of an attention op): each keeps its own buffer, which externs and
+        # graph outputs use as eager would; kernels read a device copy, made only if one
+        # does.  device-copy name -> (the host value's own view, the copy's layout)
+        self.host: dict[str, tuple[StorageView, Layout]] = {}
+        self.outputs: list[Any] = []
+        self.fallbacks: list[FallbackReport] = []
+        self.externs: list[ExternReport] = []
+        #: extern node -> its entry in ``externs`` (the wrapper renames the calls it runs in
+        #: place, so that reports name what runs)
+        self.extern_report: dict[str, int] = {}
+        self.views: set[str] = set()  # ATen calls that became index arithmetic
+        #: pointwise nodes by their value (see :meth:`pointwise`), and the nodes that
+        #: stand for several graph nodes (two graph outputs must not share one)
+        self._cse: dict[tuple, Node] = {}
+        self.merged: set[str] = set()
+        self.needs_seed = False
+        self._names: dict[str, int] = {}
+        self._fx: torch.fx.Node | None = None
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        self._graph_outputs = {a for a in out_node.args[0] if isinstance(a, torch.fx.Node)}
+        #: the eager value of each graph output (its strides are the ones users see)
+        self.output_metas = [
+            a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in out_node.args[0]
+        ]
+        #: every buffer's layout by name (inputs, nodes, extern outputs): layout choices
+        self.layouts: dict[str, Layout] = {}
+        #: channels-last activations around convolutions (see :func:`channels_last_wanted`)
+        self.channels_last, why = channels_last_wanted(gm, ctx)
+        if why:
+            ctx.note(why)
+
+    # -- naming -------------------------------------------------------------
+
+    def fresh(self, prefix: str) -> str:
+        n = self._names.get(prefix, 0)
+        self._names[prefix] = n + 1
+        return f"{prefix}{n}"
+
+    @property
+    def origin(self) -> str:
+        n = self._fx
+        if n is None:
+            return "output: copy"  # a graph output put in the layout eager gives it
+        return f"{n.name}: {op_name(n.target)}" if n.op == "call_function" else f"{n.name}: {n.op}"
+
+    def meta(self, index: int | None = None) -> Any:
+        """The fake value the current op produces (concrete: see ``concrete_graph``)."""
+        val = self._fx.meta["val"]
+        return val[index] if index is not None else val
+
+    # -- the walk -------------------------------------------------------------
+
+    def run(self) -> None:
+        placeholder = 0
+        for n in self.gm.graph.nodes:
+            self._fx = n
+            if n.op == "placeholder":
+                self.env[n] = self._input(placeholder, self.specs[placeholder])
+                placeholder += 1
+            elif n.op == "call_function":
+                self.env[n] = self._call(n)
+            elif n.op == "output":
+                self.outputs = [
+                    self.env[a] if isinstance(a, torch.fx.Node) else a for a in n.args[0]
+                ]
+            elif n.op == "get_attr":
+                self.env[n] = self._constant(n)
+        self._fx = None
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the graph's kernels (of its first input on the compile's device)."""
+        for s in self.specs:
+            if hasattr(s, "device") and s.device.type == self.ctx.device_type:
+                return s.device
+        return torch.device(self.ctx.device_type)
+
+    def _input(self, i: int, spec: Any) -> Any:
+        if hasattr(spec, "strides"):
+            name = f"arg{i}"
+            layout = Layout(spec.sizes, spec.strides, spec.offset, spec.dtype, spec.device.type)
+            self.inputs.append((name, spec))
+            if spec.device.type != self.ctx.device_type:
+                return self._hosted(name, layout)
+            self.layouts[name] = layout
+            return StorageView(name, layout)
+        self.inputs.append(("", spec))
+        return spec  # ints are specialized (guarded) values
+
+    def _constant(self, n: torch.fx.Node) -> Any:
+        value = self.gm
+        for part in n.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            return value
+        name = f"const{len(self.constants)}"
+        self.constants[name] = value
+        layout = Layout(
+            shape_of(value),
+            strides_of(value),
+            value.storage_offset(),
+            value.dtype,
+            value.device.type,
+        )
+        if value.device.type != self.ctx.device_type:
+            return self._hosted(name, layout)
+        return StorageView(name, layout)
+
+    def _hosted(self, name: str, layout: Layout) -> StorageView:
+        """A value on another device: externs get it as it is, kernels a device copy.
+
+        The returned view names the device copy (``<name>_dev``, contiguous);
+        :meth:`extern` and the graph outputs map it back to ``name``.
+        """
+        dev_name = f"{name}_dev"
+        dev_layout = Layout(
+            layout.sizes, contiguous_strides(layout.sizes), 0, layout.dtype, self.ctx.device_type
+        )
+        self.host[dev_name] = (StorageView(name, layout), dev_layout)
+        return StorageView(dev_name, dev_layout)
+
+    def on_host(self, x: Any) -> Any:
+        """``x`` with device copies of host values replaced by the values themselves."""
+        if isinstance(x, StorageView) and x.buffer in self.host:
+            host, dev_layout = self.host[x.buffer]
+            if x.layout == dev_layout:
+                return host
+        return x
+
+    def builder(self) -> LoweringBuilder:
+        return LoweringBuilder(self)
+
+    def _call(self, n: torch.fx.Node) -> Any:
+        target = n.target
+        if target is operator.getitem:
+            return self.env[n.args[0]][n.args[1]]
+        val = n.meta.get("val")
+        if isinstance(val, (bool, int, float)):
+            return val  # size arithmetic: the pipeline compiles every variant with concrete sizes
+        if isinstance(val, torch.SymInt):
+            return sym_size(val)  # size arithmetic over symbolic sizes: an expression
+        if isinstance(val, (torch.SymFloat, torch.SymBool)):
+            raise Unsupported(f"a size ({val}) that is not known when compiling")
+        args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
+        kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
+        if target in EXTERN_OPS:
+            return self.extern(target, args, kwargs)
+        verdict = self.hooks.sdk_op_support(ctx=self.ctx, op=target, node=n)
+        if verdict is not None and not verdict.ok:
+            return self.extern(
+                target, args, kwargs, reason=f"refused by sdk:{self.ctx.plugin}: {verdict.reason}"
+            )
+        if not _tensor_meta_ok(n):
+            return self.extern(target, args, kwargs, reason="complex, sparse or quantized dtype")
+        override = self.hooks.sdk_lower_op(
+            ctx=self.ctx, op=target, args=args, kwargs=kwargs, builder=self.builder()
+        )
+        if override is not None:
+            return override
+        fn = LOWERINGS.get(target)
+        if fn is None:
+            return self.extern(target, args, kwargs, reason="no IR lowering for this op")
+        mark = len(self.nodes)
+        try:
+            return fn(self, *args, **kwargs)
+        except Unsupported as exc:
+            del self.nodes[mark:]
+            return self.extern(target, args, kwargs, reason=str(exc))
+
+    # -- builders -------------------------------------------------------------
+
+    def _layout_for(
+        self,
+        sizes: tuple[int, ...],
+        dtype: torch.dtype,
+        meta: torch.Tensor | None,
+        value: Expr | None = None,
+    ) -> Layout:
+        if (
+            meta is not None
+            and self._fx is not None
+            and self._fx in self._graph_outputs
+            and shape_of(meta) == tuple(sizes)
+        ):
+            # a graph output gets the strides eager would give it
+            strides = strides_of(meta)
+            if _dense(sizes, strides):
+                return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
+        if (
+            self.channels_last
+            and len(sizes) == 4
+            and value is not None
+            and any(is_channels_last(self.layouts.get(ld.buffer)) for ld in _loads(value))
+        ):
+            # follow the activations' layout: kernels over a channels-last tensor store
+            # channels-last too, so the next convolution needs no conversion
+            return Layout(
+                tuple(sizes), channels_last_strides(sizes), 0, dtype, self.ctx.device_type
+            )
+        return Layout(tuple(sizes), contiguous_strides(sizes), 0, dtype, self.ctx.device_type)
+
+    def pointwise(
+        self,
+        sizes: tuple[int, ...],
+        dtype: torch.dtype,
+        body: Callable[[Index], Expr],
+        layout: Layout | None = None,
+        cse: bool = True,
+    ) -> ComputedView:
+        """A computed node; ``layout`` (else chosen here) is where it is stored, if it is.
+        ``cse``: an existing node of the same values stands for it."""
+        sizes = tuple(static(s) for s in sizes)
+        vs = fresh_vars("i", len(sizes))
+        value = body(vs)
+        layout = layout or self._layout_for(sizes, dtype, self._meta_or_none(), value)
+        if not cse:
+            return self._add(
+                Node(
+                    name=self.fresh("buf"),
+                    sizes=sizes,
+                    dtype=dtype,
+                    vars=vs,
+                    value=value,
+                    layout=layout,
+                )
+            )
+        # the same values computed twice (two products padding one operand alike) are one
+        # node: expressions are pure, so equal ones hold equal values
+        key = (sizes, dtype, layout, subs_index(value, dict(zip(vs, _CSE_VARS[: len(vs)]))))
+        same = self._cse.get(key)
+        if same is not None:
+            if self.origin not in same.origins:
+                same.origins.append(self.origin)
+            self.merged.add(same.name)
+            return ComputedView(same, same.sizes, None, StorageView(same.name, same.layout))
+        view = self._add(
+            Node(
+                name=self.fresh("buf"),
+                sizes=sizes,
+                dtype=dtype,
+                vars=vs,
+                value=value,
+                layout=layout,
+            )
+        )
+        self._cse[key] = view.node
+        return view
+
+    def reduction(
+        self,
+        sizes: tuple[int, ...],
+        rsizes: tuple[int, ...],
+        op: str,
+        dtype: torch.dtype,
+        body: Callable[[Index, Index], Expr],
+    ) -> ComputedView:
+        sizes = tuple(static(s) for s in sizes)
+        rsizes = tuple(static(s) for s in rsizes)
+        vs, rvs = fresh_vars("i", len(sizes)), fresh_vars("r", len(rsizes))
+        rn = static(math.prod(rsizes))
+        if is_static(rn) and rn <= 1:  # nothing to loop over: a pointwise node
+            return self._degenerate(sizes, rsizes, op, dtype, body, rn)
+        value = body(vs, rvs)
+        if op in ("sum", "prod") and value.dtype.is_floating_point:
+            value = cast(value, upcast(value.dtype))
+        return self._add(
+            Node(
+                name=self.fresh("buf"),
+                sizes=sizes,
+                dtype=dtype,
+                vars=vs,
+                value=value,
+                layout=self._layout_for(sizes, dtype, self._meta_or_none()),
+                rvars=rvs,
+                rsizes=rsizes,
+                reduce_op=op,
+            )
+        )
+
+    def _degenerate(
+        self,
+        sizes: tuple[int, ...],
+        rsizes: tuple[int, ...],
+        op: str,
+        dtype: torch.dtype,
+        body: Callable,
+        rn: int,
+    ) -> ComputedView:
+        if rn == 0:
+            if op in ("max", "min", "argmax", "argmin"):
+                raise Unsupported(f"{op} of an empty tensor (eager raises)")
+            ident = {"sum": 0, "prod": 1, "any": False, "all": True}[op]
+            return self.pointwise(sizes, dtype, lambda idx: Const(ident, dtype))
+        zeros = tuple(sympy.Integer(0) for _ in rsizes)
+
+        def one(idx: Index) -> Expr:
+            if op in ("argmax", "argmin"):
+                return Const(0, dtype)
+            return cast(body(idx, zeros), dtype)
+
+        return self.pointwise(sizes, dtype, one)
+
+    def _meta_or_none(self) -> torch.Tensor | None:
+        val = self._fx.meta.get("val") if self._fx is not None else None
+        return val if isinstance(val, torch.Tensor) else None
+
+    def _add(self, node: Node) -> ComputedView:
+        node.origins.append(self.origin)
+        node.reads = {ld.buffer for ld in _loads(node.value)}
+        self.nodes.append(node)
+        self.layouts[node.name] = node.layout
+        storage = StorageView(node.name, node.layout)
+        return ComputedView(node, node.sizes, None, storage)
+
+    def realize(self, value: Any) -> Any:
+        """A value as a buffer in memory (for externs): a strided view, or a copy."""
+        if not isinstance(value, TensorValue):
+            return value
+        if value.storage is not None:
+            return value.storage
+        copy = self.pointwise(value.sizes, value.dtype, value.load)
+        return copy.storage
+
+    def extern(
+        self,
+        target: Any,
+        args: tuple,
+        kwargs: dict,
+        reason: str | None = None,
+        out_strides: list[tuple[int, ...] | None] | None = None,
+    ) -> Any:
+        """Run ``target`` through ATen (a library call, or a fallback when ``reason``).
+
+        Outputs get the trace's strides, or ``out_strides`` where given; a call that
+        answers in other strides is copied into them at run time. A fallback with
+        ``options["fallback"]`` off raises :class:`sdk.LoweringError` instead.
+        """
+        if reason is not None and not self.ctx.options.get("fallback", True):
+            raise LoweringError(
+                f"{op_name(target)} ({self.origin}) would run through ATen, op by op: "
+                f"{reason}; options['fallback'] is False (set it True to allow this, or "
+                f"lower the op in sdk:{self.ctx.plugin})"
+            )
+        args = _map_values(args, lambda x: self.on_host(self.realize(x)))
+        kwargs = _map_values(kwargs, lambda x: self.on_host(self.realize(x)))
+        val = self._fx.meta.get("val")
+        vals = list(val) if isinstance(val, (list, tuple)) else [val]
+        strides = [strides_of(v) if isinstance(v, torch.Tensor) else None for v in vals]
+        if self.channels_last and out_strides is None:
+            # the trace's strides assumed the trace's layouts; an op given channels-last
+            # inputs may answer in channels-last (pooling does): ask its meta kernel
+            out_strides = _meta_strides(target, args, kwargs, vals)
+        for i, st in enumerate(out_strides or ()):
+            if st is not None:
+                strides[i] = st
+        outputs, results = [], []
+        for v, st in zip(vals, strides):
+            if isinstance(v, torch.Tensor):
+                name = self.fresh("ext")
+                layout = Layout(
+                    shape_of(v), st, sym_size(v.storage_offset()), v.dtype, v.device.type
+                )
+                outputs.append((name, layout))
+                if v.device.type != self.ctx.device_type:
+                    results.append(self._hosted(name, layout))
+                else:
+                    self.layouts[name] = layout
+                    results.append(StorageView(name, layout))
+            else:
+                outputs.append(None)
+                results.append(None)
+        node = ExternNode(
+            self.fresh("extern"),
+            target,
+            args,
+            kwargs,
+            outputs,
+            [self.origin],
+            reason,
+            isinstance(val, (list, tuple)),
+        )
+        self.nodes.append(node)
+        name = op_name(target)
+        if reason is None:
+            self.extern_report[node.name] = len(self.externs)
+            self.externs.append(ExternReport(name, self._fx.name))
+        else:
+            self.fallbacks.append(FallbackReport(name, reason, self._fx.name))
+        return tuple(results) if node.multi_output else results[0]
+
+    def require_layout(self, x: Any, strides: tuple[int, ...]) -> Any:
+        """``x`` as a buffer with these strides: itself if it already is one, else a copy
+        (a computed node stored in them)."""
+        st = self.realize(x)
+        if not isinstance(st, StorageView):
+            return st
+        lay = st.layout
+        if same_strides(lay.sizes, lay.strides, strides):
+            return st
+        layout = Layout(tuple(lay.sizes), strides, 0, lay.dtype, self.ctx.device_type)
+        return self.pointwise(lay.sizes, lay.dtype, st.load, layout=layout)
+
+    def view(
+        self,
+        value: TensorValue,
+        sizes: tuple[int, ...],
+        reindex: Callable[[Index], Index],
+        op: Any,
+        args: tuple,
+    ) -> TensorValue:
+        """A view: index arithmetic over ``value``, never a copy."""
+        self.views.add(self.origin)
+        sizes = tuple(static(s) for s in sizes)
+        storage = None
+        if value.storage is not None:
+            layout = _meta_view(value.storage.layout, op, args)
+            if layout is not None:
+                storage = StorageView(value.storage.buffer, layout)
+        if isinstance(value, StorageView):
+            if storage is not None:
+                return storage
+            return _IndexedView(value, sizes, reindex)
+        if isinstance(value, ComputedView):
+            inner = value.reindex
+            fn = reindex if inner is None else (lambda idx: inner(reindex(idx)))
+            return ComputedView(value.node, sizes, fn, storage)
+        if isinstance(value, ScalarValue):
+            return ScalarValue(value.expr, sizes)
+        return _IndexedView(value, sizes, reindex)
+
+
+class LoweringBuilder:
+    """What a plugin's ``sdk_lower_op`` builds IR with (public as ``sdk.ir.LoweringBuilder``).
+
+    ``out`` is the fake tensor the op produces (shape, dtype, strides); each
+    builder method adds a node to the graph being lowered and returns its
+    :class:`TensorValue`. Read inputs with ``value.load(index)``; an index is a
+    tuple of sympy expressions, one per dimension.
+    """
+
+    def __init__(self, lowerer: Lowerer) -> None:
+        self._L = lowerer
+
+    @property
+    def out(self) -> Any:
+        return self._L.meta()
+
+    def pointwise(
+        self, sizes: tuple[int, ...], dtype: torch.dtype, fn: Callable[[Index], Expr]
+    ) -> TensorValue:
+        """``out[i] = fn(i)`` over ``sizes``."""
+        return self._L.pointwise(tuple(sizes), dtype, fn)
+
+    def reduction(
+        self,
+        sizes: tuple[int, ...],
+        reduced: tuple[int, ...],
+        op: str,
+        dtype: torch.dtype,
+        fn: Callable[[Index, Index], Expr],
+    ) -> TensorValue:
+        """``out[i] = op over r of fn(i, r)``; ``op`` is one of ``sdk.ir.REDUCTIONS``."""
+        return self._L.reduction(tuple(sizes), tuple(reduced), op, dtype, fn)
+
+    def extern(self, target: Any, args: tuple, kwargs: dict | None = None) -> Any:
+        """Run ``target`` (an ATen op) through ATen on these arguments, as a library call."""
+        return self._L.extern(target, tuple(args), dict(kwargs or {}))
+
+    @staticmethod
+    def cast(e: Expr, dtype: torch.dtype) -> Expr:
+        return cast(e, dtype)
+
+
+class _IndexedView(TensorValue):
+    """A view that is not strided (e.g. reshape of a transposed input)."""
+
+    def __init__(
+        self, base: TensorValue, sizes: tuple[int, ...], reindex: Callable[[Index], Index]
+    ) -> None:
+        self.base, self.sizes, self.dtype, self.reindex = base, tuple(sizes), base.dtype, reindex
+
+    def load(self, index: Index) -> Expr:
+        return self.base.load(tuple(self.reindex(tuple(index))))

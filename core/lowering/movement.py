@@ -1,0 +1,513 @@
+"""Lowerings that move data with computed indices: cat, pad, pooling, gathers and
+scatters, embedding, indexing; and convolution, a library call with the layout and the
+bias chosen here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+import torch
+
+from sdk.plugin import Capability
+
+from ..adapters.torch_private import aten
+from ..ir.expr import Const, Expr, IndexValue, Load, Op
+from ..ir.graph import (
+    ComputedView,
+    Index,
+    TensorValue,
+)
+from ..ir.index import MIN_SIZE, FloorDiv, Mod, is_static, var
+from .helpers import bload, broadcast_shapes, elementwise
+from .layouts import channels_last_strides, shape_of
+from .lowerer import Lowerer, Unsupported, cast, register, size_value, upcast
+from .views import _view, reshape_reindex
+
+
+def _safe(i: sympy.Expr, lo: int, n: int, reach: int) -> sympy.Expr:
+    """``i - lo`` folded into [0, n): exact where it is in range, in bounds elsewhere.
+
+    ``reach`` bounds how far below zero ``i - lo`` can go.
+    """
+    if is_static(n) and n <= 0:
+        return sympy.Integer(0)
+    # a multiple of n at least |reach| (a symbolic n is >= 2: n * |reach| is one)
+    span = n * ((abs(reach) + n - 1) // n) if is_static(n) else n * abs(reach)
+    return Mod(i - lo + span, n)
+
+
+@register(aten.cat.default)
+def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
+    val = L.meta()
+    dtype, sizes = val.dtype, shape_of(val)
+    dim = dim % len(sizes)
+    # an empty part adds nothing, and a load from it could only read outside it (the
+    # legacy 1-D empty tensor may even have another rank)
+    parts = [
+        x
+        for x in xs
+        if isinstance(x, TensorValue)
+        and not (x.ndim == 1 and x.sizes[0] == 0)
+        and x.sizes[dim] != 0
+    ]
+    offsets, acc = [], 0
+    for x in parts:
+        offsets.append(acc)
+        acc += x.sizes[dim]
+
+    def body(idx: Index) -> Expr:
+        i = idx[dim]
+        out: Expr | None = None if parts else Const(0, dtype)  # no element to compute
+        for x, off in reversed(list(zip(parts, offsets))):
+            sub = idx[:dim] + (_safe(i, off, x.sizes[dim], acc),) + idx[dim + 1 :]
+            v = cast(x.load(sub), dtype)
+            if out is None:
+                out = v
+            else:
+                cond = Op(
+                    "lt", (IndexValue(i), size_value(off + x.sizes[dim], torch.int64)), torch.bool
+                )
+                out = Op("where", (cond, v, out), dtype)
+        return out
+
+    return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.constant_pad_nd.default)
+def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
+    val = L.meta()
+    dtype, sizes = val.dtype, shape_of(val)
+    pairs = [(pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+    if 0 in x.sizes:  # nothing to read: every element is the padding value
+        return L.pointwise(sizes, dtype, lambda idx: Const(value, dtype))
+
+    def body(idx: Index) -> Expr:
+        sub, conds = list(idx), []
+        for k, (before, _after) in enumerate(pairs):
+            d = len(sizes) - 1 - k
+            n = x.sizes[d]
+            i = idx[d]
+            sub[d] = _safe(i, before, n, before)
+            iv = IndexValue(i - before) if before else IndexValue(i)
+            ge = Op("ge", (iv, Const(0, torch.int64)), torch.bool)
+            lt = Op("lt", (iv, size_value(n, torch.int64)), torch.bool)
+            conds.append(Op("logical_and", (ge, lt), torch.bool))
+        inside = conds[0]
+        for cnd in conds[1:]:
+            inside = Op("logical_and", (inside, cnd), torch.bool)
+        return Op("where", (inside, cast(x.load(tuple(sub)), dtype), Const(value, dtype)), dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.convolution.default)
+def _convolution(L: Lowerer, x: Any, weight: Any, bias: Any, *rest: Any) -> Any:
+    """A library call; with the plugin's capabilities, on channels-last activations and
+    with the bias added in the generated kernel that follows (fused with what reads it)."""
+    out = L.meta()
+    if (
+        isinstance(bias, TensorValue)
+        and L.ctx.has(Capability.CONV_BIAS_IN_KERNEL)
+        and out.numel() > 0
+    ):
+        y = _conv_call(L, x, weight, None, rest)
+        b = _view(L, bias, (bias.sizes[0],) + (1,) * (out.ndim - 2))
+        return elementwise(L, "add", y, b)
+    return _conv_call(L, x, weight, bias, rest)
+
+
+def _conv_call(L: Lowerer, x: Any, weight: Any, bias: Any, rest: tuple) -> Any:
+    target = aten.convolution.default
+    if L.channels_last and isinstance(x, TensorValue) and x.ndim == 4:
+        x = L.require_layout(x, channels_last_strides(x.sizes))
+        if isinstance(weight, TensorValue) and weight.ndim == 4:
+            # a weight in another layout the library converts itself on every call (a
+            # copy kernel and about 20 us of host work per convolution on an H100); a
+            # copy here is one generated kernel, nothing for 1x1 and depthwise weights
+            weight = L.require_layout(weight, channels_last_strides(weight.sizes))
+        # the library answers channels-last inputs in channels-last; the wrapper checks
+        # that at run time
+        strides = channels_last_strides(shape_of(L.meta()))
+        return L.extern(target, (x, weight, bias, *rest), {}, out_strides=[strides])
+    return L.extern(target, (x, weight, bias, *rest), {})
+
+
+@register(aten.max_pool2d_with_indices.default)
+def _max_pool2d(
+    L: Lowerer,
+    x: Any,
+    kernel_size: Any,
+    stride: Any = (),
+    padding: Any = 0,
+    dilation: Any = 1,
+    ceil_mode: bool = False,
+) -> Any:
+    """Max over each window, unrolled: a pointwise node that fuses with what computes
+    its input (BatchNorm + ReLU in a ResNet stem). The indices are a second node, stored
+    only if something reads them (training). ATen's semantics: positions outside the
+    input are skipped, the first maximum wins, NaN beats everything."""
+
+    def pair(v: Any, default: Any) -> tuple[int, int]:
+        v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
+        v = list(v) if isinstance(v, (list, tuple)) else [v]
+        return (int(v[0]), int(v[-1]))
+
+    kh, kw = pair(kernel_size, None)
+    sh, sw = pair(stride, (kh, kw))
+    ph, pw = pair(padding, 0)
+    if pair(dilation, 1) != (1, 1) or kh * kw > 64 or not x.dtype.is_floating_point:
+        raise Unsupported("max pooling with dilation, windows over 64 or integers")
+    out, _ = L.meta()
+    sizes = shape_of(out)
+    h, w = x.sizes[-2:]
+    dtype = x.dtype
+    acc = upcast(dtype)
+
+    def window(idx: Index) -> list[tuple[Expr | None, Expr, Expr]]:
+        """(inside, value, flat position) per window element, in ATen's scan order."""
+        *pre, i, j = idx
+        items = []
+        for a in range(kh):
+            for b in range(kw):
+                hi, wi = i * sh - ph + a, j * sw - pw + b
+                conds = []
+                for v, n, lo in ((hi, h, ph - a), (wi, w, pw - b)):
+                    iv = IndexValue(v)
+                    if lo > 0:  # can fall below 0
+                        conds.append(Op("ge", (iv, Const(0, torch.int64)), torch.bool))
+                    conds.append(Op("lt", (iv, size_value(n, torch.int64)), torch.bool))
+                inside = conds[0]
+                for c in conds[1:]:
+                    inside = Op("logical_and", (inside, c), torch.bool)
+                at = (*pre, _safe(hi, 0, h, ph), _safe(wi, 0, w, pw))
+                items.append((inside, cast(x.load(at), acc), IndexValue(hi * w + wi)))
+        return items
+
+    def scan(idx: Index) -> tuple[Expr, Expr]:
+        items = window(idx)
+        # ATen starts at the window's first position inside the input, value -inf
+        pos: Expr = Const(0, torch.int64)
+        for inside, _v, p in reversed(items):
+            pos = Op("where", (inside, p, pos), torch.int64)
+        best: Expr = Const(float("-inf"), acc)
+        for inside, v, p in items:
+            take = Op(
+                "logical_or",
+                (Op("gt", (v, best), torch.bool), Op("isnan", (v,), torch.bool)),
+                torch.bool,
+            )
+            take = Op("logical_and", (inside, take), torch.bool)
+            best = Op("where", (take, v, best), acc)
+            pos = Op("where", (take, p, pos), torch.int64)
+        return best, pos
+
+    values = L.pointwise(sizes, dtype, lambda idx: cast(scan(idx)[0], dtype))
+    indices = L.pointwise(sizes, torch.int64, lambda idx: scan(idx)[1])
+    return values, indices
+
+
+@register(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(L: Lowerer, x: Any, output_size: Any) -> Any:
+    """Mean over equal windows (the common case: global pooling): a reduction that fuses
+    with what computes its input. Uneven windows stay a library call."""
+    oh, ow = (int(s) for s in output_size)
+    h, w = x.sizes[-2:]
+    if oh <= 0 or ow <= 0 or h % oh or w % ow or not x.dtype.is_floating_point:
+        # a library call on purpose (as a convolution is), not an op-level fallback
+        return L.extern(aten._adaptive_avg_pool2d.default, (x, list(output_size)), {})
+    kh, kw = h // oh, w // ow
+    lead = tuple(x.sizes[:-2])
+    dtype = x.dtype
+    acc = upcast(dtype)
+
+    def body(idx: Index, ridx: Index) -> Expr:
+        *pre, i, j = idx
+        at = (*pre, i * kh + ridx[0], j * kw + ridx[1])
+        return cast(x.load(at), acc)
+
+    total = L.reduction(lead + (oh, ow), (kh, kw), "sum", acc, body)
+    n = kh * kw
+    return L.pointwise(
+        lead + (oh, ow),
+        dtype,
+        lambda idx: cast(Op("truediv", (total.load(idx), Const(float(n), acc)), acc), dtype),
+    )
+
+
+def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False) -> Callable:
+    """Loader of ``x`` where some dims take computed (indirect) indices.
+
+    ``wrap``: negative indices count from the end (``x[idx]``); otherwise they
+    are out of range, as for embedding, gather and index_select in eager.
+    """
+    src = x.storage
+    if src is None:
+        raise Unsupported("indexing into a non-strided view")
+    # a whole computed node is read at its own index (linearized when scheduled), so the
+    # scheduler can recompute the few gathered elements instead of storing the node
+    whole = (
+        isinstance(x, ComputedView) and x.reindex is None and tuple(x.sizes) == tuple(x.node.sizes)
+    )
+
+    def load(idx_parts: list[Any]) -> Expr:
+        binds, full = [], []
+        for part, n in zip(idx_parts, extents):
+            if isinstance(part, Expr):
+                sym = var(L.fresh("ind"))
+                v = cast(part, torch.int64)
+                if wrap:  # Python indexing: -1 is the last element
+                    v = Op(
+                        "where",
+                        (
+                            Op("lt", (v, Const(0, torch.int64)), torch.bool),
+                            Op("add", (v, size_value(n, torch.int64)), torch.int64),
+                            v,
+                        ),
+                        torch.int64,
+                    )
+                binds.append((sym, v, n))
+                full.append(sym)
+            else:
+                full.append(part)
+        index = tuple(full) if whole else src.layout.linear(tuple(full))
+        return Load(src.buffer, index, src.dtype, tuple(binds))
+
+    return load
+
+
+@register(aten.index_put.default)
+def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
+    """``x[idx] += values`` over the first dim (the embedding backward) as ATen's
+    ``index_add``, an atomic-add kernel, instead of ``index_put``'s sort-based one (8 ms
+    on a T5 relative-position table of 32 rows). Only without deterministic algorithms
+    requested, for one integer index on dim 0 and values of exactly the indexed shape;
+    negative indices count from the end, as in ``index_put``. Otherwise ``index_put``."""
+    target = aten.index_put.default
+    idx = indices[0] if isinstance(indices, (list, tuple)) and len(indices) == 1 else None
+    ok = (
+        accumulate
+        and isinstance(idx, TensorValue)
+        and isinstance(values, TensorValue)
+        and idx.dtype in (torch.int64, torch.int32)
+        and x.ndim >= 1
+        and tuple(values.sizes) == tuple(idx.sizes) + tuple(x.sizes[1:])
+        and not torch.are_deterministic_algorithms_enabled()
+    )
+    if not ok:
+        return L.extern(target, (x, indices, values, accumulate), {})
+    n = x.sizes[0]
+    flat_n = math.prod(idx.sizes)
+    k = idx.ndim
+
+    def wrapped(i: Index) -> Expr:
+        at = reshape_reindex(tuple(idx.sizes), (flat_n,))(i)
+        v = cast(idx.load(at), torch.int64)
+        return Op(
+            "where",
+            (
+                Op("lt", (v, Const(0, torch.int64)), torch.bool),
+                Op("add", (v, size_value(n, torch.int64)), torch.int64),
+                v,
+            ),
+            torch.int64,
+        )
+
+    flat_idx = L.pointwise((flat_n,), torch.int64, wrapped)
+    vals = _view(L, values, (flat_n,) + tuple(values.sizes[k:]))
+    return L.extern(aten.index_add.default, (x, 0, flat_idx, vals), {})
+
+
+@register(aten.repeat.default)
+def _repeat(L: Lowerer, x: Any, repeats: Any) -> Any:
+    """Tiling: each output index reads ``x`` at the index modulo ``x``'s size."""
+    val = L.meta()
+    sizes = shape_of(val)
+    lead = len(sizes) - x.ndim  # repeat may add leading dims
+
+    def body(idx: Index) -> Expr:
+        at = tuple(Mod(i, n) if n != s else i for i, n, s in zip(idx[lead:], x.sizes, sizes[lead:]))
+        return cast(x.load(at), val.dtype)
+
+    return L.pointwise(sizes, val.dtype, body)
+
+
+@register(aten.slice_scatter.default)
+def _slice_scatter(
+    L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
+) -> Any:
+    """``x`` with ``src`` written over ``x[start:end:step]`` along ``dim``: pointwise (the
+    backward of slicing and of ``cat``; rotary embeddings have eight per layer)."""
+    val = L.meta()
+    dim = dim % max(x.ndim, 1)
+    n = x.sizes[dim]
+    lo = 0 if start is None else int(start)
+    m = src.sizes[dim]
+    step = int(step)
+    if is_static(n):
+        lo = max(0, min(n, lo + n if lo < 0 else lo))
+    if not (is_static(n) and is_static(m)) and not 0 <= lo < MIN_SIZE:
+        # (a symbolic size is >= MIN_SIZE: a start below it is within it)
+        raise TypeError(f"slice_scatter from {lo} over symbolic sizes {n}, {m}")
+    dtype = val.dtype
+    width = Const(m * step, torch.int64) if is_static(m) else IndexValue(m * step)
+
+    def body(idx: Index) -> Expr:
+        i = idx[dim]
+        off = IndexValue(i - lo)
+        inside = Op(
+            "logical_and",
+            (
+                Op("ge", (off, Const(0, torch.int64)), torch.bool),
+                Op("lt", (off, width), torch.bool),
+            ),
+            torch.bool,
+        )
+        if step != 1:
+            on = Op(
+                "eq",
+                (
+                    Op("remainder", (off, Const(step, torch.int64)), torch.int64),
+                    Const(0, torch.int64),
+                ),
+                torch.bool,
+            )
+            inside = Op("logical_and", (inside, on), torch.bool)
+        at = list(idx)
+        # in bounds wherever it is evaluated: clamp the position into src
+        if m == 0:
+            return cast(x.load(idx), dtype)
+        # a multiple of m that keeps the numerator >= 0 (symbolic m: lo < 2 <= m * step)
+        k = m * (lo // (m * step) + 1) if is_static(m) else m
+        at[dim] = Mod(FloorDiv(i - lo + k * step, step), m)
+        return Op(
+            "where", (inside, cast(src.load(tuple(at)), dtype), cast(x.load(idx), dtype)), dtype
+        )
+
+    return L.pointwise(shape_of(val), dtype, body)
+
+
+@register(aten.select_scatter.default)
+def _select_scatter(L: Lowerer, x: Any, src: Any, dim: int, index: int) -> Any:
+    val = L.meta()
+    dim = dim % max(x.ndim, 1)
+    n = x.sizes[dim]
+    index = int(index) + n if int(index) < 0 else int(index)
+    dtype = val.dtype
+
+    def body(idx: Index) -> Expr:
+        hit = Op("eq", (IndexValue(idx[dim]), Const(index, torch.int64)), torch.bool)
+        at = tuple(i for d, i in enumerate(idx) if d != dim)
+        return Op("where", (hit, cast(src.load(at), dtype), cast(x.load(idx), dtype)), dtype)
+
+    return L.pointwise(shape_of(val), dtype, body)
+
+
+@register(aten.scatter.value, aten.scatter.src)
+def _scatter(L: Lowerer, x: Any, dim: int, index: Any, value: Any) -> Any:
+    """One index per row (``index.size(dim) == 1``, the other dims as ``x``'s): pointwise,
+    ``out[i] = value if i[dim] == index[i, dim -> 0] else x[i]`` (the backward of a
+    cross-entropy loss). An index out of range still fails, as in eager: the written
+    arm also reads ``x`` at it through a checked indirect load. Other scatters stay
+    library calls (several writes may land on one element)."""
+    val = L.meta()
+    dim = dim % max(x.ndim, 1)
+    if (
+        not isinstance(index, TensorValue)
+        or index.ndim != x.ndim
+        or index.sizes[dim] != 1
+        or any(a != b for d, (a, b) in enumerate(zip(index.sizes, x.sizes)) if d != dim)
+        or (isinstance(value, TensorValue) and tuple(value.sizes) != tuple(index.sizes))
+    ):
+        raise Unsupported("a scatter with several indices per row")
+    dtype = val.dtype
+    check = _indirect(L, x, list(x.sizes))
+
+    def body(idx: Index) -> Expr:
+        row = tuple(sympy.Integer(0) if d == dim else i for d, i in enumerate(idx))
+        target = cast(index.load(row), torch.int64)
+        hit = Op("eq", (IndexValue(idx[dim]), target), torch.bool)
+        v = cast(value.load(row), dtype) if isinstance(value, TensorValue) else Const(value, dtype)
+        parts = list(idx)
+        parts[dim] = target
+        probe = cast(check(parts), torch.float32)  # asserts 0 <= target < size
+        v = Op("where", (Op("isnan", (probe,), torch.bool), v, v), dtype)
+        return Op("where", (hit, v, cast(x.load(idx), dtype)), dtype)
+
+    return L.pointwise(shape_of(val), dtype, body)
+
+
+@register(aten.embedding.default)
+def _embedding(L: Lowerer, weight: Any, indices: Any, *rest: Any) -> Any:
+    val = L.meta()
+    sizes, dtype = shape_of(val), val.dtype
+    load = _indirect(L, weight, list(weight.sizes))
+    k = indices.ndim
+
+    def body(idx: Index) -> Expr:
+        return load([indices.load(idx[:k]), idx[k]])
+
+    return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.index_select.default)
+def _index_select(L: Lowerer, x: Any, dim: int, index: Any) -> Any:
+    val = L.meta()
+    if x.ndim == 0 or not isinstance(index, TensorValue) or index.ndim != 1:
+        raise Unsupported("index_select of a 0-d tensor or with a 0-d index")
+    dim = dim % max(x.ndim, 1)
+    load = _indirect(L, x, list(x.sizes))
+
+    def body(idx: Index) -> Expr:
+        parts = list(idx)
+        parts[dim] = index.load((idx[dim],))
+        return load(parts)
+
+    return L.pointwise(shape_of(val), val.dtype, body)
+
+
+@register(aten.gather.default)
+def _gather(L: Lowerer, x: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Any:
+    val = L.meta()
+    dim = dim % max(x.ndim, 1)
+    load = _indirect(L, x, list(x.sizes))
+
+    def body(idx: Index) -> Expr:
+        parts = list(idx)
+        parts[dim] = index.load(idx)
+        return load(parts)
+
+    return L.pointwise(shape_of(val), val.dtype, body)
+
+
+@register(aten.index.Tensor)
+def _index(L: Lowerer, x: Any, indices: Any) -> Any:
+    val = L.meta()
+    sizes = shape_of(val)
+    idx_pos = [k for k, t in enumerate(indices) if t is not None]
+    if not idx_pos:
+        raise Unsupported("index with no tensors")
+    if any(getattr(indices[k], "dtype", None) == torch.bool for k in idx_pos):
+        raise Unsupported("boolean mask indexing (data-dependent shape)")
+    tensors = [indices[k] for k in idx_pos]
+    bshape = broadcast_shapes(*[t.sizes for t in tensors])
+    adjacent = idx_pos == list(range(idx_pos[0], idx_pos[-1] + 1))
+    front = 0 if not adjacent else idx_pos[0]
+    nb = len(bshape)
+    load = _indirect(L, x, list(x.sizes), wrap=True)
+
+    def body(idx: Index) -> Expr:
+        bidx = idx[front : front + nb]
+        rest = list(idx[:front]) + list(idx[front + nb :])
+        parts: list[Any] = []
+        it = iter(rest)
+        for k in range(x.ndim):
+            if k in idx_pos:
+                parts.append(bload(indices[k], bshape, bidx, torch.int64))
+            else:
+                parts.append(next(it))
+        return load(parts)
+
+    return L.pointwise(sizes, val.dtype, body)

@@ -1,0 +1,251 @@
+"""Lowerings of view ops: index arithmetic only, never a copy.
+
+A view of a strided buffer keeps a strided layout where one exists
+(:func:`.layouts._meta_view`); otherwise reads go through the index mapping."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+
+from ..adapters.torch_private import aten, prims
+from ..ir.expr import Const
+from ..ir.graph import (
+    Index,
+    ScalarValue,
+    StorageView,
+    TensorValue,
+)
+from ..ir.index import FloorDiv, Mod, is_static, provably_nonneg, size_hint, static
+from ..ir.kernel import Layout
+from .layouts import _slice_length
+from .lowerer import Lowerer, Unsupported, register
+
+
+def reshape_reindex(old: tuple[int, ...], new: tuple[int, ...]) -> Callable[[Index], Index]:
+    """Map an index of shape ``new`` to the same element's index in shape ``old`` (row-major)."""
+    old, new = tuple(old), tuple(new)
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(old) or j < len(new):
+        go, gn = [], []
+        po = pn = 1
+        # take size-1 dims greedily, then grow until the products agree (symbolic sizes:
+        # the compiling call's values pick the side to grow, and a group closes only where
+        # its products are the same expression, so it holds for every size)
+        while True:
+            if (
+                sympy.expand(po - pn) == 0
+                and (go or gn)
+                and not (i < len(old) and old[i] == 1)
+                and not (j < len(new) and new[j] == 1)
+            ):
+                break
+            if i < len(old) and (size_hint(po) <= size_hint(pn) or j >= len(new)):
+                go.append(i)
+                po *= old[i]
+                i += 1
+            elif j < len(new):
+                gn.append(j)
+                pn *= new[j]
+                j += 1
+            else:
+                break
+        groups.append((go, gn))
+
+    def fn(idx: Index) -> Index:
+        out: list[Any] = [sympy.Integer(0)] * len(old)
+        for go, gn in groups:
+            lin = sympy.Integer(0)
+            for k in gn:
+                lin = lin * new[k] + idx[k]
+            for pos, k in enumerate(go):
+                inner = math.prod(old[m] for m in go[pos + 1 :])
+                v = FloorDiv(lin, inner) if inner != 1 else lin
+                out[k] = Mod(v, old[k]) if pos > 0 else v
+                if old[k] == 1:
+                    out[k] = sympy.Integer(0)
+        return tuple(out)
+
+    return fn
+
+
+@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default, prims.reshape.default)
+def _view(L: Lowerer, x: Any, sizes: Any) -> Any:
+    sizes = list(sizes)
+    if -1 in sizes:
+        known = math.prod(s for s in sizes if s != -1)
+        sizes[sizes.index(-1)] = (
+            static(FloorDiv(sympy.sympify(math.prod(x.sizes)), known)) if known else 0
+        )
+    sizes = tuple(static(s) for s in sizes)
+    return L.view(x, sizes, reshape_reindex(x.sizes, sizes), aten.reshape.default, (sizes,))
+
+
+@register(aten.permute.default, prims.transpose.default)
+def _permute(L: Lowerer, x: Any, dims: Any) -> Any:
+    dims = [d % x.ndim for d in dims]
+    sizes = tuple(x.sizes[d] for d in dims)
+
+    def fn(idx: Index) -> Index:
+        out = [None] * x.ndim
+        for k, d in enumerate(dims):
+            out[d] = idx[k]
+        return tuple(out)
+
+    return L.view(x, sizes, fn, aten.permute.default, (dims,))
+
+
+@register(aten.t.default)
+def _t(L: Lowerer, x: Any) -> Any:
+    return _permute(L, x, list(range(x.ndim))[::-1])
+
+
+@register(aten.transpose.int)
+def _transpose(L: Lowerer, x: Any, a: int, b: int) -> Any:
+    dims = list(range(x.ndim))
+    a, b = a % max(x.ndim, 1), b % max(x.ndim, 1)
+    dims[a], dims[b] = dims[b], dims[a]
+    return _permute(L, x, dims)
+
+
+@register(aten.expand.default, prims.broadcast_in_dim.default)
+def _expand(L: Lowerer, x: Any, sizes: Any, bdims: Any = None, *, implicit: bool = False) -> Any:
+    if not isinstance(x, TensorValue):
+        return ScalarValue(Const(x, L.meta().dtype), tuple(sizes))
+    sizes = tuple(static(s) for s in sizes)
+    if bdims is not None:  # prims.broadcast_in_dim: x's dims land at bdims
+
+        def fn(idx: Index) -> Index:
+            return tuple(
+                sympy.Integer(0) if x.sizes[k] == 1 else idx[d] for k, d in enumerate(bdims)
+            )
+
+        return L.view(x, sizes, fn, prims.broadcast_in_dim.default, (sizes, bdims))
+    sizes = tuple(x.sizes[k - (len(sizes) - x.ndim)] if s == -1 else s for k, s in enumerate(sizes))
+    lead = len(sizes) - x.ndim
+
+    def fn(idx: Index) -> Index:
+        return tuple(sympy.Integer(0) if x.sizes[k] == 1 else idx[k + lead] for k in range(x.ndim))
+
+    return L.view(x, sizes, fn, aten.expand.default, (sizes,))
+
+
+@register(aten.unsqueeze.default)
+def _unsqueeze(L: Lowerer, x: Any, dim: int) -> Any:
+    dim = dim % (x.ndim + 1)
+    sizes = x.sizes[:dim] + (1,) + x.sizes[dim:]
+    return L.view(x, sizes, lambda idx: idx[:dim] + idx[dim + 1 :], aten.unsqueeze.default, (dim,))
+
+
+@register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, prims.squeeze.default)
+def _squeeze(L: Lowerer, x: Any, dims: Any = None) -> Any:
+    if dims is None:
+        dims = [d for d, s in enumerate(x.sizes) if s == 1]
+    elif isinstance(dims, int):
+        dims = [dims]
+    dims = sorted({d % x.ndim for d in dims if x.ndim and x.sizes[d % x.ndim] == 1})
+    sizes = tuple(s for d, s in enumerate(x.sizes) if d not in dims)
+
+    def fn(idx: Index) -> Index:
+        it = iter(idx)
+        return tuple(sympy.Integer(0) if d in dims else next(it) for d in range(x.ndim))
+
+    return L.view(x, sizes, fn, aten.squeeze.dims, (dims,))
+
+
+@register(aten.slice.Tensor)
+def _slice(
+    L: Lowerer, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
+) -> Any:
+    dim = dim % x.ndim
+    n = x.sizes[dim]
+    if all(is_static(v) for v in (n, start or 0, end or 0)):
+        start = 0 if start is None else (start + n if start < 0 else start)
+        end = n if end is None else (end + n if end < 0 else end)
+        start, end = min(max(start, 0), n), min(max(end, 0), n)
+        length = max(0, (end - start + step - 1) // step)
+    else:  # symbolic sizes: only bounds that hold for every size
+        start = 0 if start is None else _slice_bound(start, n)
+        end = n if end is None else _slice_bound(end, n)
+        if not (start == 0 or provably_nonneg(end - start)):
+            raise TypeError(f"a slice [{start}:{end}] whose length's sign depends on the sizes")
+        length = _slice_length(start, end, step)
+    sizes = x.sizes[:dim] + (length,) + x.sizes[dim + 1 :]
+
+    def fn(idx: Index) -> Index:
+        return idx[:dim] + (start + step * idx[dim],) + idx[dim + 1 :]
+
+    return L.view(x, sizes, fn, aten.slice.Tensor, (dim, start, end, step))
+
+
+def _slice_bound(v: Any, n: Any) -> Any:
+    """A slice bound clamped into ``[0, n]`` as Python clamps it, where a size is symbolic:
+    the bound for every size, or TypeError where that depends on the sizes."""
+    if is_static(v) and v >= 2**62:  # "to the end" (sys.maxsize and kin)
+        return n
+    if is_static(v) and v == 0:  # a size is never negative
+        return 0
+    if is_static(v) and v < 0:
+        v = static(v + n)
+    if provably_nonneg(v) and provably_nonneg(n - v):
+        return v
+    if provably_nonneg(v - n):
+        return n
+    raise TypeError(
+        f"a slice bound {v} over a dimension of size {n} clamps differently for different sizes"
+    )
+
+
+@register(aten.select.int)
+def _select(L: Lowerer, x: Any, dim: int, index: int) -> Any:
+    dim = dim % x.ndim
+    index = index + x.sizes[dim] if index < 0 else index
+    sizes = x.sizes[:dim] + x.sizes[dim + 1 :]
+    return L.view(
+        x,
+        sizes,
+        lambda idx: idx[:dim] + (sympy.Integer(index),) + idx[dim:],
+        aten.select.int,
+        (dim, index),
+    )
+
+
+@register(aten.split.Tensor, aten.split_with_sizes.default)
+def _split(L: Lowerer, x: Any, size: Any, dim: int = 0) -> Any:
+    dim = dim % x.ndim
+    n = x.sizes[dim]
+    sizes = (
+        list(size)
+        if isinstance(size, (list, tuple))
+        else [min(size, n - s) for s in range(0, n, size)]
+    )
+    out, start = [], 0
+    for s in sizes:
+        out.append(_slice(L, x, dim, start, start + s))
+        start += s
+    return tuple(out)
+
+
+@register(aten.unbind.int)
+def _unbind(L: Lowerer, x: Any, dim: int = 0) -> Any:
+    return tuple(_select(L, x, dim, i) for i in range(x.sizes[dim % x.ndim]))
+
+
+@register(aten.as_strided.default)
+def _as_strided(L: Lowerer, x: Any, sizes: Any, strides: Any, offset: Any = None) -> Any:
+    if x.storage is None:
+        raise Unsupported("as_strided of a value that is not a strided buffer")
+    base = x.storage
+    layout = Layout(
+        tuple(sizes),
+        tuple(strides),
+        base.layout.offset if offset is None else offset,
+        x.dtype,
+        base.layout.device,
+    )
+    L.views.add(L.origin)
+    return StorageView(base.buffer, layout)
