@@ -32,10 +32,21 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from torch.fx import Node
+    from collections.abc import Sequence
+
+    import torch
+    from torch.fx import GraphModule, Node
 
     from sdk.ir import FusionGroup, Kernel, LoweringBuilder, OpOverload, TensorValue
-    from sdk.plugin import CompileContext, KernelFn, KernelSource, PluginInfo, Support, Verdict
+    from sdk.plugin import (
+        CompileContext,
+        CompiledSubgraph,
+        KernelFn,
+        KernelSource,
+        PluginInfo,
+        Support,
+        Verdict,
+    )
 
 PROJECT = "sdk"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -222,6 +233,66 @@ def sdk_cache_key(ctx: CompileContext) -> str | None:
         programs out of the cache. Stops at first non-None result.
 
     API version: 2.
+    """
+
+
+# ---------------------------------------------------------------------------
+# Graph-level plugins (PluginKind.GRAPH): the plugin compiles whole partitions
+# ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def sdk_claim_nodes(ctx: CompileContext, gm: GraphModule) -> Mapping[Node, Support] | None:
+    """Which ATen call nodes of ``gm`` this graph-level plugin compiles.
+
+    Called once per ATen graph (forward, backward or inference), after decompositions.
+    ``node.meta["val"]`` holds fake tensors (symbolic sizes under dynamic shapes). The
+    core partitions the graph from these claims: each node goes to the first plugin of
+    the chain that claims it.
+
+    :param ctx: the compile.
+    :param gm: the whole ATen graph; do not modify it.
+    :return: ``{node: Support.yes() | Support.no(reason)}``; call_function nodes left out
+        are refused with the reason "not claimed". Stops at first non-None result.
+    :raises: an exception is recorded and counts as refusing every node.
+
+    API version: 3.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_compile_subgraph(
+    ctx: CompileContext, gm: GraphModule, example_inputs: Sequence[Any]
+) -> CompiledSubgraph | None:
+    """Compile one partition this plugin claimed.
+
+    :param ctx: the compile.
+    :param gm: a self-contained GraphModule of ATen ops: its placeholders are the
+        partition's inputs in order, its output is a tuple.
+    :param example_inputs: fake tensors (symbolic sizes where dynamic) or ints/SymInts,
+        one per placeholder.
+    :return: a :class:`sdk.CompiledSubgraph`. Stops at first non-None result.
+    :raises: any exception refuses the partition: the core records it and runs that
+        partition through the next plugin of the chain that claims its nodes, else ATen
+        (only that partition; strict mode raises).
+
+    API version: 3.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_load_subgraph(ctx: CompileContext, artifact: bytes) -> Callable[..., Any] | None:
+    """Rebuild a partition's callable from the bytes a :class:`sdk.CompiledSubgraph` stored.
+
+    Called in a later process on a whole-graph cache hit, instead of the vendor compiler.
+
+    :param ctx: the compile.
+    :param artifact: ``CompiledSubgraph.artifact`` as stored.
+    :return: the callable (same contract as ``CompiledSubgraph.fn``), or None if the bytes
+        are not usable. Stops at first non-None result.
+    :raises: raising also means "not usable": the core then compiles afresh (a miss).
+
+    API version: 3.
     """
 
 

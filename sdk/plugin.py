@@ -16,7 +16,7 @@ from typing import Any
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
-HOOK_API_VERSION = 2  # 2: sdk_cache_key
+HOOK_API_VERSION = 3  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...)
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 
@@ -25,6 +25,7 @@ class PluginKind(str, enum.Enum):
 
     CODEGEN = "codegen"  # lowers, fuses and renders kernels: becomes `sdk:<name>`
     WRAPPER = "wrapper"  # wraps a compiled graph made by a codegen plugin
+    GRAPH = "graph"  # compiles whole subgraphs with its own compiler: becomes `sdk:<name>`
 
 
 class Capability(str, enum.Enum):
@@ -169,3 +170,20 @@ class KernelSource:
 #: A compiled kernel: called with the kernel's buffers (tensors), in the order
 #: of ``Kernel.args``, and returns nothing.
 KernelFn = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class CompiledSubgraph:
+    """One partition compiled by a graph-level plugin: what ``sdk_compile_subgraph`` returns.
+
+    ``fn`` takes the partition's inputs positionally (real tensors and ints) and returns a
+    tuple or list of outputs in the order of the partition's output node. ``artifact`` is
+    the serialized form stored in the whole-graph cache (for example a ``.vmfb``), rebuilt
+    by ``sdk_load_subgraph`` in a later process; None keeps the partition out of the cache.
+    ``key`` names anything else the artifact depends on (compiler flags, CPU features)
+    beyond the graph, layouts, options and plugin version, which the core keys on itself.
+    """
+
+    fn: Callable[..., Any]
+    artifact: bytes | None = None
+    key: str = ""
