@@ -326,3 +326,29 @@ def test_cli_list_with_deny(tmp_path):
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("cuda_triton"))
     assert "denied by SDK_PLUGINS_DENY" in line
+
+
+GRAPH_LEVEL_SOURCE = """
+    @sdk.hookimpl
+    def sdk_claim_nodes(ctx, gm):
+        return {}
+
+    @sdk.hookimpl
+    def sdk_compile_subgraph(ctx, gm, example_inputs):
+        return sdk.CompiledSubgraph(fn=gm)
+
+    @sdk.hookimpl
+    def sdk_load_subgraph(ctx, artifact):
+        return None
+"""
+
+
+@pytest.mark.parametrize("api", [1, 2, 3])
+def test_plugins_of_every_supported_hook_api_load(make_plugin, fake_dist, use_registry, api):
+    """Hook API 3 adds graph-level plugins; plugins written for API 1 and 2 load unchanged."""
+    source, kind = (GRAPH_LEVEL_SOURCE, "GRAPH") if api == 3 else ("", "CODEGEN")
+    module = make_plugin(source, name=f"api{api}", kind=kind, api=api)
+    use_registry(fake_dist(f"acme-api{api}", {f"api{api}": module}))
+    row = {r["name"]: r for r in sdk.list_plugins()}[f"api{api}"]
+    assert row["status"] == "ok", row
+    assert row["kind"] == kind.lower()
