@@ -1,0 +1,122 @@
+"""Per-op partitioning of one ATen graph between the plugins of a chain.
+
+Each plugin of the chain, in order of priority, gets the maximal connected groups of the call
+nodes it claims that no earlier plugin took; what nobody claims stays in the outer graph and runs
+in ATen. The cutting is torch's own ``CapabilityBasedPartitioner`` (it merges candidate groups only
+when the merge forms no cycle) and ``fuse_by_partitions`` (which turns each group into a
+``call_module`` node of a self-contained GraphModule). A later plugin sees the earlier plugins'
+partitions as opaque ``call_module`` nodes, so the result of every round is again a DAG and the
+rounds compose: no hand-rolled graph cutting.
+
+A group smaller than ``min_size`` call nodes is not fused: its nodes stay open for the next
+plugin (a tiny island is cheaper run by the neighbour than as its own partition).
+
+Wiring into the compile path (each partition compiled by its plugin, the outer graph run as the
+program) is not done yet; this module is the cutting step and its bookkeeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+Claim = Callable[[torch.fx.Node], "tuple[bool, str]"]
+"""A plugin's answer for one call node: (claimed, reason for a refusal)."""
+
+
+@dataclass
+class Partition:
+    """One fused partition: the outer graph's ``call_module`` target and who compiles it."""
+
+    name: str
+    plugin: str
+    size: int
+
+
+@dataclass
+class Plan:
+    """The partitioned graph and why each op went where it went.
+
+    ``refusals[node_name]`` lists ``(plugin, reason)`` for every plugin before the one that got
+    the node (all of them for a node left to ATen)."""
+
+    gm: torch.fx.GraphModule
+    partitions: list[Partition] = field(default_factory=list)
+    owner: dict[str, str] = field(default_factory=dict)
+    refusals: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+
+class _Claimed(OperatorSupportBase):
+    """Adapts one plugin's claims to torch's partitioner: only still-open call_function nodes."""
+
+    def __init__(self, claimed: set[torch.fx.Node]) -> None:
+        self.claimed = claimed
+
+    def is_node_supported(self, submodules: Mapping, node: torch.fx.Node) -> bool:
+        return node in self.claimed
+
+
+def partition(
+    gm: torch.fx.GraphModule, claimants: Sequence[tuple[str, Claim]], min_size: int = 1
+) -> Plan:
+    """Split ``gm`` in place between ``claimants`` (plugin name, claim function), first first.
+
+    :param gm: an ATen FX graph; it is rewritten (partitions become ``call_module`` nodes).
+    :param claimants: the chain in order of priority.
+    :param min_size: smallest partition (in call nodes) worth fusing; smaller groups go on.
+    :return: the Plan; ``gm`` is ``plan.gm``.
+    :raises ValueError: ``min_size`` below 1.
+    """
+    if min_size < 1:
+        raise ValueError(f"min_partition_size must be at least 1, got {min_size}")
+    plan = Plan(gm)
+    for index, (plugin, claim) in enumerate(claimants):
+        claimed = _ask(gm, plugin, claim, plan.refusals)
+        groups = CapabilityBasedPartitioner(
+            gm, _Claimed(claimed), allows_single_node_partition=True
+        ).propose_partitions()
+        groups = [g.nodes for g in groups if _calls(g.nodes) >= min_size]
+        for node in (n for g in groups for n in g):
+            plan.owner[node.name] = plugin
+        for node in claimed - {n for g in groups for n in g}:
+            plan.refusals.setdefault(node.name, []).append(
+                (plugin, f"partition smaller than min_partition_size={min_size}")
+            )
+        if not groups:
+            continue
+        prefix = f"part{index}_"
+        fuse_by_partitions(gm, groups, prefix=prefix, always_return_tuple=True)
+        plan.partitions += [
+            Partition(f"{prefix}{i}", plugin, _calls(g)) for i, g in enumerate(groups)
+        ]
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            plan.owner.setdefault(node.name, "aten")
+    gm.recompile()
+    return plan
+
+
+def _ask(
+    gm: torch.fx.GraphModule, plugin: str, claim: Claim, refusals: dict[str, list[tuple[str, str]]]
+) -> set[torch.fx.Node]:
+    """The still-open call nodes ``plugin`` claims; its refusals are recorded with the reason."""
+    claimed = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        ok, reason = claim(node)
+        if ok:
+            claimed.add(node)
+        else:
+            refusals.setdefault(node.name, []).append((plugin, reason or "not claimed"))
+    return claimed
+
+
+def _calls(nodes: Mapping | Sequence) -> int:
+    """How many call nodes a group holds (the size the min_partition_size option counts)."""
+    return sum(1 for n in nodes if n.op == "call_function")
