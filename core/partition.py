@@ -17,6 +17,7 @@ program) is not done yet; this module is the cutting step and its bookkeeping.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +50,24 @@ class Plan:
     partitions: list[Partition] = field(default_factory=list)
     owner: dict[str, str] = field(default_factory=dict)
     refusals: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """The partition report: each partition with its plugin, size and the tensors (count,
+        bytes, from the fake values in ``node.meta["val"]``) crossing its boundary, then each op
+        that did not go to the first plugin, with who refused it and why."""
+        lines = []
+        for part in self.partitions:
+            node = next(n for n in self.gm.graph.nodes if n.target == part.name)
+            ins, in_bytes = _crossing(node.all_input_nodes)
+            outs, out_bytes = _crossing(node.users)
+            lines.append(
+                f"{part.name}: {part.plugin}, {part.size} ops; in {ins} tensors ({in_bytes} B), "
+                f"out to {outs} users ({out_bytes} B)"
+            )
+        for name, refused in self.refusals.items():
+            why = "; ".join(f"{plugin}: {reason}" for plugin, reason in refused)
+            lines.append(f"{name} -> {self.owner.get(name, 'aten')} ({why})")
+        return "\n".join(lines)
 
 
 class _Claimed(OperatorSupportBase):
@@ -95,7 +114,7 @@ def partition(
             Partition(f"{prefix}{i}", plugin, _calls(g)) for i, g in enumerate(groups)
         ]
     for node in gm.graph.nodes:
-        if node.op == "call_function":
+        if node.op == "call_function" and not _unpacks_partition(node):
             plan.owner.setdefault(node.name, "aten")
     gm.recompile()
     return plan
@@ -107,7 +126,7 @@ def _ask(
     """The still-open call nodes ``plugin`` claims; its refusals are recorded with the reason."""
     claimed = set()
     for node in gm.graph.nodes:
-        if node.op != "call_function":
+        if node.op != "call_function" or _unpacks_partition(node):
             continue
         ok, reason = claim(node)
         if ok:
@@ -115,6 +134,25 @@ def _ask(
         else:
             refusals.setdefault(node.name, []).append((plugin, reason or "not claimed"))
     return claimed
+
+
+def _unpacks_partition(node: torch.fx.Node) -> bool:
+    """A getitem the fusing added to read a partition's output: glue, not an op to claim."""
+    return node.target is operator.getitem and any(
+        a.op == "call_module" for a in node.all_input_nodes
+    )
+
+
+def _crossing(nodes) -> tuple[int, int]:
+    """How many tensors the nodes carry and their bytes (unknown sizes count 0 bytes)."""
+    count = size = 0
+    for node in nodes:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            count += 1
+            numel = val.numel()
+            size += int(numel) * val.element_size() if isinstance(numel, int) else 0
+    return count, size
 
 
 def _calls(nodes: Mapping | Sequence) -> int:

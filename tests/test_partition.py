@@ -90,6 +90,10 @@ def test_first_claimant_wins_and_refusals_name_the_earlier_plugins():
     assert [p.plugin for p in plan.partitions].count("A") == 2
     x, y = torch.randn(3), torch.randn(3)
     torch.testing.assert_close(plan.gm(x, y), f(x, y))
+    report = plan.describe()
+    assert "B, 1 ops; in 1 tensors (12 B)" in report
+    assert f"{sin} -> B (A: A has no sin)" in report
+    assert "getitem" not in report, "the fusing's own getitems are not ops to hand out"
 
 
 def test_min_partition_size_below_one_is_refused():
