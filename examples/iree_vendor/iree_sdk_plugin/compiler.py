@@ -1,0 +1,118 @@
+"""Compile one ATen FX GraphModule with IREE for llvm-cpu and run it with the IREE runtime.
+
+Independent of the SDK's hooks so that it can be tested on AOTAutograd graphs directly; the
+hook module (hook API 3) wraps these two steps. Backward graphs return ``None`` for inputs
+without gradients, which IREE's torch dialect rejects (``!torch.none``): they are stripped
+before import and put back after the call.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from iree import runtime as ireert
+from iree.compiler import compile_str, ir
+from iree.compiler.extras.fx_importer import FxImporter
+
+# Without target-cpu=host the code was 4-5x slower (notes of the feasibility run); the binary
+# is then tied to this CPU's features, which a cache key must include.
+COMPILE_FLAGS = (
+    "--iree-hal-target-device=local",
+    "--iree-hal-local-target-device-backends=llvm-cpu",
+    "--iree-llvmcpu-target-cpu=host",
+    "--iree-input-demote-f64-to-f32=false",
+)
+
+
+def _strip_none_outputs(gm: torch.fx.GraphModule) -> list[int | None]:
+    """Drop ``None`` outputs from gm in place; return, per original output, its new index."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    values = out.args[0] if isinstance(out.args[0], (tuple, list)) else (out.args[0],)
+    kept, where = [], []
+    for value in values:
+        where.append(None if value is None else len(kept))
+        if value is not None:
+            kept.append(value)
+    out.args = (tuple(kept),)
+    gm.recompile()
+    return where
+
+
+def compile_vmfb(gm: torch.fx.GraphModule) -> tuple[bytes, list[int | None]]:
+    """Import gm to MLIR with IREE's FX importer and compile it; return (vmfb, output map)."""
+    where = _strip_none_outputs(gm)
+    importer = FxImporter(context=ir.Context())
+    importer.import_stateless_graph(gm.graph, func_name="main")
+    vmfb = compile_str(str(importer.module), input_type="torch", extra_args=list(COMPILE_FLAGS))
+    return vmfb, where
+
+
+def load(vmfb: bytes, where: list[int | None]) -> Callable[..., tuple[Any, ...]]:
+    """A callable running the module's ``main`` on torch tensors / ints; ``None`` put back."""
+    config = ireert.Config("local-task")
+    module = ireert.VmModule.copy_buffer(config.vm_instance, vmfb)
+    context = ireert.SystemContext(vm_modules=[module], config=config)
+    main = context.modules.module["main"]
+
+    def run(*args: Any) -> tuple[Any, ...]:
+        results = main(*[_to_iree(a) for a in args])
+        results = results if isinstance(results, (tuple, list)) else (results,)
+        outs = [torch.from_numpy(r.to_host()) for r in results]
+        return tuple(None if i is None else outs[i] for i in where)
+
+    return run
+
+
+def _to_iree(arg: Any) -> Any:
+    """Tensors go as contiguous numpy arrays (copies; DLPack zero-copy is not wired yet)."""
+    if isinstance(arg, torch.Tensor):
+        return arg.detach().contiguous().numpy()
+    return arg
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+    """Compile gm and return the callable; example_inputs unused (shapes come from node meta)."""
+    del example_inputs
+    return load(*compile_vmfb(gm))
+
+
+def single_op_graph(node: torch.fx.Node) -> torch.fx.GraphModule:
+    """A graph computing only ``node`` from placeholders with its inputs' fake values."""
+    graph = torch.fx.Graph()
+    env = {}
+    for arg in node.all_input_nodes:
+        env[arg] = graph.placeholder(arg.name)
+        env[arg].meta["val"] = arg.meta.get("val")
+    copy = graph.node_copy(node, lambda n: env[n])
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):  # a multi-output op returns its results one by one
+        outs = []
+        for i, item in enumerate(val):
+            outs.append(graph.call_function(operator.getitem, (copy, i)))
+            outs[-1].meta["val"] = item
+        graph.output(tuple(outs))
+    else:
+        graph.output((copy,))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def lowers(node: torch.fx.Node) -> str | None:
+    """None if IREE's torch input path legalizes ``node`` (``--compile-to=input``), else why."""
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    if not all(isinstance(v, torch.Tensor) for v in vals):
+        return "IREE partitions take tensor-valued ops only"
+    try:
+        importer = FxImporter(context=ir.Context())
+        importer.import_stateless_graph(single_op_graph(node).graph, func_name="main")
+        compile_str(
+            str(importer.module),
+            input_type="torch",
+            extra_args=[*COMPILE_FLAGS, "--compile-to=input"],
+        )
+    except Exception as exc:  # noqa: BLE001 - importer and compiler raise many types: a refusal
+        return f"IREE's torch input path does not lower it: {str(exc).splitlines()[0][:200]}"
+    return None
