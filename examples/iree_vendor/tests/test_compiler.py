@@ -12,7 +12,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 pytest.importorskip("iree.compiler", reason="the iree-base-compiler wheel is not installed")
 
-from iree_sdk_plugin import compiler  # noqa: E402
+from iree_sdk_plugin import compiler
 
 
 def _mlp_step(x, w1, b1, w2):
@@ -60,3 +60,11 @@ def test_legality_accepts_matmul_and_refuses_layer_norm_backward():
     assert compiler.lowers(nodes[torch.ops.aten.native_layer_norm.default]) is None
     reason = compiler.lowers(nodes[torch.ops.aten.native_layer_norm_backward.default])
     assert reason is not None and "does not lower" in reason
+
+
+def test_inputs_with_offset_or_strides_are_copied_not_misread():
+    """IREE refuses views with a storage offset through DLPack; transposes would be misread."""
+    gm = make_fx(lambda x, y: (x @ y,))(torch.randn(4, 8), torch.randn(8, 3))
+    run = compiler.compile_graph(gm, ())
+    x, y = torch.randn(5, 8)[1:], torch.randn(3, 8).T
+    torch.testing.assert_close(run(x, y)[0], x @ y)
