@@ -2,8 +2,8 @@
 
 Written against hook API 3 as agreed in issue 26 (``sdk_claim_nodes``,
 ``sdk_compile_subgraph``, ``sdk_load_subgraph``, ``sdk.CompiledSubgraph``,
-``sdk.PluginKind.GRAPH``). The SDK on this branch is still at hook API 2, so this module is not
-loaded by it yet: the hooks below are untested against the core (see README.md).
+``sdk.PluginKind.GRAPH``). The core on this branch declares these hooks but is not
+calling them yet (part merged: contract only); tests/test_hooks.py calls them directly.
 
 Claims are a real legality test, not a list: each (op, argument dtypes/ranks) is compiled
 alone with ``--compile-to=input`` once per process and the answer cached.
