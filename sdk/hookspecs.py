@@ -34,7 +34,6 @@ import pluggy
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    import torch
     from torch.fx import GraphModule, Node
 
     from sdk.ir import FusionGroup, Kernel, LoweringBuilder, OpOverload, TensorValue
