@@ -21,7 +21,17 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
     "debug": OptionSpec(False, "run the IR checker after every stage (also SDK_DEBUG=1)", bool),
     "wrappers": OptionSpec((), "wrapper plugins to apply to each compiled graph", (tuple, list)),
     "chain": OptionSpec(
-        (), "codegen plugins to try, in order, if this one fails to compile a graph", (tuple, list)
+        (),
+        "plugins after this one, in order of priority: each op goes to the first plugin that "
+        "claims it (what none claims runs in ATen); a graph or partition that fails to compile "
+        "goes to the next",
+        (tuple, list),
+    ),
+    "min_partition_size": OptionSpec(
+        1,
+        "with a chain: the fewest ops a plugin's partition may have; a smaller island of ops "
+        "goes to the next plugin that claims them",
+        int,
     ),
     "autotune": OptionSpec(False, "let the plugin time a few kernel configs", bool),
     "cache": OptionSpec(
@@ -86,6 +96,11 @@ def resolve(
         merged[key] = value
     for key in ("wrappers", "chain"):
         merged[key] = tuple(merged[key])
+    if merged["min_partition_size"] < 1:
+        raise OptionError(
+            f"option 'min_partition_size' for sdk:{info.name} must be at least 1, got "
+            f"{merged['min_partition_size']}"
+        )
     return MappingProxyType(merged)
 
 

@@ -11,8 +11,8 @@ rounds compose: no hand-rolled graph cutting.
 A group smaller than ``min_size`` call nodes is not fused: its nodes stay open for the next
 plugin (a tiny island is cheaper run by the neighbour than as its own partition).
 
-Wiring into the compile path (each partition compiled by its plugin, the outer graph run as the
-program) is not done yet; this module is the cutting step and its bookkeeping.
+This module is the cutting step and its bookkeeping; :mod:`core.chain` compiles the partitions
+and runs the outer graph.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import torch
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+
+from .fallback import op_name
 
 Claim = Callable[[torch.fx.Node], "tuple[bool, str]"]
 """A plugin's answer for one call node: (claimed, reason for a refusal)."""
@@ -50,6 +52,8 @@ class Plan:
     partitions: list[Partition] = field(default_factory=list)
     owner: dict[str, str] = field(default_factory=dict)
     refusals: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    #: each claimable call node's op, by node name
+    ops: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         """The partition report: each partition with its plugin, size and the tensors (count,
@@ -95,7 +99,7 @@ def partition(
         raise ValueError(f"min_partition_size must be at least 1, got {min_size}")
     plan = Plan(gm)
     for index, (plugin, claim) in enumerate(claimants):
-        claimed = _ask(gm, plugin, claim, plan.refusals)
+        claimed = _ask(gm, plugin, claim, plan)
         groups = CapabilityBasedPartitioner(
             gm, _Claimed(claimed), allows_single_node_partition=True
         ).propose_partitions()
@@ -120,14 +124,14 @@ def partition(
     return plan
 
 
-def _ask(
-    gm: torch.fx.GraphModule, plugin: str, claim: Claim, refusals: dict[str, list[tuple[str, str]]]
-) -> set[torch.fx.Node]:
+def _ask(gm: torch.fx.GraphModule, plugin: str, claim: Claim, plan: Plan) -> set[torch.fx.Node]:
     """The still-open call nodes ``plugin`` claims; its refusals are recorded with the reason."""
     claimed = set()
+    refusals = plan.refusals
     for node in gm.graph.nodes:
         if node.op != "call_function" or _unpacks_partition(node):
             continue
+        plan.ops.setdefault(node.name, op_name(node.target))
         ok, reason = claim(node)
         if ok:
             claimed.add(node)

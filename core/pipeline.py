@@ -11,11 +11,13 @@ wrapped by any wrapper plugins the options name.
 from __future__ import annotations
 
 import contextvars
+import copy
 import inspect
 import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -24,7 +26,7 @@ from sdk.errors import OptionError, SDKError
 from sdk.plugin import Capability, CompileContext, PluginKind
 from sdk.report import FusionRefusal, GraphReport
 
-from . import config, fallback
+from . import chain, config, fallback
 from . import options as opts
 from .adapters import torch_private as tp
 from .guards import Specializing, TensorSpec, size_bindings, spec_of
@@ -36,6 +38,8 @@ _collectors: contextvars.ContextVar[tuple[list[GraphReport], ...]] = contextvars
     "sdk_collectors", default=()
 )
 _graph_ids = itertools.count()
+#: the plugin kinds that compile graphs and can be a backend or in a chain
+COMPILERS = (PluginKind.CODEGEN, PluginKind.GRAPH)
 _log = logging.getLogger(__name__)
 
 
@@ -48,7 +52,7 @@ class Backend:
         self._registry = reg
         self.name = name
         self.__name__ = f"sdk:{name}"  # torch.compile uses it in logs
-        rec = self.registry.require(name, PluginKind.CODEGEN)
+        rec = self.registry.require(name, COMPILERS)
         self.options = dict(options or {})
         _check_names(self.registry, opts.resolve(rec.info, None, self.options))  # fail now
 
@@ -83,7 +87,7 @@ def _check_names(reg: Registry, options: Mapping[str, Any]) -> None:
     """Every plugin ``chain`` names exists and can run here (at compile time, not when the
     primary plugin first fails)."""
     for name in options["chain"]:
-        reg.require(name, PluginKind.CODEGEN)
+        reg.require(name, COMPILERS)
 
 
 class Session:
@@ -93,7 +97,7 @@ class Session:
         self, reg: Registry, plugin: str, mode: str | None, options: Mapping[str, Any]
     ) -> None:
         self.registry = reg
-        self.record = reg.require(plugin, PluginKind.CODEGEN)
+        self.record = reg.require(plugin, COMPILERS)
         self.info = self.record.info
         self.options = opts.resolve(self.info, mode, options)
         self.explicit_wrappers = "wrappers" in options
@@ -103,6 +107,24 @@ class Session:
         self.broken: str | None = None
         # read now: a backward graph compiles later, in autograd's thread
         self.sinks = _collectors.get()
+        self._peers: dict[str, Session] = {plugin: self}
+
+    # -- the chain ----------------------------------------------------------
+
+    def kind_of(self, plugin: str) -> PluginKind:
+        return self.registry.record(plugin).info.kind
+
+    def peer(self, plugin: str) -> Session:
+        """The session of ``plugin`` (this one's, or a chained plugin's) for this compile."""
+        if plugin not in self._peers:
+            self._peers[plugin] = self._chained(plugin)
+        return self._peers[plugin]
+
+    def narrowed(self, chain: tuple[str, ...]) -> Session:
+        """This session with ``chain`` as its whole-graph fallbacks (a partition's compile)."""
+        other = copy.copy(self)
+        other.options = MappingProxyType({**self.options, "chain": chain})
+        return other
 
     # -- contexts -----------------------------------------------------------
 
@@ -164,14 +186,28 @@ class Session:
         return compile_aten
 
     def compile_aten_graph(
-        self, ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list[Any]
+        self,
+        ctx: CompileContext,
+        gm: torch.fx.GraphModule,
+        example_inputs: list[Any],
+        *,
+        whole: bool = False,
     ) -> Callable:
+        """``gm`` compiled: split between the plugins of the chain (:mod:`core.chain`), or
+        whole by this session's plugin. ``whole``: one partition of such a split, compiled
+        whole and not wrapped (its inputs are not Dynamo's: no guard of Dynamo checks them)."""
+        if not whole:
+            split = chain.compile_partitioned(self, ctx, gm, example_inputs)
+            if split is not None:
+                program, report = split
+                return self._finish(ctx, gm, program, report, time.perf_counter())
         report = GraphReport(
             name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin, notes=ctx.notes
         )
         report.aten_ops = len(fallback.aten_calls(gm))
         start = time.perf_counter()
 
+        guarded = not whole and ctx.graph_kind in ("forward", "inference")
         static = all(_is_static(x) for x in example_inputs)
         traced = (
             tuple(spec_of(x, real=not tp.is_fake(x)) for x in example_inputs) if static else None
@@ -188,17 +224,27 @@ class Session:
         if static:
             # a forward or inference graph's inputs are Dynamo's (user inputs and
             # parameters), whose guards hold sizes and strides; a backward graph's are not
-            program = Specializing(
-                build, traced, dynamo_guarded=ctx.graph_kind in ("forward", "inference")
-            )
+            program = Specializing(build, traced, dynamo_guarded=guarded)
         else:
-            program = self._symbolic(ctx, gm, example_inputs, report, build)
+            program = self._symbolic(ctx, gm, example_inputs, report, build, guarded)
             if program is None:  # a variant per concrete shape, from the first real call
                 program = _LazySpecializing(build)
+        return self._finish(ctx, gm, program, report, start, wrap=not whole)
+
+    def _finish(
+        self,
+        ctx: CompileContext,
+        gm: torch.fx.GraphModule,
+        program: Callable,
+        report: GraphReport,
+        start: float,
+        wrap: bool = True,
+    ) -> Callable:
+        """The program with the run-time fallback and the wrappers; the report published."""
         if self.options["fallback"] and not self.debug:
             program = _RunTimeFallback(program, gm, report, ctx, self.registry)
-        compiled = self._wrap(ctx, program, report)
-        report.compile_seconds = time.perf_counter() - start
+        compiled = self._wrap(ctx, program, report) if wrap else program
+        report.compile_seconds += time.perf_counter() - start
         for sink in self.sinks:
             sink.append(report)
         observe(self.registry, ctx, report.hook_faults, "sdk_on_graph_compiled", report=report)
@@ -211,6 +257,7 @@ class Session:
         example_inputs: list[Any],
         report: GraphReport,
         build: Callable,
+        guarded: bool,
     ) -> Specializing | None:
         """One program for every value of the graph's symbolic sizes, or None (and why, in
         ``report.sizes``) where the plugin or the graph needs a variant per shape.
@@ -271,9 +318,7 @@ class Session:
             report.sizes += "; specialized: " + ", ".join(
                 f"{name}={value}" for name, value in sorted(special.items())
             )
-        return Specializing(
-            build, specs, general=fn, dynamo_guarded=ctx.graph_kind in ("forward", "inference")
-        )
+        return Specializing(build, specs, general=fn, dynamo_guarded=guarded)
 
     def _build_program(
         self,
@@ -297,7 +342,9 @@ class Session:
         for plugin in (ctx.plugin, *self.options["chain"]):
             if plugin == ctx.plugin and self.broken:
                 continue
-            session = self if plugin == ctx.plugin else self._chained(plugin)
+            if self.kind_of(plugin) != PluginKind.CODEGEN:
+                continue  # a graph-level plugin takes partitions (core.chain), not programs
+            session = self.peer(plugin)
             c = (
                 ctx
                 if plugin == ctx.plugin
@@ -344,12 +391,14 @@ class Session:
         report.hook_faults.extend(part.hook_faults)
 
     def _chained(self, plugin: str) -> Session:
-        return Session(
+        session = Session(
             self.registry,
             plugin,
             None,
             {k: v for k, v in self.options.items() if k in opts.CORE_OPTIONS and k != "chain"},
         )
+        session.sinks = self.sinks  # (the backward compiles in autograd's thread)
+        return session
 
     def _announce(self, ctx: CompileContext, report: GraphReport) -> None:
         for f in report.fallbacks:

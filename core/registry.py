@@ -198,8 +198,11 @@ class Registry:
                 f"{ENTRY_POINT_GROUP!r} entry point named {name!r}"
             ) from None
 
-    def require(self, name: str, kind: PluginKind | None = None) -> PluginRecord:
-        """The usable plugin called ``name``, or an error naming cause and fix."""
+    def require(
+        self, name: str, kind: PluginKind | tuple[PluginKind, ...] | None = None
+    ) -> PluginRecord:
+        """The usable plugin called ``name`` (of ``kind``, or one of the kinds), or an error
+        naming cause and fix."""
         rec = self.record(name)
         why = self.status(name)
         if why:
@@ -207,11 +210,14 @@ class Registry:
                 f"SDK plugin {name!r} from distribution {rec.distribution} "
                 f"{rec.dist_version} is unavailable: {why}"
             )
-        if kind is not None and rec.info.kind != kind:
+        kinds = (kind,) if isinstance(kind, PluginKind) else kind
+        if kinds is not None and rec.info.kind not in kinds:
+            wanted = " or ".join(k.value for k in kinds)
+            usable = [n for n, r in self.records.items() if r.loaded and r.info.kind in kinds]
+            usable = [n for n in usable if self.status(n) is None]
             raise PluginUnavailableError(
-                f"SDK plugin {name!r} is a {rec.info.kind.value} plugin, not a "
-                f"{kind.value} plugin; use a codegen plugin as the backend "
-                f"(available: {', '.join(self.codegen_names()) or 'none'})"
+                f"SDK plugin {name!r} is a {rec.info.kind.value} plugin, not a {wanted} "
+                f"plugin; use one of those here (available: {', '.join(usable) or 'none'})"
             )
         return rec
 

@@ -43,7 +43,15 @@ from sdk.plugin import (
     Support,
     Verdict,
 )
-from sdk.report import ExplainReport, FallbackReport, GraphReport, HookFault, KernelReport
+from sdk.report import (
+    ExplainReport,
+    FallbackReport,
+    GraphReport,
+    HookFault,
+    KernelReport,
+    OpPlacement,
+    PartitionReport,
+)
 
 __version__ = "0.1.0"
 
@@ -116,8 +124,10 @@ __all__ = [
     "KernelReport",
     "KernelSource",
     "LoweringError",
+    "OpPlacement",
     "OptionError",
     "OptionSpec",
+    "PartitionReport",
     "PluginHookError",
     "PluginHookWarning",
     "PluginInfo",

@@ -180,10 +180,10 @@ class CompiledSubgraph:
     tuple or list of outputs in the order of the partition's output node. ``artifact`` is
     the serialized form stored in the whole-graph cache (for example a ``.vmfb``), rebuilt
     by ``sdk_load_subgraph`` in a later process; None keeps the partition out of the cache.
-    ``key`` names anything else the artifact depends on (compiler flags, CPU features)
-    beyond the graph, layouts, options and plugin version, which the core keys on itself.
+    The artifact's cache key is the core's (the partition's graph, input layouts, options,
+    plugin version) plus what the plugin's ``sdk_cache_key`` returns (compiler version and
+    flags, CPU features): a plugin that does not answer ``sdk_cache_key`` is not cached.
     """
 
     fn: Callable[..., Any]
     artifact: bytes | None = None
-    key: str = ""

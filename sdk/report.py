@@ -55,6 +55,37 @@ class HookFault:
     error: str  # "ExceptionType: message"
 
 
+@dataclass(frozen=True)
+class PartitionReport:
+    """One partition of a graph split between the plugins of a chain (``options["chain"]``).
+
+    ``plugin`` claimed its ops; ``compiled_by`` ran them ("aten" when every plugin failed);
+    ``note`` says why they differ. ``inputs``/``outputs``: the tensors crossing the
+    partition's boundary (count and bytes; sizes unknown at compile time count 0 bytes).
+    """
+
+    name: str
+    plugin: str
+    compiled_by: str
+    nodes: tuple[str, ...]  # "node_name: aten.op.overload"
+    inputs: int = 0
+    input_bytes: int = 0
+    outputs: int = 0
+    output_bytes: int = 0
+    cache: str = ""  # a graph-level plugin's artifact: "hit", "stored", "off" or why not
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class OpPlacement:
+    """Where one op of a partitioned graph went, and why the plugins before it refused it."""
+
+    node: str
+    op: str
+    plugin: str  # "aten" when no plugin of the chain claimed it
+    refusals: tuple[tuple[str, str], ...] = ()  # (plugin, reason), in the chain's order
+
+
 @dataclass
 class GraphReport:
     """One graph handed to the plugin: a forward, backward or inference graph."""
@@ -80,6 +111,11 @@ class GraphReport:
     sizes: str = "static"
     #: hooks of any plugin that raised for this graph, in order
     hook_faults: list[HookFault] = field(default_factory=list)
+    #: a graph split between the plugins of a chain: its partitions and where each op went
+    #: (empty when one plugin compiled the whole graph); each kernel-level partition is also a
+    #: GraphReport of its own, named ``<graph>.<partition>``
+    partitions: list[PartitionReport] = field(default_factory=list)
+    placements: list[OpPlacement] = field(default_factory=list)
 
     @property
     def views(self) -> int:
@@ -87,11 +123,27 @@ class GraphReport:
 
     @property
     def generated_fraction(self) -> float:
-        """Share of the graph's ATen calls that run inside generated kernels (views included)."""
+        """Share of the graph's ATen calls that run inside generated kernels (views included);
+        for a graph split between the plugins of a chain, inside partitions a plugin compiled."""
+        if self.partitions:
+            inside = sum(len(p.nodes) for p in self.partitions if p.compiled_by != "aten")
+            return min(inside / self.aten_ops, 1.0) if self.aten_ops else 1.0
         covered = len({n for k in self.kernels for n in k.nodes} | set(self.view_nodes))
         return covered / self.aten_ops if self.aten_ops else 1.0
 
+    def _split_headline(self) -> str:
+        plugins = ", ".join(dict.fromkeys(f"sdk:{p.compiled_by}" for p in self.partitions))
+        return (
+            f"graph {self.name} [{self.kind}] split by the chain of sdk:{self.plugin}: "
+            f"{self.aten_ops} ATen calls, {len(self.partitions)} partitions ({plugins}), "
+            f"{len(self.fallbacks)} ops in ATen, {self.generated_fraction:.0%} in compiled "
+            f"partitions, compiled in {self.compile_seconds:.2f}s"
+            + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
+        )
+
     def __str__(self) -> str:
+        if self.partitions or self.placements:
+            return "\n".join([self._split_headline(), *self._detail_lines()])
         lines = [
             f"graph {self.name} [{self.kind}] by sdk:{self.plugin}: {self.aten_ops} ATen calls, "
             f"{len(self.kernels)} kernels, {len(self.externs)} externs, "
@@ -101,12 +153,28 @@ class GraphReport:
             + (", program from the graph cache" if self.cache == "hit" else "")
             + (f", sizes {self.sizes}" if self.sizes != "static" else "")
         ]
+        return "\n".join(lines + self._detail_lines())
+
+    def _detail_lines(self) -> list[str]:
+        lines = []
         for k in self.kernels:
             lines.append(f"  kernel {k.name}: {', '.join(k.ops)}")
         for e in self.externs:
             lines.append(f"  extern {e.op} ({e.node})")
         for f in self.fallbacks:
             lines.append(f"  fallback {f.op} ({f.node}): {f.reason}")
+        for p in self.partitions:
+            by = p.plugin if p.compiled_by == p.plugin else f"{p.plugin} -> {p.compiled_by}"
+            lines.append(
+                f"  partition {p.name} ({by}): {len(p.nodes)} ops, in {p.inputs} tensors "
+                f"({p.input_bytes} B), out {p.outputs} tensors ({p.output_bytes} B)"
+                + (f", cache {p.cache}" if p.cache else "")
+                + (f"; {p.note}" if p.note else "")
+            )
+        for pl in self.placements:
+            if pl.refusals:
+                why = "; ".join(f"{plugin}: {reason}" for plugin, reason in pl.refusals)
+                lines.append(f"  op {pl.node} ({pl.op}) -> {pl.plugin}, refused by {why}")
         for note in self.notes:
             lines.append(f"  note: {note}")
         for h in self.hook_faults:
@@ -114,7 +182,7 @@ class GraphReport:
         for r in self.fusion_refusals:
             if r.reason.startswith("refused by"):  # the plugin's vetoes; the rest is noise
                 lines.append(f"  not fused {r.first} + {r.second}: {r.reason}")
-        return "\n".join(lines)
+        return lines
 
 
 @dataclass

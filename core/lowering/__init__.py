@@ -13,7 +13,15 @@ from __future__ import annotations
 from . import elementwise, movement, reductions, views  # noqa: F401 - register the lowerings
 from .elementwise import SEED_BUFFER
 from .layouts import _dense, _meta_view, same_strides, shape_of, strides_of
-from .lowerer import COLLECTIVE_OPS, IN_PLACE_FORMS, WAIT_OPS, Lowerer, LoweringBuilder, cast
+from .lowerer import (
+    COLLECTIVE_OPS,
+    IN_PLACE_FORMS,
+    WAIT_OPS,
+    Lowerer,
+    LoweringBuilder,
+    cast,
+    refusal,
+)
 from .views import reshape_reindex
 
 __all__ = [
@@ -26,6 +34,7 @@ __all__ = [
     "_dense",
     "_meta_view",
     "cast",
+    "refusal",
     "reshape_reindex",
     "same_strides",
     "shape_of",

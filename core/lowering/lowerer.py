@@ -162,6 +162,35 @@ def size_value(n: Any, dtype: torch.dtype) -> Expr:
     return cast(IndexValue(n), dtype)
 
 
+def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
+    """Why a kernel-level plugin's program could not take call node ``n`` into its IR, or
+    None when it can: the claim a kernel-level plugin makes in a chain's partitioning.
+
+    It asks what :meth:`Lowerer._call` asks, in the same order, without lowering: size
+    arithmetic and library calls (:data:`EXTERN_OPS`) are the program's own; an op the
+    plugin refuses (``sdk_op_support``), of a dtype the IR has no form for, or with no
+    lowering is not. (An op a plugin lowers with ``sdk_lower_op`` alone, with no core
+    lowering, counts as refused: that hook can only be asked with lowered arguments.)
+    """
+    if n.target is operator.getitem:
+        return refusal(n.args[0], hooks, ctx) if isinstance(n.args[0], torch.fx.Node) else None
+    val = n.meta.get("val")
+    if isinstance(val, (bool, int, float, torch.SymInt)):
+        return None
+    if isinstance(val, (torch.SymFloat, torch.SymBool)):
+        return f"a size ({val}) that is not known when compiling"
+    if n.target in EXTERN_OPS:
+        return None
+    verdict = hooks.sdk_op_support(ctx=ctx, op=n.target, node=n)
+    if verdict is not None and not verdict.ok:
+        return verdict.reason or "refused by its sdk_op_support"
+    if not _tensor_meta_ok(n):
+        return "complex, sparse or quantized dtype"
+    if n.target not in LOWERINGS:
+        return "no IR lowering for this op"
+    return None
+
+
 class Lowerer:
     """Lowers one ATen graph variant; the result feeds the scheduler."""
 

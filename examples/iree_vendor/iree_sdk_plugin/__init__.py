@@ -1,9 +1,8 @@
 """IREE as a graph-level torch-backend-sdk plugin: ``torch.compile(m, backend="sdk:iree_cpu")``.
 
-Written against hook API 3 as agreed in issue 26 (``sdk_claim_nodes``,
-``sdk_compile_subgraph``, ``sdk_load_subgraph``, ``sdk.CompiledSubgraph``,
-``sdk.PluginKind.GRAPH``). The core on this branch declares these hooks but is not
-calling them yet (part merged: contract only); tests/test_hooks.py calls them directly.
+Hook API 3: the core partitions each ATen graph from ``sdk_claim_nodes`` and hands each
+partition this plugin claimed to ``sdk_compile_subgraph``; ``sdk_load_subgraph`` rebuilds one
+from the whole-graph cache without running the compiler.
 
 Claims are a real legality test, not a list: each (op, argument dtypes/ranks) is compiled
 alone with ``--compile-to=input`` once per process and the answer cached.
@@ -86,9 +85,7 @@ def sdk_compile_subgraph(ctx: sdk.CompileContext, gm: torch.fx.GraphModule, exam
     if ctx.plugin != "iree_cpu":
         return None
     vmfb, where = compiler.compile_vmfb(gm)
-    return sdk.CompiledSubgraph(
-        fn=compiler.load(vmfb, where), artifact=_pack(vmfb, where), key=_cache_key()
-    )
+    return sdk.CompiledSubgraph(fn=compiler.load(vmfb, where), artifact=_pack(vmfb, where))
 
 
 @sdk.hookimpl

@@ -1,0 +1,346 @@
+"""A chain of plugins sharing one ATen graph, op by op.
+
+``options["chain"]`` names the plugins after the backend's own, in order of priority. Each
+plugin claims call nodes: a kernel-level plugin those its program can lower
+(:func:`core.lowering.refusal`), a graph-level plugin those its ``sdk_claim_nodes`` hook
+accepts. :func:`core.partition.partition` cuts the graph into maximal acyclic partitions,
+each owned by the first plugin that claims its ops; what nobody claims stays in the outer
+graph and runs in ATen. Each partition is then compiled on its own:
+
+* by a kernel-level plugin, through the same path as a whole graph
+  (:meth:`core.pipeline.Session.compile_aten_graph`): its own report, variants, cache and
+  fallbacks;
+* by a graph-level plugin, through ``sdk_compile_subgraph`` (or ``sdk_load_subgraph`` from the
+  whole-graph cache), with device copies when the plugin runs elsewhere than the graph.
+
+A partition whose compile fails goes to the next kernel-level plugin of the chain, else to
+ATen: that partition only. The outer graph, with each partition's ``call_module`` node bound to
+its compiled callable, is the program.
+
+A chain whose later plugins claim nothing the backend's own plugin refuses is not partitioned:
+the backend compiles the whole graph as before (refused ops run as ATen calls inside its
+program) and the chain is its whole-graph fallback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from sdk.errors import SDKError
+from sdk.plugin import CompileContext, CompiledSubgraph, PluginKind, Support
+from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
+
+from . import fallback, graph_cache
+from .lowering import refusal
+from .partition import Plan, partition
+from .registry import strict
+
+#: Claims of one plugin: node name -> None (claimed) or the reason it is refused. By name:
+#: the partitioner rebuilds the graph between rounds (names stay, node objects do not).
+Claims = dict[str, "str | None"]
+
+
+def compile_partitioned(
+    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list[Any]
+) -> tuple[Callable, GraphReport] | None:
+    """``gm`` compiled as partitions of the chain and its report, or None where one plugin
+    takes it whole (see the module's docstring). ``session`` is the backend plugin's
+    :class:`~core.pipeline.Session`; the program takes AOTAutograd's boxed list."""
+    plugins = (ctx.plugin, *session.options["chain"])
+    graph_level = session.info.kind == PluginKind.GRAPH
+    if len(plugins) == 1 and not graph_level:
+        return None
+    report = GraphReport(name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin)
+    report.aten_ops = len(fallback.aten_calls(gm))
+    start = time.perf_counter()
+    work = _copy(gm)
+    claims = {p: _claims(session, ctx, p, work, report) for p in plugins}
+    if not graph_level and not _others_take(claims, plugins):
+        return None
+    plan = partition(
+        work,
+        [(p, _lookup(claims[p])) for p in plugins],
+        min_size=session.options["min_partition_size"],
+    )
+    _place(plan, report, plugins)
+    for part in plan.partitions:
+        sub = getattr(work, part.name)
+        fn, compiled_by, cache, note = _compile_partition(session, ctx, part.plugin, part.name, sub)
+        setattr(work, part.name, _Bound(fn))
+        report.partitions.append(_describe(part, sub, compiled_by, cache, note))
+    work.recompile()
+    report.compile_seconds = time.perf_counter() - start
+    forward = work.forward
+
+    def run(args: list[Any]) -> Any:
+        return forward(*args)
+
+    return run, report
+
+
+# -- claims --------------------------------------------------------------------------
+
+
+def _claims(
+    session: Any, ctx: CompileContext, plugin: str, gm: torch.fx.GraphModule, report: GraphReport
+) -> Claims:
+    """Plugin ``plugin``'s answer for every call node of ``gm``."""
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    if plugin == ctx.plugin and session.broken:
+        return {n.name: session.broken for n in calls}
+    s = session.peer(plugin)
+    c = s.context(ctx.graph_kind, ctx.graph_name, ctx.device_type)
+    if s.info.kind == PluginKind.CODEGEN:
+        return {n.name: refusal(n, s.hooks, c) for n in calls}
+    try:
+        answer = s.hooks.sdk_claim_nodes(ctx=c, gm=gm)
+    except SDKError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a claim hook that raises claims nothing
+        report.hook_faults.append(
+            session.registry.fault(plugin, "sdk_claim_nodes", exc.__cause__ or exc, strict(c))
+        )
+        return {n.name: f"its sdk_claim_nodes raised: {exc}" for n in calls}
+    answer = answer or {}
+    out: Claims = {}
+    for n in calls:
+        verdict = answer.get(n)
+        if isinstance(verdict, Support):
+            out[n.name] = None if verdict.ok else (verdict.reason or "refused")
+        else:
+            out[n.name] = "not claimed"
+    return out
+
+
+def _lookup(claims: Claims) -> Callable[[torch.fx.Node], tuple[bool, str]]:
+    def claim(node: torch.fx.Node) -> tuple[bool, str]:
+        reason = claims.get(node.name, "not claimed")
+        return reason is None, reason or ""
+
+    return claim
+
+
+def _others_take(claims: dict[str, Claims], plugins: Sequence[str]) -> bool:
+    """Whether a later plugin claims an op the first refuses (else: no partitioning)."""
+    first = claims[plugins[0]]
+    refused = [n for n, reason in first.items() if reason is not None]
+    return any(claims[p].get(n) is None for p in plugins[1:] for n in refused)
+
+
+def _place(plan: Plan, report: GraphReport, plugins: Sequence[str]) -> None:
+    """Fill the report's placements, and the ops left to ATen as its fallbacks."""
+    for name, owner in plan.owner.items():
+        refused = tuple(plan.refusals.get(name, ()))
+        op = plan.ops.get(name, "")
+        report.placements.append(OpPlacement(name, op, owner, refused))
+        if owner == "aten":
+            why = "; ".join(f"sdk:{p}: {r}" for p, r in refused) or "not claimed"
+            report.fallbacks.append(
+                FallbackReport(op, f"no plugin of the chain claims it ({why})", name)
+            )
+
+
+# -- compiling one partition ---------------------------------------------------------
+
+
+def _compile_partition(
+    session: Any, ctx: CompileContext, plugin: str, name: str, sub: torch.fx.GraphModule
+) -> tuple[Callable, str, str, str]:
+    """(callable taking the partition's inputs positionally, who compiled it, cache state,
+    note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen."""
+    chain = (ctx.plugin, *session.options["chain"])
+    later = [
+        p for p in chain[chain.index(plugin) + 1 :] if session.kind_of(p) == PluginKind.CODEGEN
+    ]
+    inputs = _example_inputs(sub)
+    graph_name = f"{ctx.graph_name}.{name}"
+    s = session.peer(plugin)
+    c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
+    if s.info.kind == PluginKind.CODEGEN:
+        fn = s.narrowed(tuple(later)).compile_aten_graph(c, sub, inputs, whole=True)
+        return _positional(fn), plugin, "", ""
+    try:
+        fn, cache = _graph_compile(s, c, sub, inputs)
+        return fn, plugin, cache, ""
+    except SDKError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - this partition goes to the next plugin
+        if strict(c):
+            raise SDKError(
+                f"sdk:{plugin} could not compile partition {graph_name} and strict mode "
+                f"(options fallback=False or debug) is on: {type(exc).__name__}: {exc}"
+            ) from exc
+        note = f"sdk:{plugin} failed: {type(exc).__name__}: {_first_line(exc)}"
+    if later:
+        s = session.peer(later[0]).narrowed(tuple(later[1:]))
+        c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
+        c.note(note)
+        fn = s.compile_aten_graph(c, sub, inputs, whole=True)
+        return _positional(fn), later[0], "", note
+    run, _ = fallback.whole_graph(sub, note)
+    return lambda *args: run(list(args)), "aten", "", note
+
+
+def _graph_compile(
+    s: Any, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
+) -> tuple[Callable, str]:
+    """A graph-level plugin's callable for ``sub``: from the cache, else its compiler."""
+    key, cache = _cache_key(s, c, sub, inputs)
+    if key is not None:
+        fn = _load(s, c, key)
+        if fn is not None:
+            return _on_device(fn, s.info.device_types, c.device_type, sub), "hit"
+    result = s.hooks.sdk_compile_subgraph(ctx=c, gm=_copy(sub), example_inputs=inputs)
+    if not isinstance(result, CompiledSubgraph):
+        raise TypeError(
+            f"sdk:{c.plugin} sdk_compile_subgraph returned {type(result).__name__}, not an "
+            "sdk.CompiledSubgraph"
+        )
+    if key is not None and result.artifact is not None:
+        try:
+            graph_cache.store().put(key, graph_cache.pack({"kind": "subgraph"}, [result.artifact]))
+            cache = "stored"
+        except OSError as exc:
+            cache = f"not stored: {exc}"
+    elif key is not None:
+        cache = f"off: sdk:{c.plugin} returned no artifact"
+    return _on_device(result.fn, s.info.device_types, c.device_type, sub), cache
+
+
+def _cache_key(
+    s: Any, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
+) -> tuple[str | None, str]:
+    if not graph_cache.enabled(c.options):
+        return None, "off"
+    plugin_key = s.hooks.sdk_cache_key(ctx=c)
+    if plugin_key is None:
+        return None, f"off: sdk:{c.plugin} does not implement sdk_cache_key"
+    specs = tuple(_layout(x) for x in inputs)
+    try:
+        return graph_cache.graph_key(sub, specs, c, s.info.version, plugin_key), ""
+    except graph_cache.Uncacheable as exc:
+        return None, f"not stored: {exc}"
+
+
+def _load(s: Any, c: CompileContext, key: str) -> Callable | None:
+    """The cached artifact rebuilt by the plugin, or None (a miss)."""
+    data = graph_cache.store().get(key)
+    if data is None:
+        return None
+    try:
+        doc, blobs = graph_cache.unpack(data)
+        if doc.get("kind") != "subgraph" or len(blobs) != 1:
+            return None
+        return s.hooks.sdk_load_subgraph(ctx=c, artifact=blobs[0])
+    except SDKError:
+        raise
+    except Exception:  # noqa: BLE001 - bytes the plugin cannot use are a miss
+        return None
+
+
+def _layout(x: Any) -> Any:
+    """What a cache key needs of one input: layout and dtype (symbolic sizes by name)."""
+    if isinstance(x, torch.Tensor):
+        return (
+            tuple(str(s) for s in x.shape),
+            tuple(str(s) for s in x.stride()),
+            str(x.storage_offset()),
+            str(x.dtype),
+            x.device.type,
+        )
+    return repr(x) if isinstance(x, torch.SymInt) else x
+
+
+def _on_device(
+    fn: Callable, device_types: Sequence[str], device: str, sub: torch.fx.GraphModule
+) -> Callable:
+    """``fn``, with its tensors copied to the plugin's device and back when the graph's
+    device is not one the plugin declares."""
+    if device in device_types:
+        return fn
+    there = torch.device(device_types[0])
+    back = [v.device if isinstance(v, torch.Tensor) else None for v in _output_vals(sub)]
+
+    def copied(*args: Any) -> Any:
+        moved = [a.to(there) if isinstance(a, torch.Tensor) else a for a in args]
+        outs = fn(*moved)
+        return tuple(
+            o.to(d) if isinstance(o, torch.Tensor) and d is not None else o
+            for o, d in zip(outs, back, strict=True)
+        )
+
+    return copied
+
+
+# -- glue ----------------------------------------------------------------------------
+
+
+class _Bound(torch.nn.Module):
+    """A compiled partition in the outer graph's ``call_module`` slot."""
+
+    def __init__(self, fn: Callable) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any) -> tuple[Any, ...]:
+        return tuple(self.fn(*args))
+
+
+def _positional(fn: Callable) -> Callable:
+    """A compiled graph (AOTAutograd's boxed convention where it says so) called
+    positionally."""
+    if getattr(fn, "_boxed_call", False):
+        return lambda *args: fn(list(args))
+    return fn
+
+
+def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A GraphModule over a copy of ``gm``'s graph (nodes' meta copied, attributes shared)."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
+    return torch.fx.GraphModule(gm, graph)
+
+
+def _example_inputs(sub: torch.fx.GraphModule) -> list[Any]:
+    return [n.meta.get("val") for n in sub.graph.nodes if n.op == "placeholder"]
+
+
+def _output_vals(sub: torch.fx.GraphModule) -> list[Any]:
+    out = next(n for n in sub.graph.nodes if n.op == "output")
+    return [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out.args[0]]
+
+
+def _describe(
+    part: Any,
+    sub: torch.fx.GraphModule,
+    compiled_by: str,
+    cache: str,
+    note: str,
+) -> PartitionReport:
+    ins, in_bytes = _crossing(_example_inputs(sub))
+    outs, out_bytes = _crossing(_output_vals(sub))
+    nodes = tuple(f"{n.name}: {fallback.op_name(n.target)}" for n in fallback.aten_calls(sub))
+    return PartitionReport(
+        part.name, part.plugin, compiled_by, nodes, ins, in_bytes, outs, out_bytes, cache, note
+    )
+
+
+def _crossing(vals: Any) -> tuple[int, int]:
+    count = size = 0
+    for v in vals:
+        if isinstance(v, torch.Tensor):
+            count += 1
+            numel = v.numel()
+            size += int(numel) * v.element_size() if isinstance(numel, int) else 0
+    return count, size
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

@@ -1,0 +1,236 @@
+"""Per-op chains (core/chain.py): one ATen graph split between the plugins of a chain.
+
+Each op goes to the first plugin of ``[backend, *options["chain"]]`` that claims it, what nobody
+claims runs in ATen, a partition whose compile fails goes to the next plugin. Checked on
+fresh random inputs against eager, forward and backward, and through ``sdk.explain``'s report
+(placements, partitions), not logs. The kernel-level plugin ``picky`` is cpu_cpp's codegen with
+an ``sdk_op_support`` that refuses tanh; the graph-level plugin ``graphy`` claims pointwise
+ops and "compiles" a partition by running its GraphModule (the routing is what is under test;
+examples/iree_vendor is the real graph-level compiler).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sdk
+
+PICKY = """
+    import torch
+    from sdk.plugins.cpu_cpp import sdk_compile_kernels, sdk_render_kernel  # noqa: F401
+
+    @sdk.hookimpl
+    def sdk_op_support(ctx, op, node):
+        if "tanh" in str(op):
+            return sdk.Support.no("picky takes no tanh")
+        return None
+"""
+
+GRAPHY = """
+    import torch
+
+    POINTWISE = {{"mul", "add", "sin", "cos", "neg", "sub"}}
+    FAIL_ON = {fail_on!r}
+    compiled = []
+
+    @sdk.hookimpl
+    def sdk_claim_nodes(ctx, gm):
+        claims = {{}}
+        for n in gm.graph.nodes:
+            if n.op == "call_function":
+                name = getattr(n.target, "__name__", "").split(".")[0]
+                claims[n] = (
+                    sdk.Support.yes() if name in POINTWISE else sdk.Support.no(f"graphy: no {{name}}")
+                )
+        return claims
+
+    @sdk.hookimpl
+    def sdk_compile_subgraph(ctx, gm, example_inputs):
+        ops = {{getattr(n.target, "__name__", "").split(".")[0] for n in gm.graph.nodes}}
+        if ops & FAIL_ON:
+            raise RuntimeError(f"fault injected in a partition with {{sorted(ops & FAIL_ON)}}")
+        compiled.append(ctx.graph_name)
+        return sdk.CompiledSubgraph(fn=gm)
+"""
+
+
+@pytest.fixture
+def chain_world(make_plugin, fake_dist, use_registry):
+    """``chain_world(fail_on=()) -> module of graphy``: picky and graphy installed."""
+
+    def make(fail_on: tuple[str, ...] = ()):
+        import importlib
+
+        picky = make_plugin(PICKY, name="picky")
+        graphy = make_plugin(GRAPHY.format(fail_on=set(fail_on)), name="graphy", kind="GRAPH")
+        use_registry(fake_dist("acme-chain", {"picky": picky, "graphy": graphy}))
+        return importlib.import_module(graphy)
+
+    return make
+
+
+def mlp_tanh(x, w):
+    y = torch.tanh(x @ w) * 2 + 1
+    return (y.sin() * x).sum(dim=1)
+
+
+def _compare(fn, backend, *shapes, dynamic=False):
+    """Compile ``fn``, run it and its backward on fresh inputs, compare with eager; the
+    ExplainReport of the compile."""
+    args = [torch.randn(*s, requires_grad=True) for s in shapes]
+    report = sdk.explain(fn, *args, backend=backend)
+    compiled = torch.compile(fn, backend=backend, dynamic=dynamic)
+    fresh = [torch.randn(*s, requires_grad=True) for s in shapes]
+    out = compiled(*fresh)
+    out.sum().backward()
+    grads = [a.grad for a in fresh]
+    ref_args = [a.detach().clone().requires_grad_() for a in fresh]
+    ref = fn(*ref_args)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1.3e-5, atol=1e-5)
+    for g, a in zip(grads, ref_args, strict=True):
+        torch.testing.assert_close(g, a.grad, rtol=1.3e-5, atol=1e-5)
+    return report
+
+
+def _split(report: sdk.ExplainReport) -> list[sdk.GraphReport]:
+    return [g for g in report.graphs if g.partitions or g.placements]
+
+
+def test_ops_the_first_plugin_refuses_go_to_the_next_not_aten(chain_world):
+    chain_world()
+    report = _compare(mlp_tanh, sdk.backend("picky", chain=["cpu_cpp"]), (8, 16), (16, 16))
+    split = _split(report)
+    assert {g.kind for g in split} == {"forward", "backward"}, str(report)
+    assert not report.fallbacks, str(report)
+    for graph in split:
+        tanh = [p for p in graph.placements if p.op == "aten.tanh.default"]
+        assert tanh and all(p.plugin == "cpu_cpp" for p in tanh), str(graph)
+        assert all(p.refusals == (("picky", "picky takes no tanh"),) for p in tanh), str(graph)
+        assert {p.compiled_by for p in graph.partitions} == {"picky", "cpu_cpp"}, str(graph)
+    by = {k.plugin for k in report.kernels}
+    assert by == {"picky", "cpu_cpp"}, str(report)
+    assert all("tanh" not in op for k in report.kernels if k.plugin == "picky" for op in k.ops)
+
+
+def test_without_a_taker_the_refused_op_stays_in_the_backends_program(chain_world):
+    """A chain whose later plugins claim nothing the first refuses changes nothing: one
+    program, tanh an ATen call inside it, the chain a whole-graph fallback."""
+    chain_world()
+    report = _compare(mlp_tanh, sdk.backend("picky", chain=["graphy"]), (8, 16), (16, 16))
+    assert not _split(report), str(report)
+    assert {f.op for f in report.fallbacks} == {"aten.tanh.default"}, str(report)
+
+
+def test_a_graph_level_plugin_is_a_backend_and_what_it_refuses_runs_in_aten(chain_world):
+    graphy = chain_world()
+    report = _compare(mlp_tanh, sdk.backend("graphy"), (8, 16), (16, 16))
+    split = _split(report)
+    assert len(split) == 2 and graphy.compiled, str(report)
+    for graph in split:
+        assert {p.compiled_by for p in graph.partitions} == {"graphy"}, str(graph)
+        left = {f.op for f in graph.fallbacks}
+        assert "aten.mm.default" in left and "aten.tanh.default" in left, str(graph)
+        assert all("no plugin of the chain claims it" in f.reason for f in graph.fallbacks)
+        mm = next(p for p in graph.placements if p.op == "aten.mm.default")
+        assert mm.plugin == "aten" and mm.refusals == (("graphy", "graphy: no mm"),)
+
+
+def test_graph_level_first_then_kernel_level(chain_world):
+    chain_world()
+    report = _compare(
+        mlp_tanh, sdk.backend("graphy", chain=["picky", "cpu_cpp"]), (8, 16), (16, 16)
+    )
+    assert not report.fallbacks, str(report)
+    for graph in _split(report):
+        owners = {p.op: p.plugin for p in graph.placements}
+        assert owners["aten.mm.default"] == "picky", str(graph)
+        assert owners["aten.tanh.default"] == "cpu_cpp", str(graph)
+        assert owners.get("aten.sin.default", "graphy") == "graphy", str(graph)
+
+
+def test_a_failing_partition_falls_back_alone(chain_world):
+    """The partition with sin fails to compile in graphy: it goes to the next kernel-level
+    plugin of the chain; graphy's other partitions stay graphy's."""
+    graphy = chain_world(fail_on=("sin",))
+    report = _compare(mlp_tanh, sdk.backend("graphy", chain=["cpu_cpp"]), (8, 16), (16, 16))
+    assert graphy.compiled, "no partition stayed with graphy"
+    failed = [p for g in _split(report) for p in g.partitions if p.compiled_by != p.plugin]
+    kept = [p for g in _split(report) for p in g.partitions if p.compiled_by == "graphy"]
+    assert failed and kept, str(report)
+    for p in failed:
+        assert p.plugin == "graphy" and p.compiled_by == "cpu_cpp", str(report)
+        assert "fault injected" in p.note and any("sin" in n for n in p.nodes), str(report)
+    assert all(not any("sin" in n for n in p.nodes) for p in kept), str(report)
+
+
+def test_a_failing_partition_without_a_next_plugin_runs_in_aten(chain_world):
+    chain_world(fail_on=("sin",))
+    report = _compare(mlp_tanh, sdk.backend("graphy"), (8, 16), (16, 16))
+    failed = [p for g in _split(report) for p in g.partitions if p.compiled_by == "aten"]
+    assert failed and all("fault injected" in p.note for p in failed), str(report)
+
+
+def test_strict_mode_raises_for_a_failing_partition(chain_world):
+    chain_world(fail_on=("sin",))
+    compiled = torch.compile(mlp_tanh, backend=sdk.backend("graphy", fallback=False))
+    with pytest.raises(Exception, match="fault injected") as info:
+        compiled(torch.randn(8, 16), torch.randn(16, 16))
+    assert "graphy" in str(info.value)
+
+
+def test_min_partition_size_gives_small_islands_to_the_next_plugin(chain_world):
+    """tanh alone between picky's ops: with min_partition_size=2 picky keeps its islands of
+    one op out of partitions of their own; cpu_cpp gets them."""
+    chain_world()
+
+    def islands(x):
+        return torch.tanh(x.exp()).neg().sum()
+
+    backend = sdk.backend("picky", chain=["cpu_cpp"], min_partition_size=2)
+    report = _compare(islands, backend, (8, 16))
+    forward = next(g for g in _split(report) if g.kind == "forward")
+    exp = next(p for p in forward.placements if p.op == "aten.exp.default")
+    assert exp.plugin == "cpu_cpp", str(forward)
+    assert ("picky", "partition smaller than min_partition_size=2") in exp.refusals
+
+
+def test_a_claim_hook_that_raises_claims_nothing(make_plugin, fake_dist, use_registry):
+    source = """
+        @sdk.hookimpl
+        def sdk_claim_nodes(ctx, gm):
+            raise ValueError("claims broken")
+
+        @sdk.hookimpl
+        def sdk_compile_subgraph(ctx, gm, example_inputs):
+            return sdk.CompiledSubgraph(fn=gm)
+    """
+    module = make_plugin(source, name="broken_claims", kind="GRAPH")
+    use_registry(fake_dist("acme-broken", {"broken_claims": module}))
+    with pytest.warns(sdk.PluginHookWarning, match="claims broken"):
+        report = _compare(mlp_tanh, sdk.backend("broken_claims", chain=["cpu_cpp"]), (4, 8), (8, 8))
+    assert not report.fallbacks and {k.plugin for k in report.kernels} == {"cpu_cpp"}
+    assert any(h.hook == "sdk_claim_nodes" for h in report.hook_faults), str(report)
+
+
+def test_a_chain_under_dynamic_shapes(chain_world):
+    chain_world()
+    report = _compare(
+        mlp_tanh, sdk.backend("picky", chain=["cpu_cpp"]), (8, 16), (16, 16), dynamic=True
+    )
+    assert _split(report) and not report.fallbacks, str(report)
+    compiled = torch.compile(
+        mlp_tanh, backend=sdk.backend("picky", chain=["cpu_cpp"]), dynamic=True
+    )
+    for rows in (3, 11):
+        x, w = torch.randn(rows, 16), torch.randn(16, 16)
+        torch.testing.assert_close(compiled(x, w), mlp_tanh(x, w), rtol=1.3e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_min_partition_size_below_one_is_an_option_error(bad):
+    with pytest.raises(sdk.OptionError, match="min_partition_size"):
+        torch.compile(mlp_tanh, backend=sdk.backend("cpu_cpp", min_partition_size=bad))(
+            torch.randn(2, 2), torch.randn(2, 2)
+        )
