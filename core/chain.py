@@ -135,6 +135,8 @@ def _others_take(claims: dict[str, Claims], plugins: Sequence[str]) -> bool:
 def _place(plan: Plan, report: GraphReport, plugins: Sequence[str]) -> None:
     """Fill the report's placements, and the ops left to ATen as its fallbacks."""
     for name, owner in plan.owner.items():
+        if plan.ops.get(name) == "_operator.getitem":
+            continue  # an output of a multi-output op: placed with it
         refused = tuple(plan.refusals.get(name, ()))
         op = plan.ops.get(name, "")
         report.placements.append(OpPlacement(name, op, owner, refused))

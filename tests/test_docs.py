@@ -33,6 +33,7 @@ def test_quick_start_has_two_set_up_commands():
     for block in blocks:
         assert block[0].startswith("pip install torch==2.13.0")
         assert block[1] == "pip install -e '.[test]'"
+    assert tests[2] == "pip install ./examples/iree_vendor"
 
 
 def test_ci_runs_the_readme_test_command():

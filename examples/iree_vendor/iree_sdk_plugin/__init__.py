@@ -4,8 +4,9 @@ Hook API 3: the core partitions each ATen graph from ``sdk_claim_nodes`` and han
 partition this plugin claimed to ``sdk_compile_subgraph``; ``sdk_load_subgraph`` rebuilds one
 from the whole-graph cache without running the compiler.
 
-Claims are a real legality test, not a list: each (op, argument dtypes/ranks) is compiled
-alone with ``--compile-to=input`` once per process and the answer cached.
+Claims are a real legality test, not a list: the whole graph is taken through IREE's torch
+input path (``--compile-to=input``); if that fails, each (op, argument dtypes/ranks) is, alone,
+once per process.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from iree.compiler import version as compiler_version
 
 import sdk
+from sdk.cache import source_digest
 
 from . import compiler
 
@@ -62,6 +64,7 @@ def _reason(node: torch.fx.Node) -> str | None:
 def sdk_claim_nodes(ctx: sdk.CompileContext, gm: torch.fx.GraphModule):
     if ctx.plugin != "iree_cpu":
         return None
+    whole = compiler.legal_graph(gm)  # one check for the graph: most graphs pass whole
     claims = {}
     for node in gm.graph.nodes:
         if node.op != "call_function":
@@ -70,7 +73,7 @@ def sdk_claim_nodes(ctx: sdk.CompileContext, gm: torch.fx.GraphModule):
             source = node.args[0]
             claims[node] = claims.get(source, sdk.Support.no("its source is not claimed"))
             continue
-        reason = _reason(node)
+        reason = compiler.tensor_valued(node) or (None if whole else _reason(node))
         claims[node] = sdk.Support.yes() if reason is None else sdk.Support.no(reason)
     return claims
 
@@ -97,10 +100,11 @@ def sdk_load_subgraph(ctx: sdk.CompileContext, artifact: bytes):
 
 
 def _cache_key() -> str:
-    """Compiler version, flags and the host CPU (target-cpu=host ties the code to it)."""
+    """Compiler version, flags, the host CPU (target-cpu=host ties the code to it) and this
+    plugin's own sources."""
     return (
         f"iree {compiler_version.VERSION} {' '.join(compiler.COMPILE_FLAGS)} "
-        f"{platform.machine()} {platform.processor()}"
+        f"{platform.machine()} {platform.processor()} {source_digest(__name__)}"
     )
 
 

@@ -8,7 +8,10 @@ before import and put back after the call.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import operator
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,17 +53,41 @@ def compile_vmfb(gm: torch.fx.GraphModule) -> tuple[bytes, list[int | None]]:
     return vmfb, where
 
 
+class _Loaded:
+    """One loaded module: the IREE runtime objects a compiled partition calls."""
+
+    def __init__(self, vmfb: bytes) -> None:
+        self.config = ireert.Config("local-task")
+        module = ireert.VmModule.copy_buffer(self.config.vm_instance, vmfb)
+        self.context = ireert.SystemContext(vm_modules=[module], config=self.config)
+        self.main = self.context.modules.module["main"]
+        self.device = self.config.device
+        _live.add(self)
+
+    def release(self) -> None:
+        self.main = self.context = self.device = self.config = None
+
+
+#: Every loaded module, released at exit: IREE's nanobind bindings print a screen of "leaked
+#: function" warnings for runtime objects still alive when the interpreter shuts down (Dynamo's
+#: caches keep the compiled partitions alive until then).
+_live: weakref.WeakSet[_Loaded] = weakref.WeakSet()
+
+
+@atexit.register
+def _release_all() -> None:
+    for loaded in list(_live):
+        loaded.release()
+    gc.collect()
+
+
 def load(vmfb: bytes, where: list[int | None]) -> Callable[..., tuple[Any, ...]]:
     """A callable running the module's ``main`` on torch tensors / ints; ``None`` put back."""
-    config = ireert.Config("local-task")
-    module = ireert.VmModule.copy_buffer(config.vm_instance, vmfb)
-    context = ireert.SystemContext(vm_modules=[module], config=config)
-    main = context.modules.module["main"]
-
-    device = config.device
+    loaded = _Loaded(vmfb)
 
     def run(*args: Any) -> tuple[Any, ...]:
-        results = main(*[_to_iree(device, a) for a in args])
+        device = loaded.device
+        results = loaded.main(*[_to_iree(device, a) for a in args])
         results = results if isinstance(results, (tuple, list)) else (results,)
         outs = [_to_torch(device, r) for r in results]
         return tuple(None if i is None else outs[i] for i in where)
@@ -113,20 +140,59 @@ def single_op_graph(node: torch.fx.Node) -> torch.fx.GraphModule:
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
-def lowers(node: torch.fx.Node) -> str | None:
-    """None if IREE's torch input path legalizes ``node`` (``--compile-to=input``), else why."""
+def tensor_valued(node: torch.fx.Node) -> str | None:
+    """None for an op whose results are all tensors, else why IREE does not take it (size
+    arithmetic stays with the graph around the partitions)."""
     val = node.meta.get("val")
     vals = val if isinstance(val, (tuple, list)) else (val,)
     if not all(isinstance(v, torch.Tensor) for v in vals):
         return "IREE partitions take tensor-valued ops only"
-    try:
-        importer = FxImporter(context=ir.Context())
-        importer.import_stateless_graph(single_op_graph(node).graph, func_name="main")
-        compile_str(
-            str(importer.module),
-            input_type="torch",
-            extra_args=[*COMPILE_FLAGS, "--compile-to=input"],
-        )
-    except Exception as exc:  # noqa: BLE001 - importer and compiler raise many types: a refusal
-        return f"IREE's torch input path does not lower it: {str(exc).splitlines()[0][:200]}"
     return None
+
+
+def _to_input(graph: torch.fx.Graph) -> None:
+    """Import ``graph`` and take it through IREE's torch input path; raises if it fails."""
+    importer = FxImporter(context=ir.Context())
+    importer.import_stateless_graph(graph, func_name="main")
+    compile_str(
+        str(importer.module), input_type="torch", extra_args=[*COMPILE_FLAGS, "--compile-to=input"]
+    )
+
+
+def legal_graph(gm: torch.fx.GraphModule) -> bool:
+    """Whether IREE's torch input path takes all of ``gm`` (None outputs aside)."""
+    copy = torch.fx.GraphModule(gm, copy_graph(gm.graph))
+    _strip_none_outputs(copy)
+    try:
+        _to_input(copy.graph)
+    except Exception:  # noqa: BLE001 - any failure: the ops are checked one by one
+        return False
+    return True
+
+
+def copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
+    out = torch.fx.Graph()
+    out.output(out.graph_copy(graph, {}))
+    return out
+
+
+def lowers(node: torch.fx.Node) -> str | None:
+    """None if IREE's torch input path legalizes ``node`` (``--compile-to=input``), else why."""
+    not_tensor = tensor_valued(node)
+    if not_tensor:
+        return not_tensor
+    try:
+        _to_input(single_op_graph(node).graph)
+    except Exception as exc:  # noqa: BLE001 - importer and compiler raise many types: a refusal
+        return f"IREE's torch input path does not lower it: {diagnostic(exc)}"
+    return None
+
+
+def diagnostic(exc: BaseException) -> str:
+    """The compiler's own error line out of an exception (iree-compile's message starts with
+    "Error invoking IREE compiler tool"; the ``error:`` diagnostic says what failed)."""
+    lines = str(exc).splitlines()
+    for line in lines:
+        if "error:" in line:
+            return line.split("error:", 1)[1].split(": %", 1)[0].strip()[:200]
+    return (lines[0] if lines else type(exc).__name__)[:200]

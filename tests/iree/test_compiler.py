@@ -10,7 +10,10 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-pytest.importorskip("iree.compiler", reason="the iree-base-compiler wheel is not installed")
+pytest.importorskip(
+    "iree_sdk_plugin",
+    reason="the IREE plugin wheel is not installed: pip install ./examples/iree_vendor",
+)
 
 from iree_sdk_plugin import compiler
 
