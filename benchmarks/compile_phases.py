@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
-from sdk import bench
-from sdk import bench_models as bm
 from sdk.core import lowering, program, scheduler
 from sdk.core.adapters import torch_private
+from sdk.tools import bench
+from sdk.tools import bench_models as bm
 
 spent: collections.Counter[str] = collections.Counter()
 

@@ -17,7 +17,7 @@ import time
 import torch
 
 import sdk.toolchain
-from sdk import bench_models as bm
+from sdk.tools import bench_models as bm
 
 spent: collections.Counter[str] = collections.Counter()
 count: collections.Counter[str] = collections.Counter()

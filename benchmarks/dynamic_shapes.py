@@ -95,7 +95,7 @@ def device_and_host(fn: Callable, args: tuple, dev: str) -> tuple[float | None, 
     time per call (200 calls issued back to back, then one synchronize)."""
     device = None
     if dev == "cuda":
-        from sdk.bench_models import cuda_launches
+        from sdk.tools.bench_models import cuda_launches
 
         got = cuda_launches(lambda: [fn(*args) for _ in range(10)])
         device = got.get("device_ms", 0.0) / 10 if "error" not in got else None

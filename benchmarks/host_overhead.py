@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from sdk import bench_models as bm
 from sdk.core.adapters.torch_private import reset_dynamo
+from sdk.tools import bench_models as bm
 
 BACKENDS = ("eager", "inductor", "sdk:cuda_triton")
 

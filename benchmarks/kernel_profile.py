@@ -3,7 +3,7 @@
     python benchmarks/kernel_profile.py distilbert_train_bf16,gpt2_train_bf16 [TOP]
 
 For each row and backend: the median step time of 15 warm steps, then one step through the
-model suite's probe (:func:`sdk.bench_models.cuda_launches`): device time and launches per
+model suite's probe (:func:`sdk.tools.bench_models.cuda_launches`): device time and launches per
 step, and the TOP kernels by device time. The sdk's generated kernels are named
 ``k_<ops>`` after the ATen ops they fuse.
 """
@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from sdk import bench_models as bm
 from sdk.core.adapters.torch_private import reset_dynamo
+from sdk.tools import bench_models as bm
 
 
 def main(names: list[str], top: int) -> None:

@@ -18,8 +18,8 @@ import transformers as T
 from transformers.utils import logging as hf_logging
 
 import sdk
-from sdk.bench_models import cuda_launches
 from sdk.core.adapters.torch_private import reset_dynamo
+from sdk.tools.bench_models import cuda_launches
 
 
 def build(name):

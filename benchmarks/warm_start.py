@@ -29,8 +29,8 @@ import time
 def child(name: str, backend: str) -> None:
     import torch
 
-    from sdk import bench_models as bm
     from sdk.core import pipeline
+    from sdk.tools import bench_models as bm
 
     spent: list[float] = []
     compile_aten = pipeline.Session.compile_aten_graph

@@ -23,15 +23,38 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from sdk.demo import run_demo
+    from sdk.tools.demo import run_demo
 
     return run_demo(plugin=args.plugin, model=args.model, steps=args.steps)
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from sdk.bench import main as bench_main
+def _bench_option_error(args: argparse.Namespace) -> str | None:
+    """An option of ``bench`` that the chosen ``--suite`` does not take, or a bad ``--repeat``
+    (argparse cannot tie options to the value of another)."""
+    if args.suite == "kernels":
+        extra = [f"--{n}" for n in ("size", "dtype") if getattr(args, n)]
+        extra += ["--profile"] if args.profile else []
+        if extra:
+            return f"{', '.join(extra)}: only with --suite models"
+    elif args.mode not in (None, "default"):
+        return "--mode: only with --suite kernels"
+    if args.repeat < 0:
+        return "--repeat must be >= 0"
+    return None
 
-    return bench_main(args)
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    error = _bench_option_error(args)
+    if error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.suite == "models":
+        from sdk.tools import bench_models
+
+        return bench_models.main(args)
+    from sdk.tools import bench
+
+    return bench.main(args)
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:

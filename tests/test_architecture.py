@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ast
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,13 +225,10 @@ def _sources() -> list[Path]:
 
 
 def test_the_tree_keeps_the_architecture_rules():
-    start = time.perf_counter()
     found = []
     for path in _sources():
         found += check_source(path.relative_to(ROOT).as_posix(), path.read_text())
-    elapsed = time.perf_counter() - start
     assert not found, "architecture rules broken:\n" + "\n".join(map(str, found))
-    assert elapsed < 2.0, f"the check took {elapsed:.2f} s; it must stay fast"
     assert len(_sources()) > 50  # it did read the tree
 
 

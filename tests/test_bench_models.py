@@ -12,7 +12,8 @@ import types
 import pytest
 import torch
 
-from sdk import bench, bench_models, cli
+from sdk import cli
+from sdk.tools import bench, bench_models
 
 # ---------------------------------------------------------------------------
 # Rows and arguments

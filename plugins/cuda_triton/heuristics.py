@@ -135,7 +135,7 @@ def plan(
 
     ``inner_numels``: the numel of every stage with inner ranges (empty for a
     pointwise kernel); ``splittable``: the kernel has the one-reduction-stage
-    form a split reduction needs (see ``render``); ``looped``: a reduction's size is
+    form a split reduction needs (see :mod:`.planning`); ``looped``: a reduction's size is
     symbolic (the numels are hints), so it must loop; ``outer``: its largest load is
     contiguous along the rows, not along the reduction (a column sum), so a block
     takes many rows and few reduction elements: each load instruction then reads

@@ -69,8 +69,12 @@ from .c import (
     BF16_HELPERS,
     C_HALF,
     C_TYPES,
+    CXX,
     HALF_HELPERS,
     TAKE_INDEX_ERROR,
+    C,
+    Reducer,
+    Spelling,
     index_checks,
     loop_helpers,
 )
@@ -78,13 +82,10 @@ from .emit import render, truth
 from .target import (
     C_INDEX_CHECKS,
     C_PRELUDE,
-    CXX,
-    C,
     CTarget,
     OpCode,
-    Reducer,
-    Spelling,
     as_computed,
+    translation_unit,
     wide,
 )
 
@@ -93,19 +94,6 @@ __all__ = [
     "TAKE_INDEX_ERROR", "C", "CTarget", "OpCode", "Reducer", "Spelling", "as_computed",
     "index_checks", "launchers", "loop_helpers", "render", "translation_unit", "truth", "wide",
 ]  # fmt: skip
-
-
-def translation_unit(
-    preludes: Sequence[str], sources: Sequence[sdk.KernelSource], target: str
-) -> str:
-    """One source file of a graph's kernels, for one compiler run: ``preludes``, then each
-    kernel once (a graph may use one kernel twice), joined by newlines. Two different sources
-    of one entry name raise :class:`ValueError` naming ``target``."""
-    seen: dict[str, str] = {}
-    for s in sources:
-        if seen.setdefault(s.entry, s.source) != s.source:
-            raise ValueError(f"{target}: two different kernels are both named {s.entry!r}")
-    return "\n".join([*preludes, *seen.values()])
 
 
 def launchers(lib: ctypes.CDLL, sources: Sequence[sdk.KernelSource]) -> list[sdk.KernelFn]:

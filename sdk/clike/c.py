@@ -1,16 +1,20 @@
-"""What every C-like target shares: its types, the bf16/fp16 conversions, and the helpers the
-emitter's kernels call (index clamping, per-thread chunks, index checks), written once and
-spelt per language (:func:`loop_helpers`, :func:`index_checks`: C's ``_Thread_local`` or
-C++'s ``thread_local``, an exported function with or without ``extern "C"``)."""
+"""What every C-like target shares: its types, the bf16/fp16 conversions, how C and C++ spell
+the emitter's few structural pieces (:class:`Spelling`: :data:`C`, :data:`CXX`), the form of a
+reduction table's entries (:class:`Reducer`), and the helpers the emitter's kernels call (index
+clamping, per-thread chunks, index checks), written once and spelt per language
+(:func:`loop_helpers`, :func:`index_checks`: C's ``_Thread_local`` or C++'s ``thread_local``,
+an exported function with or without ``extern "C"``).
+
+The bottom of :mod:`sdk.clike`: the emitter (:mod:`sdk.clike.expressions`,
+:mod:`sdk.clike.emit`) and :class:`sdk.clike.CTarget` (:mod:`sdk.clike.target`) are built on
+it, and it imports neither."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
-
-if TYPE_CHECKING:
-    from .target import Spelling
 
 #: The exported function of a translation unit with index checks:
 #: ``int64_t sdk_take_index_error(int64_t* out)`` copies the calling thread's recorded
@@ -70,6 +74,81 @@ C_HALF: dict[torch.dtype, tuple[str, str]] = {
     torch.bfloat16: ("sdk_bf16_to_float({x})", "sdk_float_to_bf16({x})"),
     torch.float16: ("sdk_fp16_to_float({x})", "sdk_float_to_fp16({x})"),
 }
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """The structural pieces the emitter writes, as format strings: they differ between C
+    and C++ (:data:`C`, :data:`CXX`)."""
+
+    head: str  # the kernel's signature: {ret} {name}({params})
+    convert: str  # a value converted to type {T}: {x}
+    ctor: str  # an integer made of type {T}: {x}
+    umax: str  # the larger of two uint64_t {a}, {b}
+    imin: str  # the smaller of two int64_t {a}, {b}
+    partials: str  # declares array {name} of {n} elements of type {T}, shared by the threads
+    chunk: str  # sets int64_t lo, hi to this thread's (tid of nth) chunk of {n} elements
+    # the prelude's (sdk.clike.loop_helpers, sdk.clike.index_checks); defaults: C's
+    thread_local: str = "_Thread_local"  # the storage class of a per-thread variable
+    out_param: str = "int64_t* {name}"  # declares an int64_t out-parameter {name}
+    out: str = "*{name}"  # the int64_t out-parameter {name}, written
+
+
+#: C++: ``extern "C"`` kernels, ``static_cast``, the standard library.
+CXX = Spelling(
+    head='extern "C" {ret} {name}({params})',
+    convert="static_cast<{T}>({x})",
+    ctor="{T}({x})",
+    umax="std::max<uint64_t>({a}, {b})",
+    imin="std::min<int64_t>({a}, {b})",
+    partials="std::vector<{T}> {name}({n});",
+    chunk="sdk_chunk({n}, tid, nth, lo, hi);",
+    thread_local="thread_local",
+    out_param="int64_t& {name}",
+    out="{name}",
+)
+
+#: C (C11): casts, the helpers of :data:`sdk.clike.C_PRELUDE`, partials on the stack.
+C = Spelling(
+    head="{ret} {name}({params})",
+    convert="(({T})({x}))",
+    ctor="(({T})({x}))",
+    umax="sdk_umax({a}, {b})",
+    imin="sdk_imin({a}, {b})",
+    partials="{T} {name}[{n}];",
+    chunk="sdk_chunk({n}, tid, nth, &lo, &hi);",
+)
+
+
+@dataclass(frozen=True)
+class Reducer:
+    """How one reduction accumulates, as C statements over ``{acc}`` (the accumulator),
+    ``{v}`` (the value), ``{p}`` (another thread's partial), ``{T}`` (the accumulator's C
+    type), ``{idx}`` and ``{pos}`` (the position, for ``arg`` reductions).
+
+    ``init``: the accumulator's first value: one C value, a pair (floating, integer), or a
+    function of the accumulator's dtype. ``update``: one step in the inner loop; for ``arg``
+    reductions it also sets ``{idx} = {pos}`` and folds partials too. ``omp``: the OpenMP
+    ``simd`` reduction identifier (``+``, ``max``, ...); None runs the inner loop scalar.
+    ``combine``: folds a partial into ``{acc}``; None: rows are never split across threads.
+    ``nan_flag``: floats keep a separate NaN flag, so ``max``/``min`` vectorize and still
+    propagate NaN. ``arg``: the result is the position (argmax, argmin)."""
+
+    init: str | tuple[str, str] | Callable[[torch.dtype], str]
+    update: str
+    omp: str | None = None
+    combine: str | None = None
+    nan_flag: bool = False
+    arg: bool = False
+
+    def initial(self, dtype: torch.dtype) -> str:
+        """The accumulator's first value for an accumulator of ``dtype``."""
+        if callable(self.init):
+            return self.init(dtype)
+        if isinstance(self.init, tuple):
+            return self.init[0 if dtype.is_floating_point else 1]
+        return self.init
+
 
 #: The helpers the emitter's loops call: index clamping and per-thread chunks. Format fields:
 #: ``{lo_param}``/``{hi_param}`` declare ``sdk_chunk``'s int64_t out-parameters, ``{lo}``/``{hi}``

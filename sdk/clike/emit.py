@@ -22,7 +22,8 @@ Loop structure (:func:`render`):
 * Expressions are emitted once per loop body (CSE on the hashable IR nodes) as
   ``const T tN = ...;`` lines, each at the outermost loop level it depends on
   (loop invariants before the parallel loop, per-row values before the inner
-  loops).
+  loops): :class:`sdk.clike.expressions.Emitter` writes them, this module places
+  its blocks in the loop nests.
 * Loads are evaluated unconditionally (a ``where`` selects between computed
   values), so a load whose index cannot be proven to lie in its buffer is
   clamped into it (``sdk_clamp_index``).
@@ -48,47 +49,35 @@ arguments are ``const int64_t`` parameters after its pointers); heuristics read
 from __future__ import annotations
 
 import math
-import re
-from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sympy
 import torch
 
 import sdk
 from sdk.ir import (
-    Const,
     Expr,
     FloorDiv,
     IndexValue,
     Kernel,
     Load,
     LocalRef,
-    Op,
     Reduction,
     Stage,
-    in_range,
-    index_bounds,
     is_static,
     numel_hint,
     print_index,
-    print_size,
     static,
     var,
     walk,
 )
 
+from .c import Reducer
+from .expressions import Emitter, EmitterTarget, Names, c_size
 from .indexing import merge_dims
 
-if TYPE_CHECKING:
-    from .target import CTarget, Reducer
-
-F32, BOOL, I64 = torch.float32, torch.bool, torch.int64
-
-#: Ops whose operands are not converted to the result's type first.
-OWN_OPERAND_TYPES = frozenset({"cast", "where", "rand", "randn", *sdk.ir.PREDICATES})
+BOOL = torch.bool
 
 #: Work (elements) below which a kernel runs on one thread.
 PARALLEL_MIN_WORK = 32768
@@ -99,276 +88,6 @@ BLOCK = 4096
 SPLIT_MAX_OUTER = 256
 #: ... when its rows have at least this many elements.
 SPLIT_MIN_INNER = 4096
-
-
-# ----------------------------------------------------------------------------- emission
-
-#: Identifiers a buffer, loop or kernel name must not take: C++ keywords, the names
-#: the op table and the helpers call, and the renderer's own locals.
-_RESERVED = frozenset(
-    """auto bool break case char const continue default do double else enum extern float for goto
-    if inline int long register restrict return short signed sizeof static struct switch typedef
-    union unsigned void volatile while class namespace new delete template this operator private
-    public protected virtual friend using typename true false nullptr std INFINITY NAN INT64_MIN
-    fabs fmod pow atan2 copysign floor ceil trunc nearbyint sqrt exp exp2 expm1 log log2 log10
-    log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh erf erfc
-    p t tid nth nt lo hi""".split()  # noqa: SIM905
-)
-_RESERVED |= {n + "f" for n in _RESERVED if n.islower() and len(n) > 2}
-
-
-class _Names:
-    """Unique C identifiers."""
-
-    def __init__(self) -> None:
-        self.used: set[str] = set(_RESERVED)
-        self.counter = 0
-
-    def take(self, want: str) -> str:
-        base = re.sub(r"\W", "_", want) or "v"
-        if base[0].isdigit() or base.startswith("sdk_"):
-            base = "v_" + base
-        name, n = base, 1
-        while name in self.used:
-            name, n = f"{base}_{n}", n + 1
-        self.used.add(name)
-        return name
-
-    def temp(self) -> str:
-        while f"t{self.counter}" in self.used:
-            self.counter += 1
-        name = f"t{self.counter}"
-        self.used.add(name)
-        return name
-
-
-class _Emitter:
-    """Emits the IR expressions of one kernel as ``const T tN = ...;`` lines,
-    each into the block of the outermost loop level it depends on."""
-
-    def __init__(
-        self, target: CTarget, kernel: Kernel, names: _Names, bufs: dict[str, str]
-    ) -> None:
-        self.t = target
-        self.names = names
-        self.bufs = bufs
-        self.written = {a.name for a in kernel.args if a.role != "in"}
-        # elements reachable from each argument's data pointer (at its storage offset)
-        self.extent = {a.name: a.layout.storage_size - a.layout.offset for a in kernel.args}
-        self.levels: dict[sympy.Symbol, int] = {}  # loop variable -> level
-        self.subs: dict[sympy.Symbol, sympy.Expr] = {}  # merged / renamed loop variables
-        self.ranges: dict[sympy.Symbol, tuple[int, int]] = {}  # original variables' ranges
-        self.deepest = 0
-        self.memo: dict[Expr, tuple[str, int]] = {}
-        self.converted: dict[tuple[Expr, torch.dtype | None], tuple[str, int]] = {}
-        self.blocks: dict[int, list[str]] = defaultdict(list)
-        # index checks (see the module doc): the level of the loop that is `omp simd`
-        # (None: none is open), the checked bind values of the open scopes, and the
-        # unsigned-max reductions that the simd loop must declare and test
-        self.simd_level: int | None = None
-        self.checked: dict[tuple[Expr, int], tuple[str, int]] = {}
-        self.simd_checks: list[tuple[str, int, int]] = []  # (variable, extent, wrap)
-        self.has_checks = False
-        self.n_bad = 0
-
-    # -- scopes
-    def forget_from(self, level: int) -> None:
-        """Leave the loops of ``level`` and deeper: their values are out of scope."""
-        self.memo = {k: v for k, v in self.memo.items() if v[1] < level}
-        self.converted = {k: v for k, v in self.converted.items() if v[1] < level}
-        self.checked = {k: v for k, v in self.checked.items() if v[1] < level}
-        assert not self.simd_checks, "index checks of a simd loop left behind"
-        assert not any(self.blocks[lvl] for lvl in self.blocks if lvl >= level), "unplaced lines"
-
-    def take_block(self, level: int) -> list[str]:
-        return self.blocks.pop(level, [])
-
-    def take_simd_checks(self) -> tuple[list[str], list[str], list[str]]:
-        """For the simd loop just rendered: the declarations to put before it, its
-        ``reduction`` clauses, and the test to put after it."""
-        t = self.t.spelling
-        decls, clauses, after = [], [], []
-        for bad, n, wrap in self.simd_checks:
-            decls.append(f"uint64_t {bad} = 0;")
-            clauses.append(f"reduction(max:{bad})")
-            after.append(
-                f"if (__builtin_expect({bad} >= {t.ctor.format(T='uint64_t', x=_c(n))}, 0)) "
-                f"sdk_index_error(sdk_err, {t.ctor.format(T='int64_t', x=bad)}, {_c(n)}, {wrap});"
-            )
-        self.simd_checks = []
-        return decls, clauses, after
-
-    # -- expressions
-    def index(self, e: sympy.Expr) -> tuple[sympy.Expr, int]:
-        e = e.xreplace(self.subs)
-        return e, max((self.levels.get(s, 0) for s in e.free_symbols), default=0)
-
-    def operand(self, node: Expr, want: torch.dtype | None) -> str:
-        """``node``'s value as C, converted to dtype ``want`` (half types to float)."""
-        s, _ = self.memo[node]
-        d = node.dtype
-        if d in self.t.half:
-            s, d = self.t.half[d][0].format(x=s), F32
-        if want is not None and d != want:
-            s = self.t.op("cast")(s, dtype=want, src=d)
-        return s
-
-    def value(self, node: Expr, want: torch.dtype | None) -> str:
-        """Like :meth:`operand`, but a conversion gets its own ``const`` line."""
-        name, lvl = self.memo[node]
-        code = self.operand(node, want)
-        if code == name or isinstance(node, Const):
-            return code
-        key = (node, want)
-        if key not in self.converted:
-            self.converted[key] = (self._line(lvl, want or self.t.compute(node.dtype), code), lvl)
-        return self.converted[key][0]
-
-    def _line(self, level: int, dtype: torch.dtype, code: str) -> str:
-        name = self.names.temp()
-        self.blocks[level].append(f"const {self.t.ctype(dtype)} {name} = {code};")
-        return name
-
-    def emit(self, roots: Iterable[Expr]) -> None:
-        for node in walk(list(roots)):
-            if node not in self.memo:
-                self.memo[node] = self._emit(node)
-
-    def _emit(self, node: Expr) -> tuple[str, int]:
-        if isinstance(node, Const):
-            return self.t.literal(node.value, node.dtype), 0
-        if isinstance(node, LocalRef):
-            raise sdk.LoweringError(f"{self.t.name}: {node.name} is read before it is reduced")
-        if isinstance(node, IndexValue):
-            e, lvl = self.index(node.expr)
-            code = print_index(e, "c")
-            if node.dtype != I64:
-                code = self.t.spelling.convert.format(T=self.t.ctype(node.dtype), x=code)
-            return self._line(lvl, node.dtype, code), lvl
-        if isinstance(node, Load):
-            return self._load(node)
-        if isinstance(node, Op):
-            return self._op(node)
-        raise sdk.LoweringError(f"{self.t.name}: cannot render {type(node).__name__}")
-
-    def _load(self, node: Load) -> tuple[str, int]:
-        lvl = 0
-        subs = dict(self.subs)
-        ranges = dict(self.ranges)
-        for sym, value, extent in node.binds:
-            _, vlvl = self.memo[value]
-            lvl = max(lvl, vlvl)
-            if not is_static(extent):  # a dimension of symbolic size (>= 2)
-                vname = self._checked(value, extent, vlvl)
-                ranges[sym] = (0, static(extent - 1))
-            elif isinstance(extent, (int, sympy.Integer)) and int(extent) >= 0:
-                vname = self._checked(value, int(extent), vlvl)
-                if int(extent) > 0:
-                    ranges[sym] = (0, int(extent) - 1)
-            else:
-                vname = self.operand(value, I64)
-                if not re.fullmatch(r"\w+", vname):
-                    vname = self._line(vlvl, I64, vname)
-            subs[sym] = sympy.Integer(vname) if vname.lstrip("-").isdigit() else var(vname)
-        idx = node.index
-        bounds = index_bounds(idx, ranges)
-        idx, ilvl = self.index(idx.xreplace(subs))
-        lvl = max(lvl, ilvl)
-        code = print_index(idx, "c")
-        size = self.extent[node.buffer]
-        if node.buffer in self.written:
-            lvl = self.deepest  # never hoisted above this kernel's stores
-        if is_static(size) and size <= 0:
-            # an empty buffer (only reached through a reported bind): read nothing
-            return self._line(
-                lvl, node.dtype, self.t.spelling.ctor.format(T=self.t.ctype(node.dtype), x="0")
-            ), lvl
-        if not in_range(bounds, size):
-            code = f"sdk_clamp_index({code}, {print_size(size - 1, 'c')})"
-        return self._line(lvl, node.dtype, f"{self.bufs[node.buffer]}[{code}]"), lvl
-
-    def _checked(self, value: Expr, n: Any, lvl: int) -> str:
-        """The name of bind ``value`` clamped into ``[0, n)``; an index outside it is
-        reported to the kernel's error slot (see the module doc)."""
-        key = (value, n)
-        if key in self.checked:
-            return self.checked[key][0]
-        v = self.operand(value, I64)
-        if not re.fullmatch(r"-?\w+", v):
-            v = self._line(lvl, I64, v)
-        wrap = int(_wraps_negative(value, n))
-        self.has_checks = True
-        if n == 0:  # nothing is in range
-            self.blocks[lvl].append(f"sdk_index_error(sdk_err, {v}, 0, {wrap});")
-            name = "0"
-        elif lvl == self.simd_level:  # in the simd loop: a reduction, tested after it
-            bad = f"sdk_bad{self.n_bad}"
-            self.n_bad += 1
-            t = self.t.spelling
-            self.blocks[lvl].append(
-                f"{bad} = {t.umax.format(a=bad, b=t.ctor.format(T='uint64_t', x=v))};"
-            )
-            self.simd_checks.append((bad, n, wrap))
-            name = self._line(lvl, I64, f"sdk_clamp_index({v}, {_c(static(n - 1))})")
-        else:
-            name = self._line(lvl, I64, f"sdk_checked_index(sdk_err, {v}, {_c(n)}, {wrap})")
-        self.checked[key] = (name, lvl)
-        return name
-
-    def _op(self, node: Op) -> tuple[str, int]:
-        lvl = max(self.memo[a][1] for a in node.args)
-        compute = self.t.compute
-        dtype = compute(node.dtype)
-        if node.name == "where" and node.args[1].dtype == node.args[2].dtype == node.dtype:
-            # a select moves bits: no conversion, also for bf16/fp16
-            args = [self.memo[a][0] for a in node.args]
-            code = self.t.op("where")(*args, dtype=node.dtype, src=node.dtype)
-            return self._line(lvl, node.dtype, code), lvl
-        if node.name in OWN_OPERAND_TYPES:
-            src = compute(node.args[0].dtype) if node.name != "where" else dtype
-            if node.name == "where":
-                args = [self.operand(node.args[0], None)] + [
-                    self.operand(a, dtype) for a in node.args[1:]
-                ]
-            elif node.name in ("rand", "randn"):
-                args = [self.operand(a, I64) for a in node.args]
-            else:
-                args = [self.operand(a, None) for a in node.args]
-                if len(node.args) == 2:  # compare in the promoted type
-                    other = compute(node.args[1].dtype)
-                    src = torch.promote_types(src, other)
-                    args = [self.operand(a, src) for a in node.args]
-        else:
-            src = dtype
-            second = None if node.name in ("lshift", "rshift") else dtype
-            args = [self.operand(a, dtype if i == 0 else second) for i, a in enumerate(node.args)]
-        code = self.t.op(node.name)(*args, dtype=dtype, src=src)
-        if node.dtype in self.t.half:
-            code = self.t.half[node.dtype][1].format(x=code)
-        return self._line(lvl, node.dtype, code), lvl
-
-
-def _wraps_negative(value: Expr, n: Any) -> bool:
-    """Whether ``value`` is ``where(v < 0, v + n, v)``: the lowering's negative wrap (``n``
-    a constant, or the value of a symbolic size)."""
-    if not (isinstance(value, Op) and value.name == "where"):
-        return False
-    cond, neg, v = value.args
-    if not (
-        isinstance(cond, Op)
-        and cond.name == "lt"
-        and cond.args == (v, Const(0, v.dtype))
-        and isinstance(neg, Op)
-        and neg.name == "add"
-        and neg.args[0] == v
-    ):
-        return False
-    m = neg.args[1]
-    if is_static(n):
-        return m == Const(n, v.dtype)
-    if isinstance(m, Op) and m.name == "cast":
-        m = m.args[0]
-    return isinstance(m, IndexValue) and m.expr == n
 
 
 # ----------------------------------------------------------------------------- loops
@@ -384,20 +103,15 @@ def _loop(var_: str, lo: str, hi: str, body: list[str], pragma: str | None = Non
     return head + [f"for (int64_t {var_} = {lo}; {var_} < {hi}; ++{var_}) {{", *_indent(body), "}"]
 
 
-def _c(x: Any) -> str:
-    """A size (an int, or an expression over the kernel's size arguments) as C."""
-    return print_size(x, "c")
-
-
 def _decompose(p: str, dims: list[tuple[str, Any]], tail: Any = 1) -> list[str]:
     """Lines deriving the row-major variables ``dims`` from the flat index ``p``,
     whose fastest-moving part (of extent ``tail``) is not among them."""
     lines, stride = [], tail
     for i in range(len(dims) - 1, -1, -1):
         name, size = dims[i]
-        code = f"{p} / {_c(stride)}" if stride != 1 else p
+        code = f"{p} / {c_size(stride)}" if stride != 1 else p
         if i:
-            code = f"({code}) % {_c(size)}" if stride != 1 else f"{p} % {_c(size)}"
+            code = f"({code}) % {c_size(size)}" if stride != 1 else f"{p} % {c_size(size)}"
         lines.insert(0, f"const int64_t {name} = {code};")
         stride = static(stride * size)
     return lines
@@ -405,7 +119,7 @@ def _decompose(p: str, dims: list[tuple[str, Any]], tail: Any = 1) -> list[str]:
 
 def _when_large(work: Any) -> str:
     """OpenMP's ``if`` clause for work of symbolic size: fork only when it is large."""
-    return "" if is_static(work) else f" if({_c(work)} >= {PARALLEL_MIN_WORK})"
+    return "" if is_static(work) else f" if({c_size(work)} >= {PARALLEL_MIN_WORK})"
 
 
 def _slot(slot: str, thread: str) -> str:
@@ -457,9 +171,9 @@ class _StageInfo:
 
 
 class _KernelRenderer:
-    def __init__(self, target: CTarget, kernel: Kernel) -> None:
+    def __init__(self, target: EmitterTarget, kernel: Kernel) -> None:
         self.t, self.k = target, kernel
-        self.names = _Names()
+        self.names = Names()
         self.fn_name = self.names.take(kernel.name)
         for s in kernel.size_args:  # a size argument keeps its name (indices print it)
             if self.names.take(s.name) != s.name:
@@ -469,7 +183,7 @@ class _KernelRenderer:
         self.bufs = {a.name: self.names.take(a.name) for a in kernel.args}
         self.loop_names: dict[sympy.Symbol, str] = {}
         self.if_clause = ""  # the parallel row loop's OpenMP if clause (symbolic sizes)
-        self.em = _Emitter(target, kernel, self.names, self.bufs)
+        self.em = Emitter(target, kernel, self.names, self.bufs)
 
     # -- shared pieces
     def _dims(self, vars_: tuple, sizes: tuple, exprs: list[sympy.Expr]) -> _Dims:
@@ -599,10 +313,12 @@ class _KernelRenderer:
             nest = body
             for i in range(n - 1, -1, -1):
                 if i == n - 1:
-                    nest = decls + _loop(dims.names[i], "0", _c(dims.sizes[i]), nest, simd) + after
+                    nest = (
+                        decls + _loop(dims.names[i], "0", c_size(dims.sizes[i]), nest, simd) + after
+                    )
                 else:
                     content = em.take_block(i + 1) + nest
-                    nest = _loop(dims.names[i], "0", _c(dims.sizes[i]), content)
+                    nest = _loop(dims.names[i], "0", c_size(dims.sizes[i]), content)
             return top + nest
         inner, isize = dims.names[-1], dims.sizes[-1]
         nblk = -(-isize // BLOCK) if is_static(isize) else FloorDiv(isize + BLOCK - 1, BLOCK)
@@ -611,19 +327,23 @@ class _KernelRenderer:
         pre = _decompose("p", outer, nblk) if outer else []
         if not is_static(nblk) or nblk > 1:
             pre += [
-                f"const int64_t lo = {'(p % ' + _c(nblk) + ')' if outer else 'p'} * {BLOCK};",
-                f"const int64_t hi = {self.t.spelling.imin.format(a=f'lo + {BLOCK}', b=_c(isize))};",
+                f"const int64_t lo = {'(p % ' + c_size(nblk) + ')' if outer else 'p'} * {BLOCK};",
+                f"const int64_t hi = {self.t.spelling.imin.format(a=f'lo + {BLOCK}', b=c_size(isize))};",
             ]
             lo, hi = "lo", "hi"
         else:
-            lo, hi = "0", _c(isize)
+            lo, hi = "0", c_size(isize)
         unit = pre + em.take_block(1) + decls + _loop(inner, lo, hi, body, simd) + after
         blk = min(BLOCK, isize) if is_static(isize) else BLOCK
         return (
             top
             + [f"// {units} blocks of up to {blk} elements"]
             + _loop(
-                "p", "0", _c(units), unit, "parallel for schedule(static)" + _when_large(dims.numel)
+                "p",
+                "0",
+                c_size(units),
+                unit,
+                "parallel for schedule(static)" + _when_large(dims.numel),
             )
         )
 
@@ -661,7 +381,7 @@ class _KernelRenderer:
         if len(variants) == 1:
             return top + variants[0]
         return top + [
-            f"if ({_c(rows)} >= 4 * omp_get_max_threads()) {{",
+            f"if ({c_size(rows)} >= 4 * omp_get_max_threads()) {{",
             "  // enough rows: each thread reduces whole rows",
             *_indent(variants[0]),
             "} else {",
@@ -705,8 +425,8 @@ class _KernelRenderer:
         if not outer:
             return ["{", *_indent(body), "}"]
         if len(outer) == 1:
-            return _loop(outer[0][0], "0", _c(rows), body, pragma)
-        return _loop("p", "0", _c(rows), _decompose("p", outer) + body, pragma)
+            return _loop(outer[0][0], "0", c_size(rows), body, pragma)
+        return _loop("p", "0", c_size(rows), _decompose("p", outer) + body, pragma)
 
     def _rows_variant(self, outer: list[tuple[str, int]], rows: int, parallel: bool) -> list[str]:
         body: list[str] = []
@@ -739,7 +459,7 @@ class _KernelRenderer:
         elif outer:
             body = _decompose("p", outer) + body
         region = ["const int tid = omp_get_thread_num(), nth = omp_get_num_threads();"]
-        region += _loop("p", "0", _c(rows), body) if outer else body
+        region += _loop("p", "0", c_size(rows), body) if outer else body
         return decl + ["#pragma omp parallel", "{", *_indent(region), "}"]
 
     def _stage(self, si: _StageInfo, slot: str | None) -> list[str]:
@@ -763,7 +483,7 @@ class _KernelRenderer:
         decls, clauses, updates = [], [], []
         chunk_start = "lo" if slot else "0"
         if slot and n > 1:
-            chunk_start = f"lo * {_c(static(math.prod(dims.sizes[1:])))}"
+            chunk_start = f"lo * {c_size(static(math.prod(dims.sizes[1:])))}"
         for red in si.reds:
             info = red.info
             if red.r.op in ("any", "all"):
@@ -788,7 +508,7 @@ class _KernelRenderer:
         decls += check_decls
         clauses += check_clauses
         for i in range(n - 1, -1, -1):
-            lo, hi = ("lo", "hi") if slot and i == 0 else ("0", _c(dims.sizes[i]))
+            lo, hi = ("lo", "hi") if slot and i == 0 else ("0", c_size(dims.sizes[i]))
             pragma = " ".join(["simd", *clauses]) if simd and i == n - 1 else None
             nest = _loop(
                 dims.names[i], lo, hi, nest if i == n - 1 else em.take_block(2 + i) + nest, pragma
@@ -797,7 +517,7 @@ class _KernelRenderer:
         if slot is None:
             out += decls + nest + [self._final(red, red.nan) for red in si.reds]
         else:
-            chunk = ["int64_t lo, hi;", self.t.spelling.chunk.format(n=_c(dims.sizes[0]))]
+            chunk = ["int64_t lo, hi;", self.t.spelling.chunk.format(n=c_size(dims.sizes[0]))]
             publish, mine = [], _slot(slot, "tid")
             for red in si.reds:
                 val = f"{red.name}_nan ? NAN : {red.acc}" if red.nan else red.acc
@@ -841,7 +561,7 @@ class _KernelRenderer:
         return out
 
 
-def render(target: CTarget, kernel: Kernel) -> sdk.KernelSource:
+def render(target: EmitterTarget, kernel: Kernel) -> sdk.KernelSource:
     """``kernel`` as one function of ``target``'s language named after it, taking one
     pointer per buffer in ``kernel.args`` order (each tensor's ``data_ptr()``, from which
     the kernel's indices count), then one ``int64_t`` per size argument.

@@ -1,10 +1,15 @@
-"""A C-like target as data: :class:`CTarget` (ops, types, reducers, preludes) and the
-:class:`Spelling` of the few structural pieces C and C++ write differently."""
+"""A C-like target as data: :class:`CTarget` (ops, types, reducers, preludes, a
+:class:`~sdk.clike.Spelling`), what a C target starts from (:data:`C_PRELUDE`,
+:data:`C_INDEX_CHECKS`), and the translation unit of a graph's kernels
+(:func:`translation_unit`).
+
+The top of the emitter: :meth:`CTarget.render` runs :mod:`sdk.clike.emit`, which knows a
+target only as the interface it asks (:class:`sdk.clike.expressions.EmitterTarget`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -13,6 +18,7 @@ import sdk
 from sdk.ir import Kernel
 
 from . import c, emit
+from .c import C, Reducer, Spelling
 
 #: An op table entry: a function ``(*operands, dtype, src) -> str`` (``dtype``: the type the
 #: result is computed in, bf16/fp16 -> float32; ``src``: the operands' type, the same except
@@ -21,79 +27,6 @@ from . import c, emit
 #: kind".
 OpCode = Callable[..., str] | str | tuple[str | None, str | None]
 
-
-@dataclass(frozen=True)
-class Reducer:
-    """How one reduction accumulates, as C statements over ``{acc}`` (the accumulator),
-    ``{v}`` (the value), ``{p}`` (another thread's partial), ``{T}`` (the accumulator's C
-    type), ``{idx}`` and ``{pos}`` (the position, for ``arg`` reductions).
-
-    ``init``: the accumulator's first value: one C value, a pair (floating, integer), or a
-    function of the accumulator's dtype. ``update``: one step in the inner loop; for ``arg``
-    reductions it also sets ``{idx} = {pos}`` and folds partials too. ``omp``: the OpenMP
-    ``simd`` reduction identifier (``+``, ``max``, ...); None runs the inner loop scalar.
-    ``combine``: folds a partial into ``{acc}``; None: rows are never split across threads.
-    ``nan_flag``: floats keep a separate NaN flag, so ``max``/``min`` vectorize and still
-    propagate NaN. ``arg``: the result is the position (argmax, argmin)."""
-
-    init: str | tuple[str, str] | Callable[[torch.dtype], str]
-    update: str
-    omp: str | None = None
-    combine: str | None = None
-    nan_flag: bool = False
-    arg: bool = False
-
-    def initial(self, dtype: torch.dtype) -> str:
-        """The accumulator's first value for an accumulator of ``dtype``."""
-        if callable(self.init):
-            return self.init(dtype)
-        if isinstance(self.init, tuple):
-            return self.init[0 if dtype.is_floating_point else 1]
-        return self.init
-
-
-@dataclass(frozen=True)
-class Spelling:
-    """The structural pieces the emitter writes, as format strings: they differ between C
-    and C++ (:data:`C`, :data:`CXX`)."""
-
-    head: str  # the kernel's signature: {ret} {name}({params})
-    convert: str  # a value converted to type {T}: {x}
-    ctor: str  # an integer made of type {T}: {x}
-    umax: str  # the larger of two uint64_t {a}, {b}
-    imin: str  # the smaller of two int64_t {a}, {b}
-    partials: str  # declares array {name} of {n} elements of type {T}, shared by the threads
-    chunk: str  # sets int64_t lo, hi to this thread's (tid of nth) chunk of {n} elements
-    # the prelude's (sdk.clike.loop_helpers, sdk.clike.index_checks); defaults: C's
-    thread_local: str = "_Thread_local"  # the storage class of a per-thread variable
-    out_param: str = "int64_t* {name}"  # declares an int64_t out-parameter {name}
-    out: str = "*{name}"  # the int64_t out-parameter {name}, written
-
-
-#: C++: ``extern "C"`` kernels, ``static_cast``, the standard library.
-CXX = Spelling(
-    head='extern "C" {ret} {name}({params})',
-    convert="static_cast<{T}>({x})",
-    ctor="{T}({x})",
-    umax="std::max<uint64_t>({a}, {b})",
-    imin="std::min<int64_t>({a}, {b})",
-    partials="std::vector<{T}> {name}({n});",
-    chunk="sdk_chunk({n}, tid, nth, lo, hi);",
-    thread_local="thread_local",
-    out_param="int64_t& {name}",
-    out="{name}",
-)
-
-#: C (C11): casts, the helpers of :data:`sdk.clike.C_PRELUDE`, partials on the stack.
-C = Spelling(
-    head="{ret} {name}({params})",
-    convert="(({T})({x}))",
-    ctor="(({T})({x}))",
-    umax="sdk_umax({a}, {b})",
-    imin="sdk_imin({a}, {b})",
-    partials="{T} {name}[{n}];",
-    chunk="sdk_chunk({n}, tid, nth, &lo, &hi);",
-)
 
 #: The start of a C translation unit: headers (<tgmath.h>: one math name serves float and
 #: double), :data:`sdk.clike.HALF_HELPERS`, and the helpers the emitter's loops call.
@@ -168,8 +101,6 @@ class CTarget:
     def unit(self, sources: list[sdk.KernelSource]) -> str:
         """One translation unit: the preludes, the index checks when a kernel checks, then
         each kernel once."""
-        from . import translation_unit
-
         checks = [self.checks] if any(s.meta.get("index_checks") for s in sources) else []
         return translation_unit([*self.preludes, *checks], sources, self.name)
 
@@ -234,6 +165,19 @@ class CTarget:
         else:
             s = f"{v}ULL" if v >= 2**63 else f"{v}LL"
         return f"({s})" if s.startswith("-") else s
+
+
+def translation_unit(
+    preludes: Sequence[str], sources: Sequence[sdk.KernelSource], target: str
+) -> str:
+    """One source file of a graph's kernels, for one compiler run: ``preludes``, then each
+    kernel once (a graph may use one kernel twice), joined by newlines. Two different sources
+    of one entry name raise :class:`ValueError` naming ``target``."""
+    seen: dict[str, str] = {}
+    for s in sources:
+        if seen.setdefault(s.entry, s.source) != s.source:
+            raise ValueError(f"{target}: two different kernels are both named {s.entry!r}")
+    return "\n".join([*preludes, *seen.values()])
 
 
 def _shortest(v: float, dtype: torch.dtype) -> str:

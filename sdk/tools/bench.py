@@ -4,7 +4,7 @@ Two suites: ``--suite kernels`` (the default) times the microbenchmarks of this 
 (elementwise chains, softmax, layer norm, MLPs; on a GPU also a GPT-2 training step and
 resnet18); ``--suite models`` times real models, torchvision and timm inference and HF
 transformers training steps, each in bf16 and fp32, at ``--size full`` (a GPU's default)
-or ``--size small`` (the CPU's default): :mod:`sdk.bench_models` describes its rows, sizes,
+or ``--size small`` (the CPU's default): :mod:`sdk.tools.bench_models` describes its rows, sizes,
 checks and CUDA launch counts. ``--only`` picks rows, ``--list`` prints them, ``--json``
 writes everything; the exit status is 1 when any sdk result is a MISMATCH or an error.
 
@@ -1017,23 +1017,8 @@ def _notes(rows: list[Row]) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    suite = getattr(args, "suite", None) or "kernels"
-    if suite == "kernels":
-        extra = [f"--{n}" for n in ("size", "dtype") if getattr(args, n, None)]
-        extra += ["--profile"] if getattr(args, "profile", False) else []
-        if extra:
-            print(f"error: {', '.join(extra)}: only with --suite models", file=sys.stderr)
-            return 2
-    elif getattr(args, "mode", None) not in (None, "default"):
-        print("error: --mode: only with --suite kernels", file=sys.stderr)
-        return 2
-    if getattr(args, "repeat", 0) < 0:
-        print("error: --repeat must be >= 0", file=sys.stderr)
-        return 2
-    if suite == "models":
-        from sdk import bench_models
-
-        return bench_models.main(args)
+    """The kernel suite, ``python -m sdk bench`` (:mod:`sdk.cli` checks the options and sends
+    ``--suite models`` to :mod:`sdk.tools.bench_models`)."""
     if getattr(args, "list", False):
         return _list_kernels()
     # Fresh caches before anything compiles (Inductor reads its variable lazily).

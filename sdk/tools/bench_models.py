@@ -12,7 +12,7 @@ Rows (``--list`` prints them; each in bf16 and fp32, named ``<model>_<dtype>``):
 Weights are random, built from configs (no downloads). A row whose package is missing
 or does not import is skipped with the reason.
 
-Method, on top of the kernels suite's (``sdk/bench.py``: cold compile, steady-state
+Method, on top of the kernels suite's (``sdk/tools/bench.py``: cold compile, steady-state
 median, fresh caches, Dynamo's RMSE rule):
 
 * **Build.** Under ``torch.manual_seed(0)`` the model is built on the CPU in fp32 and an
@@ -21,7 +21,7 @@ median, fresh caches, Dynamo's RMSE rule):
   same way, so every dtype and backend sees the same weights and inputs.
 * **Correctness.** The cold call's outputs (logits; for training the loss, the logits
   and the gradient of every parameter) are checked against eager with Dynamo's benchmark
-  rule and the fp64 reference (:func:`sdk.bench.dynamo_rmse_rule`); tolerances as the
+  rule and the fp64 reference (:func:`sdk.tools.bench.dynamo_rmse_rule`); tolerances as the
   Dynamo suites use them: torchvision 1e-4, timm 1e-3, HF training 1e-2. A failing sdk
   check is ``MISMATCH``; a MISMATCH or an error in any sdk row makes the exit status 1.
 * **Sizes.** ``--size full`` (the default on a GPU): convnets and ViTs bs 32 at 224x224;
@@ -55,8 +55,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sdk import bench
-from sdk.bench import Case, Row, Skip
+from sdk.tools import bench
+from sdk.tools.bench import Case, Row, Skip
 
 SIZES = ("small", "full")
 DTYPES = ("bf16", "fp32")
@@ -899,7 +899,7 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
                 "suite": "models",
                 "size": size,
                 "check": "Dynamo's RMSE rule vs an fp64 copy of the model "
-                "(sdk.bench.dynamo_rmse_rule)",
+                "(sdk.tools.bench.dynamo_rmse_rule)",
                 "launches": "one warm step per backend under torch.profiler "
                 "(CUDA activities), after timing; CUDA only",
             }
