@@ -96,6 +96,10 @@ def _claims(
     s = session.peer(plugin)
     c = s.context(ctx.graph_kind, ctx.graph_name, ctx.device_type)
     if s.info.kind == PluginKind.CODEGEN:
+        if plugin != ctx.plugin and ctx.device_type not in s.info.device_types:
+            # its kernels would get this graph's tensors (graph-level plugins get copies)
+            why = f"sdk:{plugin} runs on {', '.join(s.info.device_types)}, not {ctx.device_type}"
+            return {n.name: why for n in calls}
         return {n.name: refusal(n, s.hooks, c) for n in calls}
     try:
         answer = s.hooks.sdk_claim_nodes(ctx=c, gm=gm)

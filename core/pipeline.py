@@ -345,6 +345,9 @@ class Session:
             if self.kind_of(plugin) != PluginKind.CODEGEN:
                 continue  # a graph-level plugin takes partitions (core.chain), not programs
             session = self.peer(plugin)
+            if plugin != ctx.plugin and ctx.device_type not in session.info.device_types:
+                errors.append(f"sdk:{plugin} does not run on {ctx.device_type}")
+                continue  # its kernels would be handed this graph's tensors
             c = (
                 ctx
                 if plugin == ctx.plugin

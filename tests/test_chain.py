@@ -234,3 +234,38 @@ def test_min_partition_size_below_one_is_an_option_error(bad):
         torch.compile(mlp_tanh, backend=sdk.backend("cpu_cpp", min_partition_size=bad))(
             torch.randn(2, 2), torch.randn(2, 2)
         )
+
+
+def test_a_kernel_level_plugin_of_another_device_claims_nothing(
+    chain_world, make_plugin, fake_dist
+):
+    """A chained kernel-level plugin whose device_types lack the graph's device would get
+    this graph's tensors in its kernels: it claims nothing, and the reason says so."""
+    source = """
+        import sdk
+        from sdk.plugins.cpu_cpp import sdk_compile_kernels, sdk_render_kernel  # noqa: F401
+
+        @sdk.hookimpl
+        def sdk_plugin_info():
+            return sdk.PluginInfo(name="elsewhere", version="0.0.1", hook_api=3,
+                                  device_types=("cuda",), kind=sdk.PluginKind.CODEGEN)
+    """
+    picky = make_plugin(PICKY, name="picky")
+    elsewhere = make_plugin(source, name="elsewhere", head=False)
+    from sdk.core.registry import set_registry
+
+    from .conftest import builtin_entry_points
+
+    reg_eps = builtin_entry_points() + fake_dist(
+        "acme-dev", {"picky": picky, "elsewhere": elsewhere}
+    )
+    from sdk.core.registry import Registry
+
+    previous = set_registry(Registry(reg_eps))
+    try:
+        report = _compare(mlp_tanh, sdk.backend("picky", chain=["elsewhere"]), (4, 8), (8, 8))
+    finally:
+        set_registry(previous)
+    assert {f.op for f in report.fallbacks} == {"aten.tanh.default"}, str(report)
+    assert not _split(report), str(report)
+    assert all(k.plugin == "picky" for k in report.kernels), str(report)
