@@ -70,6 +70,7 @@ def compile_partitioned(
     _place(plan, report, plugins)
     for part in plan.partitions:
         sub = getattr(work, part.name)
+        _fill_constants(work, part.name, sub)
         fn, compiled_by, cache, note = _compile_partition(session, ctx, part.plugin, part.name, sub)
         setattr(work, part.name, _Bound(fn))
         report.partitions.append(_describe(part, sub, compiled_by, cache, note))
@@ -311,6 +312,19 @@ def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     out = graph.graph_copy(gm.graph, {})
     graph.output(out)
     return torch.fx.GraphModule(gm, graph)
+
+
+def _fill_constants(outer: torch.fx.GraphModule, name: str, sub: torch.fx.GraphModule) -> None:
+    """A partition input read from a constant of the outer graph (``get_attr``, whose node
+    carries no fake value) gets the constant itself as its example value."""
+    call = next(n for n in outer.graph.nodes if n.op == "call_module" and n.target == name)
+    places = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    for place, arg in zip(places, call.args, strict=True):
+        if "val" not in place.meta and isinstance(arg, torch.fx.Node) and arg.op == "get_attr":
+            value = outer
+            for attr in arg.target.split("."):
+                value = getattr(value, attr)
+            place.meta["val"] = value
 
 
 def _example_inputs(sub: torch.fx.GraphModule) -> list[Any]:
