@@ -1,5 +1,5 @@
-"""``python -m sdk``: list plugins, run the demo model, run the benchmarks, look after the
-cache, check a plugin (conformance), start a plugin (new-plugin)."""
+"""``python -m sdk``: list plugins, run the demo model, explain a compile, run the benchmarks,
+look after the cache, check a plugin (conformance), start a plugin (new-plugin)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sdk.tools.demo import run_demo
 
     return run_demo(plugin=args.plugin, model=args.model, steps=args.steps)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from sdk.tools.demo import explain_model
+
+    options = {}
+    if args.chain:
+        options["chain"] = [n.strip().removeprefix("sdk:") for n in args.chain.split(",")]
+    if args.min_partition_size is not None:
+        options["min_partition_size"] = args.min_partition_size
+    return explain_model(args.plugin, args.model, args.target, args.inference, options)
 
 
 def _bench_option_error(args: argparse.Namespace) -> str | None:
@@ -145,6 +156,29 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"])
     run.add_argument("--steps", type=int, default=10)
     run.set_defaults(func=_cmd_run)
+    explain = sub.add_parser(
+        "explain",
+        help="compile a model and print what went where (sdk.explain's report)",
+        description="Compile a training step (or --inference forward) of a model with "
+        "sdk:PLUGIN and print sdk.explain's report: for each graph its kernels, library "
+        "calls and fallbacks with their reasons; with --chain, its partitions (plugin, "
+        "ops, tensors crossing each boundary) and why each op went where it went. "
+        "TARGET is MODULE:FUNCTION, a function of no arguments returning (model or "
+        "function, tuple of example inputs); without it, --model names a built-in one.",
+    )
+    explain.add_argument("target", nargs="?", default=None, metavar="MODULE:FUNCTION")
+    explain.add_argument(
+        "--plugin", default=None, help="plugin (default: cuda_triton on a GPU, else cpu_cpp)"
+    )
+    explain.add_argument(
+        "--chain", default="", help="comma-separated plugins after it (options['chain'])"
+    )
+    explain.add_argument("--min-partition-size", type=int, default=None)
+    explain.add_argument("--model", default="mlp", choices=["gpt2", "mlp"])
+    explain.add_argument(
+        "--inference", action="store_true", help="a forward under no_grad, not a training step"
+    )
+    explain.set_defaults(func=_cmd_explain)
     bench = sub.add_parser(
         "bench",
         help="time workloads through sdk, Inductor and eager",

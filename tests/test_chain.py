@@ -11,6 +11,9 @@ examples/iree_vendor is the real graph-level compiler).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -269,3 +272,34 @@ def test_a_kernel_level_plugin_of_another_device_claims_nothing(
     assert {f.op for f in report.fallbacks} == {"aten.tanh.default"}, str(report)
     assert not _split(report), str(report)
     assert all(k.plugin == "picky" for k in report.kernels), str(report)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sdk", "explain", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_cli_explain_prints_the_report():
+    run = _cli("--plugin", "cpu_cpp", "--inference")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "graph g0_inference [inference] by sdk:cpu_cpp" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("nomodule_xyz:fn",), "No module named 'nomodule_xyz'"),
+        (("os",), "is not MODULE:FUNCTION"),
+        (("--plugin", "nope"), "no SDK plugin named 'nope'"),
+        (("--chain", "nope"), "no SDK plugin named 'nope'"),
+    ],
+)
+def test_cli_explain_bad_input_is_one_line(args, message):
+    run = _cli(*args)
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr, run.stderr[-2000:]

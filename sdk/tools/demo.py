@@ -320,3 +320,76 @@ def _print_explain(report: Any) -> None:
         reasons[key] = reasons.get(key, 0) + 1
     for key, n in list(reasons.items())[:8]:
         print(f"  fallback x{n} {key}")
+
+
+def _target(spec: str) -> tuple[Any, tuple]:
+    """``MODULE:FUNCTION`` -> what the function returns: (model or function, example inputs)."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"{spec!r} is not MODULE:FUNCTION (e.g. mymodels:tiny_bert)")
+    made = getattr(importlib.import_module(module), name)()
+    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], tuple)):
+        raise ValueError(
+            f"{spec} must return (model or function, tuple of example inputs), "
+            f"got {type(made).__name__}"
+        )
+    return made
+
+
+def explain_model(
+    plugin: str | None,
+    model: str,
+    target: str | None,
+    inference: bool,
+    options: dict[str, Any],
+) -> int:
+    """``python -m sdk explain``: compile one step and print sdk.explain's report."""
+    import torch
+
+    import sdk
+
+    plugin = (plugin or ("cuda_triton" if torch.cuda.is_available() else "cpu_cpp")).removeprefix(
+        "sdk:"
+    )
+    try:
+        backend = sdk.backend(plugin, **options)
+        if target:
+            fn, args = _target(target)
+            names: tuple[str, ...] = ()
+        else:
+            cuda = torch.cuda.is_available() and "cuda" in _plugin_devices(plugin).split(",")
+            built = _gpt2("cuda" if cuda else "cpu") if model == "gpt2" else _MLP.build("cpu")
+            fn, names, args = built.module, tuple(built.inputs), tuple(built.inputs.values())
+    except (sdk.SDKError, ValueError, ImportError, AttributeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+    def call(*a: Any) -> Any:
+        return fn(**dict(zip(names, a, strict=True))) if names else fn(*a)
+
+    def step(*a: Any) -> Any:  # sdk.explain runs the backward of what needs grad
+        return _loss_of(call(*a))
+
+    if inference:
+        with torch.no_grad():
+            report = sdk.explain(call, *args, backend=backend)
+    else:
+        report = sdk.explain(step, *args, backend=backend)
+    print(report)
+    return 0
+
+
+def _loss_of(out: Any) -> Any:
+    """A scalar to differentiate: the model's loss where it returns one, else a sum."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return out.sum() if out.dim() else out
+    if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+        return _loss_of(out[0])
+    loss = getattr(out, "loss", None)
+    if loss is not None:
+        return loss
+    raise ValueError(f"cannot find a loss in a {type(out).__name__}: pass --inference")

@@ -214,3 +214,16 @@ def test_a_second_process_loads_the_artifacts_from_the_cache(tmp_path):
     assert runs[0].stdout.strip().splitlines()[-1] == "['stored']", runs[0].stdout
     assert runs[1].stdout.strip().splitlines()[-1] == "['hit']", runs[1].stdout
     assert "leaked" not in runs[1].stderr, runs[1].stderr[-2000:]
+
+
+def test_cli_explain_shows_the_partitions():
+    run = subprocess.run(
+        [sys.executable, "-m", "sdk", "explain", "--plugin", "iree_cpu", "--chain", "cpu_cpp"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "split by the chain of sdk:iree_cpu" in run.stdout, run.stdout
+    assert "partition part0_0 (iree_cpu)" in run.stdout, run.stdout
