@@ -271,9 +271,11 @@ def sdk_compile_subgraph(
     :param example_inputs: fake tensors (symbolic sizes where dynamic) or ints/SymInts,
         one per placeholder.
     :return: a :class:`sdk.CompiledSubgraph`. Stops at first non-None result.
-    :raises: any exception refuses the partition: the core records it and runs that
-        partition through the next plugin of the chain that claims its nodes, else ATen
-        (only that partition; strict mode raises).
+    :raises: any exception refuses the partition: the core records it (the partition's
+        ``note`` in the report) and compiles that partition with the next kernel-level
+        plugin of the chain (which takes any graph: what it cannot lower runs as ATen calls
+        in its program), else runs it in ATen; only that partition. Strict mode
+        (``fallback=False`` or debug) raises instead.
 
     API version: 3.
     """
