@@ -36,6 +36,8 @@ from sdk.plugin import CompileContext, CompiledSubgraph, PluginKind, Support
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
 from . import fallback, graph_cache
+from .adapters.torch_private import concrete_graph
+from .guards import spec_of
 from .lowering import refusal
 from .partition import Plan, partition
 from .registry import strict
@@ -177,6 +179,12 @@ def _compile_partition(
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - this partition goes to the next plugin
+        if not all(_is_static(x) for x in inputs) and not c.options["debug"]:
+            note = (
+                f"sdk:{plugin} refused symbolic sizes ({type(exc).__name__}: "
+                f"{_first_line(exc)}): compiled per shape"
+            )
+            return _PerShape(s, c, sub), plugin, "per shape", note
         if strict(c):
             raise SDKError(
                 f"sdk:{plugin} could not compile partition {graph_name} and strict mode "
@@ -284,6 +292,40 @@ def _on_device(
     return copied
 
 
+class _PerShape:
+    """A graph-level plugin's partition compiled for each concrete shape it meets, where the
+    plugin refused the symbolic graph. The variants are keyed by the inputs' full layout (as
+    a kernel-level program's are, :class:`core.guards.Specializing`); a shape the plugin
+    refuses too runs in ATen."""
+
+    def __init__(self, s: Any, c: CompileContext, sub: torch.fx.GraphModule) -> None:
+        self._s, self._c, self._sub = s, c, sub
+        self._variants: dict[tuple, Callable] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        specs = tuple(spec_of(a) for a in args)
+        fn = self._variants.get(specs)
+        if fn is None:
+            fn = self._variants[specs] = self._compile(specs)
+        return fn(*args)
+
+    def _compile(self, specs: tuple) -> Callable:
+        graph = concrete_graph(self._sub, specs)
+        try:
+            return _graph_compile(self._s, self._c, graph, _example_inputs(graph))[0]
+        except SDKError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - this shape runs in ATen
+            if strict(self._c):
+                raise
+            self._c.note(
+                f"sdk:{self._c.plugin} failed for shapes {specs}: {type(exc).__name__}: "
+                f"{_first_line(exc)}; ATen runs them"
+            )
+            run, _ = fallback.whole_graph(graph, "")
+            return lambda *args: run(list(args))
+
+
 # -- glue ----------------------------------------------------------------------------
 
 
@@ -359,6 +401,14 @@ def _crossing(vals: Any) -> tuple[int, int]:
             numel = v.numel()
             size += int(numel) * v.element_size() if isinstance(numel, int) else 0
     return count, size
+
+
+def _is_static(x: Any) -> bool:
+    if isinstance(x, torch.SymInt):
+        return False
+    if isinstance(x, torch.Tensor):
+        return not any(isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))
+    return True
 
 
 def _first_line(exc: BaseException) -> str:

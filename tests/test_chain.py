@@ -35,6 +35,7 @@ GRAPHY = """
 
     POINTWISE = {{"mul", "add", "sin", "cos", "neg", "sub"}}
     FAIL_ON = {fail_on!r}
+    STATIC_ONLY = {static_only!r}
     compiled = []
 
     @sdk.hookimpl
@@ -53,6 +54,9 @@ GRAPHY = """
         ops = {{getattr(n.target, "__name__", "").split(".")[0] for n in gm.graph.nodes}}
         if ops & FAIL_ON:
             raise RuntimeError(f"fault injected in a partition with {{sorted(ops & FAIL_ON)}}")
+        sizes = [d for x in example_inputs if isinstance(x, torch.Tensor) for d in x.shape]
+        if STATIC_ONLY and any(isinstance(d, torch.SymInt) for d in sizes):
+            raise NotImplementedError("graphy compiles static shapes only")
         compiled.append(ctx.graph_name)
         return sdk.CompiledSubgraph(fn=gm)
 """
@@ -62,11 +66,12 @@ GRAPHY = """
 def chain_world(make_plugin, fake_dist, use_registry):
     """``chain_world(fail_on=()) -> module of graphy``: picky and graphy installed."""
 
-    def make(fail_on: tuple[str, ...] = ()):
+    def make(fail_on: tuple[str, ...] = (), static_only: bool = False):
         import importlib
 
         picky = make_plugin(PICKY, name="picky")
-        graphy = make_plugin(GRAPHY.format(fail_on=set(fail_on)), name="graphy", kind="GRAPH")
+        source = GRAPHY.format(fail_on=set(fail_on), static_only=static_only)
+        graphy = make_plugin(source, name="graphy", kind="GRAPH")
         use_registry(fake_dist("acme-chain", {"picky": picky, "graphy": graphy}))
         return importlib.import_module(graphy)
 
@@ -82,7 +87,7 @@ def _compare(fn, backend, *shapes, dynamic=False):
     """Compile ``fn``, run it and its backward on fresh inputs, compare with eager; the
     ExplainReport of the compile."""
     args = [torch.randn(*s, requires_grad=True) for s in shapes]
-    report = sdk.explain(fn, *args, backend=backend)
+    report = sdk.explain(fn, *args, backend=backend, dynamic=dynamic or None)
     compiled = torch.compile(fn, backend=backend, dynamic=dynamic)
     fresh = [torch.randn(*s, requires_grad=True) for s in shapes]
     out = compiled(*fresh)
@@ -303,3 +308,19 @@ def test_cli_explain_bad_input_is_one_line(args, message):
     run = _cli(*args)
     assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
     assert "Traceback" not in run.stderr, run.stderr[-2000:]
+
+
+def test_a_graph_level_plugin_that_refuses_symbolic_sizes_is_compiled_per_shape(chain_world):
+    graphy = chain_world(static_only=True)
+    backend = sdk.backend("graphy", chain=["cpu_cpp"])
+    report = _compare(mlp_tanh, backend, (8, 16), (16, 16), dynamic=True)
+    parts = [p for g in _split(report) for p in g.partitions if p.plugin == "graphy"]
+    assert parts and all(p.cache == "per shape" for p in parts), str(report)
+    assert all("refused symbolic sizes" in p.note for p in parts), str(report)
+    before = len(graphy.compiled)
+    compiled = torch.compile(mlp_tanh, backend=backend, dynamic=True)
+    with torch.no_grad():
+        for rows in (3, 11, 3):
+            x, w = torch.randn(rows, 16), torch.randn(16, 16)
+            torch.testing.assert_close(compiled(x, w), mlp_tanh(x, w), rtol=1.3e-5, atol=1e-5)
+    assert len(graphy.compiled) - before == 2, graphy.compiled  # one per shape, reused
