@@ -6,7 +6,8 @@ from the whole-graph cache without running the compiler.
 
 Claims are a real legality test, not a list: the whole graph is taken through IREE's torch
 input path (``--compile-to=input``); if that fails, each (op, argument dtypes/ranks) is, alone,
-once per process.
+once per process. The verdicts are kept in the per-user cache (namespace ``iree-claims``): a
+warm process runs no compiler at all, for claims or for code.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from iree.compiler import version as compiler_version
 
 import sdk
+import sdk.cache
 from sdk.cache import source_digest
 
 from . import compiler
@@ -64,18 +66,53 @@ def _reason(node: torch.fx.Node) -> str | None:
 def sdk_claim_nodes(ctx: sdk.CompileContext, gm: torch.fx.GraphModule):
     if ctx.plugin != "iree_cpu":
         return None
+    key = _claims_key(gm)
+    stored = _claims_store().get(key)
+    if stored is not None:  # a warm process: the verdicts of an earlier one, no compiler run
+        reasons = json.loads(stored)
+    else:
+        reasons = _verdicts(gm)
+        _claims_store().put(key, json.dumps(reasons).encode())
+    return {
+        node: sdk.Support.yes()
+        if reasons.get(node.name) is None
+        else sdk.Support.no(reasons[node.name])
+        for node in gm.graph.nodes
+        if node.op == "call_function"
+    }
+
+
+def _verdicts(gm: torch.fx.GraphModule) -> dict[str, str | None]:
+    """Each call node's refusal reason (None: claimed)."""
     whole = compiler.legal_graph(gm)  # one check for the graph: most graphs pass whole
-    claims = {}
+    reasons: dict[str, str | None] = {}
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         if node.target.__name__ == "getitem":  # follows the multi-output op it reads
-            source = node.args[0]
-            claims[node] = claims.get(source, sdk.Support.no("its source is not claimed"))
+            source = reasons.get(node.args[0].name, "its source is not claimed")
+            reasons[node.name] = None if source is None else "its source is not claimed"
             continue
-        reason = compiler.tensor_valued(node) or (None if whole else _reason(node))
-        claims[node] = sdk.Support.yes() if reason is None else sdk.Support.no(reason)
-    return claims
+        reasons[node.name] = compiler.tensor_valued(node) or (None if whole else _reason(node))
+    return reasons
+
+
+def _claims_key(gm: torch.fx.GraphModule) -> str:
+    """What the verdicts depend on: the graph, its values' shapes and dtypes, the compiler."""
+    vals = [(n.name, _describe(n.meta.get("val"))) for n in gm.graph.nodes]
+    return sdk.cache.stable_hash("claims", _cache_key(), gm.code, repr(vals))
+
+
+def _describe(val: object) -> object:
+    if isinstance(val, torch.Tensor):
+        return (tuple(str(d) for d in val.shape), str(val.dtype))
+    if isinstance(val, (tuple, list)):
+        return [_describe(v) for v in val]
+    return repr(val)
+
+
+def _claims_store() -> sdk.cache.DiskCache:
+    return sdk.cache.DiskCache("iree-claims")
 
 
 def _pack(vmfb: bytes, where: list[int | None]) -> bytes:
