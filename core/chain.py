@@ -25,7 +25,7 @@ program) and the chain is its whole-graph fallback.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -98,22 +98,30 @@ def _claims(
         return {n.name: session.broken for n in calls}
     s = session.peer(plugin)
     c = s.context(ctx.graph_kind, ctx.graph_name, ctx.device_type)
-    if s.info.kind == PluginKind.CODEGEN:
-        if plugin != ctx.plugin and ctx.device_type not in s.info.device_types:
-            # its kernels would get this graph's tensors (graph-level plugins get copies)
-            why = f"sdk:{plugin} runs on {', '.join(s.info.device_types)}, not {ctx.device_type}"
-            return {n.name: why for n in calls}
-        return {n.name: refusal(n, s.hooks, c) for n in calls}
+    kernel_level = s.info.kind == PluginKind.CODEGEN
+    if kernel_level and plugin != ctx.plugin and ctx.device_type not in s.info.device_types:
+        # its kernels would get this graph's tensors (graph-level plugins get copies)
+        why = f"sdk:{plugin} runs on {', '.join(s.info.device_types)}, not {ctx.device_type}"
+        return {n.name: why for n in calls}
+    hook = "sdk_op_support" if kernel_level else "sdk_claim_nodes"
     try:
-        answer = s.hooks.sdk_claim_nodes(ctx=c, gm=gm)
+        if kernel_level:
+            return {n.name: refusal(n, s.hooks, c) for n in calls}
+        return _graph_claims(s.hooks.sdk_claim_nodes(ctx=c, gm=gm), calls)
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - a claim hook that raises claims nothing
-        report.hook_faults.append(
-            session.registry.fault(plugin, "sdk_claim_nodes", exc.__cause__ or exc, strict(c))
-        )
-        return {n.name: f"its sdk_claim_nodes raised: {exc}" for n in calls}
-    answer = answer or {}
+        cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+        report.hook_faults.append(session.registry.fault(plugin, hook, cause, strict(c)))
+        return {n.name: f"its {hook} raised {type(cause).__name__}: {cause}" for n in calls}
+
+
+def _graph_claims(answer: Any, calls: list[torch.fx.Node]) -> Claims:
+    """A graph-level plugin's ``sdk_claim_nodes`` answer as claims (None: claims nothing)."""
+    if answer is None:
+        answer = {}
+    if not isinstance(answer, Mapping):
+        raise TypeError(f"sdk_claim_nodes returned {type(answer).__name__}, not a mapping")
     out: Claims = {}
     for n in calls:
         verdict = answer.get(n)

@@ -204,11 +204,20 @@ def test_min_partition_size_gives_small_islands_to_the_next_plugin(chain_world):
     assert ("picky", "partition smaller than min_partition_size=2") in exp.refusals
 
 
-def test_a_claim_hook_that_raises_claims_nothing(make_plugin, fake_dist, use_registry):
-    source = """
+@pytest.mark.parametrize(
+    ("body", "warning"),
+    [
+        ('raise ValueError("claims broken")', "claims broken"),
+        ("return [1, 2]", "not a mapping"),
+    ],
+)
+def test_a_claim_hook_that_raises_claims_nothing(
+    make_plugin, fake_dist, use_registry, body, warning
+):
+    source = f"""
         @sdk.hookimpl
         def sdk_claim_nodes(ctx, gm):
-            raise ValueError("claims broken")
+            {body}
 
         @sdk.hookimpl
         def sdk_compile_subgraph(ctx, gm, example_inputs):
@@ -216,7 +225,7 @@ def test_a_claim_hook_that_raises_claims_nothing(make_plugin, fake_dist, use_reg
     """
     module = make_plugin(source, name="broken_claims", kind="GRAPH")
     use_registry(fake_dist("acme-broken", {"broken_claims": module}))
-    with pytest.warns(sdk.PluginHookWarning, match="claims broken"):
+    with pytest.warns(sdk.PluginHookWarning, match=warning):
         report = _compare(mlp_tanh, sdk.backend("broken_claims", chain=["cpu_cpp"]), (4, 8), (8, 8))
     assert not report.fallbacks and {k.plugin for k in report.kernels} == {"cpu_cpp"}
     assert any(h.hook == "sdk_claim_nodes" for h in report.hook_faults), str(report)
