@@ -33,7 +33,7 @@ import torch
 
 from sdk.plugin import Capability, CompileContext, Support
 
-from .ir.expr import (
+from ..ir.expr import (
     TRANSCENDENTAL,
     Expr,
     IndexValue,
@@ -45,10 +45,10 @@ from .ir.expr import (
     subs_index,
     walk,
 )
-from .ir.graph import ExternNode, Node
-from .ir.index import numel_hint, simplify_divmod, size_hint, size_symbols, var
-from .ir.kernel import BufferArg, Kernel, Layout, Reduction, Stage, Store
-from .lowering import cast, reshape_reindex
+from ..ir.graph import ExternNode, Node
+from ..ir.index import numel_hint, simplify_divmod, size_hint, size_symbols, var
+from ..ir.kernel import BufferArg, Kernel, Layout, Reduction, Stage, Store
+from ..lowering import cast, reshape_reindex
 
 
 @dataclass(frozen=True)
