@@ -22,15 +22,15 @@ them) and reduction results become ``LocalRef`` s of later stages.
 The package: :mod:`.groups` (groups and how a node fits their loops), :mod:`.inline`
 (producers recomputed in their readers before fusion), :mod:`.fusion` (the search,
 :class:`Scheduler`) and :mod:`.builder` (a group -> a kernel). This module exports what the
-rest of the core uses.
+rest of the tree uses (the old module's ``__all__``, and what core/program.py and the tests
+import).
 """
 
 from __future__ import annotations
 
-from .builder import _Builder, _loop_order, kernel_name, kernel_size_args
+from .builder import _Builder, _loop_order, kernel_name
 from .fusion import Scheduler
 from .groups import Decision, FusionGroup, Group
-from .inline import inline_producers
 
 __all__ = [
     "Decision",
@@ -39,7 +39,5 @@ __all__ = [
     "Scheduler",
     "_Builder",
     "_loop_order",
-    "inline_producers",
     "kernel_name",
-    "kernel_size_args",
 ]
