@@ -140,7 +140,7 @@ def _build(
     fns = _compile(session, ctx, sources)
 
     compiled = dict(zip((k.name for k in kernels), fns))
-    wrapper = _codegen(L, program, compiled, outputs, layouts)
+    wrapper = _WrapperWriter(L, program, compiled, outputs, layouts).write()
     fn = wrapper.materialize(ctx.graph_name)
     parts = ProgramParts(
         kernels=[
@@ -405,93 +405,129 @@ class Wrapper:
         return call
 
 
-def _codegen(
-    L: Lowerer,
-    program: list,
-    compiled: dict[str, Callable],
-    outputs: list[tuple],
-    layouts: dict[str, Layout],
-) -> Wrapper:
-    _, empty_fast, _, is_current = buffer_ops(L.device)
-    copy_of = {host.buffer: dev for dev, (host, _) in L.host.items()}  # host -> device copy
-    named: dict[str, Any] = {}
-    consts: dict[int, str] = {}
+class _WrapperWriter:
+    """Writes the source of one program's wrapper: ``call(args)``, which binds the inputs,
+    runs every kernel and library call in order and returns the outputs.
 
-    def const(x: Any) -> str:
+    :meth:`write` calls one method per part of that function, in the order the lines come.
+    The parts share what the source names (the ``_cN`` objects, :meth:`_const`), the memory
+    plan, and what the per-call guard must learn from the source: the inputs whose strides
+    it bakes in, and those a kernel reads (:meth:`_wrapper`).
+    """
+
+    def __init__(
+        self,
+        L: Lowerer,
+        program: list,
+        compiled: dict[str, Callable],
+        outputs: list[tuple],
+        layouts: dict[str, Layout],
+    ) -> None:
+        self.L, self.program, self.compiled = L, program, compiled
+        self.outputs, self.layouts = outputs, layouts
+        self.copy_of = {host.buffer: dev for dev, (host, _) in L.host.items()}  # host -> device
+        self.named: dict[str, Any] = {}
+        self._consts: dict[int, str] = {}
+        out_bufs = {b for kind, b, _ in outputs if kind in ("buf", "view")}
+        self.mem = plan_memory(program, layouts, out_bufs, {n for n, _ in L.inputs if n})
+        # device copies of host values, made where (and only if) a kernel or output reads one:
+        # a copy costs a host-device transfer per call, and cannot be captured in a CUDA graph
+        self.read = set(out_bufs)
+        for step in program:
+            self.read |= {a.name for a in step.args} if isinstance(step, Kernel) else step.reads
+        # inputs whose strides something here bakes in: read by a kernel (which also
+        # assumes the pointer's alignment), or re-viewed with fixed strides; the others only
+        # reach library calls whole
+        self.baked: set[str] = set()
+        self.kernel_read: set[str] = set()
+        self.input_names = {n for n, _ in L.inputs if n}
+        # buffers whose storage offset at run time is their layout's: inputs (Dynamo guards
+        # it) and what the kernels write (the memory plan places them)
+        self.placed = self.input_names | {
+            a.name for k in program if isinstance(k, Kernel) for a in k.args if a.role != "in"
+        }
+        self.lines = ["def call(args):"]
+
+    def write(self) -> Wrapper:
+        """The wrapper: its prologue, each step between the memory plan's lines, the return."""
+        self._prologue()
+        for i, step in enumerate(self.program):
+            self._emit(self.mem.before.get(i, []))
+            if isinstance(step, Kernel):
+                self._launch(step)
+            else:
+                self._call_extern(i, step)
+            self._emit(self.mem.after.get(i, []))
+        self._return_outputs()
+        return self._wrapper()
+
+    def _emit(self, lines: list[str]) -> None:
+        """The memory plan's lines (allocations, frees) at the function's indentation."""
+        for line in lines:
+            self.lines.append("    " + line)
+
+    def _const(self, x: Any) -> str:
+        """The name the source calls ``x`` by (an object it cannot spell: a kernel, an op, a
+        tensor, ``inf``); one name per object, numbered in the order first used."""
         key = id(x)
-        if key not in consts:
-            consts[key] = f"_c{len(consts)}"
-            named[consts[key]] = x
-        return consts[key]
+        if key not in self._consts:
+            self._consts[key] = f"_c{len(self._consts)}"
+            self.named[self._consts[key]] = x
+        return self._consts[key]
 
-    out_bufs = {b for kind, b, _ in outputs if kind in ("buf", "view")}
-    mem = plan_memory(program, layouts, out_bufs, {n for n, _ in L.inputs if n})
-
-    # device copies of host values, made where (and only if) a kernel or output reads one:
-    # a copy costs a host-device transfer per call, and cannot be captured in a CUDA graph
-    read = set(out_bufs)
-    for step in program:
-        read |= {a.name for a in step.args} if isinstance(step, Kernel) else step.reads
-
-    def device_copy(host: str) -> list[str]:
-        dev = copy_of.get(host)
-        if dev not in read:
+    def _device_copy(self, host: str) -> list[str]:
+        """The line that copies host value ``host`` to the device, if anything reads the copy."""
+        dev = self.copy_of.get(host)
+        if dev not in self.read:
             return []
-        if host in L.constants:
+        if host in self.L.constants:
             return [f"    {dev} = {host}_src.get(_dev)"]
         return [f"    {dev} = {host}.to(_dev).contiguous()"]
 
-    lines = ["def call(args):"]
-    if empty_fast is not None and is_current is not None:
-        # the fast allocator allocates on the current device: another may be current
-        lines.append("    _empty = _empty_fast if _is_current() else _empty_any")
-    for i, (name, _spec) in enumerate(L.inputs):
-        if name:
-            lines.append(f"    {name} = args[{i}]")
-            lines += device_copy(name)
-    for name in L.constants:
-        lines += device_copy(name)
-    if L.needs_seed:
-        lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
-    if is_symbolic(L.specs):
-        # the size symbols' values, read from the inputs (the guard checked they fit)
-        for sym, src in size_bindings(L.specs).items():
-            lines.append(f"    {sym.name} = {src}")
+    def _prologue(self) -> None:
+        """Everything before the first step: the allocator, the inputs (and their device
+        copies), the RNG seed, and the size symbols' values for this call."""
+        L, lines = self.L, self.lines
+        _, empty_fast, _, is_current = buffer_ops(L.device)
+        if empty_fast is not None and is_current is not None:
+            # the fast allocator allocates on the current device: another may be current
+            lines.append("    _empty = _empty_fast if _is_current() else _empty_any")
+        for i, (name, _spec) in enumerate(L.inputs):
+            if name:
+                lines.append(f"    {name} = args[{i}]")
+                lines += self._device_copy(name)
+        for name in L.constants:
+            lines += self._device_copy(name)
+        if L.needs_seed:
+            lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
+        if is_symbolic(L.specs):
+            # the size symbols' values, read from the inputs (the guard checked they fit)
+            for sym, src in size_bindings(L.specs).items():
+                lines.append(f"    {sym.name} = {src}")
 
-    # inputs whose strides something here bakes in: read by a kernel (which also
-    # assumes the pointer's alignment), or re-viewed with fixed strides; the others only
-    # reach library calls whole
-    baked: set[str] = set()
-    kernel_read: set[str] = set()
-    input_names = {n for n, _ in L.inputs if n}
-
-    # buffers whose storage offset at run time is their layout's: inputs (Dynamo guards
-    # it) and what the kernels write (the memory plan places them)
-    placed = input_names | {
-        a.name for k in program if isinstance(k, Kernel) for a in k.args if a.role != "in"
-    }
-
-    def restrided(buf: str, layout: Layout, *, result: bool = False) -> str:
+    def _restrided(self, buf: str, layout: Layout, *, result: bool = False) -> str:
         """A view of ``buf``. An intermediate is reinterpreted in place (no autograd view
         record); a result is a real view, as eager's would be."""
-        delta = static(sympy.expand(sympy.sympify(layout.offset) - layouts[buf].offset))
+        delta = static(sympy.expand(sympy.sympify(layout.offset) - self.layouts[buf].offset))
         sizes, strides = print_sizes(layout.sizes), print_sizes(layout.strides)
-        if buf in placed and not result:
+        if buf in self.placed and not result:
             return f"_view({buf}, {sizes}, {strides}, {print_size(delta)})"
         offset = print_size(layout.offset)
-        if buf in input_names:
+        if buf in self.input_names:
             offset = f"{buf}.storage_offset()" + (f" + {print_size(delta)}" if delta != 0 else "")
         return f"_as_strided({buf}, {sizes}, {strides}, {offset})"
 
-    def arg_expr(x: Any) -> str:
+    def _arg(self, x: Any) -> str:
+        """A library call's argument as source: a buffer (viewed where its layout is not the
+        buffer's), a literal, a symbolic size, or a named object."""
         if isinstance(x, StorageView):
-            base = layouts[x.buffer]
+            base = self.layouts[x.buffer]
             if x.layout == base:
                 return x.buffer
-            baked.add(x.buffer)
-            return restrided(x.buffer, x.layout)
+            self.baked.add(x.buffer)
+            return self._restrided(x.buffer, x.layout)
         if isinstance(x, (list, tuple)):
-            inner = ", ".join(arg_expr(y) for y in x)
+            inner = ", ".join(self._arg(y) for y in x)
             return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
         if isinstance(x, sympy.Expr):  # a symbolic size handed to a library call
             return print_size(x)
@@ -499,89 +535,102 @@ def _codegen(
             return (
                 repr(x)
                 if not (isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))))
-                else const(x)
+                else self._const(x)
             )
-        return const(x)
+        return self._const(x)
 
-    for i, step in enumerate(program):
-        for line in mem.before.get(i, []):
-            lines.append("    " + line)
-        if isinstance(step, Kernel):
-            baked.update(a.name for a in step.args)
-            kernel_read.update(a.name for a in step.args)
-            fname = const(compiled[step.name])
-            call_args = [a.name for a in step.args] + [s.name for s in step.size_args]
-            lines.append(f"    {fname}({', '.join(call_args)})")
+    def _launch(self, step: Kernel) -> None:
+        """A kernel's launch: its buffers, then its size arguments. A kernel bakes in the
+        strides (and alignment) of every input it reads."""
+        self.baked.update(a.name for a in step.args)
+        self.kernel_read.update(a.name for a in step.args)
+        fname = self._const(self.compiled[step.name])
+        call_args = [a.name for a in step.args] + [s.name for s in step.size_args]
+        self.lines.append(f"    {fname}({', '.join(call_args)})")
+
+    def _call_extern(self, i: int, step: ExternNode) -> None:
+        """A library call, or its in-place form where the memory plan chose one (the report
+        then names the in-place op that runs)."""
+        L = self.L
+        in_place = self.mem.extern_in_place.get(i)
+        if in_place is not None and step.name in L.extern_report:
+            at = L.extern_report[step.name]
+            L.externs[at] = ExternReport(op_name(in_place), L.externs[at].node)
+        op = self._const(_callable(step) if in_place is None else in_place)
+        call_args = ", ".join(self._arg(a) for a in step.args)
+        kw = ", ".join(f"{k}={self._arg(v)}" for k, v in step.kwargs.items())
+        call = f"{op}({call_args}{', ' if call_args and kw else ''}{kw})"
+        names = [o[0] if o else "_" for o in step.outputs]
+        if in_place is not None:
+            # its output is its first argument, in the layout planned for it
+            self.lines.append(f"    {call}  # {in_place}")
+            return
+        if step.multi_output:
+            self.lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {call}")
         else:
-            in_place = mem.extern_in_place.get(i)
-            if in_place is not None and step.name in L.extern_report:
-                at = L.extern_report[step.name]
-                L.externs[at] = ExternReport(op_name(in_place), L.externs[at].node)
-            op = const(_callable(step) if in_place is None else in_place)
-            call_args = ", ".join(arg_expr(a) for a in step.args)
-            kw = ", ".join(f"{k}={arg_expr(v)}" for k, v in step.kwargs.items())
-            call = f"{op}({call_args}{', ' if call_args and kw else ''}{kw})"
-            names = [o[0] if o else "_" for o in step.outputs]
-            if in_place is not None:
-                # its output is its first argument, in the layout planned for it
-                lines.append(f"    {call}  # {in_place}")
-                for line in mem.after.get(i, []):
-                    lines.append("    " + line)
+            self.lines.append(f"    {names[0]} = {call}")
+        self._check_extern_outputs(step)
+
+    def _check_extern_outputs(self, step: ExternNode) -> None:
+        """After a library call: copy its host outputs to the device, and give each output
+        read later the strides the kernels index it with (the op may have chosen others)."""
+        lines = self.lines
+        for out in step.outputs:
+            if out and out[0] in self.copy_of:
+                lines += self._device_copy(out[0])
                 continue
-            if step.multi_output:
-                lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {call}")
-            else:
-                lines.append(f"    {names[0]} = {call}")
-            for out in step.outputs:
-                if out and out[0] in copy_of:
-                    lines += device_copy(out[0])
-                    continue
-                if not out or out[0] not in read:
-                    continue  # unused (an attention op may even return None for it)
-                if step.target in COLLECTIVE_OPS:
-                    continue  # not ready until its wait: the wait's output is checked
-                # (a size symbol is >= 2)
-                dims = [d for d, n in enumerate(out[1].sizes) if not is_static(n) or n > 1]
-                if dims:
-                    # kernels index this buffer with the strides the trace gave it; an
-                    # op that chose others (they may follow its inputs') is copied into them
-                    name, lay = out
-                    got = ", ".join(f"{name}.stride({d})" for d in dims)
-                    want = ", ".join(print_size(lay.strides[d]) for d in dims)
-                    lines.append(f"    if {name} is not None and ({got},) != ({want},):")
-                    lines.append(f"        {name} = _restride({name}, {print_sizes(lay.strides)})")
-        for line in mem.after.get(i, []):
-            lines.append("    " + line)
+            if not out or out[0] not in self.read:
+                continue  # unused (an attention op may even return None for it)
+            if step.target in COLLECTIVE_OPS:
+                continue  # not ready until its wait: the wait's output is checked
+            # (a size symbol is >= 2)
+            dims = [d for d, n in enumerate(out[1].sizes) if not is_static(n) or n > 1]
+            if dims:
+                # kernels index this buffer with the strides the trace gave it; an
+                # op that chose others (they may follow its inputs') is copied into them
+                name, lay = out
+                got = ", ".join(f"{name}.stride({d})" for d in dims)
+                want = ", ".join(print_size(lay.strides[d]) for d in dims)
+                lines.append(f"    if {name} is not None and ({got},) != ({want},):")
+                lines.append(f"        {name} = _restride({name}, {print_sizes(lay.strides)})")
 
-    rets = []
-    for kind, buf, layout in outputs:
-        if kind == "buf":
-            rets.append(buf)
-        elif kind == "view":
-            base = layouts[buf]
-            if layout != base:
-                baked.add(buf)
-            rets.append(buf if layout == base else restrided(buf, layout, result=True))
-        elif isinstance(buf, sympy.Expr):  # a symbolic size (saved for the backward)
-            rets.append(print_size(buf))
-        else:
-            rets.append(const(buf))
-    lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-    return Wrapper(
-        "\n".join(lines),
-        named,
-        dict(L.constants),
-        tuple(n for n in L.constants if n in copy_of),
-        str(L.device),
-        layout_free=frozenset(
-            i
-            for i, (name, _) in enumerate(L.inputs)
-            if name and name not in baked and name not in copy_of
-        ),
-        kernel_read=frozenset(
-            i for i, (name, _) in enumerate(L.inputs) if name and name in kernel_read
-        ),
-    )
+    def _return_outputs(self) -> None:
+        """The return: each graph output as a buffer, a view of one, a size or a constant."""
+        rets = []
+        for kind, buf, layout in self.outputs:
+            if kind == "buf":
+                rets.append(buf)
+            elif kind == "view":
+                base = self.layouts[buf]
+                if layout != base:
+                    self.baked.add(buf)
+                rets.append(buf if layout == base else self._restrided(buf, layout, result=True))
+            elif isinstance(buf, sympy.Expr):  # a symbolic size (saved for the backward)
+                rets.append(print_size(buf))
+            else:
+                rets.append(self._const(buf))
+        self.lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+
+    def _wrapper(self) -> Wrapper:
+        """The source with what it names, and what the per-call guard needs: the inputs
+        whose layout nothing here bakes in (``layout_free``: their sizes alone are checked)
+        and those a kernel reads (``kernel_read``: their alignment is checked too)."""
+        L = self.L
+        return Wrapper(
+            "\n".join(self.lines),
+            self.named,
+            dict(L.constants),
+            tuple(n for n in L.constants if n in self.copy_of),
+            str(L.device),
+            layout_free=frozenset(
+                i
+                for i, (name, _) in enumerate(L.inputs)
+                if name and name not in self.baked and name not in self.copy_of
+            ),
+            kernel_read=frozenset(
+                i for i, (name, _) in enumerate(L.inputs) if name and name in self.kernel_read
+            ),
+        )
 
 
 #: ATen ops whose public ``torch`` function runs the same overload with less per-call host

@@ -20,6 +20,8 @@ from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: F401 (the SDK's pytree)
 
+from ..ir.symbols import FloorDiv, Mod, size_var
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 OpOverload = torch._ops.OpOverload
@@ -404,8 +406,6 @@ def sym_size(x: Any) -> Any:
 def _to_index_expr(e: Any) -> Any:
     import sympy
     from torch.utils._sympy import functions as tf
-
-    from ..ir.index import FloorDiv, Mod, size_var
 
     if e.is_Integer:
         return int(e)

@@ -3,7 +3,8 @@
 Views become index expressions built from ``+``, ``*``, integer constants and
 two functions, :class:`FloorDiv` and :class:`Mod`, both defined for
 non-negative operands (so C's ``/`` and ``%`` and Python's ``//`` and ``%``
-agree). :func:`print_index` renders an index for C-like or Python-like targets.
+agree); they and the symbols are defined in :mod:`.symbols` and exported from here.
+:func:`print_index` renders an index for C-like or Python-like targets.
 """
 
 from __future__ import annotations
@@ -17,11 +18,8 @@ from typing import Any
 import sympy
 import torch
 
-
-def var(name: str) -> sympy.Symbol:
-    """A loop variable (or indirect index), integer and non-negative."""
-    return sympy.Symbol(name, integer=True, nonnegative=True)
-
+from ..adapters.torch_private import size_hint_of, sym_size
+from .symbols import FloorDiv, Mod, size_var, var  # noqa: F401 - size_var, var: exported here
 
 # -- symbolic sizes -------------------------------------------------------------------
 #
@@ -41,11 +39,6 @@ _HINTS: contextvars.ContextVar[Mapping[sympy.Symbol, int] | None] = contextvars.
 )
 
 
-def size_var(name: str) -> sympy.Symbol:
-    """A size symbol: an integer >= 2 known at run time."""
-    return sympy.Symbol(name, integer=True, positive=True)
-
-
 def is_static(x: Any) -> bool:
     """True for a size known when compiling (an int, or a sympy integer)."""
     return isinstance(x, int) or (isinstance(x, sympy.Expr) and x.is_Integer)
@@ -57,8 +50,6 @@ def static(x: Any) -> Any:
     if isinstance(x, sympy.Expr):
         return int(x) if x.is_Integer else x
     if isinstance(x, torch.SymInt):
-        from ..adapters.torch_private import sym_size
-
         return sym_size(x)
     return int(x)
 
@@ -93,8 +84,6 @@ def size_hint(x: Any) -> int:
     if isinstance(x, int):
         return x
     if isinstance(x, torch.SymInt):  # a size during tracing (a plugin's decomposition)
-        from ..adapters.torch_private import size_hint_of
-
         hint = size_hint_of(x)
         if hint is None:
             raise KeyError(f"no hint for the size {x}")
@@ -110,79 +99,6 @@ def size_hint(x: Any) -> int:
 
 def numel_hint(sizes: Any) -> int:
     return math.prod(size_hint(s) for s in sizes)
-
-
-class FloorDiv(sympy.Function):
-    """``a // b`` for a >= 0, b > 0."""
-
-    nargs = 2
-    is_integer = True
-    is_nonnegative = True
-
-    @classmethod
-    def eval(cls, a, b):
-        if b == 1:
-            return a
-        if a == 0:
-            return sympy.Integer(0)
-        if a.is_Integer and b.is_Integer:
-            return sympy.Integer(int(a) // int(b))
-        q = _exact_quotient(a, b)
-        if q is not None:  # (128*s0*s1) // (128*s1) = s0
-            return q
-        if isinstance(a, FloorDiv) and b.is_Integer and a.args[1].is_Integer:
-            return FloorDiv(a.args[0], a.args[1] * b)
-        if b.is_Integer:
-            # pull out terms that are multiples of b: (b*x + y) // b = x + y // b, y >= 0
-            terms = sympy.Add.make_args(a)
-            whole = [t for t in terms if _coeff(t) % int(b) == 0]
-            if whole and all(t.is_nonnegative for t in terms):
-                rest = sympy.Add(*[t for t in terms if t not in whole])
-                return sympy.Add(*[t / b for t in whole]) + FloorDiv(rest, b)
-        return None
-
-
-class Mod(sympy.Function):
-    """``a % b`` for a >= 0, b > 0."""
-
-    nargs = 2
-    is_integer = True
-    is_nonnegative = True
-
-    @classmethod
-    def eval(cls, a, b):
-        if b == 1 or a == 0:
-            return sympy.Integer(0)
-        if a.is_Integer and b.is_Integer:
-            return sympy.Integer(int(a) % int(b))
-        if _exact_quotient(a, b) is not None:
-            return sympy.Integer(0)
-        if b.is_Integer:
-            terms = sympy.Add.make_args(a)
-            keep = [t for t in terms if _coeff(t) % int(b) != 0]
-            if len(keep) != len(terms) and all(t.is_nonnegative for t in terms):
-                return Mod(sympy.Add(*keep), b)
-        return None
-
-
-def _exact_quotient(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
-    """``a / b`` where ``b`` divides ``a`` for every value of the symbols (the quotient is a
-    polynomial with integer coefficients), else None."""
-    if b.is_Integer or not b.free_symbols:
-        return None
-    q = sympy.cancel(a / b)
-    if sympy.fraction(q)[1] != 1 or not q.is_polynomial():
-        return None
-    if q.free_symbols and not all(
-        c.is_Integer for c in sympy.Poly(q, *sorted(q.free_symbols, key=lambda s: s.name)).coeffs()
-    ):
-        return None
-    return q
-
-
-def _coeff(term: sympy.Expr) -> int:
-    c, _ = term.as_coeff_Mul()
-    return int(c) if c.is_Integer else 1
 
 
 def simplify_divmod(expr: sympy.Expr) -> sympy.Expr:

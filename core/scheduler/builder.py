@@ -1,0 +1,447 @@
+"""The kernel builder: one fused group -> one :class:`~sdk.core.ir.kernel.Kernel`.
+
+:class:`_Builder` maps each member's loops onto the group's, inlines pointwise members
+into their readers, orders reductions into stages and emits the stores; the fusion search
+also runs it on a trial group to see whether a merge can be built at all
+(:class:`_NotFusable`). The helpers below it finish the kernel: linear indices, the loop
+order, the arguments, the size symbols and the kernel's name.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import sympy
+import torch
+
+from sdk.plugin import Capability
+
+from ..ir.expr import (
+    Expr,
+    IndexValue,
+    Load,
+    LocalRef,
+    Op,
+    loads,
+    rewrite,
+    subs_index,
+    walk,
+)
+from ..ir.graph import Node
+from ..ir.index import numel_hint, simplify_divmod, size_symbols, var
+from ..ir.kernel import BufferArg, Kernel, Layout, Reduction, Stage, Store
+from ..lowering import cast, reshape_reindex
+from .groups import Group, _fits, _squeeze
+from .inline import _value_at
+
+if TYPE_CHECKING:
+    from .fusion import Scheduler
+
+
+class _NotFusable(Exception):
+    pass
+
+
+class _Builder:
+    """Turns a group into one kernel."""
+
+    def __init__(self, sched: Scheduler, group: Group) -> None:
+        self.s, self.g = sched, group
+        self.xs = tuple(var(f"x{i}") for i in range(len(group.X)))
+        self.rs = tuple(var(f"r{i}") for i in range(len(group.R)))
+        self.members = {n.name: n for n in group.members}
+        self._resolved: dict[str, Expr] = {}
+        self._level: dict[str, int] = {}
+        self._inlined: dict[tuple, Expr] = {}
+        self._mapping_stack: set[str] = set()
+
+    def _mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
+        """Node vars -> group vars (size-1 dims -> 0)."""
+        kind = _fits(node, self.g.X, self.g.R)
+        if kind is None:
+            raise _NotFusable(f"{node.name} does not fit the group's loops")
+        if kind == "permuted":
+            return self._mapping_from_readers(node)
+        if kind == "red":
+            coords = iter(self.xs + self.rs)
+        else:
+            target = self.g.X if kind == "outer" else self.g.X + self.g.R
+            gvars = self.xs if kind == "outer" else self.xs + self.rs
+            sq = _squeeze(node.sizes)
+            if sq == target:
+                coords = iter(gvars)
+            else:  # another shape of the same elements: unravel the group's index
+                coords = iter(reshape_reindex(sq, target)(gvars))
+        mapping: dict[sympy.Symbol, sympy.Expr] = {}
+        for v, s in zip(node.vars, node.sizes):
+            mapping[v] = sympy.Integer(0) if s == 1 else next(coords)
+        group_vars = coords
+        if node.is_reduction:
+            for v, s in zip(node.rvars, node.rsizes):
+                mapping[v] = sympy.Integer(0) if s == 1 else next(group_vars)
+        return mapping
+
+    def _mapping_from_readers(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
+        """Node vars -> group vars, taken from a group member that reads ``node`` with
+        every one of the group's loops in some position of the index (a transpose)."""
+        if node.name in self._mapping_stack:
+            raise _NotFusable(f"{node.name} is read only through itself")
+        self._mapping_stack.add(node.name)
+        try:
+            wanted = set(self.xs + self.rs)
+            for r in self.g.members:
+                if r is node or node.name not in r.reads:
+                    continue
+                try:
+                    rm = self._mapping(r)
+                except _NotFusable:
+                    continue
+                for ld in loads(r.value):
+                    if ld.buffer != node.name or not isinstance(ld.index, tuple) or ld.binds:
+                        continue
+                    idx = [sympy.expand(sympy.sympify(i).xreplace(rm)) for i in ld.index]
+                    used = [i for i, sz in zip(idx, node.sizes) if sz != 1]
+                    if set(used) == wanted and len(used) == len(wanted):
+                        return {
+                            v: (sympy.Integer(0) if sz == 1 else i)
+                            for v, i, sz in zip(node.vars, idx, node.sizes)
+                        }
+        finally:
+            self._mapping_stack.discard(node.name)
+        raise _NotFusable(
+            f"{node.name} is a transpose of the group's loops that no member reads plainly"
+        )
+
+    def store_index(self, node: Node) -> tuple[sympy.Expr, ...]:
+        m = self._mapping(node)
+        return tuple(m[v] for v in node.vars)
+
+    def resolved(self, node: Node) -> Expr:
+        """The node's value in group vars, with group-local reads inlined or LocalRef'd."""
+        hit = self._resolved.get(node.name)
+        if hit is not None:
+            return hit
+        expr = subs_index(node.value, self._mapping(node))
+        expr = self._resolve_reads(expr)
+        self._resolved[node.name] = expr
+        return expr
+
+    def _resolve_reads(self, expr: Expr) -> Expr:
+        def fn(e: Expr) -> Expr | None:
+            if isinstance(e, Load) and isinstance(e.index, tuple) and e.buffer in self.members:
+                p = self.members[e.buffer]
+                if p.is_reduction:
+                    if tuple(sympy.expand(i) for i in e.index) != tuple(
+                        sympy.expand(i) for i in self.store_index(p)
+                    ):
+                        raise _NotFusable(f"reads the reduction {p.name} at another outer point")
+                    return LocalRef(p.name, self.result_dtype(p))
+                # inline: p's value at the reader's index, its own reads resolved too
+                key = (p.name, e.index, e.binds)
+                hit = self._inlined.get(key)
+                if hit is None:
+                    if e.binds and any(isinstance(x, IndexValue) for x in walk([p.value])):
+                        raise _NotFusable(
+                            f"{p.name} computes an index value and is read at a gathered index"
+                        )
+                    at = _value_at(p, e)
+                    # rounded to p's dtype, exactly as if it had been stored and loaded
+                    hit = self._inlined[key] = cast(self._resolve_reads(at), p.dtype)
+                return hit
+            return None
+
+        return rewrite(expr, fn)
+
+    def result_dtype(self, node: Node) -> torch.dtype:
+        if node.reduce_op in ("argmax", "argmin"):
+            return torch.int64
+        if node.reduce_op in ("any", "all"):
+            return torch.bool
+        return node.value.dtype
+
+    def levels(self) -> dict[str, int]:
+        """Stage level of each reduction (0: needs no other reduction of the group)."""
+        for n in self.g.members:
+            if n.is_reduction:
+                self._level_of(n)
+            else:
+                self.resolved(n)
+        return dict(self._level)
+
+    def _level_of(self, n: Node) -> int:
+        if n.name in self._level:
+            return self._level[n.name]
+        refs = [r for r in walk([self.resolved(n)]) if isinstance(r, LocalRef)]
+        lvl = 1 + max((self._level_of(self.members[r.name]) for r in refs), default=-1)
+        self._level[n.name] = lvl
+        return lvl
+
+    def _needs(self, e: Expr) -> int:
+        """Level after which ``e`` can be evaluated (-1: any time)."""
+        refs = [r for r in walk([e]) if isinstance(r, LocalRef)]
+        return max((self._level_of(self.members[r.name]) for r in refs), default=-1)
+
+    def kernel(
+        self, name: str, stored: set[str], layouts: dict[str, Layout], origins: tuple[str, ...]
+    ) -> Kernel:
+        self.levels()
+        inner: dict[int, Stage] = {}
+        outer: dict[int, Stage] = {}
+
+        def inner_stage(lvl: int) -> Stage:
+            return inner.setdefault(lvl, Stage(self.rs, self.g.R))
+
+        def outer_stage(lvl: int) -> Stage:
+            return outer.setdefault(lvl, Stage((), ()))
+
+        for n in self.g.members:
+            if n.is_reduction:
+                lvl = self._level[n.name]
+                value = self.resolved(n)
+                inner_stage(lvl).reductions.append(
+                    Reduction(n.name, n.reduce_op, value, self.result_dtype(n))
+                )
+                if n.name in stored:
+                    ref = LocalRef(n.name, self.result_dtype(n))
+                    outer_stage(lvl).stores.append(
+                        Store(
+                            n.name, layouts[n.name].linear(self.store_index(n)), n.store_value(ref)
+                        )
+                    )
+            elif n.name in stored:
+                value = n.store_value(self.resolved(n))
+                kind = _fits(n, self.g.X, self.g.R)
+                need = self._needs(value)
+                stage = (
+                    inner_stage(need + 1) if kind in ("inner", "permuted") else outer_stage(need)
+                )
+                stage.stores.append(
+                    Store(n.name, layouts[n.name].linear(self.store_index(n)), value)
+                )
+        if self.s.ctx.has(Capability.STORE_THEN_LOAD):
+            self._reuse_across_stages(inner, layouts)
+        stages: list[Stage] = []
+        top = max(list(inner) + list(outer) + [-1])
+        for lvl in range(-1, top + 1):
+            if lvl in inner:
+                stages.append(inner[lvl])
+            if lvl in outer:
+                stages.append(outer[lvl])
+        stages = [_linearize(st, layouts) for st in stages]
+        args = _arguments(stages, layouts, stored)
+        xs, sizes = _loop_order(self.xs, self.g.X, stages, layouts)
+        return Kernel(name, xs, sizes, stages, args, origins, kernel_size_args(sizes, stages, args))
+
+    def _reuse_across_stages(self, inner: dict[int, Stage], layouts: dict[str, Layout]) -> None:
+        """Store an expensive value once and read it back instead of recomputing it.
+
+        Softmax: stage 1 sums exp(x - max), stage 2 stores exp(x - max) / sum. When the
+        plugin allows a kernel to load, later at the same outer point, what it stored
+        (Capability.STORE_THEN_LOAD), stage 1 also stores exp(x - max) into the output
+        and stage 2 divides what it loads back: one exp per element instead of two.
+        Only where the output's dtype holds the value exactly (no extra rounding).
+        """
+        levels = sorted(inner)
+        for prev, nxt in itertools.pairwise(levels):
+            a, b = inner[prev], inner[nxt]
+            computed = {e for r in a.reductions for e in walk([r.value])}
+            written = [st.buffer for stage in inner.values() for st in stage.stores]
+            for i, store in enumerate(b.stores):
+                if written.count(store.buffer) != 1:
+                    continue
+                node = self.members[store.buffer]
+                cands = [
+                    e
+                    for e in walk([store.value])
+                    if e in computed
+                    and e is not store.value
+                    and e.dtype == layouts[store.buffer].dtype
+                    and _expensive(e)
+                    and _uses(e, self.rs)
+                ]
+                if not cands:
+                    continue
+                best = max(cands, key=lambda e: len(walk([e])))
+                at = self.store_index(node)
+                a.stores.append(Store(store.buffer, store.index, best))
+                back = Load(store.buffer, at, best.dtype)
+                b.stores[i] = Store(
+                    store.buffer,
+                    store.index,
+                    rewrite(
+                        store.value, lambda e, back=back, best=best: back if e == best else None
+                    ),
+                )
+
+
+_EXPENSIVE = frozenset(
+    {
+        "exp",
+        "exp2",
+        "expm1",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "tanh",
+        "sigmoid",
+        "erf",
+        "erfc",
+        "pow",
+        "sin",
+        "cos",
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "atan2",
+        "sqrt",
+        "rsqrt",
+    }
+)
+
+
+def _expensive(e: Expr) -> bool:
+    return any(isinstance(n, Op) and n.name in _EXPENSIVE for n in walk([e]))
+
+
+def _uses(e: Expr, syms: tuple) -> bool:
+    """Does ``e`` read anything at an index that involves one of ``syms``?"""
+    wanted = set(syms)
+    for n in walk([e]):
+        if isinstance(n, Load):
+            index = n.index if isinstance(n.index, tuple) else (n.index,)
+            if any(sympy.sympify(i).free_symbols & wanted for i in index):
+                return True
+        if isinstance(n, IndexValue) and n.expr.free_symbols & wanted:
+            return True
+    return False
+
+
+def _linearize(stage: Stage, layouts: dict[str, Layout]) -> Stage:
+    memo: dict = {}
+
+    def fn(e: Expr) -> Expr | None:
+        if isinstance(e, Load):
+            # indices count from the argument's data pointer, which is at its offset
+            base = layouts[e.buffer]
+            index = base.linear(e.index) if isinstance(e.index, tuple) else e.index
+            binds = tuple((s, rewrite(x, fn, memo), n) for s, x, n in e.binds)
+            return Load(e.buffer, simplify_divmod(index - base.offset), e.dtype, binds)
+        if isinstance(e, IndexValue):
+            return IndexValue(simplify_divmod(e.expr), e.dtype)
+        return None
+
+    return Stage(
+        stage.vars,
+        stage.sizes,
+        [Reduction(r.name, r.op, rewrite(r.value, fn, memo), r.dtype) for r in stage.reductions],
+        [
+            Store(
+                s.buffer,
+                simplify_divmod(s.index - layouts[s.buffer].offset),
+                rewrite(s.value, fn, memo),
+            )
+            for s in stage.stores
+        ],
+    )
+
+
+def _loop_order(
+    xs: tuple, sizes: tuple, stages: list[Stage], layouts: dict[str, Layout]
+) -> tuple[tuple, tuple]:
+    """The outer loops in the memory order of the kernel's largest access.
+
+    Loops are logical (N, C, H, W); a kernel over a channels-last buffer walks it
+    fastest along C, so consecutive iterations touch consecutive addresses. The
+    access that decides is the largest buffer the kernel stores to (else loads
+    from) whose index is affine in the outer loops; loops it does not use go
+    outermost. Renderers see only a permuted ``Kernel.vars``.
+    """
+    if len(xs) < 2:
+        return xs, sizes
+    best: tuple[int, int, sympy.Expr] | None = None
+    wanted = set(xs)
+    for st in stages:
+        accesses = [(s.buffer, s.index, 1) for s in st.stores]
+        for e in walk([r.value for r in st.reductions] + [s.value for s in st.stores]):
+            if isinstance(e, Load) and not e.binds and not isinstance(e.index, tuple):
+                accesses.append((e.buffer, e.index, 0))
+        for buf, index, is_store in accesses:
+            index = sympy.sympify(index)
+            if not index.free_symbols & wanted:
+                continue
+            key = (numel_hint(layouts[buf].sizes), is_store)
+            if best is None or key > best[:2]:
+                best = (*key, index)
+    if best is None:
+        return xs, sizes
+    index = sympy.expand(best[2])
+    coeffs = []
+    for x in xs:
+        c = index.coeff(x)
+        if not c.is_Integer or (index - c * x).has(x):
+            return xs, sizes  # not affine in this loop (a reshape's div/mod): keep
+        coeffs.append(int(c))
+    big = max(abs(c) for c in coeffs) + 1
+    order = sorted(range(len(xs)), key=lambda i: -(abs(coeffs[i]) or big))
+    if order == list(range(len(xs))):
+        return xs, sizes
+    return tuple(xs[i] for i in order), tuple(sizes[i] for i in order)
+
+
+def _arguments(
+    stages: list[Stage], layouts: dict[str, Layout], stored: set[str]
+) -> list[BufferArg]:
+    reads: list[str] = []
+    writes: list[str] = []
+    for st in stages:
+        roots = [r.value for r in st.reductions] + [s.value for s in st.stores]
+        for e in walk(roots):
+            if isinstance(e, Load) and e.buffer not in reads:
+                reads.append(e.buffer)
+        for s in st.stores:
+            if s.buffer not in writes:
+                writes.append(s.buffer)
+    args = [BufferArg(b, layouts[b], "inout" if b in writes else "in") for b in reads]
+    args += [BufferArg(b, layouts[b], "out") for b in writes if b not in reads]
+    return args
+
+
+def kernel_size_args(sizes: tuple, stages: list[Stage], args: list) -> tuple:
+    """The size symbols a kernel's ranges, indices and argument layouts use, by name."""
+    exprs: list[Any] = [*sizes]
+    for st in stages:
+        exprs += [*st.sizes, *(s.index for s in st.stores)]
+        exprs += [
+            e.index
+            for e in walk([r.value for r in st.reductions] + [s.value for s in st.stores])
+            if isinstance(e, Load)
+        ]
+        exprs += [
+            e.expr
+            for e in walk([r.value for r in st.reductions] + [s.value for s in st.stores])
+            if isinstance(e, IndexValue)
+        ]
+    for a in args:
+        exprs += [*a.layout.sizes, *a.layout.strides, a.layout.offset]
+    return tuple(sorted(size_symbols(*exprs), key=lambda s: s.name))
+
+
+def kernel_name(g: Group, prefix: str = "k") -> str:
+    """Readable: named after the ops it fuses."""
+    ops = []
+    for n in g.members:
+        for o in n.origins:
+            parts = o.split(": ", 1)[-1].split(".")
+            short = parts[1] if len(parts) > 1 else parts[0]
+            if short not in ops:
+                ops.append(short)
+    body = "_".join(ops[:4]) + ("_etc" if len(ops) > 4 else "")
+    return f"{prefix}_{body}".replace("-", "_")[:60]

@@ -1,0 +1,349 @@
+"""The fusion search: which groups merge, best saving first.
+
+:class:`Scheduler` starts from one group per computed node (after :func:`inline_producers`),
+ranks the candidate pairs by the bytes a merge saves, checks each (:meth:`Scheduler._legal`,
+then the plugin's ``sdk_can_fuse``) and merges the best legal one until none is left. It
+records every decision for ``explain`` and orders the groups and externs for the program.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from sdk.plugin import Capability, CompileContext, Support
+
+from ..ir.expr import loads
+from ..ir.graph import ExternNode, Node
+from ..ir.index import numel_hint
+from .builder import _Builder, _NotFusable
+from .groups import Decision, FusionGroup, Group, _merged_space, _space
+from .inline import inline_producers
+
+
+class Scheduler:
+    def __init__(
+        self,
+        nodes: list[Node | ExternNode],
+        ctx: CompileContext,
+        hooks: Any,
+        keep: set[str],
+        fusion: bool = True,
+    ) -> None:
+        """``keep``: buffers that must be in memory (graph outputs)."""
+        self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
+        if fusion:
+            nodes = inline_producers(
+                nodes, self.keep, cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS)
+            )
+        self.steps = nodes
+        self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
+        #: buffer -> the computed nodes that read it
+        self._readers: dict[str, list[Node]] = {}
+        for n in self.by_name.values():
+            for buf in n.reads:
+                self._readers.setdefault(buf, []).append(n)
+        self.index = {id(n): i for i, n in enumerate(nodes)}
+        self.groups: list[Group] = [
+            Group(i, [n], *_space(n), self.index[id(n)])
+            for i, n in enumerate(x for x in nodes if isinstance(x, Node))
+        ]
+        self._ids = itertools.count(len(self.groups))
+        self.decisions: list[Decision] = []
+        self._refused: dict[tuple[int, int], str] = {}
+        # buffers read raw (linear index) or by externs must be in memory
+        self.raw_reads: set[str] = set()
+        for n in nodes:
+            if isinstance(n, ExternNode):
+                self.raw_reads |= n.reads
+            else:
+                for ld in loads(n.value):
+                    if not isinstance(ld.index, tuple):
+                        self.raw_reads.add(ld.buffer)
+
+    # -- the fusion loop ------------------------------------------------------
+
+    def run(self) -> list[Group | ExternNode]:
+        """Fuse greedily: the legal pair that saves the most bytes first, until none is left.
+
+        The owner map, the group graph (``_succ``) and the candidate pairs are built
+        once and updated at each merge from the merged group's own reads and readers;
+        each equals what a rebuild from the members would give (the tests compare).
+        """
+        if not self.fusion:
+            return self._ordered()
+        owner = self._owner()
+        self._succ = self._successors(owner)
+        pairs = self._pairs(owner)
+        by_id = {g.id: g for g in self.groups}
+        while True:
+            best = None
+            for (ia, ib), saved in sorted(
+                pairs.items(), key=lambda kv: (-kv[1], by_id[kv[0][0]].order, by_id[kv[0][1]].order)
+            ):
+                if (ia, ib) in self._refused:
+                    continue
+                a, b = by_id[ia], by_id[ib]
+                why = self._legal(a, b, owner)
+                if why is None:
+                    verdicts = self.hooks.sdk_can_fuse(
+                        ctx=self.ctx, first=self.public(a), second=self.public(b)
+                    )
+                    refusals = [v.reason for v in verdicts if isinstance(v, Support) and not v.ok]
+                    if refusals:
+                        why = f"refused by sdk:{self.ctx.plugin}: {'; '.join(refusals)}"
+                if why is not None:
+                    self._refused[(ia, ib)] = why
+                    self.decisions.append(
+                        Decision(self._label(a), self._label(b), saved, False, why)
+                    )
+                    continue
+                best = (saved, a, b)
+                break
+            if best is None:
+                break
+            saved, a, b = best
+            self.decisions.append(Decision(self._label(a), self._label(b), saved, True))
+            g = self._merge(a, b)
+            del by_id[a.id], by_id[b.id]
+            by_id[g.id] = g
+            for n in g.members:
+                owner[n.name] = g
+            self._contract(a, b, g)
+            self._update_pairs(pairs, a, b, g, owner)
+        return self._ordered()
+
+    def _owner(self) -> dict[str, Group]:
+        return {n.name: g for g in self.groups for n in g.members}
+
+    def _saved(self, buf: str) -> int:
+        """Bytes a vertical fusion over ``buf`` saves: its write and its read, or only the
+        read where it must be in memory anyway."""
+        nbytes = _nbytes(self.by_name[buf])
+        return nbytes if buf in self.keep or buf in self.raw_reads else 2 * nbytes
+
+    def _pairs(self, owner: dict[str, Group]) -> dict[tuple[int, int], int]:
+        """Candidate pairs ``(first.id, second.id)`` (first earlier) -> bytes saved.
+
+        Vertical: one reads what the other writes. Horizontal (1 byte, ranked after every
+        vertical pair): both read a buffer no group writes (an input, an extern's result)
+        that at most 8 groups read; a weight read everywhere makes no siblings.
+        """
+        pairs: dict[tuple[int, int], int] = {}
+        for g in self.groups:
+            self._vertical(pairs, g, owner)
+        for buf in self._readers:
+            if buf not in self.by_name:
+                self._horizontal(pairs, buf, owner)
+        return pairs
+
+    def _vertical(
+        self, pairs: dict[tuple[int, int], int], g: Group, owner: dict[str, Group]
+    ) -> None:
+        """Add the vertical pairs of ``g`` with the groups it reads."""
+        for n in g.members:
+            for buf in n.reads:
+                a = owner.get(buf)
+                if a is not None and a is not g:
+                    self._link(pairs, a, g, buf)
+
+    def _link(self, pairs: dict[tuple[int, int], int], a: Group, b: Group, buf: str) -> None:
+        """Record that fusing ``a`` and ``b`` saves ``buf``'s traffic (the most of any buffer
+        between them counts)."""
+        key = (a.id, b.id) if a.order < b.order else (b.id, a.id)
+        saved = self._saved(buf)
+        if pairs.get(key, 0) < saved:
+            pairs[key] = saved
+
+    def _horizontal(
+        self, pairs: dict[tuple[int, int], int], buf: str, owner: dict[str, Group]
+    ) -> None:
+        gs = list({id(g): g for g in (owner[n.name] for n in self._readers[buf])}.values())
+        if len(gs) > 8:
+            return
+        for a, b in itertools.combinations(sorted(gs, key=lambda g: g.order), 2):
+            pairs.setdefault((a.id, b.id), 1)
+
+    def _update_pairs(
+        self,
+        pairs: dict[tuple[int, int], int],
+        a: Group,
+        b: Group,
+        g: Group,
+        owner: dict[str, Group],
+    ) -> None:
+        """``pairs`` after ``a`` and ``b`` became ``g``: the pairs of a and b go; g's vertical
+        pairs (its reads, and its readers' reads of it) come first, then the horizontal
+        pairs of every outside buffer g reads (fewer groups may read it now)."""
+        gone = {a.id, b.id}
+        for key in [k for k in pairs if k[0] in gone or k[1] in gone]:
+            del pairs[key]
+        self._vertical(pairs, g, owner)
+        for n in g.members:
+            for r in self._readers.get(n.name, ()):
+                if owner[r.name] is not g:
+                    self._link(pairs, g, owner[r.name], n.name)
+        for buf in {buf for n in g.members for buf in n.reads if buf not in self.by_name}:
+            self._horizontal(pairs, buf, owner)
+
+    def _contract(self, a: Group, b: Group, g: Group) -> None:
+        """The group graph with a and b merged into g (no edge from g to itself)."""
+        succ = self._succ
+        gone = {a.id, b.id}
+        merged = (succ.pop(a.id, set()) | succ.pop(b.id, set())) - gone
+        for s in succ.values():
+            if s & gone:
+                s -= gone
+                s.add(g.id)
+        if merged:
+            succ[g.id] = merged
+
+    def _legal(self, a: Group, b: Group, owner: dict[str, Group]) -> str | None:
+        space = _merged_space(a, b)
+        if space is None:
+            return f"iteration spaces differ: {list(a.X)}x{list(a.R)} vs {list(b.X)}x{list(b.R)}"
+        if self._path_through_other(a, b, owner):
+            return "another kernel runs between them (fusing would form a cycle)"
+        if not self.ctx.has(Capability.REDUCTIONS) and (a.R or b.R):
+            return "the plugin does not declare the REDUCTIONS capability"
+        members = a.members + b.members
+        names = {n.name for n in members}
+        for n in members:
+            for ld in loads(n.value):
+                if ld.buffer in names and not isinstance(ld.index, tuple):
+                    return f"{n.name} reads {ld.buffer} through a computed address"
+        trial = Group(
+            -1, sorted(members, key=lambda n: self.index[id(n)]), *space, min(a.order, b.order)
+        )
+        try:
+            levels = _Builder(self, trial).levels()
+        except _NotFusable as exc:
+            return str(exc)
+        if max(levels.values(), default=0) > 0 and not self.ctx.has(Capability.MULTI_STAGE):
+            return "needs several reduction stages; the plugin lacks MULTI_STAGE"
+        return None
+
+    def _successors(self, owner: dict[str, Group]) -> dict[Any, set[Any]]:
+        succ: dict[Any, set[Any]] = {}
+        for g in self.groups:
+            for n in g.members:
+                for buf in n.reads:
+                    p = owner.get(buf)
+                    if p is not None and p is not g:
+                        succ.setdefault(p.id, set()).add(g.id)
+        for p, gs in self._extern_edges(owner).items():
+            succ.setdefault(p, set()).update(gs)
+        return succ
+
+    def _path_through_other(self, a: Group, b: Group, owner: dict[str, Group]) -> bool:
+        """Does some group other than a and b lie on a path between them?"""
+        succ = self._succ
+        first, second = (a, b) if a.order < b.order else (b, a)
+        stack = [s for s in succ.get(first.id, ()) if s != second.id]
+        seen = set(stack)
+        while stack:
+            cur = stack.pop()
+            if cur == second.id:
+                return True
+            for s in succ.get(cur, ()):
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return False
+
+    def _extern_edges(self, owner: dict[str, Group]) -> dict[Any, set[Any]]:
+        """Edges group -> extern -> group, with externs as pseudo-groups."""
+        edges: dict[Any, set[Any]] = {}
+        produced = {}
+        for st in self.steps:
+            if isinstance(st, ExternNode):
+                key = ("extern", st.name)
+                for buf in st.reads:
+                    if buf in owner:
+                        edges.setdefault(owner[buf].id, set()).add(key)
+                    elif buf in produced:
+                        edges.setdefault(produced[buf], set()).add(key)
+                for out in st.outputs:
+                    if out:
+                        produced[out[0]] = key
+        for g in self.groups:
+            for n in g.members:
+                for buf in n.reads:
+                    if buf in produced:
+                        edges.setdefault(produced[buf], set()).add(g.id)
+        return edges
+
+    def _merge(self, a: Group, b: Group) -> Group:
+        X, R = _merged_space(a, b)
+        members = sorted(a.members + b.members, key=lambda n: self.index[id(n)])
+        g = Group(next(self._ids), members, X, R, min(a.order, b.order))
+        self.groups = [x for x in self.groups if x is not a and x is not b] + [g]
+        return g
+
+    def _ordered(self) -> list[Group | ExternNode]:
+        """Groups and externs in an order that respects every dependency."""
+        owner = self._owner()
+        items: list[Any] = list(self.groups) + [s for s in self.steps if isinstance(s, ExternNode)]
+        produced_by: dict[str, Any] = dict(owner)
+        for s in self.steps:
+            if isinstance(s, ExternNode):
+                for out in s.outputs:
+                    if out:
+                        produced_by[out[0]] = s
+        deps: dict[int, set[int]] = {}
+        for it in items:
+            reads = (
+                it.reads
+                if isinstance(it, ExternNode)
+                else set().union(*(n.reads for n in it.members))
+            )
+            deps[id(it)] = {
+                id(produced_by[r]) for r in reads if r in produced_by and produced_by[r] is not it
+            }
+        pos = {id(it): (it.order if isinstance(it, Group) else self.index[id(it)]) for it in items}
+        done: set[int] = set()
+        out: list[Any] = []
+        pending = sorted(items, key=lambda it: pos[id(it)])
+        while pending:
+            for i, it in enumerate(pending):
+                if deps[id(it)] <= done:
+                    out.append(it)
+                    done.add(id(it))
+                    del pending[i]
+                    break
+            else:  # pragma: no cover - the legality check prevents cycles
+                raise RuntimeError("scheduler produced a dependency cycle")
+        return out
+
+    # -- views for plugins and reports --------------------------------------
+
+    def public(self, g: Group) -> FusionGroup:
+        return FusionGroup(
+            name=self._label(g),
+            origins=tuple(o for n in g.members for o in n.origins),
+            sizes=g.X,
+            reduction_sizes=g.R,
+            num_reductions=sum(n.is_reduction for n in g.members),
+            num_nodes=len(g.members),
+        )
+
+    def _label(self, g: Group) -> str:
+        return "+".join(n.name for n in g.members)
+
+    def stored(self, g: Group, owner: dict[str, Group] | None = None) -> set[str]:
+        """Buffers of ``g`` that must be written to memory."""
+        owner = owner or self._owner()
+        need = set()
+        for n in g.members:
+            if n.name in self.keep or n.name in self.raw_reads:
+                need.add(n.name)
+        for other in self.groups:
+            if other is g:
+                continue
+            for n in other.members:
+                need |= n.reads & g.names
+        return need
+
+
+def _nbytes(node: Node) -> int:
+    return numel_hint(node.sizes) * node.dtype.itemsize

@@ -1,0 +1,103 @@
+"""Fusion groups and their iteration spaces: which nodes can share a group's loops.
+
+A group runs over an outer space ``X`` and, if it reduces, an inner space ``R`` (size-1
+dimensions dropped). :func:`_fits` says how a node fits such a group; both the fusion search
+(:mod:`.fusion`) and the kernel builder (:mod:`.builder`) ask it, so it lives apart from both.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from ..ir.graph import Node
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    """What the plugin's ``sdk_can_fuse`` sees of a group (public, read-only)."""
+
+    name: str
+    origins: tuple[str, ...]
+    sizes: tuple[int, ...]  # outer (parallel) iteration space, size-1 dims dropped
+    reduction_sizes: tuple[int, ...]  # inner space; () for pointwise
+    num_reductions: int
+    num_nodes: int
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.num_reductions > 0
+
+
+@dataclass(eq=False)
+class Group:
+    id: int
+    members: list[Node]
+    X: tuple[int, ...]
+    R: tuple[int, ...]
+    order: int  # position of the first member in the graph
+
+    @property
+    def names(self) -> set[str]:
+        return {n.name for n in self.members}
+
+
+@dataclass
+class Decision:
+    """One fusion the scheduler considered: for ``explain`` and the tests."""
+
+    first: str
+    second: str
+    saved_bytes: int
+    fused: bool
+    reason: str = ""
+
+
+def _squeeze(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(s for s in sizes if s != 1)
+
+
+def _space(node: Node) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    if node.is_reduction:
+        return _squeeze(node.sizes), _squeeze(node.rsizes)
+    return _squeeze(node.sizes), ()
+
+
+def _fits(node: Node, X: tuple[int, ...], R: tuple[int, ...]) -> str | None:
+    """'red', 'outer' or 'inner' when ``node`` fits a group over (X, R), else None."""
+    if node.is_reduction:
+        return "red" if _space(node) == (X, R) else None
+    sq = _squeeze(node.sizes)
+    if sq == X:
+        return "outer"
+    if R and sq == X + R:
+        return "inner"
+    # the same elements in another shape: a view merged or split dimensions
+    if math.prod(sq) == math.prod(X):
+        return "outer"
+    if R and math.prod(sq) == math.prod(X) * math.prod(R) and _splits_at(sq, math.prod(X)):
+        return "inner"
+    if R and Counter(sq) == Counter(X + R):
+        # the same dims in another order (a reduction over a leading dim reads its
+        # producer transposed): the builder maps it through how the group reads it
+        return "permuted"
+    return None
+
+
+def _splits_at(sizes: tuple[int, ...], n: int) -> bool:
+    """Is ``n`` the product of a prefix of ``sizes`` (so the dims split there)?"""
+    acc = 1
+    for s in (1, *sizes):
+        acc *= s
+        if acc == n:
+            return True
+    return False
+
+
+def _merged_space(a: Group, b: Group) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    for X, R in ((a.X, a.R), (b.X, b.R)):
+        if all(_fits(n, X, R) for n in itertools.chain(a.members, b.members)):
+            return X, R
+    return None
