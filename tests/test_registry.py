@@ -213,7 +213,9 @@ def test_unknown_plugin_lists_known_ones(use_registry):
 def test_wrapper_plugin_is_not_a_backend(use_registry, make_plugin, fake_dist):
     module = make_plugin(name="wrap_only", kind="WRAPPER")
     use_registry(fake_dist("acme-wrap", {"wrap_only": module}))
-    with pytest.raises(sdk.PluginUnavailableError, match="wrapper plugin, not a codegen or graph plugin"):
+    with pytest.raises(
+        sdk.PluginUnavailableError, match="wrapper plugin, not a codegen or graph plugin"
+    ):
         sdk.backend("wrap_only")
 
 
