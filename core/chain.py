@@ -214,8 +214,9 @@ def _graph_compile(
 ) -> tuple[Callable, str]:
     """A graph-level plugin's callable for ``sub``: from the cache, else its compiler."""
     key, cache = _cache_key(s, c, sub, inputs)
+    missed = ""
     if key is not None:
-        fn = _load(s, c, key)
+        fn, missed = _load(s, c, key)
         if fn is not None:
             return _on_device(fn, s.info.device_types, c.device_type, sub), "hit"
     result = s.hooks.sdk_compile_subgraph(ctx=c, gm=_copy(sub), example_inputs=inputs)
@@ -227,7 +228,11 @@ def _graph_compile(
     if key is not None and result.artifact is not None:
         try:
             graph_cache.store().put(key, graph_cache.pack({"kind": "subgraph"}, [result.artifact]))
-            cache = "stored"
+            cache = (
+                f"stored, replacing an entry that could not be loaded ({missed})"
+                if missed
+                else "stored"
+            )
         except OSError as exc:
             cache = f"not stored: {exc}"
     elif key is not None:
@@ -250,20 +255,21 @@ def _cache_key(
         return None, f"not stored: {exc}"
 
 
-def _load(s: Any, c: CompileContext, key: str) -> Callable | None:
-    """The cached artifact rebuilt by the plugin, or None (a miss)."""
+def _load(s: Any, c: CompileContext, key: str) -> tuple[Callable | None, str]:
+    """The cached artifact rebuilt by the plugin, or None (a miss) and why, if not absent."""
     data = graph_cache.store().get(key)
     if data is None:
-        return None
+        return None, ""
     try:
         doc, blobs = graph_cache.unpack(data)
         if doc.get("kind") != "subgraph" or len(blobs) != 1:
-            return None
-        return s.hooks.sdk_load_subgraph(ctx=c, artifact=blobs[0])
+            return None, "the entry is not a partition's artifact"
+        fn = s.hooks.sdk_load_subgraph(ctx=c, artifact=blobs[0])
     except SDKError:
         raise
-    except Exception:  # noqa: BLE001 - bytes the plugin cannot use are a miss
-        return None
+    except Exception as exc:  # noqa: BLE001 - bytes the plugin cannot use are a miss
+        return None, f"{type(exc).__name__}: {_first_line(exc)}"
+    return fn, "" if fn is not None else f"sdk:{c.plugin} sdk_load_subgraph returned None"
 
 
 def _layout(x: Any) -> Any:

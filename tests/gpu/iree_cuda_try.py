@@ -29,12 +29,19 @@ def main() -> None:
     imp = FxImporter(context=ir.Context())
     imp.import_stateless_graph(gm.graph, func_name="main")
     cap = torch.cuda.get_device_capability()
-    flags = ["--iree-hal-target-device=cuda", f"--iree-cuda-target=sm_{cap[0]}{cap[1]}"]
-    t = time.time()
-    try:
-        vmfb = compile_str(str(imp.module), input_type="torch", extra_args=flags)
-    except Exception as exc:  # noqa: BLE001
-        print("iree cuda: compile FAILED:", str(exc).splitlines()[:6])
+    # iree-base-compiler 3.13 rejects sm_90 ("missing GPU target"); PTX of an older target
+    # runs on newer GPUs (the driver compiles it), so the older ones are tried after it
+    vmfb = None
+    for target in (f"sm_{cap[0]}{cap[1]}", "sm_89", "sm_80"):
+        flags = ["--iree-hal-target-device=cuda", f"--iree-cuda-target={target}"]
+        t = time.time()
+        try:
+            vmfb = compile_str(str(imp.module), input_type="torch", extra_args=flags)
+            break
+        except Exception as exc:  # noqa: BLE001
+            errors = [line for line in str(exc).splitlines() if "error:" in line]
+            print(f"iree cuda: compile for {target} FAILED:", errors[:1])
+    if vmfb is None:
         return
     print(f"iree cuda: compiled in {time.time() - t:.1f}s ({len(vmfb)} bytes), flags {flags}")
     try:

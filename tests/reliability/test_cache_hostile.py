@@ -207,7 +207,9 @@ def test_anything_at_an_entry_path_is_a_miss_then_repaired(tmp_path, filled_cach
     _held(result)
     assert result["cache"] == ["stored"], result  # rebuilt, not read from what was planted
     fresh = _entries(root)  # repaired: every entry a regular private file again
-    assert fresh and all(stat.S_ISREG(p.lstat().st_mode) for p in fresh)
+    assert fresh and all(stat.S_ISREG(p.lstat().st_mode) for p in fresh), [
+        (p, p.lstat().st_mode) for p in fresh
+    ]
     if what in ("fifo", "truncated"):  # and what was written serves the next process
         assert compile_in_child(root)["cache"] == ["hit"]
 

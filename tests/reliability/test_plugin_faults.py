@@ -59,10 +59,36 @@ def sdk_plugin_info():
 CODEGEN = ("sdk_render_kernel", "sdk_compile_kernels")
 
 
+#: A graph-level ``faulty``: it claims every op, "compiles" a partition by running its
+#: GraphModule, stores an artifact and finds none usable later (the fault overrides one).
+GRAPH_LEVEL = """
+@sdk.hookimpl
+def sdk_claim_nodes(ctx, gm):
+    return {n: sdk.Support.yes() for n in gm.graph.nodes if n.op == "call_function"}
+
+
+@sdk.hookimpl
+def sdk_compile_subgraph(ctx, gm, example_inputs):
+    return sdk.CompiledSubgraph(fn=gm, artifact=b"the partition")
+
+
+@sdk.hookimpl
+def sdk_load_subgraph(ctx, artifact):
+    return None
+
+
+@sdk.hookimpl
+def sdk_cache_key(ctx):
+    return "faulty graph-level"
+"""
+
+
 def faulty_source(hook: str | None, kind: str = "CODEGEN") -> str:
     """The faulty plugin's module, with ``hook`` raising :data:`FAULT` (None: no fault)."""
     parts = [HEAD]
     parts += [f"{h} = cpu_cpp.{h}\n" for h in CODEGEN if h != hook]
+    if kind == "GRAPH":
+        parts.append(GRAPH_LEVEL)
     if hook != "sdk_plugin_info":
         parts.append(INFO.format(kind=kind))
     if hook is not None:
@@ -228,6 +254,45 @@ def observer_fault(install, hook: str) -> None:
     assert isinstance(error, sdk.PluginHookError), error
 
 
+def graph_fault(install, hook: str, monkeypatch, tmp_path) -> None:
+    """A graph-level plugin's hook raises; cpu_cpp is the next plugin of the chain.
+
+    * sdk_claim_nodes: it claims nothing, every op goes to cpu_cpp, a hook fault is reported;
+    * sdk_compile_subgraph: each of its partitions goes to cpu_cpp, the note names the fault;
+    * sdk_load_subgraph: a cached artifact is a miss, compiled afresh and stored again.
+    Results equal eager; strict mode raises naming plugin and hook (a load failure is a
+    miss by contract, not an error)."""
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    install(faulty_source(hook, kind="GRAPH"))
+    backend = sdk.backend("faulty", chain=["cpu_cpp"])
+    if hook == "sdk_load_subgraph":
+        sdk.explain(fused, _x(), backend=backend)  # stores the artifacts
+    if hook == "sdk_claim_nodes":
+        with pytest.warns(sdk.PluginHookWarning, match=f"'faulty'.*{hook}.*SDK_PLUGINS_DENY"):
+            report = sdk.explain(fused, _x(), backend=backend)
+    else:
+        report = sdk.explain(fused, _x(), backend=backend)
+    x = _x()
+    torch.testing.assert_close(torch.compile(fused, backend=backend)(x), fused(x))
+    parts = [p for g in report.graphs for p in g.partitions]
+    assert parts, str(report)
+    if hook == "sdk_claim_nodes":
+        _check_faults(report, hook)
+        assert {p.compiled_by for p in parts} == {"cpu_cpp"}, str(report)
+        refused = [r for g in report.graphs for pl in g.placements for r in pl.refusals]
+        assert refused and all(f"its {hook} raised InjectedFault" in r for _, r in refused)
+    elif hook == "sdk_compile_subgraph":
+        assert all(p.plugin == "faulty" and p.compiled_by == "cpu_cpp" for p in parts), str(report)
+        assert all(FAULT in p.note and hook in p.note for p in parts), str(report)
+    else:
+        assert all(p.compiled_by == "faulty" for p in parts), str(report)
+        assert all(f"{hook} raised" in p.cache and FAULT in p.cache for p in parts), str(report)
+    if hook != "sdk_load_subgraph":
+        _strict_error(fused, sdk.backend("faulty", chain=["cpu_cpp"], fallback=False), hook)
+    _healthy(fused)
+
+
 def _check_faults(report: sdk.ExplainReport, hook: str) -> None:
     assert report.hook_faults, str(report)
     for f in report.hook_faults:
@@ -247,12 +312,14 @@ COMPILE = (
     "sdk_compile_kernels",
 )
 OBSERVERS = ("sdk_on_graph_compiled", "sdk_on_kernel_compiled", "sdk_on_fallback")
+GRAPH_HOOKS = ("sdk_claim_nodes", "sdk_compile_subgraph", "sdk_load_subgraph")
 #: hook -> the check of its contract
 CASES: dict[str, Callable[..., None]] = {
     **dict.fromkeys(IDENTITY, identity_fault),
     **dict.fromkeys(COMPILE, compile_fault),
     "sdk_cache_key": cache_key_fault,
     "sdk_wrap_compiled": wrapper_fault,
+    **dict.fromkeys(GRAPH_HOOKS, graph_fault),
     **dict.fromkeys(OBSERVERS, observer_fault),
 }
 
