@@ -333,3 +333,27 @@ def test_a_graph_level_plugin_that_refuses_symbolic_sizes_is_compiled_per_shape(
             x, w = torch.randn(rows, 16), torch.randn(16, 16)
             torch.testing.assert_close(compiled(x, w), mlp_tanh(x, w), rtol=1.3e-5, atol=1e-5)
     assert len(graphy.compiled) - before == 2, graphy.compiled  # one per shape, reused
+
+
+def test_a_whole_graph_chain_says_why_the_first_plugin_did_not_compile(
+    make_plugin, fake_dist, use_registry
+):
+    """The chain's whole-graph fallback: the report of the graph cpu_cpp compiled names the
+    first plugin's failure."""
+    source = """
+        from sdk.plugins.cpu_cpp import sdk_compile_kernels  # noqa: F401
+
+        @sdk.hookimpl
+        def sdk_render_kernel(ctx, kernel):
+            raise RuntimeError("renderer broken on purpose")
+    """
+    module = make_plugin(source, name="brokenr")
+    use_registry(fake_dist("acme-brokenr", {"brokenr": module}))
+    report = _compare(mlp_tanh, sdk.backend("brokenr", chain=["cpu_cpp"]), (4, 8), (8, 8))
+    assert {g.plugin for g in report.graphs} == {"cpu_cpp"}, str(report)
+    for graph in report.graphs:
+        assert any(
+            n.startswith("compiled by sdk:cpu_cpp after: sdk:brokenr failed")
+            and "renderer broken on purpose" in n
+            for n in graph.notes
+        ), str(graph)
