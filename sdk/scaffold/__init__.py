@@ -1,4 +1,4 @@
-"""``python -m sdk new-plugin NAME [--c-like]``: a plugin package to start from.
+"""``python -m sdk new-plugin NAME [--c-like | --graph]``: a plugin package to start from.
 
 It writes a directory with ``pyproject.toml`` (the ``sdk.plugins`` and
 ``torch_dynamo_backends`` entry points), a README and the plugin package
@@ -9,6 +9,9 @@ It writes a directory with ``pyproject.toml`` (the ``sdk.plugins`` and
   refuses every op, so ATen runs them (right, not faster). For targets that are not C-like.
 * ``--c-like``: a working C/OpenMP plugin with fusion and training: a table of op strings
   (``target.py``, for :mod:`sdk.clike`) and a compile function (:mod:`sdk.toolchain`).
+* ``--graph``: a graph-level plugin (hook API 3) for a vendor compiler that takes whole
+  subgraphs: it claims a few pointwise ops and runs each claimed partition through
+  ``torch.fx.Interpreter``, in the one function where the vendor's compiler goes.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ def module_name(name: str) -> str:
     return f"{name}_sdk_plugin"
 
 
-def generate(name: str, dest: str | Path, *, c_like: bool = False) -> Path:
+def generate(name: str, dest: str | Path, *, c_like: bool = False, graph: bool = False) -> Path:
     """Write the plugin package for ``name`` into ``dest/<name>-sdk-plugin``; return it."""
+    if c_like and graph:
+        raise ValueError("choose one of --c-like (kernel-level C) and --graph (graph-level)")
     if not name.isidentifier() or keyword.iskeyword(name) or not name.islower():
         raise ValueError(
             f"plugin name {name!r} must be a lower-case Python identifier "
@@ -40,7 +45,7 @@ def generate(name: str, dest: str | Path, *, c_like: bool = False) -> Path:
         root / "pyproject.toml": "common/pyproject.toml.tmpl",
         root / "README.md": "common/README.md.tmpl",
     }
-    flavor = "c_like" if c_like else "fallback"
+    flavor = "c_like" if c_like else "graph" if graph else "fallback"
     for tmpl in sorted((TEMPLATES / flavor).glob("*.tmpl")):
         files[package / tmpl.name.removesuffix(".tmpl")] = f"{flavor}/{tmpl.name}"
     for path, tmpl in files.items():
