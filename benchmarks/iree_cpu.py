@@ -157,6 +157,15 @@ def _check(torch: Any, name: str, step: Callable, inputs: tuple) -> str | None:
     return None
 
 
+def _root_cause(exc: BaseException) -> str:
+    """The innermost cause's type and first line: Dynamo wraps a backend's error in
+    BackendCompilerFailed, whose own first line names only the backend."""
+    while (inner := getattr(exc, "inner_exception", None) or exc.__cause__) is not None:
+        exc = inner
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {first}"
+
+
 def _prepare(torch: Any, name: str, backend: str) -> dict:
     """Compile (timed), check, and return the row with its step function, or why not."""
     if why := _unavailable(backend):
@@ -172,8 +181,7 @@ def _prepare(torch: Any, name: str, backend: str) -> dict:
         compile_s = time.perf_counter() - t0
         wrong = _check(torch, name, step, inputs())
     except Exception as e:
-        first = (str(e).strip().splitlines() or [""])[0][:300]
-        return {"status": "failed", "why": f"{type(e).__name__}: {first}"}
+        return {"status": "failed", "why": _root_cause(e)}
     if wrong:
         return {"status": "mismatch", "why": wrong}
     return {"status": "ok", "compile_s": compile_s, "step": step, "inputs": inputs(), "ms": []}
@@ -218,6 +226,15 @@ def bench_model(torch: Any, name: str, backends: list[str], a: argparse.Namespac
     return rows
 
 
+def _cpu_name() -> str:
+    """The CPU model (``/proc/cpuinfo`` on Linux), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def _print(results: dict) -> None:
     print(
         f"{'model':<9}{'backend':<18}{'compile s':>10}{'step ms':>10}{'/inductor':>10}{'/eager':>8}"
@@ -258,7 +275,7 @@ def main() -> None:
         with open(a.json, "w") as f:
             meta = {
                 "torch": torch.__version__,
-                "cpu": platform.processor(),
+                "cpu": _cpu_name(),
                 "cores": os.cpu_count(),
             }
             json.dump({**meta, "args": vars(a), "results": results}, f, indent=1)
