@@ -99,10 +99,14 @@ def _cmd_new_plugin(args: argparse.Namespace) -> int:
     except (ValueError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    check = (  # the conformance suite checks kernel-level plugins only
+        f'torch.compile(model, backend="sdk:{args.name}") against eager on your models'
+        if args.graph
+        else f"python -m sdk conformance {args.name}"
+    )
     print(
         f"wrote {root} (package {module_name(args.name)}); next:\n"
-        f"  pip install -e {root}\n  python -m sdk list\n"
-        f"  python -m sdk conformance {args.name}"
+        f"  pip install -e {root}\n  python -m sdk list\n  {check}"
     )
     return 0
 

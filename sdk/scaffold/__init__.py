@@ -3,7 +3,8 @@
 It writes a directory with ``pyproject.toml`` (the ``sdk.plugins`` and
 ``torch_dynamo_backends`` entry points), a README and the plugin package
 ``<NAME>_sdk_plugin``. ``pip install`` it and ``python -m sdk list`` shows it;
-``python -m sdk conformance NAME`` passes out of the box.
+``python -m sdk conformance NAME`` passes out of the box (kernel-level plugins: the suite
+does not take graph-level ones).
 
 * default: every hook, in the order a compile calls them, each doing the safe thing; it
   refuses every op, so ATen runs them (right, not faster). For targets that are not C-like.
@@ -43,7 +44,7 @@ def generate(name: str, dest: str | Path, *, c_like: bool = False, graph: bool =
     package = root / module_name(name)
     files = {
         root / "pyproject.toml": "common/pyproject.toml.tmpl",
-        root / "README.md": "common/README.md.tmpl",
+        root / "README.md": "common/README_graph.md.tmpl" if graph else "common/README.md.tmpl",
     }
     flavor = "c_like" if c_like else "graph" if graph else "fallback"
     for tmpl in sorted((TEMPLATES / flavor).glob("*.tmpl")):
