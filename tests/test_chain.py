@@ -182,7 +182,8 @@ def test_a_failing_partition_without_a_next_plugin_runs_in_aten(chain_world):
 
 def test_strict_mode_raises_for_a_failing_partition(chain_world):
     chain_world(fail_on=("sin",))
-    compiled = torch.compile(mlp_tanh, backend=sdk.backend("graphy", fallback=False))
+    backend = sdk.backend("graphy", chain=["cpu_cpp"], fallback=False)
+    compiled = torch.compile(mlp_tanh, backend=backend)
     with pytest.raises(Exception, match="fault injected") as info:
         compiled(torch.randn(8, 16), torch.randn(16, 16))
     assert "graphy" in str(info.value)
@@ -357,3 +358,20 @@ def test_a_whole_graph_chain_says_why_the_first_plugin_did_not_compile(
             and "renderer broken on purpose" in n
             for n in graph.notes
         ), str(graph)
+
+
+def test_strict_options_run_a_split_graph(chain_world):
+    """fallback=False and debug=True call the partitioned program as AOTAutograd does (one
+    boxed list), without the run-time fallback in between."""
+    chain_world()
+    for strict in ({"fallback": False}, {"debug": True}):
+        backend = sdk.backend("picky", chain=["cpu_cpp"], **strict)
+        _compare(mlp_tanh, backend, (4, 8), (8, 8))
+
+
+def test_fallback_false_refuses_ops_no_plugin_of_the_chain_claims(chain_world):
+    chain_world()
+    compiled = torch.compile(mlp_tanh, backend=sdk.backend("graphy", fallback=False))
+    with pytest.raises(Exception, match="no plugin of the chain claims") as info:
+        compiled(torch.randn(4, 8), torch.randn(8, 8))
+    assert "options['fallback'] is False" in str(info.value)
