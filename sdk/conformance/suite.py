@@ -52,20 +52,15 @@ def _needs_kernels(report: sdk.ExplainReport, plugin: str) -> None:
         )
 
 
-def _own(report: sdk.ExplainReport | sdk.GraphReport, plugin: str) -> list[sdk.PartitionReport]:
+def _own(report: sdk.ExplainReport, plugin: str) -> list[sdk.PartitionReport]:
     """The partitions graph-level ``plugin`` compiled itself."""
-    graphs = report.graphs if isinstance(report, sdk.ExplainReport) else [report]
-    return [p for g in graphs for p in g.partitions if p.compiled_by == plugin]
+    return [p for g in report.graphs for p in g.partitions if p.compiled_by == plugin]
 
 
 def _needs_partitions(report: sdk.ExplainReport, plugin: str) -> None:
     if not _own(report, plugin):
         missed = C.not_compiled(plugin, report.graphs)
         pytest.skip(f"sdk:{plugin} compiled no partition here: {'; '.join(missed)[:200]}")
-
-
-def _op_names(part: sdk.PartitionReport) -> list[str]:
-    return [n.split(": ", 1)[1] for n in part.nodes]
 
 
 # -- opinfo ------------------------------------------------------------------------------
