@@ -252,12 +252,6 @@ def test_conformance_of_graph_level_plugins(tmp_path):
     assert proc.returncode == 1, out[-3000:]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core/chain.py compile_partitioned returns a program that takes AOTAutograd's boxed "
-    "list without _boxed_call: with fallback=False (no _RunTimeFallback around it) it is "
-    "called unboxed and raises TypeError, not the subgraph's error",
-)
 def test_conformance_graph_level_run_time_fault(tmp_path):
     """A subgraph that raises when run: ATen takes the graph over; fallback=False raises the
     subgraph's error."""
