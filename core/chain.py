@@ -70,6 +70,17 @@ def compile_partitioned(
         min_size=session.options["min_partition_size"],
     )
     _place(plan, report, plugins)
+    if report.fallbacks and not session.options["fallback"]:
+        left = "; ".join(
+            f"{p.op} ({', '.join(f'sdk:{name}: {why}' for name, why in p.refusals)})"
+            for p in report.placements
+            if p.plugin == "aten"
+        )
+        raise SDKError(
+            f"graph {ctx.graph_name}: no plugin of the chain claims {left}; and "
+            "options['fallback'] is False (set it True to run those ops in ATen, or add a "
+            "plugin that takes them to the chain)"
+        )
     for part in plan.partitions:
         sub = getattr(work, part.name)
         _fill_constants(work, part.name, sub)
@@ -83,6 +94,7 @@ def compile_partitioned(
     def run(args: list[Any]) -> Any:
         return forward(*args)
 
+    run._boxed_call = True  # AOTAutograd's convention: one list of inputs
     return run, report
 
 

@@ -363,6 +363,8 @@ class Session:
                 errors.append(f"sdk:{plugin} failed: {type(exc).__name__}: {exc}")
                 continue
             self._fill(report, plugin, part)
+            if errors:  # the chain took over: say why the plugins before it did not
+                report.notes.append(f"compiled by sdk:{plugin} after: {'; '.join(errors)}")
             self._announce(c, report)
             return fn
         if not self.options["fallback"]:

@@ -129,14 +129,18 @@ def _cmd_new_plugin(args: argparse.Namespace) -> int:
     from sdk.scaffold import generate, module_name
 
     try:
-        root = generate(args.name, args.dest, c_like=args.c_like)
+        root = generate(args.name, args.dest, c_like=args.c_like, graph=args.graph)
     except (ValueError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    check = (  # the conformance suite checks kernel-level plugins only
+        f'torch.compile(model, backend="sdk:{args.name}") against eager on your models'
+        if args.graph
+        else f"python -m sdk conformance {args.name}"
+    )
     print(
         f"wrote {root} (package {module_name(args.name)}); next:\n"
-        f"  pip install -e {root}\n  python -m sdk list\n"
-        f"  python -m sdk conformance {args.name}"
+        f"  pip install -e {root}\n  python -m sdk list\n  {check}"
     )
     return 0
 
@@ -273,13 +277,19 @@ def main(argv: list[str] | None = None) -> int:
         description="Write <dest>/<NAME>-sdk-plugin: pyproject.toml with the entry points, a "
         "README and the package <NAME>_sdk_plugin. Without --c-like every hook is "
         "there and every op runs through ATen; with --c-like it renders C with "
-        "OpenMP from a table of op strings (fusion, training).",
+        "OpenMP from a table of op strings (fusion, training); with --graph it is a "
+        "graph-level plugin (hook API 3) handing whole subgraphs to a vendor compiler.",
     )
     new.add_argument("name", help="plugin name: a lower-case identifier, e.g. acme_npu")
     new.add_argument(
         "--c-like",
         action="store_true",
         help="a working C/OpenMP renderer (sdk.clike) instead of the hook skeleton",
+    )
+    new.add_argument(
+        "--graph",
+        action="store_true",
+        help="a graph-level plugin (claims ops, compiles whole partitions) to start from",
     )
     new.add_argument("--dest", default=".", help="directory to write into (default: .)")
     new.set_defaults(func=_cmd_new_plugin)

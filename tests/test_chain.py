@@ -182,7 +182,8 @@ def test_a_failing_partition_without_a_next_plugin_runs_in_aten(chain_world):
 
 def test_strict_mode_raises_for_a_failing_partition(chain_world):
     chain_world(fail_on=("sin",))
-    compiled = torch.compile(mlp_tanh, backend=sdk.backend("graphy", fallback=False))
+    backend = sdk.backend("graphy", chain=["cpu_cpp"], fallback=False)
+    compiled = torch.compile(mlp_tanh, backend=backend)
     with pytest.raises(Exception, match="fault injected") as info:
         compiled(torch.randn(8, 16), torch.randn(16, 16))
     assert "graphy" in str(info.value)
@@ -333,3 +334,44 @@ def test_a_graph_level_plugin_that_refuses_symbolic_sizes_is_compiled_per_shape(
             x, w = torch.randn(rows, 16), torch.randn(16, 16)
             torch.testing.assert_close(compiled(x, w), mlp_tanh(x, w), rtol=1.3e-5, atol=1e-5)
     assert len(graphy.compiled) - before == 2, graphy.compiled  # one per shape, reused
+
+
+def test_a_whole_graph_chain_says_why_the_first_plugin_did_not_compile(
+    make_plugin, fake_dist, use_registry
+):
+    """The chain's whole-graph fallback: the report of the graph cpu_cpp compiled names the
+    first plugin's failure."""
+    source = """
+        from sdk.plugins.cpu_cpp import sdk_compile_kernels  # noqa: F401
+
+        @sdk.hookimpl
+        def sdk_render_kernel(ctx, kernel):
+            raise RuntimeError("renderer broken on purpose")
+    """
+    module = make_plugin(source, name="brokenr")
+    use_registry(fake_dist("acme-brokenr", {"brokenr": module}))
+    report = _compare(mlp_tanh, sdk.backend("brokenr", chain=["cpu_cpp"]), (4, 8), (8, 8))
+    assert {g.plugin for g in report.graphs} == {"cpu_cpp"}, str(report)
+    for graph in report.graphs:
+        assert any(
+            n.startswith("compiled by sdk:cpu_cpp after: sdk:brokenr failed")
+            and "renderer broken on purpose" in n
+            for n in graph.notes
+        ), str(graph)
+
+
+def test_strict_options_run_a_split_graph(chain_world):
+    """fallback=False and debug=True call the partitioned program as AOTAutograd does (one
+    boxed list), without the run-time fallback in between."""
+    chain_world()
+    for strict in ({"fallback": False}, {"debug": True}):
+        backend = sdk.backend("picky", chain=["cpu_cpp"], **strict)
+        _compare(mlp_tanh, backend, (4, 8), (8, 8))
+
+
+def test_fallback_false_refuses_ops_no_plugin_of_the_chain_claims(chain_world):
+    chain_world()
+    compiled = torch.compile(mlp_tanh, backend=sdk.backend("graphy", fallback=False))
+    with pytest.raises(Exception, match="no plugin of the chain claims") as info:
+        compiled(torch.randn(4, 8), torch.randn(8, 8))
+    assert "options['fallback'] is False" in str(info.value)

@@ -1,7 +1,8 @@
 """The vendor conformance suite (sdk/conformance) run as a vendor runs it: through the pytest11
 entry point (``pytest --sdk-plugin=NAME``) in a fresh process, on cpu_cpp, cuda_triton (Triton's
 interpreter without a GPU) and the example vendor wheel examples/acme_vendor, with the quick
-OpInfo subset; its summary is checked cell by cell."""
+OpInfo subset; its summary is checked cell by cell. Graph-level plugins: small ones installed
+for the test, right and broken (examples/iree_vendor is checked by tests/iree)."""
 
 from __future__ import annotations
 
@@ -128,6 +129,136 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
     assert "skipped" in cells[("faults", "acme")], cells
     # acme refuses sin: fallback=False raises
     assert "xfail" not in cells[("options", "acme")], cells
+
+
+#: A graph-level plugin, in a package as a vendor ships one: it claims every op (``REFUSE``
+#: aside) and "compiles" a partition by running its GraphModule, ``OFFSET`` added to every
+#: output (0: right). Its conformance is what is under test, not its compiler.
+GRAPH_PLUGIN = """
+import torch
+
+import sdk
+
+REFUSE = {refuse!r}
+OFFSET = {offset!r}
+
+
+@sdk.hookimpl
+def sdk_plugin_info():
+    return sdk.PluginInfo(
+        name={name!r}, version="0.1", hook_api=sdk.HOOK_API_VERSION, device_types=("cpu",),
+        kind=sdk.PluginKind.GRAPH, description="runs each partition's GraphModule",
+    )
+
+
+def _name(node):
+    return getattr(node.target, "__name__", "").split(".")[0]
+
+
+@sdk.hookimpl
+def sdk_claim_nodes(ctx, gm):
+    return {{
+        n: sdk.Support.yes()
+        if _name(n) not in REFUSE
+        else sdk.Support.no(f"{name}: no {{_name(n)}}")
+        for n in gm.graph.nodes
+        if n.op == "call_function"
+    }}
+
+
+@sdk.hookimpl
+def sdk_compile_subgraph(ctx, gm, example_inputs):
+    def run(*args):
+        return [o + OFFSET if isinstance(o, torch.Tensor) else o for o in gm(*args)]
+
+    return sdk.CompiledSubgraph(fn=run)
+"""
+
+
+def graph_plugins_env(tmp_path: Path, plugins: dict[str, dict]) -> dict[str, str]:
+    """An environment where the packages ``plugins`` (name -> GRAPH_PLUGIN's fields, and
+    ``known``: its KNOWN_FAILURES) are installed as graph-level SDK plugins."""
+    site = tmp_path / "site"
+    for name, fields in plugins.items():
+        package = site / f"{name}_pkg"
+        package.mkdir(parents=True)
+        text = GRAPH_PLUGIN.format(**{"name": name, "refuse": set(), "offset": 0, **fields})
+        (package / "__init__.py").write_text(text)
+        if "known" in fields:
+            (package / "known_failures.py").write_text(f"KNOWN_FAILURES = {fields['known']!r}\n")
+    entry_points = "".join(f"{n} = {n}_pkg\n" for n in plugins)
+    installed_as_wheel(site, "graph-plugins", "0.1", f"[sdk.plugins]\n{entry_points}")
+    path = [str(site), os.environ.get("PYTHONPATH", "")]
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in path if p),
+        "SDK_CACHE_DIR": str(tmp_path / "cache"),
+    }
+
+
+def run_suite(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging"]
+    return subprocess.run(
+        [*cmd, "--sdk-compare=none", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_conformance_of_graph_level_plugins(tmp_path):
+    """A right graph-level plugin passes; one that leaves an op to ATen or computes a wrong
+    result fails those cases; declared known failures are xfails, and one that passes is
+    reported (strict)."""
+    env = graph_plugins_env(
+        tmp_path,
+        {
+            "rightg": {},
+            "lazyg": {
+                "refuse": {"mul"},
+                "known": {
+                    "mul-float32-fw": "refuses mul on purpose",
+                    "add-float32-fw": "declared, but passes",
+                },
+            },
+            "wrongg": {"offset": 1e-3},
+        },
+    )
+    proc = run_suite(
+        tmp_path, env, "--sdk-plugin=rightg", "--sdk-plugin=lazyg", "--sdk-plugin=wrongg",
+        "--sdk-opinfo=add,mul", "-k", "opinfo or fusion or test_fault and not run_time",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert "sdk conformance summary" in out, out[-3000:]
+    failed = set(re.findall(r"^FAILED (\w+): (\S+)$", out, re.MULTILINE))
+    cells = summary(out)
+    # right: every case compiled by it and right; its chain of pointwise ops is one partition
+    assert not {n for p, n in failed if p == "rightg"}, out[-3000:]
+    assert cells[("opinfo fw float32", "rightg")] == "2/2", cells
+    assert cells[("fusion", "rightg")] == "3/3", cells
+    assert cells[("faults", "rightg")] == "2/2, 1 skipped", cells  # build, chain; no render
+    # lazy: mul ran in ATen, not in the plugin: those cases fail unless declared known
+    lazy = {n for p, n in failed if p == "lazyg"}
+    assert "test_opinfo[lazyg-mul-bfloat16-fw]" in lazy, out[-3000:]
+    assert "test_opinfo[lazyg-mul-float32-fw]" not in lazy, out[-3000:]
+    assert "test_opinfo[lazyg-add-float32-fw]" in lazy, out[-3000:]  # a known failure passed
+    assert "did not compile all of mul" in out and "lazyg: no mul" in out, out[-3000:]
+    assert cells[("opinfo fw float32", "lazyg")] == "0/1, 1 xfail", cells
+    # wrong: every case mismatches eager
+    assert cells[("opinfo fw float32", "wrongg")] == "0/2", cells
+    assert proc.returncode == 1, out[-3000:]
+
+
+def test_conformance_graph_level_run_time_fault(tmp_path):
+    """A subgraph that raises when run: ATen takes the graph over; fallback=False raises the
+    subgraph's error."""
+    env = graph_plugins_env(tmp_path, {"rightg": {}})
+    proc = run_suite(tmp_path, env, "--sdk-plugin=rightg", "-k", "test_fault_at_run_time")
+    out = proc.stdout + proc.stderr
+    assert summary(out)[("faults", "rightg")] == "1/1", out[-3000:]
 
 
 def test_conformance_cli_rejects_an_unknown_plugin(tmp_path):

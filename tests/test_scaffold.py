@@ -20,15 +20,17 @@ from tests.test_conformance import counts, installed_as_wheel, summary
 MAX_C_LIKE_LINES = 300
 
 
-def _install(tmp_path: Path, name: str, c_like: bool) -> dict[str, str]:
+def _install(tmp_path: Path, name: str, c_like: bool, flag: str = "--c-like") -> dict[str, str]:
     if c_like:  # through the CLI
         out = subprocess.run(
-            [sys.executable, "-m", "sdk", "new-plugin", name, "--dest", str(tmp_path), "--c-like"],
+            [sys.executable, "-m", "sdk", "new-plugin", name, "--dest", str(tmp_path), flag],
             capture_output=True,
             text=True,
             check=True,
         )
-        assert f"python -m sdk conformance {name}" in out.stdout
+        # the next step the CLI suggests: the conformance suite takes kernel-level plugins only
+        check = f"python -m sdk conformance {name}" if flag == "--c-like" else f'"sdk:{name}"'
+        assert check in out.stdout, out.stdout
     else:
         generate(name, tmp_path)
     root = tmp_path / f"{name}-sdk-plugin"
@@ -183,3 +185,63 @@ def test_hook_skeleton_plugin_lists_and_conforms(tmp_path):
     assert cells[("opinfo fw float32", "eta")] == "1/1", cells
     assert cells[("fusion", "eta")] == "0/0, 3 skipped", cells  # renders no kernels: says so
     assert cells[("faults", "eta")] == "0/0, 4 skipped", cells
+
+
+def test_graph_plugin_is_clean_and_public(tmp_path):
+    """The graph-level scaffold passes the team's ruff config and imports only ``sdk``."""
+    root = generate("gamma", tmp_path, graph=True)
+    text = (root / "gamma_sdk_plugin" / "__init__.py").read_text()
+    assert "sdk.core" not in text and "HOOK_API = 3" in text
+    ruff = [sys.executable, "-m", "ruff"]
+    config = ["--config", str(Path(__file__).resolve().parents[1] / "pyproject.toml")]
+    for cmd in (["check", *config], ["format", "--check", *config]):
+        out = subprocess.run([*ruff, *cmd, str(root)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+    with pytest.raises(ValueError, match="choose one"):
+        generate("delta", tmp_path, c_like=True, graph=True)
+
+
+@pytest.mark.slow
+def test_graph_plugin_compiles_partitions_in_a_chain(tmp_path):
+    """``new-plugin --graph``: installed, ``sdk:theta`` compiles an MLP forward and backward
+    with a chain to cpu_cpp; theta owns the pointwise partitions, cpu_cpp the rest, the
+    refusals carry theta's reasons, and the results match eager on fresh inputs."""
+    env = _install(tmp_path, "theta", c_like=True, flag="--graph")
+    listing = _run(["-m", "sdk", "list"], env, tmp_path)
+    assert any(
+        ln.split()[:1] == ["theta"] and ln.rstrip().endswith("ok")
+        for ln in listing.stdout.splitlines()
+    ), listing.stdout + listing.stderr
+    probe = textwrap.dedent("""
+        import json, torch, sdk
+        def f(x, w):
+            return (torch.tanh(x @ w) * 2.0 + 1.0).softmax(-1)
+        opts = {"chain": ["cpu_cpp"], "min_partition_size": 1}
+        backend = sdk.backend("theta", **opts)
+        x, w = torch.randn(8, 16, requires_grad=True), torch.randn(16, 16, requires_grad=True)
+        r = sdk.explain(f, x, w, backend=backend)
+        compiled = torch.compile(f, backend=backend)
+        for _ in range(2):
+            x = torch.randn(8, 16, requires_grad=True)
+            w = torch.randn(16, 16, requires_grad=True)
+            got = compiled(x, w)
+            gx, gw = torch.autograd.grad(got.square().sum(), [x, w])
+            want = f(x, w)
+            ex, ew = torch.autograd.grad(want.square().sum(), [x, w])
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(gx, ex); torch.testing.assert_close(gw, ew)
+        graphs = [g for g in r.graphs if g.partitions]
+        print(json.dumps({
+            "kinds": [g.kind for g in graphs],
+            "owners": sorted({p.compiled_by for g in graphs for p in g.partitions}),
+            "fallbacks": len(r.fallbacks),
+            "refusals": sorted({why for g in graphs for pl in g.placements
+                                for who, why in pl.refusals if who == "theta"}),
+        }))
+    """)
+    out = _run(["-c", probe], env, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got["kinds"] == ["forward", "backward"], got
+    assert got["owners"] == ["cpu_cpp", "theta"] and got["fallbacks"] == 0, got
+    assert any("not in CLAIMED" in why for why in got["refusals"]), got

@@ -9,12 +9,17 @@ the built-in plugins for the same device beside it:
   default, ``--sdk-opinfo=all`` for every op), fp32 and bf16, forward and forward+backward,
   against eager at Inductor's tolerances;
 * **fusion**: what ``sdk.explain`` reports: pointwise chains in one kernel, a reduction with its
-  neighbours, training graphs;
+  neighbours, training graphs (for a graph-level plugin: in one partition it compiled);
 * **options**: unknown options and wrong types raise and name the fix, declared options
   compile, ``fusion=False`` and ``fallback=False`` are honoured, the identity hooks answer;
-* **faults**: a kernel that fails to render, to build or to run falls back to ATen (or to the
-  ``chain``); ``debug=True`` and ``fallback=False`` raise;
+* **faults**: a kernel that fails to render, to build or to run (a graph-level plugin: a
+  partition that fails to compile or to run) falls back to ATen (or to the ``chain``);
+  ``debug=True`` and ``fallback=False`` raise;
 * **cache**: corrupt, truncated or foreign entries in the per-user cache are misses.
+
+A plugin may declare the OpInfo cases it is known to fail, each with its reason, in a module
+``known_failures`` of its package (``KNOWN_FAILURES = {"op-dtype-mode": "why"}``, see
+:func:`known_failures`): those run as strict xfails, so a known failure that passes is reported.
 
 This module holds what the checks share; a plugin never imports it.
 """
@@ -66,9 +71,57 @@ def registry() -> Any:
     return reg()
 
 
+#: The plugins that compile graphs: kernel-level (CODEGEN) and graph-level (GRAPH) ones.
+COMPILING = (sdk.PluginKind.CODEGEN, sdk.PluginKind.GRAPH)
+
+
 def require(name: str) -> sdk.PluginInfo:
     """The plugin's info; an error naming the cause and fix if it cannot run here."""
-    return registry().require(name, sdk.PluginKind.CODEGEN).info
+    return registry().require(name, COMPILING).info
+
+
+def graph_level(name: str) -> bool:
+    """Whether ``name`` compiles whole subgraphs (``sdk_compile_subgraph``), not kernels."""
+    return require(name).kind == sdk.PluginKind.GRAPH
+
+
+def compiling_names() -> list[str]:
+    """The usable plugins of both compiling kinds (``codegen_names`` has the kernel-level
+    ones only)."""
+    reg = registry()
+    names = [n for n, r in reg.records.items() if r.loaded and r.info.kind in COMPILING]
+    return [n for n in names if reg.status(n) is None]
+
+
+def known_failures(name: str) -> dict[str, str]:
+    """The OpInfo cases plugin ``name`` declares it fails: ``{"op-dtype-mode": reason}``.
+
+    Read from the module ``known_failures`` of the package that holds the plugin's hooks
+    (a file beside them, shipped in the same wheel; nothing is loaded when compiling): its
+    ``KNOWN_FAILURES`` dict. A plugin without one declares none."""
+    import importlib
+
+    hooks = registry().record(name).plugin
+    is_package = getattr(hooks, "__path__", None) is not None
+    package = hooks.__name__ if is_package else hooks.__name__.rpartition(".")[0]
+    if not package:
+        return {}
+    module_name = f"{package}.known_failures"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return {}
+        raise
+    declared = getattr(module, "KNOWN_FAILURES", None)
+    if not isinstance(declared, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in declared.items()
+    ):
+        raise TypeError(
+            f"{module_name}.KNOWN_FAILURES must be a dict of 'op-dtype-mode' case ids to "
+            "non-empty reasons, e.g. {'cumsum-bfloat16-fw': 'why it fails'}"
+        )
+    return declared
 
 
 def device_for(name: str, override: str | None = None) -> str:
@@ -93,10 +146,10 @@ def device_for(name: str, override: str | None = None) -> str:
 
 
 def builtin_peers(name: str, device: str) -> list[str]:
-    """The available built-in codegen plugins (this distribution's) for ``device``."""
+    """The available built-in compiling plugins (this distribution's) for ``device``."""
     reg = registry()
     out = []
-    for n in reg.codegen_names():
+    for n in compiling_names():
         rec = reg.record(n)
         if n != name and rec.distribution == "torch-backend-sdk":
             try:
@@ -229,6 +282,7 @@ def opinfo_cases(selection: str, device: str) -> list[tuple[str, str, str]]:
 def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> bool:
     """Compare the first sample of OpInfo ``name`` through ``sdk:plugin`` with eager; True
     when the plugin generated a kernel for it (else every op ran through ATen or a library).
+    A graph-level plugin must compile every op of the case: one it left to ATen fails it.
 
     Skips (``pytest.skip``) when eager itself cannot run the sample or there is nothing
     to differentiate; fails on a mismatch or an error of the compiled function."""
@@ -276,7 +330,35 @@ def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> 
         actual = [t.new_zeros(t.shape) for t in actual]
         expected = [t.new_zeros(t.shape) for t in expected]
     assert_close(actual, expected, "output or gradient")
+    if graph_level(plugin):
+        return _compiled_whole(plugin, graphs, name)
     return any(g.kernels for g in graphs)
+
+
+def _compiled_whole(plugin: str, graphs: list[sdk.GraphReport], name: str) -> bool:
+    """True when graph-level ``plugin`` compiled every op of the case's graphs, else the case
+    fails: a result ATen computed says nothing of the plugin (skips when there is no op)."""
+    import pytest
+
+    if not any(g.aten_ops for g in graphs):
+        pytest.skip(f"{name}: the compiled graphs hold no ATen op (nothing to compile)")
+    missed = not_compiled(plugin, graphs)
+    assert not missed, f"sdk:{plugin} did not compile all of {name}: " + "; ".join(missed)
+    return True
+
+
+def not_compiled(plugin: str, graphs: list[sdk.GraphReport]) -> list[str]:
+    """What of ``graphs`` graph-level ``plugin`` did not compile, each with the reason: ops
+    left to ATen, partitions another plugin (or ATen) compiled, graphs it was not given."""
+    out = [f"{f.op} ran in ATen ({f.reason})" for g in graphs for f in g.fallbacks]
+    out += [
+        f"partition {p.name} ({', '.join(p.nodes)}) compiled by {p.compiled_by} ({p.note})"
+        for g in graphs
+        for p in g.partitions
+        if p.compiled_by != plugin
+    ]
+    out += [f"graph {g.name} has no partition" for g in graphs if g.aten_ops and not g.partitions]
+    return out
 
 
 # -- explain -------------------------------------------------------------------------
@@ -306,12 +388,15 @@ def _call(fn: Callable, **kwargs: Any) -> Any:
 
 def faulty(plugin: str, where: str) -> types.ModuleType:
     """A copy of ``plugin``'s hook module with a fault: ``where`` is ``render`` (rendering
-    raises), ``build`` (compiling raises) or ``run`` (every compiled kernel raises)."""
+    raises), ``build`` (compiling raises) or ``run`` (every compiled kernel raises); for a
+    graph-level plugin ``build`` and ``run`` are its subgraphs' compile and run."""
     orig = registry().record(plugin).plugin
     mod = types.ModuleType(f"sdk_conformance_faulty_{plugin}_{where}")
     for n in dir(orig):
         if n.startswith("sdk_"):
             setattr(mod, n, getattr(orig, n))
+    if graph_level(plugin):
+        return _faulty_subgraphs(mod, orig, plugin, where)
     message = f"fault injected into sdk:{plugin}'s kernel {where} by the conformance suite"
 
     if where == "render":
@@ -343,6 +428,38 @@ def faulty(plugin: str, where: str) -> types.ModuleType:
         mod.sdk_compile_kernels = sdk_compile_kernels
     else:
         raise ValueError(f"fault at {where!r}: use render, build or run")
+    return mod
+
+
+def _faulty_subgraphs(
+    mod: types.ModuleType, orig: Any, plugin: str, where: str
+) -> types.ModuleType:
+    """``mod`` (a graph-level plugin's hooks) with ``sdk_compile_subgraph`` raising
+    (``build``), or returning subgraphs that raise when run (``run``; with no artifact, so
+    the whole-graph cache cannot hand the intact program back)."""
+    message = f"fault injected into sdk:{plugin}'s subgraph {where} by the conformance suite"
+    compile_subgraph = orig.sdk_compile_subgraph
+
+    if where == "build":
+
+        @sdk.hookimpl
+        def sdk_compile_subgraph(ctx: sdk.CompileContext, gm: Any, example_inputs: list) -> Any:
+            raise InjectedFault(message)
+
+    elif where == "run":
+
+        @sdk.hookimpl
+        def sdk_compile_subgraph(ctx: sdk.CompileContext, gm: Any, example_inputs: list) -> Any:
+            _call(compile_subgraph, ctx=ctx, gm=gm, example_inputs=example_inputs)
+
+            def raising(*tensors: Any) -> None:
+                raise InjectedFault(message)
+
+            return sdk.CompiledSubgraph(fn=raising, artifact=None)
+
+    else:
+        raise ValueError(f"fault at {where!r} of a graph-level plugin: use build or run")
+    mod.sdk_compile_subgraph = sdk_compile_subgraph
     return mod
 
 

@@ -113,15 +113,29 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "opinfo_case" in metafunc.fixturenames:
         selection = metafunc.config.getoption("sdk_opinfo")
         by_device = {d: C.opinfo_cases(selection, d) for d in set(devices.values())}
-        params = [(p, devices[p], c) for p in plugins for c in by_device[devices[p]]]
-        ids = [f"{p}-{c[0]}-{c[1]}-{c[2]}" for p, _, c in params]
-        metafunc.parametrize(("sdk_plugin", "sdk_device", "opinfo_case"), params, ids=ids)
+        known = {p: C.known_failures(p) for p in plugins}
+        params = [
+            _opinfo_param(p, devices[p], c, known[p])
+            for p in plugins
+            for c in by_device[devices[p]]
+        ]
+        metafunc.parametrize(("sdk_plugin", "sdk_device", "opinfo_case"), params)
     elif "sdk_device" in metafunc.fixturenames:
         metafunc.parametrize(
             ("sdk_plugin", "sdk_device"), [(p, devices[p]) for p in plugins], ids=plugins
         )
     else:
         metafunc.parametrize("sdk_plugin", plugins, ids=plugins)
+
+
+def _opinfo_param(plugin: str, device: str, case: tuple[str, str, str], known: dict) -> Any:
+    """One OpInfo case of ``plugin``; a strict xfail where the plugin declares it a known
+    failure (:func:`sdk.conformance.known_failures`), so that one that passes is reported."""
+    case_id = "-".join(case)
+    marks = []
+    if case_id in known:
+        marks.append(pytest.mark.xfail(strict=True, reason=f"sdk:{plugin}: {known[case_id]}"))
+    return pytest.param(plugin, device, case, id=f"{plugin}-{case_id}", marks=marks)
 
 
 def _category(item: pytest.Item) -> str:
@@ -191,9 +205,10 @@ def summary_lines() -> list[str]:
     lines.append("")
     lines.append(
         "cells: passed/run (run = passed + failed), then skipped and expected "
-        "failures (xfail: a known gap of the SDK, not of the plugin); last row: the "
-        "OpInfo passes where the plugin generated at least one kernel (the rest ran "
-        "through ATen)"
+        "failures (xfail: a known failure the plugin declares with its reason, or a known "
+        "gap of the SDK; one that passes counts as failed); last row: the OpInfo passes "
+        "where the plugin generated at least one kernel (a graph-level plugin: compiled "
+        "every op; the rest ran through ATen)"
     )
     for plugin, name in _STATE["failures"]:
         lines.append(f"FAILED {plugin}: {name}")

@@ -5,6 +5,11 @@ Every check takes the plugin's name (``sdk_plugin``) and device (``sdk_device``)
 what happened from ``sdk.explain``. A check that does not apply to the plugin (fusion checks
 of a plugin that renders no kernels, fault injection into a plugin without
 ``sdk_compile_kernels``) is skipped with the reason, which the summary shows.
+
+A graph-level plugin (``PluginKind.GRAPH``) compiles partitions, not kernels: its fusion checks
+ask for one partition of its own where a kernel-level plugin's ask for one kernel, its faults
+are injected into ``sdk_compile_subgraph`` and the subgraphs it returns, and its cache entries
+are the partition artifacts of the whole-graph cache.
 """
 
 from __future__ import annotations
@@ -36,12 +41,26 @@ def _check(plugin: str, fn, *args, grad: bool = False, **options) -> None:
 
 
 def _needs_kernels(report: sdk.ExplainReport, plugin: str) -> None:
+    if C.graph_level(plugin):
+        _needs_partitions(report, plugin)
+        return
     if not report.kernels:
         reasons = sorted({f"{f.op}: {f.reason}" for f in report.fallbacks})
         pytest.skip(
             f"sdk:{plugin} generated no kernel here (every op fell back: "
             f"{'; '.join(reasons)[:200]})"
         )
+
+
+def _own(report: sdk.ExplainReport, plugin: str) -> list[sdk.PartitionReport]:
+    """The partitions graph-level ``plugin`` compiled itself."""
+    return [p for g in report.graphs for p in g.partitions if p.compiled_by == plugin]
+
+
+def _needs_partitions(report: sdk.ExplainReport, plugin: str) -> None:
+    if not _own(report, plugin):
+        missed = C.not_compiled(plugin, report.graphs)
+        pytest.skip(f"sdk:{plugin} compiled no partition here: {'; '.join(missed)[:200]}")
 
 
 # -- opinfo ------------------------------------------------------------------------------
@@ -67,6 +86,10 @@ def test_fusion_pointwise_chain_is_one_kernel(sdk_plugin: str, sdk_device: str) 
     _needs_kernels(report, sdk_plugin)
     if report.fallbacks:
         pytest.skip(f"sdk:{sdk_plugin} refuses part of the chain: {report.fallbacks[0].reason}")
+    if C.graph_level(sdk_plugin):
+        _one_partition(report, sdk_plugin, "a pointwise chain")
+        _check(sdk_plugin, chain, x, y)
+        return
     assert len(report.kernels) == 1, f"a pointwise chain should be one kernel:\n{report}"
     assert sorted(report.kernels[0].ops) == sorted(
         ["aten.mul.Tensor", "aten.add.Tensor", "aten.relu.default", "aten.mul.Tensor"]
@@ -74,12 +97,27 @@ def test_fusion_pointwise_chain_is_one_kernel(sdk_plugin: str, sdk_device: str) 
     _check(sdk_plugin, chain, x, y)
 
 
+def _one_partition(report: sdk.ExplainReport, plugin: str, what: str) -> None:
+    """Each graph of ``report`` is one partition that ``plugin`` compiled, holding every op."""
+    for g in report.graphs:
+        assert not C.not_compiled(plugin, [g]), f"{what}: {C.not_compiled(plugin, [g])}\n{g}"
+        assert len(g.partitions) == 1, f"{what} should be one partition:\n{g}"
+
+
 def reduce_with_neighbours(x):
     return torch.softmax(x * 0.5, dim=-1) + 1.0
 
 
 def test_fusion_reduction_with_its_neighbours(sdk_plugin: str, sdk_device: str) -> None:
-    """softmax with a pointwise op before and after: fewer kernels than ops."""
+    """softmax with a pointwise op before and after: fewer kernels than ops (one partition of
+    a graph-level plugin)."""
+    if C.graph_level(sdk_plugin):
+        x = _rand(8, 40, device=sdk_device)
+        report = C.explain(sdk_plugin, reduce_with_neighbours, x)
+        _needs_kernels(report, sdk_plugin)
+        _one_partition(report, sdk_plugin, "a reduction with its neighbours")
+        _check(sdk_plugin, reduce_with_neighbours, x)
+        return
     if not C.require(sdk_plugin).capabilities & {sdk.Capability.REDUCTIONS}:
         pytest.skip(f"sdk:{sdk_plugin} does not declare Capability.REDUCTIONS")
     x = _rand(8, 40, device=sdk_device)
@@ -101,6 +139,10 @@ def test_fusion_training_graphs(sdk_plugin: str, sdk_device: str) -> None:
     kinds = [g.kind for g in report.graphs]
     assert kinds == ["forward", "backward"], f"expected a forward and a backward graph:\n{report}"
     _needs_kernels(report, sdk_plugin)
+    if C.graph_level(sdk_plugin):
+        _one_partition(report, sdk_plugin, "a training graph")
+        _check(sdk_plugin, train_step, x, w, grad=True)
+        return
     for g in report.graphs:
         fused = [k for k in g.kernels if len(k.ops) > 1]
         inside = sum(len(k.ops) for k in g.kernels)
@@ -145,6 +187,11 @@ def test_option_declared_defaults_compile(sdk_plugin: str, sdk_device: str) -> N
 
 
 def test_option_fusion_off(sdk_plugin: str, sdk_device: str) -> None:
+    if C.graph_level(sdk_plugin):
+        pytest.skip(
+            f"sdk:{sdk_plugin} is graph-level: the SDK renders no kernels for it, so fusion=False "
+            "has nothing to split (its own compiler fuses inside a partition)"
+        )
     x, y = _rand(16, 33, device=sdk_device), _rand(16, 33, device=sdk_device)
     report = C.explain(sdk_plugin, chain, x, y, fusion=False)
     _needs_kernels(report, sdk_plugin)
@@ -190,8 +237,9 @@ def test_option_identity_hooks(sdk_plugin: str) -> None:
 
 def _fault_input(plugin: str, device: str) -> torch.Tensor:
     x = _rand(16, 33, device=device)
-    if not C.implements(plugin, "sdk_compile_kernels"):
-        pytest.skip(f"sdk:{plugin} compiles no kernels (no sdk_compile_kernels)")
+    hook = "sdk_compile_subgraph" if C.graph_level(plugin) else "sdk_compile_kernels"
+    if not C.implements(plugin, hook):
+        pytest.skip(f"sdk:{plugin} compiles nothing here (no {hook})")
     _needs_kernels(C.explain(plugin, pointwise, x), plugin)
     return x
 
@@ -203,12 +251,17 @@ def pointwise(x):
 @pytest.mark.parametrize("where", ["render", "build"])
 def test_fault_falls_back_and_strict_raises(sdk_plugin: str, sdk_device: str, where: str) -> None:
     """A kernel that fails to render or build: the graph runs through ATen, with the reason
-    in explain; ``debug=True`` raises the plugin's error, ``fallback=False`` an SDKError."""
+    in explain; ``debug=True`` raises the plugin's error, ``fallback=False`` an SDKError.
+    A graph-level plugin's partition that fails to compile (``build``) runs in ATen."""
     x = _fault_input(sdk_plugin, sdk_device)
+    if C.graph_level(sdk_plugin) and where == "render":
+        pytest.skip(
+            f"sdk:{sdk_plugin} is graph-level: it renders no kernels (its compile faults are "
+            "the build case: sdk_compile_subgraph raises)"
+        )
     with C.registry_with(sdk_plugin, C.faulty(sdk_plugin, where)):
         report = C.explain(sdk_plugin, pointwise, x)
-        assert not report.kernels and report.fallbacks, str(report)
-        assert any("fault injected" in f.reason for f in report.fallbacks), str(report)
+        _assert_fell_back(report, sdk_plugin)
         _check(sdk_plugin, pointwise, x)
         # torch.compile wraps a backend's error (BackendCompilerFailed): read the chain
         strict = _error_of(pointwise, x, backend=sdk.backend(sdk_plugin, debug=True))
@@ -217,6 +270,17 @@ def test_fault_falls_back_and_strict_raises(sdk_plugin: str, sdk_device: str, wh
         assert any(
             isinstance(e, sdk.SDKError) and "fault injected" in str(e) for e in nofallback
         ), nofallback
+
+
+def _assert_fell_back(report: sdk.ExplainReport, plugin: str) -> None:
+    """Nothing of ``report`` ran in ``plugin``'s code, and the injected fault is the reason."""
+    if C.graph_level(plugin):
+        parts = [p for g in report.graphs for p in g.partitions]
+        assert parts and all(p.compiled_by == "aten" for p in parts), str(report)
+        assert all("fault injected" in p.note for p in parts), str(report)
+        return
+    assert not report.kernels and report.fallbacks, str(report)
+    assert any("fault injected" in f.reason for f in report.fallbacks), str(report)
 
 
 def _error_of(fn, *args, backend) -> list[BaseException]:
@@ -235,7 +299,8 @@ def _error_of(fn, *args, backend) -> list[BaseException]:
 
 
 def test_fault_chain_takes_over(sdk_plugin: str, sdk_device: str) -> None:
-    """With ``chain``, the next codegen plugin compiles the graph this one failed."""
+    """With ``chain``, the next codegen plugin compiles the graph (a graph-level plugin: the
+    partition) this one failed."""
     x = _fault_input(sdk_plugin, sdk_device)
     others = [
         n
@@ -248,13 +313,18 @@ def test_fault_chain_takes_over(sdk_plugin: str, sdk_device: str) -> None:
         pytest.skip(f"no other codegen plugin for {sdk_device} to chain to")
     with C.registry_with(sdk_plugin, C.faulty(sdk_plugin, "build")):
         report = C.explain(sdk_plugin, pointwise, x, chain=(others[0],))
-        assert [g.plugin for g in report.graphs] == [others[0]], str(report)
+        if C.graph_level(sdk_plugin):
+            parts = [p for g in report.graphs for p in g.partitions]
+            assert parts and {p.compiled_by for p in parts} == {others[0]}, str(report)
+        else:
+            assert [g.plugin for g in report.graphs] == [others[0]], str(report)
         _check(sdk_plugin, pointwise, x, chain=(others[0],))
 
 
 def test_fault_at_run_time_falls_back(sdk_plugin: str, sdk_device: str) -> None:
-    """A kernel that raises when run: the graph runs through ATen instead, says so in its
-    report, and strict mode (``fallback=False``) raises the kernel's error."""
+    """A kernel (a graph-level plugin's subgraph) that raises when run: the graph runs
+    through ATen instead, says so in its report, and strict mode (``fallback=False``) raises
+    the kernel's error."""
     x = _fault_input(sdk_plugin, sdk_device)
     with C.registry_with(sdk_plugin, C.faulty(sdk_plugin, "run")):
         _check(sdk_plugin, pointwise, x)
@@ -303,7 +373,9 @@ def test_cache_damaged_entries_are_misses(
 ) -> None:
     """Every file of the per-user cache (whole-graph programs and the plugin's own
     namespaces) damaged between two compiles (a flipped byte, cut in half, another entry's
-    content, or made writable by others): the second compile is right, and stores again."""
+    content, or made writable by others): the second compile is right, and stores again.
+    A graph-level plugin's entries are its partition artifacts: one its ``sdk_load_subgraph``
+    cannot rebuild is a miss too."""
     x, y = _rand(4, 7, device=sdk_device), _rand(4, 7, device=sdk_device)
     root = tmp_path / "cache"
     with C.environ(SDK_CACHE_DIR=str(root), SDK_GRAPH_CACHE="1"):
@@ -313,14 +385,21 @@ def test_cache_damaged_entries_are_misses(
         if not files:
             pytest.skip(
                 f"sdk:{sdk_plugin} keeps nothing in the per-user cache "
-                f"(whole-graph cache: {first.graphs[0].cache})"
+                f"(whole-graph cache: {_cache_states(first, sdk_plugin)[0]})"
             )
         for i, p in enumerate(files):
             _damage(p, how, files[(i + 1) % len(files)] if len(files) > 1 else None)
         _check(sdk_plugin, cached_a, x, y)
         _check(sdk_plugin, cached_b, x, y)
         again = C.explain(sdk_plugin, cached_a, x, y)
-        if first.graphs[0].cache == "stored":
-            assert [g.cache for g in again.graphs] == ["hit"], (
+        if _cache_states(first, sdk_plugin)[0] == "stored":
+            assert set(_cache_states(again, sdk_plugin)) == {"hit"}, (
                 f"after a damaged entry was rebuilt the next compile should hit:\n{again}"
             )
+
+
+def _cache_states(report: sdk.ExplainReport, plugin: str) -> list[str]:
+    """The whole-graph cache's answer for each graph (a graph-level plugin: each partition)."""
+    if C.graph_level(plugin):
+        return [p.cache for p in _own(report, plugin)] or ["no partition"]
+    return [g.cache for g in report.graphs]

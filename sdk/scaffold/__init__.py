@@ -1,14 +1,18 @@
-"""``python -m sdk new-plugin NAME [--c-like]``: a plugin package to start from.
+"""``python -m sdk new-plugin NAME [--c-like | --graph]``: a plugin package to start from.
 
 It writes a directory with ``pyproject.toml`` (the ``sdk.plugins`` and
 ``torch_dynamo_backends`` entry points), a README and the plugin package
 ``<NAME>_sdk_plugin``. ``pip install`` it and ``python -m sdk list`` shows it;
-``python -m sdk conformance NAME`` passes out of the box.
+``python -m sdk conformance NAME`` passes out of the box (kernel-level plugins: the suite
+does not take graph-level ones).
 
 * default: every hook, in the order a compile calls them, each doing the safe thing; it
   refuses every op, so ATen runs them (right, not faster). For targets that are not C-like.
 * ``--c-like``: a working C/OpenMP plugin with fusion and training: a table of op strings
   (``target.py``, for :mod:`sdk.clike`) and a compile function (:mod:`sdk.toolchain`).
+* ``--graph``: a graph-level plugin (hook API 3) for a vendor compiler that takes whole
+  subgraphs: it claims a few pointwise ops and runs each claimed partition through
+  ``torch.fx.Interpreter``, in the one function where the vendor's compiler goes.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ def module_name(name: str) -> str:
     return f"{name}_sdk_plugin"
 
 
-def generate(name: str, dest: str | Path, *, c_like: bool = False) -> Path:
+def generate(name: str, dest: str | Path, *, c_like: bool = False, graph: bool = False) -> Path:
     """Write the plugin package for ``name`` into ``dest/<name>-sdk-plugin``; return it."""
+    if c_like and graph:
+        raise ValueError("choose one of --c-like (kernel-level C) and --graph (graph-level)")
     if not name.isidentifier() or keyword.iskeyword(name) or not name.islower():
         raise ValueError(
             f"plugin name {name!r} must be a lower-case Python identifier "
@@ -38,9 +44,9 @@ def generate(name: str, dest: str | Path, *, c_like: bool = False) -> Path:
     package = root / module_name(name)
     files = {
         root / "pyproject.toml": "common/pyproject.toml.tmpl",
-        root / "README.md": "common/README.md.tmpl",
+        root / "README.md": "common/README_graph.md.tmpl" if graph else "common/README.md.tmpl",
     }
-    flavor = "c_like" if c_like else "fallback"
+    flavor = "c_like" if c_like else "graph" if graph else "fallback"
     for tmpl in sorted((TEMPLATES / flavor).glob("*.tmpl")):
         files[package / tmpl.name.removesuffix(".tmpl")] = f"{flavor}/{tmpl.name}"
     for path, tmpl in files.items():
