@@ -55,8 +55,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sdk.tools import bench
-from sdk.tools.bench import Case, Row, Skip
+from sdk.tools import bench_check, bench_report, bench_timing
+from sdk.tools.bench_timing import Case, Row, Skip
 
 SIZES = ("small", "full")
 DTYPES = ("bf16", "fp32")
@@ -183,7 +183,7 @@ def _train_case(dev: Any, dtype: str, model: Any, batch: dict[str, Any], desc: s
 
     def fp64_outputs() -> list[tuple[str, Any]]:
         model64 = holder.pop()
-        return bench._named(collect(model64, run(model64, model64, batch64)))
+        return bench_check._named(collect(model64, run(model64, model64, batch64)))
 
     return Case(
         model,
@@ -666,9 +666,9 @@ def _ratios(r: Row) -> tuple[float | None, float | None, float | None]:
         return None, None, None
     ind = r.inductor.ms if r.inductor.check == "ok" else None
     return (
-        bench._ratio(r.sdk.ms, ind),
-        bench._ratio(r.sdk.ms, r.eager.ms),
-        bench._ratio(r.sdk.ms, _best(r)),
+        bench_report._ratio(r.sdk.ms, ind),
+        bench_report._ratio(r.sdk.ms, r.eager.ms),
+        bench_report._ratio(r.sdk.ms, _best(r)),
     )
 
 
@@ -723,24 +723,24 @@ def table(rows_: list[Row]) -> tuple[str, dict[str, Any]]:
         body.append(
             [
                 r.name,
-                bench._fmt_ms(r.eager.ms),
-                bench._fmt_ms(r.inductor.ms),
-                "MISMATCH" if r.sdk.check == "MISMATCH" else bench._fmt_ms(sdk_ms),
+                bench_timing._fmt_ms(r.eager.ms),
+                bench_timing._fmt_ms(r.inductor.ms),
+                "MISMATCH" if r.sdk.check == "MISMATCH" else bench_timing._fmt_ms(sdk_ms),
                 _f2(si),
                 _f2(se),
                 _f2(sb),
                 _target_cell(si, sb),
-                bench._fmt_s(r.inductor.cold_s),
-                bench._fmt_s(r.sdk.cold_s),
-                bench._check_cell(r.sdk),
-                bench._check_cell(r.inductor),
-                bench._graphs_cell(r.sdk_graphs),
+                bench_timing._fmt_s(r.inductor.cold_s),
+                bench_timing._fmt_s(r.sdk.cold_s),
+                bench_report._check_cell(r.sdk),
+                bench_report._check_cell(r.inductor),
+                bench_timing._graphs_cell(r.sdk_graphs),
             ]
         )
     geo = {
-        "sdk_over_inductor": bench._geomean(si_all),
-        "sdk_over_eager": bench._geomean(se_all),
-        "sdk_over_best": bench._geomean(sb_all),
+        "sdk_over_inductor": bench_report._geomean(si_all),
+        "sdk_over_eager": bench_report._geomean(se_all),
+        "sdk_over_best": bench_report._geomean(sb_all),
         "n": len(si_all),
     }
     body.append(
@@ -760,7 +760,7 @@ def table(rows_: list[Row]) -> tuple[str, dict[str, Any]]:
             "",
         ]
     )
-    lines = bench._render(head, body)
+    lines = bench_report._render(head, body)
     lines.append(
         "sdk/best = sdk / min(eager, inductor); target: both sdk/ind and sdk/best "
         f"<= {TARGET} ('met'; 'ind only': sdk/ind only); ratios < 1 mean sdk is faster"
@@ -817,7 +817,7 @@ def profile_text(rows_: list[Row], cuda: bool) -> str:
 
 
 def _row_json(r: Row, model: Model, dtype: str, size: str, cuda: bool) -> dict[str, Any]:
-    out = bench._row_json(r, None)
+    out = bench_report._row_json(r, None)
     si, se, sb = _ratios(r)
     out.update(
         {
@@ -869,31 +869,31 @@ def main(args: argparse.Namespace) -> int:
 
     cuda = torch.cuda.is_available()
     size = getattr(args, "size", None) or ("full" if cuda else "small")
-    start_dirs = bench._fresh_cache_dirs()
+    start_dirs = bench_timing._fresh_cache_dirs()
     try:
         return _run(args, names, size, start_dirs)
     finally:
-        bench._remove_temp_dirs()
+        bench_timing._remove_temp_dirs()
 
 
 def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict[str, str]) -> int:
-    st = bench._setup(args)
+    st = bench_report._setup(args)
     if st is None:
         return 2
-    bench._print_header(st, args.repeat)
+    bench_report._print_header(st, args.repeat)
     print(
         f"models suite, size {size}, {len(names)} row(s); checks: Dynamo's RMSE rule "
         f"against an fp64 copy (outputs; loss, logits and every parameter gradient for "
         f"training)" + ("; CUDA launches profiled per backend" if st.cuda else "")
     )
-    prewarm_s = bench._prewarm(st.dev, st.sdk_backend)
+    prewarm_s = bench_timing._prewarm(st.dev, st.sdk_backend)
     probe = cuda_launches if st.cuda else None
     table_ = rows()
     out: list[Row] = []
 
     def write_json(final: bool) -> None:
         _, summary = table(out)
-        method = bench._method(st, args.repeat, prewarm_s, start_dirs)
+        method = bench_report._method(st, args.repeat, prewarm_s, start_dirs)
         method.update(
             {
                 "suite": "models",
@@ -904,7 +904,7 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
                 "(CUDA activities), after timing; CUDA only",
             }
         )
-        bench._write_json(
+        bench_report._write_json(
             args.json,
             {
                 "machine": st.info,
@@ -923,7 +923,7 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
     for name in names:
         model, dtype = table_[name]
         out.append(
-            bench._run_workload(
+            bench_timing._run_workload(
                 name,
                 lambda d, m=model, dt=dtype: m.build(d, dt, size),
                 st.dev,
@@ -936,10 +936,10 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
             write_json(final=False)
 
     text, _ = table(out)
-    bench._print_end(st, out, text)
+    bench_report._print_end(st, out, text)
     if args.profile:
         print()
         print(profile_text(out, st.cuda))
     if args.json:
         write_json(final=True)
-    return bench._exit_code(out)
+    return bench_report._exit_code(out)
