@@ -3,7 +3,12 @@ run (:mod:`sdk.cli` checks their options and calls them). Not part of the plugin
 imports :mod:`sdk`); importable for scripts such as ``benchmarks/``.
 
 - :mod:`sdk.tools.demo`: ``python -m sdk run``, a real model compiled and checked against eager.
-- :mod:`sdk.tools.bench`: ``python -m sdk bench``, the kernel suite, and the method and timing
-  helpers both suites share.
-- :mod:`sdk.tools.bench_models`: ``python -m sdk bench --suite models``.
+- :mod:`sdk.tools.bench`: ``python -m sdk bench``, the kernel suite's entry point and the method
+  both suites follow; :mod:`sdk.tools.bench_kernels`, its workloads.
+- What both suites share: :mod:`sdk.tools.bench_timing` (one workload compiled, checked and
+  timed), :mod:`sdk.tools.bench_check` (the comparisons with eager) and
+  :mod:`sdk.tools.bench_report` (setup, header, tables, JSON).
+- :mod:`sdk.tools.bench_models`: ``python -m sdk bench --suite models``, its rows;
+  :mod:`sdk.tools.bench_model_cases` (how each model is built), :mod:`sdk.tools.bench_launches`
+  (CUDA launches per step) and :mod:`sdk.tools.bench_models_report` (its table and JSON).
 """

@@ -45,477 +45,59 @@ median, fresh caches, Dynamo's RMSE rule):
 from __future__ import annotations
 
 import argparse
-import copy
 import fnmatch
-import functools
-import importlib
-import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-from sdk.tools import bench
-from sdk.tools.bench import Case, Row, Skip
+from sdk.tools import bench_report, bench_timing
+from sdk.tools.bench_launches import (
+    KERNEL_CLASSES,
+    classify_kernel,
+    cuda_launches,
+    summarize_device_events,
+)
+from sdk.tools.bench_model_cases import (
+    Model,
+    _distilbert,
+    _gpt2,
+    _import_error,
+    _qwen2,
+    _timm,
+    _torchvision,
+    _whisper,
+)
+from sdk.tools.bench_models_report import TARGET, _row_json, profile_text, table
+from sdk.tools.bench_timing import Case, Row, Skip
+
+__all__ = [
+    "DTYPES",
+    "KERNEL_CLASSES",
+    "MODELS",
+    "SIZES",
+    "TARGET",
+    "Case",
+    "Model",
+    "Row",
+    "Skip",
+    "_import_error",
+    "_row_json",
+    "classify_kernel",
+    "cuda_launches",
+    "main",
+    "profile_text",
+    "rows",
+    "select",
+    "summarize_device_events",
+    "table",
+]
+
 
 SIZES = ("small", "full")
 DTYPES = ("bf16", "fp32")
-TARGET = 1.1
-
-#: Dynamo's benchmark tolerances for these families (torchbench, timm_models, huggingface).
-_TOL_TORCHVISION = 1e-4
-_TOL_TIMM = 1e-3
-_TOL_HF_TRAIN = 1e-2
-
-
-# ---------------------------------------------------------------------------
-# Packages
-# ---------------------------------------------------------------------------
-
-
-#: How to install each package without letting pip replace torch: an unpinned
-#: ``pip install torchvision`` resolves the newest torchvision and, with it, a newer torch;
-#: PyPI's Linux torchvision wheels are CUDA builds, which do not load on a CPU-only torch.
-_INSTALL_HINT = {
-    "torchvision": "pip install --no-deps torchvision==<the release made for this torch>, "
-    "from https://download.pytorch.org/whl/cpu for a CPU-only torch",
-    "timm": "pip install --no-deps timm (it needs torchvision, huggingface_hub, safetensors, "
-    "pyyaml)",
-    "transformers": "pip install -e '.[test]'",
-}
-
-
-@functools.cache
-def _import_error(module: str) -> str | None:
-    """Why ``module`` cannot be imported here, or ``None`` when it can. A wheel built for
-    another torch (a CUDA torchvision on a CPU torch) fails with a RuntimeError or an
-    OSError rather than an ImportError, so any exception counts."""
-    hint = _INSTALL_HINT.get(module, f"pip install {module}")
-    try:
-        importlib.import_module(module)
-    except ImportError as e:
-        return f"{module} cannot be imported ({e}); {hint}"
-    except Exception as e:  # noqa: BLE001 - a broken install is a reason to skip, not to crash
-        import torch
-
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        return (
-            f"{module} is installed but does not import with torch {torch.__version__} "
-            f"({type(e).__name__}: {first}), a build for another torch?; {hint}"
-        )
-    return None
-
-
-def _need(module: str) -> Any:
-    reason = _import_error(module)
-    if reason is not None:
-        raise Skip(reason)
-    return importlib.import_module(module)
-
-
-# ---------------------------------------------------------------------------
-# Cases
-# ---------------------------------------------------------------------------
-
-
-def _dtype(name: str) -> Any:
-    import torch
-
-    return {"bf16": torch.bfloat16, "fp32": torch.float32}[name]
-
-
-def _inference_case(
-    dev: Any,
-    dtype: str,
-    make_model: Callable[[], Any],
-    make_input: Callable[[], Any],
-    desc: str,
-    tol: float,
-) -> Case:
-    import torch
-
-    torch.manual_seed(0)
-    model = make_model().eval()
-    x = make_input()
-    holder = [copy.deepcopy(model).double().to(dev)]  # dropped once the reference is taken
-    model = model.to(device=dev, dtype=_dtype(dtype))
-    x = x.to(dev)
-    x64, x = x.double(), x.to(_dtype(dtype))
-
-    def step(f: Callable[..., Any]) -> Any:
-        with torch.no_grad():
-            return f(x)
-
-    def fp64_outputs() -> list[tuple[str, Any]]:
-        model64 = holder.pop()
-        with torch.no_grad():
-            return [("out", model64(x64))]
-
-    return Case(
-        model,
-        step,
-        lambda out: [("out", out)],
-        f"{desc}, {dtype}, eval, no_grad",
-        fp64_outputs=fp64_outputs,
-        rule_tol=tol,
-    )
-
-
-def _train_case(dev: Any, dtype: str, model: Any, batch: dict[str, Any], desc: str) -> Case:
-    """A training step of an HF model: ``model(**batch)``, ``.loss.backward()``."""
-    model.train()
-    holder = [copy.deepcopy(model).double().to(dev)]
-    model = model.to(device=dev, dtype=_dtype(dtype))
-    batch = {k: v.to(dev) for k, v in batch.items()}
-    batch64 = {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}
-    batch = {k: v.to(_dtype(dtype)) if v.is_floating_point() else v for k, v in batch.items()}
-
-    def run(m: Any, f: Callable[..., Any], inputs: dict[str, Any]) -> Any:
-        m.zero_grad(set_to_none=True)
-        out = f(**inputs)
-        out.loss.backward()
-        return out
-
-    def collect(m: Any, out: Any) -> list[tuple[str, Any]]:
-        return [("loss", out.loss), ("logits", out.logits)] + [
-            (f"grad {n}", p.grad) for n, p in m.named_parameters()
-        ]
-
-    def fp64_outputs() -> list[tuple[str, Any]]:
-        model64 = holder.pop()
-        return bench._named(collect(model64, run(model64, model64, batch64)))
-
-    return Case(
-        model,
-        lambda f: run(model, f, batch),
-        lambda out: collect(model, out),
-        f"{desc}, {dtype}, train, loss + backward",
-        fp64_outputs=fp64_outputs,
-        rule_tol=_TOL_HF_TRAIN,
-    )
-
-
-# --- torchvision -----------------------------------------------------------
-
-_CONVNET_SIZES = {"small": (2, 64), "full": (32, 224)}
-
-
-def _torchvision(arch: str) -> Callable[[Any, str, str], Case]:
-    def build(dev: Any, dtype: str, size: str) -> Case:
-        import torch
-
-        tv = _need("torchvision")
-        bs, hw = _CONVNET_SIZES[size]
-        return _inference_case(
-            dev,
-            dtype,
-            lambda: getattr(tv.models, arch)(weights=None),
-            lambda: torch.randn(bs, 3, hw, hw),
-            f"torchvision {arch}(weights=None), bs {bs}, {hw}x{hw}",
-            _TOL_TORCHVISION,
-        )
-
-    return build
-
-
-# --- timm --------------------------------------------------------------------
-
-_TIMM = {
-    "deit_tiny": (
-        "deit_tiny_patch16_224",
-        {
-            "small": {"img_size": 64, "depth": 2},
-            "full": {},
-        },
-    ),
-    "swin_tiny": (
-        "swin_tiny_patch4_window7_224",
-        {
-            "small": {
-                "img_size": 64,
-                "window_size": 4,
-                "embed_dim": 32,
-                "depths": (2, 2, 2, 2),
-                "num_heads": (1, 2, 4, 8),
-            },
-            "full": {},
-        },
-    ),
-}
-
-
-def _timm(key: str) -> Callable[[Any, str, str], Case]:
-    def build(dev: Any, dtype: str, size: str) -> Case:
-        import torch
-
-        timm = _need("timm")
-        arch, by_size = _TIMM[key]
-        kw = by_size[size]
-        bs, hw = _CONVNET_SIZES[size]
-        extra = "".join(f", {k}={v}" for k, v in kw.items() if k != "img_size")
-        return _inference_case(
-            dev,
-            dtype,
-            lambda: timm.create_model(arch, pretrained=False, **kw),
-            lambda: torch.randn(bs, 3, hw, hw),
-            f"timm {arch}(pretrained=False{extra}), bs {bs}, {hw}x{hw}",
-            _TOL_TIMM,
-        )
-
-    return build
-
-
-# --- HF transformers -------------------------------------------------------
-
-
-def _transformers() -> Any:
-    tf = _need("transformers")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    return tf
-
-
-def _hf_model(model_cls: Any, config_cls: Any, kw: dict[str, Any]) -> tuple[Any, str]:
-    """``model_cls(config_cls(**kw))`` in fp32 under seed 0, with SDPA attention when the
-    class accepts it, else its default; also the attention implementation in use."""
-    import torch
-
-    try:
-        torch.manual_seed(0)
-        model = model_cls(config_cls(**kw, attn_implementation="sdpa"))
-    except (ValueError, ImportError):
-        torch.manual_seed(0)
-        model = model_cls(config_cls(**kw))
-    return model, str(getattr(model.config, "_attn_implementation", None) or "default")
-
-
-def _ids(vocab: int, *shape: int) -> Any:
-    import torch
-
-    return torch.randint(3, vocab, shape)  # ids 0-2 are the special tokens of the small configs
-
-
-_GPT2 = {
-    "small": (
-        {
-            "n_layer": 2,
-            "n_embd": 128,
-            "n_head": 4,
-            "vocab_size": 1000,
-            "n_positions": 64,
-            "bos_token_id": 0,
-            "eos_token_id": 0,
-        },
-        (2, 32),
-    ),
-    "full": ({"n_layer": 6, "n_embd": 768, "n_head": 12}, (8, 512)),
-}
-
-
-def _gpt2(dev: Any, dtype: str, size: str) -> Case:
-    tf = _transformers()
-    kw, (b, s) = _GPT2[size]
-    model, attn = _hf_model(
-        tf.GPT2LMHeadModel,
-        tf.GPT2Config,
-        dict(
-            kw,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            summary_first_dropout=0.0,
-            use_cache=False,
-        ),
-    )
-    ids = _ids(model.config.vocab_size, b, s)
-    c = model.config
-    return _train_case(
-        dev,
-        dtype,
-        model,
-        {"input_ids": ids, "labels": ids},
-        f"HF GPT2LMHeadModel n_layer={c.n_layer} n_embd={c.n_embd} "
-        f"n_head={c.n_head} vocab={c.vocab_size}, {attn} attention, dropout 0, "
-        f"{b}x{s} tokens, labels=input_ids",
-    )
-
-
-_DISTILBERT = {
-    "small": (
-        {
-            "n_layers": 2,
-            "dim": 128,
-            "hidden_dim": 512,
-            "n_heads": 4,
-            "vocab_size": 1000,
-            "max_position_embeddings": 64,
-            "pad_token_id": 0,
-        },
-        (2, 32),
-    ),
-    "full": ({}, (16, 256)),  # DistilBertConfig's defaults are distilbert-base's sizes
-}
-
-
-def _distilbert(dev: Any, dtype: str, size: str) -> Case:
-    import torch
-
-    tf = _transformers()
-    kw, (b, s) = _DISTILBERT[size]
-    model, attn = _hf_model(
-        tf.DistilBertForMaskedLM,
-        tf.DistilBertConfig,
-        dict(kw, dropout=0.0, attention_dropout=0.0, qa_dropout=0.0, seq_classif_dropout=0.0),
-    )
-    c = model.config
-    ids = _ids(c.vocab_size, b, s)
-    masked = torch.rand(b, s) < 0.15
-    masked[:, 0] = True  # at least one label per sequence
-    labels = torch.where(masked, ids, torch.full_like(ids, -100))
-    return _train_case(
-        dev,
-        dtype,
-        model,
-        {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels},
-        f"HF DistilBertForMaskedLM n_layers={c.n_layers} dim={c.dim} "
-        f"n_heads={c.n_heads} vocab={c.vocab_size}, {attn} attention, "
-        f"dropout 0, {b}x{s} tokens, 15% masked labels",
-    )
-
-
-_QWEN2 = {
-    "small": (
-        {
-            "num_hidden_layers": 2,
-            "hidden_size": 128,
-            "intermediate_size": 352,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "vocab_size": 1000,
-            "max_position_embeddings": 64,
-        },
-        (2, 32),
-    ),
-    "full": (
-        {
-            "num_hidden_layers": 4,
-            "hidden_size": 1024,
-            "intermediate_size": 2816,
-            "num_attention_heads": 16,
-            "num_key_value_heads": 4,
-            "vocab_size": 32000,
-            "max_position_embeddings": 2048,
-        },
-        (4, 512),
-    ),
-}
-
-
-def _qwen2(dev: Any, dtype: str, size: str) -> Case:
-    tf = _transformers()
-    kw, (b, s) = _QWEN2[size]
-    model, attn = _hf_model(
-        tf.Qwen2ForCausalLM,
-        tf.Qwen2Config,
-        dict(
-            kw,
-            attention_dropout=0.0,
-            use_cache=False,
-            use_sliding_window=False,
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=0,
-        ),
-    )
-    c = model.config
-    ids = _ids(c.vocab_size, b, s)
-    return _train_case(
-        dev,
-        dtype,
-        model,
-        {"input_ids": ids, "labels": ids},
-        f"HF Qwen2ForCausalLM layers={c.num_hidden_layers} "
-        f"hidden={c.hidden_size} heads={c.num_attention_heads} "
-        f"kv_heads={c.num_key_value_heads} vocab={c.vocab_size}, {attn} "
-        f"attention, {b}x{s} tokens, labels=input_ids",
-    )
-
-
-_WHISPER = {
-    # (config, batch, label tokens); the mel frames are 2 x max_source_positions
-    "small": (
-        {
-            "d_model": 64,
-            "encoder_layers": 2,
-            "decoder_layers": 2,
-            "encoder_attention_heads": 4,
-            "decoder_attention_heads": 4,
-            "encoder_ffn_dim": 256,
-            "decoder_ffn_dim": 256,
-            "vocab_size": 1000,
-            "max_source_positions": 32,
-            "max_target_positions": 64,
-            "pad_token_id": 0,
-            "bos_token_id": 1,
-            "eos_token_id": 2,
-            "decoder_start_token_id": 1,
-            "suppress_tokens": None,
-            "begin_suppress_tokens": None,
-        },
-        2,
-        16,
-    ),
-    "full": ({}, 8, 128),  # WhisperConfig's defaults are whisper-tiny's sizes
-}
-
-
-def _whisper(dev: Any, dtype: str, size: str) -> Case:
-    import torch
-
-    tf = _transformers()
-    kw, b, t = _WHISPER[size]
-    model, attn = _hf_model(
-        tf.WhisperForConditionalGeneration,
-        tf.WhisperConfig,
-        dict(
-            kw,
-            dropout=0.0,
-            attention_dropout=0.0,
-            activation_dropout=0.0,
-            encoder_layerdrop=0.0,
-            decoder_layerdrop=0.0,
-            use_cache=False,
-        ),
-    )
-    c = model.config
-    frames = 2 * c.max_source_positions
-    feats = torch.randn(b, c.num_mel_bins, frames)
-    labels = _ids(c.vocab_size, b, t)
-    return _train_case(
-        dev,
-        dtype,
-        model,
-        {"input_features": feats, "labels": labels},
-        f"HF WhisperForConditionalGeneration d_model={c.d_model} "
-        f"layers={c.encoder_layers}+{c.decoder_layers} "
-        f"heads={c.encoder_attention_heads} vocab={c.vocab_size}, {attn} "
-        f"attention, dropout 0, bs {b}, {c.num_mel_bins}x{frames} mel, "
-        f"{t} label tokens",
-    )
 
 
 # ---------------------------------------------------------------------------
 # The suite
 # ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Model:
-    name: str  # the row name without the dtype suffix
-    kind: str  # "inference" or "train"
-    package: str
-    build: Callable[[Any, str, str], Case]  # (device, "bf16"/"fp32", "small"/"full")
 
 
 MODELS: tuple[Model, ...] = (
@@ -571,280 +153,6 @@ def select(only: str | None, dtype: str | None) -> list[str]:
 
 
 # ---------------------------------------------------------------------------
-# Launch counting (CUDA)
-# ---------------------------------------------------------------------------
-
-KERNEL_CLASSES = ("triton", "gemm", "conv", "attention", "copy", "other")
-
-#: Kernels the sdk's plugins generate are named ``k_<ops>`` (core/scheduler.kernel_name).
-_GENERATED = re.compile(r"k_\w+")
-_ATTENTION = re.compile(r"flash|fmha|attention|efficient|sdpa")
-_CONV = re.compile(r"conv(?!ert)|cudnn|implicit|winograd|fprop|dgrad|wgrad|im2col|col2im")
-_GEMM = re.compile(r"gemm|gemv|cublas|cutlass|sm90|sm100|nvjet|splitkreduce")
-
-
-def classify_kernel(name: str) -> str:
-    """A device activity's class from its name: ``copy`` (memcpy, memset), ``triton``
-    (Inductor's ``triton_*`` and the sdk's generated ``k_*`` kernels), ``attention``,
-    ``conv``, ``gemm``, else ``other``; checked in that order, so a cuDNN implicit-GEMM
-    convolution is ``conv`` and a CUTLASS flash-attention kernel ``attention``."""
-    n = name.lower()
-    if "memcpy" in n or "memset" in n:
-        return "copy"
-    if n.startswith("triton") or _GENERATED.fullmatch(name):
-        return "triton"
-    if _ATTENTION.search(n):
-        return "attention"
-    if _CONV.search(n):
-        return "conv"
-    if _GEMM.search(n):
-        return "gemm"
-    return "other"
-
-
-def _is_device_event(e: Any) -> bool:
-    return str(getattr(e, "device_type", "")).rsplit(".", 1)[-1] == "CUDA"
-
-
-def summarize_device_events(events: Any, top: int = 5) -> dict[str, Any]:
-    """Launches and device time per kernel class of a profiler's events (CUDA ones only),
-    and the ``top`` kernels by device time."""
-    by_class = {c: {"launches": 0, "ms": 0.0} for c in KERNEL_CLASSES}
-    per_kernel: dict[str, float] = {}
-    total = 0
-    for e in events:
-        if not _is_device_event(e):
-            continue
-        us = float(e.time_range.elapsed_us())
-        cls = by_class[classify_kernel(e.name)]
-        cls["launches"] += 1
-        cls["ms"] += us / 1e3
-        per_kernel[e.name] = per_kernel.get(e.name, 0.0) + us / 1e3
-        total += 1
-    most = sorted(per_kernel.items(), key=lambda kv: -kv[1])[:top]
-    return {
-        "launches": total,
-        "device_ms": sum(c["ms"] for c in by_class.values()),
-        "by_class": by_class,
-        "top_kernels": [{"name": k[:160], "ms": ms} for k, ms in most],
-    }
-
-
-def cuda_launches(step: Callable[[], Any], top: int = 5) -> dict[str, Any]:
-    """One call of ``step`` under the CUDA profiler: :func:`summarize_device_events`."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
-    out = summarize_device_events(prof.events(), top)
-    if not out["launches"]:
-        return {"error": "the profiler recorded no CUDA activity (is CUPTI available?)"}
-    return out
-
-
-# ---------------------------------------------------------------------------
-# Output
-# ---------------------------------------------------------------------------
-
-
-def _best(r: Row) -> float | None:
-    """The faster of eager and Inductor (Inductor only when its check passed)."""
-    times = [
-        t
-        for t in (r.eager.ms, r.inductor.ms if r.inductor.check == "ok" else None)
-        if t is not None
-    ]
-    return min(times) if times else None
-
-
-def _ratios(r: Row) -> tuple[float | None, float | None, float | None]:
-    """sdk/inductor, sdk/eager, sdk/min(eager, inductor); ``None`` where not measured."""
-    if r.skipped or r.sdk.check != "ok":
-        return None, None, None
-    ind = r.inductor.ms if r.inductor.check == "ok" else None
-    return (
-        bench._ratio(r.sdk.ms, ind),
-        bench._ratio(r.sdk.ms, r.eager.ms),
-        bench._ratio(r.sdk.ms, _best(r)),
-    )
-
-
-def _target_cell(si: float | None, sb: float | None) -> str:
-    if si is None or sb is None:
-        return "-"
-    if sb <= TARGET:
-        return "met"
-    return "ind only" if si <= TARGET else "missed"
-
-
-def _f2(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}"
-
-
-def table(rows_: list[Row]) -> tuple[str, dict[str, Any]]:
-    head = [
-        "row",
-        "eager ms",
-        "inductor ms",
-        "sdk ms",
-        "sdk/ind",
-        "sdk/eager",
-        "sdk/best",
-        "target",
-        "ind cold s",
-        "sdk cold s",
-        "sdk check",
-        "ind check",
-        "sdk graphs",
-    ]
-    body: list[list[str]] = []
-    si_all: list[float] = []
-    se_all: list[float] = []
-    sb_all: list[float] = []
-    met_ind = met_best = n_targets = 0
-    for r in rows_:
-        if r.skipped:
-            body.append([r.name, f"skipped: {r.skipped}"])
-            continue
-        si, se, sb = _ratios(r)
-        if si is not None:
-            si_all.append(si)
-            if se is not None:
-                se_all.append(se)
-            if sb is not None:
-                sb_all.append(sb)
-                n_targets += 1
-                met_ind += si <= TARGET
-                met_best += sb <= TARGET
-        sdk_ms = r.sdk.ms if r.sdk.check == "ok" else None
-        body.append(
-            [
-                r.name,
-                bench._fmt_ms(r.eager.ms),
-                bench._fmt_ms(r.inductor.ms),
-                "MISMATCH" if r.sdk.check == "MISMATCH" else bench._fmt_ms(sdk_ms),
-                _f2(si),
-                _f2(se),
-                _f2(sb),
-                _target_cell(si, sb),
-                bench._fmt_s(r.inductor.cold_s),
-                bench._fmt_s(r.sdk.cold_s),
-                bench._check_cell(r.sdk),
-                bench._check_cell(r.inductor),
-                bench._graphs_cell(r.sdk_graphs),
-            ]
-        )
-    geo = {
-        "sdk_over_inductor": bench._geomean(si_all),
-        "sdk_over_eager": bench._geomean(se_all),
-        "sdk_over_best": bench._geomean(sb_all),
-        "n": len(si_all),
-    }
-    body.append(
-        [
-            "geomean",
-            "",
-            "",
-            "",
-            _f2(geo["sdk_over_inductor"]),
-            _f2(geo["sdk_over_eager"]),
-            _f2(geo["sdk_over_best"]),
-            "",
-            "",
-            "",
-            f"n={len(si_all)}",
-            "",
-            "",
-        ]
-    )
-    lines = bench._render(head, body)
-    lines.append(
-        "sdk/best = sdk / min(eager, inductor); target: both sdk/ind and sdk/best "
-        f"<= {TARGET} ('met'; 'ind only': sdk/ind only); ratios < 1 mean sdk is faster"
-    )
-    lines.append(
-        "sdk graphs: g graphs, k generated kernels, x library calls (mm, conv, ...), "
-        "fb ops run through the ATen fallback, % of ATen calls in generated kernels"
-    )
-    targets = {
-        "limit": TARGET,
-        "rows": n_targets,
-        "sdk_over_inductor_met": met_ind,
-        "sdk_over_best_met": met_best,
-    }
-    lines.append(
-        f"targets: sdk/ind <= {TARGET} on {met_ind}/{n_targets} rows, "
-        f"sdk/min(eager, ind) <= {TARGET} on {met_best}/{n_targets} rows"
-    )
-    return "\n".join(lines), {"geomean": geo, "targets": targets}
-
-
-def _profile_line(label: str, p: dict[str, Any] | None) -> str:
-    if not p:
-        return f"    {label:<8}  -"
-    if "error" in p:
-        return f"    {label:<8}  profile failed: {p['error']}"
-    parts = [
-        f"{c} {v['launches']}/{v['ms']:.3f}" for c, v in p["by_class"].items() if v["launches"]
-    ]
-    return f"    {label:<8}  {p['launches']:>5} launches  {p['device_ms']:9.3f} ms  " + "  ".join(
-        parts
-    )
-
-
-def profile_text(rows_: list[Row], cuda: bool) -> str:
-    if not cuda:
-        return (
-            "launches per step: counted on CUDA only (torch.profiler's CUDA activities); "
-            "nothing to show on this device"
-        )
-    lines = [
-        (
-            "launches per step (one warm step under torch.profiler, CUDA activities): "
-            "launches, device ms, and per class launches/ms"
-        )
-    ]
-    for r in rows_:
-        if r.skipped:
-            continue
-        lines.append(f"  {r.name}")
-        for label, res in (("eager", r.eager), ("inductor", r.inductor), ("sdk", r.sdk)):
-            lines.append(_profile_line(label, res.profile))
-    return "\n".join(lines)
-
-
-def _row_json(r: Row, model: Model, dtype: str, size: str, cuda: bool) -> dict[str, Any]:
-    out = bench._row_json(r, None)
-    si, se, sb = _ratios(r)
-    out.update(
-        {
-            "model": model.name,
-            "kind": model.kind,
-            "package": model.package,
-            "dtype": dtype,
-            "size": size,
-            "sdk_over_inductor": si,
-            "sdk_over_eager": se,
-            "sdk_over_best": sb,
-            "target": _target_cell(si, sb),
-        }
-    )
-    if not cuda:
-        out["profile"] = {"skipped": "launches are counted on CUDA only"}
-    elif r.skipped:
-        out["profile"] = {"skipped": "row skipped"}
-    else:
-        out["profile"] = {
-            label: res.profile or {"error": "not profiled (not timed)"}
-            for label, res in (("eager", r.eager), ("inductor", r.inductor), ("sdk", r.sdk))
-        }
-    return out
-
-
-# ---------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------
 
@@ -869,31 +177,31 @@ def main(args: argparse.Namespace) -> int:
 
     cuda = torch.cuda.is_available()
     size = getattr(args, "size", None) or ("full" if cuda else "small")
-    start_dirs = bench._fresh_cache_dirs()
+    start_dirs = bench_timing._fresh_cache_dirs()
     try:
         return _run(args, names, size, start_dirs)
     finally:
-        bench._remove_temp_dirs()
+        bench_timing._remove_temp_dirs()
 
 
 def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict[str, str]) -> int:
-    st = bench._setup(args)
+    st = bench_report._setup(args)
     if st is None:
         return 2
-    bench._print_header(st, args.repeat)
+    bench_report._print_header(st, args.repeat)
     print(
         f"models suite, size {size}, {len(names)} row(s); checks: Dynamo's RMSE rule "
         f"against an fp64 copy (outputs; loss, logits and every parameter gradient for "
         f"training)" + ("; CUDA launches profiled per backend" if st.cuda else "")
     )
-    prewarm_s = bench._prewarm(st.dev, st.sdk_backend)
+    prewarm_s = bench_timing._prewarm(st.dev, st.sdk_backend)
     probe = cuda_launches if st.cuda else None
     table_ = rows()
     out: list[Row] = []
 
     def write_json(final: bool) -> None:
         _, summary = table(out)
-        method = bench._method(st, args.repeat, prewarm_s, start_dirs)
+        method = bench_report._method(st, args.repeat, prewarm_s, start_dirs)
         method.update(
             {
                 "suite": "models",
@@ -904,7 +212,7 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
                 "(CUDA activities), after timing; CUDA only",
             }
         )
-        bench._write_json(
+        bench_report._write_json(
             args.json,
             {
                 "machine": st.info,
@@ -923,7 +231,7 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
     for name in names:
         model, dtype = table_[name]
         out.append(
-            bench._run_workload(
+            bench_timing._run_workload(
                 name,
                 lambda d, m=model, dt=dtype: m.build(d, dt, size),
                 st.dev,
@@ -936,10 +244,10 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
             write_json(final=False)
 
     text, _ = table(out)
-    bench._print_end(st, out, text)
+    bench_report._print_end(st, out, text)
     if args.profile:
         print()
         print(profile_text(out, st.cuda))
     if args.json:
         write_json(final=True)
-    return bench._exit_code(out)
+    return bench_report._exit_code(out)

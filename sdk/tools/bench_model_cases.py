@@ -1,0 +1,474 @@
+"""The models suite's rows: how each model is built on a device, in a dtype and at a size,
+with its inputs, its fp64 reference and Dynamo's tolerance for its family (:class:`Model`).
+
+:mod:`sdk.tools.bench_models` describes the rows, the sizes and the checks; a row whose package
+is missing or does not import raises :class:`~sdk.tools.bench_timing.Skip` with the reason and
+the command that installs it (:func:`_import_error`).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sdk.tools import bench_check
+from sdk.tools.bench_timing import Case, Skip
+
+#: Dynamo's benchmark tolerances for these families (torchbench, timm_models, huggingface).
+_TOL_TORCHVISION = 1e-4
+_TOL_TIMM = 1e-3
+_TOL_HF_TRAIN = 1e-2
+
+
+# ---------------------------------------------------------------------------
+# Packages
+# ---------------------------------------------------------------------------
+
+
+#: How to install each package without letting pip replace torch: an unpinned
+#: ``pip install torchvision`` resolves the newest torchvision and, with it, a newer torch;
+#: PyPI's Linux torchvision wheels are CUDA builds, which do not load on a CPU-only torch.
+_INSTALL_HINT = {
+    "torchvision": "pip install --no-deps torchvision==<the release made for this torch>, "
+    "from https://download.pytorch.org/whl/cpu for a CPU-only torch",
+    "timm": "pip install --no-deps timm (it needs torchvision, huggingface_hub, safetensors, "
+    "pyyaml)",
+    "transformers": "pip install -e '.[test]'",
+}
+
+
+@functools.cache
+def _import_error(module: str) -> str | None:
+    """Why ``module`` cannot be imported here, or ``None`` when it can. A wheel built for
+    another torch (a CUDA torchvision on a CPU torch) fails with a RuntimeError or an
+    OSError rather than an ImportError, so any exception counts."""
+    hint = _INSTALL_HINT.get(module, f"pip install {module}")
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        return f"{module} cannot be imported ({e}); {hint}"
+    except Exception as e:  # noqa: BLE001 - a broken install is a reason to skip, not to crash
+        import torch
+
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        return (
+            f"{module} is installed but does not import with torch {torch.__version__} "
+            f"({type(e).__name__}: {first}), a build for another torch?; {hint}"
+        )
+    return None
+
+
+def _need(module: str) -> Any:
+    reason = _import_error(module)
+    if reason is not None:
+        raise Skip(reason)
+    return importlib.import_module(module)
+
+
+# ---------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp32": torch.float32}[name]
+
+
+def _inference_case(
+    dev: Any,
+    dtype: str,
+    make_model: Callable[[], Any],
+    make_input: Callable[[], Any],
+    desc: str,
+    tol: float,
+) -> Case:
+    import torch
+
+    torch.manual_seed(0)
+    model = make_model().eval()
+    x = make_input()
+    holder = [copy.deepcopy(model).double().to(dev)]  # dropped once the reference is taken
+    model = model.to(device=dev, dtype=_dtype(dtype))
+    x = x.to(dev)
+    x64, x = x.double(), x.to(_dtype(dtype))
+
+    def step(f: Callable[..., Any]) -> Any:
+        with torch.no_grad():
+            return f(x)
+
+    def fp64_outputs() -> list[tuple[str, Any]]:
+        model64 = holder.pop()
+        with torch.no_grad():
+            return [("out", model64(x64))]
+
+    return Case(
+        model,
+        step,
+        lambda out: [("out", out)],
+        f"{desc}, {dtype}, eval, no_grad",
+        fp64_outputs=fp64_outputs,
+        rule_tol=tol,
+    )
+
+
+def _train_case(dev: Any, dtype: str, model: Any, batch: dict[str, Any], desc: str) -> Case:
+    """A training step of an HF model: ``model(**batch)``, ``.loss.backward()``."""
+    model.train()
+    holder = [copy.deepcopy(model).double().to(dev)]
+    model = model.to(device=dev, dtype=_dtype(dtype))
+    batch = {k: v.to(dev) for k, v in batch.items()}
+    batch64 = {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}
+    batch = {k: v.to(_dtype(dtype)) if v.is_floating_point() else v for k, v in batch.items()}
+
+    def run(m: Any, f: Callable[..., Any], inputs: dict[str, Any]) -> Any:
+        m.zero_grad(set_to_none=True)
+        out = f(**inputs)
+        out.loss.backward()
+        return out
+
+    def collect(m: Any, out: Any) -> list[tuple[str, Any]]:
+        return [("loss", out.loss), ("logits", out.logits)] + [
+            (f"grad {n}", p.grad) for n, p in m.named_parameters()
+        ]
+
+    def fp64_outputs() -> list[tuple[str, Any]]:
+        model64 = holder.pop()
+        return bench_check._named(collect(model64, run(model64, model64, batch64)))
+
+    return Case(
+        model,
+        lambda f: run(model, f, batch),
+        lambda out: collect(model, out),
+        f"{desc}, {dtype}, train, loss + backward",
+        fp64_outputs=fp64_outputs,
+        rule_tol=_TOL_HF_TRAIN,
+    )
+
+
+# --- torchvision -----------------------------------------------------------
+
+_CONVNET_SIZES = {"small": (2, 64), "full": (32, 224)}
+
+
+def _torchvision(arch: str) -> Callable[[Any, str, str], Case]:
+    def build(dev: Any, dtype: str, size: str) -> Case:
+        import torch
+
+        tv = _need("torchvision")
+        bs, hw = _CONVNET_SIZES[size]
+        return _inference_case(
+            dev,
+            dtype,
+            lambda: getattr(tv.models, arch)(weights=None),
+            lambda: torch.randn(bs, 3, hw, hw),
+            f"torchvision {arch}(weights=None), bs {bs}, {hw}x{hw}",
+            _TOL_TORCHVISION,
+        )
+
+    return build
+
+
+# --- timm --------------------------------------------------------------------
+
+_TIMM = {
+    "deit_tiny": (
+        "deit_tiny_patch16_224",
+        {
+            "small": {"img_size": 64, "depth": 2},
+            "full": {},
+        },
+    ),
+    "swin_tiny": (
+        "swin_tiny_patch4_window7_224",
+        {
+            "small": {
+                "img_size": 64,
+                "window_size": 4,
+                "embed_dim": 32,
+                "depths": (2, 2, 2, 2),
+                "num_heads": (1, 2, 4, 8),
+            },
+            "full": {},
+        },
+    ),
+}
+
+
+def _timm(key: str) -> Callable[[Any, str, str], Case]:
+    def build(dev: Any, dtype: str, size: str) -> Case:
+        import torch
+
+        timm = _need("timm")
+        arch, by_size = _TIMM[key]
+        kw = by_size[size]
+        bs, hw = _CONVNET_SIZES[size]
+        extra = "".join(f", {k}={v}" for k, v in kw.items() if k != "img_size")
+        return _inference_case(
+            dev,
+            dtype,
+            lambda: timm.create_model(arch, pretrained=False, **kw),
+            lambda: torch.randn(bs, 3, hw, hw),
+            f"timm {arch}(pretrained=False{extra}), bs {bs}, {hw}x{hw}",
+            _TOL_TIMM,
+        )
+
+    return build
+
+
+# --- HF transformers -------------------------------------------------------
+
+
+def _transformers() -> Any:
+    tf = _need("transformers")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    return tf
+
+
+def _hf_model(model_cls: Any, config_cls: Any, kw: dict[str, Any]) -> tuple[Any, str]:
+    """``model_cls(config_cls(**kw))`` in fp32 under seed 0, with SDPA attention when the
+    class accepts it, else its default; also the attention implementation in use."""
+    import torch
+
+    try:
+        torch.manual_seed(0)
+        model = model_cls(config_cls(**kw, attn_implementation="sdpa"))
+    except (ValueError, ImportError):
+        torch.manual_seed(0)
+        model = model_cls(config_cls(**kw))
+    return model, str(getattr(model.config, "_attn_implementation", None) or "default")
+
+
+def _ids(vocab: int, *shape: int) -> Any:
+    import torch
+
+    return torch.randint(3, vocab, shape)  # ids 0-2 are the special tokens of the small configs
+
+
+_GPT2 = {
+    "small": (
+        {
+            "n_layer": 2,
+            "n_embd": 128,
+            "n_head": 4,
+            "vocab_size": 1000,
+            "n_positions": 64,
+            "bos_token_id": 0,
+            "eos_token_id": 0,
+        },
+        (2, 32),
+    ),
+    "full": ({"n_layer": 6, "n_embd": 768, "n_head": 12}, (8, 512)),
+}
+
+
+def _gpt2(dev: Any, dtype: str, size: str) -> Case:
+    tf = _transformers()
+    kw, (b, s) = _GPT2[size]
+    model, attn = _hf_model(
+        tf.GPT2LMHeadModel,
+        tf.GPT2Config,
+        dict(
+            kw,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            summary_first_dropout=0.0,
+            use_cache=False,
+        ),
+    )
+    ids = _ids(model.config.vocab_size, b, s)
+    c = model.config
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_ids": ids, "labels": ids},
+        f"HF GPT2LMHeadModel n_layer={c.n_layer} n_embd={c.n_embd} "
+        f"n_head={c.n_head} vocab={c.vocab_size}, {attn} attention, dropout 0, "
+        f"{b}x{s} tokens, labels=input_ids",
+    )
+
+
+_DISTILBERT = {
+    "small": (
+        {
+            "n_layers": 2,
+            "dim": 128,
+            "hidden_dim": 512,
+            "n_heads": 4,
+            "vocab_size": 1000,
+            "max_position_embeddings": 64,
+            "pad_token_id": 0,
+        },
+        (2, 32),
+    ),
+    "full": ({}, (16, 256)),  # DistilBertConfig's defaults are distilbert-base's sizes
+}
+
+
+def _distilbert(dev: Any, dtype: str, size: str) -> Case:
+    import torch
+
+    tf = _transformers()
+    kw, (b, s) = _DISTILBERT[size]
+    model, attn = _hf_model(
+        tf.DistilBertForMaskedLM,
+        tf.DistilBertConfig,
+        dict(kw, dropout=0.0, attention_dropout=0.0, qa_dropout=0.0, seq_classif_dropout=0.0),
+    )
+    c = model.config
+    ids = _ids(c.vocab_size, b, s)
+    masked = torch.rand(b, s) < 0.15
+    masked[:, 0] = True  # at least one label per sequence
+    labels = torch.where(masked, ids, torch.full_like(ids, -100))
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels},
+        f"HF DistilBertForMaskedLM n_layers={c.n_layers} dim={c.dim} "
+        f"n_heads={c.n_heads} vocab={c.vocab_size}, {attn} attention, "
+        f"dropout 0, {b}x{s} tokens, 15% masked labels",
+    )
+
+
+_QWEN2 = {
+    "small": (
+        {
+            "num_hidden_layers": 2,
+            "hidden_size": 128,
+            "intermediate_size": 352,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 1000,
+            "max_position_embeddings": 64,
+        },
+        (2, 32),
+    ),
+    "full": (
+        {
+            "num_hidden_layers": 4,
+            "hidden_size": 1024,
+            "intermediate_size": 2816,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "vocab_size": 32000,
+            "max_position_embeddings": 2048,
+        },
+        (4, 512),
+    ),
+}
+
+
+def _qwen2(dev: Any, dtype: str, size: str) -> Case:
+    tf = _transformers()
+    kw, (b, s) = _QWEN2[size]
+    model, attn = _hf_model(
+        tf.Qwen2ForCausalLM,
+        tf.Qwen2Config,
+        dict(
+            kw,
+            attention_dropout=0.0,
+            use_cache=False,
+            use_sliding_window=False,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+    )
+    c = model.config
+    ids = _ids(c.vocab_size, b, s)
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_ids": ids, "labels": ids},
+        f"HF Qwen2ForCausalLM layers={c.num_hidden_layers} "
+        f"hidden={c.hidden_size} heads={c.num_attention_heads} "
+        f"kv_heads={c.num_key_value_heads} vocab={c.vocab_size}, {attn} "
+        f"attention, {b}x{s} tokens, labels=input_ids",
+    )
+
+
+_WHISPER = {
+    # (config, batch, label tokens); the mel frames are 2 x max_source_positions
+    "small": (
+        {
+            "d_model": 64,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 256,
+            "decoder_ffn_dim": 256,
+            "vocab_size": 1000,
+            "max_source_positions": 32,
+            "max_target_positions": 64,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "decoder_start_token_id": 1,
+            "suppress_tokens": None,
+            "begin_suppress_tokens": None,
+        },
+        2,
+        16,
+    ),
+    "full": ({}, 8, 128),  # WhisperConfig's defaults are whisper-tiny's sizes
+}
+
+
+def _whisper(dev: Any, dtype: str, size: str) -> Case:
+    import torch
+
+    tf = _transformers()
+    kw, b, t = _WHISPER[size]
+    model, attn = _hf_model(
+        tf.WhisperForConditionalGeneration,
+        tf.WhisperConfig,
+        dict(
+            kw,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            encoder_layerdrop=0.0,
+            decoder_layerdrop=0.0,
+            use_cache=False,
+        ),
+    )
+    c = model.config
+    frames = 2 * c.max_source_positions
+    feats = torch.randn(b, c.num_mel_bins, frames)
+    labels = _ids(c.vocab_size, b, t)
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_features": feats, "labels": labels},
+        f"HF WhisperForConditionalGeneration d_model={c.d_model} "
+        f"layers={c.encoder_layers}+{c.decoder_layers} "
+        f"heads={c.encoder_attention_heads} vocab={c.vocab_size}, {attn} "
+        f"attention, dropout 0, bs {b}, {c.num_mel_bins}x{frames} mel, "
+        f"{t} label tokens",
+    )
+
+
+# ---------------------------------------------------------------------------
+# A row's model
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str  # the row name without the dtype suffix
+    kind: str  # "inference" or "train"
+    package: str
+    build: Callable[[Any, str, str], Case]  # (device, "bf16"/"fp32", "small"/"full")
