@@ -218,7 +218,10 @@ def test_a_second_process_loads_the_artifacts_from_the_cache(tmp_path):
 
 def test_cli_explain_shows_the_partitions():
     run = subprocess.run(
-        [sys.executable, "-m", "sdk", "explain", "--plugin", "iree_cpu", "--chain", "cpu_cpp"],
+        [
+            *(sys.executable, "-m", "sdk", "explain", "--inference"),
+            *("--plugin", "iree_cpu", "--chain", "cpu_cpp"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
