@@ -92,12 +92,13 @@ def _iree_did_most(report: sdk.ExplainReport) -> None:
         assert iree >= graph.aten_ops / 2, str(graph)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_mlp_training_step(backend):
+def test_mlp_training_step():
+    """IREE takes all of it (with a chain, cpu_cpp would get nothing: the convnet and GPT-2
+    cases cover the chain)."""
     torch.manual_seed(0)
     model = mlp()
     report = check_like_dynamo(
-        model, loss_of, BACKENDS[backend], torch.randn(16, 32), torch.randint(0, 8, (16,))
+        model, loss_of, BACKENDS["iree_cpu"], torch.randn(16, 32), torch.randint(0, 8, (16,))
     )
     assert {g.kind for g in report.graphs if g.partitions} == {"forward", "backward"}
     _iree_did_most(report)
@@ -191,7 +192,8 @@ import time, torch, sdk
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
 x = torch.randn(5, 8)
-report = sdk.explain(model, x, backend=sdk.backend("iree_cpu"))
+with torch.no_grad():  # one graph (inference) is enough to see the cache at work
+    report = sdk.explain(model, x, backend=sdk.backend("iree_cpu"))
 print(sorted({p.cache for g in report.graphs for p in g.partitions}))
 """
 
