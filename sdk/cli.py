@@ -102,7 +102,15 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 def _cmd_conformance(args: argparse.Namespace) -> int:
     import pytest
 
+    from sdk import SDKError, conformance
     from sdk.core import config
+
+    try:  # an unknown or unavailable plugin: one line now, not after pytest has started
+        for name in args.plugins:
+            conformance.require(name)
+    except SDKError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
     argv = [f"--sdk-plugin={n}" for n in args.plugins]
     argv += [
