@@ -36,3 +36,17 @@ PLUGINS = [
 
 def device_of(plugin: str) -> str:
     return "cuda" if plugin == "cuda_triton" and _CUDA else "cpu"
+
+
+def skip_model_under_interpreter(plugin: str, seconds: int) -> None:
+    """Skip a whole-model run of cuda_triton through Triton's interpreter.
+
+    For tests that ``tests/gpu/run.sh`` runs on a GPU, where a model's interpreted kernels cost
+    minutes of CI's two cores and check nothing the smaller interpreted tests do not: the
+    core's side of the case still runs through cpu_cpp here.
+    """
+    if plugin == "cuda_triton" and not _CUDA:
+        pytest.skip(
+            f"cuda_triton on a whole model through Triton's interpreter (~{seconds} s on 2 "
+            "cores): tests/gpu/run.sh runs this case on a GPU"
+        )
