@@ -213,19 +213,19 @@ class Registry:
         kinds = (kind,) if isinstance(kind, PluginKind) else kind
         if kinds is not None and rec.info.kind not in kinds:
             wanted = " or ".join(k.value for k in kinds)
-            usable = [n for n, r in self.records.items() if r.loaded and r.info.kind in kinds]
-            usable = [n for n in usable if self.status(n) is None]
+            usable = self.usable_names(kinds)
             raise PluginUnavailableError(
                 f"SDK plugin {name!r} is a {rec.info.kind.value} plugin, not a {wanted} "
                 f"plugin; use one of those here (available: {', '.join(usable) or 'none'})"
             )
         return rec
 
-    def codegen_names(self) -> list[str]:
+    def usable_names(self, kinds: tuple[PluginKind, ...]) -> list[str]:
+        """The plugins of one of ``kinds`` that load and are usable here, in discovery order."""
         return [
             n
             for n, r in self.records.items()
-            if r.loaded and r.info.kind == PluginKind.CODEGEN and self.status(n) is None
+            if r.loaded and r.info.kind in kinds and self.status(n) is None
         ]
 
     def caller(self, hook: str, plugins: Iterable[str]) -> Any:

@@ -20,8 +20,10 @@ from tests.test_conformance import counts, installed_as_wheel, summary
 MAX_C_LIKE_LINES = 300
 
 
-def _install(tmp_path: Path, name: str, c_like: bool, flag: str = "--c-like") -> dict[str, str]:
-    if c_like:  # through the CLI
+def _install(tmp_path: Path, name: str, flag: str | None) -> dict[str, str]:
+    """Generate plugin ``name`` (through the CLI with ``flag``, else ``generate()``), install
+    it as a wheel would be and return the environment that sees it."""
+    if flag is not None:  # through the CLI
         out = subprocess.run(
             [sys.executable, "-m", "sdk", "new-plugin", name, "--dest", str(tmp_path), flag],
             capture_output=True,
@@ -92,14 +94,19 @@ def test_bad_names_are_refused(tmp_path):
         generate("ok", tmp_path)
 
 
-@pytest.mark.slow
-def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
-    env = _install(tmp_path, "zeta", c_like=True)
-    listing = _run(["-m", "sdk", "list"], env, tmp_path)
+def _assert_listed_ok(name: str, env: dict[str, str], cwd: Path) -> None:
+    """``python -m sdk list`` shows plugin ``name`` as usable ("ok")."""
+    listing = _run(["-m", "sdk", "list"], env, cwd)
     assert any(
-        ln.split()[:1] == ["zeta"] and ln.rstrip().endswith("ok")
+        ln.split()[:1] == [name] and ln.rstrip().endswith("ok")
         for ln in listing.stdout.splitlines()
     ), listing.stdout + listing.stderr
+
+
+@pytest.mark.slow
+def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
+    env = _install(tmp_path, "zeta", "--c-like")
+    _assert_listed_ok("zeta", env, tmp_path)
     probe = textwrap.dedent("""
         import json, torch, sdk
         def f(x, w):
@@ -175,7 +182,7 @@ def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
 
 @pytest.mark.slow
 def test_hook_skeleton_plugin_lists_and_conforms(tmp_path):
-    env = _install(tmp_path, "eta", c_like=False)
+    env = _install(tmp_path, "eta", None)
     conf = _run(
         ["-m", "sdk", "conformance", "eta", "--compare", "none", "--opinfo", "add"], env, tmp_path
     )
@@ -206,12 +213,8 @@ def test_graph_plugin_compiles_partitions_in_a_chain(tmp_path):
     """``new-plugin --graph``: installed, ``sdk:theta`` compiles an MLP forward and backward
     with a chain to cpu_cpp; theta owns the pointwise partitions, cpu_cpp the rest, the
     refusals carry theta's reasons, and the results match eager on fresh inputs."""
-    env = _install(tmp_path, "theta", c_like=True, flag="--graph")
-    listing = _run(["-m", "sdk", "list"], env, tmp_path)
-    assert any(
-        ln.split()[:1] == ["theta"] and ln.rstrip().endswith("ok")
-        for ln in listing.stdout.splitlines()
-    ), listing.stdout + listing.stderr
+    env = _install(tmp_path, "theta", "--graph")
+    _assert_listed_ok("theta", env, tmp_path)
     probe = textwrap.dedent("""
         import json, torch, sdk
         def f(x, w):

@@ -85,14 +85,6 @@ def graph_level(name: str) -> bool:
     return require(name).kind == sdk.PluginKind.GRAPH
 
 
-def compiling_names() -> list[str]:
-    """The usable plugins of both compiling kinds (``codegen_names`` has the kernel-level
-    ones only)."""
-    reg = registry()
-    names = [n for n, r in reg.records.items() if r.loaded and r.info.kind in COMPILING]
-    return [n for n in names if reg.status(n) is None]
-
-
 def known_failures(name: str) -> dict[str, str]:
     """The OpInfo cases plugin ``name`` declares it fails: ``{"op-dtype-mode": reason}``.
 
@@ -149,7 +141,7 @@ def builtin_peers(name: str, device: str) -> list[str]:
     """The available built-in compiling plugins (this distribution's) for ``device``."""
     reg = registry()
     out = []
-    for n in compiling_names():
+    for n in reg.usable_names(COMPILING):
         rec = reg.record(n)
         if n != name and rec.distribution == "torch-backend-sdk":
             try:

@@ -52,9 +52,14 @@ def _needs_kernels(report: sdk.ExplainReport, plugin: str) -> None:
         )
 
 
+def _partitions(report: sdk.ExplainReport) -> list[sdk.PartitionReport]:
+    """Every partition of the report's graphs (graphs a chain split)."""
+    return [p for g in report.graphs for p in g.partitions]
+
+
 def _own(report: sdk.ExplainReport, plugin: str) -> list[sdk.PartitionReport]:
     """The partitions graph-level ``plugin`` compiled itself."""
-    return [p for g in report.graphs for p in g.partitions if p.compiled_by == plugin]
+    return [p for p in _partitions(report) if p.compiled_by == plugin]
 
 
 def _needs_partitions(report: sdk.ExplainReport, plugin: str) -> None:
@@ -275,7 +280,7 @@ def test_fault_falls_back_and_strict_raises(sdk_plugin: str, sdk_device: str, wh
 def _assert_fell_back(report: sdk.ExplainReport, plugin: str) -> None:
     """Nothing of ``report`` ran in ``plugin``'s code, and the injected fault is the reason."""
     if C.graph_level(plugin):
-        parts = [p for g in report.graphs for p in g.partitions]
+        parts = _partitions(report)
         assert parts and all(p.compiled_by == "aten" for p in parts), str(report)
         assert all("fault injected" in p.note for p in parts), str(report)
         return
@@ -304,7 +309,7 @@ def test_fault_chain_takes_over(sdk_plugin: str, sdk_device: str) -> None:
     x = _fault_input(sdk_plugin, sdk_device)
     others = [
         n
-        for n in C.registry().codegen_names()
+        for n in C.registry().usable_names((sdk.PluginKind.CODEGEN,))
         if n != sdk_plugin
         and C.implements(n, "sdk_compile_kernels")
         and C.device_for(n) == sdk_device
@@ -314,7 +319,7 @@ def test_fault_chain_takes_over(sdk_plugin: str, sdk_device: str) -> None:
     with C.registry_with(sdk_plugin, C.faulty(sdk_plugin, "build")):
         report = C.explain(sdk_plugin, pointwise, x, chain=(others[0],))
         if C.graph_level(sdk_plugin):
-            parts = [p for g in report.graphs for p in g.partitions]
+            parts = _partitions(report)
             assert parts and {p.compiled_by for p in parts} == {others[0]}, str(report)
         else:
             assert [g.plugin for g in report.graphs] == [others[0]], str(report)

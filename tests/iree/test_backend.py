@@ -23,7 +23,6 @@ pytest.importorskip(
 )
 
 import sdk
-from sdk.core import pipeline
 
 BACKENDS = {
     "iree_cpu": sdk.backend("iree_cpu"),
@@ -45,20 +44,19 @@ def _results(model: torch.nn.Module, step: Callable, *args) -> list[torch.Tensor
     return [out.detach()] + [p.grad.detach().clone() for p in model.parameters()]
 
 
-def check_like_dynamo(model: torch.nn.Module, fn: Callable, backend, *args) -> sdk.ExplainReport:
-    """Compiled vs eager fp32 vs eager fp64: Dynamo's RMSE rule on each result."""
+def check_like_dynamo(
+    model: torch.nn.Module, fn: Callable, backend, *args, reports: list
+) -> sdk.ExplainReport:
+    """Compiled vs eager fp32 vs eager fp64: Dynamo's RMSE rule on each result. Returns the
+    compile's reports (``reports``: the test's ``graph_reports``), what ``sdk.explain`` would
+    give without compiling the model a second time."""
     import copy
 
     ref64 = copy.deepcopy(model).double()
     args64 = [a.double() if a.is_floating_point() else a for a in args]
     compiled = torch.compile(lambda *a: fn(model, *a), backend=backend)
-    # the reports of this compile: what sdk.explain would give, without compiling it again
-    report = sdk.ExplainReport()
-    token = pipeline.collect_reports(report.graphs)
-    try:
-        got = _results(model, compiled, *args)
-    finally:
-        pipeline.stop_collecting(token)
+    got = _results(model, compiled, *args)
+    report = sdk.ExplainReport(graphs=list(reports))
     eager = _results(model, lambda *a: fn(model, *a), *args)
     want = _results(ref64, lambda *a: fn(ref64, *a), *args64)
     for i, (g, e, r) in enumerate(zip(got, eager, want, strict=True)):
@@ -99,36 +97,50 @@ def _iree_did_most(report: sdk.ExplainReport) -> None:
         assert iree >= graph.aten_ops / 2, str(graph)
 
 
-def test_mlp_training_step():
+def test_mlp_training_step(graph_reports):
     """IREE takes all of it (with a chain, cpu_cpp would get nothing: the convnet and GPT-2
     cases cover the chain)."""
     torch.manual_seed(0)
     model = mlp()
     report = check_like_dynamo(
-        model, loss_of, BACKENDS["iree_cpu"], torch.randn(16, 32), torch.randint(0, 8, (16,))
+        model,
+        loss_of,
+        BACKENDS["iree_cpu"],
+        torch.randn(16, 32),
+        torch.randint(0, 8, (16,)),
+        reports=graph_reports,
     )
     assert {g.kind for g in report.graphs if g.partitions} == {"forward", "backward"}
     _iree_did_most(report)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_convnet_training_step(backend):
+def test_convnet_training_step(backend, graph_reports):
     torch.manual_seed(0)
     model = convnet()
     report = check_like_dynamo(
-        model, loss_of, BACKENDS[backend], torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
+        model,
+        loss_of,
+        BACKENDS[backend],
+        torch.randn(4, 3, 16, 16),
+        torch.randint(0, 10, (4,)),
+        reports=graph_reports,
     )
     _iree_did_most(report)
     if backend == "iree_cpu+cpu_cpp":  # what IREE refuses goes to cpu_cpp, not ATen
         assert not report.fallbacks, str(report)
 
 
-def test_inference():
+def test_inference(graph_reports):
     torch.manual_seed(0)
     model = convnet().eval()
     with torch.no_grad():
         report = check_like_dynamo(
-            model, lambda m, x: m(x), BACKENDS["iree_cpu+cpu_cpp"], torch.randn(2, 3, 16, 16)
+            model,
+            lambda m, x: m(x),
+            BACKENDS["iree_cpu+cpu_cpp"],
+            torch.randn(2, 3, 16, 16),
+            reports=graph_reports,
         )
     assert [g.kind for g in report.graphs if g.partitions] == ["inference"], str(report)
 
@@ -170,7 +182,7 @@ def test_dynamic_batch():
 
 
 @pytest.mark.slow
-def test_gpt2_two_layers_training_step():
+def test_gpt2_two_layers_training_step(graph_reports):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.GPT2Config(
         n_layer=2,
@@ -188,7 +200,11 @@ def test_gpt2_two_layers_training_step():
     model = transformers.GPT2LMHeadModel(cfg)
     ids = torch.randint(0, 512, (2, 32))
     report = check_like_dynamo(
-        model, lambda m, i: m(i, labels=i).loss, BACKENDS["iree_cpu+cpu_cpp"], ids
+        model,
+        lambda m, i: m(i, labels=i).loss,
+        BACKENDS["iree_cpu+cpu_cpp"],
+        ids,
+        reports=graph_reports,
     )
     _iree_did_most(report)
     assert not report.fallbacks, str(report)
