@@ -26,7 +26,7 @@ from sdk.errors import OptionError, SDKError
 from sdk.plugin import Capability, CompileContext, PluginKind
 from sdk.report import FusionRefusal, GraphReport
 
-from . import chain, config, fallback
+from . import chain, config, fallback, warm
 from . import options as opts
 from .adapters import torch_private as tp
 from .guards import Specializing, TensorSpec, size_bindings, spec_of
@@ -99,6 +99,7 @@ class Session:
         self.registry = reg
         self.record = reg.require(plugin, COMPILERS)
         self.info = self.record.info
+        self.mode = mode
         self.options = opts.resolve(self.info, mode, options)
         self.explicit_wrappers = "wrappers" in options
         self.debug = self.options["debug"] or config.env().debug
@@ -108,6 +109,9 @@ class Session:
         # read now: a backward graph compiles later, in autograd's thread
         self.sinks = _collectors.get()
         self._peers: dict[str, Session] = {plugin: self}
+        #: AOTAutograd's cache for this Dynamo graph (core.warm): the key's tag, or None
+        self.cache_tag: str | None = None
+        self.warm = "off"
 
     # -- the chain ----------------------------------------------------------
 
@@ -155,14 +159,21 @@ class Session:
         device = _device_type(example_inputs) or self.info.device_types[0]
         self.graph_id = next(_graph_ids)
         ctx = self.context("inference", f"g{self.graph_id}", device)
-        return tp.aot_compile(
-            gm,
-            example_inputs,
-            forward=self._aten_compiler("forward", device),
-            backward=self._aten_compiler("backward", device),
-            inference=self._aten_compiler("inference", device),
-            decompositions=self._table(ctx),
-        )
+        self.cache_tag, self.warm = warm.cache_tag(self, ctx)
+        token = warm.current.set(self)  # a cache hit restores the programs through it
+        try:
+            return tp.aot_compile(
+                gm,
+                example_inputs,
+                forward=self._aten_compiler("forward", device),
+                backward=self._aten_compiler("backward", device),
+                inference=self._aten_compiler("inference", device),
+                # built only if AOTAutograd traces (not on a hit of its cache)
+                decompositions=tp.LazyTable(lambda: self._table(ctx)),
+                cache_tag=self.cache_tag,
+            )
+        finally:
+            warm.current.reset(token)
 
     def _table(self, ctx: CompileContext) -> dict[Any, Callable]:
         """The decompositions; if the plugin's hooks for them raise, the core's defaults,
@@ -181,7 +192,11 @@ class Session:
             ctx = self.context(
                 kind, f"g{self.graph_id}_{kind}", _device_type(example_inputs) or device
             )
-            return self.compile_aten_graph(ctx, gm, example_inputs)
+            if self.cache_tag is None:
+                return self.compile_aten_graph(ctx, gm, example_inputs)
+            recipe = warm.Recipe(kind, ctx.device_type)
+            compiled = self.compile_aten_graph(ctx, gm, example_inputs, recipe=recipe)
+            return warm.output_code(compiled, recipe, gm)
 
         return compile_aten
 
@@ -192,20 +207,27 @@ class Session:
         example_inputs: list[Any],
         *,
         whole: bool = False,
+        recipe: warm.Recipe | None = None,
     ) -> Callable:
         """``gm`` compiled: split between the plugins of the chain (:mod:`core.chain`), or
         whole by this session's plugin. ``whole``: one partition of such a split, compiled
-        whole and not wrapped (its inputs are not Dynamo's: no guard of Dynamo checks them)."""
+        whole and not wrapped (its inputs are not Dynamo's: no guard of Dynamo checks them).
+        ``recipe`` is filled with what a later process needs to restore the result."""
+        recipe = recipe or warm.Recipe(ctx.graph_kind, ctx.device_type)
         if not whole:
             split = chain.compile_partitioned(self, ctx, gm, example_inputs)
             if split is not None:
                 program, report = split
+                recipe.refused = "the graph is split between the plugins of a chain"
+                report.warm = "off: split between the plugins of a chain"
                 return self._finish(ctx, gm, program, report, time.perf_counter())
         report = GraphReport(
             name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin, notes=ctx.notes
         )
-        report.aten_ops = len(fallback.aten_calls(gm))
+        report.warm = "miss" if self.cache_tag and not whole else self.warm
+        report.aten_ops = recipe.aten_ops = len(fallback.aten_calls(gm))
         start = time.perf_counter()
+        keys = recipe.keys
 
         guarded = not whole and ctx.graph_kind in ("forward", "inference")
         static = all(_is_static(x) for x in example_inputs)
@@ -219,17 +241,68 @@ class Session:
                 _same_layout(a, b) for a, b in zip(specs, traced, strict=True)
             )
             graph = gm if same else tp.concrete_graph(gm, specs)
-            return self._build_program(ctx, graph, specs, report)
+            return self._build_program(ctx, graph, specs, report, keys=keys)
 
+        recipe.guarded = guarded
         if static:
             # a forward or inference graph's inputs are Dynamo's (user inputs and
             # parameters), whose guards hold sizes and strides; a backward graph's are not
+            recipe.first = traced
             program = Specializing(build, traced, dynamo_guarded=guarded)
         else:
-            program = self._symbolic(ctx, gm, example_inputs, report, build, guarded)
+            program = self._symbolic(ctx, gm, example_inputs, report, build, guarded, recipe)
             if program is None:  # a variant per concrete shape, from the first real call
-                program = _LazySpecializing(build)
-        return self._finish(ctx, gm, program, report, start, wrap=not whole)
+                recipe.guarded = False  # (each variant checks its whole layout)
+                program = _LazySpecializing(build, recipe)
+        recipe.program, recipe.sizes = program, report.sizes
+        return self._finish(ctx, gm, program, report, start, wrap=not whole, recipe=recipe)
+
+    def restore_aten_graph(self, state: dict[str, Any], graph: Callable) -> Callable:
+        """What :meth:`compile_aten_graph` made, in a later process, from its recipe
+        (:mod:`core.warm`): each stored variant's program from the whole-graph cache, other
+        variants built from the stored ATen graph (``graph()``) when their inputs come."""
+        from .program import load_program
+
+        start = time.perf_counter()
+        kind = state["kind"]
+        ctx = self.context(kind, f"g{self.graph_id}_{kind}", state["device_type"])
+        report = GraphReport(name=ctx.graph_name, kind=kind, plugin=ctx.plugin, notes=ctx.notes)
+        report.aten_ops, report.sizes = state["aten_ops"], state["sizes"]
+        report.warm = "hit"
+        stored = dict(state["variants"])
+        keys: dict[tuple, str | None] = {}
+
+        def load(specs: tuple, key: str | None) -> Callable | None:
+            hit = None if key is None else load_program(self, ctx, key)
+            if hit is None:
+                return None
+            fn, part = hit
+            self._fill(report, ctx.plugin, part)
+            self._announce(ctx, report)
+            keys[specs] = key
+            return fn
+
+        def build(specs: tuple) -> Callable:
+            key = stored.pop(specs, None)
+            fn = load(specs, key)
+            if fn is None:
+                # built again from the stored graph; a stored variant's program goes back
+                # under the key the recipe names, so the next process finds it
+                gm = tp.concrete_graph(graph(), specs)
+                fn = self._build_program(ctx, gm, specs, report, keys=keys, key=key)
+            return fn
+
+        first, guarded = state["first"], state["guarded"]
+        if state["general"]:
+            # (the stored graph has no symbolic metadata to build it from again: if the
+            # program is gone, torch compiles the Dynamo graph afresh)
+            general = load(first, stored.pop(first, None))
+            if general is None:
+                raise LookupError("the symbolic program is not in the whole-graph cache")
+            program = Specializing(build, first, general=general, dynamo_guarded=guarded)
+        else:
+            program = Specializing(build, first, dynamo_guarded=guarded)
+        return self._finish(ctx, graph, program, report, start)
 
     def _finish(
         self,
@@ -239,10 +312,14 @@ class Session:
         report: GraphReport,
         start: float,
         wrap: bool = True,
+        recipe: warm.Recipe | None = None,
     ) -> Callable:
-        """The program with the run-time fallback and the wrappers; the report published."""
+        """The program with the run-time fallback and the wrappers; the report published.
+        ``gm`` may be a function that returns it (read only for a fallback)."""
         if self.options["fallback"] and not self.debug:
             program = _RunTimeFallback(program, gm, report, ctx, self.registry)
+            if recipe is not None:
+                recipe.fallback = program
         compiled = self._wrap(ctx, program, report) if wrap else program
         report.compile_seconds += time.perf_counter() - start
         for sink in self.sinks:
@@ -258,6 +335,7 @@ class Session:
         report: GraphReport,
         build: Callable,
         guarded: bool,
+        recipe: warm.Recipe,
     ) -> Specializing | None:
         """One program for every value of the graph's symbolic sizes, or None (and why, in
         ``report.sizes``) where the plugin or the graph needs a variant per shape.
@@ -297,7 +375,9 @@ class Session:
         notes = len(ctx.notes)
         try:
             with size_hints(hints), tp.specializing(special):
-                fn = self._build_program(ctx, gm, specs, report, per_shape_on_failure=True)
+                fn = self._build_program(
+                    ctx, gm, specs, report, per_shape_on_failure=True, keys=recipe.keys
+                )
         except SDKError:
             raise  # the user's options forbid what the compile needs (fallback=False)
         except Exception as exc:  # noqa: BLE001 - any failure: compile per shape
@@ -318,6 +398,7 @@ class Session:
             report.sizes += "; specialized: " + ", ".join(
                 f"{name}={value}" for name, value in sorted(special.items())
             )
+        recipe.first, recipe.general = specs, True
         return Specializing(build, specs, general=fn, dynamo_guarded=guarded)
 
     def _build_program(
@@ -327,16 +408,24 @@ class Session:
         specs: tuple,
         report: GraphReport,
         per_shape_on_failure: bool = False,
+        keys: dict[tuple, str | None] | None = None,
+        key: str | None = None,
     ) -> Callable:
         """Compile one variant; on failure try the chain, then the op-level fallback.
         ``per_shape_on_failure`` (a symbolic variant): raise instead, and take no op-level
-        fallback that the symbolic sizes caused."""
+        fallback that the symbolic sizes caused. ``keys`` gets the variant's key in the
+        whole-graph cache (None: not a program of this session's plugin stored there);
+        ``key`` is the key to store this session's plugin's program under (a restored
+        recipe's), instead of one computed from ``gm``."""
         from .program import build_program  # the IR path
 
+        keys = {} if keys is None else keys
+        keys[specs] = None
         if per_shape_on_failure:
             fn, part = build_program(self, ctx, gm, specs)
             self._fill(report, ctx.plugin, part)
             self._announce(ctx, report)
+            keys[specs] = part.key
             return fn
         errors = [self.broken] if self.broken else []
         for plugin in (ctx.plugin, *self.options["chain"]):
@@ -354,7 +443,8 @@ class Session:
                 else session.context(ctx.graph_kind, ctx.graph_name, ctx.device_type)
             )
             try:
-                fn, part = build_program(session, c, gm, specs)
+                stored = {"key": key} if key is not None and plugin == ctx.plugin else {}
+                fn, part = build_program(session, c, gm, specs, **stored)
             except SDKError:
                 raise
             except Exception as exc:  # noqa: BLE001 - recorded, then the next in the chain
@@ -365,6 +455,8 @@ class Session:
             self._fill(report, plugin, part)
             if errors:  # the chain took over: say why the plugins before it did not
                 report.notes.append(f"compiled by sdk:{plugin} after: {'; '.join(errors)}")
+            else:
+                keys[specs] = part.key
             self._announce(c, report)
             return fn
         if not self.options["fallback"]:
@@ -527,7 +619,8 @@ class _RunTimeFallback:
             f"the compiled program raised when run: {type(exc).__name__}: {exc}; "
             "ATen runs this graph from now on"
         )
-        run, reports = fallback.whole_graph(self._gm, reason)
+        gm = self._gm if isinstance(self._gm, torch.fx.GraphModule) else self._gm()
+        run, reports = fallback.whole_graph(gm, reason)
         try:
             out = run(args)
         except Exception:  # noqa: BLE001 - eager fails too: the inputs are at fault
@@ -554,9 +647,10 @@ def _unboxed(args: tuple) -> list[Any]:
 class _LazySpecializing:
     """Specializes on the first real call (graphs with symbolic shapes)."""
 
-    def __init__(self, build: Callable) -> None:
+    def __init__(self, build: Callable, recipe: warm.Recipe | None = None) -> None:
         self._build = build
         self._inner: Specializing | None = None
+        self._recipe = recipe
 
     _boxed_call = True
 
@@ -564,7 +658,10 @@ class _LazySpecializing:
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
         if self._inner is None:
-            self._inner = Specializing(self._build, tuple(spec_of(a) for a in args))
+            specs = tuple(spec_of(a) for a in args)
+            self._inner = Specializing(self._build, specs)
+            if self._recipe is not None:
+                self._recipe.first = specs
         return self._inner(*args)
 
 

@@ -19,7 +19,7 @@ import torch.fx
 from sdk.plugin import CompileContext, KernelSource
 from sdk.report import ExternReport, FallbackReport, HookFault, KernelReport
 
-from . import graph_cache
+from . import graph_cache, warm
 from .adapters.torch_private import buffer_ops
 from .fallback import op_name
 from .guards import is_symbolic, size_bindings
@@ -54,15 +54,24 @@ class ProgramParts:
     decisions: list[Decision] = field(default_factory=list)
     wrapper_source: str = ""
     cache: str = ""  # GraphReport.cache
+    key: str | None = None  # the program's key in the whole-graph cache, where it is there
     hook_faults: list[HookFault] = field(default_factory=list)  # observers that raised
 
 
 def build_program(
-    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
+    session: Any,
+    ctx: CompileContext,
+    gm: torch.fx.GraphModule,
+    specs: tuple,
+    key: str | None = None,
 ) -> tuple[Callable, ProgramParts]:
-    key, why = _cache_key(session, ctx, gm, specs)
+    """``gm`` compiled for inputs of ``specs``, from the whole-graph cache where it is
+    there. ``key``: the cache key to use (a restored recipe's) instead of one computed."""
+    why = None
+    if key is None:
+        key, why = _cache_key(session, ctx, gm, specs)
     if key is not None:
-        hit = _from_cache(session, ctx, key)
+        hit = load_program(session, ctx, key)
         if hit is not None:
             return hit
     notes = len(ctx.notes)
@@ -70,9 +79,13 @@ def build_program(
     parts.cache = why or "stored"
     if key is not None:
         try:
-            graph_cache.store().put(key, _entry(wrapper, sources, fns, parts, ctx.notes[notes:]))
+            entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:])
+            graph_cache.store().put(key, entry)
         except (graph_cache.Uncacheable, OSError) as exc:
             parts.cache = f"not stored: {exc}"
+        else:
+            parts.key = key
+            warm.record(key, entry)
     return fn, parts
 
 
@@ -277,9 +290,11 @@ def _entry(
     return graph_cache.pack(doc, enc.blobs)
 
 
-def _from_cache(
+def load_program(
     session: Any, ctx: CompileContext, key: str
 ) -> tuple[Callable, ProgramParts] | None:
+    """The program stored under ``key`` in the whole-graph cache, rebuilt (its kernels
+    compiled through the plugin, whose binary cache makes that a load), or None."""
     data = graph_cache.store().get(key)
     if data is None:
         return None
@@ -314,12 +329,14 @@ def _from_cache(
             decisions=[Decision(*d) for d in doc["decisions"]],
             wrapper_source=wrapper.source,
             cache="hit",
+            key=key,
         )
     except Exception:  # noqa: BLE001 - as above
         return None
     for note in doc["notes"]:
         ctx.note(note)
     _announce_kernels(session, ctx, sources, parts)
+    warm.record(key, data)
     return fn, parts
 
 

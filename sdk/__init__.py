@@ -18,6 +18,7 @@ from typing import Any
 
 import pluggy
 
+from sdk.core.adapters import mega_cache as _mega_cache
 from sdk.errors import (
     CacheDirWarning,
     LoweringError,
@@ -54,6 +55,17 @@ from sdk.report import (
 )
 
 __version__ = "0.1.0"
+
+
+def _populate_programs(key: str, payload: bytes) -> None:
+    from sdk.core.warm import populate
+
+    populate(key, payload)
+
+
+# torch.compiler.load_cache_artifacts() must know the SDK's artifact type before it reads a
+# blob that holds one: registered here, at import (core.warm records the entries)
+_mega_cache.register("sdk_programs", _populate_programs)
 
 #: Marks a plugin's hook functions: ``@sdk.hookimpl`` (or ``@sdk.hookimpl(wrapper=True)``).
 hookimpl = pluggy.HookimplMarker(_PROJECT)

@@ -104,6 +104,10 @@ class GraphReport:
     notes: list[str] = field(default_factory=list)  # from CompileContext.note
     #: the whole-graph cache: "hit" (rebuilt from it), "stored", "off", or why not stored
     cache: str = ""
+    #: AOTAutograd's cache (warm starts): "hit" (restored in a later process: AOTAutograd,
+    #: decompositions and the compile skipped), "miss" (compiled; torch stores the result if
+    #: it can), or "off: <why>"
+    warm: str = ""
     #: the generated Python function that runs the kernels and library calls, in order
     wrapper: str = ""
     #: sizes: "static"; "symbolic: s0, s1" (one program for every value of those sizes);
@@ -151,6 +155,7 @@ class GraphReport:
             f"kernels, compiled in {self.compile_seconds:.2f}s"
             + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
             + (", program from the graph cache" if self.cache == "hit" else "")
+            + (", AOTAutograd skipped (warm start)" if self.warm == "hit" else "")
             + (f", sizes {self.sizes}" if self.sizes != "static" else "")
         ]
         return "\n".join(lines + self._detail_lines())

@@ -172,9 +172,9 @@ def builds(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     made: list[str] = []
     real = program.build_program
 
-    def counting(session, ctx, gm, specs):
+    def counting(session, ctx, gm, specs, **kw):
         made.append(ctx.graph_name)
-        return real(session, ctx, gm, specs)
+        return real(session, ctx, gm, specs, **kw)
 
     monkeypatch.setattr(program, "build_program", counting)
     return made

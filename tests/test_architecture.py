@@ -33,6 +33,11 @@ ADAPTERS = {
     # the one adapter the README names: Dynamo, AOTAutograd, decompositions, fake tensors,
     # OpOverload types, the OpInfo database; everything else calls its functions
     "core/adapters/torch_private.py",
+    # torch's AOTAutograd cache, for warm starts (core.warm)
+    "core/adapters/aot_cache.py",
+    # torch's MegaCache (save/load_cache_artifacts): the SDK's entry type, registered by
+    # ``import sdk`` (light, unlike the AOTAutograd cache's imports)
+    "core/adapters/mega_cache.py",
 }
 
 #: The one module that reads the environment (README: "the core reads environment variables

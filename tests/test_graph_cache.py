@@ -22,6 +22,8 @@ from sdk.plugins.cpu_cpp import render as cpp_render
 def cache_on(tmp_path, monkeypatch):
     monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    # torch's AOTAutograd cache, which holds the recipes of warm starts (core.warm)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     return tmp_path / "cache"
 
 

@@ -92,6 +92,7 @@ def aot_compile(
     backward: Callable[..., Any],
     inference: Callable[..., Any],
     decompositions: Mapping[Any, Callable[..., Any]],
+    cache_tag: str | None = None,
 ) -> Callable[..., Any]:
     """Run AOTAutograd on a Dynamo graph.
 
@@ -99,12 +100,33 @@ def aot_compile(
     functionalized ATen graph. Otherwise it traces the joint forward/backward
     graph, splits it with the min-cut rematerialization partitioner and calls
     ``forward`` now and ``backward`` when the backward first runs.
-    """
 
+    ``decompositions`` is read only when AOTAutograd traces (a lazy mapping is not
+    built on a cache hit). With ``cache_tag``, the three compilers return
+    :class:`~core.adapters.aot_cache.SDKOutputCode` and AOTAutograd's cache is used under
+    keys that include the tag (:mod:`core.adapters.aot_cache`): a hit skips AOTAutograd
+    and the compilers; the backward is then compiled with the forward.
+    """
+    if cache_tag is not None:
+        from . import aot_cache
+
+        with aot_cache.caching(cache_tag):
+            return aot_autograd(
+                fw_compiler=aot_cache.serializable(forward),
+                bw_compiler=aot_cache.serializable(backward),
+                inference_compiler=aot_cache.serializable(inference),
+                partition_fn=min_cut_rematerialization_partition,
+                decompositions=decompositions,
+                keep_inference_input_mutations=False,
+            )(gm, example_inputs)
+
+    @torch._dynamo.disable
     def compile_backward(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         # What Dynamo's wrapper does (keep Dynamo out of the compiler and of the
-        # compiled backward), but keeping the boxed calling convention.
-        compiled = torch._dynamo.disable(backward)(gm, example_inputs)
+        # compiled backward), but keeping the boxed calling convention. The compiler
+        # itself is disabled too: a loss.backward() inside the compiled function runs
+        # it under Dynamo's frame hook, which would trace it.
+        compiled = backward(gm, example_inputs)
         wrapped = torch._dynamo.disable(compiled)
         wrapped._boxed_call = getattr(compiled, "_boxed_call", False)
         return wrapped
@@ -115,10 +137,43 @@ def aot_compile(
         bw_compiler=compile_backward,
         inference_compiler=inference,
         partition_fn=min_cut_rematerialization_partition,
-        decompositions=dict(decompositions),
+        decompositions=decompositions,
         keep_inference_input_mutations=False,
     )
     return compiler(gm, example_inputs)
+
+
+class LazyTable(Mapping):
+    """A decomposition table built at its first use (AOTAutograd reads it only when it
+    traces, so a cache hit never builds it)."""
+
+    def __init__(self, build: Callable[[], Mapping[Any, Callable[..., Any]]]) -> None:
+        self._build: Callable[[], Mapping[Any, Callable[..., Any]]] | None = build
+        self._table: Mapping[Any, Callable[..., Any]] = {}
+
+    @property
+    def built(self) -> bool:
+        return self._build is None
+
+    def _get(self) -> Mapping[Any, Callable[..., Any]]:
+        if self._build is not None:
+            self._table, self._build = self._build(), None
+        return self._table
+
+    def __getitem__(self, op: Any) -> Callable[..., Any]:
+        return self._get()[op]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __contains__(self, op: object) -> bool:
+        return op in self._get()
+
+    def __bool__(self) -> bool:
+        return bool(self._get())
 
 
 def buffer_ops(

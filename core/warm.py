@@ -1,0 +1,230 @@
+"""Warm starts: a later process skips AOTAutograd and the SDK's compile.
+
+Each Dynamo graph goes through torch's AOTAutograd cache (:mod:`core.adapters.aot_cache`)
+when the whole-graph cache can serve its programs (``cache`` option on, the plugin answers
+``sdk_cache_key``). What the SDK puts in torch's entry is a :class:`Recipe` per compiled
+ATen graph: plain data naming each compiled variant's program in the whole-graph cache
+(:mod:`core.graph_cache`, the SDK's private directory, entries verified) and the ATen graph
+itself, pickled, read only when a variant must be built again (a new layout, an entry gone
+from the whole-graph cache). A later process's hit restores the programs from their entries:
+no AOTAutograd trace, partition, lowering or scheduling, and no decomposition table.
+
+The entry's key (torch's: the Dynamo graph, its inputs, torch's configuration) gets
+:func:`cache_tag`: everything of the SDK's that changes the result. Torch writes the entry
+with pickle into its own directory (``$TORCHINDUCTOR_CACHE_DIR/aotautograd``); the SDK uses
+it only where that directory is private to the user, and says why not once otherwise
+(:class:`sdk.CacheDirWarning`).
+
+``torch.compiler.save_cache_artifacts()`` carries the SDK's program entries with torch's
+(artifact type ``sdk_programs``, registered by ``import sdk``), so ``load_cache_artifacts()``
+on another machine makes a warm start there.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import pickle
+import stat
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import graph_cache
+from .adapters import aot_cache, mega_cache
+from .adapters import torch_private as tp
+from .cache import stable_hash
+
+#: the artifact type of the SDK's program entries in torch's MegaCache
+ARTIFACT = "sdk_programs"
+FORMAT = 1
+
+#: the Session of the Dynamo graph being compiled (a cache hit restores its programs)
+current: contextvars.ContextVar[Any] = contextvars.ContextVar("sdk_warm_session", default=None)
+
+
+def populate(key: str, payload: bytes) -> None:
+    """A program entry of a loaded MegaCache blob, into the whole-graph cache."""
+    graph_cache.store().put(key, payload)
+
+
+def record(key: str, payload: bytes) -> None:
+    """A program entry stored or read: carried by the next ``save_cache_artifacts()``."""
+    mega_cache.record(ARTIFACT, key, payload)
+
+
+# -- whether, and under which tag ---------------------------------------------------
+
+
+def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
+    """The tag of this Dynamo graph's AOTAutograd entries, or None, and what to report
+    (``"on"``, or ``"off: <why>"``)."""
+    if not graph_cache.enabled(ctx.options):
+        return None, "off: the whole-graph cache is off"
+    why = aot_cache.unsupported()
+    if why:
+        return None, f"off: {why}"
+    try:
+        plugin_key = session.hooks.sdk_cache_key(ctx=ctx)
+    except Exception as exc:  # noqa: BLE001 - the plugin's fault: no warm start, no failure
+        return None, f"off: sdk_cache_key raised {type(exc).__name__}: {exc}"
+    if plugin_key is None:
+        return None, f"off: sdk:{ctx.plugin} does not implement sdk_cache_key"
+    options = sorted(ctx.options.items())
+    bad = [k for k, v in options if not graph_cache._plain(v)]
+    if bad:
+        return None, f"off: option(s) {bad} are not plain data"
+    why = _torch_dir_refused()
+    if why:
+        return None, f"off: {why}"
+    import sdk
+
+    peers = []
+    for name in (*ctx.options["chain"], *ctx.options["wrappers"]):
+        rec = session.registry.records.get(name)
+        peers.append((name, rec.info.version if rec else "-"))
+    tag = stable_hash(
+        "sdk-aot",
+        FORMAT,
+        sdk.__version__,
+        graph_cache.sdk_digest(),
+        ctx.plugin,
+        session.info.version,
+        plugin_key,
+        ctx.device_type,
+        repr(options),
+        repr(session.mode),
+        tuple(peers),
+    )
+    return f"sdk:{ctx.plugin}:{tag}", "on"
+
+
+_refused: dict[str, str | None] = {}
+
+
+def _torch_dir_refused() -> str | None:
+    """Why torch's AOTAutograd directory may not be used (its entries are unpickled), or
+    None; one ``CacheDirWarning`` per directory."""
+    try:
+        path = Path(aot_cache.entry_dir())
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(path)
+        parent = os.stat(path.parent)
+    except OSError as exc:
+        return f"torch's AOTAutograd cache directory is not usable ({exc})"
+    if str(path) in _refused:
+        return _refused[str(path)]
+    why = None
+    for p, s in ((path.parent, parent), (path, st)):
+        if s.st_uid != os.geteuid():
+            why = f"owned by uid {s.st_uid}, not by the current user"
+        elif s.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            why = f"writable by group or others (mode {stat.S_IMODE(s.st_mode):#o})"
+        if why:
+            why = (
+                f"torch's AOTAutograd cache directory {p} is {why}, and torch loads its "
+                "entries with pickle; warm starts skip AOTAutograd only with a private one. "
+                "Fix: set TORCHINDUCTOR_CACHE_DIR to a private directory (mode 0700)"
+            )
+            break
+    _refused[str(path)] = why
+    if why:
+        from sdk.errors import CacheDirWarning
+
+        warnings.warn(why, CacheDirWarning, stacklevel=3)
+    return why
+
+
+# -- one compiled ATen graph ----------------------------------------------------------
+
+
+@dataclass
+class Recipe:
+    """What ``compile_aten_graph`` made of one ATen graph, as far as a later process needs
+    it: filled while it compiles, frozen to plain data when torch stores the entry."""
+
+    kind: str
+    device_type: str
+    guarded: bool = False
+    #: the first variant's specs (a symbolic graph's: its general program's)
+    first: tuple | None = None
+    general: bool = False
+    #: why the result must not be stored (None: it may)
+    refused: str | None = None
+    program: Any = None  # Specializing, or _LazySpecializing before its first call
+    fallback: Any = None  # the _RunTimeFallback around it
+    #: each variant's specs -> its program's key in the whole-graph cache (None: none)
+    keys: dict[tuple, str | None] = field(default_factory=dict)
+    aten_ops: int = 0
+    sizes: str = "static"
+
+    def freeze(self, gm: torch.fx.GraphModule) -> dict[str, Any]:
+        """Plain data (and the pickled ATen graph); raises ``aot_cache.Uncacheable``."""
+        if self.refused:
+            raise aot_cache.Uncacheable(self.refused)
+        if self.fallback is not None and self.fallback._eager is not None:
+            raise aot_cache.Uncacheable("the program failed when run; ATen runs the graph")
+        program = getattr(self.program, "_inner", self.program)
+        if program is None or self.first is None:
+            raise aot_cache.Uncacheable("no variant compiled yet")
+        variants = []
+        for specs in program.variants:
+            key = self.keys.get(specs)
+            if key is None:
+                raise aot_cache.Uncacheable(
+                    "a variant is not a program of the whole-graph cache (a fallback, a "
+                    "chained plugin, or not stored)"
+                )
+            variants.append((specs, key))
+        try:
+            with tp.real_mode():
+                graph = pickle.dumps(gm)
+        except Exception as exc:  # noqa: BLE001 - not storable: no entry
+            raise aot_cache.Uncacheable(f"the ATen graph does not pickle: {exc}") from exc
+        return {
+            "format": FORMAT,
+            "kind": self.kind,
+            "device_type": self.device_type,
+            "guarded": self.guarded,
+            "first": self.first,
+            "general": self.general,
+            "variants": variants,
+            "aten_ops": self.aten_ops,
+            "sizes": self.sizes,
+            "graph": graph,
+        }
+
+
+def output_code(compiled: Callable, recipe: Recipe, gm: torch.fx.GraphModule) -> Any:
+    """``compiled`` as the OutputCode torch's AOTAutograd cache stores."""
+    return aot_cache.SDKOutputCode(compiled, lambda: recipe.freeze(gm), restore)
+
+
+def restore(state: dict[str, Any]) -> Callable:
+    """The compiled callable of a stored recipe, in a later process (torch calls this on a
+    cache hit, inside the compile of the Dynamo graph). Raises where it cannot; torch then
+    compiles afresh."""
+    session = current.get()
+    if session is None:
+        raise RuntimeError("an SDK program restored outside an SDK compile")
+    if state.get("format") != FORMAT:
+        raise ValueError(f"recipe format {state.get('format')}, not {FORMAT}")
+    return session.restore_aten_graph(state, _GraphLoader(state["graph"]))
+
+
+class _GraphLoader:
+    """The stored ATen graph, unpickled at first need."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+        self._gm: torch.fx.GraphModule | None = None
+
+    def __call__(self) -> torch.fx.GraphModule:
+        if self._gm is None:
+            assert self._data is not None
+            self._gm, self._data = pickle.loads(self._data), None
+        return self._gm
