@@ -1,23 +1,29 @@
-"""Cold and warm starts of one model-suite row, one fresh process per measurement.
+"""Cold and warm starts, the sdk beside Inductor: time to the first result of a training step
+in a fresh process, per phase.
 
-For each process: the first training step's wall time (Dynamo tracing, AOTAutograd, the
-sdk's compile, the step itself) and the part of it the sdk's compile of the ATen graphs took
-(lowering to code generation and kernel builds, or the whole-graph cache). Processes:
+The step is a 2-layer HF GPT-2 with ``loss.backward()`` inside the compiled function (bf16,
+8x512 tokens, n_embd 768 on a GPU; fp32, 2x128 tokens, n_embd 256 on the CPU). Each
+measurement is one fresh process:
 
-* cold: an empty cache directory (no compiled programs, no built kernels);
-* warm: the same directory afterwards, whole-graph cache on (the default);
-* warm, graph cache off: ``SDK_GRAPH_CACHE=0``, built kernels still cached;
-* aot_eager: Dynamo and AOTAutograd with no code generation, and eager: Dynamo alone (the
-  floor of any cache that sits below Dynamo, as the sdk's and Inductor's do);
-* Inductor, cold (an empty ``TORCHINDUCTOR_CACHE_DIR``) and warm (its FX graph and
-  AOTAutograd caches filled), for comparison.
+* cold: empty caches (the sdk's, torch's AOTAutograd/Inductor directory, Triton's);
+* warm: the same caches afterwards (a restarted job or server).
 
-    python benchmarks/warm_start.py gpt2_train_fp32 --repeat 3
+The sdk and Inductor each get caches of their own; warm rounds are interleaved, so that a slow
+phase of the host hits both. Per process: the first step's wall time from ``torch.compile``
+(imports it triggers included) to the result, and torch's own ``dynamo_timed`` phases: Dynamo's
+tracing, the backend (AOTAutograd and the compiler, or on a hit the cache key and the load),
+AOTAutograd's trace and partition (a miss only), the load of a hit; for the sdk also its own
+compile of the ATen graphs. Loss and gradients are hashed: a warm sdk process must be
+bit-identical to the cold one.
+
+    python benchmarks/warm_start.py --repeat 3            # CPU, or the GPU when there is one
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import statistics
 import subprocess
@@ -25,80 +31,161 @@ import sys
 import tempfile
 import time
 
+PHASES = {
+    "dynamo": "bytecode_tracing",
+    "backend": "OutputGraph.call_user_compiler",
+    "aot trace": "create_aot_dispatcher_function",
+    "cache load": "AOTAutogradCache.inductor_load",
+}
 
-def child(name: str, backend: str) -> None:
+
+def child(backend: str, device: str) -> None:
     import torch
+    from torch._dynamo.utils import compilation_time_metrics as metrics
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.utils import logging as hf_logging
 
-    from sdk.core import pipeline
-    from sdk.tools import bench_models as bm
-
+    hf_logging.set_verbosity_error()
     spent: list[float] = []
-    compile_aten = pipeline.Session.compile_aten_graph
+    if backend.startswith("sdk:"):
+        from sdk.core import pipeline
 
-    def timed(self, *a, **k):
-        t = time.perf_counter()
-        try:
-            return compile_aten(self, *a, **k)
-        finally:
-            spent.append(time.perf_counter() - t)
+        compile_aten = pipeline.Session.compile_aten_graph
+        restore = pipeline.Session.restore_aten_graph
 
-    pipeline.Session.compile_aten_graph = timed
-    model, dtype = bm.rows()[name]
-    case = model.build(torch.device("cpu"), dtype, "small")
-    f = torch.compile(case.target, backend=backend)
+        def timed(fn):
+            def run(*a, **k):
+                t = time.perf_counter()
+                try:
+                    return fn(*a, **k)
+                finally:
+                    spent.append(time.perf_counter() - t)
+
+            return run
+
+        pipeline.Session.compile_aten_graph = timed(compile_aten)
+        pipeline.Session.restore_aten_graph = timed(restore)
+    gpu = device == "cuda"
+    torch.manual_seed(0)
+    cfg = GPT2Config(
+        n_layer=2,
+        n_embd=768 if gpu else 256,
+        n_head=12 if gpu else 4,
+        vocab_size=50257 if gpu else 4096,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        use_cache=False,
+    )
+    dtype = torch.bfloat16 if gpu else torch.float32
+    model = GPT2LMHeadModel(cfg).to(device=device, dtype=dtype).train()
+    ids = torch.randint(0, cfg.vocab_size, (8, 512) if gpu else (2, 128), device=device)
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss.detach()
+
+    if gpu:
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
-    case.step(f)
-    print(f"RESULT {time.perf_counter() - t0:.3f} {sum(spent):.3f} {len(spent)}", flush=True)
+    loss = torch.compile(step, backend=backend)(ids)
+    if gpu:
+        torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    results = [loss, *(p.grad for p in model.parameters())]
+    digest = hashlib.sha256()
+    for t in results:
+        digest.update(t.float().cpu().numpy().tobytes())
+    torch.save([t.float().cpu() for t in results], os.environ["BENCH_OUT"])
+    out = {"first": first, "digest": digest.hexdigest()[:16], "loss": float(loss)}
+    for label, name in PHASES.items():
+        out[label] = sum(metrics.get(name, ()))
+    out["sdk compile"] = sum(spent) if backend.startswith("sdk:") else None
+    print("RESULT " + json.dumps(out), flush=True)
 
 
-def run(name: str, backend: str, env: dict[str, str]) -> tuple[float, float, int]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", name, backend],
+def run(backend: str, device: str, env: dict[str, str]) -> dict:
+    env = {**env, "BENCH_OUT": os.path.join(os.path.dirname(env["SDK_CACHE_DIR"]), "out.pt")}
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", backend, device],
         env=env,
         capture_output=True,
         text=True,
-        check=True,
         timeout=1800,
-    ).stdout
-    line = next(x for x in out.splitlines() if x.startswith("RESULT"))
-    step, sdk_s, graphs = line.split()[1:]
-    return float(step), float(sdk_s), int(graphs)
+    )
+    if proc.returncode:
+        raise SystemExit(f"{backend} failed:\n{proc.stderr[-3000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    import torch
+
+    return {**json.loads(line[7:]), "results": torch.load(env["BENCH_OUT"])}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("row", nargs="?", default="gpt2_train_fp32")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--child", nargs=2, metavar=("ROW", "BACKEND"), help=argparse.SUPPRESS)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default=None)
+    ap.add_argument("--backend", default=None, help="the sdk backend (default by device)")
+    ap.add_argument("--child", nargs=2, metavar=("BACKEND", "DEVICE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(*args.child)
         return
-    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as ind:
-        env = {
-            **os.environ,
-            "SDK_CACHE_DIR": cache,
-            "SDK_GRAPH_CACHE": "1",
-            "TORCHINDUCTOR_CACHE_DIR": ind,
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    sdk = args.backend or ("sdk:cuda_triton" if device == "cuda" else "sdk:cpu_cpp")
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def env(who: str) -> dict[str, str]:
+            os.makedirs(os.path.join(tmp, who), exist_ok=True)
+            return {
+                **os.environ,
+                "SDK_CACHE_DIR": os.path.join(tmp, who, "sdk"),
+                "SDK_GRAPH_CACHE": "1",
+                "TORCHINDUCTOR_CACHE_DIR": os.path.join(tmp, who, "inductor"),
+                "TRITON_CACHE_DIR": os.path.join(tmp, who, "triton"),
+            }
+
+        rows: dict[str, list[dict]] = {
+            f"{sdk} cold": [run(sdk, device, env("sdk"))],
+            "Inductor cold": [run("inductor", device, env("inductor"))],
         }
-        rows = {
-            "cold": [run(args.row, "sdk:cpu_cpp", env)],
-            "Inductor cold": [run(args.row, "inductor", env)],
-        }
-        for _ in range(args.repeat):  # interleaved, so that a slow phase of the host hits all
-            rows.setdefault("warm", []).append(run(args.row, "sdk:cpu_cpp", env))
-            rows.setdefault("warm, graph cache off", []).append(
-                run(args.row, "sdk:cpu_cpp", {**env, "SDK_GRAPH_CACHE": "0"})
-            )
-            rows.setdefault("Inductor warm", []).append(run(args.row, "inductor", env))
-            rows.setdefault("aot_eager", []).append(run(args.row, "aot_eager", env))
-            rows.setdefault("eager (Dynamo alone)", []).append(run(args.row, "eager", env))
-    print(f"{args.row}, one process each (median of {args.repeat} where repeated)")
-    print(f"{'process':<24}{'first step s':>14}{'sdk compile s':>15}  graphs")
+        for _ in range(args.repeat):
+            rows.setdefault(f"{sdk} warm", []).append(run(sdk, device, env("sdk")))
+            rows.setdefault("Inductor warm", []).append(run("inductor", device, env("inductor")))
+    name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    print(
+        f"2-layer GPT-2 training step, first call in a fresh process, {name}, torch "
+        f"{torch.__version__}; seconds, median of {args.repeat} warm rounds (cold: one)"
+    )
+    cols = ["first", *PHASES, "sdk compile"]
+    print(f"{'process':<26}" + "".join(f"{c:>13}" for c in cols))
+    med = {}
     for label, runs in rows.items():
-        step = statistics.median(r[0] for r in runs)
-        sdk_s = statistics.median(r[1] for r in runs)
-        print(f"{label:<24}{step:14.2f}{sdk_s:15.2f}  {runs[0][2]}")
+        cells = []
+        for c in cols:
+            vals = [r[c] for r in runs if r[c] is not None]
+            cells.append(f"{statistics.median(vals):13.2f}" if vals else f"{'-':>13}")
+        med[label] = statistics.median(r["first"] for r in runs)
+        print(f"{label:<26}" + "".join(cells))
+    print(
+        f"sdk/Inductor first call: cold {med[f'{sdk} cold'] / med['Inductor cold']:.2f}, "
+        f"warm {med[f'{sdk} warm'] / med['Inductor warm']:.2f}"
+    )
+    cold = rows[f"{sdk} cold"][0]
+    for r in rows[f"{sdk} warm"]:
+        same = r["digest"] == cold["digest"]
+        diff = max(float((a - b).abs().max()) for a, b in zip(r["results"], cold["results"]))
+        print(
+            f"sdk warm vs cold: loss {r['loss']:.6f} vs {cold['loss']:.6f}, "
+            + ("bit-equal" if same else f"not bit-equal, max abs difference {diff:.3g}")
+        )
+    warm_runs = rows[f"{sdk} warm"]
+    if len(warm_runs) > 1:
+        same = len({r["digest"] for r in warm_runs}) == 1
+        print("sdk warm vs warm: " + ("bit-equal" if same else "not bit-equal"))
 
 
 if __name__ == "__main__":
