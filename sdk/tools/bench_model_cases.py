@@ -117,10 +117,20 @@ def _inference_case(
     )
 
 
-def _train_case(dev: Any, dtype: str, model: Any, batch: dict[str, Any], desc: str) -> Case:
-    """A training step of an HF model: ``model(**batch)``, ``.loss.backward()``."""
+def _train_case(
+    dev: Any,
+    dtype: str,
+    model: Any,
+    batch: dict[str, Any],
+    desc: str,
+    reference: Callable[[Any], None] | None = None,
+) -> Case:
+    """A training step of an HF model: ``model(**batch)``, ``.loss.backward()``.
+    ``reference`` adjusts the fp64 copy (an implementation fp64 lacks)."""
     model.train()
     holder = [copy.deepcopy(model).double().to(dev)]
+    if reference is not None:
+        reference(holder[0])
     model = model.to(device=dev, dtype=_dtype(dtype))
     batch = {k: v.to(dev) for k, v in batch.items()}
     batch64 = {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}
@@ -395,6 +405,128 @@ def _qwen2(dev: Any, dtype: str, size: str) -> Case:
         f"hidden={c.hidden_size} heads={c.num_attention_heads} "
         f"kv_heads={c.num_key_value_heads} vocab={c.vocab_size}, {attn} "
         f"attention, {b}x{s} tokens, labels=input_ids",
+    )
+
+
+_T5 = {
+    # (config, batch, source tokens, target tokens)
+    "small": (
+        {
+            "d_model": 64,
+            "d_kv": 16,
+            "d_ff": 128,
+            "num_layers": 2,
+            "num_decoder_layers": 2,
+            "num_heads": 4,
+            "vocab_size": 1000,
+            "relative_attention_num_buckets": 8,
+            "relative_attention_max_distance": 32,
+        },
+        2,
+        32,
+        16,
+    ),
+    "full": ({}, 8, 512, 128),  # T5Config's defaults are t5-small's sizes
+}
+
+
+def _t5(dev: Any, dtype: str, size: str) -> Case:
+    """An encoder-decoder training step: relative position bias, RMS norm with fp32
+    upcasts, cross attention."""
+    tf = _transformers()
+    kw, b, s, t = _T5[size]
+    model, attn = _hf_model(
+        tf.T5ForConditionalGeneration,
+        tf.T5Config,
+        dict(
+            kw,
+            dropout_rate=0.0,
+            use_cache=False,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+        ),
+    )
+    c = model.config
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_ids": _ids(c.vocab_size, b, s), "labels": _ids(c.vocab_size, b, t)},
+        f"HF T5ForConditionalGeneration d_model={c.d_model} layers={c.num_layers}+"
+        f"{c.num_decoder_layers} heads={c.num_heads} vocab={c.vocab_size}, {attn} attention, "
+        f"{b}x{s} source and {b}x{t} target tokens",
+    )
+
+
+_MIXTRAL = {
+    "small": (
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "vocab_size": 1000,
+            "max_position_embeddings": 64,
+        },
+        (2, 32),
+    ),
+    "full": (
+        {
+            "hidden_size": 1024,
+            "intermediate_size": 2048,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 4,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "vocab_size": 32000,
+        },
+        (4, 512),
+    ),
+}
+
+
+def _mixtral(dev: Any, dtype: str, size: str) -> Case:
+    """A mixture-of-experts decoder training step: top-2 routing over the experts (a
+    data-dependent gather and scatter per expert), GQA attention, RMS norm."""
+    tf = _transformers()
+    kw, (b, s) = _MIXTRAL[size]
+    model, attn = _hf_model(
+        tf.MixtralForCausalLM,
+        tf.MixtralConfig,
+        dict(
+            kw,
+            attention_dropout=0.0,
+            router_jitter_noise=0.0,
+            use_cache=False,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+    )
+    c = model.config
+    ids = _ids(c.vocab_size, b, s)
+
+    def loop_over_experts(m64: Any) -> None:
+        # the default grouped matrix product (torch._grouped_mm) has no fp64 kernel: the
+        # fp64 reference computes the same experts one by one
+        m64.config._experts_implementation = "eager"
+
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_ids": ids, "labels": ids},
+        f"HF MixtralForCausalLM layers={c.num_hidden_layers} hidden={c.hidden_size} "
+        f"experts={c.num_local_experts} top-{c.num_experts_per_tok} "
+        f"heads={c.num_attention_heads} kv_heads={c.num_key_value_heads} "
+        f"vocab={c.vocab_size}, {attn} attention, "
+        f"{c._experts_implementation or 'default'} experts, {b}x{s} tokens, labels=input_ids",
+        reference=loop_over_experts,
     )
 
 

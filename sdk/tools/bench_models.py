@@ -6,7 +6,8 @@ Rows (``--list`` prints them; each in bf16 and fp32, named ``<model>_<dtype>``):
   ``efficientnet_b0``, ``mobilenet_v3_large``; timm ``deit_tiny`` and ``swin_tiny``;
 * training steps (``<model>_train``: forward + loss + backward, no optimizer):
   HF ``GPT2LMHeadModel``, ``DistilBertForMaskedLM``, ``Qwen2ForCausalLM`` (GQA decoder),
-  ``WhisperForConditionalGeneration``; every dropout probability is 0 in the config, so
+  ``WhisperForConditionalGeneration``, ``T5ForConditionalGeneration`` (encoder-decoder,
+  relative position bias) and ``MixtralForCausalLM`` (mixture of experts, top-2 routing); every dropout probability is 0 in the config, so
   a step is deterministic; ``attn_implementation="sdpa"`` where HF accepts it.
 
 Weights are random, built from configs (no downloads). A row whose package is missing
@@ -60,7 +61,9 @@ from sdk.tools.bench_model_cases import (
     _distilbert,
     _gpt2,
     _import_error,
+    _mixtral,
     _qwen2,
+    _t5,
     _timm,
     _torchvision,
     _whisper,
@@ -111,6 +114,8 @@ MODELS: tuple[Model, ...] = (
     Model("distilbert_train", "train", "transformers", _distilbert),
     Model("qwen2_train", "train", "transformers", _qwen2),
     Model("whisper_train", "train", "transformers", _whisper),
+    Model("t5_train", "train", "transformers", _t5),
+    Model("mixtral_train", "train", "transformers", _mixtral),
 )
 
 
