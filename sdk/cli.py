@@ -4,6 +4,7 @@ look after the cache, check a plugin (conformance), start a plugin (new-plugin).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -59,13 +60,26 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.plot:
+        from sdk.tools import bench_plot
+
+        why = bench_plot.missing()
+        if why:  # before the run, not after it
+            print(f"error: {why}", file=sys.stderr)
+            return 2
+        args.json = args.json or bench_plot.json_beside(args.plot)
     if args.suite == "models":
         from sdk.tools import bench_models
 
-        return bench_models.main(args)
-    from sdk.tools import bench
+        rc = bench_models.main(args)
+    else:
+        from sdk.tools import bench
 
-    return bench.main(args)
+        rc = bench.main(args)
+    if args.plot and not args.list and os.path.exists(args.json):
+        n = bench_plot.plot_file(args.json, args.plot)
+        print(f"plot: {args.plot} ({n} rows with both ratios; results in {args.json})")
+    return rc
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
@@ -247,6 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     bench.add_argument("--repeat", type=int, default=0, help="timed runs (0: automatic)")
     bench.add_argument("--json", default=None, help="also write the results to this file")
+    bench.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="also draw sdk/Inductor and sdk/eager per row as a bar chart into FILE (.png, "
+        ".svg, .pdf); the results go to --json, else next to FILE as .json; needs matplotlib "
+        "(pip install 'torch-backend-sdk[plot]')",
+    )
     bench.set_defaults(func=_cmd_bench)
     cache = sub.add_parser(
         "cache",

@@ -7,7 +7,9 @@ import contextlib
 import io
 import json
 import os
+import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,7 +39,14 @@ def test_every_model_has_a_bf16_and_an_fp32_row():
         (
             "*_train_fp32",
             None,
-            ["gpt2_train_fp32", "distilbert_train_fp32", "qwen2_train_fp32", "whisper_train_fp32"],
+            [
+                "gpt2_train_fp32",
+                "distilbert_train_fp32",
+                "qwen2_train_fp32",
+                "whisper_train_fp32",
+                "t5_train_fp32",
+                "mixtral_train_fp32",
+            ],
         ),
         ("resnet18_bf16", "fp32", []),
     ],
@@ -319,10 +328,17 @@ def small_suite(tmp_path_factory):
                     ",".join(runnable),
                     "--json",
                     str(out),
+                    *(["--plot", str(out.with_suffix(".png"))] if _has_matplotlib() else []),
                 ]
             )
     data = json.loads(out.read_text())
     return rc, {r["name"]: r for r in data["rows"]}, data, buf.getvalue()
+
+
+def _has_matplotlib():
+    from sdk.tools import bench_plot
+
+    return bench_plot.missing() is None
 
 
 @pytest.mark.slow
@@ -378,3 +394,38 @@ def test_profile_text_and_json_on_cuda_rows():
     assert "CUDA only" in bench_models.profile_text([row], cuda=False)
     table, summary = bench_models.table([row])
     assert "met" in table and summary["targets"]["sdk_over_best_met"] == 1
+
+
+@pytest.mark.slow
+def test_plot_of_the_small_suite(small_suite, tmp_path):
+    if not _has_matplotlib():
+        pytest.skip("matplotlib is not installed (the test extra installs it)")
+    _, rows, _, stdout = small_suite
+    both = [r for r in rows.values() if r["sdk_over_inductor"] is not None and r["sdk_over_eager"]]
+    assert f"({len(both)} rows with both ratios;" in stdout, stdout
+    png = next(line.split()[1] for line in stdout.splitlines() if line.startswith("plot: "))
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_draws_missing_ratios_as_na(tmp_path):
+    if not _has_matplotlib():
+        pytest.skip("matplotlib is not installed (the test extra installs it)")
+    from sdk.tools import bench_plot
+
+    rows = [
+        {"name": "a_fp32", "sdk_over_inductor": 0.8, "sdk_over_eager": 0.5},
+        {"name": "b_fp32", "sdk_over_inductor": None, "sdk_over_eager": None},  # a mismatch
+    ]
+    path = tmp_path / "r.svg"
+    assert bench_plot.plot(rows, str(path), "t") == 1
+    svg = path.read_text()
+    assert "n/a" in svg and "a_fp32" in svg and "b_fp32" in svg
+
+
+def test_plot_without_matplotlib_is_one_line_before_the_run(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises
+    rc = cli.main(["bench", "--only", "pw_chain", "--plot", str(tmp_path / "p.png")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "matplotlib" in err[0] and "torch-backend-sdk[plot]" in err[0]
+    assert not (tmp_path / "p.json").exists()
