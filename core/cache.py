@@ -65,17 +65,22 @@ def _ensure_private_dir(path: Path) -> None:
         st = os.stat(path)
     except OSError as exc:  # a dangling symbolic link, a loop of them
         raise _refusal(path, f"not usable ({exc.strerror or exc})") from exc
-    if not stat.S_ISDIR(st.st_mode):
-        cause = "not a directory"
-    elif st.st_uid != os.geteuid():
-        cause = f"owned by uid {st.st_uid}, not by the current user (uid {os.geteuid()})"
-    elif not _is_private(st):
-        cause = f"writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
-    elif not os.access(path, os.W_OK | os.X_OK):
+    cause = not_private(st)
+    if cause is None and not os.access(path, os.W_OK | os.X_OK):
         cause = f"not writable by the current user (mode {stat.S_IMODE(st.st_mode):#o})"
-    else:
-        return
-    raise _refusal(path, cause)
+    if cause is not None:
+        raise _refusal(path, cause)
+
+
+def not_private(st: os.stat_result) -> str | None:
+    """Why the directory of ``st`` is not private to the current user, or None."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not by the current user (uid {os.geteuid()})"
+    if not _is_private(st):
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):#o})"
+    return None
 
 
 class CacheDirRefused(PermissionError):

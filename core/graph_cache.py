@@ -60,6 +60,11 @@ def sdk_digest() -> str:
     return source_digest("sdk", "sdk.core")  # (sub-packages are walked too)
 
 
+def unplain(options: Any) -> list[str]:
+    """The options whose values are not plain data (a key cannot hold them)."""
+    return sorted(k for k, v in options.items() if not _plain(v))
+
+
 def _plain(x: Any) -> bool:
     if x is None or isinstance(x, (bool, int, float, str)):
         return True
@@ -74,7 +79,7 @@ def graph_key(
     """The key of one graph variant (see the module's docstring). Raises
     :class:`Uncacheable` for an option whose value is not plain data."""
     options = sorted(ctx.options.items())
-    bad = [k for k, v in options if not _plain(v)]
+    bad = unplain(ctx.options)
     if bad:
         raise Uncacheable(f"option(s) {bad} are not plain data")
     consts = []

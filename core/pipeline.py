@@ -225,7 +225,8 @@ class Session:
             name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin, notes=ctx.notes
         )
         report.warm = "miss" if self.cache_tag and not whole else self.warm
-        report.aten_ops = recipe.aten_ops = len(fallback.aten_calls(gm))
+        report.aten_ops = len(fallback.aten_calls(gm))
+        recipe.report = report
         start = time.perf_counter()
         keys = recipe.keys
 
@@ -254,7 +255,7 @@ class Session:
             if program is None:  # a variant per concrete shape, from the first real call
                 recipe.guarded = False  # (each variant checks its whole layout)
                 program = _LazySpecializing(build, recipe)
-        recipe.program, recipe.sizes = program, report.sizes
+        recipe.program = program
         return self._finish(ctx, gm, program, report, start, wrap=not whole, recipe=recipe)
 
     def restore_aten_graph(self, state: dict[str, Any], graph: Callable) -> Callable:
@@ -443,8 +444,9 @@ class Session:
                 else session.context(ctx.graph_kind, ctx.graph_name, ctx.device_type)
             )
             try:
-                stored = {"key": key} if key is not None and plugin == ctx.plugin else {}
-                fn, part = build_program(session, c, gm, specs, **stored)
+                fn, part = build_program(
+                    session, c, gm, specs, key=key if plugin == ctx.plugin else None
+                )
             except SDKError:
                 raise
             except Exception as exc:  # noqa: BLE001 - recorded, then the next in the chain

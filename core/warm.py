@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextvars
 import os
 import pickle
-import stat
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ import torch
 from . import graph_cache
 from .adapters import aot_cache, mega_cache
 from .adapters import torch_private as tp
-from .cache import stable_hash
+from .cache import not_private, stable_hash
 
 #: the artifact type of the SDK's program entries in torch's MegaCache
 ARTIFACT = "sdk_programs"
@@ -75,7 +74,7 @@ def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
     if plugin_key is None:
         return None, f"off: sdk:{ctx.plugin} does not implement sdk_cache_key"
     options = sorted(ctx.options.items())
-    bad = [k for k, v in options if not graph_cache._plain(v)]
+    bad = graph_cache.unplain(ctx.options)
     if bad:
         return None, f"off: option(s) {bad} are not plain data"
     why = _torch_dir_refused()
@@ -112,21 +111,17 @@ def _torch_dir_refused() -> str | None:
     try:
         path = Path(aot_cache.entry_dir())
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.stat(path)
-        parent = os.stat(path.parent)
+        stats = [(p, os.stat(p)) for p in (path.parent, path)]
     except OSError as exc:
         return f"torch's AOTAutograd cache directory is not usable ({exc})"
     if str(path) in _refused:
         return _refused[str(path)]
     why = None
-    for p, s in ((path.parent, parent), (path, st)):
-        if s.st_uid != os.geteuid():
-            why = f"owned by uid {s.st_uid}, not by the current user"
-        elif s.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            why = f"writable by group or others (mode {stat.S_IMODE(s.st_mode):#o})"
-        if why:
+    for p, st in stats:
+        cause = not_private(st)
+        if cause:
             why = (
-                f"torch's AOTAutograd cache directory {p} is {why}, and torch loads its "
+                f"torch's AOTAutograd cache directory {p} is {cause}, and torch loads its "
                 "entries with pickle; warm starts skip AOTAutograd only with a private one. "
                 "Fix: set TORCHINDUCTOR_CACHE_DIR to a private directory (mode 0700)"
             )
@@ -159,8 +154,7 @@ class Recipe:
     fallback: Any = None  # the _RunTimeFallback around it
     #: each variant's specs -> its program's key in the whole-graph cache (None: none)
     keys: dict[tuple, str | None] = field(default_factory=dict)
-    aten_ops: int = 0
-    sizes: str = "static"
+    report: Any = None  # the graph's GraphReport (its ATen call count and sizes)
 
     def freeze(self, gm: torch.fx.GraphModule) -> dict[str, Any]:
         """Plain data (and the pickled ATen graph); raises ``aot_cache.Uncacheable``."""
@@ -193,8 +187,8 @@ class Recipe:
             "first": self.first,
             "general": self.general,
             "variants": variants,
-            "aten_ops": self.aten_ops,
-            "sizes": self.sizes,
+            "aten_ops": self.report.aten_ops,
+            "sizes": self.report.sizes,
             "graph": graph,
         }
 

@@ -109,7 +109,7 @@ class SDKOutputCode(OutputCode):  # type: ignore[misc,valid-type]
         freeze: Callable[[], Any],
         restore: Callable[[Any], Callable[..., Any]],
     ) -> None:
-        self._compiled: Callable[..., Any] | None = compiled
+        self._run: Callable[[list[Any]], Any] | None = _boxed(compiled)
         self._freeze: Callable[[], Any] | None = freeze
         self._restore = restore
         self._state: Any = None
@@ -117,12 +117,7 @@ class SDKOutputCode(OutputCode):  # type: ignore[misc,valid-type]
         self._boxed_call = True
 
     def __call__(self, inputs: list[Any]) -> Any:
-        fn = self._compiled
-        if fn is None:
-            raise RuntimeError("an SDK program used before post_compile restored it")
-        if getattr(fn, "_boxed_call", False):
-            return fn(inputs)
-        return fn(*inputs)
+        return self._run(inputs)  # type: ignore[misc]  (None only while stored)
 
     def prepare_for_serialization(self) -> None:
         # called on a shallow copy (BundledOutputCodeLoadable.pre_save): the live object
@@ -130,12 +125,19 @@ class SDKOutputCode(OutputCode):  # type: ignore[misc,valid-type]
         if self._freeze is None:
             raise Uncacheable("the SDK program has no recipe")
         self._state = self._freeze()
-        self._compiled = None
+        self._run = None
         self._freeze = None
 
     def post_compile(self, example_inputs: Any, constants: Any, graph_kwargs: Any) -> None:
-        if self._compiled is None:
-            self._compiled = self._restore(self._state)
+        if self._run is None:
+            self._run = _boxed(self._restore(self._state))
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass
+
+
+def _boxed(fn: Callable[..., Any]) -> Callable[[list[Any]], Any]:
+    """``fn`` taking its inputs as one list (AOTAutograd's boxed convention)."""
+    if getattr(fn, "_boxed_call", False):
+        return fn
+    return lambda inputs: fn(*inputs)

@@ -107,6 +107,11 @@ def aot_compile(
     keys that include the tag (:mod:`core.adapters.aot_cache`): a hit skips AOTAutograd
     and the compilers; the backward is then compiled with the forward.
     """
+    common = dict(
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=decompositions,
+        keep_inference_input_mutations=False,
+    )
     if cache_tag is not None:
         from . import aot_cache
 
@@ -115,9 +120,7 @@ def aot_compile(
                 fw_compiler=aot_cache.serializable(forward),
                 bw_compiler=aot_cache.serializable(backward),
                 inference_compiler=aot_cache.serializable(inference),
-                partition_fn=min_cut_rematerialization_partition,
-                decompositions=decompositions,
-                keep_inference_input_mutations=False,
+                **common,
             )(gm, example_inputs)
 
     @torch._dynamo.disable
@@ -133,12 +136,7 @@ def aot_compile(
 
     compile_backward._is_wrapped_bw_compiler = True
     compiler = aot_autograd(
-        fw_compiler=forward,
-        bw_compiler=compile_backward,
-        inference_compiler=inference,
-        partition_fn=min_cut_rematerialization_partition,
-        decompositions=decompositions,
-        keep_inference_input_mutations=False,
+        fw_compiler=forward, bw_compiler=compile_backward, inference_compiler=inference, **common
     )
     return compiler(gm, example_inputs)
 
@@ -150,10 +148,6 @@ class LazyTable(Mapping):
     def __init__(self, build: Callable[[], Mapping[Any, Callable[..., Any]]]) -> None:
         self._build: Callable[[], Mapping[Any, Callable[..., Any]]] | None = build
         self._table: Mapping[Any, Callable[..., Any]] = {}
-
-    @property
-    def built(self) -> bool:
-        return self._build is None
 
     def _get(self) -> Mapping[Any, Callable[..., Any]]:
         if self._build is not None:
@@ -168,12 +162,6 @@ class LazyTable(Mapping):
 
     def __len__(self) -> int:
         return len(self._get())
-
-    def __contains__(self, op: object) -> bool:
-        return op in self._get()
-
-    def __bool__(self) -> bool:
-        return bool(self._get())
 
 
 def buffer_ops(
