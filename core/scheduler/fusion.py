@@ -236,14 +236,23 @@ class Scheduler:
         return succ
 
     def _path_through_other(self, a: Group, b: Group, owner: dict[str, Group]) -> bool:
-        """Does some group other than a and b lie on a path between them?"""
+        """Does some group other than a and b lie on a path between them, either way?
+
+        Both directions: a merged group's ``order`` is its earliest member's, so once groups
+        have merged, the lower order no longer says which of two groups comes first (a
+        group holding nodes 1 and 10 reads a group at 5 that reads a group at 7: fusing 1..10
+        with 7 would close the cycle 7 -> 5 -> 1..10, a path from the later-ordered one).
+        """
+        return self._reaches(a.id, b.id) or self._reaches(b.id, a.id)
+
+    def _reaches(self, start: Any, goal: Any) -> bool:
+        """Is ``goal`` reachable from ``start`` through at least one other group or extern?"""
         succ = self._succ
-        first, second = (a, b) if a.order < b.order else (b, a)
-        stack = [s for s in succ.get(first.id, ()) if s != second.id]
+        stack = [s for s in succ.get(start, ()) if s != goal]
         seen = set(stack)
         while stack:
             cur = stack.pop()
-            if cur == second.id:
+            if cur == goal:
                 return True
             for s in succ.get(cur, ()):
                 if s not in seen:
