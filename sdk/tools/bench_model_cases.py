@@ -20,6 +20,8 @@ from sdk.tools.bench_timing import Case, Skip
 
 #: Dynamo's benchmark tolerances for these families (torchbench, timm_models, huggingface).
 _TOL_TORCHVISION = 1e-4
+#: torchbench's rule for training on a GPU (``torchbench.py``: 1e-3 when training on CUDA).
+_TOL_TORCHVISION_TRAIN = 1e-3
 _TOL_TIMM = 1e-3
 _TOL_HF_TRAIN = 1e-2
 
@@ -179,6 +181,69 @@ def _torchvision(arch: str) -> Callable[[Any, str, str], Case]:
             lambda: torch.randn(bs, 3, hw, hw),
             f"torchvision {arch}(weights=None), bs {bs}, {hw}x{hw}",
             _TOL_TORCHVISION,
+        )
+
+    return build
+
+
+#: Training steps run at a smaller batch than inference: ResNet-50 at bs 16, 224x224, is the
+#: configuration issue 28 measured (and torchbench's training batch for it).
+_CONVNET_TRAIN_SIZES = {"small": (2, 64), "full": (16, 224)}
+
+#: Keyword arguments that make a training step deterministic: every dropout and stochastic
+#: depth probability 0 (a random mask differs between backends, so no check could pass).
+_TORCHVISION_TRAIN_KW = {
+    "mobilenet_v3_large": {"dropout": 0.0},
+    "efficientnet_b0": {"dropout": 0.0, "stochastic_depth_prob": 0.0},
+    "convnext_tiny": {"stochastic_depth_prob": 0.0},
+}
+
+
+def _torchvision_train(arch: str) -> Callable[[Any, str, str], Case]:
+    """A training step of a torchvision classifier: ``train()`` mode (batch norm uses the
+    batch's statistics and updates its running ones), cross-entropy over 1000 classes,
+    ``loss.backward()``; the loss, the logits and every parameter gradient are checked."""
+
+    def build(dev: Any, dtype: str, size: str) -> Case:
+        import torch
+
+        tv = _need("torchvision")
+        bs, hw = _CONVNET_TRAIN_SIZES[size]
+        kw = _TORCHVISION_TRAIN_KW.get(arch, {})
+        torch.manual_seed(0)
+        model = getattr(tv.models, arch)(weights=None, **kw).train()
+        x = torch.randn(bs, 3, hw, hw)
+        labels = torch.randint(0, 1000, (bs,))
+        holder = [copy.deepcopy(model).double().to(dev)]
+        model = model.to(device=dev, dtype=_dtype(dtype))
+        x64, x = x.to(dev).double(), x.to(device=dev, dtype=_dtype(dtype))
+        labels = labels.to(dev)
+
+        def run(m: Any, f: Callable[..., Any], inp: Any) -> tuple[Any, Any]:
+            m.zero_grad(set_to_none=True)
+            logits = f(inp)
+            loss = torch.nn.functional.cross_entropy(logits, labels)
+            loss.backward()
+            return loss, logits
+
+        def collect(m: Any, out: tuple[Any, Any]) -> list[tuple[str, Any]]:
+            return [("loss", out[0]), ("logits", out[1])] + [
+                (f"grad {n}", p.grad) for n, p in m.named_parameters()
+            ]
+
+        def fp64_outputs() -> list[tuple[str, Any]]:
+            model64 = holder.pop()
+            return bench_check._named(collect(model64, run(model64, model64, x64)))
+
+        extra = "".join(f", {k}={v}" for k, v in kw.items())
+        return Case(
+            model,
+            lambda f: run(model, f, x),
+            lambda out: collect(model, out),
+            f"torchvision {arch}(weights=None{extra}), bs {bs}, {hw}x{hw}, {dtype}, train, "
+            "cross-entropy + backward",
+            fp64_outputs=fp64_outputs,
+            rule_tol=_TOL_TORCHVISION_TRAIN,
         )
 
     return build

@@ -3,8 +3,12 @@
 Rows (``--list`` prints them; each in bf16 and fp32, named ``<model>_<dtype>``):
 
 * inference, ``eval()`` under ``no_grad``: torchvision ``resnet18``, ``resnet34``,
-  ``efficientnet_b0``, ``mobilenet_v3_large``; timm ``deit_tiny`` and ``swin_tiny``;
-* training steps (``<model>_train``: forward + loss + backward, no optimizer):
+  ``efficientnet_b0``, ``mobilenet_v3_large``, ``convnext_tiny`` (7x7 depthwise
+  convolutions, channels-last LayerNorm); timm ``deit_tiny`` and ``swin_tiny``;
+* training steps (``<model>_train``: forward + loss + backward, no optimizer): torchvision
+  ``resnet50``, ``mobilenet_v3_large`` and ``convnext_tiny`` in ``train()`` mode (batch norm
+  on the batch's statistics; dropout and stochastic depth 0), cross-entropy over 1000
+  classes, bs 16 at 224x224 (``--size full``);
   HF ``GPT2LMHeadModel``, ``DistilBertForMaskedLM``, ``Qwen2ForCausalLM`` (GQA decoder),
   ``WhisperForConditionalGeneration``, ``T5ForConditionalGeneration`` (encoder-decoder,
   relative position bias) and ``MixtralForCausalLM`` (mixture of experts, top-2 routing); every dropout probability is 0 in the config, so
@@ -66,6 +70,7 @@ from sdk.tools.bench_model_cases import (
     _t5,
     _timm,
     _torchvision,
+    _torchvision_train,
     _whisper,
 )
 from sdk.tools.bench_models_report import TARGET, _row_json, profile_text, table
@@ -108,6 +113,12 @@ MODELS: tuple[Model, ...] = (
     Model("resnet34", "inference", "torchvision", _torchvision("resnet34")),
     Model("efficientnet_b0", "inference", "torchvision", _torchvision("efficientnet_b0")),
     Model("mobilenet_v3_large", "inference", "torchvision", _torchvision("mobilenet_v3_large")),
+    Model("convnext_tiny", "inference", "torchvision", _torchvision("convnext_tiny")),
+    Model("resnet50_train", "train", "torchvision", _torchvision_train("resnet50")),
+    Model(
+        "mobilenet_v3_large_train", "train", "torchvision", _torchvision_train("mobilenet_v3_large")
+    ),
+    Model("convnext_tiny_train", "train", "torchvision", _torchvision_train("convnext_tiny")),
     Model("deit_tiny", "inference", "timm", _timm("deit_tiny")),
     Model("swin_tiny", "inference", "timm", _timm("swin_tiny")),
     Model("gpt2_train", "train", "transformers", _gpt2),
@@ -176,7 +187,7 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "list", False):
         for n in names:
             m, _dt = table_[n]
-            print(f"{n:<28} {m.kind:<10} {m.package}")
+            print(f"{n:<30} {m.kind:<10} {m.package}")
         return 0
     import torch
 
