@@ -31,7 +31,6 @@ from . import options as opts
 from .adapters import torch_private as tp
 from .guards import Specializing, TensorSpec, size_bindings, spec_of
 from .ir.index import size_hints
-from .lowering.layouts import SAVED_ONLY
 from .registry import Registry, observe, registry, strict
 
 #: explain() collectors: every GraphReport compiled while one is active lands in it.
@@ -193,8 +192,6 @@ class Session:
             ctx = self.context(
                 kind, f"g{self.graph_id}_{kind}", _device_type(example_inputs) or device
             )
-            if kind == "forward":
-                _mark_saved_only(gm, tp.saved_for_backward())
             if self.cache_tag is None:
                 return self.compile_aten_graph(ctx, gm, example_inputs)
             recipe = warm.Recipe(kind, ctx.device_type)
@@ -742,17 +739,3 @@ def collect_reports(sink: list[GraphReport]) -> contextvars.Token:
 
 def stop_collecting(token: contextvars.Token) -> None:
     _collectors.reset(token)
-
-
-def _mark_saved_only(gm: torch.fx.GraphModule, saved: slice | None) -> None:
-    """Mark the outputs of the forward graph ``gm`` at the ``saved`` positions (what
-    AOTAutograd saves for the backward) that the user does not also get at another position:
-    their layout is the compiler's choice (:data:`core.lowering.layouts.SAVED_ONLY`)."""
-    if saved is None:
-        return
-    outs = list(gm.graph.output_node().args[0])
-    positions = range(len(outs))[saved]
-    user = {o for i, o in enumerate(outs) if i not in positions}
-    for node in outs[saved]:
-        if isinstance(node, torch.fx.Node) and node not in user:
-            node.meta[SAVED_ONLY] = True

@@ -344,19 +344,14 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
     """How each graph output is produced, and the computed buffers that must be stored."""
     plan, keep = [], set()
     returned: set[str] = set()
-    for v, meta, saved_only in zip(L.outputs, L.output_metas, L.output_saved_only):
+    for v, meta in zip(L.outputs, L.output_metas):
         st = v.storage if isinstance(v, TensorValue) else None
         if st is not None and st.buffer in L.merged and st.buffer in returned:
             # two graph nodes of equal values became one node: each output gets its own
             v = L.pointwise(v.sizes, v.dtype, v.load, cse=False)
         if st is not None:
             returned.add(st.buffer)
-        if (
-            L.channels_last
-            and not saved_only
-            and isinstance(v, TensorValue)
-            and isinstance(meta, torch.Tensor)
-        ):
+        if L.channels_last and isinstance(v, TensorValue) and isinstance(meta, torch.Tensor):
             # a layout the core chose stays inside the graph: outputs leave in eager's
             want = strides_of(meta)
             st = v.storage

@@ -82,42 +82,6 @@ def test_convnet_matches_eager(plugin, dtype, channels_last):
         _check(compiled, model, torch.randn(2, 3, 32, 32, device=dev, dtype=dtype), tol)
 
 
-@pytest.mark.parametrize("plugin", PLUGINS)
-def test_training_keeps_saved_activations_channels_last(plugin):
-    """In training the forward's activations saved for the backward stay channels-last (the
-    user's outputs leave in eager's strides), and the backward runs in the layout they
-    arrive in: no conversion back and forth around each convolution. BatchNorm in train
-    mode; forward, outputs' strides and every gradient against eager."""
-    import copy
-
-    from sdk.core import pipeline
-
-    dev = device_of(plugin)
-    model = _net(dev).train()
-    ref = copy.deepcopy(model)
-    backend = sdk.backend(plugin, channels_last=True, fallback=False)
-    compiled = torch.compile(model, backend=backend)
-    x = torch.randn(2, 3, 16, 16, device=dev)
-    xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
-    reports: list = []
-    token = pipeline.collect_reports(reports)
-    try:
-        outs = [compiled(xs[0]), ref(xs[1])]
-        for logits, feat in outs:
-            (logits.square().sum() + feat.mean()).backward()
-    finally:
-        pipeline.stop_collecting(token)
-    for g, w in zip(*outs):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
-        assert g.stride() == w.stride(), "outputs leave in eager's layout"
-    torch.testing.assert_close(xs[0].grad, xs[1].grad, rtol=1e-4, atol=1e-4)
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=name)
-    fwd, bwd = reports
-    assert any("channels-last activations" in n for n in fwd.notes), fwd.notes
-    assert any("arrive from the forward" in n for n in bwd.notes), bwd.notes
-
-
 def _report(plugin: str, **options):
     dev = device_of(plugin)
     x = torch.randn(2, 3, 32, 32, device=dev)

@@ -251,24 +251,6 @@ def configure_for_benchmark() -> None:
         functorch_config.enable_autograd_cache = False
 
 
-def saved_for_backward() -> slice | None:
-    """In AOTAutograd's forward compile: the positions of the forward graph's outputs that it
-    saves for the backward (the rest are what the user sees: mutated inputs, outputs), or
-    None outside one (or with tensor subclasses, whose outer positions differ)."""
-    tc = torch._guards.TracingContext.try_get()
-    meta = getattr(tc, "fw_metadata", None) if tc is not None else None
-    if meta is None or any(
-        type(m).__name__ != "PlainTensorMeta"
-        for m in getattr(meta, "subclass_fw_graph_out_meta", None) or ()
-    ):
-        return None
-    try:
-        saved = meta.tensors_saved_for_backwards_slice
-    except (AttributeError, AssertionError):  # not partitioned (yet): no saved outputs known
-        return None
-    return saved if isinstance(saved, slice) else None
-
-
 def concrete_graph(gm: torch.fx.GraphModule, specs: tuple) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose node metadata is re-derived for inputs of these specs.
 

@@ -77,11 +77,6 @@ def is_channels_last(layout: Layout | None) -> bool:
     return same_strides(layout.sizes, layout.strides, want) and not layout.is_contiguous()
 
 
-#: ``node.meta`` key of a forward graph's output that only the backward reads: AOTAutograd
-#: saves it, and the user never sees it, so its layout is the compiler's choice (Inductor's
-#: too). The backward's programs are built for the layouts that arrive.
-SAVED_ONLY = "sdk_saved_only"
-
 #: Inductor's measured channels-last speed-up per convolution kind (inference;
 #: torch/_inductor/graph.py decide_layout_opt): < 1 is faster in channels-last.
 _CL_MULTIPLIER = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
@@ -91,14 +86,11 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
     """Whether this graph's convolutions run on channels-last activations, and why (a note).
 
     The option ``channels_last`` decides when set. Otherwise: only for plugins that
-    declare ``Capability.CHANNELS_LAST``, only 2-d convolutions, and by Inductor's rule: not
-    when convolutions are rare in the graph, and only if the FLOP-weighted measured
-    speed-ups say faster. In training, the forward graph's activations saved for the
-    backward leave it channels-last (:data:`SAVED_ONLY`), and a backward graph follows
-    the layout its saved activations arrive in: channels-last when any 4-d one does.
+    declare ``Capability.CHANNELS_LAST``, only inference graphs (in training the saved
+    activations leave the forward graph in eager's layout, which would cost a copy
+    each), only 2-d convolutions, and by Inductor's rule: not when convolutions are
+    rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
     """
-    if ctx.graph_kind == "backward":
-        return _backward_follows(gm, ctx)
     forced = ctx.options.get("channels_last")
     convs = [
         n
@@ -116,7 +108,7 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             if on
             else ""
         )
-    if not convs or not ctx.has(Capability.CHANNELS_LAST):
+    if not convs or not ctx.has(Capability.CHANNELS_LAST) or ctx.graph_kind != "inference":
         return False, ""
     if len(gm.graph.nodes) >= 300 * len(convs):
         return False, ""
@@ -145,22 +137,6 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             "convolutions (mostly grouped) are faster in the trace's layout"
         )
     return True, f"channels-last activations around {len(convs)} convolution(s)"
-
-
-def _backward_follows(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
-    forced = ctx.options.get("channels_last")
-    if forced is False or (forced is None and not ctx.has(Capability.CHANNELS_LAST)):
-        return False, ""
-    arrived = 0
-    for n in gm.graph.nodes:
-        v = n.meta.get("val") if n.op == "placeholder" else None
-        if isinstance(v, torch.Tensor) and v.ndim == 4:
-            sizes, strides = shape_of(v), tuple(sym_size(s) for s in v.stride())
-            if all(isinstance(x, int) for x in sizes + strides):
-                arrived += is_channels_last(Layout(sizes, strides, 0, v.dtype, ""))
-    if not arrived:
-        return False, ""
-    return True, f"channels-last as {arrived} saved activation(s) arrive from the forward"
 
 
 def _meta_strides(

@@ -45,7 +45,6 @@ from ..ir.graph import (
 from ..ir.index import is_static, static, var
 from ..ir.kernel import Layout
 from .layouts import (
-    SAVED_ONLY,
     _dense,
     _loads,
     _map_values,
@@ -223,19 +222,10 @@ class Lowerer:
         self._names: dict[str, int] = {}
         self._fx: torch.fx.Node | None = None
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
-        #: the outputs the user sees (a forward graph's saved activations are not among them)
-        self._graph_outputs = {
-            a
-            for a in out_node.args[0]
-            if isinstance(a, torch.fx.Node) and not a.meta.get(SAVED_ONLY)
-        }
+        self._graph_outputs = {a for a in out_node.args[0] if isinstance(a, torch.fx.Node)}
         #: the eager value of each graph output (its strides are the ones users see)
         self.output_metas = [
             a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in out_node.args[0]
-        ]
-        #: per output: only the backward reads it, so it may leave in the layout chosen here
-        self.output_saved_only = [
-            isinstance(a, torch.fx.Node) and bool(a.meta.get(SAVED_ONLY)) for a in out_node.args[0]
         ]
         #: every buffer's layout by name (inputs, nodes, extern outputs): layout choices
         self.layouts: dict[str, Layout] = {}
