@@ -443,17 +443,6 @@ def test_looped_softmax_reads_max_and_sum_in_one_loop():
     close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
 
 
-def test_looped_loads_keep_a_row_in_cache_for_the_next_loop():
-    """The first loop's load of the row asks L2 to keep it (``evict_last``), because the
-    storing loop reads it again; that last read asks for it to go first (``evict_first``).
-    H100, softmax 8192x8192 fp32: 86 % of copy bandwidth without the hints, 97 % with."""
-    src = render.render(softmax_kernel(4, 5000)).source
-    loads = [line for line in src.splitlines() if "tl.load(x_ptr" in line]
-    assert len(loads) == 2, src
-    assert "eviction_policy='evict_last'" in loads[0], src
-    assert "eviction_policy='evict_first'" in loads[1], src
-
-
 def test_online_softmax_special_values():
     """Rows with -inf entries (masked attention), all -inf (NaN, as eager), a NaN, a +inf,
     and the maximum in the last chunk (the running sum is rescaled)."""

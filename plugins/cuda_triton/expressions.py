@@ -193,12 +193,10 @@ class ExpressionWriter(KernelPlan):
             self.clamped += 1
         mask = self._mask(deps)
         ptr = self.ptr[node.buffer]
-        policy = self.evict.get(node.buffer) if "r" in deps else None
-        ep = f", eviction_policy={policy!r}" if policy else ""
         if mask:
-            self._put(f"{name} = tl.load({ptr} + {text}, {mask}, other=0{ep})", deps)
+            self._put(f"{name} = tl.load({ptr} + {text}, {mask}, other=0)", deps)
         else:
-            self._put(f"{name} = tl.load({ptr} + {text}{ep})", deps)
+            self._put(f"{name} = tl.load({ptr} + {text})", deps)
         return name
 
     def _op(self, node: ir.Op) -> str:
@@ -285,8 +283,6 @@ class ExpressionWriter(KernelPlan):
         self.cur_group = -1
         self.partial = False
         self.rfirst = "rbase"  # a lane's first inner index (split: its chunk's)
-        #: buffer -> the cache eviction policy of its loads along the inner ranges (looped)
-        self.evict: dict[str, str] = {}
 
     def _xheader(self, lines: list[str], pid: str = "tl.program_id(0)") -> None:
         pid = f"{pid}.to(tl.int64)" if self.int64 else pid

@@ -63,10 +63,6 @@ OUTER_TILE = 2048
 OUTER_TILE_NARROW = 16384
 #: Chunk of a looped reduction.
 LOOPED_RBLOCK = 4096
-#: Loads of a looped reduction carry L2 eviction hints, as Inductor's do: ``evict_last`` where
-#: a later loop of the kernel reads the same buffer again (softmax's normalising pass re-reads
-#: the row its max/sum pass read), ``evict_first`` on a buffer's last read.
-EVICTION_HINTS = True
 #: Chunk of the first kernel of a split reduction.
 SPLIT_RBLOCK = 2048
 

@@ -242,7 +242,6 @@ class ReductionWriter(ExpressionWriter):
         out.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{rtype}")
         self.pre = self.body = out
         merged = set(self.online.values())
-        later = self._loop_reads(merged)
         for i, st in enumerate(self.stages):
             if i in merged:
                 continue  # computed with its maximum, in one loop
@@ -251,43 +250,8 @@ class ReductionWriter(ExpressionWriter):
                 self._stores(st)
             else:
                 second = self.stages[self.online[i]] if i in self.online else None
-                # a row read again by a later loop stays in L2 for it; its last read need not
-                reads, again = later[i] if heuristics.EVICTION_HINTS else (set(), set())
-                self.evict = {b: "evict_last" if b in again else "evict_first" for b in reads}
                 self._looped_stage(st, out, second=second)
-        self.evict = {}
         return self.consts + out
-
-    def _loop_reads(self, merged: set[int]) -> dict[int, tuple[set[str], set[str]]]:
-        """For each loop (a stage with inner ranges that is not merged into an earlier one):
-        the buffers it reads along the inner ranges, and those that a *later* loop reads."""
-        loops: list[tuple[int, set[str]]] = []
-        for i, st in enumerate(self.stages):
-            if i in merged or st.group < 0:
-                continue
-            stages = [st] + ([self.stages[self.online[i]]] if i in self.online else [])
-            loops.append((i, self._inner_loads(stages)))
-        return {
-            i: (reads, set().union(*(r for _, r in loops[k + 1 :])))
-            for k, (i, reads) in enumerate(loops)
-        }
-
-    def _inner_loads(self, stages: list[StagePlan]) -> set[str]:
-        """Buffers loaded at indices that vary along the inner ranges in ``stages``."""
-        found: set[str] = set()
-        seen: set[int] = set()
-        todo = [
-            v for st in stages for v in [r[2] for r in st.reductions] + [s[2] for s in st.stores]
-        ]
-        while todo:
-            node = todo.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            if isinstance(node, ir.Load) and node.index.free_symbols & self.rsyms:
-                found.add(node.buffer)
-            todo.extend(node.children())
-        return found
 
     def _split_partial(self) -> tuple[list[str], list[tuple[str, torch.dtype]]]:
         """First kernel of a split reduction: grid (SPLIT, xnumel), partials to scratch."""
