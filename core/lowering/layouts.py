@@ -82,6 +82,15 @@ def is_channels_last(layout: Layout | None) -> bool:
 _CL_MULTIPLIER = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}
 
 
+#: Ops whose result depends on their input's strides: as_strided reads the storage at the
+#: trace's offsets, so it is only right on a buffer laid out as in the trace.
+_STRIDE_ADDRESSED = {
+    aten.as_strided.default,
+    aten.as_strided_.default,
+    aten.as_strided_scatter.default,
+}
+
+
 def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
     """Whether this graph's convolutions run on channels-last activations, and why (a note).
 
@@ -92,6 +101,14 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
     rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
     """
     forced = ctx.options.get("channels_last")
+    strided = sorted({str(n.target) for n in gm.graph.nodes if n.target in _STRIDE_ADDRESSED})
+    if strided and forced is not False:
+        # these address the storage by the trace's strides: another layout reads other elements
+        note = (
+            f"channels-last not used: {', '.join(strided)} in the graph addresses its input's "
+            "storage by the strides of the trace"
+        )
+        return False, note if forced or ctx.has(Capability.CHANNELS_LAST) else ""
     convs = [
         n
         for n in gm.graph.nodes
