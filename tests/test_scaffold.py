@@ -249,3 +249,27 @@ def test_graph_plugin_compiles_partitions_in_a_chain(tmp_path):
     assert got["kinds"] == ["forward", "backward"], got
     assert got["owners"] == ["cpu_cpp", "theta"] and got["fallbacks"] == 0, got
     assert any("not in CLAIMED" in why for why in got["refusals"]), got
+
+
+def test_generated_plugin_pins_this_sdk_up_to_its_next_major_version(tmp_path):
+    """The generated pyproject depends on ``torch-backend-sdk>=<this version>,<next major>``:
+    pip then refuses an SDK too old for the plugin's hook API (and the ``sdk`` API the
+    scaffold uses) instead of the registry finding out at load time."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    import sdk
+
+    repo = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert repo["project"]["version"] == sdk.__version__, "pyproject.toml and sdk.__version__"
+    this = Version(sdk.__version__)
+    for name, flavor in (("pina", {}), ("pinb", {"c_like": True}), ("pinc", {"graph": True})):
+        root = generate(name, tmp_path, **flavor)
+        project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+        (req,) = [Requirement(d) for d in project["dependencies"]]
+        assert req.name == "torch-backend-sdk", req
+        assert {str(s) for s in req.specifier} == {f">={this}", f"<{this.major + 1}"}, req
+        assert req.specifier.contains(this), req
+        assert req.specifier.contains(f"{this.major}.{this.minor + 1}.0"), req
+        assert not req.specifier.contains(f"{this.major + 1}.0"), req
