@@ -6,8 +6,13 @@ The public API, and all a vendor imports::
 
     @sdk.hookimpl
     def sdk_plugin_info():
-        return sdk.PluginInfo(name="acme", version="1.0", hook_api=sdk.HOOK_API_VERSION,
-                              device_types=("cpu",))
+        return sdk.PluginInfo(name="acme", version="1.0", hook_api=1, device_types=("cpu",))
+
+``hook_api`` is the hook-API version the plugin was written against, as a literal: the
+SDK refuses a plugin written for a newer API than it has. ``sdk.HOOK_API_VERSION`` is the
+installed SDK's version, and would make that check always pass (README, "API version").
+The hooks and their contract are in :mod:`sdk.hookspecs`; the IR in :mod:`sdk.ir`
+(``from sdk import ir``: ``import sdk`` alone does not import it).
 
 Users compile with ``torch.compile(model, backend="sdk:<plugin>")``.
 """

@@ -22,6 +22,54 @@ Which plugins a hook reaches:
 
 Every hook receives only what it names; a hookimpl may take a subset of the
 arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2).
+Each docstring ends with the version its hook appeared in; the vendor guide's
+"Versioning" has the table of hook-API versions and the SDK releases that provide them.
+
+What an exception from a hook means
+-----------------------------------
+
+A hook says "no" by returning a value (``Support.no(reason)``, ``None``), never by
+raising. An exception means the hook failed, and where it was raised decides what the
+core does with it:
+
+* **identity hooks**: the plugin is unavailable, with the hook and the error as the
+  reason (``python -m sdk list``); every other plugin works on.
+* **compile hooks of a kernel-level plugin** (``sdk_decompositions`` through
+  ``sdk_compile_kernels``, ``sdk_cache_key`` included; ``debug`` off): *the whole
+  graph* goes to the next plugin of ``options["chain"]``, else runs in ATen op by op,
+  the plugin, hook and error being each fallback's reason in ``sdk.explain``. There is
+  no per-op fallback from an exception: to send one op to ATen, refuse it in
+  ``sdk_op_support``.
+* **the same during a symbolic compile** (the plugin declares
+  ``Capability.SYMBOLIC_SIZES`` and the graph has symbolic sizes): the core first
+  compiles the graph *per concrete shape* instead (``GraphReport.sizes`` says why), and
+  applies the rule above only if a per-shape compile raises too. Raise ``TypeError`` for
+  a symbolic size you cannot handle (any exception does the same; TypeError says what
+  it is).
+* **graph-level hooks** (hook API 3): ``sdk_claim_nodes`` raising refuses every node
+  (a fault in the report); ``sdk_compile_subgraph`` raising refuses *that partition*
+  only (per shape first, where its inputs are symbolic), which the next kernel-level
+  plugin of the chain compiles, else ATen; ``sdk_load_subgraph`` raising is a cache miss.
+* **run time**: a compiled kernel (:data:`sdk.KernelFn`) or a partition's function
+  that raises when called makes the core run that call's graph again in ATen. If ATen
+  raises too, the inputs were at fault (an index out of range): *your* exception
+  reaches the caller and the program stays. Otherwise the program was wrong where eager
+  is not, and ATen runs this graph from then on, with the reason in its report.
+  ``torch.OutOfMemoryError`` always propagates.
+* **observers and wrappers**: a fault of their own plugin only, listed in the graph's
+  report (``hook_faults``) and warned about once (:class:`sdk.PluginHookWarning`); a
+  wrapper that raises leaves the graph unwrapped.
+* :class:`sdk.SDKError` (or a subclass), raised on purpose by any compile hook: not a
+  failure to recover from but an error for the user (an option value the plugin cannot
+  honour); it reaches the caller as it is (inside torch's ``BackendCompilerFailed``)
+  and nothing falls back.
+
+Strict mode changes the recoveries into errors: ``options={"fallback": False}`` raises
+:class:`sdk.SDKError` naming the plugin, hook and error where a graph or partition would
+have fallen back; ``debug=True`` (or ``SDK_DEBUG=1``) lets the plugin's own exception
+propagate (as the ``__cause__`` of one naming the plugin and the hook); both raise
+:class:`sdk.PluginHookError` for an observer or wrapper that raised, and let a kernel's
+run-time exception propagate.
 """
 
 from __future__ import annotations
@@ -46,6 +94,7 @@ if TYPE_CHECKING:
         Support,
         Verdict,
     )
+    from sdk.report import GraphReport
 
 PROJECT = "sdk"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -64,8 +113,12 @@ def sdk_plugin_info() -> PluginInfo:
     before any other hook. A plugin whose ``hook_api`` the core does not support
     is unregistered and listed as unavailable.
 
-    :return: a :class:`sdk.PluginInfo`. Stops at first non-None result (each
-        plugin answers for itself only).
+    :return: a :class:`sdk.PluginInfo` whose ``name`` is the plugin's entry-point name and
+        whose ``hook_api`` is a literal (the version written against, not
+        ``sdk.HOOK_API_VERSION``). Stops at first non-None result (each plugin answers for
+        itself only).
+    :raises: an exception, or a return value that is not a PluginInfo, makes the plugin
+        unavailable with that reason.
 
     API version: 1.
     """
@@ -83,6 +136,7 @@ def sdk_plugin_status() -> str | None:
         ``"no CUDA device visible (torch.cuda.is_available() is False); run on a
         GPU machine or set TRITON_INTERPRET=1 to run kernels on CPU tensors"``.
         Stops at first non-None result.
+    :raises: an exception makes the plugin unavailable, with the error as the reason.
 
     API version: 1.
     """
@@ -99,11 +153,17 @@ def sdk_decompositions(
 ) -> Mapping[OpOverload, Callable[..., Any]] | None:
     """Add decompositions to the core's default table.
 
-    Called once per compile before AOTAutograd traces the graph. The table used
-    is: core defaults, updated with every result (a plugin entry replaces the
-    core's for that op), minus the ops of ``sdk_keep_ops``.
+    Called once per Dynamo graph, when AOTAutograd traces it (not on a hit of torch's
+    AOTAutograd cache: the table must depend only on what ``PluginInfo.version`` and
+    ``sdk_cache_key`` say). The table used is: core defaults, updated with every result
+    (a plugin entry replaces the core's for that op), minus the ops of ``sdk_keep_ops``.
 
-    :return: ``{OpOverload: fn}`` or None. 1:N, every answer is merged.
+    :param ctx: the compile (``ctx.graph_kind`` is ``"inference"`` here: the forward and
+        backward graphs are traced with the same table).
+    :return: ``{OpOverload: fn}`` or None; ``fn`` takes the op's arguments and computes it
+        with other ATen ops (``torch.ops.aten...``). 1:N, every answer is merged.
+    :raises: an exception: the core's default table traces the graph, and every graph of
+        this compile goes to the chain or ATen (see the module doc).
 
     API version: 1.
     """
@@ -115,8 +175,13 @@ def sdk_keep_ops(ctx: CompileContext) -> Iterable[OpOverload] | None:
 
     Use it for ops the plugin lowers better itself, or runs through a library
     (``sdk_lower_op`` or an extern). Called right after ``sdk_decompositions``.
+    A kept op the core has no lowering for, and which ``sdk_lower_op`` does not lower,
+    runs in ATen (a fallback with the reason).
 
-    :return: an iterable of OpOverloads, or None. 1:N, the union is kept.
+    :param ctx: the compile, as for ``sdk_decompositions``.
+    :return: an iterable of OpOverloads (an OpOverloadPacket such as ``aten.gelu`` stands
+        for all its overloads), or None. 1:N, the union is kept.
+    :raises: as ``sdk_decompositions``.
 
     API version: 1.
     """
@@ -134,9 +199,17 @@ def sdk_op_support(ctx: CompileContext, op: OpOverload, node: Node) -> Support |
     Called for every ATen call in the graph, before lowering. ``node.meta["val"]``
     holds the fake tensor(s) the op produces (shape, dtype, device). Refusing
     sends the op to the op-level ATen fallback; ``explain`` shows the reason.
+    In a chain's partitioning it is also how a kernel-level plugin claims ops.
 
+    :param ctx: the compile.
+    :param op: the ATen op, ``node.target`` (``torch.ops.aten.mul.Tensor``).
+    :param node: the FX call node: ``node.args`` and ``node.kwargs`` (keyword-only
+        arguments, where not the default) hold its inputs, input nodes' ``meta["val"]``
+        their fake tensors; symbolic sizes are ``torch.SymInt`` s.
     :return: :meth:`Support.no` with a reason to refuse, :meth:`Support.yes` or
         None to accept. Stops at first non-None result.
+    :raises: an exception fails the whole graph (the chain, else ATen), not just the op:
+        refuse instead. (In a chain's partitioning it makes the plugin claim nothing.)
 
     API version: 1.
     """
@@ -156,10 +229,25 @@ def sdk_lower_op(
     Tensor arguments arrive as :class:`sdk.ir.TensorValue` (read one with
     ``value.load(index)``); build the result with ``builder``
     (:class:`sdk.ir.LoweringBuilder`: ``pointwise``, ``reduction``, ``extern``;
-    ``builder.out`` is the fake tensor the op produces).
+    ``builder.out`` is the fake tensor the op produces). The vendor guide's "Lowering an
+    op yourself" is a worked example (``aten.gelu``, bf16, symbolic sizes).
 
+    :param ctx: the compile.
+    :param op: the ATen op (an op the core decomposes reaches here only if
+        ``sdk_keep_ops`` keeps it).
+    :param args: the positional arguments of the call, as the op's schema has them
+        (``op._schema``): tensors as :class:`sdk.ir.TensorValue`, the rest as Python values
+        (sizes may be sympy expressions under symbolic sizes).
+    :param kwargs: the keyword-only arguments the graph passes (``approximate="tanh"`` of
+        ``aten.gelu``); one left at its default is absent.
+    :param builder: builds the IR; ``builder.out.shape`` holds ``torch.SymInt`` s under
+        symbolic sizes: pass them on, never ``int()`` them.
     :return: a TensorValue (or tuple of them for multi-output ops), or None to
-        let the core lower it. Stops at first non-None result.
+        let the core lower it (a kept op it has no lowering for then runs in ATen).
+        Stops at first non-None result.
+    :raises: an exception fails the whole graph (in a symbolic compile, per shape first;
+        then the chain, else ATen): return None, or refuse the op in ``sdk_op_support``,
+        instead.
 
     API version: 1.
     """
@@ -178,6 +266,10 @@ def sdk_can_fuse(ctx: CompileContext, first: FusionGroup, second: FusionGroup) -
     no cycle, dependencies satisfiable in one kernel), in order of memory
     traffic saved. ``first`` runs before ``second`` in the graph.
 
+    :param ctx: the compile.
+    :param first: the group (one or more fused nodes) that runs first.
+    :param second: the group that would join it, reading what ``first`` computes or
+        sharing its loop nest.
     :return: :meth:`Verdict.no` with a reason to refuse, or None / ``Verdict.yes``.
         1:N, any refusal wins: every plugin with a say may veto a fusion.
 
@@ -197,7 +289,15 @@ def sdk_render_kernel(ctx: CompileContext, kernel: Kernel) -> KernelSource | Non
     Called once per kernel after scheduling and memory planning. Must not
     compile: ``explain`` and the cache read the source before any compile.
 
-    :return: a :class:`sdk.KernelSource`. Stops at first non-None result.
+    :param ctx: the compile.
+    :param kernel: the fused loop nest (:class:`sdk.ir.Kernel`): its ``args`` are the
+        compiled kernel's buffer arguments in order, its ``size_args`` the integer size
+        arguments after them (symbolic sizes only; empty otherwise).
+    :return: a :class:`sdk.KernelSource`. Stops at first non-None result; None from
+        every plugin fails the graph.
+    :raises: ``TypeError`` for a symbolic size the renderer cannot handle: in a symbolic
+        compile any exception makes the core compile the graph per shape instead. Otherwise
+        (and if a per-shape compile raises too) the whole graph goes to the chain, else ATen.
 
     API version: 1.
     """
@@ -208,10 +308,22 @@ def sdk_compile_kernels(ctx: CompileContext, sources: list[KernelSource]) -> lis
     """Compile all rendered kernels of one graph into callables.
 
     Called once per graph with every kernel's source, so a plugin can build
-    them in one compiler run. Each callable takes the kernel's buffers
-    (tensors, in ``Kernel.args`` order) and returns nothing.
+    them in one compiler run. Each callable (:data:`sdk.KernelFn`) is called as
+    ``fn(*buffers, *sizes)``: the kernel's tensors in ``Kernel.args`` order, then one
+    Python ``int`` per symbol of ``Kernel.size_args`` in that order (the run's values of
+    the symbolic sizes, each >= 2; none for a kernel of static sizes). It writes its
+    ``out``/``inout`` buffers and returns nothing. A kernel that finds an input out of
+    range (an indirect index past its extent) raises ``IndexError`` naming the kernel,
+    as eager raises for the same input: the core re-runs the graph's call in ATen, which
+    raises too, and the kernel's ``IndexError`` reaches the caller (see "run time" in the
+    module doc). ``sdk.clike.launchers`` makes such callables for C-like kernels.
 
-    :return: callables in the order of ``sources``. Stops at first non-None result.
+    :param ctx: the compile.
+    :param sources: every kernel ``sdk_render_kernel`` rendered for this graph, in
+        program order.
+    :return: one callable per source, in the order of ``sources``. Stops at first
+        non-None result; None, or a list of another length, fails the graph.
+    :raises: an exception (a compiler error) fails the whole graph (the chain, else ATen).
 
     API version: 1.
     """
@@ -228,8 +340,11 @@ def sdk_cache_key(ctx: CompileContext) -> str | None:
     the plugin's own sources (``sdk.cache.source_digest(__name__)``). Called once per
     compiled graph: keep it cheap (memoize what does not change).
 
+    :param ctx: the compile.
     :return: the key part, or None (also when not implemented) to keep this plugin's
         programs out of the cache. Stops at first non-None result.
+    :raises: an exception fails the whole graph, like any compile hook's; return None to
+        stay out of the cache.
 
     API version: 2.
     """
@@ -274,8 +389,9 @@ def sdk_compile_subgraph(
     :raises: any exception refuses the partition: the core records it (the partition's
         ``note`` in the report) and compiles that partition with the next kernel-level
         plugin of the chain (which takes any graph: what it cannot lower runs as ATen calls
-        in its program), else runs it in ATen; only that partition. Strict mode
-        (``fallback=False`` or debug) raises instead.
+        in its program), else runs it in ATen; only that partition. With symbolic inputs the
+        core first compiles that partition per shape. Strict mode (``fallback=False`` or
+        debug) raises instead.
 
     API version: 3.
     """
@@ -314,7 +430,10 @@ def sdk_wrap_compiled(ctx: CompileContext, compiled: Callable[..., Any]) -> Call
     Several wrappers apply in the order of ``options["wrappers"]``, the first innermost; one
     whose hook raises is left out (the fault is in the graph's report).
 
+    :param ctx: the compile (``ctx.plugin`` is the codegen plugin that made ``compiled``).
+    :param compiled: the compiled graph as the core would run it.
     :return: the callable to run. Stops at first non-None result.
+    :raises: an exception leaves the graph unwrapped (strict mode: :class:`sdk.PluginHookError`).
 
     API version: 1.
     """
@@ -326,23 +445,44 @@ def sdk_wrap_compiled(ctx: CompileContext, compiled: Callable[..., Any]) -> Call
 
 
 @hookspec
-def sdk_on_graph_compiled(ctx: CompileContext, report: Any) -> None:
-    """A graph finished compiling; ``report`` is its :class:`sdk.explain.GraphReport`.
+def sdk_on_graph_compiled(ctx: CompileContext, report: GraphReport) -> None:
+    """A graph finished compiling (after its wrappers).
 
-    1:N, results ignored. API version: 1.
+    :param ctx: the graph's compile (``ctx.plugin``: the codegen plugin of the compile).
+    :param report: the graph's :class:`sdk.GraphReport` (``sdk.report.GraphReport``): its
+        kernels, library calls, fallbacks and their reasons, as ``sdk.explain`` prints
+        them. Read it; do not change it.
+    :return: ignored. 1:N: every available plugin is told.
+    :raises: a fault of this plugin's only (see the module doc).
+
+    API version: 1.
     """
 
 
 @hookspec
 def sdk_on_kernel_compiled(ctx: CompileContext, source: KernelSource) -> None:
-    """A kernel was rendered and compiled. 1:N, results ignored. API version: 1."""
+    """A kernel was rendered and compiled.
+
+    :param ctx: the graph's compile.
+    :param source: what the codegen plugin's ``sdk_render_kernel`` returned for it.
+    :return: ignored. 1:N: every available plugin is told.
+    :raises: a fault of this plugin's only (see the module doc).
+
+    API version: 1.
+    """
 
 
 @hookspec
 def sdk_on_fallback(ctx: CompileContext, op: str, reason: str) -> None:
     """An ATen op runs through the op-level fallback instead of a generated kernel.
 
-    1:N, results ignored. API version: 1.
+    :param ctx: the graph's compile.
+    :param op: the op's name, ``"aten.mul.Tensor"``.
+    :param reason: why (the refusal, the missing lowering, the hook that failed).
+    :return: ignored. 1:N: every available plugin is told.
+    :raises: a fault of this plugin's only (see the module doc).
+
+    API version: 1.
     """
 
 

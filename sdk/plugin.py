@@ -1,9 +1,9 @@
 """The public value types a plugin exchanges with the core.
 
 Everything here is plain data: frozen dataclasses and enums. A plugin builds a
-:class:`PluginInfo` once, answers support and fusion questions with
-:class:`Support` / :class:`Verdict`, and receives a :class:`CompileContext` in
-every hook that concerns one compile.
+:class:`PluginInfo` once, answers support questions with :class:`Support` and fusion
+questions with :class:`Verdict`, and receives a :class:`CompileContext` in every hook
+that concerns one compile.
 """
 
 from __future__ import annotations
@@ -29,37 +29,105 @@ class PluginKind(str, enum.Enum):
 
 
 class Capability(str, enum.Enum):
-    """Capabilities a plugin declares; the core asks these, never the device name."""
+    """Capabilities a plugin declares in :attr:`PluginInfo.capabilities`; the core asks
+    these, never the device name.
 
-    FP64 = "fp64"  # kernels may compute in float64
-    BF16 = "bf16"  # bf16/fp16 loads and stores (compute may be fp32)
-    REDUCTIONS = "reductions"  # can render reduction stages
-    MULTI_STAGE = "multi_stage"  # a kernel may hold several reduction stages per row
-    INDIRECT_LOADS = "indirect_loads"  # loads through a computed index (gather, embedding)
-    RANDOM = "random"  # renders the counter-based RNG ops
-    # wrapper: replays whole graphs (CUDA graphs); mode="reduce-overhead" (and
-    # "max-autotune") applies every available wrapper that declares it
-    GRAPH_CAPTURE = "graph_capture"
-    # a later stage of a kernel may load, at the same outer point, what an earlier one
-    # stored there (one thread runs a row's stages in order: true in C++, not in Triton)
-    STORE_THEN_LOAD = "store_then_load"
-    # the device's library convolutions are faster on channels-last activations: the core
-    # picks that layout once per graph (inference graphs with convolutions, by Inductor's
-    # FLOP-weighted rule) and converts only at the graph's edges
-    CHANNELS_LAST = "channels_last"
-    # a convolution's bias is added in the generated kernel that follows the library call
-    # (with BatchNorm, activation and residual), not by the library call itself
-    CONV_BIAS_IN_KERNEL = "conv_bias_in_kernel"
-    # transcendental functions (sin, exp, erf, ...) cost about as much as a load (a GPU's
-    # special-function units): the core may recompute a value that uses them at every
-    # point of a larger reader that broadcasts it. Without it that value is stored once
-    # (the rotary embedding's cos/sin, read over every head)
-    CHEAP_TRANSCENDENTALS = "cheap_transcendentals"
-    # kernels whose sizes are symbolic (``sdk.ir.size_var``): the renderer takes each of a
-    # kernel's ``size_args`` as an integer argument after the buffers, so one compiled
-    # program serves every size of a dynamic dimension. Without it the core compiles a
-    # variant per concrete shape
-    SYMBOLIC_SIZES = "symbolic_sizes"
+    Each member's docstring (``Capability.BF16.__doc__``) says what declaring it makes
+    the core do. Some change what the scheduler and lowering make (``REDUCTIONS``,
+    ``MULTI_STAGE``, ``STORE_THEN_LOAD``, ``CHEAP_TRANSCENDENTALS``, ``SYMBOLIC_SIZES``,
+    ``CHANNELS_LAST``, ``CONV_BIAS_IN_KERNEL``, ``GRAPH_CAPTURE``). ``FP64``, ``BF16``,
+    ``INDIRECT_LOADS`` and ``RANDOM`` are declarations only in this SDK version: the core
+    hands a plugin such kernels whether it declares them or not, so a plugin that cannot
+    render them refuses those ops in ``sdk_op_support`` (as the ``--c-like`` scaffold
+    does for dtypes without a C type and for random ops). The value (``"bf16"``) is what
+    ``Capability("bf16")`` accepts.
+    """
+
+    def __new__(cls, value: str, doc: str) -> Capability:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.__doc__ = doc
+        return member
+
+    FP64 = (
+        "fp64",
+        "Kernels may compute in and store float64. A declaration only: the core does not "
+        "act on it (float64 ops reach the renderer either way); refuse them in "
+        "``sdk_op_support`` if you cannot render them.",
+    )
+    BF16 = (
+        "bf16",
+        "Kernels may load and store bfloat16 and float16 (the IR computes them in float32 "
+        "and casts back). A declaration only: the core does not act on it (such ops reach "
+        "the renderer either way); refuse them in ``sdk_op_support`` if you cannot render "
+        "them.",
+    )
+    REDUCTIONS = (
+        "reductions",
+        "The renderer fuses reduction stages (``sdk.ir.Reduction``) with other work: the "
+        "scheduler fuses a reduction with its producers and readers. Without it every "
+        "reduction is a kernel of its own (still rendered by the plugin: refuse reductions "
+        "in ``sdk_op_support`` to send them to ATen), and the conformance suite skips its "
+        "reduction fusion check.",
+    )
+    MULTI_STAGE = (
+        "multi_stage",
+        "A kernel may hold several reduction stages per outer point, run in order (a "
+        "softmax's max, then sum, then store, in one kernel). Without it the scheduler "
+        "makes no fusion that needs more than one stage (a softmax is several kernels).",
+    )
+    INDIRECT_LOADS = (
+        "indirect_loads",
+        "The renderer handles loads through a computed index (``Load.binds``: gather, "
+        "embedding, indexing with a tensor). A declaration only: the core does not act on "
+        "it; refuse those ops in ``sdk_op_support`` if you cannot render them.",
+    )
+    RANDOM = (
+        "random",
+        "The renderer implements the counter-based RNG ops ``rand``/``randn`` of "
+        "``sdk.ir.OPS`` (Philox4x32-10, fed a seed buffer). A declaration only: the core "
+        "does not act on it (dropout's kernels use them either way); refuse the random "
+        "ops in ``sdk_op_support`` if you cannot render them.",
+    )
+    GRAPH_CAPTURE = (
+        "graph_capture",
+        "For wrapper plugins: the wrapper replays whole graphs (CUDA graphs). "
+        '``mode="reduce-overhead"`` (and ``"max-autotune"``) applies every available '
+        "wrapper that declares it.",
+    )
+    STORE_THEN_LOAD = (
+        "store_then_load",
+        "A later stage of a kernel may load, at the same outer point, what an earlier "
+        "stage stored there (one thread runs a row's stages in order: true in C++, not "
+        "in Triton). The core then stores an expensive value once and loads it back in "
+        "the later stage (a softmax's exp(x - max): one exp per element instead of two). "
+        "Without it a later stage recomputes the value.",
+    )
+    CHANNELS_LAST = (
+        "channels_last",
+        "The device's library convolutions are faster on channels-last activations: the "
+        "core picks that layout once per graph (inference graphs with convolutions, by "
+        "Inductor's FLOP-weighted rule) and converts only at the graph's edges.",
+    )
+    CONV_BIAS_IN_KERNEL = (
+        "conv_bias_in_kernel",
+        "A convolution's bias is added in the generated kernel that follows the library "
+        "call (with BatchNorm, activation and residual), not by the library call itself.",
+    )
+    CHEAP_TRANSCENDENTALS = (
+        "cheap_transcendentals",
+        "Transcendental functions (sin, exp, erf, ...) cost about as much as a load (a "
+        "GPU's special-function units): the core may recompute a value that uses them at "
+        "every point of a larger reader that broadcasts it. Without it that value is "
+        "stored once (the rotary embedding's cos/sin, read over every head).",
+    )
+    SYMBOLIC_SIZES = (
+        "symbolic_sizes",
+        "Kernels may have symbolic sizes (``sdk.ir.size_var``): the renderer takes each of "
+        "a kernel's ``size_args`` as an integer argument after the buffers, so one "
+        "compiled program serves every size of a dynamic dimension. Without it the core "
+        "compiles a variant per concrete shape.",
+    )
 
 
 @dataclass(frozen=True)
@@ -96,7 +164,9 @@ class PluginInfo:
 
 @dataclass(frozen=True)
 class Support:
-    """Answer of ``sdk_op_support``: may this op go into a generated kernel?"""
+    """Answer of ``sdk_op_support`` (and of ``sdk_claim_nodes``, per node): may this op go
+    into a generated kernel (or this plugin's partition)? ``Support.yes()``, or
+    ``Support.no(reason)``: the reason is what ``sdk.explain`` shows for the op."""
 
     ok: bool
     reason: str = ""
@@ -121,8 +191,17 @@ def environment_variable(name: str) -> str | None:
     return config.variable(name)
 
 
-#: Answer of ``sdk_can_fuse``; same shape as :class:`Support`.
-Verdict = Support
+@dataclass(frozen=True)
+class Verdict(Support):
+    """Answer of ``sdk_can_fuse``: may these two groups become one kernel?
+    ``Verdict.yes()``, or ``Verdict.no(reason)``: the reason is listed with the refused
+    fusion in ``sdk.explain``.
+
+    The same fields and constructors as :class:`Support`, and a subclass of it: the
+    core reads ``ok`` and ``reason`` of either, so a plugin written when ``sdk.Verdict``
+    was another name of ``Support`` (or that answers ``sdk_can_fuse`` with ``Support.no``)
+    works unchanged.
+    """
 
 
 @dataclass(frozen=True)
@@ -167,8 +246,12 @@ class KernelSource:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-#: A compiled kernel: called with the kernel's buffers (tensors), in the order
-#: of ``Kernel.args``, and returns nothing.
+#: A compiled kernel, one per source of ``sdk_compile_kernels``: called as
+#: ``fn(*buffers, *sizes)``, the kernel's tensors in the order of ``Kernel.args``, then one
+#: Python int per symbol of ``Kernel.size_args`` (the run's symbolic sizes, each >= 2; none
+#: for static sizes); writes its output buffers and returns nothing. It raises
+#: ``IndexError`` (naming the kernel) for an input out of range, as eager raises for it;
+#: what the core does with an exception at run time is in :mod:`sdk.hookspecs`.
 KernelFn = Callable[..., None]
 
 

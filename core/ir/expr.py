@@ -182,6 +182,9 @@ class Expr:
 
 
 class Const(Expr):
+    """A constant ``value`` of ``dtype``: ``Const(0.5, torch.float32)``. The value is
+    converted to the dtype's Python type (float, int or bool) when built."""
+
     __slots__ = ("value",)
 
     def __init__(self, value: Any, dtype: torch.dtype) -> None:
@@ -239,6 +242,11 @@ class Load(Expr):
 
 
 class Op(Expr):
+    """``name`` (one of :data:`OPS`) applied to ``args``, computed in ``dtype``:
+    ``Op("mul", (a, b), torch.float32)``. The arguments' dtypes are not converted: build
+    them in the dtype you compute in (``LoweringBuilder.cast``); ``Op("cast", (a,), t)``
+    converts ``a`` to ``t``. Comparisons and logical ops take ``torch.bool``."""
+
     __slots__ = ("name", "args")
 
     def __init__(self, name: str, args: tuple[Expr, ...], dtype: torch.dtype) -> None:

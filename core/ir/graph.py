@@ -44,12 +44,41 @@ def contiguous_strides(sizes: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 class TensorValue:
-    """A tensor during lowering: sizes, dtype, and how to read an element."""
+    """A tensor during lowering: sizes, dtype, and how to read an element.
 
-    sizes: tuple[int, ...]
-    dtype: torch.dtype
+    What a plugin's ``sdk_lower_op`` receives for each tensor argument (public as
+    ``sdk.ir.TensorValue``): read :attr:`sizes` and :attr:`dtype`, and build expressions
+    from :meth:`load`. ``sizes`` and ``dtype`` are properties (not plain annotations), so
+    that ``dir()`` and ``help()`` show them.
+    """
+
+    _sizes: tuple[Any, ...]
+    _dtype: torch.dtype
+
+    @property
+    def sizes(self) -> tuple[Any, ...]:
+        """The logical sizes, one per dimension: ints, or sympy expressions over size
+        symbols under symbolic sizes (``sdk.ir.is_static`` tells them apart). Pass them on
+        as they are: ``int()`` of a symbolic size fails."""
+        return self._sizes
+
+    @sizes.setter
+    def sizes(self, value: tuple[Any, ...]) -> None:
+        self._sizes = tuple(value)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The element type; the expressions :meth:`load` gives have it."""
+        return self._dtype
+
+    @dtype.setter
+    def dtype(self, value: torch.dtype) -> None:
+        self._dtype = value
 
     def load(self, index: Index) -> Expr:
+        """The element at ``index`` (a tuple of sympy expressions, one per dimension, over
+        the loop variables the builder passes): a :class:`sdk.ir.Load` for a tensor in
+        memory, the producer's expression for a value computed in this graph."""
         raise NotImplementedError
 
     @property

@@ -9,7 +9,8 @@ does not take graph-level ones).
 * default: every hook, in the order a compile calls them, each doing the safe thing; it
   refuses every op, so ATen runs them (right, not faster). For targets that are not C-like.
 * ``--c-like``: a working C/OpenMP plugin with fusion and training: a table of op strings
-  (``target.py``, for :mod:`sdk.clike`) and a compile function (:mod:`sdk.toolchain`).
+  (``target.py``, for :mod:`sdk.clike`), a compile function (:mod:`sdk.toolchain`) and a
+  worked ``sdk_lower_op`` (``aten.elu``, which the core does not lower).
 * ``--graph``: a graph-level plugin (hook API 3) for a vendor compiler that takes whole
   subgraphs: it claims a few pointwise ops and runs each claimed partition through
   ``torch.fx.Interpreter``, in the one function where the vendor's compiler goes.
@@ -25,6 +26,21 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 def module_name(name: str) -> str:
     return f"{name}_sdk_plugin"
+
+
+def sdk_requirement() -> str:
+    """The dependency a generated plugin declares on this SDK: ``torch-backend-sdk>=V,<M``.
+
+    V is this SDK's version: it provides the hook-API version the scaffold declares and the
+    rest of the ``sdk`` API it uses. M is the next major version, the first that may stop
+    loading a hook-API version: every release loads plugins of hook API 1 to its
+    ``HOOK_API_VERSION``, and one that adds a hook-API version raises the minor version
+    (docs/vendor-guide.md, "Versioning").
+    """
+    from sdk import __version__
+
+    major = int(__version__.split(".")[0])
+    return f"torch-backend-sdk>={__version__},<{major + 1}"
 
 
 def generate(name: str, dest: str | Path, *, c_like: bool = False, graph: bool = False) -> Path:
@@ -52,6 +68,7 @@ def generate(name: str, dest: str | Path, *, c_like: bool = False, graph: bool =
     for path, tmpl in files.items():
         text = (TEMPLATES / tmpl).read_text()
         text = text.replace("{{name}}", name).replace("{{module}}", module_name(name))
+        text = text.replace("{{sdk_requirement}}", sdk_requirement())
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text.replace("{{dist}}", dist))
     return root
