@@ -471,6 +471,7 @@ class Session:
         report.externs.clear()
         report.view_nodes = ()
         report.fusion_refusals.clear()
+        report.core_fusion_refusals.clear()
         report.fallbacks[:] = fallbacks
         self._announce(ctx, report)
         return fn
@@ -482,7 +483,10 @@ class Session:
         report.fallbacks[:] = part.fallbacks
         report.view_nodes = tuple(sorted(part.views))
         report.fusion_refusals[:] = [
-            FusionRefusal(d.first, d.second, d.reason) for d in part.decisions if not d.fused
+            FusionRefusal(d.first, d.second, d.reason) for d in part.decisions if d.by == "plugin"
+        ]
+        report.core_fusion_refusals[:] = [
+            FusionRefusal(d.first, d.second, d.reason) for d in part.decisions if d.by == "core"
         ]
         report.plugin = plugin
         report.cache = part.cache
@@ -633,6 +637,7 @@ class _RunTimeFallback:
         r.kernels.clear()
         r.externs.clear()
         r.fusion_refusals.clear()
+        r.core_fusion_refusals.clear()
         r.fallbacks[:] = reports
         r.notes.append(reason)
         for f in reports:

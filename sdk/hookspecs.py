@@ -21,7 +21,8 @@ Which plugins a hook reaches:
   or ``debug=True``, raises :class:`sdk.PluginHookError` instead).
 
 Every hook receives only what it names; a hookimpl may take a subset of the
-arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2).
+arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2), the
+graph-level hooks (version 3) and ``sdk_kernel_limits`` (version 4).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
         CompileContext,
         CompiledSubgraph,
         KernelFn,
+        KernelLimits,
         KernelSource,
         PluginInfo,
         Support,
@@ -171,17 +173,44 @@ def sdk_lower_op(
 
 
 @hookspec
-def sdk_can_fuse(ctx: CompileContext, first: FusionGroup, second: FusionGroup) -> Verdict | None:
+def sdk_can_fuse(
+    ctx: CompileContext, first: FusionGroup, second: FusionGroup, merged: FusionGroup
+) -> Verdict | None:
     """Veto a fusion the core's scheduler proposes.
 
     Called for each candidate pair the core found legal (compatible loop nests,
-    no cycle, dependencies satisfiable in one kernel), in order of memory
-    traffic saved. ``first`` runs before ``second`` in the graph.
+    no cycle, dependencies satisfiable in one kernel, within ``sdk_kernel_limits``),
+    in order of memory traffic saved. ``first`` runs before ``second`` in the graph.
+    ``merged`` is the kernel the fusion would make: its ``inputs`` leave out what
+    ``first`` produces only for ``second``, so ``len(merged.inputs) > 4`` says "more
+    than four input buffers" (``merged`` appeared in hook-API version 4). A fixed
+    per-kernel limit is better declared with ``sdk_kernel_limits``, which also covers
+    kernels no fusion makes.
 
     :return: :meth:`Verdict.no` with a reason to refuse, or None / ``Verdict.yes``.
-        1:N, any refusal wins: every plugin with a say may veto a fusion.
+        1:N, any refusal wins: every plugin with a say may veto a fusion. Vetoes are
+        listed in :attr:`sdk.GraphReport.fusion_refusals`.
 
     API version: 1.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_kernel_limits(ctx: CompileContext) -> KernelLimits | None:
+    """Declare what one kernel may take at most (pointer arguments, inputs, outputs).
+
+    Called once per compiled graph variant, before scheduling. The scheduler keeps every
+    kernel within the limits by not fusing past them (the refused fusions are in
+    :attr:`sdk.GraphReport.fusion_refusals`); an ATen op that exceeds a limit on its own
+    runs through the op-level ATen fallback with the reason in the report. Use it rather
+    than raising in ``sdk_render_kernel``, which sends the whole graph to the chain or ATen.
+
+    :param ctx: the compile (``ctx.device_type``, ``ctx.options``: a limit may depend on
+        the device model).
+    :return: a :class:`sdk.KernelLimits`, or None for no limit. Stops at first non-None
+        result.
+
+    Appeared in hook-API version 4.
     """
 
 

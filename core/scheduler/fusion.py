@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from sdk.plugin import Capability, CompileContext, Support
+from sdk.plugin import Capability, CompileContext, KernelLimits, Support
 
-from ..ir.expr import loads
+from ..ir.expr import Expr, Load, loads, walk
 from ..ir.graph import ExternNode, Node
 from ..ir.index import numel_hint
 from .builder import _Builder, _NotFusable
@@ -32,9 +32,13 @@ class Scheduler:
     ) -> None:
         """``keep``: buffers that must be in memory (graph outputs)."""
         self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
+        self.limits = kernel_limits(ctx, hooks)
         if fusion:
             nodes = inline_producers(
-                nodes, self.keep, cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS)
+                nodes,
+                self.keep,
+                cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS),
+                limits=self.limits,
             )
         self.steps = nodes
         self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
@@ -51,6 +55,9 @@ class Scheduler:
         self._ids = itertools.count(len(self.groups))
         self.decisions: list[Decision] = []
         self._refused: dict[tuple[int, int], str] = {}
+        #: group id -> its public view (a group never changes; a merge makes a new one)
+        self._views: dict[int, FusionGroup] = {}
+        self._trial: FusionGroup | None = None  # the last merge _legal allowed
         # buffers read raw (linear index) or by externs must be in memory
         self.raw_reads: set[str] = set()
         for n in nodes:
@@ -84,18 +91,13 @@ class Scheduler:
                 if (ia, ib) in self._refused:
                     continue
                 a, b = by_id[ia], by_id[ib]
-                why = self._legal(a, b, owner)
+                why, by = self._legal(a, b, owner), "core"
                 if why is None:
-                    verdicts = self.hooks.sdk_can_fuse(
-                        ctx=self.ctx, first=self.public(a), second=self.public(b)
-                    )
-                    refusals = [v.reason for v in verdicts if isinstance(v, Support) and not v.ok]
-                    if refusals:
-                        why = f"refused by sdk:{self.ctx.plugin}: {'; '.join(refusals)}"
+                    why, by = self._verdict(a, b, self._trial), "plugin"  # type: ignore[arg-type]
                 if why is not None:
                     self._refused[(ia, ib)] = why
                     self.decisions.append(
-                        Decision(self._label(a), self._label(b), saved, False, why)
+                        Decision(self._label(a), self._label(b), saved, False, why, by)
                     )
                     continue
                 best = (saved, a, b)
@@ -215,12 +217,29 @@ class Scheduler:
         trial = Group(
             -1, sorted(members, key=lambda n: self.index[id(n)]), *space, min(a.order, b.order)
         )
+        builder = _Builder(self, trial)
         try:
-            levels = _Builder(self, trial).levels()
+            levels = builder.levels()
         except _NotFusable as exc:
             return str(exc)
         if max(levels.values(), default=0) > 0 and not self.ctx.has(Capability.MULTI_STAGE):
             return "needs several reduction stages; the plugin lacks MULTI_STAGE"
+        self._trial = self._view(trial, builder)
+        return None
+
+    def _verdict(self, a: Group, b: Group, merged: FusionGroup) -> str | None:
+        """The plugin's say on a fusion the core found legal: its kernel limits, then its
+        ``sdk_can_fuse`` vetoes. None: it may fuse."""
+        if self.limits is not None:
+            over = self.limits.exceeded(len(merged.inputs), len(merged.outputs), merged.buffers)
+            if over is not None:
+                return f"the fused kernel would take {over} (sdk:{self.ctx.plugin}'s sdk_kernel_limits)"
+        verdicts = self.hooks.sdk_can_fuse(
+            ctx=self.ctx, first=self.public(a), second=self.public(b), merged=merged
+        )
+        refusals = [v.reason for v in verdicts if isinstance(v, Support) and not v.ok]
+        if refusals:
+            return f"refused by sdk:{self.ctx.plugin}: {'; '.join(refusals)}"
         return None
 
     def _successors(self, owner: dict[str, Group]) -> dict[Any, set[Any]]:
@@ -318,6 +337,35 @@ class Scheduler:
     # -- views for plugins and reports --------------------------------------
 
     def public(self, g: Group) -> FusionGroup:
+        """``g`` as the plugin sees it, its inputs and outputs those of its own kernel."""
+        view = self._views.get(g.id)
+        if view is None:
+            view = self._views[g.id] = self._view(g, _Builder(self, g))
+        return view
+
+    def _view(self, g: Group, builder: _Builder) -> FusionGroup:
+        """The public view of ``g`` (a group, or a trial merge that ``builder`` resolved).
+
+        Outputs: the members something outside the group reads (another group, a library
+        call, the graph's outputs), as :meth:`stored` finds them. Inputs: the buffers the
+        kernel's stored values and reductions load once the group's own members are
+        inlined or kept in registers, which is what its ``Kernel.args`` read."""
+        names = g.names
+        outputs = [
+            n.name
+            for n in g.members
+            if n.name in self.keep
+            or n.name in self.raw_reads
+            or any(r.name not in names for r in self._readers.get(n.name, ()))
+        ]
+        kept = set(outputs)
+        try:
+            roots: list[Expr] = [
+                builder.resolved(n) for n in g.members if n.is_reduction or n.name in kept
+            ]
+            inputs = [ld.buffer for ld in walk(roots) if isinstance(ld, Load)]
+        except _NotFusable:  # pragma: no cover - a group the search made always builds
+            inputs = [buf for n in g.members for buf in sorted(n.reads) if buf not in names]
         return FusionGroup(
             name=self._label(g),
             origins=tuple(o for n in g.members for o in n.origins),
@@ -325,6 +373,8 @@ class Scheduler:
             reduction_sizes=g.R,
             num_reductions=sum(n.is_reduction for n in g.members),
             num_nodes=len(g.members),
+            inputs=tuple(dict.fromkeys(inputs)),
+            outputs=tuple(outputs),
         )
 
     def _label(self, g: Group) -> str:
@@ -343,6 +393,17 @@ class Scheduler:
             for n in other.members:
                 need |= n.reads & g.names
         return need
+
+
+def kernel_limits(ctx: CompileContext, hooks: Any) -> KernelLimits | None:
+    """The plugin's ``sdk_kernel_limits`` answer, checked."""
+    limits = hooks.sdk_kernel_limits(ctx=ctx)
+    if limits is not None and not isinstance(limits, KernelLimits):
+        raise TypeError(
+            f"sdk:{ctx.plugin} sdk_kernel_limits returned {type(limits).__name__}; return "
+            "an sdk.KernelLimits (or None for no limit)"
+        )
+    return limits
 
 
 def _nbytes(node: Node) -> int:
