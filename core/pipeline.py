@@ -143,13 +143,19 @@ class Session:
         )
 
     def decompositions(self, ctx: CompileContext) -> dict[Any, Callable]:
+        """The core's table, updated with the plugin's ``sdk_decompositions``, less its
+        ``sdk_keep_ops`` and the ops their derivatives call (``gelu_backward`` for a kept
+        ``gelu``), unless the plugin itself decomposes those."""
         table = tp.default_decompositions()
+        theirs: set[Any] = set()
         for extra in self.hooks.sdk_decompositions(ctx=ctx):
             table.update(extra or {})
+            theirs |= set(extra or {})
         keep: set[Any] = set()
         for ops in self.hooks.sdk_keep_ops(ctx=ctx):
             keep |= tp.expand_ops(ops or ())
-        for op in keep:
+        backward = {d for op in keep for d in tp.derivative_ops(op)} - theirs
+        for op in keep | backward:
             table.pop(op, None)
         return table
 

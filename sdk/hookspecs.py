@@ -118,7 +118,16 @@ def sdk_keep_ops(ctx: CompileContext) -> Iterable[OpOverload] | None:
     Use it for ops the plugin lowers better itself, or runs through a library
     (``sdk_lower_op`` or an extern). Called right after ``sdk_decompositions``.
 
-    :return: an iterable of OpOverloads, or None. 1:N, the union is kept.
+    Keeping an op also keeps the ops autograd calls to differentiate it, which AOTAutograd
+    puts in the backward graph: keeping ``aten.gelu`` keeps ``aten.gelu_backward``,
+    keeping ``aten._softmax`` keeps ``aten._softmax_backward_data`` (the core finds them
+    by running the op's derivative once on meta tensors). Lower those too (in
+    ``sdk_lower_op``; ``sdk_op_support`` sees them), or they run through the op-level ATen
+    fallback with the reason in the graph's report; to have one decomposed after all,
+    return it from ``sdk_decompositions``, which wins over this.
+
+    :return: an iterable of OpOverloads (an OpOverloadPacket stands for all its
+        overloads), or None. 1:N, the union is kept.
 
     API version: 1.
     """
