@@ -126,3 +126,27 @@ def test_a_kept_backward_op_the_plugin_cannot_lower_says_why(keeper):
     compiled = torch.compile(_fn, backend=sdk.backend("geluvendor"))
     got = torch.autograd.grad(compiled(x, w).sum(), (x, w))
     torch.testing.assert_close(got, torch.autograd.grad(_fn(x, w).sum(), (x, w)))
+
+
+def test_a_library_call_between_fused_groups_forms_no_cycle(keeper):
+    """gelu_backward in ATen reads one pointwise node and feeds another; fusing the first
+    with a group that holds the second (a horizontal sibling over the same inputs) would
+    make the kernel wait on itself through the library call. The scheduler's cycle check
+    looks both ways: the graph compiles (it failed with "scheduler produced a dependency
+    cycle" and ran whole in ATen)."""
+    keeper(lower=False)
+    x, w = _inputs()
+
+    def fn(x, w):
+        return (torch.nn.functional.gelu(x * w) + torch.nn.functional.silu(x)).sum(-1)
+
+    report = sdk.explain(fn, x, w, backend="sdk:geluvendor")
+    for graph in report.graphs:
+        assert graph.kernels, str(report)
+        assert [f.op for f in graph.fallbacks] in (
+            ["aten.gelu.default"],
+            ["aten.gelu_backward.default"],
+        ), str(report)
+    compiled = torch.compile(fn, backend=sdk.backend("geluvendor"))
+    got = torch.autograd.grad(compiled(x, w).sum(), (x, w))
+    torch.testing.assert_close(got, torch.autograd.grad(fn(x, w).sum(), (x, w)))

@@ -255,14 +255,20 @@ class Scheduler:
         return succ
 
     def _path_through_other(self, a: Group, b: Group, owner: dict[str, Group]) -> bool:
-        """Does some group other than a and b lie on a path between them?"""
+        """Does some group or library call other than a and b lie on a path between them,
+        either way? A merged group's ``order`` is its first member's, so the later one by
+        order may still feed the earlier (through a library call that reads one and is read
+        by a later member of the other)."""
+        return self._reaches(a, b) or self._reaches(b, a)
+
+    def _reaches(self, src: Group, dst: Group) -> bool:
+        """Is there a path src -> (something other than dst) -> ... -> dst?"""
         succ = self._succ
-        first, second = (a, b) if a.order < b.order else (b, a)
-        stack = [s for s in succ.get(first.id, ()) if s != second.id]
+        stack = [s for s in succ.get(src.id, ()) if s != dst.id]
         seen = set(stack)
         while stack:
             cur = stack.pop()
-            if cur == second.id:
+            if cur == dst.id:
                 return True
             for s in succ.get(cur, ()):
                 if s not in seen:
