@@ -126,6 +126,10 @@ def sdk_keep_ops(ctx: CompileContext) -> Iterable[OpOverload] | None:
     fallback with the reason in the graph's report; to have one decomposed after all,
     return it from ``sdk_decompositions``, which wins over this.
 
+    With a chain (``options["chain"]``), this plugin's kept ops and decompositions apply
+    to the graphs this plugin compiles only: every other plugin of the chain gets the
+    graph decomposed by its own table.
+
     :return: an iterable of OpOverloads (an OpOverloadPacket stands for all its
         overloads), or None. 1:N, the union is kept.
 

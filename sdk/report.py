@@ -134,6 +134,10 @@ class GraphReport:
     #: GraphReport of its own, named ``<graph>.<partition>``
     partitions: list[PartitionReport] = field(default_factory=list)
     placements: list[OpPlacement] = field(default_factory=list)
+    #: why the plugins of the chain before ``plugin`` did not compile this graph, in the
+    #: chain's order ("sdk:<name> failed: <exception>"); empty when the first one did.
+    #: ``explain`` prints it as a note ("compiled by sdk:<plugin> after: ...")
+    chain_failures: list[str] = field(default_factory=list)
 
     @property
     def views(self) -> int:

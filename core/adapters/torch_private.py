@@ -166,6 +166,39 @@ class _Recording(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def decompose(
+    gm: torch.fx.GraphModule, table: Mapping[Any, Callable[..., Any]], ops: Iterable[Any]
+) -> torch.fx.GraphModule:
+    """``gm`` traced again with ``table``: each call of one of ``ops`` (and what its
+    decomposition calls, recursively) decomposed by ``table``, every other call as it is.
+    ``gm`` itself when it calls none of ``ops``.
+
+    The trace runs on the fake values of ``gm``'s placeholders, in their fake mode (with its
+    shape environment when sizes are symbolic), so the new nodes' ``meta["val"]`` are as
+    AOTAutograd would have made them.
+    """
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    ops = set(ops)
+    if not any(n.op == "call_function" and n.target in ops for n in gm.graph.nodes):
+        return gm
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = detect_fake_mode(vals)
+    symbolic = any(isinstance(v, torch.SymInt) for v in vals) or any(
+        isinstance(s, torch.SymInt)
+        for v in vals
+        if isinstance(v, torch.Tensor)
+        for s in (*v.shape, *v.stride())
+    )
+    with mode if mode is not None else contextlib.nullcontext():
+        return make_fx(
+            torch.fx.Interpreter(gm).run,
+            decomposition_table=table,
+            tracing_mode="symbolic" if symbolic else "real",
+        )(*vals)
+
+
 def aot_compile(
     gm: torch.fx.GraphModule,
     example_inputs: list[Any],
