@@ -650,6 +650,11 @@ class _Hooks:
             caller = self._cache[hook] = self._naming(hook, caller)
         return caller
 
+    def implements(self, hook: str) -> bool:
+        """Whether the plugin has a hookimpl of ``hook`` (so the core can skip preparing
+        what only that hook would read)."""
+        return bool(self._reg.caller(hook, [self._plugin]).get_hookimpls())
+
     def _naming(self, hook: str, caller: Callable) -> Callable:
         """``caller``, whose errors say which plugin and hook raised (an SDKError is the
         plugin saying so on purpose, and goes through as it is)."""

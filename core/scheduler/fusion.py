@@ -13,7 +13,7 @@ from typing import Any
 
 from sdk.plugin import Capability, CompileContext, KernelLimits, Support
 
-from ..ir.expr import Expr, Load, loads, walk
+from ..ir.expr import Expr, Load, loads
 from ..ir.graph import ExternNode, Node
 from ..ir.index import numel_hint
 from .builder import _Builder, _NotFusable
@@ -33,6 +33,8 @@ class Scheduler:
         """``keep``: buffers that must be in memory (graph outputs)."""
         self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
         self.limits = kernel_limits(ctx, hooks)
+        #: whether the plugin has an sdk_can_fuse to ask (else no views are built for it)
+        self._asks = getattr(hooks, "implements", lambda hook: True)("sdk_can_fuse")
         if fusion:
             nodes = inline_producers(
                 nodes,
@@ -57,7 +59,8 @@ class Scheduler:
         self._refused: dict[tuple[int, int], str] = {}
         #: group id -> its public view (a group never changes; a merge makes a new one)
         self._views: dict[int, FusionGroup] = {}
-        self._trial: FusionGroup | None = None  # the last merge _legal allowed
+        #: the last merge _legal allowed, and the builder that resolved it
+        self._trial: tuple[Group, _Builder] | None = None
         # buffers read raw (linear index) or by externs must be in memory
         self.raw_reads: set[str] = set()
         for n in nodes:
@@ -93,7 +96,7 @@ class Scheduler:
                 a, b = by_id[ia], by_id[ib]
                 why, by = self._legal(a, b, owner), "core"
                 if why is None:
-                    why, by = self._verdict(a, b, self._trial), "plugin"  # type: ignore[arg-type]
+                    why, by = self._verdict(a, b), "plugin"
                 if why is not None:
                     self._refused[(ia, ib)] = why
                     self.decisions.append(
@@ -224,16 +227,22 @@ class Scheduler:
             return str(exc)
         if max(levels.values(), default=0) > 0 and not self.ctx.has(Capability.MULTI_STAGE):
             return "needs several reduction stages; the plugin lacks MULTI_STAGE"
-        self._trial = self._view(trial, builder)
+        self._trial = (trial, builder)
         return None
 
-    def _verdict(self, a: Group, b: Group, merged: FusionGroup) -> str | None:
-        """The plugin's say on a fusion the core found legal: its kernel limits, then its
-        ``sdk_can_fuse`` vetoes. None: it may fuse."""
+    def _verdict(self, a: Group, b: Group) -> str | None:
+        """The plugin's say on a fusion the core found legal (the last one :meth:`_legal`
+        allowed): its kernel limits, then its ``sdk_can_fuse`` vetoes. None: it may fuse."""
+        if self.limits is None and not self._asks:
+            return None
+        assert self._trial is not None
+        merged = self._view(*self._trial)
         if self.limits is not None:
             over = self.limits.exceeded(len(merged.inputs), len(merged.outputs), merged.buffers)
             if over is not None:
                 return f"the fused kernel would take {over} (sdk:{self.ctx.plugin}'s sdk_kernel_limits)"
+        if not self._asks:
+            return None
         verdicts = self.hooks.sdk_can_fuse(
             ctx=self.ctx, first=self.public(a), second=self.public(b), merged=merged
         )
@@ -369,9 +378,9 @@ class Scheduler:
             roots: list[Expr] = [
                 builder.resolved(n) for n in g.members if n.is_reduction or n.name in kept
             ]
-            inputs = [ld.buffer for ld in walk(roots) if isinstance(ld, Load)]
+            inputs = sorted(_loaded(roots))
         except _NotFusable:  # pragma: no cover - a group the search made always builds
-            inputs = [buf for n in g.members for buf in sorted(n.reads) if buf not in names]
+            inputs = sorted({buf for n in g.members for buf in n.reads} - names)
         return FusionGroup(
             name=self._label(g),
             origins=tuple(o for n in g.members for o in n.origins),
@@ -379,7 +388,7 @@ class Scheduler:
             reduction_sizes=g.R,
             num_reductions=sum(n.is_reduction for n in g.members),
             num_nodes=len(g.members),
-            inputs=tuple(dict.fromkeys(inputs)),
+            inputs=tuple(inputs),
             outputs=tuple(outputs),
         )
 
@@ -399,6 +408,22 @@ class Scheduler:
             for n in other.members:
                 need |= n.reads & g.names
         return need
+
+
+def _loaded(roots: list[Expr]) -> set[str]:
+    """The buffers the expressions load (each shared subexpression visited once)."""
+    seen: set[int] = set()
+    out: set[str] = set()
+    stack = list(roots)
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, Load):
+            out.add(e.buffer)
+        stack.extend(e.children())
+    return out
 
 
 def kernel_limits(ctx: CompileContext, hooks: Any) -> KernelLimits | None:

@@ -39,8 +39,8 @@ class FusionGroup:
     num_reductions: int
     #: how many lowered nodes it holds (an ATen op may lower to several)
     num_nodes: int
-    #: the distinct buffers the kernel reads from memory, in first-read order: graph
-    #: inputs, constants and what other kernels or library calls produce. What one member
+    #: the distinct buffers the kernel reads from memory, sorted by name: graph inputs,
+    #: constants and what other kernels or library calls produce. What one member
     #: computes for another is not read from memory and is not here
     inputs: tuple[str, ...] = ()
     #: the distinct buffers the kernel writes: what later kernels, library calls or the
