@@ -150,3 +150,14 @@ def test_a_library_call_between_fused_groups_forms_no_cycle(keeper):
     compiled = torch.compile(fn, backend=sdk.backend("geluvendor"))
     got = torch.autograd.grad(compiled(x, w).sum(), (x, w))
     torch.testing.assert_close(got, torch.autograd.grad(fn(x, w).sum(), (x, w)))
+
+
+def test_the_backward_ops_are_found_whatever_the_grad_mode():
+    """An inference compile under no_grad may be the first to ask (the answer is cached
+    for the process): it must not find "no derivative"."""
+    from sdk.core.adapters import torch_private as tp
+
+    tp.derivative_ops.cache_clear()
+    with torch.inference_mode():
+        ops = tp.derivative_ops(torch.ops.aten.gelu.default)
+    assert torch.ops.aten.gelu_backward.default in ops, ops

@@ -18,7 +18,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: F401 (the SDK's pytree)
 
 from ..ir.symbols import FloorDiv, Mod, size_var
@@ -97,6 +97,13 @@ def derivative_ops(op: Any) -> frozenset[Any]:
     cannot run on such arguments (shapes that must agree otherwise, an unusual argument
     type) or has no derivative gives an empty set, and its backward is decomposed as before.
     """
+    # whatever the caller's context (a compile under torch.no_grad() or inference_mode, a
+    # tracing mode): the answer is cached for the process
+    with torch.inference_mode(False), torch.enable_grad(), _disable_current_modes():
+        return _derivative_ops(op)
+
+
+def _derivative_ops(op: Any) -> frozenset[Any]:
     for shape in ((3, 3), (2, 3, 4, 4)):
         try:
             args = _sample_arguments(op._schema, shape)
