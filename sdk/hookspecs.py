@@ -212,7 +212,8 @@ def sdk_can_fuse(
 def sdk_kernel_limits(ctx: CompileContext) -> KernelLimits | None:
     """Declare what one kernel may take at most (pointer arguments, inputs, outputs).
 
-    Called once per compiled graph variant, before scheduling. The scheduler keeps every
+    Called before scheduling each compiled graph variant (again if an op had to go to
+    ATen and the graph is scheduled anew): keep it cheap. The scheduler keeps every
     kernel within the limits by not fusing past them (the refused fusions are in
     :attr:`sdk.GraphReport.fusion_refusals`); an ATen op that exceeds a limit on its own
     runs through the op-level ATen fallback with the reason in the report. Use it rather
