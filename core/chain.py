@@ -118,7 +118,7 @@ def _claims(
     hook = "sdk_op_support" if kernel_level else "sdk_claim_nodes"
     try:
         if kernel_level:
-            return {n.name: refusal(n, s.hooks, c) for n in calls}
+            return _kernel_claims(s, c, calls)
         return _graph_claims(s.hooks.sdk_claim_nodes(ctx=c, gm=gm), calls)
     except SDKError:
         raise
@@ -126,6 +126,24 @@ def _claims(
         cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
         report.hook_faults.append(session.registry.fault(plugin, hook, cause, strict(c)))
         return {n.name: f"its {hook} raised {type(cause).__name__}: {cause}" for n in calls}
+
+
+def _kernel_claims(s: Any, c: CompileContext, calls: list[torch.fx.Node]) -> Claims:
+    """A kernel-level plugin's claims. The graph was traced with only what every plugin of
+    the chain decomposes alike (:meth:`core.pipeline.Session._table`): an op this plugin
+    decomposes itself it claims (its compile decomposes it first), and so an op it keeps
+    whole (it keeps it to lower it), unless its ``sdk_op_support`` refuses it."""
+    decomposes = s.decomposes(c)
+    out: Claims = {}
+    for n in calls:
+        if n.target in decomposes:
+            out[n.name] = None
+        elif n.target in s.kept:
+            verdict = s.hooks.sdk_op_support(ctx=c, op=n.target, node=n)
+            out[n.name] = verdict.reason if verdict is not None and not verdict.ok else None
+        else:
+            out[n.name] = refusal(n, s.hooks, c)
+    return out
 
 
 def _graph_claims(answer: Any, calls: list[torch.fx.Node]) -> Claims:
@@ -191,10 +209,16 @@ def _compile_partition(
     s = session.peer(plugin)
     c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
     if s.info.kind == PluginKind.CODEGEN:
-        fn = s.narrowed(tuple(later)).compile_aten_graph(c, sub, inputs, whole=True)
-        return _positional(fn), plugin, "", ""
+        narrowed = s.narrowed(tuple(later))
+        fn = narrowed.compile_aten_graph(c, sub, inputs, whole=True)
+        done = narrowed.last_report
+        if done is None or not done.chain_failures:
+            return _positional(fn), plugin, "", ""
+        # the partition went down the chain: who compiled it, and why the others did not
+        by = done.plugin if done.plugin != plugin else "aten"
+        return _positional(fn), by, "", "; ".join(done.chain_failures)
     try:
-        fn, cache = _graph_compile(s, c, sub, inputs)
+        fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs)
         return fn, plugin, cache, ""
     except SDKError:
         raise

@@ -112,6 +112,14 @@ class Session:
         #: AOTAutograd's cache for this Dynamo graph (core.warm): the key's tag, or None
         self.cache_tag: str | None = None
         self.warm = "off"
+        #: this plugin's own decomposition table once built, and the ops it keeps whole
+        self._own: dict[Any, Callable] | None = None
+        self.kept: frozenset[Any] = frozenset()
+        #: shared by this session, its peers and its narrowed copies: the backend plugin's
+        #: session ("root") and the table AOTAutograd traced with ("common", see _table)
+        self._chain_state: dict[str, Any] = {"root": self}
+        #: the report of the last graph :meth:`compile_aten_graph` compiled whole
+        self.last_report: GraphReport | None = None
 
     # -- the chain ----------------------------------------------------------
 
@@ -143,15 +151,71 @@ class Session:
         )
 
     def decompositions(self, ctx: CompileContext) -> dict[Any, Callable]:
+        """The core's table, updated with the plugin's ``sdk_decompositions``, less its
+        ``sdk_keep_ops`` and the ops their derivatives call (``gelu_backward`` for a kept
+        ``gelu``), unless the plugin itself decomposes those."""
         table = tp.default_decompositions()
+        theirs: set[Any] = set()
         for extra in self.hooks.sdk_decompositions(ctx=ctx):
             table.update(extra or {})
+            theirs |= set(extra or {})
         keep: set[Any] = set()
         for ops in self.hooks.sdk_keep_ops(ctx=ctx):
             keep |= tp.expand_ops(ops or ())
-        for op in keep:
+        backward = {d for op in keep for d in tp.derivative_ops(op)} - theirs
+        for op in keep | backward:
             table.pop(op, None)
+        self.kept = frozenset(keep | backward)
         return table
+
+    def own_table(self, ctx: CompileContext) -> dict[Any, Callable]:
+        """This plugin's decompositions (built once per session); if its hooks for them
+        raise, the core's defaults, and every graph of the compile goes to the chain or ATen
+        (the plugin may rely on its decompositions); debug raises, ``fallback=False``
+        raises when a graph compiles."""
+        if self._own is None:
+            try:
+                self._own = self.decompositions(ctx)
+            except HookFailed as exc:
+                if self.debug:
+                    raise
+                self.broken = f"sdk:{ctx.plugin} failed: {exc}"
+                self._own = tp.default_decompositions()
+        return self._own
+
+    def _table(self, ctx: CompileContext) -> dict[Any, Callable]:
+        """The table AOTAutograd traces with: this plugin's own; with a chain, only what
+        every plugin of the chain decomposes alike, so that no plugin's decompositions or
+        kept ops reach another's graph: each plugin's compile then decomposes the graph
+        further by its own table (:meth:`redecomposed`)."""
+        state = self._chain_state
+        if "common" not in state:
+            root = state["root"]
+            common = root.own_table(ctx)
+            for plugin in root.options["chain"]:
+                peer = root.peer(plugin)
+                theirs = peer.own_table(
+                    peer.context(ctx.graph_kind, ctx.graph_name, ctx.device_type)
+                )
+                common = {op: fn for op, fn in common.items() if theirs.get(op) is fn}
+            state["common"] = common
+        return state["common"]
+
+    def decomposes(self, ctx: CompileContext) -> set[Any]:
+        """The ops this plugin decomposes that a graph traced with :meth:`_table` may still
+        hold (another plugin of the chain keeps them, or decomposes them otherwise)."""
+        own = self.own_table(ctx)
+        common = self._table(ctx)
+        if own is common:
+            return set()
+        return {op for op, fn in own.items() if common.get(op) is not fn}
+
+    def redecomposed(self, ctx: CompileContext, gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+        """``gm`` (traced with :meth:`_table`) decomposed by this plugin's own table: the ops
+        another plugin of the chain keeps, which this one decomposes. ``gm`` itself when
+        there is nothing to decompose (always, without a chain)."""
+        extra = self.decomposes(ctx)
+        return tp.decompose(gm, self.own_table(ctx), extra) if extra else gm
 
     # -- compile ------------------------------------------------------------
 
@@ -174,18 +238,6 @@ class Session:
             )
         finally:
             warm.current.reset(token)
-
-    def _table(self, ctx: CompileContext) -> dict[Any, Callable]:
-        """The decompositions; if the plugin's hooks for them raise, the core's defaults,
-        and every graph of the compile goes to the chain or ATen (the plugin may rely on
-        its decompositions); debug raises, ``fallback=False`` raises when a graph compiles."""
-        try:
-            return self.decompositions(ctx)
-        except HookFailed as exc:
-            if self.debug:
-                raise
-            self.broken = f"sdk:{ctx.plugin} failed: {exc}"
-            return tp.default_decompositions()
 
     def _aten_compiler(self, kind: str, device: str) -> Callable:
         def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
@@ -221,6 +273,7 @@ class Session:
                 recipe.refused = "the graph is split between the plugins of a chain"
                 report.warm = "off: split between the plugins of a chain"
                 return self._finish(ctx, gm, program, report, time.perf_counter())
+        as_traced, gm = gm, self.redecomposed(ctx, gm)
         report = GraphReport(
             name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin, notes=ctx.notes
         )
@@ -242,7 +295,11 @@ class Session:
                 _same_layout(a, b) for a, b in zip(specs, traced, strict=True)
             )
             graph = gm if same else tp.concrete_graph(gm, specs)
-            return self._build_program(ctx, graph, specs, report, keys=keys)
+
+            def common() -> torch.fx.GraphModule:  # for the chain: before redecomposing
+                return as_traced if same else tp.concrete_graph(as_traced, specs)
+
+            return self._build_program(ctx, graph, specs, report, keys=keys, common=common)
 
         recipe.guarded = guarded
         if static:
@@ -256,6 +313,7 @@ class Session:
                 recipe.guarded = False  # (each variant checks its whole layout)
                 program = _LazySpecializing(build, recipe)
         recipe.program = program
+        self.last_report = report  # (a chain's partition reads who compiled it, and why)
         return self._finish(ctx, gm, program, report, start, wrap=not whole, recipe=recipe)
 
     def restore_aten_graph(self, state: dict[str, Any], graph: Callable) -> Callable:
@@ -290,7 +348,15 @@ class Session:
                 # built again from the stored graph; a stored variant's program goes back
                 # under the key the recipe names, so the next process finds it
                 gm = tp.concrete_graph(graph(), specs)
-                fn = self._build_program(ctx, gm, specs, report, keys=keys, key=key)
+                fn = self._build_program(
+                    ctx,
+                    self.redecomposed(ctx, gm),
+                    specs,
+                    report,
+                    keys=keys,
+                    key=key,
+                    common=lambda: gm,
+                )
             return fn
 
         first, guarded = state["first"], state["guarded"]
@@ -411,8 +477,11 @@ class Session:
         per_shape_on_failure: bool = False,
         keys: dict[tuple, str | None] | None = None,
         key: str | None = None,
+        common: Callable[[], torch.fx.GraphModule] | None = None,
     ) -> Callable:
         """Compile one variant; on failure try the chain, then the op-level fallback.
+        ``common``: the variant's graph as traced, before this plugin's own decompositions
+        (:meth:`redecomposed`), which each plugin of the chain decomposes by its own.
         ``per_shape_on_failure`` (a symbolic variant): raise instead, and take no op-level
         fallback that the symbolic sizes caused. ``keys`` gets the variant's key in the
         whole-graph cache (None: not a program of this session's plugin stored there);
@@ -444,8 +513,15 @@ class Session:
                 else session.context(ctx.graph_kind, ctx.graph_name, ctx.device_type)
             )
             try:
+                graph = gm
+                if plugin != ctx.plugin:
+                    # its own decompositions, not the failed plugin's (nor its kept ops)
+                    graph = session.redecomposed(c, common() if common is not None else gm)
+                    if session.broken:
+                        errors.append(session.broken)
+                        continue
                 fn, part = build_program(
-                    session, c, gm, specs, key=key if plugin == ctx.plugin else None
+                    session, c, graph, specs, key=key if plugin == ctx.plugin else None
                 )
             except SDKError:
                 raise
@@ -457,6 +533,9 @@ class Session:
             self._fill(report, plugin, part)
             if errors:  # the chain took over: say why the plugins before it did not
                 report.notes.append(f"compiled by sdk:{plugin} after: {'; '.join(errors)}")
+                report.chain_failures[:] = errors
+                # the kernels cover the graph as this plugin decomposed it
+                report.aten_ops = len(fallback.aten_calls(graph))
             else:
                 keys[specs] = part.key
             self._announce(c, report)
@@ -467,10 +546,12 @@ class Session:
                 f"False: {'; '.join(errors)}"
             )
         fn, fallbacks = fallback.whole_graph(gm, "; ".join(errors))
+        report.chain_failures[:] = errors
         report.kernels.clear()
         report.externs.clear()
         report.view_nodes = ()
         report.fusion_refusals.clear()
+        report.core_fusion_refusals.clear()
         report.fallbacks[:] = fallbacks
         self._announce(ctx, report)
         return fn
@@ -482,7 +563,10 @@ class Session:
         report.fallbacks[:] = part.fallbacks
         report.view_nodes = tuple(sorted(part.views))
         report.fusion_refusals[:] = [
-            FusionRefusal(d.first, d.second, d.reason) for d in part.decisions if not d.fused
+            FusionRefusal(d.first, d.second, d.reason) for d in part.decisions if d.by == "plugin"
+        ]
+        report.core_fusion_refusals[:] = [
+            FusionRefusal(d.first, d.second, d.reason) for d in part.decisions if d.by == "core"
         ]
         report.plugin = plugin
         report.cache = part.cache
@@ -497,6 +581,7 @@ class Session:
             {k: v for k, v in self.options.items() if k in opts.CORE_OPTIONS and k != "chain"},
         )
         session.sinks = self.sinks  # (the backward compiles in autograd's thread)
+        session._chain_state = self._chain_state  # it compiles graphs this compile traced
         return session
 
     def _announce(self, ctx: CompileContext, report: GraphReport) -> None:
@@ -564,6 +649,11 @@ class _Hooks:
             caller = self._reg.caller(hook, [self._plugin])
             caller = self._cache[hook] = self._naming(hook, caller)
         return caller
+
+    def implements(self, hook: str) -> bool:
+        """Whether the plugin has a hookimpl of ``hook`` (so the core can skip preparing
+        what only that hook would read)."""
+        return bool(self._reg.caller(hook, [self._plugin]).get_hookimpls())
 
     def _naming(self, hook: str, caller: Callable) -> Callable:
         """``caller``, whose errors say which plugin and hook raised (an SDKError is the
@@ -633,6 +723,7 @@ class _RunTimeFallback:
         r.kernels.clear()
         r.externs.clear()
         r.fusion_refusals.clear()
+        r.core_fusion_refusals.clear()
         r.fallbacks[:] = reports
         r.notes.append(reason)
         for f in reports:

@@ -92,7 +92,59 @@ def build_program(
 def _build(
     session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
 ) -> tuple[Callable, ProgramParts, Wrapper, list[KernelSource], list[Callable]]:
-    L = Lowerer(gm, specs, ctx, session.hooks)
+    refused: dict[str, str] = {}
+    while True:
+        L, sched, outputs, layouts, program = _schedule(session, ctx, gm, specs, refused)
+        over = _over_limits(ctx, sched.limits, program)
+        if not over:
+            break
+        # an ATen op whose kernel exceeds the plugin's limits on its own (fusion never
+        # does): it runs in ATen, and the graph is lowered again around it
+        fresh = {k: v for k, v in over.items() if k not in refused}
+        if not fresh:
+            raise PluginFailure(f"kernels over sdk:{ctx.plugin}'s sdk_kernel_limits: {over}")
+        refused.update(fresh)
+
+    program = overlap_communication(program)
+    kernels = [k for k in program if isinstance(k, Kernel)]
+    debug = session.debug
+    sources = []
+    for k in kernels:
+        if debug:
+            check_kernel(k)
+        src = session.hooks.sdk_render_kernel(ctx=ctx, kernel=k)
+        if src is None:
+            raise PluginFailure(
+                f"sdk:{ctx.plugin} rendered nothing for kernel {k.name} "
+                "(its sdk_render_kernel returned None)"
+            )
+        sources.append(src)
+    fns = _compile(session, ctx, sources)
+
+    compiled = dict(zip((k.name for k in kernels), fns))
+    wrapper = _WrapperWriter(L, program, compiled, outputs, layouts).write()
+    fn = wrapper.materialize(ctx.graph_name)
+    parts = ProgramParts(
+        kernels=[
+            KernelReport(k.name, ctx.plugin, k.origins, s.source, *_kernel_io(k))
+            for k, s in zip(kernels, sources)
+        ],
+        externs=L.externs,
+        fallbacks=L.fallbacks,
+        views=L.views,
+        decisions=sched.decisions,
+        wrapper_source=wrapper.source,
+    )
+    _announce_kernels(session, ctx, sources, parts)
+    return fn, parts, wrapper, sources, fns
+
+
+def _schedule(
+    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple, refused: dict
+) -> tuple[Lowerer, Scheduler, list, dict[str, Layout], list[Kernel | ExternNode]]:
+    """Lower ``gm`` (the ATen nodes of ``refused`` run in ATen, for its reason) and
+    schedule it into kernels and library calls, in program order; with the outputs' plan."""
+    L = Lowerer(gm, specs, ctx, session.hooks, refused=refused)
     L.run()
     outputs, keep = _plan_outputs(L)
     sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.options["fusion"])
@@ -135,38 +187,41 @@ def _build(
         used_names.add(name)
         origins = tuple(dict.fromkeys(o for n in step.members for o in n.origins))
         program.append(_Builder(sched, step).kernel(name, stored, layouts, origins))
+    return L, sched, outputs, layouts, program
 
-    program = overlap_communication(program)
-    kernels = [k for k in program if isinstance(k, Kernel)]
-    debug = session.debug
-    sources = []
-    for k in kernels:
-        if debug:
-            check_kernel(k)
-        src = session.hooks.sdk_render_kernel(ctx=ctx, kernel=k)
-        if src is None:
-            raise PluginFailure(
-                f"sdk:{ctx.plugin} rendered nothing for kernel {k.name} "
-                "(its sdk_render_kernel returned None)"
-            )
-        sources.append(src)
-    fns = _compile(session, ctx, sources)
 
-    compiled = dict(zip((k.name for k in kernels), fns))
-    wrapper = _WrapperWriter(L, program, compiled, outputs, layouts).write()
-    fn = wrapper.materialize(ctx.graph_name)
-    parts = ProgramParts(
-        kernels=[
-            KernelReport(k.name, ctx.plugin, k.origins, s.source) for k, s in zip(kernels, sources)
-        ],
-        externs=L.externs,
-        fallbacks=L.fallbacks,
-        views=L.views,
-        decisions=sched.decisions,
-        wrapper_source=wrapper.source,
+def _kernel_io(k: Kernel) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The buffers kernel ``k`` reads and those it writes."""
+    return (
+        tuple(a.name for a in k.args if a.role in ("in", "inout")),
+        tuple(a.name for a in k.args if a.role in ("out", "inout")),
     )
-    _announce_kernels(session, ctx, sources, parts)
-    return fn, parts, wrapper, sources, fns
+
+
+def _over_limits(
+    ctx: CompileContext, limits: Any, program: list[Kernel | ExternNode]
+) -> dict[str, str]:
+    """ATen node name -> why it runs in ATen, for each ATen node of a kernel over the
+    plugin's ``sdk_kernel_limits`` (only a kernel of one unsplittable op can be)."""
+    if limits is None:
+        return {}
+    out: dict[str, str] = {}
+    for k in program:
+        if not isinstance(k, Kernel):
+            continue
+        ins, outs = _kernel_io(k)
+        over = limits.exceeded(len(ins), len(outs), len(set(ins) | set(outs)))
+        if over is None:
+            continue
+        why = (
+            f"its kernel alone would take {over} (sdk:{ctx.plugin}'s sdk_kernel_limits); "
+            "raise the limit or decompose the op into smaller ones to compile it"
+        )
+        names = [o.split(": ", 1)[0] for o in k.origins if ": aten." in o or ": prims." in o]
+        if not names:
+            raise PluginFailure(f"kernel {k.name} ({', '.join(k.origins)}): {why}")
+        out.update(dict.fromkeys(names, why))
+    return out
 
 
 def _announce_kernels(
@@ -278,12 +333,15 @@ def _entry(
             }
             for s in sources
         ],
-        "kernels": [[k.name, k.plugin, list(k.nodes), k.source] for k in parts.kernels],
+        "kernels": [
+            [k.name, k.plugin, list(k.nodes), k.source, list(k.inputs), list(k.outputs)]
+            for k in parts.kernels
+        ],
         "externs": [[e.op, e.node] for e in parts.externs],
         "fallbacks": [[f.op, f.reason, f.node] for f in parts.fallbacks],
         "views": sorted(parts.views),
         "decisions": [
-            [d.first, d.second, d.saved_bytes, d.fused, d.reason] for d in parts.decisions
+            [d.first, d.second, d.saved_bytes, d.fused, d.reason, d.by] for d in parts.decisions
         ],
         "notes": list(notes),
     }
@@ -322,7 +380,10 @@ def load_program(
         )
         fn = wrapper.materialize(ctx.graph_name)
         parts = ProgramParts(
-            kernels=[KernelReport(n, p, tuple(nodes), src) for n, p, nodes, src in doc["kernels"]],
+            kernels=[
+                KernelReport(n, p, tuple(nodes), src, tuple(ins), tuple(outs))
+                for n, p, nodes, src, ins, outs in doc["kernels"]
+            ],
             externs=[ExternReport(*e) for e in doc["externs"]],
             fallbacks=[FallbackReport(*f) for f in doc["fallbacks"]],
             views=set(doc["views"]),

@@ -21,7 +21,8 @@ Which plugins a hook reaches:
   or ``debug=True``, raises :class:`sdk.PluginHookError` instead).
 
 Every hook receives only what it names; a hookimpl may take a subset of the
-arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2).
+arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2),
+the graph-level hooks (version 3), ``sdk_kernel_limits`` and ``sdk_extern`` (version 4).
 Each docstring ends with the version its hook appeared in; the vendor guide's
 "Versioning" has the table of hook-API versions and the SDK releases that provide them.
 
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
         CompileContext,
         CompiledSubgraph,
         KernelFn,
+        KernelLimits,
         KernelSource,
         PluginInfo,
         Support,
@@ -178,6 +180,18 @@ def sdk_keep_ops(ctx: CompileContext) -> Iterable[OpOverload] | None:
     A kept op the core has no lowering for, and which ``sdk_lower_op`` does not lower,
     runs in ATen (a fallback with the reason).
 
+    Keeping an op also keeps the ops autograd calls to differentiate it, which AOTAutograd
+    puts in the backward graph: keeping ``aten.gelu`` keeps ``aten.gelu_backward``,
+    keeping ``aten._softmax`` keeps ``aten._softmax_backward_data`` (the core finds them
+    by running the op's derivative once on meta tensors). Lower those too (in
+    ``sdk_lower_op``; ``sdk_op_support`` sees them), or they run through the op-level ATen
+    fallback with the reason in the graph's report; to have one decomposed after all,
+    return it from ``sdk_decompositions``, which wins over this.
+
+    With a chain (``options["chain"]``), this plugin's kept ops and decompositions apply
+    to the graphs this plugin compiles only: every other plugin of the chain gets the
+    graph decomposed by its own table.
+
     :param ctx: the compile, as for ``sdk_decompositions``.
     :return: an iterable of OpOverloads (an OpOverloadPacket such as ``aten.gelu`` stands
         for all its overloads), or None. 1:N, the union is kept.
@@ -259,21 +273,49 @@ def sdk_lower_op(
 
 
 @hookspec
-def sdk_can_fuse(ctx: CompileContext, first: FusionGroup, second: FusionGroup) -> Verdict | None:
+def sdk_can_fuse(
+    ctx: CompileContext, first: FusionGroup, second: FusionGroup, merged: FusionGroup
+) -> Verdict | None:
     """Veto a fusion the core's scheduler proposes.
 
     Called for each candidate pair the core found legal (compatible loop nests,
-    no cycle, dependencies satisfiable in one kernel), in order of memory
-    traffic saved. ``first`` runs before ``second`` in the graph.
+    no cycle, dependencies satisfiable in one kernel, within ``sdk_kernel_limits``),
+    in order of memory traffic saved. ``first`` runs before ``second`` in the graph.
+    ``merged`` is the kernel the fusion would make: its ``inputs`` leave out what
+    ``first`` produces only for ``second``, so ``len(merged.inputs) > 4`` says "more
+    than four input buffers" (``merged`` appeared in hook-API version 4). A fixed
+    per-kernel limit is better declared with ``sdk_kernel_limits``, which also covers
+    kernels no fusion makes.
 
     :param ctx: the compile.
     :param first: the group (one or more fused nodes) that runs first.
     :param second: the group that would join it, reading what ``first`` computes or
         sharing its loop nest.
     :return: :meth:`Verdict.no` with a reason to refuse, or None / ``Verdict.yes``.
-        1:N, any refusal wins: every plugin with a say may veto a fusion.
+        1:N, any refusal wins: every plugin with a say may veto a fusion. Vetoes are
+        listed in :attr:`sdk.GraphReport.fusion_refusals`.
 
     API version: 1.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_kernel_limits(ctx: CompileContext) -> KernelLimits | None:
+    """Declare what one kernel may take at most (pointer arguments, inputs, outputs).
+
+    Called before scheduling each compiled graph variant (again if an op had to go to
+    ATen and the graph is scheduled anew): keep it cheap. The scheduler keeps every
+    kernel within the limits by not fusing past them (the refused fusions are in
+    :attr:`sdk.GraphReport.fusion_refusals`); an ATen op that exceeds a limit on its own
+    runs through the op-level ATen fallback with the reason in the report. Use it rather
+    than raising in ``sdk_render_kernel``, which sends the whole graph to the chain or ATen.
+
+    :param ctx: the compile (``ctx.device_type``, ``ctx.options``: a limit may depend on
+        the device model).
+    :return: a :class:`sdk.KernelLimits`, or None for no limit. Stops at first non-None
+        result.
+
+    Appeared in hook-API version 4.
     """
 
 

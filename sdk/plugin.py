@@ -16,7 +16,8 @@ from typing import Any
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
-HOOK_API_VERSION = 3  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...)
+HOOK_API_VERSION = 4  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
+# 4: sdk_kernel_limits, sdk_can_fuse's ``merged``
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 
@@ -202,6 +203,54 @@ class Verdict(Support):
     was another name of ``Support`` (or that answers ``sdk_can_fuse`` with ``Support.no``)
     works unchanged.
     """
+
+
+@dataclass(frozen=True)
+class KernelLimits:
+    """What one generated kernel may take at most: the answer of ``sdk_kernel_limits``.
+
+    A device with a fixed number of pointer registers, DMA channels or kernel parameters
+    declares it here, and the core's scheduler keeps every kernel within it: it does not
+    fuse two groups whose merged kernel would exceed a limit (the fusion is refused with
+    the reason, in :attr:`sdk.GraphReport.fusion_refusals`), and does not recompute a
+    producer inside a reader that would then exceed it. An ATen op whose kernel exceeds a
+    limit on its own (a ``torch.where`` of three tensors under ``max_buffers=3``) runs
+    through the op-level ATen fallback, with the reason in the graph's report.
+
+    ``None`` means no limit. Counts are of distinct buffers, as in ``Kernel.args``: a
+    buffer a kernel both reads and writes counts once in ``max_buffers``, in each of
+    ``max_inputs`` and ``max_outputs``. Size arguments (``Kernel.size_args``) are not
+    buffers and do not count.
+    """
+
+    #: distinct buffers (pointer arguments) a kernel reads or writes
+    max_buffers: int | None = None
+    #: distinct buffers a kernel reads
+    max_inputs: int | None = None
+    #: distinct buffers a kernel writes
+    max_outputs: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_buffers", "max_inputs", "max_outputs"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(
+                    f"KernelLimits.{name} is {value!r}; it must be a positive int, or None "
+                    "for no limit"
+                )
+
+    def exceeded(self, inputs: int, outputs: int, buffers: int) -> str | None:
+        """Which limit a kernel of these counts exceeds, as a phrase, or None."""
+        for limit, count, what in (
+            (self.max_buffers, buffers, "buffer arguments"),
+            (self.max_inputs, inputs, "input buffers"),
+            (self.max_outputs, outputs, "output buffers"),
+        ):
+            if limit is not None and count > limit:
+                return f"{count} {what}, over the limit of {limit}"
+        return None
 
 
 @dataclass(frozen=True)

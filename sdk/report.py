@@ -13,10 +13,19 @@ class KernelReport:
     plugin: str
     nodes: tuple[str, ...]  # the ATen nodes it covers, as "node_name: aten.op.overload"
     source: str
+    #: the buffers it reads and writes (``Kernel.args`` of kind "in"/"inout", and
+    #: "out"/"inout"): what ``sdk.KernelLimits`` counts
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
 
     @property
     def ops(self) -> tuple[str, ...]:
         return tuple(n.split(": ", 1)[-1] for n in self.nodes)
+
+    @property
+    def buffers(self) -> int:
+        """Distinct buffer (pointer) arguments of the kernel."""
+        return len(set(self.inputs) | set(self.outputs))
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,12 @@ class GraphReport:
     kernels: list[KernelReport] = field(default_factory=list)
     externs: list[ExternReport] = field(default_factory=list)
     fallbacks: list[FallbackReport] = field(default_factory=list)
+    #: the fusions the plugin refused: its ``sdk_can_fuse`` vetoes, and those its
+    #: ``sdk_kernel_limits`` forbid (``explain`` prints these)
     fusion_refusals: list[FusionRefusal] = field(default_factory=list)
+    #: the fusions the core's own rules refused before the plugin was asked (loop nests
+    #: that differ, a cycle through another kernel, a capability the plugin lacks)
+    core_fusion_refusals: list[FusionRefusal] = field(default_factory=list)
     aten_ops: int = 0  # ATen calls in the graph (views included)
     view_nodes: tuple[str, ...] = ()  # ATen calls folded into index arithmetic (views)
     compile_seconds: float = 0.0
@@ -120,6 +134,10 @@ class GraphReport:
     #: GraphReport of its own, named ``<graph>.<partition>``
     partitions: list[PartitionReport] = field(default_factory=list)
     placements: list[OpPlacement] = field(default_factory=list)
+    #: why the plugins of the chain before ``plugin`` did not compile this graph, in the
+    #: chain's order ("sdk:<name> failed: <exception>"); empty when the first one did.
+    #: ``explain`` prints it as a note ("compiled by sdk:<plugin> after: ...")
+    chain_failures: list[str] = field(default_factory=list)
 
     @property
     def views(self) -> int:
@@ -184,9 +202,8 @@ class GraphReport:
             lines.append(f"  note: {note}")
         for h in self.hook_faults:
             lines.append(f"  hook fault: sdk:{h.plugin} {h.hook} raised {h.error}")
-        for r in self.fusion_refusals:
-            if r.reason.startswith("refused by"):  # the plugin's vetoes; the rest is noise
-                lines.append(f"  not fused {r.first} + {r.second}: {r.reason}")
+        for r in self.fusion_refusals:  # the core's own refusals are many, and routine
+            lines.append(f"  not fused {r.first} + {r.second}: {r.reason}")
         return lines
 
 

@@ -74,5 +74,25 @@ def test_capabilities_gate_fusion_before_the_plugin_is_asked(make_plugin, fake_d
     use_registry(fake_dist("vendor-sdk-plugin", {"vendor": mod}))
     x = torch.randn(8, 16)
     report = sdk.explain(lambda x: (x.exp() * 2).sum(-1), x, backend="sdk:vendor")
-    reasons = [r.reason for g in report.graphs for r in g.fusion_refusals]
+    reasons = [r.reason for g in report.graphs for r in g.core_fusion_refusals]
     assert any("REDUCTIONS capability" in r for r in reasons), reasons
+
+
+def test_plugin_vetoes_and_core_refusals_are_listed_apart(make_plugin, fake_dist, use_registry):
+    """``fusion_refusals`` holds the plugin's vetoes only, ``core_fusion_refusals`` the
+    core's own reasons only; explain prints the plugin's."""
+    mod = make_plugin(VENDOR, name="vendor", head=False)
+    use_registry(fake_dist("vendor-sdk-plugin", {"vendor": mod}))
+    x = torch.randn(8, 16)
+    # softmax: each reduction with its pointwise neighbours is legal, and the plugin
+    # vetoes it; what those vetoes leave apart the core then refuses on its own grounds
+    report = sdk.explain(lambda x: torch.softmax(x, -1), x, backend="sdk:vendor")
+    (graph,) = report.graphs
+    core = [r.reason for r in graph.core_fusion_refusals]
+    plugin = [r.reason for r in graph.fusion_refusals]
+    assert core and not any("refused by" in r for r in core), core
+    assert plugin and all(
+        r == "refused by sdk:vendor: the vendor's reduction unit runs alone" for r in plugin
+    ), plugin
+    assert "reduction unit runs alone" in str(report)
+    assert not any(r in str(report) for r in core), str(report)

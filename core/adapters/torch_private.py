@@ -18,6 +18,7 @@ from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: F401 (the SDK's pytree)
 
 from ..ir.symbols import FloorDiv, Mod, size_var
@@ -82,6 +83,127 @@ def expand_ops(ops: Iterable[Any]) -> set[Any]:
         else:
             out.add(op)
     return out
+
+
+@functools.cache
+def derivative_ops(op: Any) -> frozenset[Any]:
+    """The ATen ops autograd calls to differentiate ``op`` (``aten.gelu`` ->
+    ``aten.gelu_backward``), found once per op by running its derivative on meta tensors.
+
+    This is what AOTAutograd records in the backward graph where the forward has ``op``,
+    before the decomposition table applies: an op a plugin keeps whole (``sdk_keep_ops``)
+    keeps these too, so its backward is not decomposed either. Arguments are made from
+    ``op``'s schema (tensors of one small shape, defaults, ones for sizes); an op that
+    cannot run on such arguments (shapes that must agree otherwise, an unusual argument
+    type) or has no derivative gives an empty set, and its backward is decomposed as before.
+    """
+    # whatever the caller's context (a compile under torch.no_grad() or inference_mode, a
+    # tracing mode): the answer is cached for the process
+    with torch.inference_mode(False), torch.enable_grad(), _disable_current_modes():
+        return _derivative_ops(op)
+
+
+def _derivative_ops(op: Any) -> frozenset[Any]:
+    for shape in ((3, 3), (2, 3, 4, 4)):
+        try:
+            args = _sample_arguments(op._schema, shape)
+        except TypeError:
+            return frozenset()
+        inputs = [a for a in tree_flatten(args)[0] if isinstance(a, torch.Tensor)]
+        try:
+            outs = [
+                o
+                for o in tree_flatten(op(*args))[0]
+                if isinstance(o, torch.Tensor) and o.requires_grad
+            ]
+            if not outs:
+                return frozenset()
+            grads = [torch.ones_like(o) for o in outs]
+            with _Recording() as rec:
+                torch.autograd.grad(outs, inputs, grads, allow_unused=True)
+        except Exception:  # noqa: BLE001 - these sample arguments do not fit: try others
+            continue
+        return frozenset(rec.ops)
+    return frozenset()
+
+
+def _sample_arguments(schema: Any, shape: tuple[int, ...]) -> list[Any]:
+    """Positional arguments for ``schema`` on the meta device (TypeError: no sample)."""
+    out: list[Any] = []
+
+    def tensor() -> torch.Tensor:
+        return torch.ones(shape, device="meta", requires_grad=True)
+
+    for a in schema.arguments:
+        if a.kwarg_only:
+            if a.has_default_value():
+                continue
+            raise TypeError(f"keyword-only argument {a.name} has no default")
+        t = a.type
+        if a.has_default_value():
+            out.append(a.default_value)
+        elif isinstance(t, torch.TensorType):
+            out.append(tensor())
+        elif isinstance(t, torch.OptionalType):
+            out.append(None)
+        elif isinstance(t, torch.ListType) and isinstance(t.getElementType(), torch.TensorType):
+            out.append([tensor(), tensor()])
+        elif isinstance(t, torch.ListType):
+            out.append([shape[-1]])
+        elif isinstance(t, (torch.IntType, torch.SymIntType)):
+            out.append(1)
+        elif isinstance(t, torch.BoolType):
+            out.append(False)
+        elif isinstance(t, (torch.FloatType, torch.NumberType)):
+            out.append(0.5)
+        else:
+            raise TypeError(f"argument {a.name} of type {t}")
+    return out
+
+
+class _Recording(TorchDispatchMode):
+    """Records the ATen ops dispatched while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[Any] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        self.ops.add(func)
+        return func(*args, **(kwargs or {}))
+
+
+def decompose(
+    gm: torch.fx.GraphModule, table: Mapping[Any, Callable[..., Any]], ops: Iterable[Any]
+) -> torch.fx.GraphModule:
+    """``gm`` traced again with ``table``: each call of one of ``ops`` (and what its
+    decomposition calls, recursively) decomposed by ``table``, every other call as it is.
+    ``gm`` itself when it calls none of ``ops``.
+
+    The trace runs on the fake values of ``gm``'s placeholders, in their fake mode (with its
+    shape environment when sizes are symbolic), so the new nodes' ``meta["val"]`` are as
+    AOTAutograd would have made them.
+    """
+    from torch._guards import detect_fake_mode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    ops = set(ops)
+    if not any(n.op == "call_function" and n.target in ops for n in gm.graph.nodes):
+        return gm
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    mode = detect_fake_mode(vals)
+    symbolic = any(isinstance(v, torch.SymInt) for v in vals) or any(
+        isinstance(s, torch.SymInt)
+        for v in vals
+        if isinstance(v, torch.Tensor)
+        for s in (*v.shape, *v.stride())
+    )
+    with mode if mode is not None else contextlib.nullcontext():
+        return make_fx(
+            torch.fx.Interpreter(gm).run,
+            decomposition_table=table,
+            tracing_mode="symbolic" if symbolic else "real",
+        )(*vals)
 
 
 def aot_compile(

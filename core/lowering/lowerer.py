@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sympy
@@ -195,9 +195,17 @@ class Lowerer:
     """Lowers one ATen graph variant; the result feeds the scheduler."""
 
     def __init__(
-        self, gm: torch.fx.GraphModule, specs: tuple, ctx: CompileContext, hooks: Any
+        self,
+        gm: torch.fx.GraphModule,
+        specs: tuple,
+        ctx: CompileContext,
+        hooks: Any,
+        refused: Mapping[str, str] | None = None,
     ) -> None:
+        """``refused``: ATen node name -> why it runs in ATen (an op whose kernel alone
+        exceeds the plugin's ``sdk_kernel_limits``)."""
         self.gm, self.specs, self.ctx, self.hooks = gm, specs, ctx, hooks
+        self.refused = refused or {}
         self.nodes: list[Node | ExternNode] = []
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[tuple[str, Any]] = []  # (buffer name or "", spec)
@@ -350,6 +358,8 @@ class Lowerer:
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
         if target in EXTERN_OPS:
             return self.extern(target, args, kwargs)
+        if n.name in self.refused:
+            return self.extern(target, args, kwargs, reason=self.refused[n.name])
         verdict = self.hooks.sdk_op_support(ctx=self.ctx, op=target, node=n)
         if verdict is not None and not verdict.ok:
             return self.extern(

@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from sdk.plugin import Capability, CompileContext, Support
+from sdk.plugin import Capability, CompileContext, KernelLimits, Support
 
-from ..ir.expr import loads
+from ..ir.expr import Expr, Load, loads
 from ..ir.graph import ExternNode, Node
 from ..ir.index import numel_hint
 from .builder import _Builder, _NotFusable
@@ -32,9 +32,15 @@ class Scheduler:
     ) -> None:
         """``keep``: buffers that must be in memory (graph outputs)."""
         self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
+        self.limits = kernel_limits(ctx, hooks)
+        #: whether the plugin has an sdk_can_fuse to ask (else no views are built for it)
+        self._asks = getattr(hooks, "implements", lambda hook: True)("sdk_can_fuse")
         if fusion:
             nodes = inline_producers(
-                nodes, self.keep, cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS)
+                nodes,
+                self.keep,
+                cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS),
+                limits=self.limits,
             )
         self.steps = nodes
         self.by_name: dict[str, Node] = {n.name: n for n in nodes if isinstance(n, Node)}
@@ -51,6 +57,10 @@ class Scheduler:
         self._ids = itertools.count(len(self.groups))
         self.decisions: list[Decision] = []
         self._refused: dict[tuple[int, int], str] = {}
+        #: group id -> its public view (a group never changes; a merge makes a new one)
+        self._views: dict[int, FusionGroup] = {}
+        #: the last merge _legal allowed, and the builder that resolved it
+        self._trial: tuple[Group, _Builder] | None = None
         # buffers read raw (linear index) or by externs must be in memory
         self.raw_reads: set[str] = set()
         for n in nodes:
@@ -84,18 +94,13 @@ class Scheduler:
                 if (ia, ib) in self._refused:
                     continue
                 a, b = by_id[ia], by_id[ib]
-                why = self._legal(a, b, owner)
+                why, by = self._legal(a, b, owner), "core"
                 if why is None:
-                    verdicts = self.hooks.sdk_can_fuse(
-                        ctx=self.ctx, first=self.public(a), second=self.public(b)
-                    )
-                    refusals = [v.reason for v in verdicts if isinstance(v, Support) and not v.ok]
-                    if refusals:
-                        why = f"refused by sdk:{self.ctx.plugin}: {'; '.join(refusals)}"
+                    why, by = self._verdict(a, b), "plugin"
                 if why is not None:
                     self._refused[(ia, ib)] = why
                     self.decisions.append(
-                        Decision(self._label(a), self._label(b), saved, False, why)
+                        Decision(self._label(a), self._label(b), saved, False, why, by)
                     )
                     continue
                 best = (saved, a, b)
@@ -215,12 +220,35 @@ class Scheduler:
         trial = Group(
             -1, sorted(members, key=lambda n: self.index[id(n)]), *space, min(a.order, b.order)
         )
+        builder = _Builder(self, trial)
         try:
-            levels = _Builder(self, trial).levels()
+            levels = builder.levels()
         except _NotFusable as exc:
             return str(exc)
         if max(levels.values(), default=0) > 0 and not self.ctx.has(Capability.MULTI_STAGE):
             return "needs several reduction stages; the plugin lacks MULTI_STAGE"
+        self._trial = (trial, builder)
+        return None
+
+    def _verdict(self, a: Group, b: Group) -> str | None:
+        """The plugin's say on a fusion the core found legal (the last one :meth:`_legal`
+        allowed): its kernel limits, then its ``sdk_can_fuse`` vetoes. None: it may fuse."""
+        if self.limits is None and not self._asks:
+            return None
+        assert self._trial is not None
+        merged = self._view(*self._trial)
+        if self.limits is not None:
+            over = self.limits.exceeded(len(merged.inputs), len(merged.outputs), merged.buffers)
+            if over is not None:
+                return f"the fused kernel would take {over} (sdk:{self.ctx.plugin}'s sdk_kernel_limits)"
+        if not self._asks:
+            return None
+        verdicts = self.hooks.sdk_can_fuse(
+            ctx=self.ctx, first=self.public(a), second=self.public(b), merged=merged
+        )
+        refusals = [v.reason for v in verdicts if isinstance(v, Support) and not v.ok]
+        if refusals:
+            return f"refused by sdk:{self.ctx.plugin}: {'; '.join(refusals)}"
         return None
 
     def _successors(self, owner: dict[str, Group]) -> dict[Any, set[Any]]:
@@ -236,23 +264,20 @@ class Scheduler:
         return succ
 
     def _path_through_other(self, a: Group, b: Group, owner: dict[str, Group]) -> bool:
-        """Does some group other than a and b lie on a path between them, either way?
+        """Does some group or library call other than a and b lie on a path between them,
+        either way? A merged group's ``order`` is its first member's, so the later one by
+        order may still feed the earlier (through a library call that reads one and is read
+        by a later member of the other)."""
+        return self._reaches(a, b) or self._reaches(b, a)
 
-        Both directions: a merged group's ``order`` is its earliest member's, so once groups
-        have merged, the lower order no longer says which of two groups comes first (a
-        group holding nodes 1 and 10 reads a group at 5 that reads a group at 7: fusing 1..10
-        with 7 would close the cycle 7 -> 5 -> 1..10, a path from the later-ordered one).
-        """
-        return self._reaches(a.id, b.id) or self._reaches(b.id, a.id)
-
-    def _reaches(self, start: Any, goal: Any) -> bool:
-        """Is ``goal`` reachable from ``start`` through at least one other group or extern?"""
+    def _reaches(self, src: Group, dst: Group) -> bool:
+        """Is there a path src -> (something other than dst) -> ... -> dst?"""
         succ = self._succ
-        stack = [s for s in succ.get(start, ()) if s != goal]
+        stack = [s for s in succ.get(src.id, ()) if s != dst.id]
         seen = set(stack)
         while stack:
             cur = stack.pop()
-            if cur == goal:
+            if cur == dst.id:
                 return True
             for s in succ.get(cur, ()):
                 if s not in seen:
@@ -327,6 +352,35 @@ class Scheduler:
     # -- views for plugins and reports --------------------------------------
 
     def public(self, g: Group) -> FusionGroup:
+        """``g`` as the plugin sees it, its inputs and outputs those of its own kernel."""
+        view = self._views.get(g.id)
+        if view is None:
+            view = self._views[g.id] = self._view(g, _Builder(self, g))
+        return view
+
+    def _view(self, g: Group, builder: _Builder) -> FusionGroup:
+        """The public view of ``g`` (a group, or a trial merge that ``builder`` resolved).
+
+        Outputs: the members something outside the group reads (another group, a library
+        call, the graph's outputs), as :meth:`stored` finds them. Inputs: the buffers the
+        kernel's stored values and reductions load once the group's own members are
+        inlined or kept in registers, which is what its ``Kernel.args`` read."""
+        names = g.names
+        outputs = [
+            n.name
+            for n in g.members
+            if n.name in self.keep
+            or n.name in self.raw_reads
+            or any(r.name not in names for r in self._readers.get(n.name, ()))
+        ]
+        kept = set(outputs)
+        try:
+            roots: list[Expr] = [
+                builder.resolved(n) for n in g.members if n.is_reduction or n.name in kept
+            ]
+            inputs = sorted(_loaded(roots))
+        except _NotFusable:  # pragma: no cover - a group the search made always builds
+            inputs = sorted({buf for n in g.members for buf in n.reads} - names)
         return FusionGroup(
             name=self._label(g),
             origins=tuple(o for n in g.members for o in n.origins),
@@ -334,6 +388,8 @@ class Scheduler:
             reduction_sizes=g.R,
             num_reductions=sum(n.is_reduction for n in g.members),
             num_nodes=len(g.members),
+            inputs=tuple(inputs),
+            outputs=tuple(outputs),
         )
 
     def _label(self, g: Group) -> str:
@@ -352,6 +408,33 @@ class Scheduler:
             for n in other.members:
                 need |= n.reads & g.names
         return need
+
+
+def _loaded(roots: list[Expr]) -> set[str]:
+    """The buffers the expressions load (each shared subexpression visited once)."""
+    seen: set[int] = set()
+    out: set[str] = set()
+    stack = list(roots)
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, Load):
+            out.add(e.buffer)
+        stack.extend(e.children())
+    return out
+
+
+def kernel_limits(ctx: CompileContext, hooks: Any) -> KernelLimits | None:
+    """The plugin's ``sdk_kernel_limits`` answer, checked."""
+    limits = hooks.sdk_kernel_limits(ctx=ctx)
+    if limits is not None and not isinstance(limits, KernelLimits):
+        raise TypeError(
+            f"sdk:{ctx.plugin} sdk_kernel_limits returned {type(limits).__name__}; return "
+            "an sdk.KernelLimits (or None for no limit)"
+        )
+    return limits
 
 
 def _nbytes(node: Node) -> int:

@@ -7,6 +7,8 @@ own members the same way (a producer's value at its reader's index, bounds check
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import sympy
 import torch
 
@@ -25,6 +27,9 @@ from ..ir.graph import ExternNode, Node
 from ..ir.index import numel_hint, size_hint
 from ..lowering import cast
 
+if TYPE_CHECKING:
+    from sdk.plugin import KernelLimits
+
 #: Largest expression (in nodes) recomputed per element where it is inlined.
 _INLINE_MAX_NODES = 40
 #: Most reads of a producer by its one, smaller reader for it to be inlined (a 3x3 window).
@@ -39,7 +44,11 @@ def _transcendental(n: Node) -> bool:
 
 
 def inline_producers(
-    nodes: list[Node | ExternNode], keep: set[str], *, cheap_math: bool
+    nodes: list[Node | ExternNode],
+    keep: set[str],
+    *,
+    cheap_math: bool,
+    limits: KernelLimits | None = None,
 ) -> list[Node | ExternNode]:
     """Recompute cheap pointwise nodes in their readers where storing them costs more.
 
@@ -62,6 +71,8 @@ def inline_producers(
 
     Loads at a linear index take only constants. A gathered load keeps its bounds check:
     the recomputed loads carry its bindings, or a probe load does (for a constant).
+    Never where a reader would then read more buffers than the plugin's ``limits`` let one
+    kernel take (counting the reader's own output).
     """
     nodes = _drop_dead(nodes, keep)
     computed = [n for n in nodes if isinstance(n, Node)]
@@ -142,6 +153,11 @@ def inline_producers(
             ok = gather or broadcast or window
         if not ok:
             return
+        if limits is not None:
+            for r in rs:
+                n = len((r.reads - {p.name}) | p.reads)
+                if limits.exceeded(n, 1, n + 1) is not None:
+                    return  # the reader's kernel would exceed the plugin's limits
         memo: dict[tuple, Expr] = {}
 
         def fn(e: Expr) -> Expr | None:

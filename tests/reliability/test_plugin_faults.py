@@ -308,6 +308,7 @@ COMPILE = (
     "sdk_op_support",
     "sdk_lower_op",
     "sdk_can_fuse",
+    "sdk_kernel_limits",
     "sdk_render_kernel",
     "sdk_compile_kernels",
 )
