@@ -291,6 +291,8 @@ def sdk_can_fuse(
     :param first: the group (one or more fused nodes) that runs first.
     :param second: the group that would join it, reading what ``first`` computes or
         sharing its loop nest.
+    :param merged: the kernel the fusion would make (``inputs``, ``outputs``, ``buffers``
+        counted for the fused kernel; hook-API version 4).
     :return: :meth:`Verdict.no` with a reason to refuse, or None / ``Verdict.yes``.
         1:N, any refusal wins: every plugin with a say may veto a fusion. Vetoes are
         listed in :attr:`sdk.GraphReport.fusion_refusals`.
