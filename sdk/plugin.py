@@ -16,7 +16,7 @@ from typing import Any
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
-HOOK_API_VERSION = 3  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...)
+HOOK_API_VERSION = 4  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...); 4: sdk_extern
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 

@@ -1,0 +1,210 @@
+"""``sdk_extern`` (hook API 4): a plugin runs the graph's library calls (mm, bmm, addmm) through
+its own library. The plugin here is written as a vendor would write one: cpu_cpp's kernels,
+and numpy's matmul (a real BLAS) for matrix products. Every result is compared with eager on
+random inputs, forward and gradients, and ``sdk.explain`` must say which calls went through
+the plugin's function."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sdk
+
+pytest.importorskip("numpy")
+
+#: The vendor plugin. ``NPBLAS_CALLS`` counts the calls its functions served (so a test can
+#: tell they ran); ``NPBLAS_MODE`` is a switch outside its cache key (see the cache test).
+VENDOR = """
+import numpy as np
+import torch
+
+import sdk
+import sdk.cache
+from sdk.plugins import cpu_cpp
+from sdk.plugins.cpu_cpp import sdk_compile_kernels, sdk_render_kernel  # noqa: F401
+
+aten = torch.ops.aten
+CALLS = {}
+MODE = {"answer": "right"}
+
+
+@sdk.hookimpl
+def sdk_plugin_info():
+    return sdk.PluginInfo(
+        name="npblas", version="0.1", hook_api=4, device_types=("cpu",),
+        capabilities=frozenset({
+            sdk.Capability.REDUCTIONS, sdk.Capability.MULTI_STAGE, sdk.Capability.BF16,
+            sdk.Capability.INDIRECT_LOADS, sdk.Capability.STORE_THEN_LOAD,
+            sdk.Capability.SYMBOLIC_SIZES,
+        }),
+        description="cpu_cpp's kernels, numpy's BLAS for matrix products",
+    )
+
+
+@sdk.hookimpl
+def sdk_cache_key(ctx):
+    return cpu_cpp.sdk_cache_key(ctx) + sdk.cache.source_digest(__name__)
+
+
+def _np(t):
+    return t.detach().numpy()
+
+
+def _count(name):
+    CALLS[name] = CALLS.get(name, 0) + 1
+
+
+def mm(a, b):
+    _count("mm")
+    return torch.from_numpy(np.matmul(_np(a), _np(b)))
+
+
+def bmm(a, b):
+    _count("bmm")
+    return torch.from_numpy(np.matmul(_np(a), _np(b)))
+
+
+def addmm(bias, a, b, *, beta=1, alpha=1):
+    _count("addmm")
+    return torch.from_numpy(beta * _np(bias) + alpha * np.matmul(_np(a), _np(b)))
+
+
+def mm_transposed(a, b):
+    return torch.from_numpy(np.matmul(_np(a), _np(b)).T.copy())
+
+
+FUNCTIONS = {aten.mm.default: mm, aten.bmm.default: bmm, aten.addmm.default: addmm}
+
+
+@sdk.hookimpl
+def sdk_extern(ctx, op, node):
+    if MODE["answer"] == "none" or node.meta["val"].dtype != torch.float32:
+        return None
+    if MODE["answer"] == "wrong" and op == aten.mm.default:
+        return mm_transposed
+    return FUNCTIONS.get(op)
+"""
+
+
+@pytest.fixture
+def npblas(make_plugin, fake_dist, use_registry):
+    module = make_plugin(VENDOR, head=False)
+    use_registry(fake_dist("npblas-sdk-plugin", {"npblas": module}))
+    mod = __import__(module)
+    yield mod
+    mod.MODE["answer"] = "right"
+
+
+class Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(12, 10)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.lin(x))  # addmm forward; mm in the backward
+        return torch.bmm(h.unsqueeze(0).expand(2, -1, -1), y).relu()  # bmm both ways
+
+
+def _grads(net, out, *inputs):
+    return torch.autograd.grad(out.square().sum(), [*net.parameters(), *inputs])
+
+
+def test_library_calls_run_through_the_plugin_forward_and_backward(npblas):
+    torch.manual_seed(0)
+    net = Net()
+    x = torch.randn(7, 12, requires_grad=True)
+    y = torch.randn(2, 10, 5, requires_grad=True)
+    report = sdk.explain(net, x, y, backend="sdk:npblas")
+    by_kind = {g.kind: {(e.op, e.plugin) for e in g.externs} for g in report.graphs}
+    assert ("aten.addmm.default", "npblas") in by_kind["forward"], str(report)
+    assert ("aten.bmm.default", "npblas") in by_kind["forward"], str(report)
+    assert ("aten.mm.default", "npblas") in by_kind["backward"], str(report)
+    assert ("aten.bmm.default", "npblas") in by_kind["backward"], str(report)
+    assert all(e.plugin == "npblas" for e in report.externs), str(report)
+    assert "extern aten.mm.default" in str(report) and "by sdk:npblas" in str(report)
+    assert report.kernels, "the rest of the graph runs in generated kernels"
+
+    torch._dynamo.reset()
+    compiled = torch.compile(net, backend=sdk.backend("npblas"))
+    npblas.CALLS.clear()
+    for _ in range(2):
+        x = torch.randn(7, 12, requires_grad=True)
+        y = torch.randn(2, 10, 5, requires_grad=True)
+        out = compiled(x, y)
+        torch.testing.assert_close(out, net(x, y))
+        for got, want in zip(_grads(net, out, x, y), _grads(net, net(x, y), x, y)):
+            torch.testing.assert_close(got, want)
+    assert npblas.CALLS.get("addmm") == 2 and npblas.CALLS.get("bmm", 0) >= 2 * 3, npblas.CALLS
+    assert npblas.CALLS.get("mm", 0) >= 2, npblas.CALLS
+
+
+def test_symbolic_sizes_one_program_through_the_plugin(npblas):
+    torch.manual_seed(0)
+    w = torch.randn(16, 8)
+
+    def f(x):
+        return torch.relu(x @ w) * 2.0
+
+    report = sdk.explain(f, torch.randn(5, 16), backend=sdk.backend("npblas"), dynamic=True)
+    (g,) = report.graphs
+    assert g.sizes.startswith("symbolic"), str(report)
+    assert [(e.op, e.plugin) for e in g.externs] == [("aten.mm.default", "npblas")], str(report)
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend=sdk.backend("npblas"), dynamic=True)
+    npblas.CALLS.clear()
+    for n in (3, 11, 6):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(compiled(x), f(x))
+    assert npblas.CALLS == {"mm": 3}, npblas.CALLS
+
+
+def square(a, b):
+    return (a @ b).sin()
+
+
+def test_a_result_of_the_wrong_shape_is_an_error_naming_plugin_op_and_node(npblas):
+    npblas.MODE["answer"] = "wrong"
+    a, b = torch.randn(4, 6), torch.randn(6, 3)
+    torch._dynamo.reset()
+    with pytest.raises(sdk.SDKError) as exc:
+        torch.compile(square, backend=sdk.backend("npblas", fallback=False))(a, b)
+    msg = str(exc.value)
+    assert "sdk:npblas's sdk_extern function for aten.mm.default (node mm)" in msg, msg
+    assert "shape (3, 4)" in msg and "shape (4, 3)" in msg, msg
+    # with the fallback on: ATen runs the graph, and the report says why
+    report = sdk.explain(square, a, b, backend="sdk:npblas")
+    assert any("sdk_extern function for aten.mm.default" in n for n in report.graphs[0].notes)
+    torch._dynamo.reset()
+    torch.testing.assert_close(
+        torch.compile(square, backend=sdk.backend("npblas"))(a, b), square(a, b)
+    )
+
+
+def test_the_graph_cache_asks_again_and_never_serves_another_extern(npblas, tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    a, b = torch.randn(4, 6), torch.randn(6, 3)
+
+    def explain():
+        torch._dynamo.reset()
+        return sdk.explain(square, a, b, backend="sdk:npblas")
+
+    first = explain()
+    assert [g.cache for g in first.graphs] == ["stored"], str(first)
+    npblas.CALLS.clear()
+    second = explain()
+    assert [g.cache for g in second.graphs] == ["hit"], str(second)
+    assert npblas.CALLS == {"mm": 1}, "a hit calls the plugin's function, asked again"
+    assert [e.plugin for e in second.externs] == ["npblas"], str(second)
+    # the plugin answers otherwise (a switch its cache key does not cover): not that program
+    npblas.MODE["answer"] = "none"
+    npblas.CALLS.clear()
+    third = explain()
+    assert [g.cache for g in third.graphs] == ["stored"], str(third)
+    assert [e.plugin for e in third.externs] == [""] and not npblas.CALLS, str(third)
+    torch._dynamo.reset()
+    torch.testing.assert_close(
+        torch.compile(square, backend=sdk.backend("npblas"))(a, b), square(a, b)
+    )
