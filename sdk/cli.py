@@ -201,6 +201,8 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     ]
     if args.device:
         argv.append(f"--sdk-device={args.device}")
+    if args.samples is not None:
+        argv.append(f"--sdk-samples={args.samples}")
     if config.variable("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         argv += ["-p", "sdk.conformance.pytest_plugin"]
     return int(pytest.main(argv + list(args.pytest_args)))
@@ -362,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         "conformance",
         help="run the vendor conformance suite on a plugin (pytest)",
         description="Run the conformance suite (OpInfo sweep forward and fw+bw against eager, "
-        "fusion through explain, options, fault injection, cache hostility) on "
+        "fusion through explain, options, dynamic sizes, fault injection, cache hostility) on "
         "sdk:NAME and the built-in plugins of its device, and print a summary. The "
         "same as `pytest --sdk-plugin=NAME`. Exit status 1 when a check fails.",
     )
@@ -375,9 +377,19 @@ def main(argv: list[str] | None = None) -> int:
     conf.add_argument(
         "--opinfo",
         default="default",
-        help="OpInfo ops: quick, default, all, or comma-separated names",
+        help="OpInfo ops: quick, default, all, or comma-separated names (pytest: --sdk-opinfo)",
     )
-    conf.add_argument("--device", default=None, help="device type of the test tensors")
+    conf.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sample inputs compared per OpInfo case, the first N (pytest: --sdk-samples; "
+        "default 3)",
+    )
+    conf.add_argument(
+        "--device", default=None, help="device type of the test tensors (pytest: --sdk-device)"
+    )
     conf.set_defaults(func=_cmd_conformance)
     new = sub.add_parser(
         "new-plugin",

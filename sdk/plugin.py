@@ -64,11 +64,17 @@ class Capability(str, enum.Enum):
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One option a plugin accepts through ``torch.compile(options=...)``."""
+    """One option a plugin accepts through ``torch.compile(options=...)``.
+
+    ``examples``: other values the option may take, which the conformance suite compiles
+    with (a ``bool`` option is tried flipped and an ``int`` one at ``default + 1`` without
+    them; an option of another type is checked only with them).
+    """
 
     default: Any
     doc: str
     type: type | tuple[type, ...] = object
+    examples: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
