@@ -13,6 +13,8 @@ import sdk
 
 pytest.importorskip("numpy")
 
+ATTENTION_NAME = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+
 #: The vendor plugin. ``NPBLAS_CALLS`` counts the calls its functions served (so a test can
 #: tell they ran); ``NPBLAS_MODE`` is a switch outside its cache key (see the cache test).
 VENDOR = """
@@ -90,18 +92,40 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
     return torch.from_numpy(np.ascontiguousarray(out))
 
 
+def attention(q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    # (output, logsumexp), as the op returns them; no mask, no dropout (else None answered)
+    _count("attention")
+    q, k, v = _np(q), _np(k), _np(v)
+    s = np.matmul(q, k.swapaxes(-1, -2)) * (scale or 1.0 / np.sqrt(q.shape[-1]))
+    if is_causal:
+        s = np.where(np.tril(np.ones(s.shape[-2:], dtype=bool)), s, -np.inf)
+    top = s.max(-1, keepdims=True)
+    e = np.exp(s - top)
+    total = e.sum(-1, keepdims=True)
+    lse = (np.log(total) + top)[..., 0]
+    out = np.matmul(e / total, v)
+    return torch.from_numpy(out.astype(q.dtype)), torch.from_numpy(lse.astype(q.dtype))
+
+
 def mm_transposed(a, b):
     return torch.from_numpy(np.matmul(_np(a), _np(b)).T.copy())
 
 
 FUNCTIONS = {aten.mm.default: mm, aten.bmm.default: bmm, aten.addmm.default: addmm}
+ATTENTION = aten._scaled_dot_product_flash_attention_for_cpu.default
 
 
 @sdk.hookimpl
 def sdk_extern(ctx, op, node):
     out = node.meta["val"]
-    if MODE["answer"] == "none" or not isinstance(out, torch.Tensor):
-        return None  # (convolution_backward returns three tensors: ATen's)
+    if MODE["answer"] == "none":
+        return None
+    if op == ATTENTION:
+        dropout = node.args[3] if len(node.args) > 3 else node.kwargs.get("dropout_p", 0.0)
+        plain = node.kwargs.get("attn_mask") is None and dropout == 0.0
+        return attention if plain and out[0].dtype == torch.float32 else None
+    if not isinstance(out, torch.Tensor):
+        return None  # (the backward ops return several tensors: ATen's)
     if out.dtype != torch.float32:
         return None
     if op == aten.convolution.default:
@@ -199,6 +223,34 @@ def test_convolution_through_the_plugin(npblas):
         for got, want in zip(_grads(net, out, x), _grads(net, net(x), x)):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert npblas.CALLS["convolution"] == 2 and npblas.CALLS["mm"] >= 2, npblas.CALLS
+
+
+def attend(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2.0
+
+
+def test_attention_through_the_plugin(npblas):
+    """Attention returns two tensors, the result and the log-sum-exp its backward reads
+    (which ATen gives in strides (48, 1, 3): the plugin's contiguous one is copied into
+    them): both from the plugin in the forward graph; the backward op stays ATen's and reads
+    them; outputs and gradients against eager."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3))
+    report = sdk.explain(attend, q, k, v, backend="sdk:npblas")
+    forward = {(e.op, e.plugin) for e in report.graphs[0].externs}
+    assert (ATTENTION_NAME, "npblas") in forward, str(report)
+    torch._dynamo.reset()
+    compiled = torch.compile(attend, backend=sdk.backend("npblas"))
+    npblas.CALLS.clear()
+    for _ in range(2):
+        q, k, v = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3))
+        out = compiled(q, k, v)
+        torch.testing.assert_close(out, attend(q, k, v))
+        got = torch.autograd.grad(out.square().sum(), [q, k, v])
+        want = torch.autograd.grad(attend(q, k, v).square().sum(), [q, k, v])
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+    assert npblas.CALLS == {"attention": 2}, npblas.CALLS
 
 
 def test_symbolic_sizes_one_program_through_the_plugin(npblas):
