@@ -16,6 +16,7 @@ import sympy
 import torch
 import torch.fx
 
+from sdk.errors import SDKError
 from sdk.plugin import CompileContext, KernelSource
 from sdk.report import ExternReport, FallbackReport, HookFault, KernelReport
 
@@ -28,6 +29,7 @@ from .ir.index import is_static, print_size, print_sizes, static
 from .ir.kernel import Kernel, Layout, check_kernel
 from .lowering import (
     COLLECTIVE_OPS,
+    LIBRARY_OPS,
     SEED_BUFFER,
     WAIT_OPS,
     Lowerer,
@@ -68,18 +70,19 @@ def build_program(
     """``gm`` compiled for inputs of ``specs``, from the whole-graph cache where it is
     there. ``key``: the cache key to use (a restored recipe's) instead of one computed."""
     why = None
+    vendor = vendor_externs(session, ctx, gm)
     if key is None:
-        key, why = _cache_key(session, ctx, gm, specs)
+        key, why = _cache_key(session, ctx, gm, specs, vendor)
     if key is not None:
-        hit = load_program(session, ctx, key)
+        hit = load_program(session, ctx, key, vendor)
         if hit is not None:
             return hit
     notes = len(ctx.notes)
-    fn, parts, wrapper, sources, fns = _build(session, ctx, gm, specs)
+    fn, parts, wrapper, sources, fns = _build(session, ctx, gm, specs, vendor)
     parts.cache = why or "stored"
     if key is not None:
         try:
-            entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:])
+            entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:], vendor)
             graph_cache.store().put(key, entry)
         except (graph_cache.Uncacheable, OSError) as exc:
             parts.cache = f"not stored: {exc}"
@@ -89,12 +92,40 @@ def build_program(
     return fn, parts
 
 
+def vendor_externs(
+    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule
+) -> dict[str, tuple[str, Callable]]:
+    """The plugin's own functions for the graph's library calls (``sdk_extern``): call node
+    name -> (the call's place in the graph, which names it in the whole-graph cache: node
+    names change when a graph is pickled; the function). Asked before the cache is looked
+    up: a hit calls what the plugin answers now."""
+    out: dict[str, tuple[str, Callable]] = {}
+    for i, n in enumerate(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in LIBRARY_OPS:
+            continue
+        fn = session.hooks.sdk_extern(ctx=ctx, op=n.target, node=n)
+        if fn is None:
+            continue
+        if not callable(fn):
+            raise PluginFailure(
+                f"sdk:{ctx.plugin} sdk_extern answered a {type(fn).__name__} for "
+                f"{op_name(n.target)} (node {n.name}); return a callable, or None to let "
+                "ATen run the op"
+            )
+        out[n.name] = (f"{i}:{op_name(n.target)}", fn)
+    return out
+
+
 def _build(
-    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
+    session: Any,
+    ctx: CompileContext,
+    gm: torch.fx.GraphModule,
+    specs: tuple,
+    vendor: dict[str, tuple[str, Callable]] | None = None,
 ) -> tuple[Callable, ProgramParts, Wrapper, list[KernelSource], list[Callable]]:
     refused: dict[str, str] = {}
     while True:
-        L, sched, outputs, layouts, program = _schedule(session, ctx, gm, specs, refused)
+        L, sched, outputs, layouts, program = _schedule(session, ctx, gm, specs, refused, vendor)
         over = _over_limits(ctx, sched.limits, program)
         if not over:
             break
@@ -140,11 +171,16 @@ def _build(
 
 
 def _schedule(
-    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple, refused: dict
+    session: Any,
+    ctx: CompileContext,
+    gm: torch.fx.GraphModule,
+    specs: tuple,
+    refused: dict,
+    vendor: dict[str, tuple[str, Callable]] | None = None,
 ) -> tuple[Lowerer, Scheduler, list, dict[str, Layout], list[Kernel | ExternNode]]:
     """Lower ``gm`` (the ATen nodes of ``refused`` run in ATen, for its reason) and
     schedule it into kernels and library calls, in program order; with the outputs' plan."""
-    L = Lowerer(gm, specs, ctx, session.hooks, refused=refused)
+    L = Lowerer(gm, specs, ctx, session.hooks, refused=refused, vendor=vendor)
     L.run()
     outputs, keep = _plan_outputs(L)
     sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.options["fusion"])
@@ -291,14 +327,21 @@ def _compile(session: Any, ctx: CompileContext, sources: list[KernelSource]) -> 
 
 
 def _cache_key(
-    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, specs: tuple
+    session: Any,
+    ctx: CompileContext,
+    gm: torch.fx.GraphModule,
+    specs: tuple,
+    vendor: dict[str, tuple[str, Callable]],
 ) -> tuple[str | None, str | None]:
-    """The program's cache key, or None and why there is none."""
+    """The program's cache key, or None and why there is none. ``vendor``: which call
+    nodes run the plugin's own function, and which (by qualified name), are in the key."""
     if not graph_cache.enabled(ctx.options):
         return None, "off"
     plugin_key = session.hooks.sdk_cache_key(ctx=ctx)
     if plugin_key is None:
         return None, f"off: sdk:{ctx.plugin} does not implement sdk_cache_key"
+    if vendor:
+        plugin_key += "|sdk_extern:" + repr(sorted((c, _qualname(f)) for c, f in vendor.values()))
     try:
         return graph_cache.graph_key(gm, specs, ctx, session.info.version, plugin_key), None
     except graph_cache.Uncacheable as exc:
@@ -311,12 +354,17 @@ def _entry(
     fns: list[Callable],
     parts: ProgramParts,
     notes: list[str],
+    vendor: dict[str, tuple[str, Callable]],
 ) -> bytes:
     enc = graph_cache.Encoder(fns)
     doc = {
         "wrapper": {
             "source": wrapper.source,
-            "named": {k: enc(v) for k, v in wrapper.named.items()},
+            # the plugin's own library functions by call node: asked again on a hit
+            "named": {
+                k: {"t": "vendor", "v": wrapper.vendor[k]} if k in wrapper.vendor else enc(v)
+                for k, v in wrapper.named.items()
+            },
             "constants": {k: enc.tensor(t) for k, t in wrapper.constants.items()},
             "on_device": list(wrapper.on_device),
             "device": wrapper.device,
@@ -337,27 +385,38 @@ def _entry(
             [k.name, k.plugin, list(k.nodes), k.source, list(k.inputs), list(k.outputs)]
             for k in parts.kernels
         ],
-        "externs": [[e.op, e.node] for e in parts.externs],
+        "externs": [[e.op, e.node, e.plugin] for e in parts.externs],
         "fallbacks": [[f.op, f.reason, f.node] for f in parts.fallbacks],
         "views": sorted(parts.views),
         "decisions": [
             [d.first, d.second, d.saved_bytes, d.fused, d.reason, d.by] for d in parts.decisions
         ],
         "notes": list(notes),
+        "sdk_extern": sorted(c for c, _ in vendor.values()),  # the calls sdk_extern took
     }
     return graph_cache.pack(doc, enc.blobs)
 
 
 def load_program(
-    session: Any, ctx: CompileContext, key: str
+    session: Any,
+    ctx: CompileContext,
+    key: str,
+    vendor: dict[str, tuple[str, Callable]] | None = None,
 ) -> tuple[Callable, ProgramParts] | None:
     """The program stored under ``key`` in the whole-graph cache, rebuilt (its kernels
-    compiled through the plugin, whose binary cache makes that a load), or None."""
+    compiled through the plugin, whose binary cache makes that a load), or None.
+
+    ``vendor``: the plugin's answers of ``sdk_extern`` for the graph now, by call node
+    (None: not asked, as where a warm start has no graph yet). A program whose library calls
+    through the plugin are not those nodes' is a miss; the others get today's functions."""
     data = graph_cache.store().get(key)
     if data is None:
         return None
     try:
         doc, blobs = graph_cache.unpack(data)
+        answers = dict((vendor or {}).values())  # call -> function
+        if doc["sdk_extern"] != sorted(answers):
+            return None
         dec = graph_cache.Decoder([], blobs)
         sources = [
             KernelSource(s["name"], s["language"], s["source"], s["entry"], dec(s["meta"]))
@@ -371,12 +430,13 @@ def load_program(
         w = doc["wrapper"]
         wrapper = Wrapper(
             w["source"],
-            {k: dec(v) for k, v in w["named"].items()},
+            {k: answers[v["v"]] if v["t"] == "vendor" else dec(v) for k, v in w["named"].items()},
             {k: dec.tensor(v["v"]) for k, v in w["constants"].items()},
             tuple(w["on_device"]),
             w["device"],
             frozenset(w["layout_free"]),
             frozenset(w["kernel_read"]),
+            {k: v["v"] for k, v in w["named"].items() if v["t"] == "vendor"},
         )
         fn = wrapper.materialize(ctx.graph_name)
         parts = ProgramParts(
@@ -452,6 +512,8 @@ class Wrapper:
     device: str
     layout_free: frozenset[int]
     kernel_read: frozenset[int]
+    #: the names in ``named`` of the plugin's own library functions, and their calls
+    vendor: dict[str, str] = field(default_factory=dict)
 
     def materialize(self, graph_name: str) -> Callable:
         device = torch.device(self.device)
@@ -467,6 +529,7 @@ class Wrapper:
             "_empty_any": empty,
             "_is_current": is_current,
             "_seed": _make_seed,
+            "_vendor_result": _vendor_result,
         }
         moved: dict[str, Any] = {}
         for name, t in self.constants.items():
@@ -505,6 +568,7 @@ class _WrapperWriter:
         self.outputs, self.layouts = outputs, layouts
         self.copy_of = {host.buffer: dev for dev, (host, _) in L.host.items()}  # host -> device
         self.named: dict[str, Any] = {}
+        self.vendor: dict[str, str] = {}  # named plugin functions -> their calls
         self._consts: dict[int, str] = {}
         out_bufs = {b for kind, b, _ in outputs if kind in ("buf", "view")}
         self.mem = plan_memory(program, layouts, out_bufs, {n for n, _ in L.inputs if n})
@@ -634,6 +698,9 @@ class _WrapperWriter:
         if in_place is not None and step.name in L.extern_report:
             at = L.extern_report[step.name]
             L.externs[at] = ExternReport(op_name(in_place), L.externs[at].node)
+        if step.vendor is not None:
+            self._call_vendor(step)
+            return
         op = self._const(_callable(step) if in_place is None else in_place)
         call_args = ", ".join(self._arg(a) for a in step.args)
         kw = ", ".join(f"{k}={self._arg(v)}" for k, v in step.kwargs.items())
@@ -648,6 +715,43 @@ class _WrapperWriter:
         else:
             self.lines.append(f"    {names[0]} = {call}")
         self._check_extern_outputs(step)
+
+    def _call_vendor(self, step: ExternNode) -> None:
+        """A library call through the plugin's own function (``sdk_extern``), named once per
+        call site (the whole-graph cache asks the plugin for it again by its call node).
+        Each tensor it returns is checked against the op's shape, dtype and device, and
+        put in the strides the graph reads it in."""
+        call, fn = step.vendor
+        node = step.origins[0].split(":")[0]
+        op = f"_x{len(self.vendor)}"
+        self.named[op], self.vendor[op] = fn, call
+        call_args = ", ".join(self._arg(a) for a in step.args)
+        kw = ", ".join(f"{k}={self._arg(v)}" for k, v in step.kwargs.items())
+        call = f"{op}({call_args}{', ' if call_args and kw else ''}{kw})"
+        who = (
+            f"sdk:{self.L.ctx.plugin}'s sdk_extern function for {op_name(step.target)} "
+            f"(node {node})"
+        )
+        expected = []
+        for out in step.outputs:
+            if not out:
+                expected.append("None")
+                continue
+            lay = out[1]
+            expected.append(
+                f"({print_sizes(lay.sizes)}, {print_sizes(lay.strides)}, "
+                f"{self._const(lay.dtype)}, {lay.device!r})"
+            )
+        specs = f"({', '.join(expected)}{',' if len(expected) == 1 else ''})"
+        names = [o[0] if o else "_" for o in step.outputs]
+        multi = step.multi_output
+        self.lines.append(
+            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = "
+            f"_vendor_result({call}, {specs}, {multi}, {who!r})"
+        )
+        for out in step.outputs:  # host outputs: the device copy
+            if out and out[0] in self.copy_of:
+                self.lines += self._device_copy(out[0])
 
     def _check_extern_outputs(self, step: ExternNode) -> None:
         """After a library call: copy its host outputs to the device, and give each output
@@ -700,6 +804,7 @@ class _WrapperWriter:
             dict(L.constants),
             tuple(n for n in L.constants if n in self.copy_of),
             str(L.device),
+            vendor=dict(self.vendor),
             layout_free=frozenset(
                 i
                 for i, (name, _) in enumerate(L.inputs)
@@ -730,6 +835,49 @@ def _callable(step: ExternNode) -> Any:
     if entry is None or not set(step.kwargs) <= entry[1]:
         return step.target
     return getattr(torch, entry[0])
+
+
+def _qualname(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+
+
+def _vendor_result(result: Any, specs: tuple, multi: bool, who: str) -> tuple:
+    """What a plugin's library function returned, as the outputs of its call: each tensor
+    checked against ``specs`` (sizes, strides, dtype, device type per output; None: not a
+    tensor) and put in those strides where it is in others. Raises :class:`SDKError` naming
+    the function, what it returned and what the op gives."""
+    outs = tuple(result) if multi and isinstance(result, (tuple, list)) else (result,)
+    if len(outs) != len(specs):
+        raise SDKError(
+            f"{who} returned {len(outs)} value(s) where the op returns {len(specs)}; "
+            "return what the ATen op returns (a tuple where it returns several)"
+        )
+    checked = []
+    for i, (t, spec) in enumerate(zip(outs, specs)):
+        if spec is None:
+            checked.append(t)
+            continue
+        sizes, strides, dtype, device = spec
+        if (
+            not isinstance(t, torch.Tensor)
+            or tuple(t.shape) != tuple(sizes)
+            or t.dtype != dtype
+            or t.device.type != device
+        ):
+            got = (
+                f"a tensor of shape {tuple(t.shape)}, {t.dtype} on {t.device.type}"
+                if isinstance(t, torch.Tensor)
+                else f"a {type(t).__name__}"
+            )
+            raise SDKError(
+                f"{who} returned {got} as output {i}, where the op gives shape "
+                f"{tuple(sizes)}, {dtype} on {device}; fix that function (or answer None "
+                "from sdk_extern for such calls, to let ATen run them)"
+            )
+        if any(n != 1 and t.stride(d) != s for d, (n, s) in enumerate(zip(sizes, strides))):
+            t = _restride(t, tuple(strides))
+        checked.append(t)
+    return tuple(checked)
 
 
 def _make_seed(device: torch.device) -> torch.Tensor:

@@ -60,7 +60,7 @@ from sdk.report import (
     PartitionReport,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def _populate_programs(key: str, payload: bytes) -> None:

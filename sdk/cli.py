@@ -1,5 +1,6 @@
 """``python -m sdk``: list plugins, run the demo model, explain a compile, run the benchmarks,
-look after the cache, check a plugin (conformance), start a plugin (new-plugin)."""
+look after the cache, list what becomes of each ATen op (ops), check a plugin (conformance),
+start a plugin (new-plugin)."""
 
 from __future__ import annotations
 
@@ -113,6 +114,64 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+#: what each place of ``sdk ops`` means, as its heading says it
+_OPS_HEADINGS = {
+    "lowered": "lowered to loop IR: ATen op, then the IR ops its lowering produced "
+    "(sdk.ir.OPS; reduce:<op> is a reduction; a view or copy produces none)",
+    "decomposed": "decomposed before lowering (AOTAutograd traces them into the ops of "
+    "their decomposition; name one, `python -m sdk ops gelu`, to see those and their IR ops)",
+    "library": "library calls: run between the kernels by a library",
+    "fallback": "neither: run through ATen, op by op, between the kernels",
+}
+
+
+def _cmd_ops(args: argparse.Namespace) -> int:
+    from sdk import SDKError
+    from sdk.core import oplist
+
+    try:
+        if args.plugin:
+            from sdk.core.pipeline import Session
+            from sdk.core.registry import registry
+
+            tables = oplist.plugin_tables(Session(registry(), args.plugin, None, {}))
+        else:
+            tables = oplist.core_tables()
+        ops = oplist.resolve(args.ops) if args.ops else None
+    except (SDKError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    entries = oplist.listing(tables, ops)
+    who = (
+        f"a compile by sdk:{args.plugin}"
+        if args.plugin
+        else "the core alone (--plugin NAME: a plugin's compile)"
+    )
+    print(f"what becomes of each ATen op in {who}; torch {_torch_version()}")
+    for place in oplist.PLACES:
+        if args.place and place != args.place:
+            continue
+        rows = [e for e in entries if e.place == place]
+        if not rows:
+            continue
+        print(f"\n{place} ({len(rows)}): {_OPS_HEADINGS[place]}")
+        width = max(len(e.op) for e in rows)
+        for e in rows:
+            what = " ".join(e.ir)
+            if e.becomes:
+                what = f"-> {', '.join(e.becomes)}"
+            if e.note:
+                what = f"{what}  ({e.note})" if what else f"({e.note})"
+            print(f"  {e.op.ljust(width)}  {what}".rstrip())
+    return 0
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
 def _cmd_conformance(args: argparse.Namespace) -> int:
     import pytest
 
@@ -142,6 +201,8 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     ]
     if args.device:
         argv.append(f"--sdk-device={args.device}")
+    if args.samples is not None:
+        argv.append(f"--sdk-samples={args.samples}")
     if config.variable("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         argv += ["-p", "sdk.conformance.pytest_plugin"]
     return int(pytest.main(argv + list(args.pytest_args)))
@@ -280,11 +341,30 @@ def main(argv: list[str] | None = None) -> int:
     cache.add_argument("action", choices=["info", "clear"])
     cache.add_argument("--namespace", default=None, help="only this namespace (e.g. programs, cpp)")
     cache.set_defaults(func=_cmd_cache)
+    ops = sub.add_parser(
+        "ops",
+        help="list what becomes of each ATen op: lowered (to which IR ops), decomposed, "
+        "a library call, or run through ATen",
+        description="List, from the core's own tables, what becomes of each ATen op a graph "
+        "can hold: lowered to loop IR (with the IR ops its lowering produces, found by "
+        "lowering it once on meta tensors: what a C-like table must render), decomposed "
+        "before lowering, a library call (matrix products, convolutions, attention: ATen, "
+        "or a plugin's sdk_extern), or none of these (run through ATen, op by op). With "
+        "--plugin, that plugin's decompositions, kept ops, refusals and lowerings count.",
+    )
+    ops.add_argument(
+        "ops", nargs="*", metavar="OP", help="only these ops: elu, aten.elu, aten.elu.default"
+    )
+    ops.add_argument("--plugin", default=None, help="as a compile by this plugin does")
+    ops.add_argument(
+        "--place", choices=["lowered", "decomposed", "library", "fallback"], default=None
+    )
+    ops.set_defaults(func=_cmd_ops)
     conf = sub.add_parser(
         "conformance",
         help="run the vendor conformance suite on a plugin (pytest)",
         description="Run the conformance suite (OpInfo sweep forward and fw+bw against eager, "
-        "fusion through explain, options, fault injection, cache hostility) on "
+        "fusion through explain, options, dynamic sizes, fault injection, cache hostility) on "
         "sdk:NAME and the built-in plugins of its device, and print a summary. The "
         "same as `pytest --sdk-plugin=NAME`. Exit status 1 when a check fails.",
     )
@@ -297,9 +377,19 @@ def main(argv: list[str] | None = None) -> int:
     conf.add_argument(
         "--opinfo",
         default="default",
-        help="OpInfo ops: quick, default, all, or comma-separated names",
+        help="OpInfo ops: quick, default, all, or comma-separated names (pytest: --sdk-opinfo)",
     )
-    conf.add_argument("--device", default=None, help="device type of the test tensors")
+    conf.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sample inputs compared per OpInfo case, the first N (pytest: --sdk-samples; "
+        "default 3)",
+    )
+    conf.add_argument(
+        "--device", default=None, help="device type of the test tensors (pytest: --sdk-device)"
+    )
     conf.set_defaults(func=_cmd_conformance)
     new = sub.add_parser(
         "new-plugin",

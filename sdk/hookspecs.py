@@ -267,6 +267,54 @@ def sdk_lower_op(
     """
 
 
+@hookspec(firstresult=True)
+def sdk_extern(ctx: CompileContext, op: OpOverload, node: Node) -> Callable[..., Any] | None:
+    """Supply the plugin's own library function for one library call of the graph.
+
+    Matrix products, convolutions and attention are library calls: the core runs them
+    through ATen (cuBLAS, oneDNN...) between its generated kernels. This hook lets the
+    compile's codegen plugin run one through its own library instead (its BLAS, its DNN
+    library). Called once per compiled graph variant, forward and backward graphs alike,
+    for each call node whose op is one of ``sdk.ir.LIBRARY_OPS`` (``aten.mm``, ``bmm``,
+    ``addmm``, ``baddbmm``, ``convolution``, ``convolution_backward`` and the
+    ``_scaled_dot_product_*`` attention ops and their backwards), before the whole-graph
+    cache is looked up. ``python -m sdk ops`` lists them.
+
+    The callable is called where ATen's op would be, with the same arguments: tensors in
+    (in the strides the core gives them, which may not be contiguous: a transposed weight
+    of a ``linear`` reaches ``mm`` as a strided view), ints, floats and lists as the op's
+    schema has them. With ``Capability.CONV_BIAS_IN_KERNEL`` a convolution's bias is
+    ``None`` (the core adds it in the kernel that follows). It returns a new tensor
+    (a tuple of them where the op returns several) of the shape, dtype and device ATen's
+    op gives, and must not write to its inputs. Any strides will do: the core copies a
+    result into the strides the rest of the graph reads it in. A result of another
+    shape, dtype or device raises :class:`sdk.SDKError` naming the plugin, op and node;
+    the graph then runs through ATen (the reason in its report), or, with
+    ``fallback=False``, the error propagates.
+
+    Under dynamic shapes ``node.meta["val"]`` holds symbolic sizes; the callable gets
+    each call's real tensors. ``sdk.explain`` lists the call as
+    ``extern aten.mm.default (mm) by sdk:<plugin>``.
+
+    The whole-graph cache keys a program on which nodes got a callable (by the callable's
+    qualified name), and on a cache hit this hook is asked again: the program calls what
+    it answers now. ``sdk_cache_key`` must change where the answers change for another
+    reason than the graph (a library found or not).
+
+    :param ctx: the compile.
+    :param op: the ATen op, ``node.target``.
+    :param node: the call node; ``node.meta["val"]`` is the fake tensor(s) it produces
+        (shape, dtype, strides), ``node.args`` hold the input nodes (their ``meta["val"]``
+        too).
+    :return: a callable, or None to let ATen run the op (as without this hook). Stops at
+        first non-None result.
+    :raises: an exception makes the whole graph fail for this plugin (the chain, else
+        ATen, takes it; ``fallback=False`` raises).
+
+    Appeared in hook-API version 4.
+    """
+
+
 # ---------------------------------------------------------------------------
 # Scheduling: the compile's codegen plugin only
 # ---------------------------------------------------------------------------

@@ -18,6 +18,9 @@ at run time); a kernel takes its ``size_args`` as integers after the buffers.
 :func:`is_static` tells them apart, :func:`print_size` renders one, :func:`size_hint`
 gives the compiling call's value (for heuristics only), :func:`in_range` and
 :func:`provably_nonneg` decide bounds for every value.
+
+:data:`LIBRARY_OPS` are the library calls (matrix products, convolutions, attention) a
+plugin may run through its own library with ``sdk_extern``.
 """
 
 from sdk.core.adapters.torch_private import OpOverload
@@ -61,10 +64,11 @@ from sdk.core.ir.kernel import (
     Store,
     check_kernel,
 )
-from sdk.core.lowering import LoweringBuilder
+from sdk.core.lowering import LIBRARY_OPS, LoweringBuilder
 from sdk.core.scheduler import FusionGroup
 
 __all__ = [
+    "LIBRARY_OPS",
     "MIN_SIZE",
     "OPS",
     "PREDICATES",

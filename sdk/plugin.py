@@ -17,7 +17,7 @@ from typing import Any
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
 HOOK_API_VERSION = 4  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
-# 4: sdk_kernel_limits, sdk_can_fuse's ``merged``
+# 4: sdk_kernel_limits, sdk_can_fuse's ``merged``, sdk_extern
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 
@@ -133,11 +133,17 @@ class Capability(str, enum.Enum):
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One option a plugin accepts through ``torch.compile(options=...)``."""
+    """One option a plugin accepts through ``torch.compile(options=...)``.
+
+    ``examples``: other values the option may take, which the conformance suite compiles
+    with (a ``bool`` option is tried flipped and an ``int`` one at ``default + 1`` without
+    them; an option of another type is checked only with them).
+    """
 
     default: Any
     doc: str
     type: type | tuple[type, ...] = object
+    examples: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)

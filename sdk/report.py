@@ -30,10 +30,13 @@ class KernelReport:
 
 @dataclass(frozen=True)
 class ExternReport:
-    """A library call (mm, conv, attention, ...) the IR runs through ATen on purpose."""
+    """A library call (mm, conv, attention, ...) the IR runs outside generated kernels on
+    purpose: through ATen, or through the function the plugin's ``sdk_extern`` supplied
+    (``plugin`` names it then)."""
 
     op: str
     node: str
+    plugin: str = ""  # "": ATen runs it
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,9 @@ class GraphReport:
         for k in self.kernels:
             lines.append(f"  kernel {k.name}: {', '.join(k.ops)}")
         for e in self.externs:
-            lines.append(f"  extern {e.op} ({e.node})")
+            lines.append(
+                f"  extern {e.op} ({e.node})" + (f" by sdk:{e.plugin}" if e.plugin else "")
+            )
         for f in self.fallbacks:
             lines.append(f"  fallback {f.op} ({f.node}): {f.reason}")
         for p in self.partitions:

@@ -84,6 +84,9 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
         "--sdk-plugin=acme",
         "--sdk-compare=none",
         "--sdk-opinfo=quick",
+        # one sample per case here, to keep the CPU suite's time: later samples are checked
+        # by test_conformance_compares_more_than_the_first_sample
+        "--sdk-samples=1",
     ]
     proc = subprocess.run(
         cmd,
@@ -104,7 +107,7 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
         for mode in ("fw", "fw+bw"):
             for dt in ("float32", "bfloat16"):
                 passed, run = counts(cells[(f"opinfo {mode} {dt}", plugin)])
-                assert run >= 8, (plugin, mode, dt, cells)  # every quick op ran
+                assert run == 8, (plugin, mode, dt, cells)  # each quick OpInfo, once
                 known = sum(
                     1
                     for p, n in KNOWN_FAILURES
@@ -124,6 +127,12 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
         assert cells[("cache", plugin)] == "4/4", cells
         # render, build and run-time faults fall back, the two chain to each other
         assert cells[("faults", plugin)] == "4/4", cells
+    # dynamic sizes: right for all; one program for those declaring SYMBOLIC_SIZES
+    for plugin in ("cpu_cpp", "cuda_triton"):
+        assert cells[("sizes", plugin)] == "1/1", cells
+    assert cells[("sizes", "acme")] == "0/0, 1 skipped", cells
+    # acme's option unroll is compiled at 2 as well as at its default
+    assert cells[("options", "acme")].startswith("6/6"), cells
     # acme renders no kernels: its fusion, fault and cache checks do not apply and say so
     assert cells[("fusion", "acme")] == "0/0, 3 skipped", cells
     assert "skipped" in cells[("faults", "acme")], cells
@@ -140,7 +149,8 @@ import torch
 import sdk
 
 REFUSE = {refuse!r}
-OFFSET = {offset!r}
+OFFSET = {offset!r}  # added to every output of at least OFFSET_NDIM dimensions
+OFFSET_NDIM = {offset_ndim!r}
 
 
 @sdk.hookimpl
@@ -169,7 +179,10 @@ def sdk_claim_nodes(ctx, gm):
 @sdk.hookimpl
 def sdk_compile_subgraph(ctx, gm, example_inputs):
     def run(*args):
-        return [o + OFFSET if isinstance(o, torch.Tensor) else o for o in gm(*args)]
+        return [
+            o + OFFSET if isinstance(o, torch.Tensor) and o.ndim >= OFFSET_NDIM else o
+            for o in gm(*args)
+        ]
 
     return sdk.CompiledSubgraph(fn=run)
 """
@@ -182,7 +195,8 @@ def graph_plugins_env(tmp_path: Path, plugins: dict[str, dict]) -> dict[str, str
     for name, fields in plugins.items():
         package = site / f"{name}_pkg"
         package.mkdir(parents=True)
-        text = GRAPH_PLUGIN.format(**{"name": name, "refuse": set(), "offset": 0, **fields})
+        defaults = {"name": name, "refuse": set(), "offset": 0, "offset_ndim": 0}
+        text = GRAPH_PLUGIN.format(**{**defaults, **fields})
         (package / "__init__.py").write_text(text)
         if "known" in fields:
             (package / "known_failures.py").write_text(f"KNOWN_FAILURES = {fields['known']!r}\n")
@@ -229,7 +243,8 @@ def test_conformance_of_graph_level_plugins(tmp_path):
     )
     proc = run_suite(
         tmp_path, env, "--sdk-plugin=rightg", "--sdk-plugin=lazyg", "--sdk-plugin=wrongg",
-        "--sdk-opinfo=add,mul", "-k", "opinfo or fusion or test_fault and not run_time",
+        "--sdk-opinfo=add,mul", "--sdk-samples=1",
+        "-k", "opinfo or fusion or test_fault and not run_time",
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert "sdk conformance summary" in out, out[-3000:]
@@ -250,6 +265,18 @@ def test_conformance_of_graph_level_plugins(tmp_path):
     # wrong: every case mismatches eager
     assert cells[("opinfo fw float32", "wrongg")] == "0/2", cells
     assert proc.returncode == 1, out[-3000:]
+
+
+def test_conformance_compares_more_than_the_first_sample(tmp_path):
+    """A plugin wrong only on 2-d outputs: add's first OpInfo sample is 0-d, its third a
+    broadcast to (5, 5); the default three samples find it, and the failure names the sample."""
+    env = graph_plugins_env(tmp_path, {"flatg": {"offset": 1e-3, "offset_ndim": 2}})
+    proc = run_suite(
+        tmp_path, env, "--sdk-plugin=flatg", "--sdk-opinfo=add", "-k", "opinfo and float32"
+    )
+    out = proc.stdout + proc.stderr
+    assert summary(out)[("opinfo fw float32", "flatg")] == "0/1", out[-3000:]
+    assert "sample 2 of 3 ((5, 1), (5,))" in out, out[-3000:]
 
 
 def test_conformance_graph_level_run_time_fault(tmp_path):

@@ -10,6 +10,7 @@ import contextlib
 import contextvars
 import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -204,6 +205,67 @@ def decompose(
             decomposition_table=table,
             tracing_mode="symbolic" if symbolic else "real",
         )(*vals)
+
+
+def graph_ops() -> list[Any]:
+    """The ``aten`` ops a functional ATen graph can hold: those that return a tensor, mutate
+    nothing and have a kernel of their own (a ``CompositeImplicitAutograd`` op is traced
+    through, into the ops it calls, before a graph exists)."""
+    out = []
+    for name in dir(aten):
+        packet = getattr(aten, name, None)
+        if not isinstance(packet, OpOverloadPacket):
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if not tensor_op(op):
+                continue
+            try:
+                implicit = torch._C._dispatch_has_kernel_for_dispatch_key(
+                    op.name(), "CompositeImplicitAutograd"
+                )
+            except RuntimeError:  # listed, but not registered in this build
+                continue
+            if not implicit:
+                out.append(op)
+    return out
+
+
+def decomposed_calls(
+    op: Any, table: Mapping[Any, Callable[..., Any]], args: list[Any], kwargs: dict[str, Any]
+) -> list[Any]:
+    """The ops one call of ``op`` becomes under the decomposition table ``table`` (applied
+    again to what a decomposition calls, as AOTAutograd does), in graph order."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda *a: op(*a, **kwargs), decomposition_table=table)(*args)
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+@dataclass(frozen=True)
+class SchemaArgument:
+    """One argument of an op's schema, as ``sdk ops`` needs it."""
+
+    name: str
+    type_name: str  # "Tensor", "List[int]", "number", "Optional[Tensor]" ...
+    has_default: bool
+    kwarg_only: bool
+
+
+def schema_arguments(op: Any) -> list[SchemaArgument]:
+    return [
+        SchemaArgument(a.name, str(a.type), a.has_default_value(), a.kwarg_only)
+        for a in op._schema.arguments
+    ]
+
+
+def tensor_op(op: Any) -> bool:
+    """Whether ``op`` can be a call of a functional ATen graph: it returns a tensor, takes
+    no ``out=`` and mutates nothing (``aten.sin.out`` and ``aten.sin.int``, Python-number
+    math, cannot)."""
+    schema = op._schema
+    returns = [str(r.type) for r in schema.returns]
+    return not schema.is_mutable and any("Tensor" in r for r in returns)
 
 
 def aot_compile(

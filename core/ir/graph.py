@@ -192,6 +192,8 @@ class ExternNode:
     origins: list[str] = field(default_factory=list)
     fallback_reason: str | None = None  # None: a library call on purpose
     multi_output: bool = False
+    #: (the call's id, the plugin's own function for it: ``sdk_extern``), else None: ATen's
+    vendor: tuple[str, Any] | None = None
 
     @property
     def reads(self) -> set[str]:

@@ -16,6 +16,7 @@ from .layouts import _dense, _meta_view, same_strides, shape_of, strides_of
 from .lowerer import (
     COLLECTIVE_OPS,
     IN_PLACE_FORMS,
+    LIBRARY_OPS,
     WAIT_OPS,
     Lowerer,
     LoweringBuilder,
@@ -27,6 +28,7 @@ from .views import reshape_reindex
 __all__ = [
     "COLLECTIVE_OPS",
     "IN_PLACE_FORMS",
+    "LIBRARY_OPS",
     "SEED_BUFFER",
     "WAIT_OPS",
     "Lowerer",

@@ -93,6 +93,21 @@ EXTERN_OPS = {
     aten.upsample_nearest2d.default,
 }
 
+#: The library calls a plugin may run through its own library (``sdk_extern``): matrix
+#: products, convolutions and attention, forward and backward. Every other op of
+#: :data:`EXTERN_OPS` runs through ATen.
+LIBRARY_OPS = frozenset(
+    {
+        aten.mm.default,
+        aten.bmm.default,
+        aten.addmm.default,
+        aten.baddbmm.default,
+        aten.convolution.default,
+        aten.convolution_backward.default,
+    }
+    | {op for op in EXTERN_OPS if "_scaled_dot_product_" in str(op)}
+)
+
 #: Library ops whose functional form copies its first argument and then updates the copy in
 #: place, as the in-place form does to the argument itself. Where that argument is a
 #: temporary of the program dying at the call (the zeros an embedding backward accumulates
@@ -201,11 +216,14 @@ class Lowerer:
         ctx: CompileContext,
         hooks: Any,
         refused: Mapping[str, str] | None = None,
+        vendor: dict[str, tuple[str, Callable]] | None = None,
     ) -> None:
         """``refused``: ATen node name -> why it runs in ATen (an op whose kernel alone
-        exceeds the plugin's ``sdk_kernel_limits``)."""
+        exceeds the plugin's ``sdk_kernel_limits``); ``vendor``: see :attr:`vendor`."""
         self.gm, self.specs, self.ctx, self.hooks = gm, specs, ctx, hooks
         self.refused = refused or {}
+        #: call node name -> (its call's id, the plugin's own function: ``sdk_extern``)
+        self.vendor = vendor or {}
         self.nodes: list[Node | ExternNode] = []
         self.env: dict[torch.fx.Node, Any] = {}
         self.inputs: list[tuple[str, Any]] = []  # (buffer name or "", spec)
@@ -584,6 +602,9 @@ class Lowerer:
             else:
                 outputs.append(None)
                 results.append(None)
+        own = self.vendor.get(self._fx.name) if reason is None else None
+        if own is not None and target is not self._fx.target:
+            own = None  # a lowering's helper call (not the node's op): ATen's
         node = ExternNode(
             self.fresh("extern"),
             target,
@@ -593,12 +614,14 @@ class Lowerer:
             [self.origin],
             reason,
             isinstance(val, (list, tuple)),
+            own,
         )
         self.nodes.append(node)
         name = op_name(target)
         if reason is None:
             self.extern_report[node.name] = len(self.externs)
-            self.externs.append(ExternReport(name, self._fx.name))
+            by = self.ctx.plugin if own is not None else ""
+            self.externs.append(ExternReport(name, self._fx.name, by))
         else:
             self.fallbacks.append(FallbackReport(name, reason, self._fx.name))
         return tuple(results) if node.multi_output else results[0]

@@ -5,13 +5,17 @@
 :mod:`sdk.conformance.suite` through ``sdk:NAME`` and prints a summary, with the pass counts of
 the built-in plugins for the same device beside it:
 
-* **opinfo**: the first sample input of OpInfo ops (torch's ``op_db``; a curated subset by
-  default, ``--sdk-opinfo=all`` for every op), fp32 and bf16, forward and forward+backward,
-  against eager at Inductor's tolerances;
+* **opinfo**: the first sample inputs of OpInfo ops (torch's ``op_db``; a curated subset by
+  default, ``--sdk-opinfo=all`` for every op; ``--sdk-samples=N`` samples each, default
+  :data:`DEFAULT_SAMPLES`), fp32 and bf16, forward and forward+backward, against eager at
+  Inductor's tolerances;
 * **fusion**: what ``sdk.explain`` reports: pointwise chains in one kernel, a reduction with its
   neighbours, training graphs (for a graph-level plugin: in one partition it compiled);
 * **options**: unknown options and wrong types raise and name the fix, declared options
-  compile, ``fusion=False`` and ``fallback=False`` are honoured, the identity hooks answer;
+  compile at their defaults and at other values (:func:`option_values`), ``fusion=False``
+  and ``fallback=False`` are honoured, the identity hooks answer;
+* **sizes**: ``dynamic=True`` over several sizes is right; a plugin declaring
+  ``Capability.SYMBOLIC_SIZES`` compiles one program for all of them;
 * **faults**: a kernel that fails to render, to build or to run (a graph-level plugin: a
   partition that fails to compile or to run) falls back to ATen (or to the ``chain``);
   ``debug=True`` and ``fallback=False`` raise;
@@ -47,7 +51,12 @@ TOL = {
 }
 DTYPES = ("float32", "bfloat16")
 
+#: OpInfo samples compared per case (``--sdk-samples``): the first few, which differ in shape,
+#: broadcasting and arguments (``add``: scalars, broadcasts, 0-d tensors ...).
+DEFAULT_SAMPLES = 3
+
 #: The OpInfo ops of ``--sdk-opinfo=quick``: pointwise, reduction, normalization, indexing.
+#: Each name is one OpInfo, its variant included (``softmax`` is not ``softmax.with_dtype``).
 QUICK_OPS = (
     "add", "mul", "nn.functional.gelu", "sum", "softmax", "nn.functional.layer_norm", "where",
     "index_select",
@@ -59,6 +68,7 @@ DEFAULT_OPS = QUICK_OPS + (
     "masked_fill", "mean", "amax", "var", "log_softmax", "logsumexp", "argmax", "prod",
     "gather", "cat", "transpose", "permute", "reshape", "expand", "matmul",
     "nn.functional.embedding", "nn.functional.cross_entropy", "cumsum",
+    "softmax.with_dtype", "log_softmax.with_dtype", "var.unbiased",
 )  # fmt: skip
 
 
@@ -240,9 +250,12 @@ def op_name(op: Any) -> str:
 
 def opinfo_cases(selection: str, device: str) -> list[tuple[str, str, str]]:
     """``(op, dtype, mode)`` cases: ``selection`` is quick, default, all or op names
-    (``name`` or ``name.variant``, comma-separated); modes are fw and fwbw."""
+    (``name`` or ``name.variant``, comma-separated: ``softmax`` names every variant, as a
+    user means it); modes are fw and fwbw. The named sets hold exact OpInfo names: quick
+    runs ``len(QUICK_OPS)`` OpInfos, default ``len(DEFAULT_OPS)``."""
     db = op_db()
-    if selection in ("quick", "default"):
+    exact = selection in ("quick", "default")
+    if exact:
         wanted: set[str] | None = set(QUICK_OPS if selection == "quick" else DEFAULT_OPS)
     elif selection == "all":
         wanted = None
@@ -252,7 +265,7 @@ def opinfo_cases(selection: str, device: str) -> list[tuple[str, str, str]]:
     cases = []
     for op in db:
         name = op_name(op)
-        if wanted is not None and name not in wanted and op.name not in wanted:
+        if wanted is not None and name not in wanted and (exact or op.name not in wanted):
             continue
         found |= {name, op.name}
         dts = op.supported_dtypes(device)
@@ -271,25 +284,63 @@ def opinfo_cases(selection: str, device: str) -> list[tuple[str, str, str]]:
     return cases
 
 
-def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> bool:
-    """Compare the first sample of OpInfo ``name`` through ``sdk:plugin`` with eager; True
-    when the plugin generated a kernel for it (else every op ran through ATen or a library).
-    A graph-level plugin must compile every op of the case: one it left to ATen fails it.
+def run_opinfo_case(
+    plugin: str, device: str, name: str, dt: str, mode: str, samples: int = 1
+) -> bool:
+    """Compare the first ``samples`` sample inputs of OpInfo ``name`` through ``sdk:plugin``
+    with eager, each compiled afresh; True when the plugin generated a kernel for one (else
+    every op ran through ATen or a library). A graph-level plugin must compile every op of
+    the case: one it left to ATen fails it.
 
-    Skips (``pytest.skip``) when eager itself cannot run the sample or there is nothing
-    to differentiate; fails on a mismatch or an error of the compiled function."""
+    Skips (``pytest.skip``) when eager can run none of the samples or there is nothing to
+    differentiate in any; fails on a mismatch or an error of the compiled function, naming
+    the sample."""
+    import itertools
+
     import pytest
-
-    from sdk.core.adapters.torch_private import tree_flatten, tree_unflatten
 
     op = next(o for o in op_db() if op_name(o) == name)
     grad = mode == "fwbw"
     seed = seed_of(name, dt, mode)
     torch.manual_seed(seed)
-    try:
-        sample = next(iter(op.sample_inputs(device, getattr(torch, dt), requires_grad=grad)))
-    except StopIteration:
+    first = list(
+        itertools.islice(
+            op.sample_inputs(device, getattr(torch, dt), requires_grad=grad), max(samples, 1)
+        )
+    )
+    if not first:
         pytest.skip(f"OpInfo {name} has no {dt} sample on {device}")
+    made, ran, why = False, 0, ""
+    for i, sample in enumerate(first):
+        try:
+            made |= _run_sample(plugin, op, name, sample, grad, seed + i)
+            ran += 1
+        except pytest.skip.Exception as exc:
+            why = str(exc)
+        except AssertionError as exc:
+            raise AssertionError(
+                f"sample {i} of {len(first)} ({_describe(sample)}): {exc}"
+            ) from None
+    if not ran:
+        pytest.skip(why)
+    return made
+
+
+def _describe(sample: Any) -> str:
+    """A sample's shapes, for a failure message."""
+    from sdk.core.adapters.torch_private import tree_flatten
+
+    flat, _ = tree_flatten((sample.input, sample.args, sample.kwargs))
+    return ", ".join(
+        f"{tuple(x.shape)}" if isinstance(x, torch.Tensor) else repr(x)[:20] for x in flat
+    )
+
+
+def _run_sample(plugin: str, op: Any, name: str, sample: Any, grad: bool, seed: int) -> bool:
+    import pytest
+
+    from sdk.core.adapters.torch_private import tree_flatten, tree_unflatten
+
     flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
     where = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
 
@@ -306,7 +357,7 @@ def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> 
     except Exception as exc:  # noqa: BLE001 - eager cannot run it: nothing to compare with
         pytest.skip(f"eager cannot run the sample: {type(exc).__name__}: {exc}"[:300])
     if expected is None:
-        pytest.skip(f"{name}: no differentiable output or input in the first sample")
+        pytest.skip(f"{name}: no differentiable output or input in the sample")
     from sdk.core import pipeline
 
     reset()
@@ -325,6 +376,19 @@ def run_opinfo_case(plugin: str, device: str, name: str, dt: str, mode: str) -> 
     if graph_level(plugin):
         return _compiled_whole(plugin, graphs, name)
     return any(g.kernels for g in graphs)
+
+
+def option_values(spec: sdk.OptionSpec) -> list[Any]:
+    """The values other than its default the options check compiles a declared option with:
+    its ``examples``, else a ``bool`` flipped or an ``int`` one more; none for another type
+    (declare ``examples`` to have it checked)."""
+    if spec.examples:
+        return [v for v in spec.examples if v != spec.default]
+    if isinstance(spec.default, bool):
+        return [not spec.default]
+    if isinstance(spec.default, int):
+        return [spec.default + 1]
+    return []
 
 
 def _compiled_whole(plugin: str, graphs: list[sdk.GraphReport], name: str) -> bool:

@@ -21,6 +21,8 @@ OUTCOMES = ("passed", "failed", "skipped", "xfailed")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from sdk import conformance as C  # (sdk is imported already: this module is in it)
+
     group = parser.getgroup("sdk", "torch-backend-sdk conformance suite")
     group.addoption(
         "--sdk-plugin",
@@ -40,8 +42,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--sdk-opinfo",
         default="default",
         metavar="SET",
-        help="OpInfo ops: 'quick' (8 ops), 'default' (about 40), 'all' (every "
-        "op of torch's op_db, long) or comma-separated op names",
+        help=f"OpInfo ops: 'quick' ({len(C.QUICK_OPS)} OpInfos), 'default' "
+        f"({len(C.DEFAULT_OPS)}), 'all' (every OpInfo of torch's op_db, long) or "
+        "comma-separated op names (a name without its variant names every variant)",
+    )
+    group.addoption(
+        "--sdk-samples",
+        default=C.DEFAULT_SAMPLES,
+        type=int,
+        metavar="N",
+        help=f"sample inputs compared per OpInfo case, the first N (default "
+        f"{C.DEFAULT_SAMPLES}); each compiles afresh",
     )
     group.addoption(
         "--sdk-device",
@@ -93,6 +104,12 @@ def _configure(config: pytest.Config, names: list[str], C: Any) -> None:
     suite = os.path.join(os.path.dirname(__file__), "suite.py")
     config.args[:] = [suite]
     config.addinivalue_line("markers", "sdk_conformance: a check of the SDK conformance suite")
+
+
+@pytest.fixture
+def sdk_samples(request: pytest.FixtureRequest) -> int:
+    """How many sample inputs each OpInfo case compares (``--sdk-samples``)."""
+    return max(int(request.config.getoption("sdk_samples")), 1)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

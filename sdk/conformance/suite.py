@@ -72,10 +72,16 @@ def _needs_partitions(report: sdk.ExplainReport, plugin: str) -> None:
 
 
 def test_opinfo(
-    sdk_plugin: str, sdk_device: str, opinfo_case: tuple[str, str, str], record_property
+    sdk_plugin: str,
+    sdk_device: str,
+    opinfo_case: tuple[str, str, str],
+    sdk_samples: int,
+    record_property,
 ) -> None:
-    """The OpInfo's first sample against eager, forward (fw) or forward+backward (fwbw)."""
-    record_property("sdk_kernels", C.run_opinfo_case(sdk_plugin, sdk_device, *opinfo_case))
+    """The OpInfo's first ``--sdk-samples`` samples against eager, forward (fw) or
+    forward+backward (fwbw)."""
+    made = C.run_opinfo_case(sdk_plugin, sdk_device, *opinfo_case, samples=sdk_samples)
+    record_property("sdk_kernels", made)
 
 
 # -- fusion --------------------------------------------------------------------------
@@ -191,6 +197,34 @@ def test_option_declared_defaults_compile(sdk_plugin: str, sdk_device: str) -> N
     _check(sdk_plugin, chain, x, y, **{k: s.default for k, s in info.options.items()})
 
 
+def test_option_declared_other_values_compile(sdk_plugin: str, sdk_device: str) -> None:
+    """Each option the plugin declares, at each value other than its default that
+    :func:`sdk.conformance.option_values` gives, compiles a pointwise chain, a reduction and
+    a training step right."""
+    info = C.require(sdk_plugin)
+    tried, untried = 0, []
+    for name, spec in info.options.items():
+        values = C.option_values(spec)
+        if not values:
+            untried.append(name)
+        for value in values:
+            x, y = _rand(16, 33, device=sdk_device), _rand(16, 33, device=sdk_device)
+            _check(sdk_plugin, chain, x, y, **{name: value})
+            _check(sdk_plugin, reduce_with_neighbours, x, **{name: value})
+            xg, w = _rand(12, 20, device=sdk_device, grad=True), _rand(20, device=sdk_device)
+            _check(sdk_plugin, train_step, xg, w.requires_grad_(), grad=True, **{name: value})
+            tried += 1
+    if not tried:
+        pytest.skip(
+            f"sdk:{sdk_plugin} declares no option with a value to try"
+            + (
+                f" ({', '.join(untried)}: declare OptionSpec(examples=(...)) to have them checked)"
+                if untried
+                else ""
+            )
+        )
+
+
 def test_option_fusion_off(sdk_plugin: str, sdk_device: str) -> None:
     if C.graph_level(sdk_plugin):
         pytest.skip(
@@ -235,6 +269,44 @@ def test_option_identity_hooks(sdk_plugin: str) -> None:
         start = time.perf_counter()
         assert status() is None
         assert time.perf_counter() - start < 1.0, "sdk_plugin_status must be cheap (< 1 s)"
+
+
+# -- symbolic sizes ------------------------------------------------------------------
+
+
+def rows(x, w):
+    return torch.softmax(x * w, dim=-1).sum(-1) + x[:, 0]
+
+
+def test_sizes_dynamic(sdk_plugin: str, sdk_device: str) -> None:
+    """``dynamic=True`` over three sizes of a dimension, forward and backward, is right; a
+    plugin declaring ``Capability.SYMBOLIC_SIZES`` compiles one program for all of them
+    (``GraphReport.sizes`` "symbolic: ...", not "per shape: why")."""
+    from sdk.core import pipeline
+
+    symbolic = sdk.Capability.SYMBOLIC_SIZES in C.require(sdk_plugin).capabilities
+    C.reset()
+    compiled = torch.compile(rows, backend=sdk.backend(sdk_plugin), dynamic=True)
+    graphs: list[sdk.GraphReport] = []
+    w = _rand(24, device=sdk_device, grad=True)
+    for n in (5, 9, 13):
+        x = _rand(n, 24, device=sdk_device, grad=True)
+        token = pipeline.collect_reports(graphs)
+        try:
+            actual, expected = C.run_both(rows, [x, w], compiled, True, C.seed_of(n))
+        finally:
+            pipeline.stop_collecting(token)
+        C.assert_close(actual, expected, f"output or gradient (size {n})")
+    if not symbolic or C.graph_level(sdk_plugin):
+        pytest.skip(
+            f"results right; sdk:{sdk_plugin} does not declare Capability.SYMBOLIC_SIZES"
+            if not symbolic
+            else "results right; a graph-level plugin compiles per partition"
+        )
+    kinds = {g.kind: g for g in graphs}
+    assert set(kinds) == {"forward", "backward"}, [str(g) for g in graphs]
+    for g in graphs:
+        assert g.sizes.startswith("symbolic"), f"one program for every size expected:\n{g}"
 
 
 # -- faults --------------------------------------------------------------------------

@@ -1,0 +1,298 @@
+"""``python -m sdk ops``: what becomes of each ATen op, read from the core's own tables.
+
+Each op is in one of four places, in the order a compile asks:
+
+* **library**: a library call (``EXTERN_OPS``): ATen runs it between the kernels, or the
+  plugin's ``sdk_extern`` function where the op is one of ``LIBRARY_OPS``;
+* **decomposed**: in the decomposition table AOTAutograd traces with (the core's default
+  table; with a plugin, its ``sdk_decompositions`` added and its ``sdk_keep_ops`` taken
+  out): it never reaches lowering, the ops it decomposes into do;
+* **lowered**: the core's lowering table (``LOWERINGS``) has it (or, with a plugin, its
+  ``sdk_lower_op`` lowered the probe): it becomes loop IR, and the listing names the IR ops
+  (``sdk.ir.OPS``, and reductions) its lowering produced on a probe;
+* **fallback**: none of these: it runs through ATen, op by op, between the kernels.
+
+The IR ops come from lowering each op once on small meta tensors built from its schema
+(:func:`probe`); an op whose schema gives no sample it accepts says so instead. The ops
+listed are every ATen op a functional graph can hold (a tensor result, no mutation, a kernel
+of its own) and every op of those tables, or the ops asked for.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+import torch.fx
+
+from sdk.plugin import Capability, CompileContext
+
+from .adapters import torch_private as tp
+from .fallback import op_name
+from .guards import spec_of
+from .ir.expr import Op, walk
+from .ir.graph import ExternNode
+from .lowering.lowerer import EXTERN_OPS, LIBRARY_OPS, LOWERINGS, Lowerer
+
+PLACES = ("lowered", "decomposed", "library", "fallback")
+#: the device of the probes' tensors: no data, no kernel runs
+_PROBE_DEVICE = "meta"
+
+
+@dataclass(frozen=True)
+class OpEntry:
+    """What becomes of one ATen op."""
+
+    op: str  # "aten.add.Tensor"
+    place: str  # one of PLACES
+    ir: tuple[str, ...] = ()  # lowered: the IR ops its probe produced
+    note: str = ""  # why not probed, who lowers it, what a fallback's reason is
+    #: decomposed, where asked for by name: the ops its decomposition calls
+    becomes: tuple[str, ...] = ()
+
+
+@dataclass
+class _NoHooks:
+    """The core alone: no plugin answers."""
+
+    def sdk_op_support(self, **_: Any) -> None:
+        return None
+
+    def sdk_lower_op(self, **_: Any) -> None:
+        return None
+
+
+@dataclass
+class Tables:
+    """The tables one listing reads: the decomposition table and the hooks lowering asks."""
+
+    decompositions: dict[Any, Callable[..., Any]]
+    hooks: Any = field(default_factory=_NoHooks)
+    plugin: str = ""
+    capabilities: frozenset[Capability] = frozenset()
+    kept: frozenset[Any] = frozenset()
+
+
+def core_tables() -> Tables:
+    return Tables(tp.default_decompositions())
+
+
+def plugin_tables(session: Any) -> Tables:
+    """The tables of a compile by ``session``'s plugin: its decompositions and kept ops."""
+    ctx = _context(session.info.name, session.info.capabilities, session.options)
+    table = session.decompositions(ctx)
+    kept = frozenset(op for op in tp.default_decompositions() if op not in table)
+    return Tables(table, session.hooks, session.info.name, session.info.capabilities, kept)
+
+
+def _context(plugin: str, capabilities: frozenset, options: Any) -> CompileContext:
+    return CompileContext(
+        plugin=plugin or "(core)",
+        device_type=_PROBE_DEVICE,
+        graph_kind="inference",
+        graph_name="ops",
+        options={**options, "fallback": True, "channels_last": False},
+        capabilities=capabilities,
+    )
+
+
+def universe(tables: Tables) -> set[Any]:
+    """Every ATen op a functional graph can hold (:func:`tp.graph_ops`) and every op the
+    tables name, without ``out=`` or in-place forms or Python-number math."""
+    ops = set(tp.graph_ops())
+    ops |= {op for op in tables.decompositions if isinstance(op, tp.OpOverload)}
+    ops |= set(LOWERINGS) | EXTERN_OPS | tables.kept
+    return {op for op in ops if tp.tensor_op(op)}
+
+
+def resolve(names: Iterable[str]) -> list[Any]:
+    """ATen ops by name: ``elu`` (its overloads a graph can hold), ``aten.elu``,
+    ``aten.elu.default`` (that one), or ``prims.mul.default``. Raises ``ValueError`` naming
+    the ones torch does not have."""
+    out, unknown = [], []
+    for name in names:
+        parts = name.split(".")
+        ns = parts[0] if parts[0] in ("aten", "prims") else "aten"
+        parts = parts[1:] if parts[0] in ("aten", "prims") else parts
+        packet = getattr(getattr(torch.ops, ns), parts[0], None) if parts else None
+        if not isinstance(packet, tp.OpOverloadPacket):
+            unknown.append(name)
+            continue
+        if len(parts) > 1:
+            op = getattr(packet, parts[1], None)
+            if op is None:
+                unknown.append(name)
+                continue
+            out.append(op)
+        else:
+            every = [getattr(packet, o) for o in packet.overloads()]
+            out.extend([op for op in every if tp.tensor_op(op)] or every)
+    if unknown:
+        raise ValueError(
+            f"no ATen op named {', '.join(unknown)} in torch {torch.__version__}; give names "
+            "such as elu, aten.elu or aten.elu.default"
+        )
+    return out
+
+
+def listing(tables: Tables, ops: Iterable[Any] | None = None) -> list[OpEntry]:
+    """Where each op goes (all of :func:`universe`, or ``ops``, whose decompositions are
+    traced too), sorted by name."""
+    chosen = universe(tables) if ops is None else set(ops)
+    ctx = _context(tables.plugin, tables.capabilities, {})
+    return [place(op, tables, ctx, detail=ops is not None) for op in sorted(chosen, key=op_name)]
+
+
+def place(op: Any, tables: Tables, ctx: CompileContext, detail: bool = False) -> OpEntry:
+    """Where ``op`` goes; ``detail``: for a decomposed op, also what it decomposes into and
+    the IR ops those become."""
+    name = op_name(op)
+    if op in EXTERN_OPS or op in LIBRARY_OPS:  # (a convolution's lowering makes the call)
+        own = "ATen, or the plugin's sdk_extern" if op in LIBRARY_OPS else "ATen"
+        return OpEntry(name, "library", note=f"runs through {own}")
+    if op in tables.decompositions:
+        entry = _decomposed(op, tables, ctx) if detail else OpEntry(name, "decomposed")
+        if op in LOWERINGS:  # reached by lowering only where a plugin keeps it whole
+            also = "the core lowers it too, where sdk_keep_ops keeps it"
+            entry = replace(entry, note=f"{entry.note}; {also}" if entry.note else also)
+        return entry
+    kept = " (kept whole by the plugin's sdk_keep_ops)" if op in tables.kept else ""
+    if op not in LOWERINGS and not tables.plugin:
+        return OpEntry(name, "fallback", note="no IR lowering for this op" + kept)
+    try:
+        ir, fallback = probe(op, tables.hooks, ctx)
+    except Exception as exc:  # noqa: BLE001 - no sample this op accepts: say so
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+        if op in LOWERINGS:
+            return OpEntry(name, "lowered", note=f"IR ops not probed ({why}){kept}")
+        return OpEntry(
+            name,
+            "fallback",
+            note=f"no IR lowering in the core; the plugin's not probed ({why}){kept}",
+        )
+    if fallback is not None:
+        return OpEntry(name, "fallback", note=fallback + kept)
+    by = "" if op in LOWERINGS else f"lowered by sdk:{tables.plugin}'s sdk_lower_op"
+    if not ir:  # a view (index arithmetic), a copy, a fill, a gather
+        by = f"{by}; loads and stores only" if by else "loads and stores only"
+    return OpEntry(name, "lowered", tuple(sorted(ir)), note=(by + kept).strip())
+
+
+def _decomposed(op: Any, tables: Tables, ctx: CompileContext) -> OpEntry:
+    """A decomposed op with the ops one call of it becomes, and what becomes of those."""
+    name = op_name(op)
+    try:
+        args, kwargs = sample_arguments(op)
+        calls = tp.decomposed_calls(op, tables.decompositions, args, kwargs)
+    except Exception as exc:  # noqa: BLE001 - no sample this op accepts: say so
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+        return OpEntry(name, "decomposed", note=f"decomposition not traced ({why})")
+    parts = [place(c, tables, ctx) for c in dict.fromkeys(calls) if isinstance(c, tp.OpOverload)]
+    ir = sorted({i for p in parts for i in p.ir})
+    left = [p.op for p in parts if p.place in ("fallback", "library")]
+    note = f"IR ops: {' '.join(ir) or 'none'}" + (
+        f"; through ATen or a library: {', '.join(left)}" if left else ""
+    )
+    return OpEntry(name, "decomposed", note=note, becomes=tuple(p.op for p in parts))
+
+
+def probe(op: Any, hooks: Any, ctx: CompileContext) -> tuple[set[str], str | None]:
+    """Lower one call of ``op`` on small meta tensors made from its schema: the IR ops it
+    produced, and the fallback's reason where it fell back (None where it did not)."""
+    args, kwargs = sample_arguments(op)
+    out = op(*args, **kwargs)
+    graph = torch.fx.Graph()
+    inputs: list[torch.Tensor] = []
+
+    def node_of(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            p = graph.placeholder(f"x{len(inputs)}")
+            p.meta["val"] = x
+            inputs.append(x)
+            return p
+        if isinstance(x, (list, tuple)):
+            return type(x)(node_of(y) for y in x)
+        return x
+
+    call = graph.call_function(
+        op, tuple(node_of(a) for a in args), {k: node_of(v) for k, v in kwargs.items()}
+    )
+    call.meta["val"] = out
+    if isinstance(out, (tuple, list)):
+        results = []
+        for i, o in enumerate(out):
+            item = graph.call_function(operator.getitem, (call, i))
+            item.meta["val"] = o
+            results.append(item)
+        graph.output(tuple(results))
+    else:
+        graph.output((call,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    L = Lowerer(gm, tuple(spec_of(x, real=False) for x in inputs), ctx, hooks)
+    L.run()
+    if L.fallbacks:
+        return set(), L.fallbacks[0].reason
+    ir: set[str] = set()
+    for n in L.nodes:
+        if isinstance(n, ExternNode):
+            continue
+        ir |= {e.name for e in walk([n.value]) if isinstance(e, Op)}
+        if n.reduce_op:
+            ir.add(f"reduce:{n.reduce_op}")
+    return ir, None
+
+
+#: argument names that hold indices, masks and the like: a tensor of that dtype
+_INT_TENSORS = ("index", "indices", "target", "offsets", "input_lengths", "target_lengths")
+
+
+def sample_arguments(op: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Arguments for one call of ``op``: each argument without a default from its schema
+    type and name (a 2x3 float tensor, dim 0, None where it is optional, ...); raises
+    ``TypeError`` for a type it has no sample for."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for a in tp.schema_arguments(op):
+        if a.has_default:
+            continue
+        value = _sample(a.type_name, a.name)
+        if a.kwarg_only:
+            kwargs[a.name] = value
+        else:
+            args.append(value)
+    return args, kwargs
+
+
+def _tensor(name: str) -> torch.Tensor:
+    if name in _INT_TENSORS:
+        return torch.zeros(2, dtype=torch.int64, device=_PROBE_DEVICE)
+    if name in ("mask", "condition"):
+        return torch.zeros(2, 3, dtype=torch.bool, device=_PROBE_DEVICE)
+    return torch.empty(2, 3, device=_PROBE_DEVICE)
+
+
+def _sample(type_name: str, name: str) -> Any:
+    if type_name.startswith("Optional["):
+        return None
+    if type_name == "Tensor":
+        return _tensor(name)
+    if type_name in ("List[Tensor]", "List[Optional[Tensor]]"):
+        return [_tensor(name), _tensor(name)]
+    if type_name in ("int", "SymInt"):
+        return 0 if "dim" in name else 1
+    if type_name in ("List[int]", "List[SymInt]"):
+        if name in ("size", "shape"):
+            return [2, 3]
+        if name == "stride":
+            return [3, 1]
+        if name == "normalized_shape":
+            return [3]
+        return [0] if "dim" in name else [1]
+    if type_name in ("float", "number"):
+        return 1.0
+    if type_name == "bool":
+        return False
+    raise TypeError(f"no sample for an argument {name} of type {type_name}")
