@@ -122,6 +122,11 @@ def fused(x):
     return torch.relu(x * 2.0) + x.sum(-1, keepdim=True)
 
 
+def with_matmul(x):
+    """A library call (sdk_extern is asked only for those) between pointwise ops."""
+    return torch.relu(x @ x.t()) * 2.0
+
+
 def with_fallback(x):
     """An op cpu_cpp has no lowering for (sdk_on_fallback is called for it)."""
     return torch.digamma(x) * 2.0 + 1.0
@@ -190,20 +195,25 @@ def identity_fault(install, hook: str) -> None:
     _healthy(fused)
 
 
-def compile_fault(install, hook: str) -> None:
+def compile_fault(install, hook: str, fn=fused) -> None:
     """The faulty plugin's graph runs through ATen, the reason names plugin and hook, and
     ``fallback=False`` raises an SDKError that names them."""
     install(faulty_source(hook))
     x = _x()
-    torch.testing.assert_close(torch.compile(fused, backend=sdk.backend("faulty"))(x), fused(x))
-    report = sdk.explain(fused, _x(), backend=sdk.backend("faulty"))
+    torch.testing.assert_close(torch.compile(fn, backend=sdk.backend("faulty"))(x), fn(x))
+    report = sdk.explain(fn, _x(), backend=sdk.backend("faulty"))
     assert not report.kernels and report.fallbacks, str(report)
     assert all(
         f"sdk:faulty {hook} raised" in f.reason and FAULT in f.reason for f in report.fallbacks
     ), str(report)
-    _strict_error(fused, sdk.backend("faulty", fallback=False), hook)
-    _healthy(fused)
+    _strict_error(fn, sdk.backend("faulty", fallback=False), hook)
+    _healthy(fn)
     assert _status("faulty") == "ok"  # its compile fell back; nothing to list
+
+
+def extern_fault(install, hook: str) -> None:
+    """sdk_extern is asked for library calls only: a graph with a matrix product."""
+    compile_fault(install, hook, with_matmul)
 
 
 def cache_key_fault(install, hook: str, monkeypatch, tmp_path) -> None:
@@ -319,6 +329,7 @@ CASES: dict[str, Callable[..., None]] = {
     **dict.fromkeys(IDENTITY, identity_fault),
     **dict.fromkeys(COMPILE, compile_fault),
     "sdk_cache_key": cache_key_fault,
+    "sdk_extern": extern_fault,
     "sdk_wrap_compiled": wrapper_fault,
     **dict.fromkeys(GRAPH_HOOKS, graph_fault),
     **dict.fromkeys(OBSERVERS, observer_fault),
