@@ -155,6 +155,10 @@ def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
             "none",
             "--opinfo",
             "add,softmax,index_select,nn.functional.elu",
+            # one sample, as the built-in plugins' run: tests/test_conformance.py checks that
+            # the kit compares more than the first
+            "--samples",
+            "1",
         ],
         env,
         tmp_path,
@@ -185,7 +189,20 @@ def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
 def test_hook_skeleton_plugin_lists_and_conforms(tmp_path):
     env = _install(tmp_path, "eta", None)
     conf = _run(
-        ["-m", "sdk", "conformance", "eta", "--compare", "none", "--opinfo", "add"], env, tmp_path
+        [
+            "-m",
+            "sdk",
+            "conformance",
+            "eta",
+            "--compare",
+            "none",
+            "--opinfo",
+            "add",
+            "--samples",
+            "1",
+        ],
+        env,
+        tmp_path,
     )
     text = conf.stdout + conf.stderr
     assert conf.returncode == 0, text[-3000:]
