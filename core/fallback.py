@@ -25,6 +25,20 @@ def aten_calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     ]
 
 
+def written_inputs(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """The positions of the graph's inputs it writes in place: each the target of an
+    ``aten.copy_`` (an input mutation AOTAutograd kept in the graph)."""
+    position = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    return frozenset(
+        position[n.args[0]]
+        for n in gm.graph.nodes
+        if n.op == "call_function" and n.target is _COPY_ and n.args[0] in position
+    )
+
+
+_COPY_ = torch.ops.aten.copy_.default
+
+
 def op_name(target: Any) -> str:
     """``aten.mul.Tensor`` for an OpOverload, the qualified name for anything else."""
     if isinstance(target, OpOverload):

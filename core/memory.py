@@ -13,7 +13,8 @@ first argument (``IN_PLACE_FORMS``) runs in place over that argument when it is 
 temporary dying at the call, read through that argument alone, in the output's layout:
 its output is that buffer, and the copy is skipped.
 
-Graph inputs and buffers that are (or back) outputs are never reused.
+Graph inputs and buffers that are (or back) outputs are never reused. A kernel that writes
+a graph input in place (core/lowering/mutation.py) writes into the input itself.
 """
 
 from __future__ import annotations
@@ -77,8 +78,16 @@ def _in_place_ok(k: Kernel, src: str, dst: str) -> bool:
 
 
 def plan_memory(
-    program: list[Kernel | ExternNode], layouts: dict[str, Layout], keep: set[str], inputs: set[str]
+    program: list[Kernel | ExternNode],
+    layouts: dict[str, Layout],
+    keep: set[str],
+    inputs: set[str],
+    written: dict[str, str] | None = None,
 ) -> MemoryPlan:
+    """``written``: buffer -> the graph input it is (a kernel writing that input in place:
+    core/lowering/mutation.py)."""
+    written = written or {}
+    keep = keep | set(written)
     plan = MemoryPlan()
     last_use: dict[str, int] = {}
     for i, step in enumerate(program):
@@ -145,6 +154,9 @@ def plan_memory(
                 if a.role == "in" and free(a.name) and last_use.get(a.name) == i
             ]
             for dst in step_writes(step):
+                if dst in written:  # the input's own memory (their layouts are one)
+                    lines.append(f"{dst} = {written[dst]}")
+                    continue
                 lay = layouts[dst]
                 src = next(
                     (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import dataclasses
 import inspect
 import itertools
 import logging
@@ -235,6 +236,12 @@ class Session:
                 # built only if AOTAutograd traces (not on a hit of its cache)
                 decompositions=tp.LazyTable(lambda: self._table(ctx)),
                 cache_tag=self.cache_tag,
+                # writes into inputs stay in the graph for the core's programs to do in
+                # their kernels (core/lowering/mutation.py); a graph-level plugin and a
+                # chain's partitions get functional graphs
+                keep_input_mutations=(
+                    self.info.kind == PluginKind.CODEGEN and not self.options["chain"]
+                ),
             )
         finally:
             warm.current.reset(token)
@@ -266,6 +273,7 @@ class Session:
         whole and not wrapped (its inputs are not Dynamo's: no guard of Dynamo checks them).
         ``recipe`` is filled with what a later process needs to restore the result."""
         recipe = recipe or warm.Recipe(ctx.graph_kind, ctx.device_type)
+        ctx = dataclasses.replace(ctx, written_inputs=fallback.written_inputs(gm))
         if not whole:
             split = chain.compile_partitioned(self, ctx, gm, example_inputs)
             if split is not None:
@@ -324,7 +332,10 @@ class Session:
 
         start = time.perf_counter()
         kind = state["kind"]
-        ctx = self.context(kind, f"g{self.graph_id}_{kind}", state["device_type"])
+        ctx = dataclasses.replace(
+            self.context(kind, f"g{self.graph_id}_{kind}", state["device_type"]),
+            written_inputs=frozenset(state["written_inputs"]),
+        )
         report = GraphReport(name=ctx.graph_name, kind=kind, plugin=ctx.plugin, notes=ctx.notes)
         report.aten_ops, report.sizes = state["aten_ops"], state["sizes"]
         report.warm = "hit"
@@ -675,8 +686,9 @@ class _Hooks:
 class _RunTimeFallback:
     """A compiled graph whose program, if it fails when run, gives way to ATen.
 
-    The graph is functional (AOTAutograd applies input mutations outside it), so a call
-    that raised can run again through the op-level fallback. If ATen raises as well, the
+    A call that raised runs again through the op-level fallback, unless the program had
+    begun writing inputs in place (core/lowering/mutation.py): then its error propagates
+    and later calls run through ATen. If ATen raises as well, the
     inputs were at fault (an index out of range): the program's error propagates and the
     program stays. Otherwise the program failed where eager does not, and the graph runs through
     ATen from then on, with the reason in its report. Out-of-memory errors propagate.
@@ -711,12 +723,30 @@ class _RunTimeFallback:
             f"the compiled program raised when run: {type(exc).__name__}: {exc}; "
             "ATen runs this graph from now on"
         )
+        from .program import inputs_written
+
+        written = inputs_written()
         gm = self._gm if isinstance(self._gm, torch.fx.GraphModule) else self._gm()
         run, reports = fallback.whole_graph(gm, reason)
+        if written:
+            # it had begun writing inputs in place (BatchNorm's running statistics): a
+            # rerun would write them twice. This call fails; later calls run through ATen
+            exc.add_note(
+                f"sdk:{self._ctx.plugin} graph {self._ctx.graph_name} had begun writing its "
+                "inputs in place when it failed, so it was not run again through ATen; "
+                "later calls run through ATen"
+            )
+            self._switch(run, reports, reason)
+            raise exc
         try:
             out = run(args)
         except Exception:  # noqa: BLE001 - eager fails too: the inputs are at fault
             raise exc from None
+        self._switch(run, reports, reason)
+        return out
+
+    def _switch(self, run: Callable, reports: list, reason: str) -> None:
+        """Run the graph through ATen from now on, and say so in its report."""
         _log.warning("sdk:%s graph %s: %s", self._ctx.plugin, self._ctx.graph_name, reason)
         self._eager = run
         r = self._report
@@ -728,7 +758,6 @@ class _RunTimeFallback:
         r.notes.append(reason)
         for f in reports:
             observe(self._reg, self._ctx, r.hook_faults, "sdk_on_fallback", op=f.op, reason=reason)
-        return out
 
 
 def _unboxed(args: tuple) -> list[Any]:

@@ -8,6 +8,7 @@ outputs. That function's per-call work is the launches and allocations only.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from . import graph_cache, warm
 from .adapters.torch_private import buffer_ops
 from .fallback import op_name
 from .guards import is_symbolic, size_bindings
-from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
+from .ir.graph import ComputedView, ExternNode, Node, StorageView, TensorValue
 from .ir.index import is_static, print_size, print_sizes, static
 from .ir.kernel import Kernel, Layout, check_kernel
 from .lowering import (
@@ -497,6 +498,8 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
             keep.add(copy.node.name)
         else:
             plan.append(("const", v, None))
+    # the new values of inputs written in place are stored (into the inputs' memory)
+    keep |= {n.name for n in L.nodes if isinstance(n, Node) and n.into is not None}
     return plan, keep
 
 
@@ -530,6 +533,7 @@ class Wrapper:
             "_is_current": is_current,
             "_seed": _make_seed,
             "_vendor_result": _vendor_result,
+            "_writes": _WRITES,
         }
         moved: dict[str, Any] = {}
         for name, t in self.constants.items():
@@ -571,7 +575,11 @@ class _WrapperWriter:
         self.vendor: dict[str, str] = {}  # named plugin functions -> their calls
         self._consts: dict[int, str] = {}
         out_bufs = {b for kind, b, _ in outputs if kind in ("buf", "view")}
-        self.mem = plan_memory(program, layouts, out_bufs, {n for n, _ in L.inputs if n})
+        #: buffers that are graph inputs written in place (core/lowering/mutation.py)
+        self.written = {n.name: n.into for n in L.nodes if isinstance(n, Node) and n.into}
+        self.mem = plan_memory(
+            program, layouts, out_bufs, {n for n, _ in L.inputs if n}, self.written
+        )
         # device copies of host values, made where (and only if) a kernel or output reads one:
         # a copy costs a host-device transfer per call, and cannot be captured in a CUDA graph
         self.read = set(out_bufs)
@@ -593,13 +601,20 @@ class _WrapperWriter:
     def write(self) -> Wrapper:
         """The wrapper: its prologue, each step between the memory plan's lines, the return."""
         self._prologue()
+        writing = False
         for i, step in enumerate(self.program):
+            if not writing and _writes_input(step, self.written):
+                # from here a failure leaves inputs half written: no rerun through ATen
+                writing = True
+                self.lines.append("    _writes.begun = True")
             self._emit(self.mem.before.get(i, []))
             if isinstance(step, Kernel):
                 self._launch(step)
             else:
                 self._call_extern(i, step)
             self._emit(self.mem.after.get(i, []))
+        if writing:
+            self.lines.append("    _writes.begun = False")
         self._return_outputs()
         return self._wrapper()
 
@@ -827,6 +842,27 @@ _PUBLIC_FUNCTIONS: dict[str, tuple[str, frozenset[str]]] = {
     "aten.addmm.default": ("addmm", frozenset({"beta", "alpha"})),
     "aten.baddbmm.default": ("baddbmm", frozenset({"beta", "alpha"})),
 }
+
+
+#: per thread: whether the program running (or the one that just raised) has begun writing
+#: graph inputs in place (its wrapper sets it before the first such step, and clears it
+#: when it returns)
+_WRITES = threading.local()
+
+
+def inputs_written() -> bool:
+    """Whether the program that raised on this thread had begun writing its graph inputs
+    in place (then running the graph again through ATen would apply those writes twice).
+    Clears the mark."""
+    begun = getattr(_WRITES, "begun", False)
+    _WRITES.begun = False
+    return begun
+
+
+def _writes_input(step: Kernel | ExternNode, written: dict[str, str]) -> bool:
+    if isinstance(step, ExternNode):
+        return step.into is not None
+    return any(a.name in written for a in step.args if a.role != "in")
 
 
 def _callable(step: ExternNode) -> Any:

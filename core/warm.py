@@ -33,14 +33,14 @@ from typing import Any
 
 import torch
 
-from . import graph_cache
+from . import fallback, graph_cache
 from .adapters import aot_cache, mega_cache
 from .adapters import torch_private as tp
 from .cache import not_private, stable_hash
 
 #: the artifact type of the SDK's program entries in torch's MegaCache
 ARTIFACT = "sdk_programs"
-FORMAT = 1
+FORMAT = 2
 
 #: the Session of the Dynamo graph being compiled (a cache hit restores its programs)
 current: contextvars.ContextVar[Any] = contextvars.ContextVar("sdk_warm_session", default=None)
@@ -189,6 +189,7 @@ class Recipe:
             "variants": variants,
             "aten_ops": self.report.aten_ops,
             "sizes": self.report.sizes,
+            "written_inputs": sorted(fallback.written_inputs(gm)),
             "graph": graph,
         }
 

@@ -271,6 +271,12 @@ class CompileContext:
     capabilities: frozenset[Capability]
     #: what :meth:`note` recorded; ``sdk.explain`` shows it under the graph
     notes: list[str] = field(default_factory=list, compare=False, repr=False)
+    #: the positions of the graph's inputs that running the compiled graph writes in place
+    #: (BatchNorm's running statistics in a training step: AOTAutograd keeps such writes in
+    #: the graph for a codegen plugin, and its kernels do them). A wrapper that runs the
+    #: graph on copies of its inputs must copy these back after each run, and must not run
+    #: the graph on the caller's inputs more often than it is called.
+    written_inputs: frozenset[int] = field(default_factory=frozenset, compare=False)
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 import sdk
+from tests.gpu.common import rmse_ok
 from tests.plugins_under_test import PLUGINS, device_of
 
 pytestmark = pytest.mark.parametrize("plugin", PLUGINS)
@@ -126,3 +129,129 @@ def test_a_view_returned_by_a_fallback_op_keeps_its_memory(plugin):
     x = torch.randn(6, 6, device=dev)
     for a, b in zip(compiled(fn, plugin)(x), fn(x)):
         torch.testing.assert_close(a, b)
+
+
+# -- writes into graph inputs done by the program's kernels --------------------------------
+# A codegen plugin's graphs keep AOTAutograd's input mutations (BatchNorm's running
+# statistics) as copy_ nodes; the kernel that computes the new value writes it into the
+# input (core/lowering/mutation.py), where AOTAutograd would copy it after the call.
+
+
+def _copies(reports: list) -> tuple[int, int, list[str]]:
+    """copy_ nodes done in kernels, run through ATen, and the kernels that do them."""
+    in_kernels = [k.name for r in reports for k in r.kernels if "aten.copy_.default" in k.ops]
+    in_kernel_nodes = sum(k.ops.count("aten.copy_.default") for r in reports for k in r.kernels)
+    in_aten = sum(
+        op.op == "aten.copy_.default" for r in reports for op in (*r.externs, *r.fallbacks)
+    )
+    return in_kernel_nodes, in_aten, in_kernels
+
+
+class _ConvBN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.bn1 = torch.nn.BatchNorm1d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.bn1(y.mean((2, 3)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_batch_norm_training_writes_running_stats_in_its_kernels(plugin, dtype, graph_reports):
+    """Three training steps on fresh inputs: outputs, accumulated gradients and every buffer
+    (running mean and variance; batches tracked exactly) within Dynamo's rule of eager (RMSE
+    against an fp64 model at most twice eager's); the six running statistics are written by
+    the kernels that compute them, and no copy_ runs through ATen."""
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    model = _ConvBN().to(dev, dtype)
+    eager = copy.deepcopy(model)
+    ref = copy.deepcopy(model).double()
+    step = compiled(model, plugin)
+    checks = []
+    for _ in range(3):
+        x = torch.randn(4, 3, 10, 10, device=dev, dtype=dtype)
+        outs = step(x), eager(x), ref(x.double())
+        checks.append(("output", *(o.detach() for o in outs)))
+        for out in outs:
+            out.float().square().sum().backward()
+    named = [dict(m.named_buffers()) for m in (model, eager, ref)]
+    for name in named[0]:
+        if name.endswith("num_batches_tracked"):
+            assert int(named[0][name]) == int(named[1][name]) == 3, name
+        else:
+            checks.append((name, *(n[name] for n in named)))
+    grads = [dict((k, p.grad) for k, p in m.named_parameters()) for m in (model, eager, ref)]
+    checks += [(f"{name}.grad", *(g[name] for g in grads)) for name in grads[0]]
+    for what, got, want, r64 in checks:
+        ok, why = rmse_ok(got.float(), want.float(), r64)
+        assert ok, f"{what}: {why}"
+    in_kernels, in_aten, kernels = _copies(graph_reports)
+    assert (in_kernels, in_aten) == (6, 0), kernels
+    # the running mean and variance are written by the kernel that reduces the batch
+    assert any(
+        k.ops.count("aten.copy_.default") == 2 and "aten.var_mean.correction" in k.ops
+        for r in graph_reports
+        for k in r.kernels
+    ), kernels
+
+
+def test_a_write_into_an_input_waits_for_every_reader_of_it(plugin):
+    """The input is read (a reduction over it, a transposed read) before the kernel that
+    writes it runs, and the graph's later reads see the new values."""
+    dev = device_of(plugin)
+
+    def fn(x, y):
+        s = x.sum(0)
+        t = x.t() @ y
+        x.mul_(2).add_(1)
+        return s, t, x.sum(1), x * 3
+
+    for _ in range(2):
+        a, b = torch.randn(6, 6, device=dev), torch.randn(6, 4, device=dev)
+        a2 = a.clone()
+        for got, want in zip(compiled(fn, plugin)(a, b), fn(a2, b)):
+            torch.testing.assert_close(got, want)
+        torch.testing.assert_close(a, a2)
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda x: x.copy_(x.flip(0) * 2),
+        lambda x: x.copy_(x.t() + 1),
+        lambda x: x.copy_(torch.roll(x, 1, 1)),
+        lambda x: x[1:].copy_(x[:-1].clone()),
+    ],
+    ids=["flip", "transpose", "roll", "shifted_part"],
+)
+def test_a_write_into_an_input_that_reads_other_elements_of_it(plugin, write):
+    """Every element is written from the input's old values, never from one a concurrent
+    program already overwrote."""
+    dev = device_of(plugin)
+
+    def fn(x):
+        write(x)
+        return x + 1
+
+    a = torch.randn(64, 64, device=dev)
+    a2 = a.clone()
+    torch.testing.assert_close(compiled(fn, plugin)(a), fn(a2))
+    torch.testing.assert_close(a, a2)
+
+
+def test_a_chain_gets_functional_graphs(plugin, graph_reports):
+    """Writes into inputs stay outside the graphs of a chain (its partitions may go to a
+    graph-level plugin): AOTAutograd applies them, and the results are eager's."""
+    dev = device_of(plugin)
+    model = _ConvBN().to(dev)
+    ref = copy.deepcopy(model)
+    x = torch.randn(4, 3, 10, 10, device=dev)
+    got = torch.compile(model, backend=sdk.backend(plugin, chain=[plugin]))(x)
+    torch.testing.assert_close(got, ref(x))
+    for (name, a), (_, b) in zip(model.named_buffers(), ref.named_buffers()):
+        torch.testing.assert_close(a, b, msg=name)
+    assert _copies(graph_reports)[:2] == (0, 0)

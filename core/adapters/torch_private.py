@@ -277,6 +277,7 @@ def aot_compile(
     inference: Callable[..., Any],
     decompositions: Mapping[Any, Callable[..., Any]],
     cache_tag: str | None = None,
+    keep_input_mutations: bool = False,
 ) -> Callable[..., Any]:
     """Run AOTAutograd on a Dynamo graph.
 
@@ -294,7 +295,7 @@ def aot_compile(
     common = dict(
         partition_fn=min_cut_rematerialization_partition,
         decompositions=decompositions,
-        keep_inference_input_mutations=False,
+        keep_inference_input_mutations=keep_input_mutations,
     )
     if cache_tag is not None:
         from . import aot_cache

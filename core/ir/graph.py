@@ -159,6 +159,10 @@ class Node:
     reduce_op: str | None = None
     origins: list[str] = field(default_factory=list)
     reads: set[str] = field(default_factory=set)  # buffers loaded by value
+    #: the graph input this node writes in place (an input mutation AOTAutograd kept in the
+    #: graph: BatchNorm's running statistics), else None. Its layout is the input's, and the
+    #: memory plan gives it the input's memory (core/lowering/mutation.py)
+    into: str | None = None
 
     @property
     def is_reduction(self) -> bool:
@@ -194,6 +198,8 @@ class ExternNode:
     multi_output: bool = False
     #: (the call's id, the plugin's own function for it: ``sdk_extern``), else None: ATen's
     vendor: tuple[str, Any] | None = None
+    #: the graph input this call writes in place (an ``aten.copy_`` into it run by ATen)
+    into: str | None = None
 
     @property
     def reads(self) -> set[str]:

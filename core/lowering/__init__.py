@@ -3,14 +3,14 @@
 :mod:`.lowerer` walks the graph (:class:`Lowerer`) and holds the table of lowerings
 (``LOWERINGS``, filled by ``@register``); :mod:`.layouts` chooses strides and views'
 layouts; :mod:`.helpers` is what the op lowerings share. The op families register
-themselves on import: :mod:`.elementwise`, :mod:`.reductions`, :mod:`.views` and
-:mod:`.movement` (data movement with computed indices). This package exports what the
-rest of the core uses.
+themselves on import: :mod:`.elementwise`, :mod:`.reductions`, :mod:`.views`,
+:mod:`.movement` (data movement with computed indices) and :mod:`.mutation` (copies into
+graph inputs). This package exports what the rest of the core uses.
 """
 
 from __future__ import annotations
 
-from . import elementwise, movement, reductions, views  # noqa: F401 - register the lowerings
+from . import elementwise, movement, mutation, reductions, views  # noqa: F401 - register
 from .elementwise import SEED_BUFFER
 from .layouts import _dense, _meta_view, same_strides, shape_of, strides_of
 from .lowerer import (

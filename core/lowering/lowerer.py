@@ -616,6 +616,12 @@ class Lowerer:
             isinstance(val, (list, tuple)),
             own,
         )
+        if (
+            target is aten.copy_.default
+            and isinstance(args[0], StorageView)
+            and any(args[0].buffer == name for name, _ in self.inputs)
+        ):
+            node.into = args[0].buffer  # a graph input written in place: core/lowering/mutation
         self.nodes.append(node)
         name = op_name(target)
         if reason is None:

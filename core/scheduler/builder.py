@@ -229,6 +229,11 @@ class _Builder:
             if lvl in outer:
                 stages.append(outer[lvl])
         stages = [_linearize(st, layouts) for st in stages]
+        written = {n.into: n.name for n in self.g.members if n.into is not None}
+        if written:
+            # the input a member writes in place is one argument, read and written: the
+            # kernel reads it through the writer's buffer (the same memory and layout)
+            stages = [_renamed_loads(st, written) for st in stages]
         args = _arguments(stages, layouts, stored)
         xs, sizes = _loop_order(self.xs, self.g.X, stages, layouts)
         return Kernel(name, xs, sizes, stages, args, origins, kernel_size_args(sizes, stages, args))
@@ -350,6 +355,24 @@ def _linearize(stage: Stage, layouts: dict[str, Layout]) -> Stage:
             )
             for s in stage.stores
         ],
+    )
+
+
+def _renamed_loads(stage: Stage, names: dict[str, str]) -> Stage:
+    """``stage`` with its loads of buffer ``a`` reading buffer ``names[a]`` instead."""
+    memo: dict = {}
+
+    def fn(e: Expr) -> Expr | None:
+        if isinstance(e, Load) and e.buffer in names:
+            binds = tuple((s, rewrite(x, fn, memo), n) for s, x, n in e.binds)
+            return Load(names[e.buffer], e.index, e.dtype, binds)
+        return None
+
+    return Stage(
+        stage.vars,
+        stage.sizes,
+        [Reduction(r.name, r.op, rewrite(r.value, fn, memo), r.dtype) for r in stage.reductions],
+        [Store(s.buffer, s.index, rewrite(s.value, fn, memo)) for s in stage.stores],
     )
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import sympy
+
 from sdk.plugin import Capability, CompileContext, KernelLimits, Support
 
 from ..ir.expr import Expr, Load, loads
@@ -50,6 +52,11 @@ class Scheduler:
             for buf in n.reads:
                 self._readers.setdefault(buf, []).append(n)
         self.index = {id(n): i for i, n in enumerate(nodes)}
+        #: graph input -> the steps that write it in place (``into``: core/lowering/mutation)
+        self.writers: dict[str, list[Node | ExternNode]] = {}
+        for n in nodes:
+            if n.into is not None:
+                self.writers.setdefault(n.into, []).append(n)
         self.groups: list[Group] = [
             Group(i, [n], *_space(n), self.index[id(n)])
             for i, n in enumerate(x for x in nodes if isinstance(x, Node))
@@ -227,6 +234,9 @@ class Scheduler:
             return str(exc)
         if max(levels.values(), default=0) > 0 and not self.ctx.has(Capability.MULTI_STAGE):
             return "needs several reduction stages; the plugin lacks MULTI_STAGE"
+        why = _write_hazard(trial, builder)
+        if why is not None:
+            return why
         self._trial = (trial, builder)
         return None
 
@@ -261,7 +271,27 @@ class Scheduler:
                         succ.setdefault(p.id, set()).add(g.id)
         for p, gs in self._extern_edges(owner).items():
             succ.setdefault(p, set()).update(gs)
+        for p, gs in self._write_after_read(owner).items():
+            succ.setdefault(p, set()).update(gs)
         return succ
+
+    def _write_after_read(self, owner: dict[str, Group]) -> dict[Any, set[Any]]:
+        """Edges reader -> writer for each graph input written in place: every other
+        step that reads the input runs before the step that writes it (groups by id,
+        library calls as ``("extern", name)``)."""
+        edges: dict[Any, set[Any]] = {}
+
+        def key(step: Node | ExternNode) -> Any:
+            return ("extern", step.name) if isinstance(step, ExternNode) else owner[step.name].id
+
+        for buf, writers in self.writers.items():
+            readers: list[Node | ExternNode] = list(self._readers.get(buf, ()))
+            readers += [st for st in self.steps if isinstance(st, ExternNode) and buf in st.reads]
+            for w in writers:
+                for r in readers:
+                    if r is not w and key(r) != key(w):
+                        edges.setdefault(key(r), set()).add(key(w))
+        return edges
 
     def _path_through_other(self, a: Group, b: Group, owner: dict[str, Group]) -> bool:
         """Does some group or library call other than a and b lie on a path between them,
@@ -334,6 +364,12 @@ class Scheduler:
             deps[id(it)] = {
                 id(produced_by[r]) for r in reads if r in produced_by and produced_by[r] is not it
             }
+        # a step that writes a graph input in place runs after every other reader of it
+        for buf, writers in self.writers.items():
+            readers = [it for it in items if buf in _step_reads(it)]
+            for w in writers:
+                wi = owner[w.name] if isinstance(w, Node) else w
+                deps[id(wi)] |= {id(r) for r in readers if r is not wi}
         pos = {id(it): (it.order if isinstance(it, Group) else self.index[id(it)]) for it in items}
         done: set[int] = set()
         out: list[Any] = []
@@ -408,6 +444,32 @@ class Scheduler:
             for n in other.members:
                 need |= n.reads & g.names
         return need
+
+
+def _step_reads(it: Group | ExternNode) -> set[str]:
+    return it.reads if isinstance(it, ExternNode) else set().union(*(n.reads for n in it.members))
+
+
+def _write_hazard(g: Group, builder: _Builder) -> str | None:
+    """Why one kernel for ``g`` could read a graph input that it also writes at another
+    element than the one it writes (one program's store racing another's load), or None.
+    Every read of such an input, inlined members' included, must be of the element the
+    kernel's writer stores, at a plain index."""
+    for w in g.members:
+        if w.into is None:
+            continue
+        target = sympy.expand(w.layout.linear(builder.store_index(w)))
+        for n in g.members:
+            for ld in loads(builder.resolved(n)):
+                if ld.buffer != w.into:
+                    continue
+                index = sympy.sympify(ld.index) if not isinstance(ld.index, tuple) else None
+                if ld.binds or index is None or sympy.expand(index - target) != 0:
+                    return (
+                        f"{n.name} reads input {w.into} at other elements than {w.name} "
+                        "writes into it"
+                    )
+    return None
 
 
 def _loaded(roots: list[Expr]) -> set[str]:

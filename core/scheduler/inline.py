@@ -109,6 +109,8 @@ def inline_producers(
             or len(walk([p.value])) > _INLINE_MAX_NODES
         ):
             return
+        if any(r.into is not None and r.into in p.reads for r in rs):
+            return  # a write into a graph input reads it only where it writes (.mutation)
         indexed = any(isinstance(e, IndexValue) for e in walk([p.value]))
         # a constant (zeros that a scatter writes into): recomputing it reads nothing,
         # at any index; a gathered read of it keeps its bounds check through a probe

@@ -33,7 +33,10 @@ Outputs
     and blocks the replays that could overwrite it until it is gone.
 
 An output that is (a view of) an input (a forward hands its backward the weights it
-saves) is handed out as the caller's input, or that view of it.
+saves) is handed out as the caller's input, or that view of it. An input the graph writes
+in place (``ctx.written_inputs``: BatchNorm's running statistics) is written once per call:
+the recording's warm-up runs write copies of it, and where the input is copied into the
+recording, the replay's result is copied back into it.
 
 A call with a CPU tensor among its inputs runs unrecorded (the next call may have none: an
 attention without dropout returns CPU seed tensors when run as it is, CUDA ones when
@@ -124,6 +127,8 @@ class _Recording:
     # outputs that are (views of) an input: position, input, and sizes, strides and offset
     # in it (None: the input itself)
     aliases: list[tuple[int, int, tuple[torch.Size, tuple[int, ...], int] | None]]
+    #: inputs the graph writes in place that are copied in: copied back after each replay
+    written_back: list[int] = field(default_factory=list)
 
     @property
     def outputs(self) -> tuple[Any, ...]:
@@ -361,6 +366,8 @@ class CudaGraphed:
             buf.copy_(args[i])
         dev.revoke_stale()
         rec.graph.replay()
+        for i in rec.written_back:
+            args[i].copy_(rec.copied[i])
         out = rec.out.hand_out()
         if rec.aliases:
             out = list(out)
@@ -394,11 +401,18 @@ class CudaGraphed:
                 in_place[i] = a.data_ptr()
             else:
                 copied[i] = cap_args[i] = _buffer_like(a)
+        # inputs the graph writes in place (BatchNorm's running statistics) are written
+        # once per call, by the replay: the warm-up runs write copies of them
+        written = self.ctx.written_inputs if self.ctx is not None else frozenset()
+        warm_args = [
+            _buffer_like(a) if i in written and i in in_place else a for i, a in enumerate(cap_args)
+        ]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):  # warm up: lazy compiles and allocator growth stay out
-                self._eager(cap_args)
+                self._eager(warm_args)
+        del warm_args
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=dev.pool, capture_error_mode="thread_local"):
@@ -441,7 +455,10 @@ class CudaGraphed:
             reuse=not self.backward,
             grad_ok=self.forward,
         )
-        return _Recording(index, next(dev.order), graph, in_place, copied, shapes, out, aliases)
+        back = [i for i in copied if i in written]
+        return _Recording(
+            index, next(dev.order), graph, in_place, copied, shapes, out, aliases, back
+        )
 
 
 def _buffer_like(a: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,8 @@ checked against eager; with the caching allocator off, as above.
 
 ``--cudagraphs``: MLP training steps and gradient accumulation under
 ``mode="reduce-overhead"`` (recorded forward and backward replaying over one memory
-pool), checked against eager; run it with the caching allocator on (CUDA graphs record
+pool), and conv + batch norm training steps (kernels writing the running statistics into
+the module's buffers), checked against eager; run it with the caching allocator on (CUDA graphs record
 into its private pools).
 """
 
@@ -221,6 +222,26 @@ def cudagraphs_main() -> int:
             for p, q in zip(model.parameters(), ref.parameters()):
                 p -= 0.1 * p.grad
                 q -= 0.1 * q.grad
+    # batch norm in training: its kernels write the running statistics into the module's
+    # buffers, once per step, also when the step is recorded and replayed
+    ref = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()
+    ).to(DEV)
+    model = copy.deepcopy(ref)
+    f = torch.compile(model, backend="sdk:cuda_triton", mode="reduce-overhead")
+    for step in range(5):
+        x = torch.randn(4, 3, 9, 9, device=DEV)
+        for m, fn in ((ref, ref), (model, f)):
+            m.zero_grad(set_to_none=True)
+            fn(x).square().mean().backward()
+        pairs = list(zip(model.buffers(), ref.buffers()))
+        pairs += [(p.grad, q.grad) for p, q in zip(model.parameters(), ref.parameters())]
+        for a, b in pairs:
+            try:
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+            except AssertionError as exc:
+                bad += 1
+                print(f"cudagraphs batch norm step {step}: MISMATCH {exc}")
     torch.cuda.synchronize()
     print(f"sanitize_graphs: cudagraphs {bad} mismatches")
     return 1 if bad else 0

@@ -134,9 +134,22 @@ def test_mode_matrix(name: str, mode: str, dtype: str, train: bool) -> None:
         # eager and compiled start from the same running statistics (batch norm's move)
         state = copy.deepcopy(model.state_dict())
         eager = _results(model, model, inputs, train)
+        eager_buffers = [b.detach().clone() for b in model.buffers()]
         model.load_state_dict(state)
         got = _results(model, compiled, inputs, train)
         want = _results(ref, ref, ref_inputs, train)
+        ref.load_state_dict(model.state_dict())  # the fp64 model's own stats moved too
+        # running statistics, written by the compiled step's kernels: as eager's step moved
+        # them (once per step in every mode: no warm-up or recording may write them again)
+        for k, (b, e) in enumerate(zip(model.buffers(), eager_buffers)):
+            if not b.is_floating_point():
+                if not torch.equal(b, e):
+                    failures.append(f"step {step} buffer {k}: {b.tolist()} != {e.tolist()}")
+                continue
+            tol = 1e-4 if b.dtype == torch.float32 else 2e-2
+            if not torch.allclose(b.float(), e.float(), rtol=tol, atol=tol):
+                err = (b.float() - e.float()).abs().max().item()
+                failures.append(f"step {step} buffer {k}: max error {err:.3g}")
         for k, (a, e, r) in enumerate(zip(got, eager, want)):
             ok, why = rmse_ok(a.float(), e.float(), r)
             if not ok:

@@ -17,6 +17,7 @@ that fails to import and one whose kernels fail when run. Each time, beside it:
 
 from __future__ import annotations
 
+import copy
 import inspect
 import sys
 import warnings
@@ -388,6 +389,45 @@ def test_fault_at_run_time(install, seeded):
     ), str(report)
     with pytest.raises(RuntimeError, match=f"{FAULT} a kernel of sdk:faulty"):
         torch.compile(fused, backend=sdk.backend("faulty", fallback=False))(_x())
+    _healthy(fused)
+
+
+#: The faulty plugin's kernels run, except the program's last, which raises.
+LAST_KERNEL_FAILS = """
+@sdk.hookimpl
+def sdk_compile_kernels(ctx, sources):
+    built = cpu_cpp.sdk_compile_kernels(ctx=ctx, sources=sources)
+
+    def run(*buffers):
+        raise InjectedFault("fault injected into the last kernel of sdk:faulty, run")
+
+    return built[:-1] + [run]
+"""
+
+
+def test_fault_after_the_program_wrote_its_inputs(install, seeded):
+    """A program that fails after a kernel wrote BatchNorm's running statistics is not run
+    again through ATen (that would update them twice): the call raises and says so, the
+    statistics are updated once, and later calls run through ATen."""
+    install(
+        faulty_source(None).replace("sdk_compile_kernels = cpu_cpp.sdk_compile_kernels\n", "")
+        + LAST_KERNEL_FAILS
+    )
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.BatchNorm1d(6), torch.nn.ReLU())
+    ref = copy.deepcopy(model)
+    step = torch.compile(model, backend=sdk.backend("faulty"))
+    xs = [torch.randn(5, 6) for _ in range(2)]
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match=f"{FAULT} the last kernel") as info:
+            step(xs[0])
+        assert any("not run again through ATen" in n for n in info.value.__notes__)
+        ref(xs[0])
+        torch.testing.assert_close(model[0].running_mean, ref[0].running_mean)
+        torch.testing.assert_close(model[0].running_var, ref[0].running_var)
+        torch.testing.assert_close(step(xs[1]), ref(xs[1]))
+    for a, b in zip(model.buffers(), ref.buffers()):
+        torch.testing.assert_close(a, b)
     _healthy(fused)
 
 
