@@ -55,8 +55,10 @@ core does with it:
   that raises when called makes the core run that call's graph again in ATen. If ATen
   raises too, the inputs were at fault (an index out of range): *your* exception
   reaches the caller and the program stays. Otherwise the program was wrong where eager
-  is not, and ATen runs this graph from then on, with the reason in its report.
-  ``torch.OutOfMemoryError`` always propagates.
+  is not, and ATen runs this graph from then on, with the reason in its report. A
+  program that had begun writing its inputs in place (``CompileContext.written_inputs``)
+  is not run again: your exception reaches the caller, with a note, and ATen runs the
+  graph from the next call on. ``torch.OutOfMemoryError`` always propagates.
 * **observers and wrappers**: a fault of their own plugin only, listed in the graph's
   report (``hook_faults``) and warned about once (:class:`sdk.PluginHookWarning`); a
   wrapper that raises leaves the graph unwrapped.
@@ -522,7 +524,9 @@ def sdk_wrap_compiled(ctx: CompileContext, compiled: Callable[..., Any]) -> Call
     Several wrappers apply in the order of ``options["wrappers"]``, the first innermost; one
     whose hook raises is left out (the fault is in the graph's report).
 
-    :param ctx: the compile (``ctx.plugin`` is the codegen plugin that made ``compiled``).
+    :param ctx: the compile (``ctx.plugin`` is the codegen plugin that made ``compiled``;
+        ``ctx.written_inputs``: the inputs ``compiled`` writes in place, which a wrapper
+        that runs it on copies must copy back, and must not write more than once a call).
     :param compiled: the compiled graph as the core would run it.
     :return: the callable to run. Stops at first non-None result.
     :raises: an exception leaves the graph unwrapped (strict mode: :class:`sdk.PluginHookError`).
