@@ -841,6 +841,7 @@ _PUBLIC_FUNCTIONS: dict[str, tuple[str, frozenset[str]]] = {
     "aten.bmm.default": ("bmm", frozenset()),
     "aten.addmm.default": ("addmm", frozenset({"beta", "alpha"})),
     "aten.baddbmm.default": ("baddbmm", frozenset({"beta", "alpha"})),
+    "aten._addmm_activation.default": ("_addmm_activation", frozenset({"beta", "alpha"})),
 }
 
 

@@ -494,6 +494,7 @@ def test_externs_call_the_public_function_of_the_same_overload():
         "aten.bmm.default": ((ba, bb), {}),
         "aten.addmm.default": ((c, a, b), {"beta": 0.5, "alpha": 2.0}),
         "aten.baddbmm.default": ((bc, ba, bb), {"beta": 2.0, "alpha": -1.0}),
+        "aten._addmm_activation.default": ((c[0], a, b), {"beta": 0.5, "alpha": 2.0}),
     }
     assert set(cases) == set(_PUBLIC_FUNCTIONS)
     for name, (args, kwargs) in cases.items():

@@ -614,6 +614,15 @@ def non_size_symbols(values: Sequence[Any]) -> dict[str, int]:
     return out
 
 
+def has_kernel(op: OpOverload, device_type: str) -> bool:
+    """Whether ATen has a kernel of ``op`` for tensors of this device type."""
+    try:
+        key = torch._C._dispatch_key_for_device(device_type)
+        return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), key)
+    except (RuntimeError, ValueError):
+        return False
+
+
 def sym_size(x: Any) -> Any:
     """An int, or the sympy expression (over Dynamo's size symbols) of a SymInt.
 

@@ -28,7 +28,7 @@ from sdk.errors import LoweringError
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport
 
-from ..adapters.torch_private import OpOverloadPacket, aten, sym_size
+from ..adapters.torch_private import OpOverloadPacket, aten, has_kernel, sym_size
 from ..fallback import op_name
 from ..ir.expr import Const, Expr, IndexValue, Op, subs_index
 from ..ir.graph import (
@@ -374,6 +374,8 @@ class Lowerer:
             raise Unsupported(f"a size ({val}) that is not known when compiling")
         args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
+        if target is aten.relu.default and (fused := self._relu_in_addmm(n)) is not None:
+            return fused
         if target in EXTERN_OPS:
             return self.extern(target, args, kwargs)
         if n.name in self.refused:
@@ -399,6 +401,38 @@ class Lowerer:
         except Unsupported as exc:
             del self.nodes[mark:]
             return self.extern(target, args, kwargs, reason=str(exc))
+
+    def _relu_in_addmm(self, n: torch.fx.Node) -> StorageView | None:
+        """``relu(addmm(...))`` as one library call, ``aten._addmm_activation`` (cuBLASLt
+        applies the ReLU in the product's epilogue: no kernel reads the product back, and a
+        small layer launches one kernel instead of two), where the product is ATen's
+        (not a fallback, not the plugin's ``sdk_extern``) and read by this ReLU alone."""
+        (src,) = n.args
+        if not (
+            isinstance(src, torch.fx.Node)
+            and src.target is aten.addmm.default
+            and len(src.users) == 1
+            and src not in self._graph_outputs
+        ):
+            return None
+        value = self.env.get(src)
+        node = self.nodes[-1] if self.nodes else None
+        if (
+            not isinstance(value, StorageView)
+            or not isinstance(node, ExternNode)
+            or node.target is not aten.addmm.default
+            or node.vendor is not None
+            or node.fallback_reason is not None
+            or node.outputs[0][0] != value.buffer
+            or not set(node.kwargs) <= {"beta", "alpha"}
+            or not has_kernel(aten._addmm_activation.default, self.ctx.device_type)
+        ):
+            return None
+        node.target = aten._addmm_activation.default
+        node.origins.append(self.origin)
+        at = self.extern_report[node.name]
+        self.externs[at] = ExternReport(op_name(node.target), self.externs[at].node)
+        return value
 
     # -- builders -------------------------------------------------------------
 
