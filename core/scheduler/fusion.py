@@ -8,6 +8,7 @@ records every decision for ``explain`` and orders the groups and externs for the
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from typing import Any
 
@@ -62,6 +63,9 @@ class Scheduler:
             for i, n in enumerate(x for x in nodes if isinstance(x, Node))
         ]
         self._ids = itertools.count(len(self.groups))
+        #: the candidate pairs by rank, as (-bytes saved, first order, second order, first
+        #: id, second id); an entry is pushed whenever a pair is added or saves more
+        self._heap: list[tuple[int, int, int, int, int]] = []
         self.decisions: list[Decision] = []
         self._refused: dict[tuple[int, int], str] = {}
         #: group id -> its public view (a group never changes; a merge makes a new one)
@@ -93,28 +97,23 @@ class Scheduler:
         self._succ = self._successors(owner)
         pairs = self._pairs(owner)
         by_id = {g.id: g for g in self.groups}
-        while True:
-            best = None
-            for (ia, ib), saved in sorted(
-                pairs.items(), key=lambda kv: (-kv[1], by_id[kv[0][0]].order, by_id[kv[0][1]].order)
-            ):
-                if (ia, ib) in self._refused:
-                    continue
-                a, b = by_id[ia], by_id[ib]
-                why, by = self._legal(a, b, owner), "core"
-                if why is None:
-                    why, by = self._verdict(a, b), "plugin"
-                if why is not None:
-                    self._refused[(ia, ib)] = why
-                    self.decisions.append(
-                        Decision(self._label(a), self._label(b), saved, False, why, by)
-                    )
-                    continue
-                best = (saved, a, b)
-                break
-            if best is None:
-                break
-            saved, a, b = best
+        while self._heap:
+            # the best pair: most bytes saved, then graph order (entries for pairs merged
+            # away, refused, or saving more since are passed over)
+            neg, _, _, ia, ib = heapq.heappop(self._heap)
+            saved = pairs.get((ia, ib))
+            if saved != -neg or (ia, ib) in self._refused:
+                continue
+            a, b = by_id[ia], by_id[ib]
+            why, by = self._legal(a, b, owner), "core"
+            if why is None:
+                why, by = self._verdict(a, b), "plugin"
+            if why is not None:
+                self._refused[(ia, ib)] = why
+                self.decisions.append(
+                    Decision(self._label(a), self._label(b), saved, False, why, by)
+                )
+                continue
             self.decisions.append(Decision(self._label(a), self._label(b), saved, True))
             g = self._merge(a, b)
             del by_id[a.id], by_id[b.id]
@@ -162,10 +161,12 @@ class Scheduler:
     def _link(self, pairs: dict[tuple[int, int], int], a: Group, b: Group, buf: str) -> None:
         """Record that fusing ``a`` and ``b`` saves ``buf``'s traffic (the most of any buffer
         between them counts)."""
-        key = (a.id, b.id) if a.order < b.order else (b.id, a.id)
+        first, second = (a, b) if a.order < b.order else (b, a)
+        key = (first.id, second.id)
         saved = self._saved(buf)
         if pairs.get(key, 0) < saved:
             pairs[key] = saved
+            heapq.heappush(self._heap, (-saved, first.order, second.order, *key))
 
     def _horizontal(
         self, pairs: dict[tuple[int, int], int], buf: str, owner: dict[str, Group]
@@ -174,7 +175,9 @@ class Scheduler:
         if len(gs) > 8:
             return
         for a, b in itertools.combinations(sorted(gs, key=lambda g: g.order), 2):
-            pairs.setdefault((a.id, b.id), 1)
+            if (a.id, b.id) not in pairs:
+                pairs[(a.id, b.id)] = 1
+                heapq.heappush(self._heap, (-1, a.order, b.order, a.id, b.id))
 
     def _update_pairs(
         self,
