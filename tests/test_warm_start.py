@@ -42,7 +42,11 @@ CHILD = textwrap.dedent(
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+        torch.nn.Linear(16, 32),
+        torch.nn.BatchNorm1d(32),  # its running statistics: written by the program's kernels
+        torch.nn.GELU(),
+        torch.nn.LayerNorm(32),
+        torch.nn.Linear(32, 4),
     )
     x = torch.randn(8, 16)
 
@@ -73,7 +77,7 @@ CHILD = textwrap.dedent(
     loss = torch.compile(step, backend="sdk:cpu_cpp")(x)
     sdk_frames = traced() - frames
     pipeline.stop_collecting(token)
-    torch.save([loss.detach(), *(p.grad for p in model.parameters())], out)
+    torch.save([loss.detach(), *(p.grad for p in model.parameters()), *model.buffers()], out)
     info = {
         "warm": {r.kind: r.warm for r in reports},
         "cache": {r.kind: r.cache for r in reports},
