@@ -86,10 +86,11 @@ def _cache_key(device: str) -> str:
 
 @sdk.hookimpl
 def sdk_decompositions(ctx: sdk.CompileContext) -> dict:
-    """Pad large matrix products to the 16-byte alignment the BLAS libraries want."""
-    from . import pad_mm
+    """Pad large matrix products to the 16-byte alignment the BLAS libraries want; a
+    convolution's bias gradient as a generated sum."""
+    from . import conv_backward, pad_mm
 
-    return pad_mm.decompositions()
+    return {**pad_mm.decompositions(), **conv_backward.decompositions()}
 
 
 @sdk.hookimpl
