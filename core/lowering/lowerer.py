@@ -416,7 +416,16 @@ class Lowerer:
         ):
             return None
         value = self.env.get(src)
-        node = self.nodes[-1] if self.nodes else None
+        node = next(
+            (
+                st
+                for st in reversed(self.nodes)
+                if isinstance(st, ExternNode)
+                and isinstance(value, StorageView)
+                and any(out and out[0] == value.buffer for out in st.outputs)
+            ),
+            None,
+        )
         if (
             not isinstance(value, StorageView)
             or not isinstance(node, ExternNode)
