@@ -361,17 +361,24 @@ def test_fault_at_import(install, seeded):
     _healthy(fused)
 
 
-#: The faulty plugin's kernels build, and raise when run.
-RUN_TIME = """
+def _raising_kernels(which: str, kernels: str) -> str:
+    """The faulty plugin's ``sdk_compile_kernels``: cpu_cpp's kernels (``built``), with
+    ``kernels`` (an expression of ``built`` and ``run``) the ones it returns, where ``run``
+    raises a fault that names ``which``."""
+    return f"""
 @sdk.hookimpl
 def sdk_compile_kernels(ctx, sources):
     built = cpu_cpp.sdk_compile_kernels(ctx=ctx, sources=sources)
 
     def run(*buffers):
-        raise InjectedFault("fault injected into a kernel of sdk:faulty, run")
+        raise InjectedFault("fault injected into {which} of sdk:faulty, run")
 
-    return [run for _ in built]
+    return {kernels}
 """
+
+
+#: The faulty plugin's kernels build, and raise when run.
+RUN_TIME = _raising_kernels("a kernel", "[run for _ in built]")
 
 
 def test_fault_at_run_time(install, seeded):
@@ -393,16 +400,7 @@ def test_fault_at_run_time(install, seeded):
 
 
 #: The faulty plugin's kernels run, except the program's last, which raises.
-LAST_KERNEL_FAILS = """
-@sdk.hookimpl
-def sdk_compile_kernels(ctx, sources):
-    built = cpu_cpp.sdk_compile_kernels(ctx=ctx, sources=sources)
-
-    def run(*buffers):
-        raise InjectedFault("fault injected into the last kernel of sdk:faulty, run")
-
-    return built[:-1] + [run]
-"""
+LAST_KERNEL_FAILS = _raising_kernels("the last kernel", "built[:-1] + [run]")
 
 
 def test_fault_after_the_program_wrote_its_inputs(install, seeded):
