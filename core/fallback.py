@@ -32,11 +32,11 @@ def written_inputs(gm: torch.fx.GraphModule) -> frozenset[int]:
     return frozenset(
         position[n.args[0]]
         for n in gm.graph.nodes
-        if n.op == "call_function" and n.target is _COPY_ and n.args[0] in position
+        if n.op == "call_function" and n.target is _COPY_INTO and n.args[0] in position
     )
 
 
-_COPY_ = torch.ops.aten.copy_.default
+_COPY_INTO = torch.ops.aten.copy_.default
 
 
 def op_name(target: Any) -> str:

@@ -603,15 +603,17 @@ class _WrapperWriter:
         self._prologue()
         writing = False
         for i, step in enumerate(self.program):
-            if not writing and _writes_input(step, self.written):
-                # from here a failure leaves inputs half written: no rerun through ATen
-                writing = True
-                self.lines.append("    _writes.begun = True")
             self._emit(self.mem.before.get(i, []))
             if isinstance(step, Kernel):
                 self._launch(step)
             else:
                 self._call_extern(i, step)
+            if not writing and _writes_input(step, self.written):
+                # an input is written: a failure from here on may not run the graph again
+                # through ATen (that would write it twice). (A step that raised before it
+                # returned wrote nothing: a launch or a compile that failed.)
+                writing = True
+                self.lines.append("    _writes.begun = True")
             self._emit(self.mem.after.get(i, []))
         if writing:
             self.lines.append("    _writes.begun = False")

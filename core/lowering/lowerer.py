@@ -416,23 +416,21 @@ class Lowerer:
         ):
             return None
         value = self.env.get(src)
+        if not isinstance(value, StorageView):
+            return None
         node = next(
             (
                 st
                 for st in reversed(self.nodes)
-                if isinstance(st, ExternNode)
-                and isinstance(value, StorageView)
-                and any(out and out[0] == value.buffer for out in st.outputs)
+                if isinstance(st, ExternNode) and st.outputs[:1] == [(value.buffer, value.layout)]
             ),
             None,
         )
         if (
-            not isinstance(value, StorageView)
-            or not isinstance(node, ExternNode)
+            node is None
             or node.target is not aten.addmm.default
             or node.vendor is not None
             or node.fallback_reason is not None
-            or node.outputs[0][0] != value.buffer
             or not set(node.kwargs) <= {"beta", "alpha"}
             or not has_kernel(aten._addmm_activation.default, self.ctx.device_type)
         ):
