@@ -218,6 +218,27 @@ def test_a_write_into_an_input_waits_for_every_reader_of_it(plugin):
         torch.testing.assert_close(a, a2)
 
 
+def test_no_kernel_reads_an_input_elsewhere_than_it_writes_it(plugin, graph_reports):
+    """A transposed read of the input and the write into it would share a kernel (both
+    iterate over the input): one program would read elements another already overwrote.
+    The scheduler refuses that fusion, and says why."""
+    dev = device_of(plugin)
+
+    def fn(x):
+        y = x.t() * 2
+        s = x.sum(0)
+        x.mul_(3)
+        return y, s
+
+    a = torch.randn(64, 64, device=dev)
+    a2 = a.clone()
+    for got, want in zip(compiled(fn, plugin)(a), fn(a2)):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(a, a2)
+    reasons = [f.reason for r in graph_reports for f in r.core_fusion_refusals]
+    assert any("at other elements than" in why for why in reasons), reasons
+
+
 @pytest.mark.parametrize(
     "write",
     [
