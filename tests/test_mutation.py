@@ -218,6 +218,25 @@ def test_a_write_into_an_input_waits_for_every_reader_of_it(plugin):
         torch.testing.assert_close(a, a2)
 
 
+def test_writes_into_an_input_of_symbolic_sizes(plugin, graph_reports):
+    """With dynamic=True the write is a kernel too (no op falls back, even with
+    fallback=False), compiled once for every size."""
+    dev = device_of(plugin)
+
+    def fn(x, y):
+        x.add_(y * 2)
+        return (x * 3).sum(0)
+
+    step = torch.compile(fn, backend=sdk.backend(plugin, fallback=False), dynamic=True)
+    for n in (5, 7, 11):
+        a, b = torch.randn(n, 4, device=dev), torch.randn(n, 4, device=dev)
+        a2 = a.clone()
+        torch.testing.assert_close(step(a, b), fn(a2, b))
+        torch.testing.assert_close(a, a2)
+    assert len(graph_reports) == 1 and graph_reports[0].sizes.startswith("symbolic")
+    assert _copies(graph_reports)[:2] == (1, 0)
+
+
 def test_no_kernel_reads_an_input_elsewhere_than_it_writes_it(plugin, graph_reports):
     """A transposed read of the input and the write into it would share a kernel (both
     iterate over the input): one program would read elements another already overwrote.

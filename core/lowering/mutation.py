@@ -15,8 +15,11 @@ What keeps that right:
 * its own value reads the input only at the element it writes, else the value is stored
   first (``x.copy_(x.flip(0))``), and no producer that reads the input is inlined into it
   (core/scheduler/inline.py);
-* a copy into part of an input, a host input, or a layout that is symbolic or overlapping
-  runs through ATen's ``copy_`` (ordered the same way).
+* a copy into part of an input, a host input, or an input whose elements overlap runs
+  through ATen's ``copy_`` (ordered the same way).
+
+Symbolic sizes (``dynamic=True``) are written the same way: the input's layout is symbolic,
+and so is the kernel's index.
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import sympy
 from ..adapters.torch_private import aten
 from ..ir.expr import loads
 from ..ir.graph import TensorValue, fresh_vars
-from ..ir.index import is_static
 from .helpers import bload
 from .layouts import _dense
 from .lowerer import Lowerer, Unsupported, cast, register
@@ -41,8 +43,6 @@ def _copy_into_input(L: Lowerer, dst: Any, src: Any, non_blocking: bool = False)
     if st is None or st.buffer not in inputs or st.layout != L.layouts.get(st.buffer):
         raise Unsupported("copy_ into part of an input, or into a value the graph computed")
     lay = st.layout
-    if not all(is_static(x) for x in (*lay.sizes, *lay.strides, lay.offset)):
-        raise Unsupported("copy_ into an input of symbolic layout")
     if not _dense(lay.sizes, lay.strides):
         raise Unsupported("copy_ into an input whose elements overlap or leave gaps")
     sizes, dtype, into = st.sizes, st.dtype, st.buffer
