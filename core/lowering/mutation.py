@@ -15,8 +15,9 @@ What keeps that right:
 * its own value reads the input only at the element it writes, else the value is stored
   first (``x.copy_(x.flip(0))``), and no producer that reads the input is inlined into it
   (core/scheduler/inline.py);
-* a copy into part of an input, a host input, or an input whose elements overlap runs
-  through ATen's ``copy_`` (ordered the same way).
+* a copy into part of an input, into a host input (a CPU step count beside CUDA tensors),
+  or into an input whose elements overlap is a library call to ATen's ``copy_``, as
+  AOTAutograd would have run it (ordered the same way).
 
 Symbolic sizes (``dynamic=True``) are written the same way: the input's layout is symbolic,
 and so is the kernel's index.
@@ -33,18 +34,23 @@ from ..ir.expr import loads
 from ..ir.graph import TensorValue, fresh_vars
 from .helpers import bload
 from .layouts import _dense
-from .lowerer import Lowerer, Unsupported, cast, register
+from .lowerer import Lowerer, cast, register
 
 
 @register(aten.copy_.default)
 def _copy_into_input(L: Lowerer, dst: Any, src: Any, non_blocking: bool = False) -> Any:
     st = dst.storage if isinstance(dst, TensorValue) else None
     inputs = {name for name, _ in L.inputs if name}
-    if st is None or st.buffer not in inputs or st.layout != L.layouts.get(st.buffer):
-        raise Unsupported("copy_ into part of an input, or into a value the graph computed")
+    if (
+        st is None
+        or st.buffer not in inputs  # (a host input's device copy: not the input)
+        or st.layout != L.layouts.get(st.buffer)
+        or not _dense(st.layout.sizes, st.layout.strides)
+    ):
+        # ATen's copy_, as AOTAutograd would have run it after the call: a library call
+        kwargs = {"non_blocking": True} if non_blocking else {}
+        return L.extern(aten.copy_.default, (dst, src), kwargs)
     lay = st.layout
-    if not _dense(lay.sizes, lay.strides):
-        raise Unsupported("copy_ into an input whose elements overlap or leave gaps")
     sizes, dtype, into = st.sizes, st.dtype, st.buffer
 
     def body(value: Any) -> Any:
