@@ -358,6 +358,7 @@ class Scheduler:
                     if out:
                         produced_by[out[0]] = s
         deps: dict[int, set[int]] = {}
+        readers_of: dict[str, list[Any]] = {}  # (of the inputs written in place)
         for it in items:
             reads = (
                 it.reads
@@ -367,9 +368,11 @@ class Scheduler:
             deps[id(it)] = {
                 id(produced_by[r]) for r in reads if r in produced_by and produced_by[r] is not it
             }
+            for buf in reads & self.writers.keys():
+                readers_of.setdefault(buf, []).append(it)
         # a step that writes a graph input in place runs after every other reader of it
         for buf, writers in self.writers.items():
-            readers = [it for it in items if buf in _step_reads(it)]
+            readers = readers_of.get(buf, [])
             for w in writers:
                 wi = owner[w.name] if isinstance(w, Node) else w
                 deps[id(wi)] |= {id(r) for r in readers if r is not wi}
@@ -447,10 +450,6 @@ class Scheduler:
             for n in other.members:
                 need |= n.reads & g.names
         return need
-
-
-def _step_reads(it: Group | ExternNode) -> set[str]:
-    return it.reads if isinstance(it, ExternNode) else set().union(*(n.reads for n in it.members))
 
 
 def _write_hazard(g: Group, builder: _Builder) -> str | None:
