@@ -25,7 +25,7 @@ from . import graph_cache, warm
 from .adapters.torch_private import buffer_ops
 from .fallback import op_name
 from .guards import is_symbolic, size_bindings
-from .ir.graph import ComputedView, ExternNode, Node, StorageView, TensorValue
+from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.index import is_static, print_size, print_sizes, static
 from .ir.kernel import Kernel, Layout, check_kernel
 from .lowering import (
@@ -499,7 +499,7 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
         else:
             plan.append(("const", v, None))
     # the new values of inputs written in place are stored (into the inputs' memory)
-    keep |= {n.name for n in L.nodes if isinstance(n, Node) and n.into is not None}
+    keep |= set(L.written)
     return plan, keep
 
 
@@ -576,7 +576,7 @@ class _WrapperWriter:
         self._consts: dict[int, str] = {}
         out_bufs = {b for kind, b, _ in outputs if kind in ("buf", "view")}
         #: buffers that are graph inputs written in place (core/lowering/mutation.py)
-        self.written = {n.name: n.into for n in L.nodes if isinstance(n, Node) and n.into}
+        self.written = L.written
         self.mem = plan_memory(
             program, layouts, out_bufs, {n for n, _ in L.inputs if n}, self.written
         )

@@ -299,6 +299,14 @@ class Lowerer:
         self._fx = None
 
     @property
+    def written(self) -> dict[str, str]:
+        """Computed buffer -> the graph input it is written into (core/lowering/mutation.py)."""
+        return {n.name: n.into for n in self.nodes if isinstance(n, Node) and n.into is not None}
+
+    def is_input(self, buffer: str) -> bool:
+        return any(buffer == name for name, _ in self.inputs)
+
+    @property
     def device(self) -> torch.device:
         """The device of the graph's kernels (of its first input on the compile's device)."""
         for s in self.specs:
@@ -660,7 +668,7 @@ class Lowerer:
         if (
             target is aten.copy_.default
             and isinstance(args[0], StorageView)
-            and any(args[0].buffer == name for name, _ in self.inputs)
+            and self.is_input(args[0].buffer)
         ):
             node.into = args[0].buffer  # a graph input written in place: core/lowering/mutation
         self.nodes.append(node)

@@ -40,10 +40,9 @@ from .lowerer import Lowerer, cast, register
 @register(aten.copy_.default)
 def _copy_into_input(L: Lowerer, dst: Any, src: Any, non_blocking: bool = False) -> Any:
     st = dst.storage if isinstance(dst, TensorValue) else None
-    inputs = {name for name, _ in L.inputs if name}
     if (
         st is None
-        or st.buffer not in inputs  # (a host input's device copy: not the input)
+        or not L.is_input(st.buffer)  # (a host input's device copy: not the input)
         or st.layout != L.layouts.get(st.buffer)
         or not _dense(st.layout.sizes, st.layout.strides)
     ):

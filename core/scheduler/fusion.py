@@ -287,9 +287,13 @@ class Scheduler:
         def key(step: Node | ExternNode) -> Any:
             return ("extern", step.name) if isinstance(step, ExternNode) else owner[step.name].id
 
+        extern_readers: dict[str, list[ExternNode]] = {}
+        for st in self.steps:
+            if isinstance(st, ExternNode):
+                for buf in st.reads & self.writers.keys():
+                    extern_readers.setdefault(buf, []).append(st)
         for buf, writers in self.writers.items():
-            readers: list[Node | ExternNode] = list(self._readers.get(buf, ()))
-            readers += [st for st in self.steps if isinstance(st, ExternNode) and buf in st.reads]
+            readers = [*self._readers.get(buf, ()), *extern_readers.get(buf, ())]
             for w in writers:
                 for r in readers:
                     if r is not w and key(r) != key(w):
