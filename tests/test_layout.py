@@ -110,6 +110,60 @@ def test_as_strided_keeps_the_traces_layout(plugin, channels_last):
         assert any("aten.as_strided.default" in n for n in graph.notes), graph.notes
 
 
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_reshape_that_copies_is_not_taken_for_a_view(plugin):
+    """conv -> permute -> reshape -> matmul over channels-last activations (a ConvNeXt
+    block's linear). The reshape's meta kernel copies where the stored layout has no view
+    of the new sizes, and that copy's strides were taken for a view of the buffer: the
+    product read other elements (max error 15, silently)."""
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 16, 3, padding=1).to(dev)
+    w = torch.randn(16, 16, device=dev)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = conv(x)
+        return y + (y.permute(0, 2, 3, 1).reshape(-1, 16) @ w).view(2, 8, 8, 16).permute(0, 3, 1, 2)
+
+    x = torch.randn(2, 3, 8, 8, device=dev)
+    with torch.no_grad():
+        got = torch.compile(f, backend=sdk.backend(plugin, channels_last=True, fallback=False))(x)
+        torch.testing.assert_close(got, f(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_a_convnext_head_keeps_channels_last(plugin):
+    """ConvNeXt's head (global average pool to 1x1, a channels-last LayerNorm, flatten,
+    linear): the pool's meta kernel restrides the 1x1 mean with an ``as_strided`` whose
+    strides differ only on its size-1 dims. That reads the same elements in any layout, so
+    it does not cost the graph its channels-last convolutions (it did: ConvNeXt-tiny's
+    depthwise convolutions then ran in ATen's generic kernel, 2.3 ms against cuDNN's 0.85
+    on the H100)."""
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 16, 3, padding=1).to(dev)
+    dw = torch.nn.Conv2d(16, 16, 7, padding=3, groups=16).to(dev)
+    norm = torch.nn.LayerNorm(16, eps=1e-6).to(dev)
+    mix = torch.nn.Linear(16, 16).to(dev)
+    head = torch.nn.Linear(16, 10).to(dev)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = dw(conv(x))  # a block: its linear runs over channels-last, eager's result too
+        y = y + mix(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        y = torch.nn.functional.adaptive_avg_pool2d(y, 1)
+        y = norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return head(y.flatten(1))
+
+    # channels-last images: eager's activations are channels-last, and so is the pool's input
+    x = torch.randn(2, 3, 12, 12, device=dev).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        report = sdk.explain(f, x, backend=f"sdk:{plugin}", channels_last=True, fallback=False)
+        got = torch.compile(f, backend=sdk.backend(plugin, channels_last=True, fallback=False))(x)
+        torch.testing.assert_close(got, f(x), rtol=1e-4, atol=1e-4)
+    (graph,) = report.graphs
+    assert any(n.startswith("channels-last activations") for n in graph.notes), graph.notes
+
+
 def _report(plugin: str, **options):
     dev = device_of(plugin)
     x = torch.randn(2, 3, 32, 32, device=dev)

@@ -91,6 +91,28 @@ _STRIDE_ADDRESSED = {
 }
 
 
+def identity_restride(n: torch.fx.Node | None) -> bool:
+    """An ``as_strided`` whose result holds its input's element at every index in the trace:
+    the same sizes, the same storage offset, and the same strides on every dim of more than
+    one element. Meta kernels emit these to restride a result whose size-1 dims make the
+    strides meaningless (``adaptive_avg_pool2d`` to 1x1 over channels-last activations gives
+    ``as_strided(mean, [N, C, 1, 1], [C, 1, C, C])``). It is the identity on elements, so
+    it does not address storage: any layout of its input gives the same result."""
+    if n is None or n.target is not aten.as_strided.default:
+        return False
+    if not isinstance(n.args[0], torch.fx.Node):
+        return False
+    src, out = n.args[0].meta.get("val"), n.meta.get("val")
+    if not isinstance(src, torch.Tensor) or not isinstance(out, torch.Tensor):
+        return False
+    sizes = shape_of(out)
+    return (
+        shape_of(src) == sizes
+        and sym_size(src.storage_offset()) == sym_size(out.storage_offset())
+        and same_strides(sizes, strides_of(src), strides_of(out))
+    )
+
+
 def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
     """Whether this graph's convolutions run on channels-last activations, and why (a note).
 
@@ -101,7 +123,13 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
     rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
     """
     forced = ctx.options.get("channels_last")
-    strided = sorted({str(n.target) for n in gm.graph.nodes if n.target in _STRIDE_ADDRESSED})
+    strided = sorted(
+        {
+            str(n.target)
+            for n in gm.graph.nodes
+            if n.target in _STRIDE_ADDRESSED and not identity_restride(n)
+        }
+    )
     if strided and forced is not False:
         # these address the storage by the trace's strides: another layout reads other elements
         note = (
@@ -229,6 +257,8 @@ def _meta_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
             return _symbolic_view(layout, op, args)
         except TypeError:  # a decision that depends on the sizes: no strided view
             return None
+    if op is aten.reshape.default:
+        op = aten.view.default  # reshape copies where no view exists: that is not a layout
     try:
         base = torch.empty_strided(
             (layout.storage_size,), (1,), dtype=layout.dtype, device="meta"
