@@ -16,6 +16,7 @@ from ..ir.graph import (
     TensorValue,
     contiguous_strides,
 )
+from ..ir.kernel import Layout
 from .helpers import bload, elementwise, out_dtype, promoted
 from .layouts import shape_of
 from .lowerer import Lowerer, Unsupported, cast, register, upcast
@@ -315,7 +316,14 @@ def _copy(L: Lowerer, x: Any, *rest: Any, **kw: Any) -> Any:
     dtype, sizes = val.dtype, shape_of(val)
     if not isinstance(x, TensorValue):
         return L.pointwise(sizes, dtype, lambda idx: Const(x, dtype))
-    return L.pointwise(sizes, dtype, lambda idx: cast(bload(x, sizes, idx, x.dtype), dtype))
+    layout = None
+    if kw.get("memory_format") is torch.contiguous_format:
+        # asked for (reshape's decomposition clones so that a view follows): contiguous,
+        # not the channels-last its input may have
+        layout = Layout(tuple(sizes), contiguous_strides(sizes), 0, dtype, L.ctx.device_type)
+    return L.pointwise(
+        sizes, dtype, lambda idx: cast(bload(x, sizes, idx, x.dtype), dtype), layout=layout
+    )
 
 
 @register(
