@@ -164,6 +164,58 @@ def test_a_convnext_head_keeps_channels_last(plugin):
     assert any(n.startswith("channels-last activations") for n in graph.notes), graph.notes
 
 
+class _LayerNorm2d(torch.nn.LayerNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class _ConvNeXtBlock(torch.nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = torch.nn.LayerNorm(dim, eps=1e-6)
+        self.up, self.down = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+        self.scale = torch.nn.Parameter(torch.full((dim, 1, 1), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(self.dw(x).permute(0, 2, 3, 1))
+        y = self.down(torch.nn.functional.gelu(self.up(y))).permute(0, 3, 1, 2)
+        return x + self.scale * y
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_convnext_blocks_keep_one_layout_between_convolutions(plugin):
+    """ConvNeXt's blocks over channels-last activations: each LayerNorm (over the
+    permuted view (N, H, W, C), contiguous in memory) is one kernel, stored so that the
+    linear after it reads it as it is, and the residual sum is stored channels-last for the
+    next convolution. The only conversions are the image's and the weights' of the
+    convolutions that are not depthwise: no kernel converts activations between blocks."""
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 4, 4),
+        _LayerNorm2d(16, eps=1e-6),
+        _ConvNeXtBlock(16),
+        _LayerNorm2d(16, eps=1e-6),
+        torch.nn.Conv2d(16, 32, 2, 2),
+        _ConvNeXtBlock(32),
+    ).to(dev)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    with torch.no_grad():
+        report = sdk.explain(model, x, backend=f"sdk:{plugin}", channels_last=True, fallback=False)
+        got = torch.compile(model, backend=sdk.backend(plugin, channels_last=True))(x)
+        torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+    (graph,) = report.graphs
+    conversions = [  # a copy for a convolution: one buffer in (a bias added is two)
+        k for k in graph.kernels if k.ops == ("aten.convolution.default",) and len(k.inputs) == 1
+    ]
+    assert len(conversions) == 3, [k.ops for k in graph.kernels]  # image, two weights
+    norms = [k for k in graph.kernels if "aten.var_mean.correction" in k.ops]
+    assert len(norms) == 4 and all("aten.sub.Tensor" in k.ops for k in norms), [
+        k.ops for k in graph.kernels
+    ]
+
+
 def _report(plugin: str, **options):
     dev = device_of(plugin)
     x = torch.randn(2, 3, 32, 32, device=dev)

@@ -77,6 +77,54 @@ def is_channels_last(layout: Layout | None) -> bool:
     return same_strides(layout.sizes, layout.strides, want) and not layout.is_contiguous()
 
 
+def _following_strides(
+    sizes: tuple[Any, ...],
+    value: Expr,
+    vars: tuple[sympy.Symbol, ...],
+    layouts: dict[str, Layout],
+) -> tuple[Any, ...] | None:
+    """Dense strides for a node computing ``value`` over ``sizes`` (in a graph whose
+    convolutions run channels-last) that follow the memory of the first buffer it reads
+    whole: its dims ordered as that buffer's memory steps through them. A node over
+    channels-last activations is stored channels-last; one over their permuted view
+    ``(N, H, W, C)`` (a ConvNeXt block's LayerNorm) contiguous, where channels-last strides
+    would make the reshape after it a copy; a residual added to such a view channels-last
+    again. Else channels-last where it reads a channels-last buffer at all, None where not."""
+    if len(vars) != len(sizes):
+        return None
+    moving = [k for k, n in enumerate(sizes) if n != 1]
+    reads_channels_last = False
+    for ld in _loads(value):
+        lay = layouts.get(ld.buffer)
+        if lay is None:
+            continue
+        reads_channels_last = reads_channels_last or is_channels_last(lay)
+        if isinstance(ld.index, tuple):  # per dim of the buffer
+            if len(ld.index) != len(lay.strides):
+                continue
+            flat = sum((st * e for st, e in zip(lay.strides, ld.index)), sympy.Integer(0))
+        else:  # a strided view's load: already the offset in the buffer
+            flat = sympy.sympify(ld.index)
+        zero = {v: 0 for v in vars}
+        try:
+            base = flat.subs(zero)
+            weights = [flat.subs({**zero, v: 1}) - base for v in vars]
+        except (TypeError, ValueError):
+            continue
+        if not all(is_static(weights[k]) and int(weights[k]) > 0 for k in moving):
+            continue  # broadcast along a dim, or symbolic: not a whole read
+        if len({int(weights[k]) for k in moving}) != len(moving):
+            continue
+        key = {k: int(weights[k]) if k in moving else 0 for k in range(len(sizes))}
+        strides: list[Any] = [0] * len(sizes)
+        step: Any = 1
+        for k in sorted(range(len(sizes)), key=lambda k: (key[k], -k)):  # innermost first
+            strides[k] = step
+            step = static(step * sizes[k])
+        return tuple(strides)
+    return channels_last_strides(sizes) if reads_channels_last else None
+
+
 #: Inductor's measured channels-last speed-up per convolution kind (inference;
 #: torch/_inductor/graph.py decide_layout_opt): < 1 is faster in channels-last.
 _CL_MULTIPLIER = {"grouped": 1.358, "small": 0.783, "in_out": 0.725, "default": 0.823}

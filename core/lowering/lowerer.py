@@ -46,14 +46,13 @@ from ..ir.index import is_static, static, var
 from ..ir.kernel import Layout
 from .layouts import (
     _dense,
+    _following_strides,
     _loads,
     _map_values,
     _meta_strides,
     _meta_view,
     _tensor_meta_ok,
-    channels_last_strides,
     channels_last_wanted,
-    is_channels_last,
     same_strides,
     shape_of,
     strides_of,
@@ -457,6 +456,7 @@ class Lowerer:
         dtype: torch.dtype,
         meta: torch.Tensor | None,
         value: Expr | None = None,
+        vars: tuple[sympy.Symbol, ...] = (),
     ) -> Layout:
         if (
             meta is not None
@@ -468,17 +468,12 @@ class Lowerer:
             strides = strides_of(meta)
             if _dense(sizes, strides):
                 return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
-        if (
-            self.channels_last
-            and len(sizes) == 4
-            and value is not None
-            and any(is_channels_last(self.layouts.get(ld.buffer)) for ld in _loads(value))
-        ):
+        if self.channels_last and len(sizes) == 4 and value is not None:
             # follow the activations' layout: kernels over a channels-last tensor store
             # channels-last too, so the next convolution needs no conversion
-            return Layout(
-                tuple(sizes), channels_last_strides(sizes), 0, dtype, self.ctx.device_type
-            )
+            strides = _following_strides(sizes, value, vars, self.layouts)
+            if strides is not None:
+                return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
         return Layout(tuple(sizes), contiguous_strides(sizes), 0, dtype, self.ctx.device_type)
 
     def pointwise(
@@ -494,7 +489,7 @@ class Lowerer:
         sizes = tuple(static(s) for s in sizes)
         vs = fresh_vars("i", len(sizes))
         value = body(vs)
-        layout = layout or self._layout_for(sizes, dtype, self._meta_or_none(), value)
+        layout = layout or self._layout_for(sizes, dtype, self._meta_or_none(), value, vs)
         if not cse:
             return self._add(
                 Node(
