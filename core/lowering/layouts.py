@@ -77,6 +77,20 @@ def is_channels_last(layout: Layout | None) -> bool:
     return same_strides(layout.sizes, layout.strides, want) and not layout.is_contiguous()
 
 
+def _linear_weights(terms: list[tuple[Any, Any]], vars: tuple[sympy.Symbol, ...]) -> list | None:
+    """How far ``sum(expr * stride)`` moves per step of each of ``vars``, where every expr
+    is linear in them (None where one is not)."""
+    weight: dict[sympy.Symbol, Any] = dict.fromkeys(vars, 0)
+    for expr, stride in terms:
+        expr = sympy.sympify(expr)
+        for term, coeff in expr.as_coefficients_dict().items():
+            if term in weight:
+                weight[term] += coeff * stride
+            elif term.free_symbols & weight.keys():
+                return None
+    return [weight[v] for v in vars]
+
+
 def _following_strides(
     sizes: tuple[Any, ...],
     value: Expr,
@@ -102,15 +116,12 @@ def _following_strides(
         if isinstance(ld.index, tuple):  # per dim of the buffer
             if len(ld.index) != len(lay.strides):
                 continue
-            flat = sum((st * e for st, e in zip(lay.strides, ld.index)), sympy.Integer(0))
+            terms = list(zip(ld.index, lay.strides))
         else:  # a strided view's load: already the offset in the buffer
-            flat = sympy.sympify(ld.index)
-        zero = {v: 0 for v in vars}
-        try:
-            base = flat.subs(zero)
-            weights = [flat.subs({**zero, v: 1}) - base for v in vars]
-        except (TypeError, ValueError):
-            continue
+            terms = [(ld.index, 1)]
+        weights = _linear_weights(terms, vars)
+        if weights is None:
+            continue  # not linear in the node's indices (a reshape's division): no order
         if not all(is_static(weights[k]) and int(weights[k]) > 0 for k in moving):
             continue  # broadcast along a dim, or symbolic: not a whole read
         if len({int(weights[k]) for k in moving}) != len(moving):
