@@ -36,7 +36,7 @@ class Capability(str, enum.Enum):
     Each member's docstring (``Capability.BF16.__doc__``) says what declaring it makes
     the core do. Some change what the scheduler and lowering make (``REDUCTIONS``,
     ``MULTI_STAGE``, ``STORE_THEN_LOAD``, ``CHEAP_TRANSCENDENTALS``, ``SYMBOLIC_SIZES``,
-    ``CHANNELS_LAST``, ``CONV_BIAS_IN_KERNEL``, ``GRAPH_CAPTURE``). ``FP64``, ``BF16``,
+    ``CHANNELS_LAST``, ``CONV_BIAS_IN_KERNEL``, ``MM_BIAS_IN_KERNEL``, ``GRAPH_CAPTURE``). ``FP64``, ``BF16``,
     ``INDIRECT_LOADS`` and ``RANDOM`` are declarations only in this SDK version: the core
     hands a plugin such kernels whether it declares them or not, so a plugin that cannot
     render them refuses those ops in ``sdk_op_support`` (as the ``--c-like`` scaffold
@@ -114,6 +114,13 @@ class Capability(str, enum.Enum):
         "conv_bias_in_kernel",
         "A convolution's bias is added in the generated kernel that follows the library "
         "call (with BatchNorm, activation and residual), not by the library call itself.",
+    )
+    MM_BIAS_IN_KERNEL = (
+        "mm_bias_in_kernel",
+        "A matrix product with a bias (``addmm``) whose result only pointwise ops read is "
+        "a product without the bias (``mm``), and the bias is added in the generated kernel "
+        "of those ops (Inductor's rule on GPUs: the library then picks its product kernel "
+        "without a bias epilogue). A product the plugin's ``sdk_extern`` takes stays whole.",
     )
     CHEAP_TRANSCENDENTALS = (
         "cheap_transcendentals",

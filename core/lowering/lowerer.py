@@ -107,6 +107,10 @@ LIBRARY_OPS = frozenset(
     | {op for op in EXTERN_OPS if "_scaled_dot_product_" in str(op)}
 )
 
+#: Library ops a lowering may split into a smaller library call and generated code
+#: (``fn(lowerer, node, args, kwargs)``; None: the whole call): addmm's bias in a kernel.
+LIBRARY_SPLITS: dict[Any, Callable[..., Any]] = {}
+
 #: Library ops whose functional form copies its first argument and then updates the copy in
 #: place, as the in-place form does to the argument itself. Where that argument is a
 #: temporary of the program dying at the call (the zeros an embedding backward accumulates
@@ -383,6 +387,9 @@ class Lowerer:
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
         if target is aten.relu.default and (fused := self._relu_in_addmm(n)) is not None:
             return fused
+        split = LIBRARY_SPLITS.get(target)
+        if split is not None and (out := split(self, n, args, kwargs)) is not None:
+            return out
         if target in EXTERN_OPS:
             return self.extern(target, args, kwargs)
         if n.name in self.refused:

@@ -39,6 +39,7 @@ def sdk_plugin_info() -> sdk.PluginInfo:
                 # cuDNN: NHWC kernels, and a bias in the call is a separate, slower kernel
                 sdk.Capability.CHANNELS_LAST,
                 sdk.Capability.CONV_BIAS_IN_KERNEL,
+                sdk.Capability.MM_BIAS_IN_KERNEL,
                 # sin/exp/erf run on the special-function units
                 sdk.Capability.CHEAP_TRANSCENDENTALS,
                 sdk.Capability.SYMBOLIC_SIZES,
