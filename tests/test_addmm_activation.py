@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import sdk
-from tests.gpu.common import rmse_ok
+from tests.gpu.common import check_inference, rmse_ok
 from tests.plugins_under_test import PLUGINS, device_of
 
 pytestmark = pytest.mark.parametrize("plugin", PLUGINS)
@@ -38,13 +38,9 @@ def test_relu_runs_in_the_product(plugin, dtype, batch, graph_reports):
     dev = device_of(plugin)
     torch.manual_seed(0)
     model = _mlp().to(dev, dtype).eval()
-    ref = copy.deepcopy(model).double()
-    step = torch.compile(model, backend=sdk.backend(plugin))
-    with torch.no_grad():
-        for _ in range(2):
-            x = torch.randn(batch, 32, device=dev, dtype=dtype)
-            ok, why = rmse_ok(step(x).float(), model(x).float(), ref(x.double()))
-            assert ok, why
+    check_inference(
+        model, sdk.backend(plugin), lambda: torch.randn(batch, 32, device=dev, dtype=dtype)
+    )
     externs, in_kernels = _ops(graph_reports)
     assert externs.count("aten._addmm_activation.default") == 2, externs
     assert "aten.relu.default" not in in_kernels

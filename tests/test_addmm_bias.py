@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import sdk
-from tests.gpu.common import rmse_ok
+from tests.gpu.common import check_inference, rmse_ok
 from tests.plugins_under_test import PLUGINS, device_of
 
 pytestmark = pytest.mark.parametrize("plugin", PLUGINS)
@@ -42,13 +42,9 @@ def test_inference_splits_the_products_pointwise_ops_read(plugin, dtype, graph_r
     dev = device_of(plugin)
     torch.manual_seed(0)
     model = _Block().to(dev, dtype).eval()
-    ref = copy.deepcopy(model).double()
-    step = torch.compile(model, backend=sdk.backend(plugin))
-    with torch.no_grad():
-        for _ in range(2):
-            x = torch.randn(4, 6, 32, device=dev, dtype=dtype)
-            ok, why = rmse_ok(step(x).float(), model(x).float(), ref(x.double()))
-            assert ok, why
+    check_inference(
+        model, sdk.backend(plugin), lambda: torch.randn(4, 6, 32, device=dev, dtype=dtype)
+    )
     externs = _externs(graph_reports)
     if plugin == "cuda_triton":
         assert sorted(externs) == ["aten.addmm.default"] + ["aten.mm.default"] * 2, externs

@@ -68,3 +68,20 @@ def check_training(
         if not ok:
             bad.append(f"{name}: {why}")
     return bad
+
+
+def check_inference(
+    model: torch.nn.Module,
+    backend: Any,
+    make_input: Callable[[], torch.Tensor],
+    calls: int = 2,
+) -> None:
+    """``model`` (in eval mode) compiled with ``backend``: on ``calls`` fresh inputs its
+    output passes the rule against eager and an fp64 copy, else AssertionError."""
+    ref = copy.deepcopy(model).double()
+    step = torch.compile(model, backend=backend)
+    with torch.no_grad():
+        for _ in range(calls):
+            x = make_input()
+            ok, why = rmse_ok(step(x).float(), model(x).float(), ref(x.double()))
+            assert ok, why
