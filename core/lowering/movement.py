@@ -158,8 +158,7 @@ def _addmm_bias_in_kernel(L: Lowerer, n: torch.fx.Node, args: tuple, kwargs: dic
         or not _pointwise_reads(n)
     ):
         return None
-    (user,) = n.users if len(n.users) == 1 else (None,)
-    if user is not None and user.target is aten.relu.default:
+    if len(n.users) == 1 and next(iter(n.users)).target is aten.relu.default:
         return None
     product = L.extern(aten.mm.default, (a, b), {})
     return elementwise(L, "add", product, bias)
