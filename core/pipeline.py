@@ -596,10 +596,24 @@ class Session:
         return session
 
     def _announce(self, ctx: CompileContext, report: GraphReport) -> None:
+        report.nondeterministic[:] = self._nondeterministic(ctx.plugin, report)
         for f in report.fallbacks:
             observe(
                 self.registry, ctx, report.hook_faults, "sdk_on_fallback", op=f.op, reason=f.reason
             )
+
+    def _nondeterministic(self, plugin: str, report: GraphReport) -> list[str]:
+        """The report's ATen steps that the plugin declares not deterministic on its device."""
+        rec = self.registry.records.get(plugin)
+        table = rec.info.nondeterministic_ops if rec is not None else {}
+        steps = [(e.op, e.node, "library call") for e in report.externs if not e.plugin]
+        steps += [(f.op, f.node, "fallback") for f in report.fallbacks]
+        out = []
+        for op, node, what in steps:
+            why = table.get(op) or table.get(op.rsplit(".", 1)[0])
+            if why:
+                out.append(f"{what} {op} ({node}): {why}")
+        return out
 
     def _wrap(self, ctx: CompileContext, program: Callable, report: GraphReport) -> Callable:
         names = []

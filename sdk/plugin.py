@@ -165,6 +165,12 @@ class PluginInfo:
     capabilities: frozenset[Capability] = frozenset()
     options: Mapping[str, OptionSpec] = field(default_factory=dict)
     description: str = ""
+    #: ATen ops whose kernels on this plugin's devices may give other bits from run to run
+    #: (atomic adds: the order of the additions changes), by op name (``"aten.index_add"``)
+    #: with why. ``sdk.explain`` lists each library call or fallback of one among the graph's
+    #: non-deterministic steps. (Under ``torch.use_deterministic_algorithms(True)`` ATen
+    #: takes its deterministic kernel for such an op, or raises naming it, as in eager.)
+    nondeterministic_ops: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():

@@ -141,6 +141,11 @@ class GraphReport:
     #: chain's order ("sdk:<name> failed: <exception>"); empty when the first one did.
     #: ``explain`` prints it as a note ("compiled by sdk:<plugin> after: ...")
     chain_failures: list[str] = field(default_factory=list)
+    #: the steps whose bits may change from run to run, and why: library calls and
+    #: fallbacks of the ops the plugin declares in ``PluginInfo.nondeterministic_ops``
+    #: ("aten.index_add.default (index_add): atomic adds ..."); empty: the same inputs
+    #: give the same bits in every run
+    nondeterministic: list[str] = field(default_factory=list)
 
     @property
     def views(self) -> int:
@@ -203,6 +208,8 @@ class GraphReport:
             if pl.refusals:
                 why = "; ".join(f"{plugin}: {reason}" for plugin, reason in pl.refusals)
                 lines.append(f"  op {pl.node} ({pl.op}) -> {pl.plugin}, refused by {why}")
+        for step in self.nondeterministic:
+            lines.append(f"  not deterministic: {step}")
         for note in self.notes:
             lines.append(f"  note: {note}")
         for h in self.hook_faults:
@@ -234,6 +241,11 @@ class ExplainReport:
     @property
     def hook_faults(self) -> list[HookFault]:
         return [h for g in self.graphs for h in g.hook_faults]
+
+    @property
+    def nondeterministic(self) -> list[str]:
+        """Every graph's steps whose bits may change from run to run, with why."""
+        return [f"{g.name}: {s}" for g in self.graphs for s in g.nondeterministic]
 
     def __str__(self) -> str:
         head = (

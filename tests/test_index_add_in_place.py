@@ -1,6 +1,9 @@
 """An accumulation into a temporary that dies at the call (the zeros of an embedding backward)
-runs ATen's in-place ``index_add_`` over that temporary: no copy of it first. Where the
-target is read again, is an output or a graph input, the functional op (which copies) stays.
+runs ATen's in-place ``index_put_`` (``index_add_`` for a user's ``index_add``) over that
+temporary: no copy of it first. Where the target is read again, is an output or a graph
+input, the functional op (which copies) stays. A table of at most ``ONE_HOT_MAX_ROWS`` rows
+accumulates through a product with the indices' one-hot matrix instead (deterministic, and
+fast where many indices land on each row).
 
 Each case is compared with eager on fresh random inputs; the wrapper is read from
 ``sdk.explain``'s GraphReport.wrapper.
@@ -16,10 +19,12 @@ import torch
 import torch.nn.functional as F
 
 import sdk
+from sdk.core.lowering.movement import ONE_HOT_MAX_ROWS
 
 from .plugins_under_test import PLUGINS, device_of
 
-IN_PLACE = "# aten.index_add_.default"
+IN_PLACE = r"# aten\.index_(?:put|add)_\.default"
+ROWS = ONE_HOT_MAX_ROWS + 36  # a table accumulated by index_put
 
 
 @contextmanager
@@ -40,7 +45,7 @@ def _wrappers(fn, *args, plugin):
 def _in_place_targets(wrapper: str) -> list[str]:
     """The buffers updated in place by index_add_, each checked to be a buffer the program
     allocated itself (``_empty``), never a graph input."""
-    targets = re.findall(r"^\s+_c\d+\((\w+), .*" + re.escape(IN_PLACE) + "$", wrapper, re.M)
+    targets = re.findall(r"^\s+_c\d+\((\w+), .*" + IN_PLACE + "$", wrapper, re.M)
     for t in targets:
         assert re.search(rf"^\s+{t} = _empty\(", wrapper, re.M), wrapper
     return targets
@@ -51,7 +56,7 @@ def _in_place_targets(wrapper: str) -> list[str]:
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_embedding_backward_accumulates_into_its_zeros(plugin, dtype, deterministic):
     dev = device_of(plugin)
-    n, d = 13, 24
+    n, d = ROWS, 24
     idx = torch.randint(0, n, (6, 9), device=dev)
     idx[0, :4] = 3  # repeated indices: several rows add into one
     w = torch.randn(n, d, device=dev, dtype=dtype)
@@ -76,12 +81,10 @@ def test_embedding_backward_accumulates_into_its_zeros(plugin, dtype, determinis
         torch.testing.assert_close(wc.grad.double(), wr.grad, rtol=2**-8, atol=1e-6)
         torch.testing.assert_close(wc.grad, we.grad, rtol=2e-2, atol=1e-1)
     ops = {e.op for e in report.externs}
-    if deterministic:  # today's path: index_put's deterministic kernel, out of place
-        assert "aten.index_put.default" in ops and "aten.index_add.default" not in ops
-        assert not _in_place_targets(wrapper)
-    else:  # the report names what runs: the in-place form
-        assert "aten.index_add_.default" in ops and "aten.index_add.default" not in ops, ops
-        assert len(_in_place_targets(wrapper)) == 1, wrapper
+    # with or without deterministic algorithms: index_put's deterministic kernel (never
+    # index_add's atomics), in place; the report names what runs: the in-place form
+    assert "aten.index_put_.default" in ops and "aten.index_add.default" not in ops, ops
+    assert len(_in_place_targets(wrapper)) == 1, wrapper
 
 
 def _check(fn, args, plugin, in_place: int):
@@ -153,8 +156,8 @@ CASES = {
 @pytest.mark.parametrize("fn", list(CASES), ids=lambda f: f.__name__.lstrip("_"))
 def test_accumulation_target(plugin, fn):
     dev = device_of(plugin)
-    a = torch.randn(10, 7, device=dev)
-    i = torch.randint(-10, 10, (12,), device=dev)
+    a = torch.randn(ROWS, 7, device=dev)
+    i = torch.randint(-ROWS, ROWS, (12,), device=dev)
     i[:3] = 4  # repeated indices
     v, v2 = torch.randn(12, 7, device=dev), torch.randn(12, 7, device=dev)
     _check(fn, (a, i, v, v2), plugin, CASES[fn])
@@ -163,7 +166,7 @@ def test_accumulation_target(plugin, fn):
 def test_the_in_place_program_round_trips_through_the_graph_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
-    args = (torch.randn(10, 7), torch.randint(-10, 10, (12,)), torch.randn(12, 7), None)
+    args = (torch.randn(ROWS, 7), torch.randint(-ROWS, ROWS, (12,)), torch.randn(12, 7), None)
     caches = []
     for _ in range(2):
         torch._dynamo.reset()
@@ -174,5 +177,32 @@ def test_the_in_place_program_round_trips_through_the_graph_cache(tmp_path, monk
     torch._dynamo.reset()
     compiled = torch.compile(_zeros, backend="sdk:cpu_cpp")
     for _ in range(2):
-        args = (torch.randn(10, 7), torch.randint(-10, 10, (12,)), torch.randn(12, 7), None)
+        args = (torch.randn(ROWS, 7), torch.randint(-ROWS, ROWS, (12,)), torch.randn(12, 7), None)
         torch.testing.assert_close(compiled(*args), _zeros(*args))
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_small_table_sums_through_a_one_hot_product(plugin, dtype):
+    """T5's relative-position bias: 32 rows under 64x64 indices (128 per row on average),
+    negative indices among them. The sums are exact before their one rounding: within half
+    a step of the fp64 sums; the same bits twice; an index out of range raises as in eager."""
+    dev = device_of(plugin)
+    n = 32
+    x = torch.randn(n, 12, device=dev, dtype=dtype)
+    i = torch.randint(-n, n, (64, 64), device=dev)
+    v = torch.randn(64, 64, 12, device=dev, dtype=dtype)
+    compiled = torch.compile(_acc, backend=sdk.backend(plugin, fallback=False))
+    got = compiled(x, i, v)
+    ref = _acc(x.double(), i, v.double())
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(got.double(), ref, rtol=eps, atol=1e-6)
+    assert torch.equal(compiled(x, i, v), got)
+    report = sdk.explain(_acc, x, i, v, backend=sdk.backend(plugin, fallback=False))
+    ops = {e.op for e in report.externs}
+    assert ops == {"aten.mm.default"}, ops
+    bad = i.clone()
+    bad[3, 5] = n
+    if plugin == "cpu_cpp":  # (Triton's checks assert on the device, or in its interpreter)
+        with pytest.raises(IndexError, match="out of bounds"):
+            compiled(x, bad, v)

@@ -115,7 +115,10 @@ LIBRARY_SPLITS: dict[Any, Callable[..., Any]] = {}
 #: place, as the in-place form does to the argument itself. Where that argument is a
 #: temporary of the program dying at the call (the zeros an embedding backward accumulates
 #: into), core/memory.py runs the in-place form over it and skips the copy.
-IN_PLACE_FORMS = {aten.index_add.default: aten.index_add_.default}
+IN_PLACE_FORMS = {
+    aten.index_add.default: aten.index_add_.default,
+    aten.index_put.default: aten.index_put_.default,
+}
 
 _functional = torch.ops._c10d_functional
 #: Functional collectives (torch.distributed._functional_collectives, FSDP2 and DTensor in
@@ -612,11 +615,13 @@ class Lowerer:
         kwargs: dict,
         reason: str | None = None,
         out_strides: list[tuple[int, ...] | None] | None = None,
+        out_dtype: torch.dtype | None = None,
     ) -> Any:
         """Run ``target`` through ATen (a library call, or a fallback when ``reason``).
 
         Outputs get the trace's strides, or ``out_strides`` where given; a call that
-        answers in other strides is copied into them at run time. A fallback with
+        answers in other strides is copied into them at run time. ``out_dtype``: a helper
+        call of a lowering whose one output has the node's sizes in another dtype. A fallback with
         ``options["fallback"]`` off raises :class:`sdk.LoweringError` instead.
         """
         if reason is not None and not self.ctx.options.get("fallback", True):
@@ -641,9 +646,8 @@ class Lowerer:
         for v, st in zip(vals, strides):
             if isinstance(v, torch.Tensor):
                 name = self.fresh("ext")
-                layout = Layout(
-                    shape_of(v), st, sym_size(v.storage_offset()), v.dtype, v.device.type
-                )
+                dtype = out_dtype or v.dtype
+                layout = Layout(shape_of(v), st, sym_size(v.storage_offset()), dtype, v.device.type)
                 outputs.append((name, layout))
                 if v.device.type != self.ctx.device_type:
                     results.append(self._hosted(name, layout))

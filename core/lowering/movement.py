@@ -326,46 +326,80 @@ def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False
     return load
 
 
+#: ``x[idx] += values`` into a table of at most this many rows is a product with the indices'
+#: one-hot matrix (T5's relative-position buckets: 32 rows, 512x512 indices); the one-hot
+#: matrix holds at most ONE_HOT_MAX_ELEMENTS elements.
+ONE_HOT_MAX_ROWS = 64
+ONE_HOT_MAX_ELEMENTS = 1 << 25
+
+
 @register(aten.index_put.default)
 def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
-    """``x[idx] += values`` over the first dim (the embedding backward) as ATen's
-    ``index_add``, an atomic-add kernel, instead of ``index_put``'s sort-based one (8 ms
-    on a T5 relative-position table of 32 rows). Only without deterministic algorithms
-    requested, for one integer index on dim 0 and values of exactly the indexed shape;
-    negative indices count from the end, as in ``index_put``. Otherwise ``index_put``."""
+    """``x[idx] += values`` over the first dim (the embedding backward), deterministically:
+    the same inputs give the same bits in every run and process (issue 36).
+
+    ATen's ``index_add`` (atomic adds on a GPU: the order of the additions, and so the
+    rounding, changes from run to run) is not used. A table of at most
+    :data:`ONE_HOT_MAX_ROWS` rows, where many indices land on each row, is
+    ``x + one_hot(idx).T @ values``: a library product, computed in float64 for float32
+    values and in float32 for 16-bit ones (exact one-hot and value operands: a TF32 product
+    rounds neither; each row's sum is rounded once). Any other accumulation is ATen's
+    ``index_put`` (sort, then each row summed in index order), run in place over a
+    temporary it accumulates into (``IN_PLACE_FORMS``)."""
     target = aten.index_put.default
     idx = indices[0] if isinstance(indices, (list, tuple)) and len(indices) == 1 else None
-    ok = (
+    small = (
         accumulate
         and isinstance(idx, TensorValue)
         and isinstance(values, TensorValue)
         and idx.dtype in (torch.int64, torch.int32)
-        and x.ndim >= 1
+        and x.ndim == 2
+        and x.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
         and tuple(values.sizes) == tuple(idx.sizes) + tuple(x.sizes[1:])
-        and not torch.are_deterministic_algorithms_enabled()
+        and is_static(x.sizes[0])
+        and x.sizes[0] <= ONE_HOT_MAX_ROWS
+        and all(is_static(s) for s in idx.sizes)
+        and x.sizes[0] * math.prod(idx.sizes) <= ONE_HOT_MAX_ELEMENTS
     )
-    if not ok:
+    if not small:
         return L.extern(target, (x, indices, values, accumulate), {})
-    n = x.sizes[0]
+    n, width = x.sizes
     flat_n = math.prod(idx.sizes)
-    k = idx.ndim
+    acc = torch.float64 if x.dtype in (torch.float32, torch.float64) else torch.float32
+    at_idx = reshape_reindex(tuple(idx.sizes), (flat_n,))
+    at_val = reshape_reindex(tuple(values.sizes), (flat_n, width))
 
-    def wrapped(i: Index) -> Expr:
-        at = reshape_reindex(tuple(idx.sizes), (flat_n,))(i)
-        v = cast(idx.load(at), torch.int64)
-        return Op(
+    # an index out of range fails, as in eager: each one-hot element also reads the
+    # (small) table at its index through a checked indirect load
+    check = _indirect(L, L.realize(x), [n, width], wrap=True)
+
+    def hot(i: Index) -> Expr:
+        row, j = i
+        v = cast(idx.load(at_idx((j,))), torch.int64)
+        probe = cast(check([v, sympy.Integer(0)]), acc)
+        v = Op(  # negative indices count from the end, as in index_put
             "where",
             (
                 Op("lt", (v, Const(0, torch.int64)), torch.bool),
-                Op("add", (v, size_value(n, torch.int64)), torch.int64),
+                Op("add", (v, Const(n, torch.int64)), torch.int64),
                 v,
             ),
             torch.int64,
         )
+        hit = Op("eq", (v, IndexValue(row)), torch.bool)
+        one = Op("where", (hit, Const(1, acc), Const(0, acc)), acc)
+        return Op("where", (Op("isnan", (probe,), torch.bool), one, one), acc)
 
-    flat_idx = L.pointwise((flat_n,), torch.int64, wrapped)
-    vals = _view(L, values, (flat_n,) + tuple(values.sizes[k:]))
-    return L.extern(aten.index_add.default, (x, 0, flat_idx, vals), {})
+    one_hot = L.pointwise((n, flat_n), acc, hot)
+    vals = L.pointwise((flat_n, width), acc, lambda i: cast(values.load(at_val(i)), acc))
+    sums = L.extern(aten.mm.default, (one_hot, vals), {}, out_dtype=acc)
+    dtype = L.meta().dtype
+
+    def body(i: Index) -> Expr:
+        s = Op("add", (cast(x.load(i), acc), sums.load(i)), acc)
+        return cast(s, dtype)
+
+    return L.pointwise((n, width), dtype, body)
 
 
 @register(aten.repeat.default)

@@ -16,6 +16,52 @@ import sdk
 __version__ = "0.1.0"
 
 
+_ATOMIC = "CUDA's kernel adds with atomics: the order of the additions, and so the rounding, changes from run to run"
+_WRITES = "CUDA's kernel writes duplicate indices in no fixed order"
+
+#: ATen ops whose CUDA kernels may give other bits from run to run (torch's documentation of
+#: ``torch.use_deterministic_algorithms``, and embedding_dense_backward measured on an H200:
+#: a 32-row table under 262,144 indices). The kernels this plugin generates are
+#: deterministic: none of them adds with atomics, and a split reduction sums its partials
+#: in a second kernel, in order.
+NONDETERMINISTIC_OPS = {
+    "aten.index_add": _ATOMIC,
+    "aten.scatter_add": _ATOMIC,
+    "aten.scatter_reduce": _ATOMIC,
+    "aten.put": _ATOMIC,
+    "aten.index_copy": _WRITES,
+    "aten.scatter": _WRITES,
+    "aten.embedding_dense_backward": _ATOMIC,
+    "aten._embedding_bag_backward": _ATOMIC,
+    "aten._embedding_bag_dense_backward": _ATOMIC,
+    "aten.upsample_linear1d_backward": _ATOMIC,
+    "aten.upsample_bilinear2d_backward": _ATOMIC,
+    "aten.upsample_bicubic2d_backward": _ATOMIC,
+    "aten.upsample_trilinear3d_backward": _ATOMIC,
+    "aten._adaptive_avg_pool2d_backward": _ATOMIC,
+    "aten._adaptive_avg_pool3d_backward": _ATOMIC,
+    "aten.adaptive_max_pool2d_backward": _ATOMIC,
+    "aten.avg_pool3d_backward": _ATOMIC,
+    "aten.max_pool3d_with_indices_backward": _ATOMIC,
+    "aten.fractional_max_pool2d_backward": _ATOMIC,
+    "aten.fractional_max_pool3d_backward": _ATOMIC,
+    "aten.reflection_pad1d_backward": _ATOMIC,
+    "aten.reflection_pad2d_backward": _ATOMIC,
+    "aten.reflection_pad3d_backward": _ATOMIC,
+    "aten.replication_pad1d_backward": _ATOMIC,
+    "aten.replication_pad2d_backward": _ATOMIC,
+    "aten.replication_pad3d_backward": _ATOMIC,
+    "aten.grid_sampler_2d_backward": _ATOMIC,
+    "aten.grid_sampler_3d_backward": _ATOMIC,
+    "aten.nll_loss2d_forward": _ATOMIC,
+    "aten._ctc_loss_backward": _ATOMIC,
+    "aten._scaled_dot_product_efficient_attention_backward": _ATOMIC,
+    "aten.histc": _ATOMIC,
+    "aten.bincount": _ATOMIC,
+    "aten.cumsum": "CUDA's scan of floating values sums in an order that depends on the launch",
+}
+
+
 def interpreting() -> bool:
     return sdk.plugin.environment_variable("TRITON_INTERPRET") == "1"
 
@@ -46,6 +92,8 @@ def sdk_plugin_info() -> sdk.PluginInfo:
             }
         ),
         description="Triton kernels on NVIDIA GPUs (CPU tensors under TRITON_INTERPRET=1)",
+        # (under the interpreter, the graphs run on the CPU)
+        nondeterministic_ops={} if interpreting() else NONDETERMINISTIC_OPS,
     )
 
 
