@@ -82,6 +82,8 @@ def main() -> None:
                 accumulate=True,
             )
             res = {"shape": name, "dtype": str(dtype).split(".")[-1]}
+            torch.compiler.reset()  # (one compile per row, under Dynamo's recompile limit)
+            _COMPILED.clear()
             for vname, fn in variants(n, idx, vals).items():
                 a, b = fn(), fn()
                 res[vname + "_ms"] = triton.testing.do_bench(fn, return_mode="median")
