@@ -117,10 +117,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--twice", action="store_true", help="run each step twice in-process")
     ap.add_argument("--deterministic", action="store_true")
+    ap.add_argument("--cudnn-deterministic", action="store_true")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if args.deterministic:
         torch.use_deterministic_algorithms(True)
+    if args.cudnn_deterministic:
+        torch.backends.cudnn.deterministic = True
     results = run(
         args.plugin, args.model, args.device, getattr(torch, args.dtype), args.steps, args.twice
     )

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# the mode matrix runs with torch.use_deterministic_algorithms(True) too: cuBLAS is then
+# deterministic only with a fixed workspace, read when its first handle is made
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

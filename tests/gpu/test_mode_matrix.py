@@ -114,11 +114,26 @@ def _loss_of(fn: Callable, inputs: tuple) -> torch.Tensor:
     return out.float().square().mean()
 
 
+@pytest.fixture(params=["nondeterministic-ok", "deterministic"])
+def determinism(request):
+    """Each case without and with ``torch.use_deterministic_algorithms(True)`` (inference in
+    the default mode only: its library calls are the training graphs' forward ones)."""
+    on = request.param == "deterministic"
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(on)
+    try:
+        yield on
+    finally:
+        torch.use_deterministic_algorithms(was)
+
+
 @pytest.mark.parametrize("train", [True, False], ids=["train", "infer"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", MODELS)
-def test_mode_matrix(name: str, mode: str, dtype: str, train: bool) -> None:
+def test_mode_matrix(name: str, mode: str, dtype: str, train: bool, determinism: bool) -> None:
+    if determinism and not train and mode != "default":
+        pytest.skip("inference with the flag runs in the default mode")
     torch.manual_seed(0)
     model, make_inputs = MODELS[name]()
     model = model.cuda().to(DTYPES[dtype]).train(train)
