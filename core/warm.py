@@ -9,6 +9,12 @@ itself, pickled, read only when a variant must be built again (a new layout, an 
 from the whole-graph cache). A later process's hit restores the programs from their entries:
 no AOTAutograd trace, partition, lowering or scheduling, and no decomposition table.
 
+A recipe is read back from torch's directory, which the SDK does not verify; so when torch
+stores it, its digest (:func:`recipe_digest`: every field, the graph's bytes included) goes
+into the SDK's own cache (``DiskCache("aot-recipes")``, entries verified), and a recipe read
+back is used only if its digest is there: a changed bit is a miss (torch compiles afresh),
+never a wrong result.
+
 The entry's key (torch's: the Dynamo graph, its inputs, torch's configuration) gets
 :func:`cache_tag`: everything of the SDK's that changes the result. Torch writes the entry
 with pickle into its own directory (``$TORCHINDUCTOR_CACHE_DIR/aotautograd``); the SDK uses
@@ -36,7 +42,7 @@ import torch
 from . import fallback, graph_cache
 from .adapters import aot_cache, mega_cache
 from .adapters import torch_private as tp
-from .cache import not_private, stable_hash
+from .cache import DiskCache, not_private, stable_hash
 
 #: the artifact type of the SDK's program entries in torch's MegaCache
 ARTIFACT = "sdk_programs"
@@ -46,9 +52,19 @@ FORMAT = 2
 current: contextvars.ContextVar[Any] = contextvars.ContextVar("sdk_warm_session", default=None)
 
 
+#: the SDK's cache namespace of the digests of the recipes it put in torch's entries
+RECIPES = "aot-recipes"
+_RECIPE = "recipe:"
+_VOUCHED = b"sdk-recipe"
+
+
 def populate(key: str, payload: bytes) -> None:
-    """A program entry of a loaded MegaCache blob, into the whole-graph cache."""
-    graph_cache.store().put(key, payload)
+    """An entry of a loaded MegaCache blob, into the whole-graph cache (a program) or the
+    recipes' digests."""
+    if key.startswith(_RECIPE):
+        DiskCache(RECIPES).put(key, payload)
+    else:
+        graph_cache.store().put(key, payload)
 
 
 def record(key: str, payload: bytes) -> None:
@@ -179,7 +195,7 @@ class Recipe:
                 graph = pickle.dumps(gm)
         except Exception as exc:  # noqa: BLE001 - not storable: no entry
             raise aot_cache.Uncacheable(f"the ATen graph does not pickle: {exc}") from exc
-        return {
+        state = {
             "format": FORMAT,
             "kind": self.kind,
             "device_type": self.device_type,
@@ -192,6 +208,34 @@ class Recipe:
             "written_inputs": sorted(fallback.written_inputs(gm)),
             "graph": graph,
         }
+        key = _RECIPE + recipe_digest(state)
+        try:
+            DiskCache(RECIPES).put(key, _VOUCHED)
+        except OSError as exc:  # its digest not kept: the recipe could not be verified
+            raise aot_cache.Uncacheable(f"the recipe's digest is not storable: {exc}") from exc
+        record(key, _VOUCHED)
+        return state
+
+
+def recipe_digest(state: dict[str, Any]) -> str:
+    """sha256 over every field of a recipe (plain data: its ``repr``), the graph's bytes
+    included. Raises ``ValueError`` for a state that is not a recipe's."""
+    graph = state.get("graph")
+    if not isinstance(graph, bytes):
+        raise ValueError("the recipe has no stored graph")
+    rest = tuple(sorted((str(k), repr(v)) for k, v in state.items() if k != "graph"))
+    return stable_hash("sdk-aot-recipe", FORMAT, rest, graph)
+
+
+def _check_vouched(state: dict[str, Any]) -> None:
+    """Raise ``LookupError`` unless the SDK's cache holds the digest of ``state``."""
+    key = _RECIPE + recipe_digest(state)
+    if DiskCache(RECIPES).get(key) != _VOUCHED:
+        raise LookupError(
+            "the recipe read back from torch's AOTAutograd cache has no matching digest in "
+            "the SDK's cache (changed on disk, or not stored by the SDK): compiled afresh"
+        )
+    record(key, _VOUCHED)  # carried with the programs by the next save_cache_artifacts()
 
 
 def output_code(compiled: Callable, recipe: Recipe, gm: torch.fx.GraphModule) -> Any:
@@ -206,8 +250,10 @@ def restore(state: dict[str, Any]) -> Callable:
     session = current.get()
     if session is None:
         raise RuntimeError("an SDK program restored outside an SDK compile")
-    if state.get("format") != FORMAT:
-        raise ValueError(f"recipe format {state.get('format')}, not {FORMAT}")
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        got = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"recipe format {got}, not {FORMAT}")
+    _check_vouched(state)  # before any of it is used
     return session.restore_aten_graph(state, _GraphLoader(state["graph"]))
 
 

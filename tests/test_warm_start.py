@@ -166,7 +166,8 @@ def test_the_backward_compiler_is_not_traced_by_dynamo(processes):
 def test_mega_cache_ships_a_warm_start_to_empty_caches(processes):
     (cold_info, cold), _, (info, shipped) = processes
     assert cold_info["artifacts"]["aot_autograd"] >= 1, cold_info
-    assert cold_info["artifacts"]["sdk_programs"] == 2, cold_info  # forward and backward
+    # forward and backward: their programs, and their recipes' digests
+    assert cold_info["artifacts"]["sdk_programs"] == 4, cold_info
     assert info["warm"] == {"forward": "hit", "backward": "hit"}, info
     assert info["cache"] == {"forward": "hit", "backward": "hit"}, info
     _bit_equal(cold, shipped)
@@ -240,3 +241,81 @@ def test_a_torch_cache_directory_others_can_write_is_refused(caches):
 def test_the_cache_off_keeps_torch_s_cache_off(caches):
     report, _ = _train(cache=False)
     assert all(g.warm.startswith("off") for g in report.graphs), str(report)
+
+
+# -- what is read back from torch's directory is verified -----------------------------------
+
+FLIP_CHILD = textwrap.dedent(
+    r"""
+    import json, sys
+    import torch
+    import sdk
+    from sdk.core import pipeline, warm
+
+    graphs = []  # the pickled ATen graphs the SDK puts in torch's entries
+    real = warm.Recipe.freeze
+
+    def freeze(self, gm):
+        state = real(self, gm)
+        graphs.append(state["graph"].hex())
+        return state
+
+    warm.Recipe.freeze = freeze
+
+    def f(x, y):
+        return torch.relu(x) * 2.0 + y
+
+    torch.manual_seed(0)
+    base, y = torch.randn(64 * 32 + 1), torch.randn(64, 32)
+    # the same sizes and strides (Dynamo's guards hold, torch's entry hits), another offset:
+    # a new layout, whose program is built from the stored ATen graph
+    x = base[:-1].view(64, 32) if sys.argv[1] == "cold" else base[1:].view(64, 32)
+    reports = []
+    token = pipeline.collect_reports(reports)
+    got = torch.compile(f, backend="sdk:cpu_cpp")(x, y)
+    pipeline.stop_collecting(token)
+    print("INFO " + json.dumps({
+        "warm": [r.warm for r in reports],
+        "max_error": (got - f(x, y)).abs().max().item(),
+        "graphs": graphs,
+    }))
+    """
+)
+
+
+def _flip_run(tmp_path, mode):
+    env = {
+        **os.environ,
+        "SDK_CACHE_DIR": str(tmp_path / "sdk"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "SDK_GRAPH_CACHE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", FLIP_CHILD, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("INFO "))
+    return json.loads(line[5:])
+
+
+def test_a_flipped_bit_in_the_stored_aten_graph_is_a_miss_not_a_wrong_result(tmp_path):
+    cold = _flip_run(tmp_path, "cold")
+    assert cold["warm"] == ["miss"] and cold["max_error"] == 0, cold
+    (graph,) = (bytes.fromhex(g) for g in cold["graphs"])
+    assert graph.count(b"2.0") == 1, "the constant of `* 2.0`, in the graph's code"
+    flipped = graph.replace(b"2.0", bytes([ord("2") ^ 1]) + b".0")  # one bit: `* 3.0`
+    entries = [
+        p
+        for p in (tmp_path / "inductor" / "aotautograd").rglob("*")
+        if p.is_file() and graph in p.read_bytes()
+    ]
+    assert len(entries) == 1, entries
+    entries[0].write_bytes(entries[0].read_bytes().replace(graph, flipped))
+    warm_ = _flip_run(tmp_path, "warm")  # a new layout: the variant is built from the graph
+    assert warm_["max_error"] < 1e-6, warm_
+    assert warm_["warm"] == ["miss"], warm_  # compiled afresh, not served from what was read
