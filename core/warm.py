@@ -18,8 +18,10 @@ never a wrong result.
 The entry's key (torch's: the Dynamo graph, its inputs, torch's configuration) gets
 :func:`cache_tag`: everything of the SDK's that changes the result. Torch writes the entry
 with pickle into its own directory (``$TORCHINDUCTOR_CACHE_DIR/aotautograd``); the SDK uses
-it only where that directory is private to the user, and says why not once otherwise
-(:class:`sdk.CacheDirWarning`).
+it only where that directory is private to the user and its parents safe, checked at each
+compile, and torch reads an entry only after every directory from ``/`` down and the entry
+file are checked at that lookup (:mod:`core.adapters.aot_cache`); the SDK says why not once
+per cause otherwise (:class:`sdk.CacheDirWarning`).
 
 ``torch.compiler.save_cache_artifacts()`` carries the SDK's program entries with torch's
 (artifact type ``sdk_programs``, registered by ``import sdk``), so ``load_cache_artifacts()``
@@ -29,7 +31,6 @@ on another machine makes a warm start there.
 from __future__ import annotations
 
 import contextvars
-import os
 import pickle
 import warnings
 from collections.abc import Callable
@@ -42,7 +43,7 @@ import torch
 from . import fallback, graph_cache
 from .adapters import aot_cache, mega_cache
 from .adapters import torch_private as tp
-from .cache import DiskCache, not_private, stable_hash
+from .cache import DiskCache, stable_hash
 
 #: the artifact type of the SDK's program entries in torch's MegaCache
 ARTIFACT = "sdk_programs"
@@ -118,36 +119,40 @@ def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
     return f"sdk:{ctx.plugin}:{tag}", "on"
 
 
+#: the causes already warned about (once each per process)
 _refused: dict[str, str | None] = {}
+
+
+def _warn_once(why: str) -> None:
+    if why in _refused:
+        return
+    _refused[why] = why
+    from sdk.errors import CacheDirWarning
+
+    warnings.warn(why, CacheDirWarning, stacklevel=4)
 
 
 def _torch_dir_refused() -> str | None:
     """Why torch's AOTAutograd directory may not be used (its entries are unpickled), or
-    None; one ``CacheDirWarning`` per directory."""
+    None; one ``CacheDirWarning`` per cause. Checked on every compile (the directories
+    from ``/`` down, :func:`core.adapters.aot_cache.refused`), and again at each lookup."""
     try:
         path = Path(aot_cache.entry_dir())
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        stats = [(p, os.stat(p)) for p in (path.parent, path)]
+        why = aot_cache.refused(str(path))
+        if why:
+            why = f"torch's AOTAutograd cache directory {path}: {why}"
     except OSError as exc:
-        return f"torch's AOTAutograd cache directory is not usable ({exc})"
-    if str(path) in _refused:
-        return _refused[str(path)]
-    why = None
-    for p, st in stats:
-        cause = not_private(st)
-        if cause:
-            why = (
-                f"torch's AOTAutograd cache directory {p} is {cause}, and torch loads its "
-                "entries with pickle; warm starts skip AOTAutograd only with a private one. "
-                "Fix: set TORCHINDUCTOR_CACHE_DIR to a private directory (mode 0700)"
-            )
-            break
-    _refused[str(path)] = why
+        why = f"torch's AOTAutograd cache directory is not usable ({exc})"
     if why:
-        from sdk.errors import CacheDirWarning
-
-        warnings.warn(why, CacheDirWarning, stacklevel=3)
+        _warn_once(why)
     return why
+
+
+def lookup_refused(why: str) -> None:
+    """A lookup of torch's AOTAutograd cache read nothing (an entry or directory of the
+    lookup not safe to unpickle): a miss, and one ``CacheDirWarning`` per cause."""
+    _warn_once(f"torch's AOTAutograd cache: no warm start from it: {why}")
 
 
 # -- one compiled ATen graph ----------------------------------------------------------

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -319,3 +321,112 @@ def test_a_flipped_bit_in_the_stored_aten_graph_is_a_miss_not_a_wrong_result(tmp
     warm_ = _flip_run(tmp_path, "warm")  # a new layout: the variant is built from the graph
     assert warm_["max_error"] < 1e-6, warm_
     assert warm_["warm"] == ["miss"], warm_  # compiled afresh, not served from what was read
+
+
+# -- torch's entries are unpickled only from files and directories private at that lookup ---
+
+
+class _Planted:
+    """Unpickled, it makes the directory ``marker``: what another user's entry could run."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def _key_dirs(inductor):
+    dirs = [p for p in (inductor / "aotautograd").iterdir() if p.is_dir()]
+    assert dirs, "the first compile stored torch's entries"
+    return dirs
+
+
+def _plant(inductor, marker, *, file_mode=0o600, dir_mode=None):
+    for d in _key_dirs(inductor):
+        path = d / "0-planted"  # read before the real entry (torch reads them sorted)
+        path.write_bytes(pickle.dumps(_Planted(str(marker))))
+        os.chmod(path, file_mode)
+        if dir_mode is not None:
+            os.chmod(d, dir_mode)
+
+
+def _train_again():
+    warm._refused.clear()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        report, grads = _train()
+    return (
+        report,
+        grads,
+        [str(w.message) for w in seen if issubclass(w.category, sdk.CacheDirWarning)],
+    )
+
+
+def _unsafe_key_dir(inductor, marker):
+    _plant(inductor, marker, dir_mode=0o777)
+
+
+def _unsafe_entry(inductor, marker):
+    _plant(inductor, marker, file_mode=0o666)
+
+
+def _foreign_entry(inductor, marker):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    _plant(inductor, marker)
+    for d in _key_dirs(inductor):
+        os.chown(d / "0-planted", 4242, 4242)
+
+
+def _unsafe_parent(inductor, marker):
+    _plant(inductor, marker)
+    os.chmod(inductor.parent, 0o777)  # world-writable, not sticky: anyone can swap inductor/
+
+
+def _swapped_after_the_check(inductor, marker):
+    # after this process checked the directory, another user swaps in one of theirs
+    aot = inductor / "aotautograd"
+    aot.rename(inductor / "aotautograd.old")
+    shutil.copytree(inductor / "aotautograd.old", aot)
+    _plant(inductor, marker)
+    os.chmod(aot, 0o777)
+
+
+UNSAFE = {
+    "key-dir-0777": _unsafe_key_dir,
+    "entry-0666": _unsafe_entry,
+    "entry-of-another-user": _foreign_entry,
+    "parent-world-writable-not-sticky": _unsafe_parent,
+    "swapped-after-the-check": _swapped_after_the_check,
+}
+
+
+@pytest.mark.parametrize("case", UNSAFE)
+def test_an_entry_others_could_have_written_is_never_unpickled(tmp_path, monkeypatch, case):
+    inductor = tmp_path / "parent" / "inductor"
+    inductor.parent.mkdir(mode=0o755)
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+    first, grads = _train()
+    assert {g.warm for g in first.graphs} == {"miss"}, str(first)
+    marker = tmp_path / "unpickled"
+    UNSAFE[case](inductor, marker)
+    if case == "swapped-after-the-check":
+        # the swap comes after the compile's own check of the directory: only a check at
+        # the lookup itself sees it
+        monkeypatch.setattr(warm, "_torch_dir_refused", lambda: None)
+    report, grads2, warned = _train_again()
+    assert not marker.exists(), "a pickle others could have written was loaded"
+    # one warning per refused lookup (each Dynamo graph's), none per entry or graph kind
+    assert 1 <= len(warned) <= len(_key_dirs(inductor)), warned
+    assert all("TORCHINDUCTOR_CACHE_DIR" in w for w in warned), warned
+    assert not any(g.warm == "hit" for g in report.graphs), str(report)
+    _bit_equal(grads, grads2)
+
+
+def test_a_private_entry_still_hits_through_the_checked_read(caches):
+    _train()
+    report, _, warned = _train_again()
+    assert {g.warm for g in report.graphs} == {"hit"} and not warned, (str(report), warned)
