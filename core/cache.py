@@ -171,6 +171,8 @@ def _ensure_marked(root: Path, default: bool) -> None:
         names = [n for n in os.listdir(root) if not n.startswith(_MARKER_TMP)]
     except OSError as exc:
         raise _refusal(root, f"not readable ({exc.strerror or exc})") from exc
+    if _marked(root):  # another process adopted it meanwhile (its marker, then its files)
+        return
     if MARKER in names:
         raise _not_a_cache(root, f"a directory whose {MARKER} is not the SDK's")
     if names and not default:
