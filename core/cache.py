@@ -1,10 +1,19 @@
 """The per-user on-disk cache every plugin uses (public as :mod:`sdk.cache`).
 
-Layout: one root directory (see :func:`_root`) holding one sub-directory per
-namespace. Every directory is created with mode 0o700 and, before use, checked
-to be owned by the current user and not group/world writable; a directory that
-fails the check is refused with a :class:`PermissionError` that says how to fix
-it. Entry files are written atomically with mode 0o600.
+Layout: one root directory (see :func:`_root`) holding the marker file
+``CACHEDIR.TAG`` (see :data:`MARKER`) and one sub-directory per namespace. Every
+directory is created with mode 0o700 and, before use, checked to be owned by the
+current user and not group/world writable; a directory that fails the check is
+refused with a :class:`PermissionError` that says how to fix it. Entry files are
+written atomically with mode 0o600.
+
+The marker is what makes a directory the SDK's: the root is used only if it holds the
+SDK's marker, or is empty (or new), when the marker is written; a directory with other
+content and no marker (a home directory, ``~/.cache``) is refused, as are ``/`` and the
+home directory itself, so ``cache clear`` can never delete what the SDK did not write
+(it deletes only files whose names are the SDK's own: :func:`own_name`). A home
+directory that cannot be determined (``~nosuchuser/x``, no ``HOME`` and no passwd entry)
+is a refusal too.
 
 An entry written by :meth:`DiskCache.put` is a small header followed by the
 payload::
@@ -22,6 +31,7 @@ import atexit
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -32,19 +42,60 @@ from pathlib import Path
 _MAGIC = b"sdk-cache-entry-v1\n"
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
+_DEFAULT_NAME = "torch-backend-sdk"
+
+#: the marker file in the cache root: a Cache Directory Tag (backup tools skip the
+#: directory) whose second line says it is the SDK's
+MARKER = "CACHEDIR.TAG"
+_MARKER_HEAD = b"Signature: 8a477f597d28d172789f06886806bc55\n# torch-backend-sdk cache directory\n"
+_MARKER_TEXT = _MARKER_HEAD + (
+    b"# Written by the SDK when it made this directory its cache; `python -m sdk cache clear`\n"
+    b"# removes only the SDK's own files here. See https://bford.info/cachedir/\n"
+)
+_MARKER_TMP = ".tmp-tag-"
 
 
-def _root() -> Path:
-    """The cache root: ``$SDK_CACHE_DIR``, else ``$XDG_CACHE_HOME/torch-backend-sdk``,
-    else ``~/.cache/torch-backend-sdk`` (read through :mod:`core.config`)."""
+def _root() -> tuple[Path, bool]:
+    """The cache root, and whether it is the default one: ``$SDK_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/torch-backend-sdk``, else ``~/.cache/torch-backend-sdk`` (read
+    through :mod:`core.config`). Raises :class:`CacheDirRefused` where a home directory is
+    needed and cannot be determined."""
     from .config import env
 
     e = env()
     if e.cache_dir:
-        return Path(e.cache_dir).expanduser()
+        try:
+            return Path(e.cache_dir).expanduser(), False
+        except (RuntimeError, KeyError, OSError) as exc:
+            raise CacheDirRefused(
+                f"refusing to use cache directory {e.cache_dir} (SDK_CACHE_DIR): the home "
+                f"directory it names cannot be determined ({exc}). Fix: set SDK_CACHE_DIR "
+                "to an absolute path of a private directory (owned by you, mode 0700)."
+            ) from exc
     xdg = e.xdg_cache_home
-    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
-    return base / "torch-backend-sdk"
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / _DEFAULT_NAME, True
+    try:
+        return Path.home() / ".cache" / _DEFAULT_NAME, True
+    except (RuntimeError, KeyError, OSError) as exc:
+        raise CacheDirRefused(
+            f"no cache directory: SDK_CACHE_DIR and XDG_CACHE_HOME are unset and the home "
+            f"directory cannot be determined ({exc}: HOME unset, and no passwd entry for "
+            f"uid {os.geteuid()}). Fix: set SDK_CACHE_DIR to an absolute path of a private "
+            "directory (owned by you, mode 0700)."
+        ) from exc
+
+
+def _homes() -> set[str]:
+    """The current user's home directory, as far as it can be determined (resolved)."""
+    homes = set()
+    with contextlib.suppress(RuntimeError, KeyError, OSError):
+        homes.add(os.path.realpath(Path.home()))
+    with contextlib.suppress(KeyError, OSError, ImportError):
+        import pwd
+
+        homes.add(os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir))
+    return homes
 
 
 def _is_private(st: os.stat_result) -> bool:
@@ -96,12 +147,60 @@ def _refusal(path: Path, cause: str) -> CacheDirRefused:
     )
 
 
-def _checked(root: Path, parts: tuple[str, ...]) -> Path:
+def _not_a_cache(path: Path, cause: str) -> CacheDirRefused:
+    return CacheDirRefused(
+        f"refusing to use cache directory {path}: it is {cause}, so it is not an SDK cache "
+        f"(an SDK cache holds the marker file {MARKER}, written when the SDK makes an empty "
+        "or new directory its cache), and the SDK never writes into or deletes from a "
+        "directory of other files. Fix: set SDK_CACHE_DIR to a new or empty directory of "
+        "its own, e.g. ~/.cache/torch-backend-sdk."
+    )
+
+
+def _marked(root: Path) -> bool:
+    data = read_regular(root / MARKER)
+    return data is not None and data.startswith(_MARKER_HEAD)
+
+
+def _ensure_marked(root: Path, default: bool) -> None:
+    """Refuse ``root`` unless it holds the SDK's marker; an empty directory (or the
+    default root, whose name is the SDK's) gets one."""
+    if _marked(root):
+        return
+    try:
+        names = [n for n in os.listdir(root) if not n.startswith(_MARKER_TMP)]
+    except OSError as exc:
+        raise _refusal(root, f"not readable ({exc.strerror or exc})") from exc
+    if _marked(root):  # another process adopted it meanwhile (its marker, then its files)
+        return
+    if MARKER in names:
+        raise _not_a_cache(root, f"a directory whose {MARKER} is not the SDK's")
+    if names and not default:
+        shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+        raise _not_a_cache(root, f"a directory of other files ({shown}) with no {MARKER}")
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=_MARKER_TMP)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MARKER_TEXT)
+        os.replace(tmp, root / MARKER)  # (two processes adopting at once: both write it)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _checked(root: Path, parts: tuple[str, ...], default: bool = False) -> Path:
+    real = os.path.realpath(root)
+    if real == os.path.realpath("/"):
+        raise _not_a_cache(root, "the file system's root directory")
+    if real in _homes():
+        raise _not_a_cache(root, "your home directory itself")
     try:
         root.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise _refusal(root, f"not creatable ({exc.strerror or exc})") from exc
     _ensure_private_dir(root)
+    _ensure_marked(root, default)
     path = root
     for part in parts:
         path = path / part
@@ -128,9 +227,12 @@ def _process_root() -> Path:
 def cache_dir(*parts: str, strict: bool = False) -> Path:
     """The cache directory ``<root>/<parts...>``, created private (0o700) and checked.
 
+    The root must hold the SDK's marker (:data:`MARKER`); an empty or new one gets it, one
+    with other content and no marker, ``/`` and the home directory are refused.
     Each part is one plain path component. A root or sub-directory that is not a private
     directory of the current user (another owner, group/world writable, not writable, a
-    file, a dangling symlink, under a regular file) is refused: with ``strict``, by raising
+    file, a dangling symlink, under a regular file), a root that is not an SDK cache, or a
+    default root with no home directory to put it in, is refused: with ``strict``, by raising
     :class:`CacheDirRefused` (a :class:`PermissionError`); otherwise with one
     :class:`sdk.CacheDirWarning` per directory and cause, naming the fix, and the directory
     of the same parts under a private temporary root of this process is returned instead:
@@ -139,7 +241,8 @@ def cache_dir(*parts: str, strict: bool = False) -> Path:
     for part in parts:
         check_part(part)
     try:
-        return _checked(_root(), parts)
+        root, default = _root()
+        return _checked(root, parts, default)
     except CacheDirRefused as exc:
         if strict:
             raise
@@ -157,6 +260,18 @@ def cache_dir(*parts: str, strict: bool = False) -> Path:
                 stacklevel=2,
             )
         return _checked(_process_root(), parts)
+
+
+#: the names of the files the SDK writes in a namespace: an entry, library or source named
+#: by :meth:`DiskCache.path_for` (sha256 hex, a ``.<16 hex>`` library digest, a suffix), or a
+#: kernel source named by a digest with a one-letter prefix (``k<hex>.py``)
+_OWN_NAME = re.compile(r"[a-z]?[0-9a-f]{40,64}(\.[0-9a-f]{16})?\.(entry|so|c|cpp|py)")
+
+
+def own_name(name: str) -> bool:
+    """Whether ``name`` is one the SDK gives the cache files it writes (what ``cache clear``
+    may delete; its temporaries are ``.tmp-*``)."""
+    return _OWN_NAME.fullmatch(name) is not None
 
 
 def check_part(part: str) -> None:

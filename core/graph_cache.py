@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from .adapters import torch_private as tp
-from .cache import DiskCache, cache_dir, check_part, source_digest, stable_hash
+from .cache import DiskCache, cache_dir, check_part, own_name, source_digest, stable_hash
 from .config import env
 
 FORMAT = 1
@@ -311,23 +311,54 @@ def _size(p: Any) -> int:
     return st.st_size
 
 
+def _mine(p: Any) -> bool:
+    """Owned by the current user (``lstat``: a link is judged, not what it names)."""
+    try:
+        return p.lstat().st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
+def _namespaces(root: Any) -> list[Any]:
+    """The namespace directories of the cache root (real directories, not links)."""
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())
+
+
+def _dirs(d: Any) -> list[Any]:
+    """A namespace directory and its sub-directories (``cache_dir("triton", "kernels")``),
+    not temporary ones, not links."""
+    subs = [
+        p
+        for p in d.iterdir()
+        if not p.name.startswith(".tmp-") and p.is_dir() and not p.is_symlink() and _mine(p)
+    ]
+    return [d, *subs]
+
+
+def _entries(d: Any) -> list[Any]:
+    """The files of a namespace (and its sub-directories) the SDK wrote (:func:`own_name`)."""
+    return [
+        f
+        for sub in _dirs(d)
+        for f in sub.iterdir()
+        if own_name(f.name) and f.is_file() and not f.is_symlink() and _mine(f)
+    ]
+
+
 def info(namespace: str | None = None) -> dict[str, Any]:
     """Where the cache is and what each namespace (or one) holds: entries, bytes, and
     temporary files (those of running compiles, and leftovers of killed ones). Raises
     ``ValueError`` for a namespace that is not a plain name, :class:`~sdk.cache.CacheDirRefused`
-    for a cache directory that may not be used."""
+    for a cache directory that may not be used (not private, or not an SDK cache: see
+    :func:`~core.cache.cache_dir`)."""
     if namespace is not None:
         check_part(namespace)
     root = cache_dir(strict=True)
     spaces = {}
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+    for d in _namespaces(root):
         if namespace is not None and d.name != namespace:
             continue
-        files = [
-            f
-            for f in d.iterdir()
-            if not f.name.startswith(".tmp-") and f.is_file() and not f.is_symlink()
-        ]
+        files = _entries(d)
         temps = _temps(d)
         spaces[d.name] = {
             "files": len(files),
@@ -346,27 +377,34 @@ def info(namespace: str | None = None) -> dict[str, Any]:
 def clear(namespace: str | None = None) -> int:
     """Delete the entries (of one namespace, or all) and the temporary files that killed
     processes left (older than :data:`STALE_AFTER_S`: a running compile's own are kept,
-    so clearing never pulls a file from under it); returns how many went. Anything that
-    is not a regular file or such a temporary is left alone. Raises ``ValueError`` for a
-    namespace that is not a plain name, :class:`~sdk.cache.CacheDirRefused` for a cache
-    directory that may not be used."""
+    so clearing never pulls a file from under it); returns how many went. Only what the
+    SDK writes goes: in a cache root that holds the SDK's marker (anything else is refused,
+    see :func:`~core.cache.cache_dir`), files of the current user whose names are the SDK's
+    own (:func:`~core.cache.own_name`, or ``.tmp-*``); anything else is left alone. Raises
+    ``ValueError`` for a namespace that is not a plain name,
+    :class:`~sdk.cache.CacheDirRefused` for a cache directory that may not be used."""
     if namespace is not None:
         check_part(namespace)
     root = cache_dir(strict=True)
-    dirs = [root / namespace] if namespace else [p for p in root.iterdir() if p.is_dir()]
+    dirs = [root / namespace] if namespace else _namespaces(root)
     n = 0
     for d in dirs:
-        if not d.is_dir() or d.is_symlink():
+        if not d.is_dir() or d.is_symlink() or not _mine(d):
             continue
-        for f in d.iterdir():
-            if f.name.startswith(".tmp-"):
-                if _stale(f) and f.is_dir() and not f.is_symlink():
-                    shutil.rmtree(f, ignore_errors=True)
-                    n += 1
-                elif _stale(f):
+        for sub in _dirs(d):
+            for f in sub.iterdir():
+                if not _mine(f):
+                    continue
+                if f.name.startswith(".tmp-"):
+                    if not _stale(f):
+                        continue
+                    if f.name.startswith(".tmp-build-") and f.is_dir() and not f.is_symlink():
+                        shutil.rmtree(f, ignore_errors=True)
+                        n += 1
+                    elif f.is_file() or f.is_symlink():
+                        n += _unlink(f)
+                elif own_name(f.name) and (f.is_symlink() or f.is_file()):
                     n += _unlink(f)
-            elif f.is_file() or f.is_symlink():
-                n += _unlink(f)
     return n
 
 

@@ -236,6 +236,7 @@ class Session:
                 # built only if AOTAutograd traces (not on a hit of its cache)
                 decompositions=tp.LazyTable(lambda: self._table(ctx)),
                 cache_tag=self.cache_tag,
+                on_cache_refused=warm.lookup_refused,
                 # writes into inputs stay in the graph for the core's programs to do in
                 # their kernels (core/lowering/mutation.py); a graph-level plugin and a
                 # chain's partitions get functional graphs

@@ -9,11 +9,19 @@ itself, pickled, read only when a variant must be built again (a new layout, an 
 from the whole-graph cache). A later process's hit restores the programs from their entries:
 no AOTAutograd trace, partition, lowering or scheduling, and no decomposition table.
 
+A recipe is read back from torch's directory, which the SDK does not verify; so when torch
+stores it, its digest (:func:`recipe_digest`: every field, the graph's bytes included) goes
+into the SDK's own cache (``DiskCache("aot-recipes")``, entries verified), and a recipe read
+back is used only if its digest is there: a changed bit is a miss (torch compiles afresh),
+never a wrong result.
+
 The entry's key (torch's: the Dynamo graph, its inputs, torch's configuration) gets
 :func:`cache_tag`: everything of the SDK's that changes the result. Torch writes the entry
 with pickle into its own directory (``$TORCHINDUCTOR_CACHE_DIR/aotautograd``); the SDK uses
-it only where that directory is private to the user, and says why not once otherwise
-(:class:`sdk.CacheDirWarning`).
+it only where that directory is private to the user and its parents safe, checked at each
+compile, and torch reads an entry only after every directory from ``/`` down and the entry
+file are checked at that lookup (:mod:`core.adapters.aot_cache`); the SDK says why not once
+per cause otherwise (:class:`sdk.CacheDirWarning`).
 
 ``torch.compiler.save_cache_artifacts()`` carries the SDK's program entries with torch's
 (artifact type ``sdk_programs``, registered by ``import sdk``), so ``load_cache_artifacts()``
@@ -23,7 +31,6 @@ on another machine makes a warm start there.
 from __future__ import annotations
 
 import contextvars
-import os
 import pickle
 import warnings
 from collections.abc import Callable
@@ -36,7 +43,7 @@ import torch
 from . import fallback, graph_cache
 from .adapters import aot_cache, mega_cache
 from .adapters import torch_private as tp
-from .cache import not_private, stable_hash
+from .cache import DiskCache, stable_hash
 
 #: the artifact type of the SDK's program entries in torch's MegaCache
 ARTIFACT = "sdk_programs"
@@ -46,9 +53,19 @@ FORMAT = 2
 current: contextvars.ContextVar[Any] = contextvars.ContextVar("sdk_warm_session", default=None)
 
 
+#: the SDK's cache namespace of the digests of the recipes it put in torch's entries
+RECIPES = "aot-recipes"
+_RECIPE = "recipe:"
+_VOUCHED = b"sdk-recipe"
+
+
 def populate(key: str, payload: bytes) -> None:
-    """A program entry of a loaded MegaCache blob, into the whole-graph cache."""
-    graph_cache.store().put(key, payload)
+    """An entry of a loaded MegaCache blob, into the whole-graph cache (a program) or the
+    recipes' digests."""
+    if key.startswith(_RECIPE):
+        DiskCache(RECIPES).put(key, payload)
+    else:
+        graph_cache.store().put(key, payload)
 
 
 def record(key: str, payload: bytes) -> None:
@@ -102,36 +119,40 @@ def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
     return f"sdk:{ctx.plugin}:{tag}", "on"
 
 
+#: the causes already warned about (once each per process)
 _refused: dict[str, str | None] = {}
+
+
+def _warn_once(why: str) -> None:
+    if why in _refused:
+        return
+    _refused[why] = why
+    from sdk.errors import CacheDirWarning
+
+    warnings.warn(why, CacheDirWarning, stacklevel=4)
 
 
 def _torch_dir_refused() -> str | None:
     """Why torch's AOTAutograd directory may not be used (its entries are unpickled), or
-    None; one ``CacheDirWarning`` per directory."""
+    None; one ``CacheDirWarning`` per cause. Checked on every compile (the directories
+    from ``/`` down, :func:`core.adapters.aot_cache.refused`), and again at each lookup."""
     try:
         path = Path(aot_cache.entry_dir())
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        stats = [(p, os.stat(p)) for p in (path.parent, path)]
+        why = aot_cache.refused(str(path))
+        if why:
+            why = f"torch's AOTAutograd cache directory {path}: {why}"
     except OSError as exc:
-        return f"torch's AOTAutograd cache directory is not usable ({exc})"
-    if str(path) in _refused:
-        return _refused[str(path)]
-    why = None
-    for p, st in stats:
-        cause = not_private(st)
-        if cause:
-            why = (
-                f"torch's AOTAutograd cache directory {p} is {cause}, and torch loads its "
-                "entries with pickle; warm starts skip AOTAutograd only with a private one. "
-                "Fix: set TORCHINDUCTOR_CACHE_DIR to a private directory (mode 0700)"
-            )
-            break
-    _refused[str(path)] = why
+        why = f"torch's AOTAutograd cache directory is not usable ({exc})"
     if why:
-        from sdk.errors import CacheDirWarning
-
-        warnings.warn(why, CacheDirWarning, stacklevel=3)
+        _warn_once(why)
     return why
+
+
+def lookup_refused(why: str) -> None:
+    """A lookup of torch's AOTAutograd cache read nothing (an entry or directory of the
+    lookup not safe to unpickle): a miss, and one ``CacheDirWarning`` per cause."""
+    _warn_once(f"torch's AOTAutograd cache: no warm start from it: {why}")
 
 
 # -- one compiled ATen graph ----------------------------------------------------------
@@ -179,7 +200,7 @@ class Recipe:
                 graph = pickle.dumps(gm)
         except Exception as exc:  # noqa: BLE001 - not storable: no entry
             raise aot_cache.Uncacheable(f"the ATen graph does not pickle: {exc}") from exc
-        return {
+        state = {
             "format": FORMAT,
             "kind": self.kind,
             "device_type": self.device_type,
@@ -192,6 +213,34 @@ class Recipe:
             "written_inputs": sorted(fallback.written_inputs(gm)),
             "graph": graph,
         }
+        key = _RECIPE + recipe_digest(state)
+        try:
+            DiskCache(RECIPES).put(key, _VOUCHED)
+        except OSError as exc:  # its digest not kept: the recipe could not be verified
+            raise aot_cache.Uncacheable(f"the recipe's digest is not storable: {exc}") from exc
+        record(key, _VOUCHED)
+        return state
+
+
+def recipe_digest(state: dict[str, Any]) -> str:
+    """sha256 over every field of a recipe (plain data: its ``repr``), the graph's bytes
+    included. Raises ``ValueError`` for a state that is not a recipe's."""
+    graph = state.get("graph")
+    if not isinstance(graph, bytes):
+        raise ValueError("the recipe has no stored graph")
+    rest = tuple(sorted((str(k), repr(v)) for k, v in state.items() if k != "graph"))
+    return stable_hash("sdk-aot-recipe", FORMAT, rest, graph)
+
+
+def _check_vouched(state: dict[str, Any]) -> None:
+    """Raise ``LookupError`` unless the SDK's cache holds the digest of ``state``."""
+    key = _RECIPE + recipe_digest(state)
+    if DiskCache(RECIPES).get(key) != _VOUCHED:
+        raise LookupError(
+            "the recipe read back from torch's AOTAutograd cache has no matching digest in "
+            "the SDK's cache (changed on disk, or not stored by the SDK): compiled afresh"
+        )
+    record(key, _VOUCHED)  # carried with the programs by the next save_cache_artifacts()
 
 
 def output_code(compiled: Callable, recipe: Recipe, gm: torch.fx.GraphModule) -> Any:
@@ -206,8 +255,10 @@ def restore(state: dict[str, Any]) -> Callable:
     session = current.get()
     if session is None:
         raise RuntimeError("an SDK program restored outside an SDK compile")
-    if state.get("format") != FORMAT:
-        raise ValueError(f"recipe format {state.get('format')}, not {FORMAT}")
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        got = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(f"recipe format {got}, not {FORMAT}")
+    _check_vouched(state)  # before any of it is used
     return session.restore_aten_graph(state, _GraphLoader(state["graph"]))
 
 

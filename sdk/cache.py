@@ -6,7 +6,9 @@ or unsafe entry as a miss; ``stable_hash(*parts)`` builds keys; ``source_digest(
 hashes a plugin's own sources (for ``sdk_cache_key``); ``write_atomic(path, data)`` replaces
 a file so readers never see it half written; ``read_regular(path)`` reads a private regular
 file (never a FIFO, never through a link); ``make_room(path)`` clears a path for a rename.
-A refused cache directory warns once (:class:`sdk.CacheDirWarning`) and the process caches
+The root is the SDK's only where it holds the marker file ``CACHEDIR.TAG`` (written
+into a new or empty directory); a directory of other files, ``/`` or the home directory is
+refused. A refused cache directory warns once (:class:`sdk.CacheDirWarning`) and the process caches
 in a private temporary directory instead.
 """
 

@@ -80,6 +80,8 @@ def test_cache_dir_root_from_xdg_then_home(tmp_path: Path, monkeypatch: pytest.M
 @pytest.mark.parametrize("where", ["root", "sub"])
 def test_world_writable_cache_dir_rejected(cache_root: Path, where: str) -> None:
     bad = cache_root if where == "root" else cache_root / "ns"
+    if where == "sub":
+        cache_dir()  # the root: the SDK's (new, so marked as its cache)
     bad.mkdir(parents=True)
     os.chmod(bad, 0o777)
     with pytest.raises(PermissionError) as info:

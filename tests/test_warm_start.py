@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -166,7 +168,8 @@ def test_the_backward_compiler_is_not_traced_by_dynamo(processes):
 def test_mega_cache_ships_a_warm_start_to_empty_caches(processes):
     (cold_info, cold), _, (info, shipped) = processes
     assert cold_info["artifacts"]["aot_autograd"] >= 1, cold_info
-    assert cold_info["artifacts"]["sdk_programs"] == 2, cold_info  # forward and backward
+    # forward and backward: their programs, and their recipes' digests
+    assert cold_info["artifacts"]["sdk_programs"] == 4, cold_info
     assert info["warm"] == {"forward": "hit", "backward": "hit"}, info
     assert info["cache"] == {"forward": "hit", "backward": "hit"}, info
     _bit_equal(cold, shipped)
@@ -240,3 +243,190 @@ def test_a_torch_cache_directory_others_can_write_is_refused(caches):
 def test_the_cache_off_keeps_torch_s_cache_off(caches):
     report, _ = _train(cache=False)
     assert all(g.warm.startswith("off") for g in report.graphs), str(report)
+
+
+# -- what is read back from torch's directory is verified -----------------------------------
+
+FLIP_CHILD = textwrap.dedent(
+    r"""
+    import json, sys
+    import torch
+    import sdk
+    from sdk.core import pipeline, warm
+
+    graphs = []  # the pickled ATen graphs the SDK puts in torch's entries
+    real = warm.Recipe.freeze
+
+    def freeze(self, gm):
+        state = real(self, gm)
+        graphs.append(state["graph"].hex())
+        return state
+
+    warm.Recipe.freeze = freeze
+
+    def f(x, y):
+        return torch.relu(x) * 2.0 + y
+
+    torch.manual_seed(0)
+    base, y = torch.randn(64 * 32 + 1), torch.randn(64, 32)
+    # the same sizes and strides (Dynamo's guards hold, torch's entry hits), another offset:
+    # a new layout, whose program is built from the stored ATen graph
+    x = base[:-1].view(64, 32) if sys.argv[1] == "cold" else base[1:].view(64, 32)
+    reports = []
+    token = pipeline.collect_reports(reports)
+    got = torch.compile(f, backend="sdk:cpu_cpp")(x, y)
+    pipeline.stop_collecting(token)
+    print("INFO " + json.dumps({
+        "warm": [r.warm for r in reports],
+        "max_error": (got - f(x, y)).abs().max().item(),
+        "graphs": graphs,
+    }))
+    """
+)
+
+
+def _flip_run(tmp_path, mode):
+    env = {
+        **os.environ,
+        "SDK_CACHE_DIR": str(tmp_path / "sdk"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "SDK_GRAPH_CACHE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", FLIP_CHILD, mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("INFO "))
+    return json.loads(line[5:])
+
+
+def test_a_flipped_bit_in_the_stored_aten_graph_is_a_miss_not_a_wrong_result(tmp_path):
+    cold = _flip_run(tmp_path, "cold")
+    assert cold["warm"] == ["miss"] and cold["max_error"] == 0, cold
+    (graph,) = (bytes.fromhex(g) for g in cold["graphs"])
+    assert graph.count(b"2.0") == 1, "the constant of `* 2.0`, in the graph's code"
+    flipped = graph.replace(b"2.0", bytes([ord("2") ^ 1]) + b".0")  # one bit: `* 3.0`
+    entries = [
+        p
+        for p in (tmp_path / "inductor" / "aotautograd").rglob("*")
+        if p.is_file() and graph in p.read_bytes()
+    ]
+    assert len(entries) == 1, entries
+    entries[0].write_bytes(entries[0].read_bytes().replace(graph, flipped))
+    warm_ = _flip_run(tmp_path, "warm")  # a new layout: the variant is built from the graph
+    assert warm_["max_error"] < 1e-6, warm_
+    assert warm_["warm"] == ["miss"], warm_  # compiled afresh, not served from what was read
+
+
+# -- torch's entries are unpickled only from files and directories private at that lookup ---
+
+
+class _Planted:
+    """Unpickled, it makes the directory ``marker``: what another user's entry could run."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def _key_dirs(inductor):
+    dirs = [p for p in (inductor / "aotautograd").iterdir() if p.is_dir()]
+    assert dirs, "the first compile stored torch's entries"
+    return dirs
+
+
+def _plant(inductor, marker, *, file_mode=0o600, dir_mode=None):
+    for d in _key_dirs(inductor):
+        path = d / "0-planted"  # read before the real entry (torch reads them sorted)
+        path.write_bytes(pickle.dumps(_Planted(str(marker))))
+        os.chmod(path, file_mode)
+        if dir_mode is not None:
+            os.chmod(d, dir_mode)
+
+
+def _train_again():
+    warm._refused.clear()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        report, grads = _train()
+    return (
+        report,
+        grads,
+        [str(w.message) for w in seen if issubclass(w.category, sdk.CacheDirWarning)],
+    )
+
+
+def _unsafe_key_dir(inductor, marker):
+    _plant(inductor, marker, dir_mode=0o777)
+
+
+def _unsafe_entry(inductor, marker):
+    _plant(inductor, marker, file_mode=0o666)
+
+
+def _foreign_entry(inductor, marker):
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    _plant(inductor, marker)
+    for d in _key_dirs(inductor):
+        os.chown(d / "0-planted", 4242, 4242)
+
+
+def _unsafe_parent(inductor, marker):
+    _plant(inductor, marker)
+    os.chmod(inductor.parent, 0o777)  # world-writable, not sticky: anyone can swap inductor/
+
+
+def _swapped_after_the_check(inductor, marker):
+    # after this process checked the directory, another user swaps in one of theirs
+    aot = inductor / "aotautograd"
+    aot.rename(inductor / "aotautograd.old")
+    shutil.copytree(inductor / "aotautograd.old", aot)
+    _plant(inductor, marker)
+    os.chmod(aot, 0o777)
+
+
+UNSAFE = {
+    "key-dir-0777": _unsafe_key_dir,
+    "entry-0666": _unsafe_entry,
+    "entry-of-another-user": _foreign_entry,
+    "parent-world-writable-not-sticky": _unsafe_parent,
+    "swapped-after-the-check": _swapped_after_the_check,
+}
+
+
+@pytest.mark.parametrize("case", UNSAFE)
+def test_an_entry_others_could_have_written_is_never_unpickled(tmp_path, monkeypatch, case):
+    inductor = tmp_path / "parent" / "inductor"
+    inductor.parent.mkdir(mode=0o755)
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor))
+    first, grads = _train()
+    assert {g.warm for g in first.graphs} == {"miss"}, str(first)
+    marker = tmp_path / "unpickled"
+    UNSAFE[case](inductor, marker)
+    if case == "swapped-after-the-check":
+        # the swap comes after the compile's own check of the directory: only a check at
+        # the lookup itself sees it
+        monkeypatch.setattr(warm, "_torch_dir_refused", lambda: None)
+    report, grads2, warned = _train_again()
+    assert not marker.exists(), "a pickle others could have written was loaded"
+    # one warning per refused lookup (each Dynamo graph's), none per entry or graph kind
+    assert 1 <= len(warned) <= len(_key_dirs(inductor)), warned
+    assert all("TORCHINDUCTOR_CACHE_DIR" in w for w in warned), warned
+    assert not any(g.warm == "hit" for g in report.graphs), str(report)
+    _bit_equal(grads, grads2)
+
+
+def test_a_private_entry_still_hits_through_the_checked_read(caches):
+    _train()
+    report, _, warned = _train_again()
+    assert {g.warm for g in report.graphs} == {"hit"} and not warned, (str(report), warned)

@@ -14,7 +14,13 @@ AOTAutograd's key does not include the compiler, so the backend's identity goes 
 ``torch.compiler.config.cache_key_tag`` while the compile runs (:func:`caching`). The entry
 is written by torch, with pickle, under ``$TORCHINDUCTOR_CACHE_DIR/aotautograd``
 (:func:`entry_dir`); torch reads it with pickle too, so the SDK uses the cache only where
-that directory is private (:mod:`core.warm` checks).
+that directory is private (:mod:`core.warm` checks, :func:`refused`), and, while the SDK's
+compile looks an entry up, torch's read of the local entries
+(``GuardedCache.iterate_over_candidates``) is replaced by :func:`_candidates`: every
+directory from ``/`` down to the key's and every entry file is opened without following
+links and checked on the open descriptor (:func:`read_private_entries`), and only the bytes
+read through it are unpickled, so nothing can be swapped in between the check and the read.
+A lookup that fails the check is a miss, reported once per cause (``on_refused``).
 
 The backward is compiled with the forward (``force_non_lazy_backward_lowering``) while the
 cache is on: torch saves the entry when both are compiled, and only a save inside the
@@ -24,10 +30,17 @@ compile sees the configuration above.
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import logging
+import os
+import pickle
+import stat
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+
+_log = logging.getLogger(__name__)
 
 _UNSUPPORTED: str | None = None
 try:
@@ -74,18 +87,211 @@ class Uncacheable(BypassAOTAutogradCache):  # type: ignore[misc,valid-type]
     level and goes on)."""
 
 
+def torch_cache_dir() -> str:
+    """torch's cache root (``$TORCHINDUCTOR_CACHE_DIR``, else its default; created)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()
+
+
+# -- reading entries only from private files -------------------------------------------
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+class _Refused(Exception):
+    """A path torch would unpickle from is not private to the user (the message says why)."""
+
+
+def _fix() -> str:
+    return (
+        "torch loads AOTAutograd cache entries with pickle, so warm starts use only entries "
+        "whose every directory, from / down, and file is safe from other users. Fix: set "
+        "TORCHINDUCTOR_CACHE_DIR to a private directory (owned by you, mode 0700) whose "
+        "parents are writable only by you or root (or sticky, as /tmp is)"
+    )
+
+
+def _check(path: str, st: os.stat_result, private: bool) -> None:
+    """Raise :class:`_Refused` unless ``st`` (of ``path``) is safe: ``private``, owned by the
+    user and writable by nobody else; else (an ancestor of torch's cache root) owned by the
+    user or root and writable by nobody else unless sticky."""
+    uid, mode = os.geteuid(), stat.S_IMODE(st.st_mode)
+    if private:
+        if st.st_uid != uid:
+            raise _Refused(f"{path} is owned by uid {st.st_uid}, not by you (uid {uid})")
+        if mode & _OTHERS_WRITE:
+            raise _Refused(f"{path} is writable by group or others (mode {mode:#o})")
+    else:
+        if st.st_uid not in (0, uid):
+            raise _Refused(f"{path} (a parent) is owned by uid {st.st_uid}, not by you or root")
+        if mode & _OTHERS_WRITE and not mode & stat.S_ISVTX:
+            raise _Refused(
+                f"{path} (a parent) is writable by group or others and not sticky "
+                f"(mode {mode:#o}): another user could swap what is under it"
+            )
+
+
+def _open_dir(root: str, parts: list[str]) -> int | None:
+    """A descriptor of ``root/parts...``, each directory from ``/`` down opened without
+    following links and checked on the descriptor (``root`` is resolved first: links above
+    torch's cache root are followed once, then everything is checked where it really is).
+    None when a directory of ``parts`` does not exist; raises :class:`_Refused`."""
+    real = os.path.realpath(root)
+    names = [n for n in real.split(os.sep) if n]
+    fd = os.open(os.sep, _DIR_FLAGS)
+    try:
+        _check(os.sep, os.fstat(fd), private=not names)
+        path = ""
+        for i, name in enumerate([*names, *parts]):
+            path += os.sep + name
+            try:
+                nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if i < len(names):
+                    raise _Refused(f"{path} does not exist") from None
+                return None
+            except OSError as exc:  # a link (ELOOP), not a directory
+                raise _Refused(f"{path} is not a directory ({exc.strerror or exc})") from exc
+            os.close(fd)
+            fd = nfd
+            _check(path, os.fstat(fd), private=i >= len(names) - 1)
+        result, fd = fd, -1
+        return result
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def read_private_entries(root: str, parts: list[str]) -> list[bytes]:
+    """The bytes of every entry file (names not starting with ``.``, sorted) of the
+    directory ``root/parts...``; ``root`` is torch's cache root. Raises :class:`_Refused`
+    (a ``str()`` that says why) unless every directory, from ``/`` down, and every file is
+    safe (see :func:`_check`); an entry that is not a regular file is refused too."""
+    fd = _open_dir(root, parts)
+    if fd is None:
+        return []
+    out = []
+    try:
+        for name in sorted(os.listdir(fd)):
+            if name.startswith("."):
+                continue  # torch's temporaries
+            path = os.path.join(root, *parts, name)
+            try:
+                efd = os.open(name, _FILE_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise _Refused(f"{path} is not a regular file ({exc.strerror or exc})") from exc
+            try:
+                st = os.fstat(efd)
+                if not stat.S_ISREG(st.st_mode):
+                    raise _Refused(f"{path} is not a regular file")
+                _check(path, st, private=True)
+                with os.fdopen(os.dup(efd), "rb") as f:
+                    out.append(f.read())
+            finally:
+                os.close(efd)
+    finally:
+        os.close(fd)
+    return out
+
+
+def refused(path: str) -> str | None:
+    """Why the directory ``path`` under torch's cache root (its parents from ``/`` down
+    and itself) is not safe to read pickles from, or None."""
+    root = torch_cache_dir()
+    rel = os.path.relpath(os.path.realpath(path), os.path.realpath(root))
+    parts = [] if rel == os.curdir else rel.split(os.sep)
+    try:
+        _open_dir_closed(root, parts)
+    except _Refused as exc:
+        return f"{exc}; {_fix()}"
+    except OSError as exc:
+        return f"{path} is not usable ({exc.strerror or exc}); {_fix()}"
+    return None
+
+
+def _open_dir_closed(root: str, parts: list[str]) -> None:
+    fd = _open_dir(root, parts)
+    if fd is not None:
+        os.close(fd)
+
+
+#: while the SDK's compile runs: what to call with why a lookup was refused
+_on_refused: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+    "sdk_aot_on_refused", default=None
+)
+_original_candidates: Any = None
+
+
+def _candidates(cls: Any, local: bool, remote_cache: Any, key: str) -> Iterator[Any]:
+    """``GuardedCache.iterate_over_candidates`` for AOTAutograd's cache: in the SDK's
+    compiles, local entries are read through :func:`read_private_entries`."""
+    on_refused = _on_refused.get()
+    if on_refused is None:
+        yield from _original_candidates.__get__(None, cls)(local, remote_cache, key)
+        return
+    if local:
+        subdir = cls._get_tmp_dir_for_key(key)
+        root = torch_cache_dir()
+        rel = os.path.relpath(subdir, root)
+        contents: list[bytes] = []
+        if rel.startswith(os.pardir):
+            on_refused(f"{subdir} is not under torch's cache root {root}; {_fix()}")
+        else:
+            try:
+                contents = read_private_entries(root, rel.split(os.sep))
+            except _Refused as exc:
+                on_refused(f"{exc}; {_fix()}")
+            except OSError as exc:
+                on_refused(f"{subdir} is not readable ({exc.strerror or exc}); {_fix()}")
+        for content in contents:
+            try:
+                entry = pickle.loads(content)
+            except Exception:  # noqa: BLE001 - as torch does: a bad entry is skipped
+                _log.warning("AOTAutograd cache unable to load an entry", exc_info=True)
+                continue
+            yield entry, content, True
+    if remote_cache:
+        yield from _original_candidates.__get__(None, cls)(False, remote_cache, key)
+
+
+def _hook() -> None:
+    """Route AOTAutogradCache's reads of local entries through :func:`_candidates` (once)."""
+    global _original_candidates
+    if _original_candidates is None:
+        _original_candidates = _unbound(AOTAutogradCache, "iterate_over_candidates")
+        AOTAutogradCache.iterate_over_candidates = classmethod(_candidates)
+
+
+def _unbound(cls: Any, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    raise AttributeError(name)
+
+
 @contextlib.contextmanager
-def caching(tag: str) -> Iterator[None]:
+def caching(tag: str, on_refused: Callable[[str], None]) -> Iterator[None]:
     """Within the block, AOTAutograd looks up and saves results of serialisable compilers
-    (:func:`serializable`), under keys that include ``tag``."""
-    with (
-        _functorch_config.patch(
-            bundled_autograd_cache=True,
-            force_non_lazy_backward_lowering=True,
-        ),
-        torch.compiler.config.patch(cache_key_tag=tag),
-    ):
-        yield
+    (:func:`serializable`), under keys that include ``tag``; it reads only entries that
+    pass :func:`read_private_entries` (else a miss, and ``on_refused(why)``)."""
+    _hook()
+    token = _on_refused.set(on_refused)
+    try:
+        with (
+            _functorch_config.patch(
+                bundled_autograd_cache=True,
+                force_non_lazy_backward_lowering=True,
+            ),
+            torch.compiler.config.patch(cache_key_tag=tag),
+        ):
+            yield
+    finally:
+        _on_refused.reset(token)
 
 
 def serializable(compile_fn: Callable[..., SDKOutputCode]) -> Any:

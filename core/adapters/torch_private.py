@@ -277,6 +277,7 @@ def aot_compile(
     inference: Callable[..., Any],
     decompositions: Mapping[Any, Callable[..., Any]],
     cache_tag: str | None = None,
+    on_cache_refused: Callable[[str], None] = lambda why: None,
     keep_input_mutations: bool = False,
 ) -> Callable[..., Any]:
     """Run AOTAutograd on a Dynamo graph.
@@ -290,7 +291,8 @@ def aot_compile(
     built on a cache hit). With ``cache_tag``, the three compilers return
     :class:`~core.adapters.aot_cache.SDKOutputCode` and AOTAutograd's cache is used under
     keys that include the tag (:mod:`core.adapters.aot_cache`): a hit skips AOTAutograd
-    and the compilers; the backward is then compiled with the forward.
+    and the compilers; the backward is then compiled with the forward. A lookup whose
+    entries are not safe to unpickle is a miss, and ``on_cache_refused(why)`` is called.
     """
     common = dict(
         partition_fn=min_cut_rematerialization_partition,
@@ -300,7 +302,7 @@ def aot_compile(
     if cache_tag is not None:
         from . import aot_cache
 
-        with aot_cache.caching(cache_tag):
+        with aot_cache.caching(cache_tag, on_cache_refused):
             return aot_autograd(
                 fw_compiler=aot_cache.serializable(forward),
                 bw_compiler=aot_cache.serializable(backward),

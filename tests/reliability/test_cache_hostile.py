@@ -48,7 +48,7 @@ print(json.dumps({
 """
 
 
-def _env(root: Path) -> dict[str, str]:
+def _env(root: Path | str) -> dict[str, str]:
     return {
         **os.environ,
         "SDK_CACHE_DIR": str(root),
@@ -57,10 +57,26 @@ def _env(root: Path) -> dict[str, str]:
     }
 
 
-def compile_in_child(root: Path, seed: int = 0, timeout: float = 180) -> dict:
+#: a process with no home directory: HOME unset, and no passwd entry for its uid
+NO_HOME = r"""
+import os, pwd
+os.environ.pop("HOME", None)
+def _no_entry(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+pwd.getpwuid = _no_entry
+"""
+
+
+def compile_in_child(
+    root: Path | str,
+    seed: int = 0,
+    timeout: float = 180,
+    prelude: str = "",
+    env: dict[str, str] | None = None,
+) -> dict:
     run = subprocess.run(
-        [sys.executable, "-c", CHILD, str(seed)],
-        env=_env(root),
+        [sys.executable, "-c", prelude + CHILD, str(seed)],
+        env=env or _env(root),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -133,10 +149,18 @@ def test_a_refused_cache_dir_warns_once_and_still_generates_kernels(tmp_path, ca
     assert str(root) in message and cause in message and "SDK_CACHE_DIR" in message
 
 
+def _marked(root: Path) -> Path:
+    """``root`` made a cache by the SDK (new, so adopted: it holds the SDK's marker)."""
+    from sdk.core.config import overridden
+
+    with overridden(SDK_CACHE_DIR=str(root)):
+        cache_dir(strict=True)
+    return root
+
+
 @pytest.mark.parametrize("namespace", ["programs", "cpp"])
 def test_a_refused_namespace_dir_still_generates_kernels(tmp_path, namespace):
-    root = tmp_path / "cache"
-    root.mkdir(mode=0o700)
+    root = _marked(tmp_path / "cache")
     (root / namespace).mkdir(mode=0o700)
     os.chmod(root / namespace, 0o777)
     result = compile_in_child(root)
@@ -148,6 +172,172 @@ def test_cache_dir_strict_raises_what_the_warning_says(tmp_path, monkeypatch):
     monkeypatch.setenv("SDK_CACHE_DIR", str(_dangling_symlink(tmp_path / "cache")))
     with pytest.raises(PermissionError, match="refusing to use cache directory"):
         cache_dir(strict=True)
+
+
+# -- directories that are not a cache: only what the SDK wrote is ever deleted -------------
+
+
+def _a_home(root: Path) -> dict[Path, bytes]:
+    """A directory of a user's files (a home directory, as SDK_CACHE_DIR=$HOME makes it)."""
+    files = {
+        root / ".ssh" / "id_rsa": b"-----BEGIN OPENSSH PRIVATE KEY-----\n",
+        root / "Documents" / "thesis.tex": b"\\documentclass{book}\n",
+        root / "notes.txt": b"todo\n",
+    }
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_bytes(data)
+    os.chmod(root, 0o700)
+    return files
+
+
+def _a_dot_cache(root: Path) -> dict[Path, bytes]:
+    """``~/.cache``: other programs' caches, one with its own CACHEDIR.TAG."""
+    files = {
+        root / "pip" / "http" / "0" / "entry": b"pip",
+        root / "mozilla" / "CACHEDIR.TAG": b"Signature: 8a477f597d28d172789f06886806bc55\n",
+        root / "CACHEDIR.TAG": b"Signature: 8a477f597d28d172789f06886806bc55\n",
+    }
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_bytes(data)
+        os.chmod(path, 0o600)
+    os.chmod(root, 0o700)
+    return files
+
+
+NOT_A_CACHE = {"home": _a_home, "dot-cache": _a_dot_cache}
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("case", NOT_A_CACHE)
+@pytest.mark.parametrize("action", ["info", "clear"])
+def test_cli_cache_on_a_dir_of_other_files_refuses_and_deletes_nothing(
+    tmp_path, monkeypatch, capsys, case, action
+):
+    from sdk import cli
+
+    root = tmp_path / "user"
+    root.mkdir()
+    files = NOT_A_CACHE[case](root)
+    before = _tree(root)
+    monkeypatch.setenv("SDK_CACHE_DIR", str(root))
+    assert cli.main(["cache", action]) == 1
+    out = capsys.readouterr()
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: refusing to use cache directory {root}")
+    assert "not an SDK cache" in lines[0] and "SDK_CACHE_DIR" in lines[0], lines[0]
+    assert "removed" not in out.out and ".ssh" not in out.out and "pip" not in out.out
+    assert _tree(root) == before  # nothing deleted, nothing written (no marker either)
+    assert all(p.read_bytes() == data for p, data in files.items())
+
+
+def test_a_compile_over_a_dir_of_other_files_warns_once_and_writes_nothing(tmp_path):
+    root = tmp_path / "user"
+    root.mkdir()
+    _a_home(root)
+    before = _tree(root)
+    result = compile_in_child(root)
+    _held(result)
+    assert len(result["warnings"]) == 1, result["warnings"]
+    assert str(root) in result["warnings"][0] and "not an SDK cache" in result["warnings"][0]
+    assert _tree(root) == before
+
+
+@pytest.mark.parametrize("which", ["/", "home"])
+def test_the_file_system_root_and_the_home_dir_are_never_a_cache(tmp_path, monkeypatch, which):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)  # empty: it would be adopted, were it not the home directory
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SDK_CACHE_DIR", "/" if which == "/" else "~")
+    with pytest.raises(PermissionError, match="refusing to use cache directory") as info:
+        cache_dir(strict=True)
+    assert "SDK_CACHE_DIR" in str(info.value)
+    assert not any(home.iterdir()) and not Path("/CACHEDIR.TAG").exists()
+
+
+def test_an_empty_dir_is_adopted_with_a_marker(tmp_path, monkeypatch):
+    root = tmp_path / "empty"
+    root.mkdir(mode=0o700)
+    monkeypatch.setenv("SDK_CACHE_DIR", str(root))
+    assert cache_dir("ns", strict=True) == root / "ns"
+    marker = root / "CACHEDIR.TAG"
+    assert marker.is_file() and b"torch-backend-sdk" in marker.read_bytes()
+    assert stat.S_IMODE(marker.stat().st_mode) == 0o600
+    (root / "mine.txt").write_text("a file the user put in the cache")
+    assert cache_dir("ns", strict=True) == root / "ns"  # marked: content does not matter
+
+
+def test_clear_in_a_marked_cache_deletes_only_the_sdks_files(tmp_path, monkeypatch):
+    from sdk.core import graph_cache
+
+    root = _marked(tmp_path / "cache")
+    monkeypatch.setenv("SDK_CACHE_DIR", str(root))
+    store = DiskCache("cpp")
+    store.put("k", b"payload")
+    lib = store.path_for("k", ".0123456789abcdef.so")
+    lib.write_bytes(b"\x7fELF")
+    kernel = cache_dir("triton", "kernels") / ("k" + "0" * 40 + ".py")
+    kernel.write_text("# a kernel")
+    theirs = {
+        root / "README": b"mine",
+        root / "cpp" / "notes.txt": b"mine",
+        root / "cpp" / "id_rsa": b"mine",
+        root / "cpp" / "sub" / "thesis.tex": b"mine",
+        root / "triton" / "kernels" / "model.py": b"mine",
+    }
+    for path, data in theirs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    assert graph_cache.info()["namespaces"]["cpp"]["files"] == 2  # the entry and the library
+    assert graph_cache.clear() == 3
+    assert not store.path_for("k", ".entry").exists() and not lib.exists()
+    assert not kernel.exists()
+    assert all(p.read_bytes() == data for p, data in theirs.items())
+    assert (root / "CACHEDIR.TAG").is_file()
+
+
+# -- no home directory ----------------------------------------------------------------------
+
+NO_HOME_CASES = {
+    "tilde-of-no-user": ({"SDK_CACHE_DIR": "~nosuchuser/x"}, ""),
+    "no-HOME-no-passwd-entry": ({"SDK_CACHE_DIR": "", "XDG_CACHE_HOME": ""}, NO_HOME),
+}
+
+
+@pytest.mark.parametrize("case", NO_HOME_CASES)
+def test_no_home_dir_warns_once_and_still_generates_kernels(tmp_path, case):
+    env_over, prelude = NO_HOME_CASES[case]
+    env = {**_env(""), **env_over}
+    result = compile_in_child("", prelude=prelude, env=env)
+    _held(result)
+    assert len(result["warnings"]) == 1, result["warnings"]
+    message = result["warnings"][0]
+    assert "home directory" in message and "SDK_CACHE_DIR" in message, message
+
+
+@pytest.mark.parametrize("case", NO_HOME_CASES)
+@pytest.mark.parametrize("action", ["info", "clear"])
+def test_cli_cache_with_no_home_dir_prints_one_line(case, action):
+    env_over, prelude = NO_HOME_CASES[case]
+    code = prelude + f"import sys; from sdk import cli; sys.exit(cli.main(['cache', {action!r}]))"
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env_over},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1, (run.stdout, run.stderr)
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), run.stderr
+    assert "home directory" in lines[0] and "SDK_CACHE_DIR" in lines[0]
 
 
 # -- things planted at entry paths, corrupt entries -----------------------------------------
