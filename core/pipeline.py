@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from sdk.errors import OptionError, SDKError
+from sdk.errors import OptionError, SDKError, describe
 from sdk.plugin import Capability, CompileContext, PluginKind
 from sdk.report import FusionRefusal, GraphReport
 
@@ -462,7 +462,7 @@ class Session:
             if self.debug:  # SDK_DEBUG=1: say where symbolic sizes stopped
                 raise
             del ctx.notes[notes:]
-            report.sizes = f"per shape: {type(exc).__name__}: {exc}"
+            report.sizes = f"per shape: {describe(exc)}"
             return None
         if tp.shape_env_state(env) != before:
             del ctx.notes[notes:]
@@ -539,7 +539,7 @@ class Session:
             except Exception as exc:  # noqa: BLE001 - recorded, then the next in the chain
                 if self.debug:
                     raise
-                errors.append(f"sdk:{plugin} failed: {type(exc).__name__}: {exc}")
+                errors.append(f"sdk:{plugin} failed: {describe(exc)}")
                 continue
             self._fill(report, plugin, part)
             if errors:  # the chain took over: say why the plugins before it did not
@@ -676,9 +676,7 @@ class _Hooks:
             except SDKError:
                 raise
             except Exception as exc:  # noqa: BLE001 - named, then handled as before
-                raise HookFailed(
-                    f"sdk:{self._plugin} {hook} raised {type(exc).__name__}: {exc}"
-                ) from exc
+                raise HookFailed(f"sdk:{self._plugin} {hook} raised {describe(exc)}") from exc
 
         return call
 
@@ -720,7 +718,7 @@ class _RunTimeFallback:
 
     def _give_way(self, exc: Exception, args: list[Any]) -> Any:
         reason = (
-            f"the compiled program raised when run: {type(exc).__name__}: {exc}; "
+            f"the compiled program raised when run: {describe(exc)}; "
             "ATen runs this graph from now on"
         )
         from .program import inputs_written
