@@ -55,7 +55,7 @@ class Backend:
         self.__name__ = f"sdk:{name}"  # torch.compile uses it in logs
         rec = self.registry.require(name, COMPILERS)
         self.options = dict(options or {})
-        _check_names(self.registry, opts.resolve(rec.info, None, self.options))  # fail now
+        _check_names(self.registry, name, opts.resolve(rec.info, None, self.options))  # fail now
 
     @property
     def registry(self) -> Registry:
@@ -78,17 +78,18 @@ class Backend:
             # at the first call: a bad one raises here as one line of its own, not as a
             # compiler crash (Dynamo wraps other exceptions in BackendCompilerFailed)
             session = Session(self.registry, self.name, mode, merged)
-            _check_names(self.registry, session.options)
+            _check_names(self.registry, self.name, session.options)
         except SDKError as exc:
             raise tp.user_error(exc, inspect.currentframe()) from None
         return session.compile_dynamo_graph(gm, example_inputs)
 
 
-def _check_names(reg: Registry, options: Mapping[str, Any]) -> None:
+def _check_names(reg: Registry, plugin: str, options: Mapping[str, Any]) -> None:
     """Every plugin ``chain`` names exists and can run here (at compile time, not when the
-    primary plugin first fails)."""
+    primary plugin first fails), and every plugin ``wrappers`` names is a wrapper plugin."""
     for name in options["chain"]:
         reg.require(name, COMPILERS)
+    opts.check_wrappers(plugin, options["wrappers"], reg.records)
 
 
 class Session:

@@ -276,6 +276,38 @@ def test_option_of_wrong_type():
         sdk.backend("cpu_cpp", fusion="no")
 
 
+#: bad option values that must fail when the backend is made: option, value, what the
+#: message says
+BAD_OPTION_VALUES = [
+    ("wrappers", ["no_such_wrapper"], r"'no_such_wrapper', which is not an installed plugin"),
+    ("wrappers", ["cpu_cpp"], r"'cpu_cpp', a codegen plugin, not a wrapper plugin"),
+    ("wrappers", [3], r"holds int 3"),
+    ("min_partition_size", True, r"'min_partition_size' .* must be int, got bool True"),
+]
+
+
+@pytest.mark.parametrize(("option", "value", "message"), BAD_OPTION_VALUES)
+def test_bad_option_value_fails_when_the_backend_is_made(option, value, message):
+    """Not at the first call, or never: the option, the value and what is allowed."""
+    with pytest.raises(sdk.OptionError, match=message) as info:
+        sdk.backend("cpu_cpp", **{option: value})
+    assert repr(option) in str(info.value)
+    if option == "wrappers":
+        assert "wrapper plugins installed: cudagraphs" in str(info.value)
+
+
+@pytest.mark.parametrize(("option", "value", "message"), BAD_OPTION_VALUES)
+def test_bad_option_value_through_torch_compile_fails_at_the_first_call(
+    option, value, message, graph_reports
+):
+    """torch.compile hands options= to the backend only at the first call: it raises there,
+    before anything is compiled."""
+    compiled = torch.compile(torch.sin, backend=BACKEND, options={option: value})
+    with pytest.raises(sdk.OptionError, match=message):
+        compiled(torch.randn(3))
+    assert graph_reports == []
+
+
 def test_unknown_mode_lists_modes():
     compiled = torch.compile(torch.sin, backend=BACKEND, mode="ludicrous")
     with pytest.raises(Exception, match="unknown mode 'ludicrous'") as info:
