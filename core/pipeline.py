@@ -503,7 +503,11 @@ class Session:
 
         keys = {} if keys is None else keys
         keys[specs] = None
+        devices = _graph_devices(gm, specs)
         if per_shape_on_failure:
+            elsewhere = _not_on(self.info, devices)
+            if elsewhere:  # (compiled per shape, where the plugin is skipped for the same)
+                raise RuntimeError(elsewhere)
             fn, part = build_program(self, ctx, gm, specs)
             self._fill(report, ctx.plugin, part)
             self._announce(ctx, report)
@@ -516,8 +520,9 @@ class Session:
             if self.kind_of(plugin) != PluginKind.CODEGEN:
                 continue  # a graph-level plugin takes partitions (core.chain), not programs
             session = self.peer(plugin)
-            if plugin != ctx.plugin and ctx.device_type not in session.info.device_types:
-                errors.append(f"sdk:{plugin} does not run on {ctx.device_type}")
+            elsewhere = _not_on(session.info, devices)
+            if elsewhere:
+                errors.append(elsewhere)
                 continue  # its kernels would be handed this graph's tensors
             c = (
                 ctx
@@ -833,6 +838,30 @@ def _hints(x: Any, spec: Any) -> dict[Any, int]:
         if hint is not None:
             out[spec] = hint
     return out
+
+
+def _graph_devices(gm: torch.fx.GraphModule, specs: tuple) -> frozenset[str]:
+    """The device types of a graph's inputs (``specs``) and of every value it makes (its
+    nodes' example values: a graph may move a tensor to another device)."""
+    devices = {s.device.type for s in specs if isinstance(s, TensorSpec)}
+    for node in gm.graph.nodes:
+        vals = node.meta.get("val")
+        for v in vals if isinstance(vals, (list, tuple)) else (vals,):
+            if isinstance(v, torch.Tensor):
+                devices.add(v.device.type)
+    return frozenset(devices)
+
+
+def _not_on(info: Any, devices: frozenset[str]) -> str | None:
+    """Why plugin ``info`` cannot take a graph with tensors on ``devices`` (its kernels would
+    be handed pointers to memory it cannot read), or None when it declares them all."""
+    elsewhere = sorted(devices - set(info.device_types))
+    if not elsewhere:
+        return None
+    return (
+        f"sdk:{info.name} does not run on {' or '.join(elsewhere)} tensors (it declares "
+        f"{', '.join(info.device_types)})"
+    )
 
 
 def _device_type(inputs: list[Any]) -> str | None:
