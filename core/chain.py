@@ -31,7 +31,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from sdk.errors import SDKError
+from sdk.errors import SDKError, describe
 from sdk.plugin import CompileContext, CompiledSubgraph, PluginKind, Support
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
@@ -225,16 +225,16 @@ def _compile_partition(
     except Exception as exc:  # noqa: BLE001 - this partition goes to the next plugin
         if not all(_is_static(x) for x in inputs) and not c.options["debug"]:
             note = (
-                f"sdk:{plugin} refused symbolic sizes ({type(exc).__name__}: "
-                f"{_first_line(exc)}): compiled per shape"
+                f"sdk:{plugin} refused symbolic sizes ({describe(exc, one_line=True)}): "
+                "compiled per shape"
             )
             return _PerShape(s, c, sub), plugin, "per shape", note
         if strict(c):
             raise SDKError(
                 f"sdk:{plugin} could not compile partition {graph_name} and strict mode "
-                f"(options fallback=False or debug) is on: {type(exc).__name__}: {exc}"
+                f"(options fallback=False or debug) is on: {describe(exc)}"
             ) from exc
-        note = f"sdk:{plugin} failed: {type(exc).__name__}: {_first_line(exc)}"
+        note = f"sdk:{plugin} failed: {describe(exc, one_line=True)}"
     if later:
         s = session.peer(later[0]).narrowed(tuple(later[1:]))
         c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
@@ -304,7 +304,7 @@ def _load(s: Any, c: CompileContext, key: str) -> tuple[Callable | None, str]:
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - bytes the plugin cannot use are a miss
-        return None, f"{type(exc).__name__}: {_first_line(exc)}"
+        return None, describe(exc, one_line=True)
     return fn, "" if fn is not None else f"sdk:{c.plugin} sdk_load_subgraph returned None"
 
 
@@ -369,8 +369,8 @@ class _PerShape:
             if strict(self._c):
                 raise
             self._c.note(
-                f"sdk:{self._c.plugin} failed for shapes {specs}: {type(exc).__name__}: "
-                f"{_first_line(exc)}; ATen runs them"
+                f"sdk:{self._c.plugin} failed for shapes {specs}: "
+                f"{describe(exc, one_line=True)}; ATen runs them"
             )
             run, _ = fallback.whole_graph(graph, "")
             return lambda *args: run(list(args))
@@ -459,8 +459,3 @@ def _is_static(x: Any) -> bool:
     if isinstance(x, torch.Tensor):
         return not any(isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))
     return True
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from sdk.errors import describe
 from sdk.plugin import Capability, CompileContext
 
 from .adapters import torch_private as tp
@@ -165,7 +166,7 @@ def place(op: Any, tables: Tables, ctx: CompileContext, detail: bool = False) ->
     try:
         ir, fallback = probe(op, tables.hooks, ctx)
     except Exception as exc:  # noqa: BLE001 - no sample this op accepts: say so
-        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+        why = describe(exc, one_line=True)[:120]
         if op in LOWERINGS:
             return OpEntry(name, "lowered", note=f"IR ops not probed ({why}){kept}")
         return OpEntry(
@@ -188,7 +189,7 @@ def _decomposed(op: Any, tables: Tables, ctx: CompileContext) -> OpEntry:
         args, kwargs = sample_arguments(op)
         calls = tp.decomposed_calls(op, tables.decompositions, args, kwargs)
     except Exception as exc:  # noqa: BLE001 - no sample this op accepts: say so
-        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+        why = describe(exc, one_line=True)[:120]
         return OpEntry(name, "decomposed", note=f"decomposition not traced ({why})")
     parts = [place(c, tables, ctx) for c in dict.fromkeys(calls) if isinstance(c, tp.OpOverload)]
     ir = sorted({i for p in parts for i in p.ir})

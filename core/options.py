@@ -88,7 +88,9 @@ def resolve(
                 f"unknown option {key!r} for sdk:{info.name}; known options:\n{listing}"
             )
         spec = known[key]
-        if spec.type is not object and not isinstance(value, spec.type):
+        if spec.type is not object and (
+            not isinstance(value, spec.type) or _bool_for_number(value, spec.type)
+        ):
             raise OptionError(
                 f"option {key!r} for sdk:{info.name} must be {_type_name(spec.type)}, "
                 f"got {type(value).__name__} {value!r}"
@@ -121,6 +123,45 @@ def wrapper_names(wrappers: tuple[Any, ...], records: Mapping[str, Any]) -> list
         else:
             names.append(entry)
     return names
+
+
+def _bool_for_number(value: Any, t: type | tuple[type, ...]) -> bool:
+    """``True`` for an ``int`` option (``isinstance(True, int)`` holds, but a bool there is
+    a mistake: ``min_partition_size=True``), unless the option takes bools too."""
+    types = t if isinstance(t, tuple) else (t,)
+    return isinstance(value, bool) and bool not in types
+
+
+def check_wrappers(plugin: str, wrappers: tuple[Any, ...], records: Mapping[str, Any]) -> None:
+    """Every plugin ``options["wrappers"]`` names is an installed wrapper plugin (whether it
+    can wrap a graph of this device is known only per graph); a :class:`Capability` stands
+    for the wrappers that declare it."""
+    installed = sorted(
+        n for n, r in records.items() if r.info is not None and r.info.kind == PluginKind.WRAPPER
+    )
+    for entry in wrappers:
+        if isinstance(entry, Capability):
+            continue
+        allowed = (
+            f"wrapper plugins installed: {', '.join(installed) or 'none'} (or an "
+            "sdk.Capability, for every wrapper that declares it)"
+        )
+        if not isinstance(entry, str):
+            raise OptionError(
+                f"option 'wrappers' for sdk:{plugin} holds {type(entry).__name__} {entry!r}; "
+                f"give plugin names: {allowed}"
+            )
+        rec = records.get(entry)
+        if rec is None:
+            raise OptionError(
+                f"option 'wrappers' for sdk:{plugin} names {entry!r}, which is not an installed "
+                f"plugin; {allowed}"
+            )
+        if rec.info is not None and rec.info.kind != PluginKind.WRAPPER:
+            raise OptionError(
+                f"option 'wrappers' for sdk:{plugin} names {entry!r}, a {rec.info.kind.value} "
+                f"plugin, not a wrapper plugin; {allowed}"
+            )
 
 
 def _type_name(t: type | tuple[type, ...]) -> str:

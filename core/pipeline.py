@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from sdk.errors import OptionError, SDKError
+from sdk.errors import OptionError, SDKError, describe
 from sdk.plugin import Capability, CompileContext, PluginKind
 from sdk.report import FusionRefusal, GraphReport
 
@@ -55,7 +55,7 @@ class Backend:
         self.__name__ = f"sdk:{name}"  # torch.compile uses it in logs
         rec = self.registry.require(name, COMPILERS)
         self.options = dict(options or {})
-        _check_names(self.registry, opts.resolve(rec.info, None, self.options))  # fail now
+        _check_names(self.registry, name, opts.resolve(rec.info, None, self.options))  # fail now
 
     @property
     def registry(self) -> Registry:
@@ -78,17 +78,18 @@ class Backend:
             # at the first call: a bad one raises here as one line of its own, not as a
             # compiler crash (Dynamo wraps other exceptions in BackendCompilerFailed)
             session = Session(self.registry, self.name, mode, merged)
-            _check_names(self.registry, session.options)
+            _check_names(self.registry, self.name, session.options)
         except SDKError as exc:
             raise tp.user_error(exc, inspect.currentframe()) from None
         return session.compile_dynamo_graph(gm, example_inputs)
 
 
-def _check_names(reg: Registry, options: Mapping[str, Any]) -> None:
+def _check_names(reg: Registry, plugin: str, options: Mapping[str, Any]) -> None:
     """Every plugin ``chain`` names exists and can run here (at compile time, not when the
-    primary plugin first fails)."""
+    primary plugin first fails), and every plugin ``wrappers`` names is a wrapper plugin."""
     for name in options["chain"]:
         reg.require(name, COMPILERS)
+    opts.check_wrappers(plugin, options["wrappers"], reg.records)
 
 
 class Session:
@@ -463,7 +464,7 @@ class Session:
             if self.debug:  # SDK_DEBUG=1: say where symbolic sizes stopped
                 raise
             del ctx.notes[notes:]
-            report.sizes = f"per shape: {type(exc).__name__}: {exc}"
+            report.sizes = f"per shape: {describe(exc)}"
             return None
         if tp.shape_env_state(env) != before:
             del ctx.notes[notes:]
@@ -503,7 +504,11 @@ class Session:
 
         keys = {} if keys is None else keys
         keys[specs] = None
+        devices = _graph_devices(gm, specs)
         if per_shape_on_failure:
+            elsewhere = _not_on(self.info, devices)
+            if elsewhere:  # (compiled per shape, where the plugin is skipped for the same)
+                raise RuntimeError(elsewhere)
             fn, part = build_program(self, ctx, gm, specs)
             self._fill(report, ctx.plugin, part)
             self._announce(ctx, report)
@@ -516,8 +521,9 @@ class Session:
             if self.kind_of(plugin) != PluginKind.CODEGEN:
                 continue  # a graph-level plugin takes partitions (core.chain), not programs
             session = self.peer(plugin)
-            if plugin != ctx.plugin and ctx.device_type not in session.info.device_types:
-                errors.append(f"sdk:{plugin} does not run on {ctx.device_type}")
+            elsewhere = _not_on(session.info, devices)
+            if elsewhere:
+                errors.append(elsewhere)
                 continue  # its kernels would be handed this graph's tensors
             c = (
                 ctx
@@ -540,7 +546,7 @@ class Session:
             except Exception as exc:  # noqa: BLE001 - recorded, then the next in the chain
                 if self.debug:
                     raise
-                errors.append(f"sdk:{plugin} failed: {type(exc).__name__}: {exc}")
+                errors.append(f"sdk:{plugin} failed: {describe(exc)}")
                 continue
             self._fill(report, plugin, part)
             if errors:  # the chain took over: say why the plugins before it did not
@@ -691,9 +697,7 @@ class _Hooks:
             except SDKError:
                 raise
             except Exception as exc:  # noqa: BLE001 - named, then handled as before
-                raise HookFailed(
-                    f"sdk:{self._plugin} {hook} raised {type(exc).__name__}: {exc}"
-                ) from exc
+                raise HookFailed(f"sdk:{self._plugin} {hook} raised {describe(exc)}") from exc
 
         return call
 
@@ -735,7 +739,7 @@ class _RunTimeFallback:
 
     def _give_way(self, exc: Exception, args: list[Any]) -> Any:
         reason = (
-            f"the compiled program raised when run: {type(exc).__name__}: {exc}; "
+            f"the compiled program raised when run: {describe(exc)}; "
             "ATen runs this graph from now on"
         )
         from .program import inputs_written
@@ -849,6 +853,30 @@ def _hints(x: Any, spec: Any) -> dict[Any, int]:
         if hint is not None:
             out[spec] = hint
     return out
+
+
+def _graph_devices(gm: torch.fx.GraphModule, specs: tuple) -> frozenset[str]:
+    """The device types of a graph's inputs (``specs``) and of every value it makes (its
+    nodes' example values: a graph may move a tensor to another device)."""
+    devices = {s.device.type for s in specs if isinstance(s, TensorSpec)}
+    for node in gm.graph.nodes:
+        vals = node.meta.get("val")
+        for v in vals if isinstance(vals, (list, tuple)) else (vals,):
+            if isinstance(v, torch.Tensor):
+                devices.add(v.device.type)
+    return frozenset(devices)
+
+
+def _not_on(info: Any, devices: frozenset[str]) -> str | None:
+    """Why plugin ``info`` cannot take a graph with tensors on ``devices`` (its kernels would
+    be handed pointers to memory it cannot read), or None when it declares them all."""
+    elsewhere = sorted(devices - set(info.device_types))
+    if not elsewhere:
+        return None
+    return (
+        f"sdk:{info.name} does not run on {' or '.join(elsewhere)} tensors (it declares "
+        f"{', '.join(info.device_types)})"
+    )
 
 
 def _device_type(inputs: list[Any]) -> str | None:

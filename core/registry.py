@@ -25,6 +25,7 @@ from sdk.errors import (
     PluginHookWarning,
     PluginUnavailableError,
     UnknownPluginError,
+    describe,
 )
 from sdk.plugin import SUPPORTED_HOOK_APIS, CompileContext, PluginInfo, PluginKind
 from sdk.report import HookFault
@@ -320,8 +321,7 @@ def _check_info(info: Any, ep_name: str) -> str | None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return describe(exc, one_line=True)
 
 
 _lock = threading.Lock()

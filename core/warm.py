@@ -40,6 +40,8 @@ from typing import Any
 
 import torch
 
+from sdk.errors import describe
+
 from . import fallback, graph_cache
 from .adapters import aot_cache, mega_cache
 from .adapters import torch_private as tp
@@ -87,7 +89,7 @@ def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
     try:
         plugin_key = session.hooks.sdk_cache_key(ctx=ctx)
     except Exception as exc:  # noqa: BLE001 - the plugin's fault: no warm start, no failure
-        return None, f"off: sdk_cache_key raised {type(exc).__name__}: {exc}"
+        return None, f"off: sdk_cache_key raised {describe(exc)}"
     if plugin_key is None:
         return None, f"off: sdk:{ctx.plugin} does not implement sdk_cache_key"
     options = sorted(ctx.options.items())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class SDKError(RuntimeError):
     """Base class of every error the SDK raises on purpose."""
@@ -37,3 +39,37 @@ class CacheDirWarning(UserWarning):
 
 class PluginHookWarning(UserWarning):
     """A plugin's hook raised; the SDK went on without it (once per plugin and hook)."""
+
+
+def describe(exc: BaseException, *, one_line: bool = False) -> str:
+    """``"TypeName: message"`` of ``exc`` (``"TypeName"`` when the message is empty), safe
+    for any exception a plugin raises: where its ``__str__`` raises or returns no string,
+    its ``repr``, else ``"<unprintable TypeName>"``. Every message the SDK makes of a
+    plugin's exception (fallback reasons, hook faults, warnings, ``sdk.explain``) is made
+    by this, so an exception that cannot print itself is still that plugin's fault, not a
+    failure of the user's compile. ``one_line``: the message's first line only."""
+    name = _type_name(exc)
+    text = _text(exc, str)
+    if text is None:
+        text = _text(exc, repr)
+        text = f"<unprintable {name}>" if text is None else f"<unprintable {name}: {text}>"
+    text = text.strip()
+    if one_line and text:
+        text = text.splitlines()[0]
+    return f"{name}: {text}" if text else name
+
+
+def _type_name(exc: BaseException) -> str:
+    try:
+        name = type(exc).__name__
+    except Exception:  # noqa: BLE001 - a metaclass's __name__ that raises
+        return "<exception>"
+    return name if isinstance(name, str) else "<exception>"
+
+
+def _text(exc: BaseException, fn: Callable[[object], str]) -> str | None:
+    try:
+        text = fn(exc)
+    except Exception:  # noqa: BLE001 - its __str__/__repr__ raised: see describe
+        return None
+    return str.__str__(text) if isinstance(text, str) else None

@@ -276,6 +276,38 @@ def test_option_of_wrong_type():
         sdk.backend("cpu_cpp", fusion="no")
 
 
+#: bad option values that must fail when the backend is made: option, value, what the
+#: message says
+BAD_OPTION_VALUES = [
+    ("wrappers", ["no_such_wrapper"], r"'no_such_wrapper', which is not an installed plugin"),
+    ("wrappers", ["cpu_cpp"], r"'cpu_cpp', a codegen plugin, not a wrapper plugin"),
+    ("wrappers", [3], r"holds int 3"),
+    ("min_partition_size", True, r"'min_partition_size' .* must be int, got bool True"),
+]
+
+
+@pytest.mark.parametrize(("option", "value", "message"), BAD_OPTION_VALUES)
+def test_bad_option_value_fails_when_the_backend_is_made(option, value, message):
+    """Not at the first call, or never: the option, the value and what is allowed."""
+    with pytest.raises(sdk.OptionError, match=message) as info:
+        sdk.backend("cpu_cpp", **{option: value})
+    assert repr(option) in str(info.value)
+    if option == "wrappers":
+        assert "wrapper plugins installed: cudagraphs" in str(info.value)
+
+
+@pytest.mark.parametrize(("option", "value", "message"), BAD_OPTION_VALUES)
+def test_bad_option_value_through_torch_compile_fails_at_the_first_call(
+    option, value, message, graph_reports
+):
+    """torch.compile hands options= to the backend only at the first call: it raises there,
+    before anything is compiled."""
+    compiled = torch.compile(torch.sin, backend=BACKEND, options={option: value})
+    with pytest.raises(sdk.OptionError, match=message):
+        compiled(torch.randn(3))
+    assert graph_reports == []
+
+
 def test_unknown_mode_lists_modes():
     compiled = torch.compile(torch.sin, backend=BACKEND, mode="ludicrous")
     with pytest.raises(Exception, match="unknown mode 'ludicrous'") as info:
@@ -502,3 +534,102 @@ def test_externs_call_the_public_function_of_the_same_overload():
         op = getattr(getattr(aten, packet), overload)
         fn = getattr(torch, _PUBLIC_FUNCTIONS[name][0])
         assert torch.equal(fn(*args, **kwargs), op(*args, **kwargs)), name
+
+
+# ---------------------------------------------------------------------------
+# threads
+# ---------------------------------------------------------------------------
+
+#: 8 threads whose first torch.compile names sdk:cpu_cpp at once, in a fresh process (so the
+#: backend's lookup in Dynamo's registry is really the first), each checked against eager.
+#: argv[1] "import": sdk imported before (else the lookup imports it).
+FIRST_COMPILE_IN_THREADS = """
+import sys, threading, traceback
+import torch
+if sys.argv[1] == "import":
+    import sdk
+errors = []
+barrier = threading.Barrier(8)
+
+def work(i):
+    try:
+        barrier.wait()
+        fn = torch.compile(lambda a: (a * 2 + i).relu().sum(), backend="sdk:cpu_cpp")
+        x = torch.randn(16)
+        torch.testing.assert_close(fn(x), (x * 2 + i).relu().sum())
+    except BaseException:
+        errors.append(traceback.format_exc())
+
+threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("".join(errors) or "ok")
+"""
+
+#: Threads compiling different models at once (a code object of each's own, so Dynamo
+#: compiles each), forward and backward, for several rounds of new sizes.
+MODELS_IN_THREADS = """
+import threading, traceback
+import torch
+import sdk
+
+def fresh(body):
+    ns = {}
+    exec("def f(x):\\n    return body(x)\\n", {"body": body}, ns)
+    return ns["f"]
+
+def models(k):
+    nn = torch.nn
+    return [
+        nn.Sequential(nn.Linear(8, 16 + k), nn.GELU(), nn.LayerNorm(16 + k)),
+        nn.Sequential(nn.Linear(8, 8 + k), nn.ReLU(), nn.Softmax(-1)),
+        nn.Sequential(nn.LayerNorm(8), nn.Sigmoid(), nn.Linear(8, 3 + k)),
+        nn.Sequential(nn.Linear(8, 4 + k), nn.Tanh()),
+    ]
+
+errors = []
+for k in range(3):
+    ms = models(k)
+    barrier = threading.Barrier(len(ms))
+
+    def work(m, i):
+        try:
+            barrier.wait()
+            x = torch.randn(4, 8) + i
+            step = torch.compile(fresh(m), backend=sdk.backend("cpu_cpp"))
+            out = step(x)
+            torch.testing.assert_close(out, m(x))
+            out.sum().backward()
+        except BaseException:
+            errors.append(traceback.format_exc())
+
+    threads = [threading.Thread(target=work, args=(m, i)) for i, m in enumerate(ms)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+print("".join(errors) or "ok")
+"""
+
+
+def _run_threads(code: str, *args: str) -> None:
+    """Run ``code`` in a fresh process; a hang fails the test at the timeout."""
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=400
+    )
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stdout + run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("imported", ["import", "no-import"])
+def test_first_compiles_in_threads_at_once(imported):
+    """Every thread's lookup of sdk:cpu_cpp succeeds (they failed with Dynamo's
+    ``AssertionError: duplicate name: sdk:cpu_cpp``) and computes what eager does."""
+    _run_threads(FIRST_COMPILE_IN_THREADS, imported)
+
+
+def test_threads_compile_different_models_at_once():
+    _run_threads(MODELS_IN_THREADS)

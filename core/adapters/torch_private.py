@@ -752,3 +752,26 @@ def user_error(exc: Exception, frame: Any = None) -> Exception:
     Exception.__init__(err, *exc.args)
     err.first_useful_frame = frame
     return err
+
+
+def dynamo_has_backend(name: str) -> bool:
+    """Whether Dynamo's backend registry holds a compiler registered as ``name``."""
+    from torch._dynamo.backends import registry as dynamo_registry
+
+    return name in dynamo_registry._COMPILER_FNS
+
+
+def dynamo_forget_backend(name: str, entry_point: Any) -> None:
+    """Drop Dynamo's registration of backend ``name``, so that the lookup of it in flight,
+    which registers what ``entry_point`` loads, does not fail on a duplicate name.
+
+    Dynamo's ``lookup_backend`` checks for a registration, loads the entry point, then
+    registers what it loaded, asserting the name is new; two threads looking the name up
+    at once both load, and the second assertion fails (see ``sdk.backends``). The entry
+    point goes back first, so that a lookup while the name is unregistered loads it again
+    (and waits its turn in ``sdk.backends``) instead of finding neither.
+    """
+    from torch._dynamo.backends import registry as dynamo_registry
+
+    dynamo_registry._BACKENDS[name] = entry_point
+    dynamo_registry._COMPILER_FNS.pop(name, None)

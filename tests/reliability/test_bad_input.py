@@ -6,6 +6,7 @@ traceback."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -76,3 +77,56 @@ def test_the_user_sees_a_short_error():
 def test_an_unknown_backend_name_fails_at_torch_compile():
     with pytest.raises(Exception, match="sdk:nope"):
         torch.compile(lambda x: x, backend="sdk:nope")
+
+
+# -- tensors on a device the plugin does not declare -----------------------------------------
+
+#: Run in a child process: a plugin handed meta "pointers" crashes the process (SIGSEGV).
+#: Graphs whose inputs, or a value they make, are on meta: each compiled, explained, and
+#: compiled with fallback=False; one JSON line each.
+ON_META = """
+import json
+import torch
+import sdk
+
+cases = {
+    "sum": (lambda a: (a * 2).sum(), torch.randn(4, device="meta")),
+    "relu": (torch.relu, torch.randn(3, 5, device="meta")),
+    "moved": (lambda a: (a * 2).to("meta") + 1, torch.randn(4)),
+}
+for name, (fn, x) in cases.items():
+    out = torch.compile(fn, backend="sdk:cpu_cpp")(x)
+    report = sdk.explain(fn, x)
+    try:
+        torch.compile(fn, backend=sdk.backend("cpu_cpp", fallback=False))(x)
+        strict = None
+    except Exception as exc:
+        strict = str(exc)
+    print(json.dumps({
+        "case": name,
+        "out": [out.device.type, list(out.shape)],
+        "kernels": len(report.kernels),
+        "reasons": sorted({f.reason for f in report.fallbacks}),
+        "strict": strict,
+    }))
+"""
+
+
+def test_graphs_on_an_undeclared_device_run_through_aten():
+    """cpu_cpp declares cpu: a graph with meta inputs (or one that moves a value to meta)
+    falls back to ATen, which gives meta outputs as eager does (it crashed the process), and
+    says why in explain; fallback=False raises naming the device and the plugin."""
+    run = subprocess.run(
+        [sys.executable, "-c", ON_META], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, f"exit status {run.returncode}\n{run.stderr[-3000:]}"
+    rows = {r["case"]: r for r in map(json.loads, run.stdout.splitlines())}
+    assert [rows[c]["out"] for c in ("sum", "relu", "moved")] == [
+        ["meta", []],
+        ["meta", [3, 5]],
+        ["meta", [4]],
+    ], run.stdout
+    why = "sdk:cpu_cpp does not run on meta tensors (it declares cpu)"
+    for row in rows.values():
+        assert row["kernels"] == 0 and row["reasons"] == [why], row
+        assert "fallback'] is False: " + why in row["strict"], row

@@ -505,3 +505,97 @@ def test_one_faulty_observer_leaves_the_others_called(make_plugin, fake_dist, us
     with pytest.warns(sdk.PluginHookWarning):
         _healthy(fused)
     assert sys.modules[watcher].SEEN == ["inference", "inference"]
+
+
+# -- exceptions that cannot print themselves, and those that must not be caught -------------
+
+#: A vendor's exception whose ``__str__`` and ``__repr__`` raise.
+UNPRINTABLE = '''
+
+class Unprintable(RuntimeError):
+    """A vendor's error whose message cannot be made."""
+
+    def __str__(self):
+        raise ValueError("the __str__ of a vendor's exception raised")
+
+    __repr__ = __str__
+'''
+
+
+def _unprintable_source(hook: str, kind: str = "CODEGEN", raised: str = "Unprintable") -> str:
+    """The faulty plugin with ``hook`` raising ``raised`` (see :data:`UNPRINTABLE`)."""
+    return faulty_source(hook, kind).replace("raise InjectedFault(", f"raise {raised}(") + (
+        UNPRINTABLE
+    )
+
+
+#: hook -> (the backend's plugin, its options, the plugin's kind)
+UNPRINTABLE_CASES = {
+    "sdk_render_kernel": ("faulty", {}, "CODEGEN"),
+    "sdk_op_support": ("faulty", {}, "CODEGEN"),
+    "sdk_on_graph_compiled": ("cpu_cpp", {}, "CODEGEN"),
+    "sdk_wrap_compiled": ("cpu_cpp", {"wrappers": ("faulty",)}, "WRAPPER"),
+    "sdk_compile_subgraph": ("faulty", {"chain": ["cpu_cpp"]}, "GRAPH"),
+    "sdk_plugin_status": ("cpu_cpp", {}, "CODEGEN"),
+}
+
+
+@pytest.mark.parametrize("hook", sorted(UNPRINTABLE_CASES))
+def test_hook_raising_an_unprintable_exception_is_that_plugins_fault(hook, install, seeded):
+    """An exception whose ``__str__`` raises is recorded as the plugin's fault like any other
+    (a fallback, a chain note, a hook fault, an unavailable plugin): the compile goes on and
+    equals eager, and what the SDK says names the plugin and the exception's type."""
+    plugin, options, kind = UNPRINTABLE_CASES[hook]
+    reg = install(_unprintable_source(hook, kind))
+    backend = sdk.backend(plugin, **options)
+    x = _x()
+    with warnings.catch_warnings():  # a wrapper's or observer's fault warns, once
+        warnings.simplefilter("ignore", sdk.PluginHookWarning)
+        torch.testing.assert_close(torch.compile(fused, backend=backend)(x), fused(x))
+        report = sdk.explain(fused, _x(), backend=backend)
+    if hook == "sdk_plugin_status":
+        assert reg.status("faulty").startswith("sdk_plugin_status raised: Unprintable: <unprint")
+        return
+    text = str(report)
+    assert "faulty" in text and f"{hook} raised Unprintable" in text, text
+    if kind == "CODEGEN" and plugin == "faulty":
+        assert not report.kernels and report.fallbacks, text
+    error = _strict_error_of(fused, sdk.backend(plugin, fallback=False, **options))
+    assert "faulty" in str(error) and "Unprintable" in str(error), error
+
+
+def _strict_error_of(fn, backend) -> BaseException:
+    with pytest.raises(Exception) as info:
+        torch.compile(fn, backend=backend)(_x())
+    named = [e for e in _chain(info.value) if isinstance(e, sdk.SDKError)]
+    assert named, f"no SDK error: {_chain(info.value)}"
+    return named[0]
+
+
+def test_kernel_raising_an_unprintable_exception_gives_way_to_aten(install, seeded):
+    install(
+        faulty_source(None).replace("sdk_compile_kernels = cpu_cpp.sdk_compile_kernels\n", "")
+        + RUN_TIME.replace("raise InjectedFault(", "raise Unprintable(")
+        + UNPRINTABLE
+    )
+    x = _x()
+    torch.testing.assert_close(torch.compile(fused, backend=sdk.backend("faulty"))(x), fused(x))
+    report = sdk.explain(fused, _x(), backend=sdk.backend("faulty"))
+    assert report.fallbacks and all(
+        "raised when run: Unprintable: <unprintable Unprintable>" in f.reason
+        for f in report.fallbacks
+    ), str(report)
+
+
+@pytest.mark.parametrize(
+    "hook", ["sdk_render_kernel", "sdk_op_support", "sdk_on_graph_compiled", "sdk_wrap_compiled"]
+)
+def test_hook_raising_keyboard_interrupt_is_not_swallowed(hook, install, seeded):
+    """A hook's KeyboardInterrupt (or any BaseException that is not an Exception) is the
+    user's, not a plugin fault: it stops the compile."""
+    kind = "WRAPPER" if hook == "sdk_wrap_compiled" else "CODEGEN"
+    install(_unprintable_source(hook, kind, raised="KeyboardInterrupt"))
+    plugin = "faulty" if hook in ("sdk_render_kernel", "sdk_op_support") else "cpu_cpp"
+    options = {"wrappers": ("faulty",)} if kind == "WRAPPER" else {}
+    with pytest.raises(KeyboardInterrupt):
+        torch.compile(fused, backend=sdk.backend(plugin, **options))(_x())
