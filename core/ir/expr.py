@@ -34,8 +34,12 @@ OPS: dict[str, tuple[int, str]] = {
     "fmod": (2, "C fmod / integer %, sign of a (torch.fmod)"),
     "pow": (2, "a ** b"),
     "atan2": (2, "atan2(a, b)"),
-    "maximum": (2, "max, NaN-propagating (torch.maximum)"),
-    "minimum": (2, "min, NaN-propagating (torch.minimum)"),
+    "maximum": (
+        2,
+        "max, NaN-propagating (torch.maximum); of two zeros, the one eager gives on the "
+        "target's device (relu and clamp are maximum(x, lo) and minimum(x, hi), x first)",
+    ),
+    "minimum": (2, "min, NaN-propagating (torch.minimum); of two zeros: as maximum"),
     "copysign": (2, "copysign(a, b)"),
     "neg": (1, "-a"),
     "abs": (1, "|a|"),

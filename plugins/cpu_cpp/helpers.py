@@ -20,9 +20,10 @@ RENDER_PRELUDE = (
 #include <type_traits>
 #include <vector>
 
-// NaN-propagating (torch.maximum / torch.minimum)
-template <typename T> static inline T sdk_max(T a, T b) { return (a > b || a != a) ? a : b; }
-template <typename T> static inline T sdk_min(T a, T b) { return (a < b || a != a) ? a : b; }
+// NaN-propagating (torch.maximum / torch.minimum); of equal values the first, as eager's
+// scalar loop (std::max): relu(-0.0) = max(-0.0, 0) and clamp(-0.0, 0.0) keep -0.0
+template <typename T> static inline T sdk_max(T a, T b) { return (a != a) ? a : (b > a || b != b) ? b : a; }
+template <typename T> static inline T sdk_min(T a, T b) { return (a != a) ? a : (b < a || b != b) ? b : a; }
 
 // Python floor division (c10 div_floor_*); integer division by zero gives 0
 // (torch raises), never SIGFPE.

@@ -55,6 +55,16 @@ def _signbit_f(dt: torch.dtype, a: str) -> str:
     return f"({a}.to({bits}, bitcast=True) < 0)"
 
 
+def _maximum_f(dt: torch.dtype, a: str, b: str) -> str:
+    # NaN-propagating; of two zeros +0.0 (eager CUDA's fmax: relu(-0.0) is 0.0 there)
+    return f"tl.where(({a} > {b}) | ({a} != {a}) | (({a} == {b}) & {_signbit_f(dt, b)}), {a}, {b})"
+
+
+def _minimum_f(dt: torch.dtype, a: str, b: str) -> str:
+    # NaN-propagating; of two zeros -0.0 (eager CUDA's fmin)
+    return f"tl.where(({a} < {b}) | ({a} != {a}) | (({a} == {b}) & {_signbit_f(dt, a)}), {a}, {b})"
+
+
 def cast_to(dt: torch.dtype, a: str) -> str:
     """``a`` converted to ``dt``; float downcasts round to nearest even (see
     :mod:`.interp` for the interpreter's float32 -> bfloat16)."""
@@ -88,8 +98,8 @@ CODE_FOR_OP: dict[str, OpCode] = {
     "fmod": _binop("%"),  # Triton's % on floats and ints is C fmod / srem
     "pow": _libdevice("pow"),
     "atan2": _libdevice("atan2"),
-    "maximum": lambda dt, a, b: f"tl.where(({a} > {b}) | ({a} != {a}), {a}, {b})",
-    "minimum": lambda dt, a, b: f"tl.where(({a} < {b}) | ({a} != {a}), {a}, {b})",
+    "maximum": _maximum_f,
+    "minimum": _minimum_f,
     "copysign": _libdevice("copysign"),
     "neg": lambda dt, a: f"(-{a})",
     "abs": _call("tl.abs"),

@@ -1,0 +1,155 @@
+"""Edge values against eager, per codegen plugin: signed zeros, NaN, inf.
+
+Bit for bit where the answer is a sign or an integer. cpu_cpp runs on CPU tensors against eager
+on the CPU; cuda_triton runs on a GPU against eager CUDA where there is one, else through
+Triton's interpreter on CPU tensors (tests/plugins_under_test.py).
+
+Where eager itself answers differently per device, each plugin follows its own device's:
+
+* Of two zeros, eager on the CPU keeps the first operand of a max or min (``std::max`` in
+  its scalar loop: ``relu(-0.0)`` is ``-0.0``, so ``1 / relu(x)`` is ``-inf``), and relu,
+  clamp and hardtanh do so at every size; ``torch.maximum``/``minimum`` do so only outside
+  the vectorized loop (AVX2/AVX-512's ``max_ps`` returns the second), so their reference here
+  is eager's scalar loop, one element at a time. Eager CUDA gives ``+0.0`` for a max and
+  ``-0.0`` for a min (``fmaxf``/``fminf``: ``relu(-0.0)`` is ``0.0`` there), and so does
+  cuda_triton, also under the interpreter, whose reference is then eager's values with the
+  zeros signed so (:func:`_reference`; eager CUDA measured on an H200).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sdk
+from tests.plugins_under_test import PLUGINS, device_of
+
+pytestmark = pytest.mark.parametrize("plugin", PLUGINS)
+
+_CUDA = torch.cuda.is_available()
+nan, inf = math.nan, math.inf
+FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+INTS = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]
+#: -nan keeps its sign bit: float("nan") negated
+NEG_NAN = -nan
+
+
+def _compile(fn, plugin, **options):
+    return torch.compile(fn, backend=sdk.backend(plugin, **options))
+
+
+def _interpreted(plugin: str) -> bool:
+    """cuda_triton on CPU tensors: eager CUDA's signed zeros are not there to compare with."""
+    return plugin == "cuda_triton" and not _CUDA
+
+
+def _assert_same(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Equal dtype, values and signs of zero; NaN where eager has NaN (its payload and sign
+    are the hardware's after arithmetic)."""
+    assert actual.dtype == expected.dtype, (what, actual.dtype, expected.dtype)
+    a, e = actual.cpu(), expected.cpu()
+    if e.is_floating_point():
+        both_nan = a.isnan() & e.isnan()
+        ok = both_nan | ((a == e) & (a.signbit() == e.signbit()))
+    else:
+        ok = a == e
+    assert bool(ok.all()), f"{what}:\n  compiled {a.tolist()}\n  eager    {e.tolist()}"
+
+
+# -- signed zeros ------------------------------------------------------------------------
+
+X = [-0.0, 0.0, -1.0, 1.0, nan, -inf, inf, -0.5, 0.5, 7.0, -7.0, 1e-30]
+
+#: op -> (function, the sign eager CUDA gives every zero it returns: a max +0.0, a min -0.0)
+ZERO_OPS = {
+    "relu": (torch.relu, 0.0),
+    "relu6": (F.relu6, 0.0),
+    "clamp_0_1": (lambda x: x.clamp(0.0, 1.0), 0.0),
+    "clamp_-1_-0": (lambda x: x.clamp(-1.0, -0.0), -0.0),
+    "clamp_min": (lambda x: x.clamp_min(0.0), 0.0),
+    "clamp_max": (lambda x: x.clamp_max(-0.0), -0.0),
+    "hardtanh": (lambda x: F.hardtanh(x, 0.0, 1.0), 0.0),
+}
+
+
+def _reference(plugin: str, result: torch.Tensor, cuda_zero: float) -> torch.Tensor:
+    """Eager's ``result`` on the plugin's device: as it is, except for cuda_triton under the
+    interpreter, where eager CUDA's zeros are signed ``cuda_zero``."""
+    if not _interpreted(plugin):
+        return result
+    return torch.where(result == 0, torch.full_like(result, cuda_zero), result)
+
+
+@pytest.mark.parametrize("name", sorted(ZERO_OPS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_like_ops_give_eagers_signed_zero(plugin, name, dtype):
+    fn, cuda_zero = ZERO_OPS[name]
+    x = torch.tensor(X, dtype=dtype, device=device_of(plugin))
+    expected = fn(x)
+    if _CUDA and plugin == "cuda_triton":  # the rule the interpreter's reference follows
+        zeros = expected[expected == 0]
+        assert bool((zeros.signbit() == (math.copysign(1, cuda_zero) < 0)).all()), zeros
+    _assert_same(_compile(fn, plugin)(x), _reference(plugin, expected, cuda_zero), name)
+
+
+def test_one_over_relu_keeps_the_sign_of_zero(plugin):
+    """The campaign's case: ``1 / relu(x)`` and ``signbit(relu(x))`` at ``x = -0.0``."""
+    x = torch.tensor([-0.0, 0.0, -2.0, 3.0], device=device_of(plugin))
+
+    def fn(x):
+        r = torch.relu(x)
+        return 1.0 / r, torch.signbit(r)
+
+    got = _compile(fn, plugin)(x)
+    ref = _reference(plugin, torch.relu(x), 0.0)
+    _assert_same(got[0], 1.0 / ref, "1 / relu(x)")
+    _assert_same(got[1], torch.signbit(ref), "signbit(relu(x))")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_maximum_and_minimum_of_zeros_nan_and_inf(plugin, dtype):
+    """Every pair of the edge values, both orders. cpu_cpp's reference is eager's scalar loop
+    (each pair alone): of two zeros the first; cuda_triton's is eager CUDA's (+0.0 for the
+    maximum, -0.0 for the minimum)."""
+    vals = [-0.0, 0.0, nan, NEG_NAN, inf, -inf, 1.0, -1.0]
+    pairs = [(a, b) for a in vals for b in vals]
+    dev = device_of(plugin)
+    a = torch.tensor([p[0] for p in pairs], dtype=dtype, device=dev)
+    b = torch.tensor([p[1] for p in pairs], dtype=dtype, device=dev)
+    got = _compile(lambda a, b: (torch.maximum(a, b), torch.minimum(a, b)), plugin)(a, b)
+    for i, op in enumerate((torch.maximum, torch.minimum)):
+        if plugin == "cpu_cpp":  # one element at a time: eager's scalar loop
+            expected = torch.cat([op(a[k : k + 1], b[k : k + 1]) for k in range(len(pairs))])
+        else:
+            expected = op(a, b)
+            if _interpreted(plugin):  # eager CUDA: -0.0 only where both are (max), either (min)
+                neg = (
+                    a.signbit() & b.signbit() if op is torch.maximum else a.signbit() | b.signbit()
+                )
+                zero = torch.where(neg, -0.0, 0.0).to(dtype)
+                expected = torch.where((a == 0) & (b == 0), zero, expected)
+        _assert_same(got[i], expected, op.__name__)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_signbit_of_zeros_nan_and_inf(plugin, dtype):
+    """signbit is True for -0.0, -inf and a NaN whose sign bit is set (eager's answer for
+    -nan), read in a kernel of its own and fused after a copy."""
+    vals = [-0.0, 0.0, NEG_NAN, nan, -inf, inf, -1e-30, 1e-30, -3.0, 2.0]
+    x = torch.tensor(vals, dtype=torch.float64).to(dtype)
+    bits = x.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[dtype.itemsize])
+    bits[2] = bits[3] | -(2 ** (8 * dtype.itemsize - 1))  # a conversion may drop NaN's sign
+    x = x.to(device_of(plugin))
+
+    def fn(x):
+        return torch.signbit(x), torch.signbit(x * 2) & (x != 5)
+
+    got = _compile(fn, plugin)(x)
+    expected = torch.signbit(x)
+    assert expected[0] and expected[2] and not expected[1], expected  # -0.0 and -nan
+    _assert_same(got[0], expected, "signbit(x)")
+    finite = ~x.isnan()  # the sign of NaN * 2 is the hardware's
+    _assert_same(got[1][finite], torch.signbit(x * 2)[finite], "signbit(x * 2)")
