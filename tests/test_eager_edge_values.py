@@ -1,4 +1,5 @@
-"""Edge values against eager, per codegen plugin: signed zeros, NaN, inf.
+"""Edge values against eager, per codegen plugin: signed zeros, NaN, inf and floats out of an
+integer's range.
 
 Bit for bit where the answer is a sign or an integer. cpu_cpp runs on CPU tensors against eager
 on the CPU; cuda_triton runs on a GPU against eager CUDA where there is one, else through
@@ -14,11 +15,15 @@ Where eager itself answers differently per device, each plugin follows its own d
   ``-0.0`` for a min (``fmaxf``/``fminf``: ``relu(-0.0)`` is ``0.0`` there), and so does
   cuda_triton, also under the interpreter, whose reference is then eager's values with the
   zeros signed so (:func:`_reference`; eager CUDA measured on an H200).
+* A float out of an integer's range (or NaN, inf) converts as the device does in eager: x86-64
+  gives INT_MIN (int32 and int64; int8/int16 truncate the int32, uint8 the int64), a GPU
+  saturates (NaN: 0). Under the interpreter, Triton's conversions are numpy's on the CPU.
 """
 
 from __future__ import annotations
 
 import math
+import platform
 
 import pytest
 import torch
@@ -153,3 +158,47 @@ def test_signbit_of_zeros_nan_and_inf(plugin, dtype):
     _assert_same(got[0], expected, "signbit(x)")
     finite = ~x.isnan()  # the sign of NaN * 2 is the hardware's
     _assert_same(got[1][finite], torch.signbit(x * 2)[finite], "signbit(x * 2)")
+
+
+# -- float -> integer casts ------------------------------------------------------------------
+
+CAST_VALUES = [
+    3e9, -3e9, nan, NEG_NAN, inf, -inf, 300.0, -129.5, 255.5, 256.0, -1.5, 4e4, -4e4, 65543.0,
+    1e20, -1e20, 2.0**31, -(2.0**31), -(2.0**31) - 1e3, 2.0**31 - 128, 2.0**63, -(2.0**63),
+    4294967301.0, -0.0, 7.9, -7.9, 127.5, -128.5, 32767.5, -32768.9, 65535.0, 1e-40,
+]  # fmt: skip
+
+
+@pytest.mark.skipif(
+    platform.machine().lower() not in ("x86_64", "amd64", "aarch64", "arm64"),
+    reason="out-of-range conversions are the CPU's; cpu_cpp follows x86-64's and AArch64's",
+)
+@pytest.mark.parametrize("src", FLOATS, ids=str)
+def test_float_to_int_casts_match_eager_bit_for_bit(plugin, src):
+    x = torch.tensor(CAST_VALUES, dtype=torch.float64).to(src).to(device_of(plugin))
+
+    def fn(x):
+        return tuple(x.to(dt) for dt in INTS)
+
+    got = _compile(fn, plugin)(x)
+    for dt, g, e in zip(INTS, got, fn(x)):
+        _assert_same(g, e, f"{src} -> {dt}")
+
+
+def test_triton_converts_floats_to_narrow_ints_through_a_wider_int(plugin):
+    """A GPU converts a float straight to int8/int16/uint8 saturating to that range (-1.5 ->
+    uint8 0, 40000.0 -> int16 32767); eager CUDA goes through int32 (uint8: int64) and wraps
+    (255, -25536), as its CPU does. The interpreter's numpy conversions cannot show it, so
+    this reads the kernel: cuda_triton converts through the wider integer."""
+    if plugin != "cuda_triton":
+        pytest.skip("the Triton renderer's conversions")
+    x = torch.tensor([-1.5, 4e4], device=device_of(plugin))
+    report = sdk.explain(
+        lambda x: (x.to(torch.int8), x.to(torch.int16), x.to(torch.uint8)),
+        x,
+        backend="sdk:cuda_triton",
+    )
+    source = "\n".join(k.source for k in report.kernels)
+    assert ".to(tl.int32).to(tl.int8)" in source, source
+    assert ".to(tl.int32).to(tl.int16)" in source, source
+    assert ".to(tl.int64).to(tl.uint8)" in source, source

@@ -98,7 +98,12 @@ OPS: dict[str, tuple[int, str]] = {
     "rshift": (2, ""),
     # selection and conversion
     "where": (3, "a ? b : c"),
-    "cast": (1, "convert to the node's dtype (bool: a != 0; float->int truncates)"),
+    "cast": (
+        1,
+        "convert to the node's dtype (bool: a != 0; float->int truncates; a float out of the "
+        "integer's range, NaN or inf as eager converts it on the target's device: to int8, "
+        "int16 through int32, to uint8 through int64)",
+    ),
     # counter-based random numbers: a = seed (int64), b = element offset (int64)
     "rand": (2, "uniform [0, 1) float32 from Philox4x32-10(seed, offset)"),
     "randn": (2, "standard normal float32 from Philox4x32-10(seed, offset), Box-Muller"),
