@@ -1,5 +1,5 @@
-"""Edge values against eager, per codegen plugin: signed zeros, NaN, inf and floats out of an
-integer's range.
+"""Edge values against eager, per codegen plugin: signed zeros, NaN, inf, floats out of an
+integer's range, integer division by zero and negative integer powers.
 
 Bit for bit where the answer is a sign or an integer. cpu_cpp runs on CPU tensors against eager
 on the CPU; cuda_triton runs on a GPU against eager CUDA where there is one, else through
@@ -18,6 +18,9 @@ Where eager itself answers differently per device, each plugin follows its own d
 * A float out of an integer's range (or NaN, inf) converts as the device does in eager: x86-64
   gives INT_MIN (int32 and int64; int8/int16 truncate the int32, uint8 the int64), a GPU
   saturates (NaN: 0). Under the interpreter, Triton's conversions are numpy's on the CPU.
+* Integer division by zero raises on the CPU (``RuntimeError: ZeroDivisionError``) and gives
+  the kernel's values on CUDA: the compiled function leaves such a division to ATen and so
+  answers as eager does on either.
 """
 
 from __future__ import annotations
@@ -202,3 +205,97 @@ def test_triton_converts_floats_to_narrow_ints_through_a_wider_int(plugin):
     assert ".to(tl.int32).to(tl.int8)" in source, source
     assert ".to(tl.int32).to(tl.int16)" in source, source
     assert ".to(tl.int64).to(tl.uint8)" in source, source
+
+
+# -- integer division by zero, negative integer powers --------------------------------------
+
+
+def _outcome(fn, *args):
+    """What calling ``fn`` gives: its result, or the RuntimeError it raised."""
+    try:
+        return fn(*args)
+    except RuntimeError as exc:
+        return exc
+
+
+INT_DIV = {
+    "floordiv": lambda a, b: a // b,
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "remainder": torch.remainder,
+    "fmod": torch.fmod,
+    "floordiv_0": lambda a, b: a // 0,
+    "remainder_0": lambda a, b: a % 0,
+    "fmod_0": lambda a, b: torch.fmod(a, 0),
+    "div_trunc_0": lambda a, b: torch.div(a, 0, rounding_mode="trunc"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INT_DIV))
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_integer_division_by_zero_answers_as_eager(plugin, name, dtype):
+    """Eager on the CPU raises ``RuntimeError: ZeroDivisionError`` when called; so does the
+    compiled function (ATen runs the division). Without a zero it gives eager's values."""
+    dev = device_of(plugin)
+    a = torch.tensor([7, -7, 5, 0, -9, 9], dtype=dtype, device=dev)
+    zero = torch.tensor([2, -3, 0, 1, 4, -1], dtype=dtype, device=dev)
+    nonzero = torch.tensor([2, -3, 5, 1, 4, -1], dtype=dtype, device=dev)
+    fn = INT_DIV[name]
+    compiled = _compile(fn, plugin)
+    expected, got = _outcome(fn, a, zero), _outcome(compiled, a, zero)
+    if isinstance(expected, RuntimeError):
+        assert dev == "cpu" and "ZeroDivisionError" in str(expected), expected
+        assert isinstance(got, RuntimeError) and str(got) == str(expected), got
+    else:
+        _assert_same(got, expected, name)
+    if not name.endswith("_0"):
+        _assert_same(compiled(a, nonzero), fn(a, nonzero), f"{name}, no zero")
+
+
+def test_integer_division_by_a_constant_is_generated(plugin):
+    """A nonzero constant divisor cannot raise: the kernel divides (position ids, ``arange //
+    n``); a tensor divisor is left to ATen, and the report says why."""
+    dev = device_of(plugin)
+    a = torch.arange(-20, 20, device=dev)
+
+    def by_constant(a):
+        return a // 4, a % -3, torch.fmod(a, 5), torch.div(a, -7, rounding_mode="trunc")
+
+    report = sdk.explain(by_constant, a, backend=f"sdk:{plugin}")
+    assert report.kernels and not report.fallbacks, str(report)
+    for g, e in zip(_compile(by_constant, plugin, fallback=False)(a), by_constant(a)):
+        _assert_same(g, e, "by a constant")
+    report = sdk.explain(lambda a, b: a // b, a, a + 100, backend=f"sdk:{plugin}")
+    reasons = [f.reason for f in report.fallbacks]
+    assert len(reasons) == 1 and "ZeroDivisionError" in reasons[0], str(report)
+    # fallback=False: the compile raises, naming the cause (inside Dynamo's wrapper)
+    with pytest.raises(Exception) as info:
+        _compile(lambda a, b: torch.remainder(a, b), plugin, fallback=False)(a, a + 100)
+    chain, e = [], info.value
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = getattr(e, "inner_exception", None) or e.__cause__ or e.__context__
+    assert any(
+        isinstance(e, sdk.LoweringError) and "may hold 0 (eager raises ZeroDivisionError" in str(e)
+        for e in chain
+    ), chain
+
+
+@pytest.mark.parametrize("exponent", [-1, -2, -3])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64])
+def test_integer_to_a_negative_power_raises_as_eager(plugin, exponent, dtype):
+    a = torch.tensor([1, -1, 2, 0, 3], dtype=dtype, device=device_of(plugin))
+
+    def fn(a):
+        return (a + 1) ** exponent
+
+    expected = _outcome(fn, a)
+    assert isinstance(expected, RuntimeError), expected
+    assert "Integers to negative integer powers are not allowed" in str(expected)
+    got = _outcome(_compile(fn, plugin), a)
+    assert isinstance(got, RuntimeError) and str(got) == str(expected), got
+    # a float tensor, or an integer to a power >= 0, is generated
+    for f in (lambda a: (a.float() + 1) ** exponent, lambda a: (a + 1) ** -exponent):
+        report = sdk.explain(f, a, backend=f"sdk:{plugin}")
+        assert not report.fallbacks, str(report)
+        torch.testing.assert_close(_compile(f, plugin)(a), f(a), rtol=1.3e-6, atol=0)

@@ -29,9 +29,13 @@ OPS: dict[str, tuple[int, str]] = {
     "sub": (2, "a - b"),
     "mul": (2, "a * b"),
     "truediv": (2, "a / b (floating)"),
-    "floordiv": (2, "floor(a / b), Python semantics (integers and floats)"),
+    "floordiv": (2, "floor(a / b), Python semantics; an integer b is never 0 (see fmod)"),
     "remainder": (2, "a - floor(a / b) * b, Python semantics (torch.remainder)"),
-    "fmod": (2, "C fmod / integer %, sign of a (torch.fmod)"),
+    "fmod": (
+        2,
+        "C fmod / integer %, sign of a (torch.fmod); integer floordiv, remainder and fmod come "
+        "only with a divisor that cannot be 0 (eager raises for it: ATen runs those)",
+    ),
     "pow": (2, "a ** b"),
     "atan2": (2, "atan2(a, b)"),
     "maximum": (
