@@ -1,13 +1,14 @@
-"""Float -> narrow integer casts: cpu_cpp's op table and :class:`sdk.clike.CTarget`'s default
-differ, on purpose, and this shows how.
+"""Float -> integer casts: cpu_cpp's op table and :class:`sdk.clike.CTarget`'s default differ,
+on purpose, and this shows how.
 
-cpu_cpp (``plugins/cpu_cpp/ops.py``, ``cast``) converts a float to every integer narrower than
-64 bits through ``int64_t``; ``CTarget.cast`` (the C-like scaffold's) does so only for uint8,
-as torch's scalar ``static_cast_with_inter_type`` does, and converts to the others directly.
-In range both give torch's values. Out of range or NaN, C leaves the result undefined, torch
-calls it undefined too, and the two disagree on x86-64: through int64 the value wraps modulo
-2**32 (3e9 -> int32 -1294967296, NaN -> 0); directly, it is the CPU's "integer indefinite"
-INT_MIN, which is also what eager torch gives on x86-64.
+cpu_cpp (``plugins/cpu_cpp/ops.py``, ``cast``) converts as eager does on the CPU, bit for bit:
+to int32 and int64 through its prelude's ``sdk_f2i32``/``sdk_f2i64`` (C leaves a value out of
+range, NaN or inf undefined; these define it as the CPU's own conversion: x86-64's "integer
+indefinite" INT_MIN), to int8/int16 through int32 and to uint8 through int64, as eager's
+(``tests/test_eager_edge_values.py`` compares the compiled kernels with eager).
+``CTarget.cast`` (the C-like scaffold's) converts directly, through int64 for uint8 only, as
+torch's scalar ``static_cast_with_inter_type`` reads: in range both give torch's values; out of
+range its result is C's undefined one (on x86-64 without vectorization, int32's INT_MIN too).
 """
 
 from __future__ import annotations
@@ -23,22 +24,30 @@ import sdk.clike
 from sdk import toolchain
 from sdk.plugins.cpu_cpp import render
 
-#: float32 inputs: in range, out of range of int8 only, of both, and NaN.
-VALUES = (-7.75, 300.0, -129.5, 3e9, math.nan)
-IN_RANGE = {torch.int8: (-7, 44, 127), torch.int32: (-7, 300, -129)}  # 300.0 -> int8 wraps
-#: x86-64 results of the out-of-range values (3e9, NaN), per target.
-THROUGH_INT64 = {torch.int8: (0, 0), torch.int32: (-1294967296, 0)}
-DIRECT = {torch.int8: (0, 0), torch.int32: (-(2**31), -(2**31))}
+#: float32 inputs: in range, out of range of int8 only, of int16 only, of all three, NaN, inf.
+VALUES = (-7.75, 300.0, -129.5, 40000.0, 3e9, math.nan, -math.inf)
+IN_RANGE = {
+    torch.int8: (-7, 44, 127),  # 300.0 -> int8 wraps
+    torch.int16: (-7, 300, -129),
+    torch.int32: (-7, 300, -129),
+}
+#: eager's on x86-64 for VALUES[3:]: int32's INT_MIN, and its low bits for the narrower ones
+OUT_OF_RANGE = {
+    torch.int8: (64, 0, 0, 0),  # 40000 wraps
+    torch.int16: (-25536, 0, 0, 0),
+    torch.int32: (40000, -(2**31), -(2**31), -(2**31)),
+}
 
 C_TARGET = sdk.clike.CTarget(name="c_casts", ops={}, reducers={})
-CTYPES = {torch.int8: ctypes.c_int8, torch.int32: ctypes.c_int32}
+CTYPES = {torch.int8: ctypes.c_int8, torch.int16: ctypes.c_int16, torch.int32: ctypes.c_int32}
 
 
 def _casts(target: sdk.clike.CTarget, language: str) -> dict[torch.dtype, object]:
     """One scalar function per dtype, ``<int> cast_<dtype>(float x)``, built from
-    ``target``'s ``cast`` op (scalar: no vector conversion can saturate instead)."""
+    ``target``'s ``cast`` op after its preludes (scalar: no vector conversion can saturate
+    instead)."""
     cast = target.op("cast")
-    head = "#include <stdint.h>\n" + ('extern "C" {\n' if language == "c++" else "")
+    head = "\n".join(target.preludes) + "\n" + ('extern "C" {\n' if language == "c++" else "")
     body = "".join(
         f"{target.ctype(dt)} cast_{str(dt)[6:]}(float x) "
         f"{{ return {cast('x', dtype=dt, src=torch.float32)}; }}\n"
@@ -65,10 +74,12 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
 
 def test_the_two_tables_spell_the_cast_differently():
-    cpp = render.TARGET.op("cast")("x", dtype=torch.int32, src=torch.float32)
-    c = C_TARGET.op("cast")("x", dtype=torch.int32, src=torch.float32)
-    assert cpp == "static_cast<int32_t>(static_cast<int64_t>(x))"
-    assert c == "((int32_t)(x))"
+    cpp = render.TARGET.op("cast")
+    c = C_TARGET.op("cast")
+    assert cpp("x", dtype=torch.int32, src=torch.float32) == "sdk_f2i32(x)"
+    assert cpp("x", dtype=torch.int8, src=torch.float32) == "static_cast<int8_t>(sdk_f2i32(x))"
+    assert cpp("x", dtype=torch.uint8, src=torch.float32) == "static_cast<uint8_t>(sdk_f2i64(x))"
+    assert c("x", dtype=torch.int32, src=torch.float32) == "((int32_t)(x))"
 
 
 @pytest.mark.parametrize("dtype", list(CTYPES), ids=str)
@@ -81,13 +92,10 @@ def test_in_range_casts_agree_with_torch(built, dtype):
 
 @pytest.mark.skipif(
     platform.machine() not in ("x86_64", "AMD64"),
-    reason="out-of-range float -> int conversion is undefined; x86-64 values",
+    reason="out-of-range float -> int conversion is undefined in C; x86-64 values",
 )
 @pytest.mark.parametrize("dtype", list(CTYPES), ids=str)
-def test_out_of_range_and_nan_casts_differ_between_the_tables(built, dtype):
-    cpp = tuple(built["cpu_cpp"][dtype](v) for v in VALUES[3:])
-    c = tuple(built["c"][dtype](v) for v in VALUES[3:])
-    assert cpp == THROUGH_INT64[dtype]
-    assert c == DIRECT[dtype]
+def test_out_of_range_nan_and_inf_casts_are_eagers_in_cpu_cpp(built, dtype):
     eager = tuple(torch.tensor(VALUES[3:], dtype=torch.float32).to(dtype).tolist())
-    assert eager == DIRECT[dtype]  # eager torch on x86-64 matches the direct conversion
+    assert eager == OUT_OF_RANGE[dtype]
+    assert tuple(built["cpu_cpp"][dtype](v) for v in VALUES[3:]) == eager

@@ -119,9 +119,11 @@ def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
         ex, ew = torch.autograd.grad(f(x, w), [x, w])
         torch.testing.assert_close(got, f(x, w))
         torch.testing.assert_close(gx, ex); torch.testing.assert_close(gw, ew)
-        # the op table's integer, boolean and rounding entries, against eager
+        # the op table's integer, boolean and rounding entries, against eager (integer
+        # division by constants: by a tensor, which may hold 0, it runs through ATen)
         def ints_probe(a, b, x):
-            return (a // b, a % b, torch.fmod(a, b), a.abs(), torch.maximum(a, b), (a & b) | ~a,
+            return (a // 7, a // -4, a % 5, a % -3, torch.fmod(a, -6), a.abs(),
+                    torch.maximum(a, b), (a & b) | ~a,
                     (a > b) & (x > 0), (x * 3).to(torch.int32), a.amax(-1), a.argmin(-1),
                     (x > 0).any(-1), x.round(), x.sign(), torch.remainder(x, -0.7),
                     x.clamp(-0.5, 0.5).to(torch.bfloat16) * 3, x.isnan(), x.amax(-1))

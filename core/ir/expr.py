@@ -29,13 +29,21 @@ OPS: dict[str, tuple[int, str]] = {
     "sub": (2, "a - b"),
     "mul": (2, "a * b"),
     "truediv": (2, "a / b (floating)"),
-    "floordiv": (2, "floor(a / b), Python semantics (integers and floats)"),
+    "floordiv": (2, "floor(a / b), Python semantics; an integer b is never 0 (see fmod)"),
     "remainder": (2, "a - floor(a / b) * b, Python semantics (torch.remainder)"),
-    "fmod": (2, "C fmod / integer %, sign of a (torch.fmod)"),
+    "fmod": (
+        2,
+        "C fmod / integer %, sign of a (torch.fmod); integer floordiv, remainder and fmod come "
+        "only with a divisor that cannot be 0 (eager raises for it: ATen runs those)",
+    ),
     "pow": (2, "a ** b"),
     "atan2": (2, "atan2(a, b)"),
-    "maximum": (2, "max, NaN-propagating (torch.maximum)"),
-    "minimum": (2, "min, NaN-propagating (torch.minimum)"),
+    "maximum": (
+        2,
+        "max, NaN-propagating (torch.maximum); of two zeros, the one eager gives on the "
+        "target's device (relu and clamp are maximum(x, lo) and minimum(x, hi), x first)",
+    ),
+    "minimum": (2, "min, NaN-propagating (torch.minimum); of two zeros: as maximum"),
     "copysign": (2, "copysign(a, b)"),
     "neg": (1, "-a"),
     "abs": (1, "|a|"),
@@ -94,7 +102,12 @@ OPS: dict[str, tuple[int, str]] = {
     "rshift": (2, ""),
     # selection and conversion
     "where": (3, "a ? b : c"),
-    "cast": (1, "convert to the node's dtype (bool: a != 0; float->int truncates)"),
+    "cast": (
+        1,
+        "convert to the node's dtype (bool: a != 0; float->int truncates; a float out of the "
+        "integer's range, NaN or inf as eager converts it on the target's device: to int8, "
+        "int16 through int32, to uint8 through int64)",
+    ),
     # counter-based random numbers: a = seed (int64), b = element offset (int64)
     "rand": (2, "uniform [0, 1) float32 from Philox4x32-10(seed, offset)"),
     "randn": (2, "standard normal float32 from Philox4x32-10(seed, offset), Box-Muller"),

@@ -69,8 +69,6 @@ _BINARY = {
     aten.maximum: "maximum",
     aten.minimum: "minimum",
     aten.atan2: "atan2",
-    aten.remainder: "remainder",
-    aten.fmod: "fmod",
     aten.bitwise_and: "bitwise_and",
     aten.bitwise_or: "bitwise_or",
     aten.bitwise_xor: "bitwise_xor",
@@ -124,6 +122,43 @@ for _op, _name in _BINARY.items():
     _reg_binary(_op, _name)
 
 
+def _may_be_zero(b: Any) -> bool:
+    """Whether divisor ``b`` can be 0 when the program runs: a tensor can, a scalar 0 is, a
+    size can where sympy cannot tell it positive (a size symbol is)."""
+    if isinstance(b, (bool, int, float)):
+        return b == 0
+    if isinstance(b, Const):
+        return b.value == 0
+    if isinstance(b, sympy.Expr):
+        return not (b.is_positive or b.is_negative)
+    return True
+
+
+def _no_zero_divisor(L: Lowerer, what: str, b: Any) -> None:
+    """Refuse an integer ``what`` whose divisor ``b`` may be 0: eager raises for it (on the
+    CPU, ``RuntimeError: ZeroDivisionError``), and a kernel cannot; ATen then runs the op
+    and answers as eager does on the device (raises, or a CUDA kernel's values)."""
+    if not out_dtype(L).is_floating_point and _may_be_zero(b):
+        raise Unsupported(
+            f"integer {what} by "
+            + ("a tensor, which may hold 0" if not isinstance(b, (bool, int, float)) else "0")
+            + " (eager raises ZeroDivisionError; generated kernels cannot raise, so ATen "
+            "runs it)"
+        )
+
+
+@register(aten.remainder)
+def _remainder(L: Lowerer, a: Any, b: Any) -> Any:
+    _no_zero_divisor(L, "remainder", b)
+    return elementwise(L, "remainder", a, b)
+
+
+@register(aten.fmod)
+def _fmod(L: Lowerer, a: Any, b: Any) -> Any:
+    _no_zero_divisor(L, "fmod", b)
+    return elementwise(L, "fmod", a, b)
+
+
 def _reg_compare(op: Any, name: str) -> None:
     def lower(L: Lowerer, a: Any, b: Any) -> Any:
         compute = torch.bool if name.startswith("logical") else upcast(promoted(a, b))
@@ -173,6 +208,7 @@ def _div(L: Lowerer, a: Any, b: Any) -> Any:
 def _div_mode(L: Lowerer, a: Any, b: Any, *, rounding_mode: str | None = None) -> Any:
     if rounding_mode is None:
         return elementwise(L, "truediv", a, b)
+    _no_zero_divisor(L, f"division (rounding_mode={rounding_mode!r})", b)
     dtype, sizes = out_dtype(L), shape_of(L.meta())
     c = upcast(dtype)
 
@@ -208,6 +244,13 @@ def _div_mode(L: Lowerer, a: Any, b: Any, *, rounding_mode: str | None = None) -
 @register(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, prims.pow)
 def _pow(L: Lowerer, a: Any, b: Any) -> Any:
     dtype, sizes = out_dtype(L), shape_of(L.meta())
+    if not dtype.is_floating_point and isinstance(b, (int, float)) and b < 0:
+        # eager checks the exponent when called: RuntimeError, "Integers to negative integer
+        # powers are not allowed."; ATen runs it and raises so
+        raise Unsupported(
+            f"an integer tensor to a negative power ({b}): eager raises 'Integers to "
+            "negative integer powers are not allowed.', so ATen runs it"
+        )
     c = upcast(dtype)
     if (
         isinstance(b, (int, float))

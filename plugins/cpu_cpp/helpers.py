@@ -20,9 +20,34 @@ RENDER_PRELUDE = (
 #include <type_traits>
 #include <vector>
 
-// NaN-propagating (torch.maximum / torch.minimum)
-template <typename T> static inline T sdk_max(T a, T b) { return (a > b || a != a) ? a : b; }
-template <typename T> static inline T sdk_min(T a, T b) { return (a < b || a != a) ? a : b; }
+// NaN-propagating (torch.maximum / torch.minimum); of equal values the first, as eager's
+// scalar loop (std::max): relu(-0.0) = max(-0.0, 0) and clamp(-0.0, 0.0) keep -0.0
+template <typename T> static inline T sdk_max(T a, T b) { return (a != a) ? a : (b > a || b != b) ? b : a; }
+template <typename T> static inline T sdk_min(T a, T b) { return (a != a) ? a : (b < a || b != b) ? b : a; }
+
+// A float converted to int32 / int64 as eager converts it on this CPU, where C leaves it
+// undefined (out of range, NaN, inf), made defined so that no optimization changes it:
+// x86-64's cvttss2si gives the "integer indefinite" INT_MIN, AArch64's fcvtzs saturates
+// (NaN: 0). Narrower integers convert through these (see ops.py, cast).
+#if defined(__x86_64__) || defined(__i386__)
+template <typename F> static inline int32_t sdk_f2i32(F x) {
+  return (x >= F(-2147483648.0) && x < F(2147483648.0)) ? int32_t(x) : INT32_MIN;
+}
+template <typename F> static inline int64_t sdk_f2i64(F x) {
+  return (x >= F(-9223372036854775808.0) && x < F(9223372036854775808.0)) ? int64_t(x) : INT64_MIN;
+}
+#elif defined(__aarch64__)
+template <typename F> static inline int32_t sdk_f2i32(F x) {
+  return x != x ? 0 : x >= F(2147483648.0) ? INT32_MAX : x <= F(-2147483648.0) ? INT32_MIN : int32_t(x);
+}
+template <typename F> static inline int64_t sdk_f2i64(F x) {
+  return x != x ? 0 : x >= F(9223372036854775808.0) ? INT64_MAX
+       : x <= F(-9223372036854775808.0) ? INT64_MIN : int64_t(x);
+}
+#else
+template <typename F> static inline int32_t sdk_f2i32(F x) { return int32_t(x); }
+template <typename F> static inline int64_t sdk_f2i64(F x) { return int64_t(x); }
+#endif
 
 // Python floor division (c10 div_floor_*); integer division by zero gives 0
 // (torch raises), never SIGFPE.

@@ -83,19 +83,37 @@ def _helper(name: str) -> Callable[..., str]:
     return lambda *a, dtype, **_: f"{name}<{ctype(dtype)}>({', '.join(a)})"
 
 
+#: A float converted to these integers goes through the wider one's conversion, as eager's
+#: (c10's ``static_cast_with_inter_type`` to uint8 through int64; a C cast to int8 or int16
+#: compiles to the 32-bit conversion and truncates): 300.0 -> int8 44, -1.0 -> uint8 255,
+#: 3e9 -> int16 0 (x86-64: INT_MIN's low bits). Other integers: :data:`FLOAT_TO_INT`.
+FLOAT_TO_INT_VIA: dict[torch.dtype, torch.dtype] = {
+    torch.int8: torch.int32, torch.int16: torch.int32, torch.uint16: torch.int32,
+    torch.uint8: torch.int64,
+}  # fmt: skip
+#: The helpers of the prelude that convert a float as eager does on this CPU: C leaves a
+#: value out of range (or NaN, inf) undefined, x86-64 gives INT_MIN (3e9 -> int32
+#: -2147483648), AArch64 saturates (``plugins/cpu_cpp/helpers.py``).
+FLOAT_TO_INT = {torch.int32: "sdk_f2i32", torch.int64: "sdk_f2i64"}
+
+
 def cast(x: str, dtype: torch.dtype, src: torch.dtype) -> str:
-    """``x`` converted from ``src`` to ``dtype``. Unlike :meth:`sdk.clike.CTarget.cast`
-    (through int64 for uint8 only), a float goes to every integer narrower than 64 bits
-    through int64: the same in range; out of range or NaN (undefined in C and in torch) it
-    wraps (3e9 -> int32 -1294967296, NaN -> 0) where eager torch on x86-64 gives INT_MIN
-    (``tests/test_clike_casts.py`` shows both)."""
+    """``x`` converted from ``src`` to ``dtype`` as eager converts on this CPU, bit for bit
+    (``tests/test_eager_edge_values.py``): a float to int32 or int64 through
+    :data:`FLOAT_TO_INT`, to a narrower integer through :data:`FLOAT_TO_INT_VIA`; unlike
+    :meth:`sdk.clike.CTarget.cast` (a plain C conversion, undefined out of range), whose
+    results ``tests/test_clike_casts.py`` compares."""
     if dtype == src:
         return x
     if dtype == BOOL:
         return f"({x} != 0)"
-    if src.is_floating_point and not dtype.is_floating_point and dtype.itemsize < 8:
-        # torch converts floats to narrow integers through int64 (300.0 -> uint8 44)
-        return f"static_cast<{ctype(dtype)}>(static_cast<int64_t>({x}))"
+    if src.is_floating_point and not dtype.is_floating_point:
+        if dtype in FLOAT_TO_INT:
+            return f"{FLOAT_TO_INT[dtype]}({x})"
+        if dtype in FLOAT_TO_INT_VIA:
+            return f"static_cast<{ctype(dtype)}>({FLOAT_TO_INT[FLOAT_TO_INT_VIA[dtype]]}({x}))"
+        if dtype.itemsize < 8:  # uint32: wraps through int64
+            return f"static_cast<{ctype(dtype)}>(static_cast<int64_t>({x}))"
     return f"static_cast<{ctype(dtype)}>({x})"
 
 

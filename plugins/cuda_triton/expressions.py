@@ -212,7 +212,7 @@ class ExpressionWriter(KernelPlan):
         elif name == "where":
             dt = node.dtype
             args[0] = args[0] if adt[0] == torch.bool else f"({args[0]} != 0)"
-            args[1:] = [a if d == dt else cast_to(dt, a) for a, d in zip(args[1:], adt[1:])]
+            args[1:] = [a if d == dt else cast_to(dt, a, d) for a, d in zip(args[1:], adt[1:])]
         elif name in ("rand", "randn"):
             dt = torch.float32
             out_cast = node.dtype if node.dtype != dt else None
@@ -227,7 +227,7 @@ class ExpressionWriter(KernelPlan):
                 dt = torch.float32
                 if name not in ir.PREDICATES:
                     out_cast = node.dtype
-            args = [a if d == dt else cast_to(dt, a) for a, d in zip(args, adt)]
+            args = [a if d == dt else cast_to(dt, a, d) for a, d in zip(args, adt)]
         if dt == torch.float64:
             table = CODE_FOR_OP_F64
         elif dt.is_floating_point:
@@ -237,7 +237,7 @@ class ExpressionWriter(KernelPlan):
         fn = table.get(name)
         if fn is None:
             raise NotImplementedError(f"op {name} on {dt} has no Triton rendering")
-        text = fn(dt, *args)
+        text = cast_to(dt, args[0], adt[0]) if name == "cast" else fn(dt, *args)
         for h in re.findall(r"\b(_[a-z_]+)\(", text):
             self._need(h)
         return cast_to(out_cast, text) if out_cast is not None else text

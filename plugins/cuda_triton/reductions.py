@@ -48,7 +48,7 @@ class ReductionWriter(ExpressionWriter):
         v = self.emit(value)
         if op in ("any", "all"):
             return f"({v} != 0).to(tl.int32)" if value.dtype != torch.bool else f"{v}.to(tl.int32)"
-        return v if value.dtype == acc else cast_to(acc, v)
+        return v if value.dtype == acc else cast_to(acc, v, value.dtype)
 
     def _finish(self, local: str, text: str, op: str, dtype: torch.dtype, acc: torch.dtype) -> str:
         """``local = text[:, None]`` cast to the reduction's dtype."""
@@ -59,7 +59,7 @@ class ReductionWriter(ExpressionWriter):
                 "" if dtype == torch.int64 else f".to({tl_type(dtype)})"
             )
         if dtype != acc:
-            return f"{local} = {cast_to(dtype, text + '[:, None]')}"
+            return f"{local} = {cast_to(dtype, text + '[:, None]', acc)}"
         return f"{local} = {text}[:, None]"
 
     def _full_shape(self, v: str, deps: frozenset[str]) -> str:
