@@ -157,7 +157,15 @@ def test_signbit_of_zeros_nan_and_inf(plugin, dtype):
 
     got = _compile(fn, plugin)(x)
     expected = torch.signbit(x)
-    assert expected[0] and expected[2] and not expected[1], expected  # -0.0 and -nan
+    assert expected[0] and not expected[1], expected  # -0.0
+    if x.device.type == "cuda" and dtype == torch.float16:
+        # eager CUDA answers False for an fp16 NaN whose sign bit is set (measured on an H200:
+        # it converts to float first); the sdk reads the bit. Compared without it.
+        keep = ~x.isnan()
+        got, expected = (got[0][keep], got[1][keep]), expected[keep]
+        x = x[keep]
+    else:
+        assert expected[2], expected  # -nan
     _assert_same(got[0], expected, "signbit(x)")
     finite = ~x.isnan()  # the sign of NaN * 2 is the hardware's
     _assert_same(got[1][finite], torch.signbit(x * 2)[finite], "signbit(x * 2)")

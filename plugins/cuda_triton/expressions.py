@@ -51,6 +51,15 @@ def _literal(value: object, dt: torch.dtype) -> str:
     return str(int(value))  # type: ignore[call-overload]
 
 
+def _negative_zero(node: ir.Const) -> bool:
+    return (
+        node.dtype.is_floating_point
+        and node.value == 0
+        and math.copysign(1.0, node.value) < 0
+        and node.dtype.itemsize in (2, 4, 8)
+    )
+
+
 class ExpressionWriter(KernelPlan):
     """Writes the expressions, loads and stores of one kernel's bodies (see the module doc)."""
 
@@ -113,10 +122,19 @@ class ExpressionWriter(KernelPlan):
             return hit
         if isinstance(node, ir.Const):
             name = self._tmp()
-            self.consts.append(
-                f"{name} = tl.full({self.shape1}, {_literal(node.value, node.dtype)}, "
-                f"{tl_type(node.dtype)})"
-            )
+            if _negative_zero(node):
+                # tl.full(..., -0.0, ...) is +0.0 on a GPU (a zero fill): -0.0's bits
+                bits = {2: "tl.int16", 4: "tl.int32", 8: "tl.int64"}[node.dtype.itemsize]
+                low = -(2 ** (8 * node.dtype.itemsize - 1))
+                self.consts.append(
+                    f"{name} = tl.full({self.shape1}, {low}, {bits})"
+                    f".to({tl_type(node.dtype)}, bitcast=True)"
+                )
+            else:
+                self.consts.append(
+                    f"{name} = tl.full({self.shape1}, {_literal(node.value, node.dtype)}, "
+                    f"{tl_type(node.dtype)})"
+                )
         elif isinstance(node, ir.LocalRef):
             name = self.local[node.name]
         elif isinstance(node, ir.IndexValue):
