@@ -49,6 +49,30 @@ def env() -> Env:
     )
 
 
+#: SDK_COMPILE_TIMEOUT's default: seconds one run of a host compiler (sdk.toolchain) may take.
+COMPILE_TIMEOUT = 300.0
+
+
+def compile_timeout() -> float | None:
+    """SDK_COMPILE_TIMEOUT: the seconds one run of a host C/C++ compiler may take before it is
+    killed (default :data:`COMPILE_TIMEOUT`); None when it is 0 (no limit). ValueError, naming
+    the variable, for anything but a number >= 0."""
+    raw = os.environ.get("SDK_COMPILE_TIMEOUT", "").strip()
+    if not raw:
+        return COMPILE_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(
+            f"SDK_COMPILE_TIMEOUT is {raw!r}: it must be the seconds a compiler run may take, "
+            f"a number >= 0 (0: no limit; unset: {COMPILE_TIMEOUT:g}). Fix: set it to such a "
+            "number or unset it."
+        )
+    return value or None
+
+
 def variable(name: str) -> str | None:
     """The environment variable ``name`` now, or None when unset."""
     return os.environ.get(name)

@@ -213,8 +213,11 @@ def _cmd_new_plugin(args: argparse.Namespace) -> int:
 
     try:
         root = generate(args.name, args.dest, c_like=args.c_like, graph=args.graph)
-    except (ValueError, FileExistsError) as exc:
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # root exists, --dest is a file, unwritable, full, ...
+        print(f"error: cannot write the plugin under --dest {args.dest!r}: {exc}", file=sys.stderr)
         return 2
     check = (  # the conformance suite checks kernel-level plugins only
         f'torch.compile(model, backend="sdk:{args.name}") against eager on your models'
@@ -400,7 +403,11 @@ def main(argv: list[str] | None = None) -> int:
         "OpenMP from a table of op strings (fusion, training); with --graph it is a "
         "graph-level plugin (hook API 3) handing whole subgraphs to a vendor compiler.",
     )
-    new.add_argument("name", help="plugin name: a lower-case identifier, e.g. acme_npu")
+    new.add_argument(
+        "name",
+        help="plugin name: a lower-case Python identifier of at most 40 ASCII characters, "
+        "starting with a letter, e.g. acme_npu",
+    )
     new.add_argument(
         "--c-like",
         action="store_true",

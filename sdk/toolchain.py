@@ -17,10 +17,16 @@ host (hosts with different CPUs sharing a home directory never load each other's
 the flags, and whatever else the caller passes as ``key`` (its plugin version). C++ sources
 (``language="c++"``: ``$CXX``, else g++, c++, clang++) are built the same way; a plugin passes
 its own ``flags`` (``FLAGS`` plus ``-std=c++17``, say) and ``namespace`` (its cache directory).
+
+Every compiler run has a time limit, ``SDK_COMPILE_TIMEOUT`` seconds (default 300; 0: none).
+A compiler still running then is killed with every process it started (it runs in a session
+of its own, and the whole process group is killed), and :class:`CompileError` says so: the
+kernels' plugin fails, and the compile falls back as it does for any compiler error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -28,6 +34,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
@@ -50,8 +57,50 @@ _HEX = re.compile(rb"[0-9a-f]{64}")
 
 
 class CompileError(RuntimeError):
-    """The compiler rejected a source; the message has the command, its output and the path
-    of the full source."""
+    """The compiler rejected a source, or ran past ``SDK_COMPILE_TIMEOUT``; the message has
+    the command, its output and the path of the full source."""
+
+
+def _run(cmd: list[str], shown: str) -> subprocess.CompletedProcess:
+    """``cmd``'s exit status and output, within ``SDK_COMPILE_TIMEOUT``: past it, the
+    compiler and every process it started (its own session and process group) are killed
+    and :class:`CompileError` names the limit and the variable that raises it."""
+    timeout = config.compile_timeout()
+    proc = subprocess.Popen(  # the compiler $CC/$CXX names
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise CompileError(
+            f"the {shown} compiler timed out after {timeout:g} s and was killed. Fix: raise "
+            f"SDK_COMPILE_TIMEOUT (seconds, now {timeout:g}; 0: no limit) if the build is just "
+            f"slow, else check the compiler.\ncommand: {shlex.join(cmd)}"
+        ) from None
+    except BaseException:  # KeyboardInterrupt, ...: no compiler left running
+        _kill_group(proc)
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``'s process group (the compiler and its children), then reap it."""
+    with contextlib.suppress(ProcessLookupError):  # (every process of it already gone)
+        os.killpg(proc.pid, signal.SIGKILL)
+    try:  # the pipes close once every process of the group is gone
+        proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:  # a process that left the group still holds a pipe
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
 
 
 def find_compiler(language: str = "c") -> str:
@@ -75,18 +124,28 @@ def find_compiler(language: str = "c") -> str:
     )
 
 
-@functools.cache
 def compiler_identity(compiler: str, language: str = "c") -> str:
-    """``--version`` plus what ``-march=native`` means on this host (for cache keys)."""
-    version = subprocess.run(
-        [compiler, "--version"], capture_output=True, text=True, check=False
-    ).stdout
-    native = subprocess.run(
-        [compiler, "-march=native", "-v", "-E", "-x", language, os.devnull, "-o", os.devnull],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stderr
+    """``--version`` plus what ``-march=native`` means on this host (for cache keys).
+
+    Raises :class:`CompileError` when the compiler runs past ``SDK_COMPILE_TIMEOUT`` (once
+    per process: a compiler that hung is not waited for again)."""
+    identity = _identity(compiler, language)
+    if isinstance(identity, CompileError):
+        raise CompileError(*identity.args)
+    return identity
+
+
+@functools.cache
+def _identity(compiler: str, language: str) -> str | CompileError:
+    shown = _COMPILERS[language][2]
+    try:
+        version = _run([compiler, "--version"], shown).stdout
+        native = _run(
+            [compiler, "-march=native", "-v", "-E", "-x", language, os.devnull, "-o", os.devnull],
+            shown,
+        ).stderr
+    except CompileError as exc:
+        return exc
     return version + native
 
 
@@ -103,11 +162,10 @@ def cache_key(language: str, flags: Sequence[str], *packages: str) -> str | None
 def _cache_key(language: str, flags: tuple[str, ...], packages: tuple[str, ...]) -> str | None:
     try:
         compiler = find_compiler(language)
-    except FileNotFoundError:
+        identity = compiler_identity(compiler, language)
+    except (FileNotFoundError, CompileError):  # no compiler, or one that hangs
         return None
-    return stable_hash(
-        compiler, compiler_identity(compiler, language), flags, source_digest(*packages)
-    )
+    return stable_hash(compiler, identity, flags, source_digest(*packages))
 
 
 def _trusted_digest(path: Path) -> str | None:
@@ -127,7 +185,8 @@ def compile_library(
     """Compile ``source`` into a shared library in ``cache_dir(namespace)``, or reuse a
     verified one built from the same source, compiler, flags and ``key``.
 
-    Raises :class:`CompileError` when the compiler fails."""
+    Raises :class:`CompileError` when the compiler fails, or runs past
+    ``SDK_COMPILE_TIMEOUT`` seconds (it is killed then)."""
     compiler = find_compiler(language)
     flags = tuple(flags)
     digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
@@ -147,7 +206,10 @@ def compile_library(
         unit.write_bytes(source.encode())
         out = build / "lib.so"
         cmd = [compiler, str(unit), "-o", str(out), *flags, "-lm"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        try:
+            proc = _run(cmd, _COMPILERS[language][2])
+        except CompileError as exc:
+            raise CompileError(f"{exc}\nfull source: {src}") from None
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
             raise CompileError(

@@ -447,3 +447,100 @@ def test_an_import_only_for_type_checking_is_no_cycle():
         "core/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n",
     }
     assert find_cycle(import_graph(sources)) is None
+
+
+# --------------------------------------------------------------------------- tests' own rule
+# pytest's MonkeyPatch must not patch an option of a torch config module (torch._dynamo.config,
+# torch._functorch.config, torch._inductor.config, ...): pytest 9.2's undo deletes the option
+# (the module's attributes are not in its __dict__), and every later test in that process
+# then fails. torch's own ``config.patch`` puts the value back.
+
+#: A torch config module: ``torch._inductor.config``, ``torch.fx.experimental._config``.
+_TORCH_CONFIG = re.compile(r"torch(\.\w+)*\._?config")
+
+
+def _torch_config_aliases(tree: ast.AST) -> set[str]:
+    """The names a file binds to torch config modules (``import ... as x``, ``from ...
+    import config``)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _TORCH_CONFIG.fullmatch(alias.name):
+                    names.add(alias.asname or alias.name)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                if _TORCH_CONFIG.fullmatch(f"{node.module}.{alias.name}"):
+                    names.add(alias.asname or alias.name)
+    return names
+
+
+def monkeypatched_torch_config(source: str) -> list[int]:
+    """Lines where a MonkeyPatch-like ``x.setattr`` / ``x.delattr`` targets a torch config
+    module: through a name bound to it, its dotted path, or a ``"torch...config.opt"`` string."""
+    tree = ast.parse(source)
+    aliases = _torch_config_aliases(tree)
+    lines = []
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("setattr", "delattr")
+            and node.args
+        ):
+            continue
+        target = node.args[0]
+        parts = _dotted(target)
+        if isinstance(target, ast.Constant) and isinstance(target.value, str):
+            hit = _TORCH_CONFIG.fullmatch(target.value.rpartition(".")[0]) is not None
+        elif parts is not None:
+            hit = ".".join(parts) in aliases or _TORCH_CONFIG.fullmatch(".".join(parts))
+        else:
+            hit = False
+        if hit:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_test_monkeypatches_a_torch_config_module():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for line in monkeypatched_torch_config(path.read_text())
+    ]
+    assert not found, (
+        "pytest's monkeypatch on a torch config option (its undo deletes the option under "
+        "pytest 9.2); use the module's own `with config.patch(name=value):` instead: "
+        + ", ".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch._functorch.config as fc\ndef t(mp):\n"
+        "    mp.setattr(fc, 'enable_autograd_cache', False)\n",
+        "from torch._inductor import config\ndef t(monkeypatch):\n"
+        "    monkeypatch.setattr(config, 'fx_graph_cache', False)\n",
+        "import torch\ndef t(monkeypatch):\n"
+        "    monkeypatch.setattr(torch._dynamo.config, 'cache_size_limit', 1)\n",
+        "def t(monkeypatch):\n"
+        "    monkeypatch.setattr('torch._inductor.config.fx_graph_cache', False)\n",
+        "from torch._dynamo import config as dc\ndef t(monkeypatch):\n"
+        "    monkeypatch.delattr(dc, 'suppress_errors')\n",
+    ],
+)
+def test_monkeypatching_a_torch_config_module_is_caught(source):
+    assert monkeypatched_torch_config(source) == [3 if source.startswith(("import", "from")) else 2]
+
+
+def test_config_patch_and_other_monkeypatching_pass():
+    source = (
+        "import torch._inductor.config as ic\nfrom sdk.core import config\n"
+        "def t(monkeypatch):\n"
+        "    with ic.patch(fx_graph_cache=False):\n"
+        "        monkeypatch.setattr(config, 'x', 1)\n"
+        "        monkeypatch.setattr('sdk.core.config.y', 2)\n"
+        "        setattr(ic, 'fx_graph_cache', True)\n"
+    )
+    assert monkeypatched_torch_config(source) == []

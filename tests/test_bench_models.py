@@ -300,22 +300,24 @@ def small_suite(tmp_path_factory):
     if not runnable:
         pytest.skip("none of " + ", ".join(E2E_ROWS) + " can run here")
     out = tmp_path_factory.mktemp("bench") / "models.json"
-    with pytest.MonkeyPatch.context() as mp:
-        # bench points the compile caches at temporary directories it removes at the end
-        # and switches Inductor's persistent caches off: put both back afterwards.
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    # bench points the compile caches at temporary directories it removes at the end and
+    # switches Inductor's persistent caches off: put both back afterwards. The options go
+    # back through torch's own config.patch: pytest's MonkeyPatch (9.2) deletes an option
+    # of a torch config module on undo, and every later test in the process then fails.
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        inductor_config.patch(fx_graph_cache=inductor_config.fx_graph_cache),
+        functorch_config.patch(enable_autograd_cache=functorch_config.enable_autograd_cache),
+    ):
         for var in bench._CACHE_ENV:
             if var in os.environ:
                 mp.setenv(var, os.environ[var])
             else:
                 mp.setenv(var, "")
                 mp.delenv(var)
-        import torch._functorch.config as functorch_config
-        import torch._inductor.config as inductor_config
-
-        mp.setattr(inductor_config, "fx_graph_cache", inductor_config.fx_graph_cache)
-        mp.setattr(
-            functorch_config, "enable_autograd_cache", functorch_config.enable_autograd_cache
-        )
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             rc = cli.main(

@@ -312,9 +312,17 @@ def test_cli_explain_prints_the_report():
         (("os",), "is not MODULE:FUNCTION"),
         (("--plugin", "nope"), "no SDK plugin named 'nope'"),
         (("--chain", "nope"), "no SDK plugin named 'nope'"),
+        (("os:sep",), "os:sep is not a function (its type is str): TARGET must be MODULE:FUNC"),
+        (("json:dumps",), "json:dumps cannot be called without arguments"),
+        (("os:no_such_attr",), "has no attribute 'no_such_attr'"),
+        (("tests.test_chain:_target_raises",), "_target_raises() raised RuntimeError: boom"),
+        (("tests.test_chain:_target_wrong_return",), "got tuple(int, int)"),
+        (("broken_target_module_xyz:f",), "importing 'broken_target_module_xyz' raised Runtime"),
     ],
 )
-def test_cli_explain_bad_input_is_one_line(args, message, capsys):
+def test_cli_explain_bad_input_is_one_line(args, message, capsys, tmp_path, monkeypatch):
+    (tmp_path / "broken_target_module_xyz.py").write_text("raise RuntimeError('at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
     # in this process (a child per case cost ~7 s of CI's two cores): an exception escaping
     # main() fails the test, as a traceback would have
     from sdk import cli
@@ -323,6 +331,41 @@ def test_cli_explain_bad_input_is_one_line(args, message, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and message in err, err[-2000:]
     assert len(err.strip().splitlines()) == 1, err[-2000:]
+
+
+def _target_raises():
+    raise RuntimeError("boom\non two lines")
+
+
+def _target_wrong_return():
+    return 1, 2
+
+
+def _target_without_loss():
+    return (lambda x: {"y": x * 2}), (torch.randn(3, requires_grad=True),)
+
+
+def _target_bad_inputs():
+    return torch.nn.Linear(3, 3), (torch.randn(4, 5),)
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("_target_without_loss", "cannot find a loss in a dict: pass --inference"),
+        ("_target_bad_inputs", "mat1 and mat2 shapes cannot be multiplied"),
+    ],
+)
+def test_cli_explain_of_a_model_failing_without_the_compile_is_one_line(target, message, capsys):
+    """A model that fails in eager mode too is bad input: one line, not the compile's
+    traceback."""
+    from sdk import cli
+
+    rc = cli.main(["explain", f"tests.test_chain:{target}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith(f"error: tests.test_chain:{target} fails")
+    assert message in err.strip().splitlines()[-1], err[-2000:]
 
 
 def test_a_graph_level_plugin_that_refuses_symbolic_sizes_is_compiled_per_shape(chain_world):

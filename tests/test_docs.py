@@ -46,6 +46,22 @@ def test_ci_runs_the_readme_test_command():
     assert commands == _quick_start()[1]
 
 
+def test_ci_installs_into_a_fresh_virtual_environment():
+    """A package already installed (pytest 9.2 rather than 9.0, say) must not hide what a
+    fresh machine fails on: .ci/run makes a new venv, without the system's site-packages,
+    and activates it before its first install."""
+    lines = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    first_pip = next(i for i, ln in enumerate(lines) if ln.startswith("pip "))
+    before = lines[:first_pip]
+    venv = [ln for ln in before if re.search(r"python3?\S*\s+-m venv ", ln)]
+    assert venv, "no `python -m venv` before the first pip install"
+    assert "--system-site-packages" not in venv[0]
+    assert any(re.fullmatch(r"(\.|source) \S*/bin/activate\"?", ln) for ln in before)
+    # a new directory each run (mktemp -d), or the old one removed first
+    assert any("mktemp -d" in ln or ln.startswith("rm -rf") for ln in before)
+
+
 @pytest.mark.slow
 def test_sdk_run_mlp(tmp_path):
     """``python -m sdk run`` (the README's main job), on the small model."""

@@ -95,6 +95,74 @@ def test_bad_names_are_refused(tmp_path):
         generate("ok", tmp_path)
 
 
+def _new_plugin(args: list[str], capsys) -> tuple[int, str]:
+    """``python -m sdk new-plugin ARGS`` in this process: (exit status, stderr). An exception
+    escaping ``main()`` fails the test, as a traceback would have."""
+    from sdk import cli
+
+    rc = cli.main(["new-plugin", *args])
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a" * 120, "a" * 250, "acm\u00e9", "_acme", "x" * 41],
+    ids=["120", "250", "e", "_", "41"],
+)
+def test_a_bad_name_is_one_line_with_the_rule_and_writes_nothing(
+    name, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    dest = tmp_path / "dest"
+    rc, err = _new_plugin([name, "--dest", str(dest)], capsys)
+    assert rc == 2 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "lower-case Python identifier of 1 to 40 ASCII letters" in err, err
+    assert sorted(tmp_path.iterdir()) == [], "nothing is written, in --dest or elsewhere"
+
+
+def test_output_goes_under_dest_only(tmp_path, capsys, monkeypatch):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    rc, err = _new_plugin(["x" * 40, "--dest", str(tmp_path / "a" / "b"), "--c-like"], capsys)
+    assert rc == 0, err
+    assert [p.name for p in (tmp_path / "a" / "b").iterdir()] == [f"{'x' * 40}-sdk-plugin"]
+    assert list(cwd.iterdir()) == []
+    # an empty --dest is not the working directory
+    rc, err = _new_plugin(["acme", "--dest", ""], capsys)
+    assert rc == 2 and "--dest" in err and "Traceback" not in err, err
+    assert list(cwd.iterdir()) == []
+
+
+def test_dest_that_is_a_file_or_taken_is_one_line(tmp_path, capsys):
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    for dest in (afile, afile / "sub"):
+        rc, err = _new_plugin(["acme", "--dest", str(dest)], capsys)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and str(afile) in err, err
+    assert afile.read_text() == "x"
+    generate("acme", tmp_path)
+    rc, err = _new_plugin(["acme", "--dest", str(tmp_path)], capsys)
+    assert rc == 2 and "exists" in err and "Traceback" not in err, err
+
+
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    real = Path.write_text
+    calls = []
+
+    def failing(self, *args, **kwargs):
+        calls.append(self)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", failing)
+    with pytest.raises(OSError, match="No space"):
+        generate("acme", tmp_path / "dest")
+    assert list((tmp_path / "dest").iterdir()) == []
+
+
 def _assert_listed_ok(name: str, env: dict[str, str], cwd: Path) -> None:
     """``python -m sdk list`` shows plugin ``name`` as usable ("ok")."""
     listing = _run(["-m", "sdk", "list"], env, cwd)

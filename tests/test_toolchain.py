@@ -396,3 +396,125 @@ extern "C" void sigmoid(const float* __restrict x, float* __restrict out) {{
     assert re.search(rf"k\.cpp:{line}:\d+: optimized: loop vectorized", report), report
     # The vector body calls libmvec's expf variant (e.g. _ZGVeN16v_expf), not only scalar expf.
     assert re.search(rb"_ZGV[bcde]N\d+v_expf", compile_library(source).read_bytes())
+
+
+# --------------------------------------------------------------------------- hung compiler
+
+#: A fake compiler: records its pid and its child's, then waits on a child that sleeps
+#: "forever". With HANG=build it answers the identity probes (--version, -E) at once and
+#: hangs only when building.
+_HUNG_COMPILER = """#!/bin/sh
+if [ "$HANG" = build ]; then
+  case "$*" in *--version*|*" -E "*) echo "fake compiler 1.0"; exit 0;; esac
+fi
+echo $$ >> "{pids}"
+sleep 1000 &
+echo $! >> "{pids}"
+wait
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, waiting for a reaper, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def fresh_identity():
+    """The compiler identity and cache key are memoized per process: forget them around a
+    test that changes the compiler."""
+    memos = [
+        toolchain.compiler_identity,
+        toolchain._identity,
+        toolchain._cache_key,
+    ]
+    memos = [f for f in memos if hasattr(f, "cache_clear")]
+    for f in memos:
+        f.cache_clear()
+    yield
+    for f in memos:
+        f.cache_clear()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("hang", ["build", "identity"])
+def test_a_hung_compiler_is_killed_and_the_op_falls_back(
+    hang: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_identity
+) -> None:
+    import threading
+    import time
+
+    pids = tmp_path / "pids"
+    fake = tmp_path / "hung-c++"
+    fake.write_text(_HUNG_COMPILER.format(pids=pids))
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    monkeypatch.setenv("HANG", hang)
+    monkeypatch.setenv("SDK_COMPILE_TIMEOUT", "2")
+
+    def recorded() -> list[int]:
+        return [int(p) for p in pids.read_text().split()] if pids.exists() else []
+
+    stop = threading.Event()
+
+    def watchdog() -> None:  # without a time limit, each compiler run would wait forever
+        if stop.wait(60):
+            return
+        while not stop.wait(0.5):
+            for pid in recorded():
+                if _alive(pid):
+                    os.kill(pid, 9)
+
+    def fn(x):
+        return torch.sin(x) * 2 + 1
+
+    x = torch.randn(64)
+    guard = threading.Thread(target=watchdog, daemon=True)
+    guard.start()
+    try:
+        torch.compiler.reset()
+        start = time.monotonic()
+        report = sdk.explain(fn, x, backend="sdk:cpu_cpp")
+        elapsed = time.monotonic() - start
+        torch.compiler.reset()
+        got = torch.compile(fn, backend="sdk:cpu_cpp")(x)
+    finally:
+        stop.set()
+        guard.join()
+        torch.compiler.reset()
+    torch.testing.assert_close(got, fn(x))
+    text = str(report)
+    assert "CompileError" in text and "timed out after 2 s" in text, text
+    assert "SDK_COMPILE_TIMEOUT" in text, text
+    assert not report.graphs[0].kernels, text  # ATen ran it: the usual fallback
+    assert elapsed < 40, f"the compile took {elapsed:.0f} s with a 2 s compiler time limit"
+    assert recorded(), "the fake compiler never ran"
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in recorded()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in recorded() if _alive(p)], "the compiler or its child survived"
+
+
+@needs_cxx
+@pytest.mark.parametrize("value", ["soon", "-1", "nan", "inf"])
+def test_a_bad_compile_timeout_names_the_variable(
+    value: str, monkeypatch: pytest.MonkeyPatch, fresh_identity
+) -> None:
+    monkeypatch.setenv("SDK_COMPILE_TIMEOUT", value)
+    with pytest.raises(ValueError, match=r"SDK_COMPILE_TIMEOUT is .* a number >= 0"):
+        toolchain.compiler_identity(find_compiler(), LANGUAGE)
+
+
+def test_compile_timeout_default_and_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sdk.core import config
+
+    monkeypatch.delenv("SDK_COMPILE_TIMEOUT", raising=False)
+    assert config.compile_timeout() == 300
+    monkeypatch.setenv("SDK_COMPILE_TIMEOUT", "0")
+    assert config.compile_timeout() is None
+    monkeypatch.setenv("SDK_COMPILE_TIMEOUT", "12.5")
+    assert config.compile_timeout() == 12.5

@@ -116,7 +116,8 @@ def compile_library(
 ) -> Path:
     """Compile ``source`` into a shared library, or reuse a verified cached one.
 
-    Raises :class:`sdk.toolchain.CompileError` when the compiler fails.
+    Raises :class:`sdk.toolchain.CompileError` when the compiler fails or runs past
+    ``SDK_COMPILE_TIMEOUT`` seconds (default 300).
     """
     return toolchain.compile_library(
         source,

@@ -19,9 +19,16 @@ does not take graph-level ones).
 from __future__ import annotations
 
 import keyword
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 TEMPLATES = Path(__file__).parent / "templates"
+#: The longest plugin name: it is the entry-point name, and part of the package, the
+#: distribution and the directory written (file names have a length limit).
+MAX_NAME = 40
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def module_name(name: str) -> str:
@@ -43,32 +50,58 @@ def sdk_requirement() -> str:
     return f"torch-backend-sdk>={__version__},<{major + 1}"
 
 
+def check_name(name: str) -> None:
+    """Raise ValueError, with the rule, unless ``name`` can name a plugin: a lower-case ASCII
+    Python identifier of at most :data:`MAX_NAME` characters starting with a letter (it is
+    the entry-point name, and the package ``<name>_sdk_plugin`` and distribution
+    ``<name>-sdk-plugin`` are made from it)."""
+    if not _NAME.fullmatch(name) or keyword.iskeyword(name) or len(name) > MAX_NAME:
+        shown = name if len(name) <= MAX_NAME else f"{name[:MAX_NAME]}... ({len(name)} characters)"
+        raise ValueError(
+            f"plugin name {shown!r} must be a lower-case Python identifier "
+            f"of 1 to {MAX_NAME} ASCII letters, digits and underscores, starting with a "
+            "letter and not a keyword (it is the entry-point name and part of the package "
+            "and distribution names), e.g. 'acme' or 'acme_npu'"
+        )
+
+
 def generate(name: str, dest: str | Path, *, c_like: bool = False, graph: bool = False) -> Path:
-    """Write the plugin package for ``name`` into ``dest/<name>-sdk-plugin``; return it."""
+    """Write the plugin package for ``name`` into ``dest/<name>-sdk-plugin``; return it.
+
+    Everything is written under ``dest`` (created if missing), into a temporary directory
+    renamed into place at the end: a failure leaves nothing behind."""
     if c_like and graph:
         raise ValueError("choose one of --c-like (kernel-level C) and --graph (graph-level)")
-    if not name.isidentifier() or keyword.iskeyword(name) or not name.islower():
-        raise ValueError(
-            f"plugin name {name!r} must be a lower-case Python identifier "
-            "(it is the entry-point name and part of the package name), "
-            "e.g. 'acme' or 'acme_npu'"
-        )
+    check_name(name)
+    if not str(dest).strip():
+        raise ValueError("the destination directory (--dest) is empty: name a directory")
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise NotADirectoryError(f"{dest} is not a directory: choose a directory for --dest")
     dist = f"{name.replace('_', '-')}-sdk-plugin"
-    root = Path(dest) / dist
-    if root.exists():
+    root = dest / dist
+    if root.exists() or root.is_symlink():
         raise FileExistsError(f"{root} exists; remove it or choose another destination")
-    package = root / module_name(name)
-    files = {
-        root / "pyproject.toml": "common/pyproject.toml.tmpl",
-        root / "README.md": "common/README_graph.md.tmpl" if graph else "common/README.md.tmpl",
-    }
     flavor = "c_like" if c_like else "graph" if graph else "fallback"
+    files = {
+        Path("pyproject.toml"): "common/pyproject.toml.tmpl",
+        Path("README.md"): "common/README_graph.md.tmpl" if graph else "common/README.md.tmpl",
+    }
     for tmpl in sorted((TEMPLATES / flavor).glob("*.tmpl")):
-        files[package / tmpl.name.removesuffix(".tmpl")] = f"{flavor}/{tmpl.name}"
-    for path, tmpl in files.items():
-        text = (TEMPLATES / tmpl).read_text()
-        text = text.replace("{{name}}", name).replace("{{module}}", module_name(name))
-        text = text.replace("{{sdk_requirement}}", sdk_requirement())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.replace("{{dist}}", dist))
+        files[Path(module_name(name)) / tmpl.name.removesuffix(".tmpl")] = f"{flavor}/{tmpl.name}"
+    dest.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=dest, prefix=".new-plugin-"))
+    try:
+        for rel, tmpl in files.items():
+            text = (TEMPLATES / tmpl).read_text()
+            text = text.replace("{{name}}", name).replace("{{module}}", module_name(name))
+            text = text.replace("{{sdk_requirement}}", sdk_requirement())
+            path = staging / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text.replace("{{dist}}", dist))
+        staging.chmod(0o755)  # mkdtemp's is 0o700; the package is an ordinary directory
+        staging.rename(root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     return root

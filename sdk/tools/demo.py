@@ -17,6 +17,7 @@ The exit status is 1 if any check fails, 2 if the plugin cannot be used here.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 import time
@@ -322,20 +323,70 @@ def _print_explain(report: Any) -> None:
         print(f"  fallback x{n} {key}")
 
 
+#: What ``python -m sdk explain TARGET`` takes (its help says the same).
+TARGET_RULE = (
+    "TARGET must be MODULE:FUNCTION, a function of no arguments returning "
+    "(model or function, tuple of example inputs)"
+)
+
+
 def _target(spec: str) -> tuple[Any, tuple]:
-    """``MODULE:FUNCTION`` -> what the function returns: (model or function, example inputs)."""
+    """``MODULE:FUNCTION`` -> what the function returns: (model or function, example inputs).
+
+    Raises ImportError, AttributeError or ValueError, each with a one-line message, for a
+    target that is not such a function, or one that raised."""
     import importlib
+    import inspect
 
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ValueError(f"{spec!r} is not MODULE:FUNCTION (e.g. mymodels:tiny_bert)")
-    made = getattr(importlib.import_module(module), name)()
-    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], tuple)):
+    try:
+        imported = importlib.import_module(module)
+    except ImportError:
+        raise
+    except Exception as exc:  # the module's own code failed (SyntaxError, RuntimeError, ...)
+        raise ValueError(f"importing {module!r} raised {_one_line(exc)}") from exc
+    fn = getattr(imported, name)
+    if not callable(fn):
+        raise ValueError(
+            f"{spec} is not a function (its type is {type(fn).__name__}): {TARGET_RULE}"
+        )
+    try:
+        inspect.signature(fn).bind()
+    except TypeError as exc:
+        raise ValueError(
+            f"{spec} cannot be called without arguments ({exc}): {TARGET_RULE}"
+        ) from exc
+    except ValueError:  # no signature to read (some builtins): the call below tells
+        pass
+    try:
+        made = fn()
+    except Exception as exc:
+        raise ValueError(f"{spec}() raised {_one_line(exc)}") from exc
+    if not (
+        isinstance(made, tuple)
+        and len(made) == 2
+        and callable(made[0])
+        and isinstance(made[1], tuple)
+    ):
         raise ValueError(
             f"{spec} must return (model or function, tuple of example inputs), "
-            f"got {type(made).__name__}"
+            f"got {_shape_of(made)}"
         )
     return made
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _shape_of(value: Any) -> str:
+    """``tuple(str, int)`` for a tuple, else the type's name: what a wrong return was."""
+    if isinstance(value, tuple):
+        return f"tuple({', '.join(type(v).__name__ for v in value)})"
+    return type(value).__name__
 
 
 def explain_model(
@@ -372,11 +423,23 @@ def explain_model(
     def step(*a: Any) -> Any:  # sdk.explain runs the backward of what needs grad
         return _loss_of(call(*a))
 
-    if inference:
-        with torch.no_grad():
-            report = sdk.explain(call, *args, backend=backend)
-    else:
-        report = sdk.explain(step, *args, backend=backend)
+    run = call if inference else step
+    grad = torch.no_grad() if inference else contextlib.nullcontext()
+    try:
+        with grad:
+            report = sdk.explain(run, *args, backend=backend)
+    except Exception:
+        # bad input (a model that fails on its own example inputs, an output with no loss)
+        # fails in eager mode too: one line. A failure of the compile alone is the SDK's:
+        # its traceback is wanted.
+        try:
+            with grad:
+                run(*args)
+        except Exception as eager:
+            what = target or f"--model {model}"
+            print(f"error: {what} fails without compiling too: {_one_line(eager)}", file=sys.stderr)
+            return 2
+        raise
     print(report)
     return 0
 
