@@ -114,7 +114,7 @@ class Registry:
         except BaseException as exc:  # noqa: BLE001 - a plugin must never break the rest
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            rec.error = f"import failed: {_one_line(exc)}; fix or reinstall {rec.distribution}"
+            rec.error = f"import failed: {describe(exc, one_line=True)}; fix or reinstall {rec.distribution}"
             rec.traceback = traceback.format_exc()
             return
         unmarked = [
@@ -156,7 +156,7 @@ class Registry:
         except Exception as exc:
             self.pm.unregister(plugin)
             rec.error = (
-                f"sdk_plugin_info raised: {_one_line(exc)}; fix that hook or "
+                f"sdk_plugin_info raised: {describe(exc, one_line=True)}; fix that hook or "
                 f"reinstall {rec.distribution}"
             )
             return
@@ -182,7 +182,7 @@ class Registry:
                 rec._status = self.caller("sdk_plugin_status", [name])()
             except Exception as exc:
                 rec._status = (
-                    f"sdk_plugin_status raised: {_one_line(exc)}; fix that hook "
+                    f"sdk_plugin_status raised: {describe(exc, one_line=True)}; fix that hook "
                     f"or reinstall {rec.distribution}"
                 )
             rec._status_checked = True
@@ -258,7 +258,7 @@ class Registry:
         where nothing may go wrong unseen) raises :class:`sdk.PluginHookError` instead.
         """
         rec = self.records[name]
-        fault = HookFault(name, hook, _one_line(exc))
+        fault = HookFault(name, hook, describe(exc, one_line=True))
         first = hook not in rec.faults
         rec.faults.setdefault(hook, fault.error)
         if strict:
@@ -318,10 +318,6 @@ def _check_info(info: Any, ep_name: str) -> str | None:
             "release built for this API, or upgrade torch-backend-sdk"
         )
     return None
-
-
-def _one_line(exc: BaseException) -> str:
-    return describe(exc, one_line=True)
 
 
 _lock = threading.Lock()

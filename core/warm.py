@@ -122,13 +122,13 @@ def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
 
 
 #: the causes already warned about (once each per process)
-_refused: dict[str, str | None] = {}
+_refused: set[str] = set()
 
 
 def _warn_once(why: str) -> None:
     if why in _refused:
         return
-    _refused[why] = why
+    _refused.add(why)
     from sdk.errors import CacheDirWarning
 
     warnings.warn(why, CacheDirWarning, stacklevel=4)

@@ -25,6 +25,7 @@ plugin may run through its own library with ``sdk_extern``.
 
 from sdk.core.adapters.torch_private import OpOverload
 from sdk.core.ir.expr import (
+    CAST_VIA,
     OPS,
     PREDICATES,
     REDUCTIONS,
@@ -68,6 +69,7 @@ from sdk.core.lowering import LIBRARY_OPS, LoweringBuilder
 from sdk.core.scheduler import FusionGroup
 
 __all__ = [
+    "CAST_VIA",
     "LIBRARY_OPS",
     "MIN_SIZE",
     "OPS",

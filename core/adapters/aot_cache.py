@@ -206,18 +206,14 @@ def refused(path: str) -> str | None:
     rel = os.path.relpath(os.path.realpath(path), os.path.realpath(root))
     parts = [] if rel == os.curdir else rel.split(os.sep)
     try:
-        _open_dir_closed(root, parts)
+        fd = _open_dir(root, parts)
+        if fd is not None:
+            os.close(fd)
     except _Refused as exc:
         return f"{exc}; {_fix()}"
     except OSError as exc:
         return f"{path} is not usable ({exc.strerror or exc}); {_fix()}"
     return None
-
-
-def _open_dir_closed(root: str, parts: list[str]) -> None:
-    fd = _open_dir(root, parts)
-    if fd is not None:
-        os.close(fd)
 
 
 #: while the SDK's compile runs: what to call with why a lookup was refused

@@ -113,6 +113,17 @@ OPS: dict[str, tuple[int, str]] = {
     "randn": (2, "standard normal float32 from Philox4x32-10(seed, offset), Box-Muller"),
 }
 
+#: The "cast" op's narrow integers: a float goes to each through the wider integer named,
+#: as eager converts (c10's ``static_cast_with_inter_type`` to uint8 through int64; a C cast
+#: to int8 or int16 compiles to the 32-bit conversion, then truncates): 300.0 -> int8 44,
+#: -1.0 -> uint8 255. Only values out of the wider type's range then depend on the device.
+CAST_VIA: dict[torch.dtype, torch.dtype] = {
+    torch.int8: torch.int32,
+    torch.int16: torch.int32,
+    torch.uint16: torch.int32,
+    torch.uint8: torch.int64,
+}
+
 #: Ops that cost far more than a load where they are a math-library call, even a
 #: vectorized one, and about as much where hardware units compute them. The scheduler
 #: stores a value computed with them rather than recompute it at every point of a larger

@@ -27,6 +27,7 @@ import torch
 
 import sdk
 import sdk.clike
+import sdk.ir
 from sdk.clike import Reducer, truth
 
 F32, F64, BOOL, I64 = torch.float32, torch.float64, torch.bool, torch.int64
@@ -83,14 +84,6 @@ def _helper(name: str) -> Callable[..., str]:
     return lambda *a, dtype, **_: f"{name}<{ctype(dtype)}>({', '.join(a)})"
 
 
-#: A float converted to these integers goes through the wider one's conversion, as eager's
-#: (c10's ``static_cast_with_inter_type`` to uint8 through int64; a C cast to int8 or int16
-#: compiles to the 32-bit conversion and truncates): 300.0 -> int8 44, -1.0 -> uint8 255,
-#: 3e9 -> int16 0 (x86-64: INT_MIN's low bits). Other integers: :data:`FLOAT_TO_INT`.
-FLOAT_TO_INT_VIA: dict[torch.dtype, torch.dtype] = {
-    torch.int8: torch.int32, torch.int16: torch.int32, torch.uint16: torch.int32,
-    torch.uint8: torch.int64,
-}  # fmt: skip
 #: The helpers of the prelude that convert a float as eager does on this CPU: C leaves a
 #: value out of range (or NaN, inf) undefined, x86-64 gives INT_MIN (3e9 -> int32
 #: -2147483648), AArch64 saturates (``plugins/cpu_cpp/helpers.py``).
@@ -100,7 +93,8 @@ FLOAT_TO_INT = {torch.int32: "sdk_f2i32", torch.int64: "sdk_f2i64"}
 def cast(x: str, dtype: torch.dtype, src: torch.dtype) -> str:
     """``x`` converted from ``src`` to ``dtype`` as eager converts on this CPU, bit for bit
     (``tests/test_eager_edge_values.py``): a float to int32 or int64 through
-    :data:`FLOAT_TO_INT`, to a narrower integer through :data:`FLOAT_TO_INT_VIA`; unlike
+    :data:`FLOAT_TO_INT`, to a narrower integer through ``sdk.ir.CAST_VIA``'s (3e9 -> int16
+    0: x86-64's INT_MIN, truncated); unlike
     :meth:`sdk.clike.CTarget.cast` (a plain C conversion, undefined out of range), whose
     results ``tests/test_clike_casts.py`` compares."""
     if dtype == src:
@@ -110,8 +104,8 @@ def cast(x: str, dtype: torch.dtype, src: torch.dtype) -> str:
     if src.is_floating_point and not dtype.is_floating_point:
         if dtype in FLOAT_TO_INT:
             return f"{FLOAT_TO_INT[dtype]}({x})"
-        if dtype in FLOAT_TO_INT_VIA:
-            return f"static_cast<{ctype(dtype)}>({FLOAT_TO_INT[FLOAT_TO_INT_VIA[dtype]]}({x}))"
+        if dtype in sdk.ir.CAST_VIA:
+            return f"static_cast<{ctype(dtype)}>({FLOAT_TO_INT[sdk.ir.CAST_VIA[dtype]]}({x}))"
         if dtype.itemsize < 8:  # uint32: wraps through int64
             return f"static_cast<{ctype(dtype)}>(static_cast<int64_t>({x}))"
     return f"static_cast<{ctype(dtype)}>({x})"

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+import sdk.ir
+
 TYPE_MAP: dict[torch.dtype, str] = {
     torch.float32: "tl.float32",
     torch.float16: "tl.float16",
@@ -65,29 +67,17 @@ def _minimum_f(dt: torch.dtype, a: str, b: str) -> str:
     return f"tl.where(({a} < {b}) | ({a} != {a}) | (({a} == {b}) & {_signbit_f(dt, a)}), {a}, {b})"
 
 
-#: A float converted to these integers goes through a wider one first, as eager does (c10's
-#: ``static_cast_with_inter_type`` to uint8 through int64; a C cast to int8 or int16 compiles
-#: to the 32-bit conversion, then truncates): 300.0 -> int8 44, -1.0 -> uint8 255. Only
-#: values out of the intermediate's range then depend on the device's conversion, which
-#: eager's shares: a GPU saturates (NaN -> 0), x86-64 (the interpreter's numpy) gives the
-#: "integer indefinite" INT_MIN. Straight to int8/int16/uint8, the GPU would saturate to the
-#: narrow range instead (-1.0 -> uint8 0, 40000.0 -> int16 32767) where eager wraps.
-FLOAT_TO_INT_VIA: dict[torch.dtype, torch.dtype] = {
-    torch.int8: torch.int32,
-    torch.int16: torch.int32,
-    torch.uint8: torch.int64,
-}
-if hasattr(torch, "uint16"):
-    FLOAT_TO_INT_VIA[torch.uint16] = torch.int32
-
-
 def cast_to(dt: torch.dtype, a: str, src: torch.dtype | None = None) -> str:
     """``a`` (of dtype ``src``, where known) converted to ``dt``; float downcasts round to
     nearest even (see :mod:`.interp` for the interpreter's float32 -> bfloat16), floats go
-    to narrow integers through :data:`FLOAT_TO_INT_VIA`."""
+    to narrow integers through ``sdk.ir.CAST_VIA``'s wider one, as eager does: only values
+    out of its range then depend on the device's conversion, which eager's shares (a GPU
+    saturates, NaN -> 0; x86-64, the interpreter's numpy, gives INT_MIN). Straight to
+    int8/int16/uint8 a GPU would saturate to the narrow range (-1.0 -> uint8 0, 40000.0 ->
+    int16 32767) where eager wraps."""
     if dt == torch.bool:
         return f"({a} != 0)"
-    via = FLOAT_TO_INT_VIA.get(dt) if src is not None and src.is_floating_point else None
+    via = sdk.ir.CAST_VIA.get(dt) if src is not None and src.is_floating_point else None
     if via is not None:
         return f"{a}.to({tl_type(via)}).to({tl_type(dt)})"
     return f"{a}.to({tl_type(dt)})"

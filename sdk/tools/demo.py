@@ -26,6 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sdk.errors import describe
+
 #: fp32 tolerance of the checks: a compiled model may reorder reductions (softmax,
 #: layer norm, gradient sums), so exact equality is not expected.
 RTOL, ATOL = 1e-4, 1e-5
@@ -378,8 +380,8 @@ def _target(spec: str) -> tuple[Any, tuple]:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """``sdk.errors.describe`` of ``exc`` on one line (its lines joined)."""
+    return " ".join(describe(exc).split())
 
 
 def _shape_of(value: Any) -> str:

@@ -177,6 +177,17 @@ def test_cache_dir_strict_raises_what_the_warning_says(tmp_path, monkeypatch):
 # -- directories that are not a cache: only what the SDK wrote is ever deleted -------------
 
 
+def _write_tree(root: Path, files: dict[Path, bytes], mode: int | None = None) -> dict[Path, bytes]:
+    """Write ``files`` (each file ``mode`` where given) under a private ``root``."""
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.write_bytes(data)
+        if mode is not None:
+            os.chmod(path, mode)
+    os.chmod(root, 0o700)
+    return files
+
+
 def _a_home(root: Path) -> dict[Path, bytes]:
     """A directory of a user's files (a home directory, as SDK_CACHE_DIR=$HOME makes it)."""
     files = {
@@ -184,11 +195,7 @@ def _a_home(root: Path) -> dict[Path, bytes]:
         root / "Documents" / "thesis.tex": b"\\documentclass{book}\n",
         root / "notes.txt": b"todo\n",
     }
-    for path, data in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path.write_bytes(data)
-    os.chmod(root, 0o700)
-    return files
+    return _write_tree(root, files)
 
 
 def _a_dot_cache(root: Path) -> dict[Path, bytes]:
@@ -198,12 +205,7 @@ def _a_dot_cache(root: Path) -> dict[Path, bytes]:
         root / "mozilla" / "CACHEDIR.TAG": b"Signature: 8a477f597d28d172789f06886806bc55\n",
         root / "CACHEDIR.TAG": b"Signature: 8a477f597d28d172789f06886806bc55\n",
     }
-    for path, data in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path.write_bytes(data)
-        os.chmod(path, 0o600)
-    os.chmod(root, 0o700)
-    return files
+    return _write_tree(root, files, mode=0o600)
 
 
 NOT_A_CACHE = {"home": _a_home, "dot-cache": _a_dot_cache}
