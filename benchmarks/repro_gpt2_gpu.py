@@ -9,6 +9,8 @@ and the steps it knows are not deterministic. ``det`` runs it all under
     python benchmarks/repro_gpt2_gpu.py [det]
 """
 
+from __future__ import annotations
+
 import sys
 
 import torch
@@ -16,48 +18,48 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 import sdk
 
-torch.manual_seed(0)
-det = "det" in sys.argv
-if det:
-    torch.use_deterministic_algorithms(True)
-cfg = GPT2Config(
-    n_layer=2,
-    n_embd=768,
-    n_head=12,
-    resid_pdrop=0.0,
-    embd_pdrop=0.0,
-    attn_pdrop=0.0,
-    use_cache=False,
-)
-m = GPT2LMHeadModel(cfg).cuda().to(torch.bfloat16).train()
-ids = torch.randint(0, cfg.vocab_size, (8, 512), device="cuda")
+
+def main(deterministic: bool) -> None:
+    torch.manual_seed(0)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+    cfg = GPT2Config(
+        n_layer=2,
+        n_embd=768,
+        n_head=12,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        use_cache=False,
+    )
+    model = GPT2LMHeadModel(cfg).cuda().to(torch.bfloat16).train()
+    ids = torch.randint(0, cfg.vocab_size, (8, 512), device="cuda")
+
+    def step(f, i):
+        loss = f(input_ids=i, labels=i).loss
+        loss.backward()
+        return loss.detach()
+
+    def grads(f):
+        model.zero_grad(set_to_none=True)
+        step(f, ids)
+        return [p.grad.clone() for p in model.parameters()]
+
+    names = [n for n, _ in model.named_parameters()]
+    compiled = torch.compile(model, backend="sdk:cuda_triton")
+    for label, f in (("eager", model), ("sdk", compiled)):
+        a, b = grads(f), grads(f)
+        differ = [
+            (names[i], (x.float() - y.float()).abs().max().item())
+            for i, (x, y) in enumerate(zip(a, b))
+            if not torch.equal(x, y)
+        ]
+        print(label, "det" if deterministic else "", "differ in-process:", differ[:6])
+    torch.compiler.reset()
+    report = sdk.explain(lambda i: step(model, i), ids, backend="sdk:cuda_triton")
+    print("nondeterministic:", report.nondeterministic)
+    print("externs:", sorted({e.op for e in report.externs}))
 
 
-def step(f):
-    m.zero_grad(set_to_none=True)
-    loss = f(input_ids=ids, labels=ids).loss
-    loss.backward()
-    return [p.grad.clone() for p in m.parameters()]
-
-
-names = [n for n, _ in m.named_parameters()]
-for label, f in (("eager", m), ("sdk", torch.compile(m, backend="sdk:cuda_triton"))):
-    a, b = step(f), step(f)
-    bad = [
-        (names[i], (x.float() - y.float()).abs().max().item())
-        for i, (x, y) in enumerate(zip(a, b))
-        if not torch.equal(x, y)
-    ]
-    print(label, "det" if det else "", "differ in-process:", bad[:6])
-torch.compiler.reset()
-
-
-def fn(i):
-    loss = m(input_ids=i, labels=i).loss
-    loss.backward()
-    return loss.detach()
-
-
-r = sdk.explain(fn, ids, backend="sdk:cuda_triton")
-print("nondeterministic:", r.nondeterministic)
-print("externs:", sorted({e.op for e in r.externs}))
+if __name__ == "__main__":
+    main("det" in sys.argv[1:])

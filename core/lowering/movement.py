@@ -285,6 +285,19 @@ def _adaptive_avg_pool2d(L: Lowerer, x: Any, output_size: Any) -> Any:
     )
 
 
+def _from_the_end(v: Expr, n: Any) -> Expr:
+    """An int64 index ``v`` into a dim of size ``n``, Python's way: -1 is the last element."""
+    return Op(
+        "where",
+        (
+            Op("lt", (v, Const(0, torch.int64)), torch.bool),
+            Op("add", (v, size_value(n, torch.int64)), torch.int64),
+            v,
+        ),
+        torch.int64,
+    )
+
+
 def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False) -> Callable:
     """Loader of ``x`` where some dims take computed (indirect) indices.
 
@@ -306,16 +319,8 @@ def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False
             if isinstance(part, Expr):
                 sym = var(L.fresh("ind"))
                 v = cast(part, torch.int64)
-                if wrap:  # Python indexing: -1 is the last element
-                    v = Op(
-                        "where",
-                        (
-                            Op("lt", (v, Const(0, torch.int64)), torch.bool),
-                            Op("add", (v, size_value(n, torch.int64)), torch.int64),
-                            v,
-                        ),
-                        torch.int64,
-                    )
+                if wrap:
+                    v = _from_the_end(v, n)
                 binds.append((sym, v, n))
                 full.append(sym)
             else:
@@ -377,15 +382,7 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
         row, j = i
         v = cast(idx.load(at_idx((j,))), torch.int64)
         probe = cast(check([v, sympy.Integer(0)]), acc)
-        v = Op(  # negative indices count from the end, as in index_put
-            "where",
-            (
-                Op("lt", (v, Const(0, torch.int64)), torch.bool),
-                Op("add", (v, Const(n, torch.int64)), torch.int64),
-                v,
-            ),
-            torch.int64,
-        )
+        v = _from_the_end(v, n)  # as in index_put
         hit = Op("eq", (v, IndexValue(row)), torch.bool)
         one = Op("where", (hit, Const(1, acc), Const(0, acc)), acc)
         return Op("where", (Op("isnan", (probe,), torch.bool), one, one), acc)
