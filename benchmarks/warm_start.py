@@ -38,7 +38,7 @@ PHASES = {
 }
 
 
-def child(backend: str, device: str) -> None:
+def child(backend: str, device: str, size: str, profile: int) -> None:
     import torch
     from torch._dynamo.utils import compilation_time_metrics as metrics
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -65,11 +65,12 @@ def child(backend: str, device: str) -> None:
         pipeline.Session.compile_aten_graph = timed(compile_aten)
         pipeline.Session.restore_aten_graph = timed(restore)
     gpu = device == "cuda"
+    large = gpu and size == "large"
     torch.manual_seed(0)
     cfg = GPT2Config(
         n_layer=2,
-        n_embd=768 if gpu else 256,
-        n_head=12 if gpu else 4,
+        n_embd=768 if large else 256,
+        n_head=12 if large else 4,
         vocab_size=50257 if gpu else 4096,
         resid_pdrop=0.0,
         embd_pdrop=0.0,
@@ -78,7 +79,8 @@ def child(backend: str, device: str) -> None:
     )
     dtype = torch.bfloat16 if gpu else torch.float32
     model = GPT2LMHeadModel(cfg).to(device=device, dtype=dtype).train()
-    ids = torch.randint(0, cfg.vocab_size, (8, 512) if gpu else (2, 128), device=device)
+    shape = (8, 512) if large else (4, 128) if gpu else (2, 128)
+    ids = torch.randint(0, cfg.vocab_size, shape, device=device)
 
     def step(ids: torch.Tensor) -> torch.Tensor:
         loss = model(input_ids=ids, labels=ids).loss
@@ -87,11 +89,28 @@ def child(backend: str, device: str) -> None:
 
     if gpu:
         torch.cuda.synchronize()
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     t0 = time.perf_counter()
     loss = torch.compile(step, backend=backend)(ids)
     if gpu:
         torch.cuda.synchronize()
     first = time.perf_counter() - t0
+    if profiler is not None:
+        import pstats
+
+        profiler.disable()
+        stats = pstats.Stats(profiler, stream=sys.stderr)
+        stats.sort_stats("cumulative").print_stats(profile)
+        stats.sort_stats("tottime").print_stats(profile)
+        stats.sort_stats("cumulative").print_stats(r"/(core|sdk|plugins)/", profile)
+        for name in os.environ.get("BENCH_PROFILE_CALLERS", "").split(","):
+            if name:
+                stats.print_callers(name)
     results = [loss, *(p.grad for p in model.parameters())]
     torch.save([t.float().cpu() for t in results], os.environ["BENCH_OUT"])
     out = {"first": first, "loss": float(loss)}
@@ -101,10 +120,12 @@ def child(backend: str, device: str) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def run(backend: str, device: str, env: dict[str, str]) -> dict:
+def run(
+    backend: str, device: str, env: dict[str, str], size: str = "large", profile: int = 0
+) -> dict:
     env = {**env, "BENCH_OUT": os.path.join(os.path.dirname(env["SDK_CACHE_DIR"]), "out.pt")}
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", backend, device],
+        [sys.executable, __file__, "--child", backend, device, size, str(profile)],
         env=env,
         capture_output=True,
         text=True,
@@ -112,6 +133,8 @@ def run(backend: str, device: str, env: dict[str, str]) -> dict:
     )
     if proc.returncode:
         raise SystemExit(f"{backend} failed:\n{proc.stderr[-3000:]}")
+    if profile:
+        print(f"--- {backend}: cProfile of the first call ---\n{proc.stderr}", file=sys.stderr)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     import torch
 
@@ -123,10 +146,25 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None)
     ap.add_argument("--backend", default=None, help="the sdk backend (default by device)")
-    ap.add_argument("--child", nargs=2, metavar=("BACKEND", "DEVICE"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--size",
+        choices=("large", "small"),
+        default="large",
+        help="GPU only: large = 768 wide, 8x512 tokens; small = 256 wide, 4x128 tokens",
+    )
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print cProfile's N top functions of the sdk's last warm first call (stderr); "
+        "BENCH_PROFILE_CALLERS=a,b also prints who called the functions matching a and b",
+    )
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(*args.child)
+        backend, device, size, profile = args.child
+        child(backend, device, size, int(profile))
         return
     import torch
 
@@ -145,15 +183,22 @@ def main() -> None:
             }
 
         rows: dict[str, list[dict]] = {
-            f"{sdk} cold": [run(sdk, device, env("sdk"))],
-            "Inductor cold": [run("inductor", device, env("inductor"))],
+            f"{sdk} cold": [run(sdk, device, env("sdk"), args.size)],
+            "Inductor cold": [run("inductor", device, env("inductor"), args.size)],
         }
-        for _ in range(args.repeat):
-            rows.setdefault(f"{sdk} warm", []).append(run(sdk, device, env("sdk")))
-            rows.setdefault("Inductor warm", []).append(run("inductor", device, env("inductor")))
+        for i in range(args.repeat):
+            last = args.profile if i == args.repeat - 1 else 0
+            rows.setdefault(f"{sdk} warm", []).append(run(sdk, device, env("sdk"), args.size, last))
+            rows.setdefault("Inductor warm", []).append(
+                run("inductor", device, env("inductor"), args.size)
+            )
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    if device != "cuda":
+        wide = "256 wide, 2x128"
+    else:
+        wide = "768 wide, 8x512" if args.size == "large" else "256 wide, 4x128"
     print(
-        f"2-layer GPT-2 training step, first call in a fresh process, {name}, torch "
+        f"2-layer GPT-2 ({wide} tokens) training step, first call in a fresh process, {name}, torch "
         f"{torch.__version__}; seconds, median of {args.repeat} warm rounds (cold: one)"
     )
     cols = ["first", *PHASES, "sdk compile"]
