@@ -10,7 +10,7 @@ The public API, and all a vendor imports::
 
 ``hook_api`` is the hook-API version the plugin was written against, as a literal: the
 SDK refuses a plugin written for a newer API than it has. ``sdk.HOOK_API_VERSION`` is the
-installed SDK's version, and would make that check always pass (README, "API version").
+installed SDK's version, and would make that check always pass (docs/vendor-guide.md, "Versioning").
 The hooks and their contract are in :mod:`sdk.hookspecs`; the IR in :mod:`sdk.ir`
 (``from sdk import ir``: ``import sdk`` alone does not import it).
 

@@ -2,7 +2,7 @@
 
 A plugin is a module (or object) with functions named after these hooks and
 decorated with :data:`sdk.hookimpl`. It is found through the ``sdk.plugins``
-entry-point group (see the README, "Writing a plugin"). pluggy checks every
+entry-point group (docs/vendor-guide.md, "The plugin contract"). pluggy checks every
 hookimpl against this file when the plugin is registered: a misspelt hook name
 or an argument the spec lacks makes the plugin *unavailable*, with the reason,
 and leaves every other plugin working.

@@ -1,6 +1,6 @@
-"""The README's architecture rules, checked over every module of core/, plugins/ and sdk/.
+"""CONTRIBUTING.md's architecture rules, checked over every module of core/, plugins/ and sdk/.
 
-The rules (README, "Contributing"):
+The rules (CONTRIBUTING.md, "Architecture rules"):
 
 * a built-in plugin imports only the public ``sdk`` API: no ``sdk.core``, no other plugin, no
   underscore module or name;
@@ -30,7 +30,7 @@ CHECKED = ("core", "plugins", "sdk")
 
 #: The modules that may use private torch APIs, each with why.
 ADAPTERS = {
-    # the one adapter the README names: Dynamo, AOTAutograd, decompositions, fake tensors,
+    # the first adapter (CONTRIBUTING.md names core/adapters/): Dynamo, AOTAutograd, decompositions, fake tensors,
     # OpOverload types, the OpInfo database; everything else calls its functions
     "core/adapters/torch_private.py",
     # torch's AOTAutograd cache, for warm starts (core.warm)
@@ -40,8 +40,8 @@ ADAPTERS = {
     "core/adapters/mega_cache.py",
 }
 
-#: The one module that reads the environment (README: "the core reads environment variables
-#: only in core/config.py"); sdk/ and plugins/ go through ``sdk.plugin.environment_variable``.
+#: The one module that reads the environment (CONTRIBUTING.md: "the core reads environment
+#: variables only in core/config.py"); sdk/ and plugins/ go through ``sdk.plugin.environment_variable``.
 CONFIG = "core/config.py"
 
 #: torch's device types (``torch.device(...).type``) and the words a backend is called by.

@@ -1,20 +1,50 @@
-"""The README's set-up commands are the ones CI runs, and they work."""
+"""The docs say what the code does.
+
+* The README's set-up commands are the ones CI runs, and they work; the main job installs
+  only the SDK and the model library it runs.
+* The python blocks of the README, docs/user-guide.md and CONTRIBUTING.md run as written
+  (a block fenced ``python no-run`` needs a GPU or several processes and is not run), and
+  the README's example prints the report the README shows.
+* The vendor guide's tables name exactly the hooks of sdk/hookspecs.py (with their
+  arguments) and the options the core owns (core/options.py, with their defaults).
+* The test files CONTRIBUTING.md names exist.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import sdk
+import sdk.hookspecs
+from sdk.core.options import CORE_OPTIONS
+
 ROOT = Path(__file__).resolve().parents[1]
+#: the documents whose python blocks run (each block in a namespace of its own)
+RUNNABLE_DOCS = ("README.md", "docs/user-guide.md", "CONTRIBUTING.md")
+VENDOR_GUIDE = ROOT / "docs" / "vendor-guide.md"
 
 
 def _bash_blocks(markdown: str) -> list[str]:
     return [b.strip() for b in re.findall(r"```bash\n(.*?)```", markdown, flags=re.DOTALL)]
+
+
+def _python_blocks(markdown: str) -> list[tuple[str, str]]:
+    """(info string, code) of each python block: info ``python`` or ``python no-run``."""
+    return re.findall(r"```(python[^\n]*)\n(.*?)```", markdown, flags=re.DOTALL)
+
+
+def _section(markdown: str, heading: str) -> str:
+    return markdown.split(heading, 1)[1].split("\n## ", 1)[0]
 
 
 def _quick_start() -> list[list[str]]:
@@ -32,8 +62,47 @@ def test_quick_start_has_two_set_up_commands():
     assert tests[-1] == "python -m pytest -q -n auto"
     for block in blocks:
         assert block[0].startswith("pip install torch==2.13.0")
-        assert block[1] == "pip install -e '.[test]'"
+    assert tests[1] == "pip install -e '.[test]'"
     assert tests[2] == "pip install ./examples/iree_vendor"
+
+
+def test_the_main_job_installs_the_sdk_and_the_model_library_it_runs():
+    """Not the test extras (triton, IREE, matplotlib, ruff: GBs a demo does not use): the
+    SDK itself, and the library of the model ``python -m sdk run`` compiles by default."""
+    main = _quick_start()[0]
+    assert main[1] == "pip install -e . transformers"
+    demo = (ROOT / "sdk" / "tools" / "demo.py").read_text()
+    assert "from transformers import" in demo
+    assert 'run.add_argument("--model", default="gpt2"' in (ROOT / "sdk" / "cli.py").read_text()
+
+
+def test_a_checkout_installs_an_extra_from_its_directory():
+    """``pip install 'torch-backend-sdk[plot]'`` asks an index for the SDK, not this checkout."""
+    for doc in (*RUNNABLE_DOCS, "docs/vendor-guide.md", "BENCHMARKS.md", "TESTING.md"):
+        text = (ROOT / doc).read_text()
+        assert not re.search(r"pip install \S*torch-backend-sdk\[", text), doc
+
+
+def test_contributing_has_the_readme_test_command():
+    readme_tests = _quick_start()[1]
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    commands = [[c.strip() for c in b.split("&&")] for b in _bash_blocks(text)]
+    assert readme_tests in commands
+
+
+def test_the_version_sensitive_test_files_exist():
+    """CONTRIBUTING.md's command for the version-sensitive files names files that exist
+    (a renamed file would otherwise drop out of the runs on other torch releases)."""
+    section = _section((ROOT / "CONTRIBUTING.md").read_text(), "## Tests")
+    (command,) = [
+        b for b in _bash_blocks(section) if b.startswith("python -m pytest") and "tests/" in b
+    ]
+    words = shlex.split(command)
+    assert words[:3] == ["python", "-m", "pytest"]
+    files = [w for w in words if w.startswith("tests/")]
+    assert len(files) == 6, files
+    missing = [f for f in files if not (ROOT / f).is_file()]
+    assert not missing, f"CONTRIBUTING.md names test files that do not exist: {missing}"
 
 
 def test_ci_runs_the_readme_test_command():
@@ -76,3 +145,113 @@ def test_sdk_run_mlp(tmp_path):
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+# -- the python blocks -------------------------------------------------------------------
+
+_BLOCKS = [
+    pytest.param(doc, i, code, id=f"{doc}:{i}")
+    for doc in RUNNABLE_DOCS
+    for i, (info, code) in enumerate(_python_blocks((ROOT / doc).read_text()))
+    if info.strip() == "python"
+]
+
+
+def test_every_python_block_runs_or_says_why_not():
+    for doc in RUNNABLE_DOCS:
+        for info, _code in _python_blocks((ROOT / doc).read_text()):
+            assert info.strip() in ("python", "python no-run"), (doc, info)
+    assert {p.values[0] for p in _BLOCKS} >= {"README.md", "docs/user-guide.md"}
+
+
+def _run_block(code: str, name: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, name, "exec"), {"__name__": "__docs__"})
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(("doc", "index", "code"), _BLOCKS)
+def test_python_block_runs(doc, index, code, tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    _run_block(code, f"{doc}:{index}")
+
+
+def test_readme_example_prints_the_report_the_readme_shows(tmp_path, monkeypatch):
+    """The README's example explains what it compiled (the same backend and options, a
+    forward under no_grad: one inference graph, no backward), and the lines the README shows
+    are the report's (each up to its ``...``)."""
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    text = (ROOT / "README.md").read_text()
+    section = _section(text, "## In Python")
+    (code,) = [c for info, c in _python_blocks(section) if info.strip() == "python"]
+    assert "torch.compile(model, backend=backend)" in code
+    assert "sdk.explain(model, x, backend=backend)" in code
+    printed = _run_block(code, "README.md").strip().splitlines()
+    (shown,) = re.findall(r"```text\n(.*?)```", section, flags=re.DOTALL)
+    shown = shown.strip().splitlines()
+    assert len(printed) == len(shown), "\n".join(printed)
+    for want, got in zip(shown, printed):
+        head = want.split("...")[0]
+        # graph names count up through the process: g1_inference here may be g6 in a test
+        got, head = (re.sub(r"\bg\d+_", "gN_", line) for line in (got, head))
+        assert got.startswith(head), f"README shows {want!r}, the example printed {got!r}"
+
+
+# -- the vendor guide's tables, against the code ----------------------------------------
+
+
+def _table_rows(section: str) -> list[list[str]]:
+    rows = []
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _contract() -> str:
+    return _section(VENDOR_GUIDE.read_text(), "## The plugin contract")
+
+
+def test_hook_table_lists_every_hook_with_its_arguments():
+    specs = {
+        name: list(inspect.signature(fn).parameters)
+        for name, fn in vars(sdk.hookspecs).items()
+        if name.startswith("sdk_") and callable(fn) and hasattr(fn, "sdk_spec")
+    }
+    assert len(specs) >= 19, sorted(specs)
+    table = {}
+    for row in _table_rows(_contract().split("**The hooks**", 1)[1].split("**Options.**")[0]):
+        m = re.fullmatch(r"`(sdk_\w+)\(([^)]*)\)`", row[0])
+        assert m, row[0]
+        args = [a.strip() for a in m.group(2).split(",") if a.strip()]
+        assert m.group(1) not in table, f"{m.group(1)} is listed twice"
+        table[m.group(1)] = args
+    assert sorted(table) == sorted(specs), (
+        f"hooks in sdk/hookspecs.py missing from the vendor guide's table: "
+        f"{sorted(set(specs) - set(table))}; listed but not hooks: {sorted(set(table) - set(specs))}"
+    )
+    wrong = {n: (table[n], specs[n]) for n in specs if table[n] != specs[n]}
+    assert not wrong, f"arguments differ (table, spec): {wrong}"
+
+
+def test_options_table_lists_every_core_option_with_its_default():
+    rows = _table_rows(_contract().split("**Options.**", 1)[1])
+    table = {}
+    for row in rows:
+        name, default = row[0].strip("`"), row[1].strip("`")
+        assert name not in table, f"{name} is listed twice"
+        table[name] = default
+    assert sorted(table) == sorted(CORE_OPTIONS), (
+        f"core options missing from the vendor guide's table: "
+        f"{sorted(set(CORE_OPTIONS) - set(table))}; listed but not the core's: "
+        f"{sorted(set(table) - set(CORE_OPTIONS))}"
+    )
+    wrong = {
+        n: (table[n], repr(s.default))
+        for n, s in CORE_OPTIONS.items()
+        if table[n] != repr(s.default)
+    }
+    assert not wrong, f"defaults differ (table, core/options.py): {wrong}"
+    # and every one of them is accepted by a backend (the table is what users may pass)
+    sdk.backend("cpu_cpp", **{n: s.default for n, s in CORE_OPTIONS.items()})

@@ -38,7 +38,7 @@ def test_the_docs_name_classes_that_exist():
 
 
 def test_package_docstring_writes_hook_api_as_a_literal():
-    """The README forbids ``hook_api=sdk.HOOK_API_VERSION`` (the check would always pass)."""
+    """The vendor guide forbids ``hook_api=sdk.HOOK_API_VERSION`` (the check would always pass)."""
     assert "hook_api=sdk.HOOK_API_VERSION" not in sdk.__doc__
     assert re.search(r"hook_api=\d+", sdk.__doc__)
 
