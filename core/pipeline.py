@@ -27,7 +27,7 @@ from sdk.errors import OptionError, SDKError, describe
 from sdk.plugin import Capability, CompileContext, PluginKind
 from sdk.report import FusionRefusal, GraphReport
 
-from . import chain, config, fallback, warm
+from . import chain, config, fallback, logs, warm
 from . import options as opts
 from .adapters import torch_private as tp
 from .guards import Specializing, TensorSpec, size_bindings, spec_of
@@ -226,9 +226,20 @@ class Session:
         self.graph_id = next(_graph_ids)
         ctx = self.context("inference", f"g{self.graph_id}", device)
         self.cache_tag, self.warm = warm.cache_tag(self, ctx)
+        _log.debug(
+            "capture g%d: Dynamo graph of %d nodes, %d inputs on %s, for sdk:%s; AOTAutograd's "
+            "cache %s",
+            self.graph_id,
+            len(gm.graph.nodes),
+            len(example_inputs),
+            device,
+            self.info.name,
+            self.warm,
+        )
+        self.captured = time.perf_counter()
         token = warm.current.set(self)  # a cache hit restores the programs through it
         try:
-            return tp.aot_compile(
+            compiled = tp.aot_compile(
                 gm,
                 example_inputs,
                 forward=self._aten_compiler("forward", device),
@@ -247,11 +258,23 @@ class Session:
             )
         finally:
             warm.current.reset(token)
+        _log.debug(
+            "aot g%d: AOTAutograd and the compile of each graph it made (%.3fs)",
+            self.graph_id,
+            time.perf_counter() - self.captured,
+        )
+        return compiled
 
     def _aten_compiler(self, kind: str, device: str) -> Callable:
         def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
             ctx = self.context(
                 kind, f"g{self.graph_id}_{kind}", _device_type(example_inputs) or device
+            )
+            _log.debug(
+                "aot %s: ATen graph of %d nodes from AOTAutograd (%.3fs after capture)",
+                ctx.graph_name,
+                len(gm.graph.nodes),
+                time.perf_counter() - self.captured,
             )
             if self.cache_tag is None:
                 return self.compile_aten_graph(ctx, gm, example_inputs)
@@ -404,6 +427,8 @@ class Session:
         report.compile_seconds += time.perf_counter() - start
         for sink in self.sinks:
             sink.append(report)
+        if _log.isEnabledFor(logging.INFO):  # TORCH_LOGS=sdk
+            _log.info("%s", logs.graph_line(report))
         observe(self.registry, ctx, report.hook_faults, "sdk_on_graph_compiled", report=report)
         return compiled
 

@@ -8,6 +8,7 @@ outputs. That function's per-call work is the launches and allocations only.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from sdk.errors import SDKError
 from sdk.plugin import CompileContext, KernelSource
 from sdk.report import ExternReport, FallbackReport, HookFault, KernelReport
 
-from . import graph_cache, warm
+from . import graph_cache, logs, warm
 from .adapters.torch_private import buffer_ops
 from .fallback import op_name
 from .guards import is_symbolic, size_bindings
@@ -42,6 +43,8 @@ from .lowering import (
 from .memory import plan_memory, step_reads, step_writes
 from .registry import observe
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
+
+_log = logging.getLogger(__name__)
 
 
 class PluginFailure(RuntimeError):
@@ -72,24 +75,27 @@ def build_program(
     there. ``key``: the cache key to use (a restored recipe's) instead of one computed."""
     why = None
     vendor = vendor_externs(session, ctx, gm)
-    if key is None:
-        key, why = _cache_key(session, ctx, gm, specs, vendor)
-    if key is not None:
-        hit = load_program(session, ctx, key, vendor)
-        if hit is not None:
-            return hit
+    with logs.stage(_log, "graph cache", ctx.graph_name) as found:
+        if key is None:
+            key, why = _cache_key(session, ctx, gm, specs, vendor)
+        hit = None if key is None else load_program(session, ctx, key, vendor)
+        found.append("hit" if hit is not None else f"miss ({why or 'not there'})")
+    if hit is not None:
+        return hit
     notes = len(ctx.notes)
     fn, parts, wrapper, sources, fns = _build(session, ctx, gm, specs, vendor)
     parts.cache = why or "stored"
     if key is not None:
-        try:
-            entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:], vendor)
-            graph_cache.store().put(key, entry)
-        except (graph_cache.Uncacheable, OSError) as exc:
-            parts.cache = f"not stored: {exc}"
-        else:
-            parts.key = key
-            warm.record(key, entry)
+        with logs.stage(_log, "store", ctx.graph_name) as stored:
+            try:
+                entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:], vendor)
+                graph_cache.store().put(key, entry)
+            except (graph_cache.Uncacheable, OSError) as exc:
+                parts.cache = f"not stored: {exc}"
+            else:
+                parts.key = key
+                warm.record(key, entry)
+            stored.append(f"whole-graph cache: {parts.cache}")
     return fn, parts
 
 
@@ -141,21 +147,27 @@ def _build(
     kernels = [k for k in program if isinstance(k, Kernel)]
     debug = session.debug
     sources = []
-    for k in kernels:
-        if debug:
-            check_kernel(k)
-        src = session.hooks.sdk_render_kernel(ctx=ctx, kernel=k)
-        if src is None:
-            raise PluginFailure(
-                f"sdk:{ctx.plugin} rendered nothing for kernel {k.name} "
-                "(its sdk_render_kernel returned None)"
-            )
-        sources.append(src)
-    fns = _compile(session, ctx, sources)
+    with logs.stage(_log, "codegen", ctx.graph_name) as rendered:
+        for k in kernels:
+            if debug:
+                check_kernel(k)
+            src = session.hooks.sdk_render_kernel(ctx=ctx, kernel=k)
+            if src is None:
+                raise PluginFailure(
+                    f"sdk:{ctx.plugin} rendered nothing for kernel {k.name} "
+                    "(its sdk_render_kernel returned None)"
+                )
+            sources.append(src)
+        rendered.append(f"sdk:{ctx.plugin} rendered {len(sources)} kernels")
+    with logs.stage(_log, "compile", ctx.graph_name) as built:
+        fns = _compile(session, ctx, sources)
+        built.append(f"sdk:{ctx.plugin} compiled {len(fns)} kernels")
 
     compiled = dict(zip((k.name for k in kernels), fns))
-    wrapper = _WrapperWriter(L, program, compiled, outputs, layouts).write()
-    fn = wrapper.materialize(ctx.graph_name)
+    with logs.stage(_log, "wrap", ctx.graph_name) as wrapped:
+        wrapper = _WrapperWriter(L, program, compiled, outputs, layouts).write()
+        fn = wrapper.materialize(ctx.graph_name)
+        wrapped.append(f"Python wrapper of {len(wrapper.source.splitlines())} lines")
     parts = ProgramParts(
         kernels=[
             KernelReport(k.name, ctx.plugin, k.origins, s.source, *_kernel_io(k))
@@ -181,11 +193,21 @@ def _schedule(
 ) -> tuple[Lowerer, Scheduler, list, dict[str, Layout], list[Kernel | ExternNode]]:
     """Lower ``gm`` (the ATen nodes of ``refused`` run in ATen, for its reason) and
     schedule it into kernels and library calls, in program order; with the outputs' plan."""
-    L = Lowerer(gm, specs, ctx, session.hooks, refused=refused, vendor=vendor)
-    L.run()
+    with logs.stage(_log, "lower", ctx.graph_name) as lowered:
+        L = Lowerer(gm, specs, ctx, session.hooks, refused=refused, vendor=vendor)
+        L.run()
+        lowered.append(
+            f"{len(gm.graph.nodes)} FX nodes -> {len(L.nodes)} IR nodes, "
+            f"{len(L.externs)} library calls, {len(L.fallbacks)} fallbacks, {len(L.views)} views"
+        )
     outputs, keep = _plan_outputs(L)
-    sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.options["fusion"])
-    steps = sched.run()
+    with logs.stage(_log, "schedule", ctx.graph_name) as scheduled:
+        sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.options["fusion"])
+        steps = sched.run()
+        fused = sum(d.fused for d in sched.decisions)
+        scheduled.append(
+            f"{len(steps)} steps, {fused} fusions made, {len(sched.decisions) - fused} refused"
+        )
 
     layouts: dict[str, Layout] = {}
     for name, spec in L.inputs:

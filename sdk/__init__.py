@@ -23,6 +23,8 @@ from typing import Any
 
 import pluggy
 
+# first: registers TORCH_LOGS=sdk before anything here imports torch (which parses TORCH_LOGS)
+from sdk.core.adapters import logs as _logs  # noqa: F401
 from sdk.core.adapters import mega_cache as _mega_cache
 from sdk.errors import (
     CacheDirWarning,

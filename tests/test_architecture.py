@@ -38,6 +38,9 @@ ADAPTERS = {
     # torch's MegaCache (save/load_cache_artifacts): the SDK's entry type, registered by
     # ``import sdk`` (light, unlike the AOTAutograd cache's imports)
     "core/adapters/mega_cache.py",
+    # torch's log registry (TORCH_LOGS=sdk): registered by ``import sdk``, before torch parses
+    # the variable where it can
+    "core/adapters/logs.py",
 }
 
 #: The one module that reads the environment (CONTRIBUTING.md: "the core reads environment
