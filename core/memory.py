@@ -31,10 +31,61 @@ from .ir.kernel import Kernel, Layout
 from .lowering import COLLECTIVE_OPS, IN_PLACE_FORMS
 
 
+@dataclass(frozen=True)
+class Alias:
+    """``dst`` is ``src``'s tensor (in place, or the same view of a reused buffer)."""
+
+    dst: str
+    src: str
+
+
+@dataclass(frozen=True)
+class Carve:
+    """``dst`` is a view of the dead buffer ``src`` (a pooled root, at offset 0)."""
+
+    dst: str
+    src: str
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class Allocate:
+    """``dst`` gets memory of its own (a flat buffer viewed at the layout's offset)."""
+
+    dst: str
+    layout: Layout
+
+
+@dataclass(frozen=True)
+class Free:
+    buffer: str
+
+
+Entry = Alias | Carve | Allocate | Free
+
+
+def source_line(e: Entry) -> str:
+    """The entry as a line of the Python program."""
+    if isinstance(e, Alias):
+        return f"{e.dst} = {e.src}"
+    if isinstance(e, Free):
+        return f"del {e.buffer}"
+    lay = e.layout
+    sizes, strides = print_sizes(lay.sizes), print_sizes(lay.strides)
+    if isinstance(e, Carve):
+        return f"{e.dst} = _view({e.src}, {sizes}, {strides}, {print_size(lay.offset)})"
+    if lay.offset != 0:
+        return (
+            f"{e.dst} = _view(_empty(({print_size(lay.storage_size)},), (1,), {lay.dtype}), "
+            f"{sizes}, {strides}, {print_size(lay.offset)})"
+        )
+    return f"{e.dst} = _empty({sizes}, {strides}, {lay.dtype})"
+
+
 @dataclass
 class MemoryPlan:
-    before: dict[int, list[str]] = field(default_factory=dict)  # step -> wrapper lines
-    after: dict[int, list[str]] = field(default_factory=dict)
+    before: dict[int, list[Entry]] = field(default_factory=dict)  # step -> entries
+    after: dict[int, list[Entry]] = field(default_factory=dict)
     reused: int = 0
     in_place: int = 0
     allocated: int = 0
@@ -144,7 +195,7 @@ def plan_memory(
         if isinstance(step, ExternNode) and (src := extern_target(step, i)) is not None:
             dst = step.outputs[0][0]
             alias_of[dst] = src
-            lines.append(f"{dst} = {src}")
+            lines.append(Alias(dst, src))
             plan.extern_in_place[i] = IN_PLACE_FORMS[step.target]
             plan.in_place += 1
         if isinstance(step, Kernel):
@@ -155,7 +206,7 @@ def plan_memory(
             ]
             for dst in step_writes(step):
                 if dst in written:  # the input's own memory (their layouts are one)
-                    lines.append(f"{dst} = {written[dst]}")
+                    lines.append(Alias(dst, written[dst]))
                     continue
                 lay = layouts[dst]
                 src = next(
@@ -169,7 +220,7 @@ def plan_memory(
                 if src is not None:
                     dying.remove(src)
                     alias_of[dst] = src
-                    lines.append(f"{dst} = {src}")
+                    lines.append(Alias(dst, src))
                     plan.in_place += 1
                     continue
                 cands = pool.get(key(dst)) if dst not in keep else None
@@ -177,25 +228,13 @@ def plan_memory(
                     src = cands.pop()
                     alias_of[dst] = src
                     if layouts[src] == lay:  # the same view: no new tensor needed
-                        lines.append(f"{dst} = {src}")
+                        lines.append(Alias(dst, src))
                     else:  # pooled roots have offset 0: the increment is the offset
-                        lines.append(
-                            f"{dst} = _view({src}, {print_sizes(lay.sizes)}, "
-                            f"{print_sizes(lay.strides)}, {print_size(lay.offset)})"
-                        )
+                        lines.append(Carve(dst, src, lay))
                     plan.reused += 1
                 else:
-                    lines.append(
-                        f"{dst} = _empty({print_sizes(lay.sizes)}, "
-                        f"{print_sizes(lay.strides)}, {lay.dtype})"
-                    )
+                    lines.append(Allocate(dst, lay))
                     plan.allocated += 1
-                    if lay.offset != 0:
-                        lines[-1] = (
-                            f"{dst} = _view(_empty(({print_size(lay.storage_size)},), "
-                            f"(1,), {lay.dtype}), {print_sizes(lay.sizes)}, "
-                            f"{print_sizes(lay.strides)}, {print_size(lay.offset)})"
-                        )
         after = plan.after.setdefault(i, [])
         for b in sorted(step_reads(step) | set(step_writes(step))):
             if last_use.get(b) == i and free(b) and b not in alias_of.values():
@@ -203,5 +242,5 @@ def plan_memory(
                 if layouts[root].offset == 0:  # (a symbolic offset is not 0)
                     pool.setdefault(key(root), []).append(root)
                 else:
-                    after.append(f"del {root}")
+                    after.append(Free(root))
     return plan

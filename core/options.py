@@ -40,6 +40,14 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         "later processes (also SDK_GRAPH_CACHE=0; only plugins that answer sdk_cache_key)",
         bool,
     ),
+    "runner": OptionSpec(
+        "native",
+        "what runs each compiled program: 'native', the SDK's C++ runner (built once per "
+        "machine; one Python->C++ crossing per call) where the program's steps allow it and "
+        "it builds, else the Python program; 'python', always the generated Python program "
+        "(the reference)",
+        str,
+    ),
     "channels_last": OptionSpec(
         None,
         "channels-last activations around convolutions: None lets the core decide per "
@@ -98,6 +106,11 @@ def resolve(
         merged[key] = value
     for key in ("wrappers", "chain"):
         merged[key] = tuple(merged[key])
+    if merged["runner"] not in ("native", "python"):
+        raise OptionError(
+            f"option 'runner' for sdk:{info.name} must be 'native' or 'python', got "
+            f"{merged['runner']!r}"
+        )
     if merged["min_partition_size"] < 1:
         raise OptionError(
             f"option 'min_partition_size' for sdk:{info.name} must be at least 1, got "

@@ -614,6 +614,7 @@ class Session:
         report.plugin = plugin
         report.cache = part.cache
         report.wrapper = part.wrapper_source
+        report.runner, report.program = part.runner, part.program
         report.hook_faults.extend(part.hook_faults)
 
     def _chained(self, plugin: str) -> Session:

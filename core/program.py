@@ -23,9 +23,10 @@ from sdk.plugin import CompileContext, KernelSource
 from sdk.report import ExternReport, FallbackReport, HookFault, KernelReport
 
 from . import graph_cache, logs, warm
+from . import steps as st
 from .adapters.torch_private import buffer_ops
 from .fallback import op_name
-from .guards import is_symbolic, size_bindings
+from .guards import TensorSpec, is_symbolic, size_bindings
 from .ir.graph import ComputedView, ExternNode, StorageView, TensorValue
 from .ir.index import is_static, print_size, print_sizes, static
 from .ir.kernel import Kernel, Layout, check_kernel
@@ -40,7 +41,16 @@ from .lowering import (
     shape_of,
     strides_of,
 )
-from .memory import plan_memory, step_reads, step_writes
+from .memory import (
+    Alias,
+    Carve,
+    Entry,
+    Free,
+    plan_memory,
+    source_line,
+    step_reads,
+    step_writes,
+)
 from .registry import observe
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 
@@ -59,6 +69,8 @@ class ProgramParts:
     views: set[str] = field(default_factory=set)
     decisions: list[Decision] = field(default_factory=list)
     wrapper_source: str = ""
+    runner: str = ""  # GraphReport.runner
+    program: str = ""  # GraphReport.program
     cache: str = ""  # GraphReport.cache
     key: str | None = None  # the program's key in the whole-graph cache, where it is there
     hook_faults: list[HookFault] = field(default_factory=list)  # observers that raised
@@ -166,9 +178,11 @@ def _build(
     compiled = dict(zip((k.name for k in kernels), fns))
     with logs.stage(_log, "wrap", ctx.graph_name) as wrapped:
         wrapper = _WrapperWriter(L, program, compiled, outputs, layouts).write()
-        fn = wrapper.materialize(ctx.graph_name)
+        fn = wrapper.materialize(ctx.graph_name, ctx.options.get("runner", "python"))
         wrapped.append(f"Python wrapper of {len(wrapper.source.splitlines())} lines")
     parts = ProgramParts(
+        runner=_runner(fn, wrapper),
+        program=st.describe(wrapper.steps) if wrapper.steps is not None else "",
         kernels=[
             KernelReport(k.name, ctx.plugin, k.origins, s.source, *_kernel_io(k))
             for k, s in zip(kernels, sources)
@@ -393,6 +407,10 @@ def _entry(
             "device": wrapper.device,
             "layout_free": sorted(wrapper.layout_free),
             "kernel_read": sorted(wrapper.kernel_read),
+            # the program as data (core/steps.py), for the native runner
+            "steps": None if wrapper.steps is None else enc(wrapper.steps),
+            "n_slots": wrapper.n_slots,
+            "native_why": wrapper.native_why,
         },
         "sources": [
             {
@@ -460,8 +478,11 @@ def load_program(
             frozenset(w["layout_free"]),
             frozenset(w["kernel_read"]),
             {k: v["v"] for k, v in w["named"].items() if v["t"] == "vendor"},
+            steps=None if w["steps"] is None else dec(w["steps"]),
+            n_slots=w["n_slots"],
+            native_why=w["native_why"],
         )
-        fn = wrapper.materialize(ctx.graph_name)
+        fn = wrapper.materialize(ctx.graph_name, ctx.options.get("runner", "python"))
         parts = ProgramParts(
             kernels=[
                 KernelReport(n, p, tuple(nodes), src, tuple(ins), tuple(outs))
@@ -472,6 +493,8 @@ def load_program(
             views=set(doc["views"]),
             decisions=[Decision(*d) for d in doc["decisions"]],
             wrapper_source=wrapper.source,
+            runner=_runner(fn, wrapper),
+            program=st.describe(wrapper.steps) if wrapper.steps is not None else "",
             cache="hit",
             key=key,
         )
@@ -539,8 +562,16 @@ class Wrapper:
     kernel_read: frozenset[int]
     #: the names in ``named`` of the plugin's own library functions, and their calls
     vendor: dict[str, str] = field(default_factory=dict)
+    #: the program as data (core/steps.py: kernels as their functions, ops as OpOverloads,
+    #: constants by name), or None with the reason in ``native_why``
+    steps: list[tuple] | None = None
+    n_slots: int = 0
+    native_why: str | None = None
 
-    def materialize(self, graph_name: str) -> Callable:
+    def materialize(self, graph_name: str, runner: str = "python") -> Callable:
+        """The program as a function ``call(args)``: with ``runner="native"``, the native
+        runner's (core/native.py) where the program has steps and the runner builds, else
+        the Python source's."""
         device = torch.device(self.device)
         empty, empty_fast, view, is_current = buffer_ops(device)
         env: dict[str, Any] = {
@@ -565,11 +596,47 @@ class Wrapper:
         env.update(self.named)
         exec(compile(self.source, f"<sdk wrapper {graph_name}>", "exec"), env)  # noqa: S102
         call = env["call"]
+        if runner == "native" and self.steps is not None:
+            try:
+                native = self._native(moved)
+            except Exception as exc:  # noqa: BLE001 - the Python program runs, with the reason
+                native = None
+                self.native_why = f"the runner refused the program: {type(exc).__name__}: {exc}"
+            if native is not None:
+                run = native.run
+
+                def call(args: list, run: Callable = run) -> Any:  # noqa: F811
+                    return run(args)
+
+                call.python = env["call"]  # type: ignore[attr-defined]
+                call.steps = self.steps  # type: ignore[attr-defined]
         # what the per-call guard must check (guards.make_check): only sizes of inputs
         # nothing bakes the layout of; only alignment where Dynamo already guards layouts
         call.layout_free = self.layout_free
         call.kernel_read = self.kernel_read
         return call
+
+    def _native(self, moved: dict[str, Any]) -> Any | None:
+        """The runner's program for :attr:`steps` (kernels by their C entry points, ops by
+        schema name, constants by value), or None where the runner cannot be built."""
+        from . import native
+
+        out: list[tuple] = []
+        for step in self.steps or ():
+            op = step[0]
+            if op == st.LAUNCH:
+                entry = step[1].native
+                out.append(
+                    (op, entry.address, step[2], step[3], entry.error is not None, entry.error)
+                )
+            elif op == st.CALL:
+                schema = step[1]._schema
+                out.append((op, schema.name, schema.overload_name, *step[2:]))
+            elif op == st.CONST:
+                out.append((op, step[1], self.constants[step[2]]))
+            else:
+                out.append(step)
+        return native.program(out, self.n_slots, _mark_writes)
 
 
 class _WrapperWriter:
@@ -619,6 +686,8 @@ class _WrapperWriter:
             a.name for k in program if isinstance(k, Kernel) for a in k.args if a.role != "in"
         }
         self.lines = ["def call(args):"]
+        #: the same program as data, for the native runner (None-free: ``why`` says when not)
+        self.steps = st.Steps()
 
     def write(self) -> Wrapper:
         """The wrapper: its prologue, each step between the memory plan's lines, the return."""
@@ -636,16 +705,63 @@ class _WrapperWriter:
                 # returned wrote nothing: a launch or a compile that failed.)
                 writing = True
                 self.lines.append("    _writes.begun = True")
+                self.steps.add(st.WRITES)
             self._emit(self.mem.after.get(i, []))
         if writing:
             self.lines.append("    _writes.begun = False")
         self._return_outputs()
         return self._wrapper()
 
-    def _emit(self, lines: list[str]) -> None:
-        """The memory plan's lines (allocations, frees) at the function's indentation."""
-        for line in lines:
-            self.lines.append("    " + line)
+    def _emit(self, entries: list[Entry]) -> None:
+        """The memory plan's entries (allocations, frees), as lines and as steps."""
+        for e in entries:
+            self.lines.append("    " + source_line(e))
+            self._native(self._plan_step, e)
+
+    def _native(self, record: Callable[..., None], *args: Any) -> None:
+        """``record(*args)`` adds the steps of what was just written; a part with no native
+        form leaves the program to Python, with the reason."""
+        if self.steps.why is not None:
+            return
+        try:
+            record(*args)
+        except st.NotNative as exc:
+            self.steps.refuse(str(exc))
+
+    def _plan_step(self, e: Entry) -> None:
+        S = self.steps
+        if isinstance(e, Alias):
+            src = S.read(e.src)
+            S.add(st.ALIAS, S.slot(e.dst), src)
+        elif isinstance(e, Free):
+            S.add(st.FREE, S.read(e.buffer))
+        elif isinstance(e, Carve):
+            lay = e.layout
+            src = S.read(e.src)
+            S.add(st.VIEW, S.slot(e.dst), src, *_ints(lay.sizes, lay.strides), _int(lay.offset))
+        else:
+            lay = e.layout
+            sizes, strides = _ints(lay.sizes, lay.strides)
+            if lay.offset == 0:
+                S.add(st.EMPTY, S.slot(e.dst), sizes, strides, lay.dtype, str(self.L.device))
+                return
+            flat = S.temp()
+            S.add(st.EMPTY, flat, [_int(lay.storage_size)], [1], lay.dtype, str(self.L.device))
+            S.add(st.VIEW, S.slot(e.dst), flat, sizes, strides, _int(lay.offset))
+
+    def _view_step(self, buf: str, layout: Layout, *, result: bool = False) -> int:
+        """The steps of :meth:`_restrided`: a slot holding that view of ``buf``."""
+        S = self.steps
+        src, out = S.read(buf), S.temp()
+        sizes, strides = _ints(layout.sizes, layout.strides)
+        delta = static(sympy.expand(sympy.sympify(layout.offset) - self.layouts[buf].offset))
+        if buf in self.placed and not result:
+            S.add(st.VIEW, out, src, sizes, strides, _int(delta))
+        elif buf in self.input_names:
+            S.add(st.AS_STRIDED, out, src, sizes, strides, _int(delta), True)
+        else:
+            S.add(st.AS_STRIDED, out, src, sizes, strides, _int(layout.offset), False)
+        return out
 
     def _const(self, x: Any) -> str:
         """The name the source calls ``x`` by (an object it cannot spell: a kernel, an op, a
@@ -673,15 +789,28 @@ class _WrapperWriter:
         if empty_fast is not None and is_current is not None:
             # the fast allocator allocates on the current device: another may be current
             lines.append("    _empty = _empty_fast if _is_current() else _empty_any")
+        S = self.steps
         for i, (name, _spec) in enumerate(L.inputs):
             if name:
                 lines.append(f"    {name} = args[{i}]")
-                lines += self._device_copy(name)
+                S.add(st.INPUT, S.slot(name), i)
+                copy = self._device_copy(name)
+                lines += copy
+                if copy:
+                    S.refuse("a host input is copied to the device")
         for name in L.constants:
-            lines += self._device_copy(name)
+            S.add(st.CONST, S.slot(name), name)
+            copy = self._device_copy(name)
+            lines += copy
+            if copy:
+                S.refuse("a host constant is copied to the device")
         if L.needs_seed:
             lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
+            S.refuse("the graph draws random numbers (a seed per call)")
+        if any(not isinstance(spec, TensorSpec) for _, spec in L.inputs):
+            S.refuse("a graph input is not a tensor")
         if is_symbolic(L.specs):
+            S.refuse("symbolic sizes")
             # the size symbols' values, read from the inputs (the guard checked they fit)
             for sym, src in size_bindings(L.specs).items():
                 lines.append(f"    {sym.name} = {src}")
@@ -725,9 +854,22 @@ class _WrapperWriter:
         strides (and alignment) of every input it reads."""
         self.baked.update(a.name for a in step.args)
         self.kernel_read.update(a.name for a in step.args)
-        fname = self._const(self.compiled[step.name])
+        fn = self.compiled[step.name]
+        fname = self._const(fn)
         call_args = [a.name for a in step.args] + [s.name for s in step.size_args]
         self.lines.append(f"    {fname}({', '.join(call_args)})")
+        self._native(self._launch_step, step, fn)
+
+    def _launch_step(self, step: Kernel, fn: Callable) -> None:
+        entry = getattr(fn, "native", None)
+        if entry is None:
+            raise st.NotNative(f"kernel {step.name} has no C entry point (sdk.NativeEntry)")
+        if step.size_args:
+            raise st.NotNative("symbolic sizes")
+        if entry.nargs != len(step.args) or entry.nargs > st.MAX_LAUNCH_ARGS:
+            raise st.NotNative(f"kernel {step.name}: {entry.nargs} arguments")
+        S = self.steps
+        S.add(st.LAUNCH, fn, [S.read(a.name) for a in step.args], [], step.name)
 
     def _call_extern(self, i: int, step: ExternNode) -> None:
         """A library call, or its in-place form where the memory plan chose one (the report
@@ -739,7 +881,9 @@ class _WrapperWriter:
             L.externs[at] = ExternReport(op_name(in_place), L.externs[at].node)
         if step.vendor is not None:
             self._call_vendor(step)
+            self.steps.refuse("a library call through the plugin's own function (sdk_extern)")
             return
+        self._native(self._call_step, step, in_place)
         op = self._const(_callable(step) if in_place is None else in_place)
         call_args = ", ".join(self._arg(a) for a in step.args)
         kw = ", ".join(f"{k}={self._arg(v)}" for k, v in step.kwargs.items())
@@ -754,6 +898,51 @@ class _WrapperWriter:
         else:
             self.lines.append(f"    {names[0]} = {call}")
         self._check_extern_outputs(step)
+
+    def _call_step(self, step: ExternNode, in_place: Any) -> None:
+        """A library call as a CALL step: the ATen overload, one argument per schema argument
+        (views made into slots of their own first), the slots of its outputs."""
+        op = step.target if in_place is None else in_place
+        if step.target in COLLECTIVE_OPS or step.target in WAIT_OPS:
+            raise st.NotNative(f"a collective ({op_name(step.target)})")
+        schema = getattr(op, "_schema", None)
+        if schema is None:
+            raise st.NotNative(f"{op!r} is not an ATen op")
+        for r in schema.returns:
+            if str(r.type) not in ("Tensor", "Tensor?", "Tensor[]"):
+                raise st.NotNative(f"{op_name(op)} returns a {r.type}")
+        args = []
+        for i, formal in enumerate(schema.arguments):
+            if i < len(step.args) and not formal.kwarg_only:
+                args.append(self._arg_step(step.args[i], formal))
+            elif formal.name in step.kwargs:
+                args.append(self._arg_step(step.kwargs[formal.name], formal))
+            elif formal.has_default_value():
+                args.append((st.DEFAULT,))
+            else:
+                raise st.NotNative(f"{op_name(op)}: argument {formal.name} not given")
+        S = self.steps
+        outs = [] if in_place is not None else [S.slot(o[0]) if o else -1 for o in step.outputs]
+        S.add(st.CALL, op, args, outs, bool(step.multi_output))
+
+    def _arg_step(self, x: Any, formal: Any) -> tuple:
+        """One argument of a CALL step."""
+        S = self.steps
+        if isinstance(x, StorageView):
+            if x.layout == self.layouts[x.buffer]:
+                return (st.SLOT, S.read(x.buffer))
+            return (st.SLOT, self._view_step(x.buffer, x.layout))
+        kind = str(formal.type)
+        if kind in ("Tensor", "Tensor?", "Optional[Tensor]") and isinstance(x, (bool, int, float)):
+            return (st.NUMBER, x)
+        if isinstance(x, (list, tuple)) and kind in ("Tensor[]", "List[Tensor]"):
+            return (st.TENSORS, [self._arg_step(y, formal)[1] for y in x])
+        if isinstance(x, (list, tuple)) and kind in ("Tensor?[]", "List[Optional[Tensor]]"):
+            return (
+                st.OPTIONAL_TENSORS,
+                [-1 if y is None else self._arg_step(y, formal)[1] for y in x],
+            )
+        return (st.VALUE, _plain(x))
 
     def _call_vendor(self, step: ExternNode) -> None:
         """A library call through the plugin's own function (``sdk_extern``), named once per
@@ -799,6 +988,8 @@ class _WrapperWriter:
         for out in step.outputs:
             if out and out[0] in self.copy_of:
                 lines += self._device_copy(out[0])
+                if self._device_copy(out[0]):
+                    self.steps.refuse("a library call's host output is copied to the device")
                 continue
             if not out or out[0] not in self.read:
                 continue  # unused (an attention op may even return None for it)
@@ -814,6 +1005,11 @@ class _WrapperWriter:
                 want = ", ".join(print_size(lay.strides[d]) for d in dims)
                 lines.append(f"    if {name} is not None and ({got},) != ({want},):")
                 lines.append(f"        {name} = _restride({name}, {print_sizes(lay.strides)})")
+                self._native(self._restride_step, name, dims, lay)
+
+    def _restride_step(self, name: str, dims: list[int], lay: Layout) -> None:
+        S = self.steps
+        S.add(st.RESTRIDE, S.read(name), dims, [_int(x) for x in lay.strides])
 
     def _return_outputs(self) -> None:
         """The return: each graph output as a buffer, a view of one, a size or a constant."""
@@ -831,6 +1027,22 @@ class _WrapperWriter:
             else:
                 rets.append(self._const(buf))
         self.lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+        self._native(self._return_step)
+
+    def _return_step(self) -> None:
+        S, items = self.steps, []
+        for kind, buf, layout in self.outputs:
+            if kind == "buf":
+                items.append((0, S.read(buf)))
+            elif kind == "view":
+                base = self.layouts[buf]
+                slot = S.read(buf) if layout == base else self._view_step(buf, layout, result=True)
+                items.append((0, slot))
+            elif isinstance(buf, sympy.Expr):
+                items.append((1, _int(buf)))
+            else:
+                items.append((1, buf))
+        S.add(st.RETURN, items)
 
     def _wrapper(self) -> Wrapper:
         """The source with what it names, and what the per-call guard needs: the inputs
@@ -852,6 +1064,9 @@ class _WrapperWriter:
             kernel_read=frozenset(
                 i for i, (name, _) in enumerate(L.inputs) if name and name in self.kernel_read
             ),
+            steps=None if self.steps.why is not None else self.steps.steps,
+            n_slots=len(self.steps.slots),
+            native_why=self.steps.why,
         )
 
 
@@ -875,6 +1090,11 @@ _PUBLIC_FUNCTIONS: dict[str, tuple[str, frozenset[str]]] = {
 _WRITES = threading.local()
 
 
+def _mark_writes() -> None:
+    """The native runner's call when a step after the program began writing inputs raised."""
+    _WRITES.begun = True
+
+
 def inputs_written() -> bool:
     """Whether the program that raised on this thread had begun writing its graph inputs
     in place (then running the graph again through ATen would apply those writes twice).
@@ -888,6 +1108,46 @@ def _writes_input(step: Kernel | ExternNode, written: dict[str, str]) -> bool:
     if isinstance(step, ExternNode):
         return step.into is not None
     return any(a.name in written for a in step.args if a.role != "in")
+
+
+def _runner(fn: Callable, wrapper: Wrapper) -> str:
+    """GraphReport.runner for a materialized program."""
+    if hasattr(fn, "steps"):
+        return "native"
+    if wrapper.native_why:
+        return f"python: {wrapper.native_why}"
+    if wrapper.steps is None:
+        return "python"
+    from . import native
+
+    why = native.why_not()
+    return f"python: {'the native runner could not be built' if why else 'runner=python'}"
+
+
+def _int(x: Any) -> int:
+    """A size as an int; a symbolic one has no native form."""
+    if isinstance(x, int):
+        return x
+    if is_static(x):
+        return int(static(x))
+    raise st.NotNative("symbolic sizes")
+
+
+def _ints(sizes: Any, strides: Any) -> tuple[list[int], list[int]]:
+    return [_int(x) for x in sizes], [_int(x) for x in strides]
+
+
+def _plain(x: Any) -> Any:
+    """A constant argument the runner converts by the schema's type, or NotNative."""
+    if isinstance(x, (list, tuple)):
+        return [_plain(y) for y in x]
+    if isinstance(x, sympy.Expr):
+        return _int(x)
+    if x is None or isinstance(
+        x, (bool, int, float, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+    ):
+        return x
+    raise st.NotNative(f"an argument of type {type(x).__name__}")
 
 
 def _callable(step: ExternNode) -> Any:

@@ -330,6 +330,26 @@ KernelFn = Callable[..., None]
 
 
 @dataclass(frozen=True)
+class NativeEntry:
+    """A kernel's C entry point, for the native runner (``core/runner.cpp``): a compiled
+    :data:`KernelFn` that carries one as its attribute ``native`` is launched by the runner
+    without Python (one Python->C++ crossing per graph call, not per kernel); one without
+    it makes its graph's program run in Python. ``sdk.toolchain.launcher`` sets it.
+
+    The function at ``address`` takes ``nargs`` pointers (each tensor's ``data_ptr()``, in
+    ``Kernel.args`` order), then ``nsizes`` ``int64_t`` sizes, and returns nothing; with
+    ``error``, it returns an ``int64_t``, nonzero when it failed, and the runner raises
+    ``error()`` (an exception instance, built with the GIL held). It must be safe to call
+    without the GIL, and stay loaded while the process runs.
+    """
+
+    address: int
+    nargs: int
+    nsizes: int = 0
+    error: Callable[[], BaseException] | None = None
+
+
+@dataclass(frozen=True)
 class CompiledSubgraph:
     """One partition compiled by a graph-level plugin: what ``sdk_compile_subgraph`` returns.
 

@@ -127,6 +127,12 @@ class GraphReport:
     warm: str = ""
     #: the generated Python function that runs the kernels and library calls, in order
     wrapper: str = ""
+    #: what runs the program: "native" (the SDK's C++ runner, one Python->C++ crossing per
+    #: call) or "python: <why>" (the generated Python function: the runner cannot take a
+    #: step of this program, cannot be built here, or ``options={"runner": "python"}``)
+    runner: str = ""
+    #: the program as data (the native runner's steps), one step per line; "" without one
+    program: str = ""
     #: sizes: "static"; "symbolic: s0, s1" (one program for every value of those sizes);
     #: or "per shape: <why not symbolic>" (a variant compiled for each concrete shape)
     sizes: str = "static"
@@ -183,6 +189,8 @@ class GraphReport:
             + (", program from the graph cache" if self.cache == "hit" else "")
             + (", AOTAutograd skipped (warm start)" if self.warm == "hit" else "")
             + (f", sizes {self.sizes}" if self.sizes != "static" else "")
+            + (f", {self.runner.replace(': ', ' program (', 1)})" if ": " in self.runner else "")
+            + (", native runner" if self.runner == "native" else "")
         ]
         return "\n".join(lines + self._detail_lines())
 

@@ -191,11 +191,9 @@ def compile_library(
     flags = tuple(flags)
     digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
     cache = DiskCache(namespace)
-    recorded = cache.get(digest_key)
-    if recorded is not None and _HEX.fullmatch(recorded):
-        path = cache.path_for(digest_key, f".{recorded[:16].decode()}.so")
-        if _trusted_digest(path) == recorded.decode():
-            return path
+    path = _verified(cache, digest_key)
+    if path is not None:
+        return path
     src = cache.path_for(digest_key, _COMPILERS[language][3])
     write_atomic(src, source.encode())  # kept: errors and debugging point at it
     # built in a private directory of its own: `sdk cache clear` (files of the namespace)
@@ -227,6 +225,32 @@ def compile_library(
         shutil.rmtree(build, ignore_errors=True)
     cache.put(digest_key, digest.encode())
     return path
+
+
+def _verified(cache: DiskCache, digest_key: str) -> Path | None:
+    """The library built under ``digest_key``, if its bytes are still what was built."""
+    recorded = cache.get(digest_key)
+    if recorded is not None and _HEX.fullmatch(recorded):
+        path = cache.path_for(digest_key, f".{recorded[:16].decode()}.so")
+        if _trusted_digest(path) == recorded.decode():
+            return path
+    return None
+
+
+def is_built(
+    source: str,
+    *,
+    language: str = "c",
+    flags: Sequence[str] = FLAGS,
+    namespace: str = "clike",
+    key: Sequence[Any] = (),
+) -> bool:
+    """Whether :func:`compile_library` would reuse a verified build (no compiler run)."""
+    compiler = find_compiler(language)
+    digest_key = stable_hash(
+        source, compiler, compiler_identity(compiler, language), tuple(flags), *key
+    )
+    return _verified(DiskCache(namespace), digest_key) is not None
 
 
 def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
@@ -278,4 +302,18 @@ def launcher(
     body = f"fn({call})" if error is None else f"if fn({call}):\n        raise error()"
     env = {"fn": fn, "error": error}
     exec(f"def {name}({', '.join(params)}):\n    {body}", env)  # noqa: S102 - our own code
-    return env[name]
+    launch = env[name]
+    address = _address(fn)
+    if address is not None:  # the native runner calls it directly
+        from sdk.plugin import NativeEntry
+
+        launch.native = NativeEntry(address, nargs, nsizes, error)
+    return launch
+
+
+def _address(fn: Any) -> int | None:
+    """The C address of a ctypes function, or None for anything else."""
+    try:
+        return ctypes.cast(fn, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return None

@@ -50,6 +50,19 @@ def sdk_plugin_info():
 _module_ids = itertools.count()
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_runner_build(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One build of the native runner for the whole run (every worker and every process a
+    test starts): tests that give the SDK a cache directory of their own would otherwise
+    build it again each time (about a minute of compiler time). ``SDK_RUNNER_DIR`` set
+    by the caller is kept."""
+    if not os.environ.get("SDK_RUNNER_DIR"):
+        # the parent of this worker's base directory is shared by pytest-xdist's workers
+        shared = tmp_path_factory.getbasetemp().parent / "sdk-runner"
+        shared.mkdir(mode=0o700, exist_ok=True)
+        os.environ["SDK_RUNNER_DIR"] = str(shared)
+
+
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch: pytest.MonkeyPatch):
     """Every test starts with no compiled frames and no plugin allow/deny lists."""

@@ -1,0 +1,426 @@
+// The native runner: executes a compiled graph's program (core/steps.py) with one
+// Python->C++ crossing per call. Built once per machine (torch version x SDK version x this
+// source) by core/native.py with the system C++ compiler against the installed torch's
+// headers; the Python program (core/program.py) is the reference it must match bit for bit.
+//
+// A program is a list of steps over numbered slots (tensors). Each step is a tuple whose
+// first element is its opcode (core/steps.py writes them; check_program there checks them):
+//   INPUT      (op, dst, index)                       slots[dst] = args[index]
+//   CONST      (op, dst, tensor)                       a constant tensor of the graph
+//   ALIAS      (op, dst, src)                          the same tensor
+//   EMPTY      (op, dst, sizes, strides, dtype, device)
+//   VIEW       (op, dst, src, sizes, strides, offset)  reinterpreted, offset relative to src's
+//   AS_STRIDED (op, dst, src, sizes, strides, offset, relative)  a real view (torch.as_strided)
+//   LAUNCH     (op, address, slots, sizes, checked, error)  a C function of pointers, then int64s
+//   CALL       (op, name, overload, args, outs, multi)  an ATen op through the dispatcher
+//   RESTRIDE   (op, slot, dims, strides)               copied into these strides where it is not
+//   FREE       (op, slot)
+//   WRITES     (op,)                                   graph inputs are written from here on
+//   RETURN     (op, items)                             items: (0, slot) or (1, python object)
+// CALL's args: one per schema argument, in order: (0, slot) a tensor, (1, value) a constant
+// converted once by the schema's type, (2, [slot...]) a Tensor[] list, (3, [slot or -1...]) a
+// Tensor?[] list, (4,) the schema's default, (5, number) a Python number where the schema
+// takes a Tensor (a wrapped number).
+
+#include <torch/extension.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+enum Opcode : int {
+  INPUT = 0,
+  CONST = 1,
+  ALIAS = 2,
+  EMPTY = 3,
+  VIEW = 4,
+  AS_STRIDED = 5,
+  LAUNCH = 6,
+  CALL = 7,
+  RESTRIDE = 8,
+  FREE = 9,
+  WRITES = 10,
+  RETURN = 11,
+};
+
+enum ArgKind : int { SLOT = 0, VALUE = 1, TENSORS = 2, OPTIONAL_TENSORS = 3, DEFAULT = 4, NUMBER = 5 };
+
+struct Arg {
+  int kind = SLOT;
+  int slot = -1;
+  c10::IValue value;
+  std::vector<int> slots;
+};
+
+struct Step {
+  int op = 0;
+  int dst = -1;
+  int src = -1;
+  std::vector<int64_t> sizes, strides, dims;
+  int64_t offset = 0;
+  bool relative = false;
+  at::TensorOptions options;
+  at::Tensor tensor;
+  // LAUNCH
+  void* fn = nullptr;
+  std::vector<int> slots;
+  bool checked = false;
+  py::object error;
+  // CALL
+  std::optional<c10::OperatorHandle> handle;
+  std::vector<Arg> args;
+  std::vector<int> outs;
+  // RETURN: (slot, -1) or (-1, index into constants)
+  std::vector<std::pair<int, int>> items;
+  std::vector<py::object> constants;
+};
+
+using I = std::intptr_t;
+
+// A C function of n pointer-or-int64 arguments (the same registers on the 64-bit ABIs the
+// toolchain targets), its int result (0: fine) where `checked`.
+int64_t call_c(void* f, const I* a, size_t n, bool checked);
+
+at::Tensor reinterpret(const at::Tensor& t, at::IntArrayRef sizes, at::IntArrayRef strides,
+                       int64_t increment) {
+  // what torch's _reinterpret_tensor does: a new tensor over the same storage, no view record
+  at::Tensor out = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()),
+                                                              t.key_set(), t.dtype());
+  auto* impl = out.unsafeGetTensorImpl();
+  impl->set_storage_offset(t.storage_offset() + increment);
+  impl->set_sizes_and_strides(sizes, strides);
+  return out;
+}
+
+std::vector<int64_t> ints(const py::handle& h) { return h.cast<std::vector<int64_t>>(); }
+
+class Program {
+ public:
+  Program(const py::list& steps, int n_slots, py::object mark_writes)
+      : n_slots_(n_slots), mark_writes_(std::move(mark_writes)) {
+    for (const auto& h : steps) {
+      py::tuple t = h.cast<py::tuple>();
+      Step s;
+      s.op = t[0].cast<int>();
+      switch (s.op) {
+        case INPUT:
+          s.dst = t[1].cast<int>();
+          s.src = t[2].cast<int>();
+          break;
+        case CONST:
+          s.dst = t[1].cast<int>();
+          s.tensor = THPVariable_Unpack(t[2].ptr());
+          break;
+        case ALIAS:
+          s.dst = t[1].cast<int>();
+          s.src = t[2].cast<int>();
+          break;
+        case EMPTY: {
+          s.dst = t[1].cast<int>();
+          s.sizes = ints(t[2]);
+          s.strides = ints(t[3]);
+          auto dtype = torch::python::detail::py_object_to_dtype(t[4]);
+          s.options = at::TensorOptions().dtype(dtype).device(t[5].cast<std::string>());
+          break;
+        }
+        case VIEW:
+          s.dst = t[1].cast<int>();
+          s.src = t[2].cast<int>();
+          s.sizes = ints(t[3]);
+          s.strides = ints(t[4]);
+          s.offset = t[5].cast<int64_t>();
+          break;
+        case AS_STRIDED:
+          s.dst = t[1].cast<int>();
+          s.src = t[2].cast<int>();
+          s.sizes = ints(t[3]);
+          s.strides = ints(t[4]);
+          s.offset = t[5].cast<int64_t>();
+          s.relative = t[6].cast<bool>();
+          break;
+        case LAUNCH:
+          s.fn = reinterpret_cast<void*>(t[1].cast<std::uintptr_t>());
+          s.slots = t[2].cast<std::vector<int>>();
+          s.sizes = ints(t[3]);
+          s.checked = t[4].cast<bool>();
+          s.error = py::reinterpret_borrow<py::object>(t[5]);
+          break;
+        case CALL:
+          build_call(s, t);
+          break;
+        case RESTRIDE:
+          s.dst = t[1].cast<int>();
+          s.dims = ints(t[2]);
+          s.strides = ints(t[3]);
+          break;
+        case FREE:
+          s.dst = t[1].cast<int>();
+          break;
+        case WRITES:
+          break;
+        case RETURN:
+          for (const auto& item : t[1].cast<py::list>()) {
+            py::tuple it = item.cast<py::tuple>();
+            if (it[0].cast<int>() == 0) {
+              s.items.emplace_back(it[1].cast<int>(), -1);
+            } else {
+              s.items.emplace_back(-1, static_cast<int>(s.constants.size()));
+              s.constants.push_back(py::reinterpret_borrow<py::object>(it[1]));
+            }
+          }
+          break;
+        default:
+          throw std::invalid_argument("sdk runner: unknown opcode " + std::to_string(s.op));
+      }
+      steps_.push_back(std::move(s));
+    }
+  }
+
+  py::object run(const py::list& args) {
+    std::vector<at::Tensor> in;
+    in.reserve(args.size());
+    for (const auto& a : args) {
+      if (!THPVariable_Check(a.ptr())) {
+        throw std::invalid_argument("sdk runner: a graph input is not a tensor");
+      }
+      in.push_back(THPVariable_Unpack(a.ptr()));
+    }
+    std::vector<at::Tensor> slots(n_slots_);
+    const Step* ret = nullptr;
+    size_t writes_from = steps_.size();
+    size_t i = 0;
+    try {
+      py::gil_scoped_release nogil;
+      for (; i < steps_.size(); ++i) {
+        const Step& s = steps_[i];
+        if (s.op == RETURN) {
+          ret = &s;
+          break;
+        }
+        if (s.op == WRITES) {
+          writes_from = i;
+          continue;
+        }
+        execute(s, in, slots);
+      }
+    } catch (py::error_already_set&) {
+      if (i >= writes_from) mark_writes_();
+      throw;
+    } catch (...) {
+      if (i >= writes_from) mark_writes_();
+      throw;
+    }
+    if (ret == nullptr) throw std::logic_error("sdk runner: the program has no RETURN");
+    py::tuple out(ret->items.size());
+    for (size_t k = 0; k < ret->items.size(); ++k) {
+      auto [slot, c] = ret->items[k];
+      if (slot >= 0) {
+        const at::Tensor& t = slots[slot];
+        out[k] = t.defined() ? py::reinterpret_steal<py::object>(THPVariable_Wrap(t)) : py::none();
+      } else {
+        out[k] = ret->constants[c];
+      }
+    }
+    return out;
+  }
+
+  size_t size() const { return steps_.size(); }
+
+ private:
+  void build_call(Step& s, const py::tuple& t) {
+    auto name = t[1].cast<std::string>();
+    auto overload = t[2].cast<std::string>();
+    s.handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+    const auto& schema = s.handle->schema();
+    py::list args = t[3].cast<py::list>();
+    if (args.size() != schema.arguments().size()) {
+      throw std::invalid_argument("sdk runner: " + name + "." + overload + " takes " +
+                                  std::to_string(schema.arguments().size()) +
+                                  " arguments, the program gives " + std::to_string(args.size()));
+    }
+    for (size_t k = 0; k < args.size(); ++k) {
+      py::tuple a = args[k].cast<py::tuple>();
+      Arg arg;
+      arg.kind = a[0].cast<int>();
+      const auto& formal = schema.arguments()[k];
+      switch (arg.kind) {
+        case SLOT:
+          arg.slot = a[1].cast<int>();
+          break;
+        case VALUE:
+          arg.value = torch::jit::toIValue(a[1], formal.type());
+          break;
+        case NUMBER: {
+          // a Python number where the schema takes a Tensor: a wrapped-number tensor, as
+          // torch's Python argument parser makes (it does not take part in type promotion)
+          at::Tensor w = c10::scalar_to_tensor(torch::jit::toIValue(a[1], c10::NumberType::get()).toScalar());
+          w.unsafeGetTensorImpl()->set_wrapped_number(true);
+          arg.value = w;
+          arg.kind = VALUE;
+          break;
+        }
+        case TENSORS:
+        case OPTIONAL_TENSORS:
+          arg.slots = a[1].cast<std::vector<int>>();
+          break;
+        case DEFAULT:
+          if (!formal.default_value()) {
+            throw std::invalid_argument("sdk runner: " + name + " argument " + formal.name() +
+                                        " has no default");
+          }
+          arg.value = *formal.default_value();
+          arg.kind = VALUE;
+          break;
+        default:
+          throw std::invalid_argument("sdk runner: unknown argument kind");
+      }
+      s.args.push_back(std::move(arg));
+    }
+    s.outs = t[4].cast<std::vector<int>>();
+    s.relative = t[5].cast<bool>();  // multi: the op returns several values
+  }
+
+  void execute(const Step& s, const std::vector<at::Tensor>& in, std::vector<at::Tensor>& slots) {
+    switch (s.op) {
+      case INPUT:
+        slots[s.dst] = in.at(s.src);
+        return;
+      case CONST:
+        slots[s.dst] = s.tensor;
+        return;
+      case ALIAS:
+        slots[s.dst] = slots[s.src];
+        return;
+      case EMPTY:
+        slots[s.dst] = at::empty_strided(s.sizes, s.strides, s.options);
+        return;
+      case VIEW:
+        slots[s.dst] = reinterpret(slots[s.src], s.sizes, s.strides, s.offset);
+        return;
+      case AS_STRIDED: {
+        const at::Tensor& src = slots[s.src];
+        int64_t offset = s.relative ? src.storage_offset() + s.offset : s.offset;
+        slots[s.dst] = at::as_strided(src, s.sizes, s.strides, offset);
+        return;
+      }
+      case LAUNCH: {
+        I a[96];
+        size_t n = 0;
+        for (int slot : s.slots) a[n++] = reinterpret_cast<I>(slots[slot].data_ptr());
+        for (int64_t v : s.sizes) a[n++] = static_cast<I>(v);
+        if (call_c(s.fn, a, n, s.checked) != 0) {
+          py::gil_scoped_acquire gil;
+          py::object exc = s.error();
+          PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+          throw py::error_already_set();
+        }
+        return;
+      }
+      case CALL: {
+        torch::jit::Stack stack;
+        stack.reserve(s.args.size());
+        for (const Arg& a : s.args) {
+          switch (a.kind) {
+            case SLOT: {
+              const at::Tensor& t = slots[a.slot];
+              if (t.defined()) {
+                stack.emplace_back(t);
+              } else {
+                stack.emplace_back();
+              }
+              break;
+            }
+            case VALUE:
+              stack.push_back(a.value);
+              break;
+            case TENSORS: {
+              c10::List<at::Tensor> list;
+              list.reserve(a.slots.size());
+              for (int slot : a.slots) list.push_back(slots[slot]);
+              stack.emplace_back(std::move(list));
+              break;
+            }
+            default: {
+              c10::List<std::optional<at::Tensor>> list;
+              list.reserve(a.slots.size());
+              for (int slot : a.slots) {
+                list.push_back(slot < 0 ? std::optional<at::Tensor>() : slots[slot]);
+              }
+              stack.emplace_back(std::move(list));
+            }
+          }
+        }
+        s.handle->callBoxed(stack);
+        if (s.relative && stack.size() == 1 && stack[0].isTensorList()) {
+          auto list = stack[0].toTensorVector();
+          for (size_t k = 0; k < s.outs.size() && k < list.size(); ++k) {
+            if (s.outs[k] >= 0) slots[s.outs[k]] = list[k];
+          }
+          return;
+        }
+        for (size_t k = 0; k < s.outs.size() && k < stack.size(); ++k) {
+          if (s.outs[k] < 0) continue;
+          slots[s.outs[k]] = stack[k].isTensor() ? stack[k].toTensor() : at::Tensor();
+        }
+        return;
+      }
+      case RESTRIDE: {
+        at::Tensor& t = slots[s.dst];
+        if (!t.defined()) return;
+        for (size_t k = 0; k < s.dims.size(); ++k) {
+          int64_t d = s.dims[k];
+          if (t.stride(d) != s.strides[d]) {
+            at::Tensor out = at::empty_strided(t.sizes(), s.strides, t.options());
+            out.copy_(t);
+            t = out;
+            return;
+          }
+        }
+        return;
+      }
+      case FREE:
+        slots[s.dst] = at::Tensor();
+        return;
+      default:
+        throw std::logic_error("sdk runner: unexpected opcode " + std::to_string(s.op));
+    }
+  }
+
+  int n_slots_;
+  py::object mark_writes_;
+  std::vector<Step> steps_;
+};
+
+}  // namespace
+
+// ---- call_c: generated by core/native.py (one case per arity) ----
+@CALL_C@
+// (the cases are generated so that any arity up to the limit is a direct call)
+
+PYBIND11_MODULE(SDK_RUNNER_MODULE, m) {
+  m.doc() = "the SDK's native runner (core/runner.cpp)";
+  py::class_<Program>(m, "Program")
+      .def(py::init<const py::list&, int, py::object>())
+      .def("__len__", &Program::size)
+      .def("run", [](Program& p, const py::list& args) -> py::object {
+        try {
+          return p.run(args);
+        } catch (py::error_already_set&) {
+          throw;
+        } catch (...) {
+          torch::translate_exception_to_python(std::current_exception());
+          throw py::error_already_set();
+        }
+      });
+  m.attr("MAX_ARGS") = 96;
+}

@@ -1,0 +1,293 @@
+"""The native runner (core/runner.cpp) against the Python program it replaces, bit for bit.
+
+Each graph is compiled twice, ``options={"runner": "python"}`` (the reference) and
+``"native"`` (the default), and run on the same fresh random inputs: outputs, gradients and
+buffers written in place must be equal bit for bit, and ``sdk.explain`` must say which ran.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import sdk
+from sdk.core import native
+from sdk.core import steps as st
+from sdk.errors import OptionError
+
+pytestmark = pytest.mark.skipif(
+    native.module() is None, reason=f"the native runner does not build here: {native.why_not()}"
+)
+
+
+def _run(fn, args, runner, **options):
+    """``fn(*args)`` compiled with ``runner``: its result and the graphs' reports."""
+    torch._dynamo.reset()
+    backend = sdk.backend("cpu_cpp", runner=runner, cache=False, **options)
+    out = torch.compile(fn, backend=backend)(*args)
+    report = sdk.explain(fn, *args, backend=backend)
+    return out, report
+
+
+def _same(a, b) -> None:
+    flat_a, flat_b = torch.utils._pytree.tree_leaves(a), torch.utils._pytree.tree_leaves(b)
+    assert len(flat_a) == len(flat_b)
+    for x, y in zip(flat_a, flat_b, strict=True):
+        if isinstance(x, torch.Tensor):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.stride() == y.stride()
+            assert torch.equal(x, y) or (
+                (x.isnan() == y.isnan()).all() and torch.equal(x.nan_to_num(), y.nan_to_num())
+            ), (x, y)
+        else:
+            assert x == y
+
+
+def _train_case(model: torch.nn.Module, make_input):
+    """A training step of a copy of ``model`` per runner: loss, gradients and buffers."""
+
+    def results(runner: str):
+        torch.manual_seed(0)
+        m = copy.deepcopy(model)
+        x = make_input()
+
+        def step(x):
+            loss = m(x).float().pow(2).mean()
+            loss.backward()
+            return loss.detach()
+
+        loss, report = _run(step, (x,), runner)
+        grads = [p.grad for p in m.parameters()]
+        return [loss, *grads, *m.buffers()], report
+
+    return results
+
+
+def _gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        vocab_size=512,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        use_cache=False,
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).train()
+    ids = torch.randint(0, 512, (2, 32))
+
+    def results(runner: str):
+        m = copy.deepcopy(model)
+
+        def step(ids):
+            loss = m(input_ids=ids, labels=ids).loss
+            loss.backward()
+            return loss.detach()
+
+        loss, report = _run(step, (ids,), runner)
+        return [loss, *(p.grad for p in m.parameters())], report
+
+    return results
+
+
+def _convnet():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 3),
+        torch.nn.BatchNorm2d(16),
+        torch.nn.GELU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16, 10),
+    ).train()
+    return _train_case(model, lambda: torch.randn(4, 3, 16, 16))
+
+
+def _mlp():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 8)
+    )
+    return _train_case(model, lambda: torch.randn(16, 32, requires_grad=True))
+
+
+def _kernel_suite_cases():
+    from sdk.tools.bench_kernels import _cpu_suite
+
+    return sorted(_cpu_suite().items())
+
+
+@pytest.mark.parametrize("name,build", _kernel_suite_cases(), ids=lambda v: str(v)[:20])
+def test_kernel_suite_graphs_bit_for_bit(name, build):
+    """Every graph of the kernel suite (`python -m sdk bench`), through both runners."""
+    got = {}
+    for runner in ("python", "native"):
+        torch.manual_seed(0)
+        case = build(torch.device("cpu"))
+        torch._dynamo.reset()
+        compiled = torch.compile(case.target, backend=sdk.backend("cpu_cpp", runner=runner))
+        got[runner] = [t for _, t in case.outputs(case.step(compiled))]
+    _same(got["python"], got["native"])
+
+
+@pytest.mark.parametrize("case", [_mlp, _convnet, _gpt2], ids=["mlp", "convnet", "gpt2"])
+def test_training_steps_bit_for_bit_and_explain_says_native(case):
+    results = case()
+    ref, ref_report = results("python")
+    out, report = results("native")
+    _same(ref, out)
+    assert report.graphs and all(g.runner == "native" for g in report.graphs), [
+        (g.name, g.runner) for g in report.graphs
+    ]
+    assert all(g.runner.startswith("python") for g in ref_report.graphs)
+    assert "native runner" in str(report)
+    assert " = input 0" in report.graphs[0].program  # the program as data
+
+
+def test_in_place_writes_and_views_of_inputs():
+    def f(buf, idx, x):
+        buf.add_(1)  # a write into a graph input
+        y = x.t()[1:] * 2  # a view of an input at an offset
+        buf[idx] = y.sum(1)[: idx.numel()]  # index_put_ into the input
+        return y, buf.view(2, -1)
+
+    def args():
+        torch.manual_seed(1)
+        return torch.randn(8), torch.tensor([0, 3, 5]), torch.randn(6, 5)
+
+    a, b = args(), args()
+    ref, _ = _run(f, a, "python")
+    out, report = _run(f, b, "native")
+    _same(ref, out)
+    _same(a, b)
+    assert all(g.runner == "native" for g in report.graphs)
+
+
+def test_an_index_out_of_range_raises_as_in_the_python_program():
+    def f(x, i):
+        return torch.gather(x, 0, i) * 2
+
+    x, i = torch.randn(4, 3), torch.tensor([[0, 1, 9]])
+    messages = {}
+    for runner in ("python", "native"):
+        torch._dynamo.reset()
+        g = torch.compile(f, backend=sdk.backend("cpu_cpp", runner=runner, cache=False))
+        with pytest.raises(Exception) as info:
+            g(x, i)
+        messages[runner] = (type(info.value), str(info.value))
+    assert messages["python"] == messages["native"]
+
+
+def test_steps_the_runner_cannot_take_stay_python_and_say_why():
+    def with_dropout(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) + 1
+
+    _, report = _run(with_dropout, (torch.randn(64),), "native")
+    assert any("random" in g.runner for g in report.graphs), [g.runner for g in report.graphs]
+
+    torch._dynamo.reset()
+    backend = sdk.backend("cpu_cpp", runner="native", cache=False)
+    f = torch.compile(lambda x: (x * 2).sum(0), backend=backend, dynamic=True)
+    torch.testing.assert_close(f(torch.ones(3, 4)), torch.full((4,), 6.0))
+    report = sdk.explain(lambda x: (x * 2).sum(0), torch.ones(3, 4), backend=backend)
+    assert report.graphs
+
+
+def test_a_warm_program_from_the_graph_cache_runs_native(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+
+    def f(x, w):
+        return torch.nn.functional.gelu(x @ w).sum(1)
+
+    x, w = torch.randn(8, 16), torch.randn(16, 4)
+    reports = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        reports.append(sdk.explain(f, x, w, backend=sdk.backend("cpu_cpp")))
+    assert reports[1].graphs[0].cache == "hit"
+    assert reports[1].graphs[0].runner == "native"
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, backend="sdk:cpu_cpp")(x, w), f(x, w))
+
+
+def test_runner_option_is_checked():
+    with pytest.raises(OptionError, match="'native' or 'python'"):
+        sdk.backend("cpu_cpp", runner="fast")
+
+
+def test_check_refuses_a_slot_read_before_it_is_written():
+    with pytest.raises(ValueError, match="reads slot 1 unwritten"):
+        st.check([(st.INPUT, 0, 0), (st.ALIAS, 2, 1), (st.RETURN, [(0, 2)])], 3)
+    with pytest.raises(ValueError, match="does not end with a return"):
+        st.check([(st.INPUT, 0, 0)], 1)
+    st.check([(st.INPUT, 0, 0), (st.FREE, 0), (st.INPUT, 0, 0), (st.RETURN, [(0, 0)])], 1)
+
+
+def test_no_compiler_one_warning_and_the_python_program(tmp_path):
+    """A machine where the runner cannot be built: one warning naming the fix, right results."""
+    script = textwrap.dedent(
+        """
+        import warnings, torch, sdk
+        warnings.simplefilter("always")
+        with warnings.catch_warnings(record=True) as caught:
+            f = torch.compile(lambda x: (x.sin() * 2).sum(), backend="sdk:cpu_cpp")
+            x = torch.randn(32)
+            torch.testing.assert_close(f(x), (x.sin() * 2).sum())
+            g = torch.compile(lambda x: x.cos() + 1, backend="sdk:cpu_cpp")
+            torch.testing.assert_close(g(x), x.cos() + 1)
+        runner = [w for w in caught if "native runner" in str(w.message)]
+        print("WARNINGS", len(runner))
+        print("MESSAGE", str(runner[0].message) if runner else "")
+        """
+    )
+    # a compiler that builds the plugin's kernels but fails on the runner, as where torch's
+    # headers are missing
+    cxx = tmp_path / "cxx"
+    cxx.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in */runner/*) echo "fatal error: torch/extension.h: No such file" >&2; '
+        "exit 1;; esac\n"
+        'exec g++ "$@"\n'
+    )
+    cxx.chmod(0o755)
+    env = {
+        **os.environ,
+        "SDK_RUNNER_DIR": str(tmp_path / "runner"),
+        "SDK_CACHE_DIR": str(tmp_path / "cache"),
+        "CXX": str(cxx),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "WARNINGS 1" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "Fix: install a C++ compiler" in proc.stdout
+
+
+def test_native_entry_is_what_the_toolchain_launcher_carries():
+    import ctypes
+
+    from sdk import toolchain
+
+    libc = ctypes.CDLL(None)
+    launch = toolchain.launcher(toolchain.get_function(libc, "abs", 0), nargs=0)
+    assert isinstance(launch.native, sdk.NativeEntry)
+    assert launch.native.address == ctypes.cast(libc["abs"], ctypes.c_void_p).value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert native.module() is not None
