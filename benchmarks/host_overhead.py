@@ -1,4 +1,5 @@
-"""GPU: host time per call of eager, Inductor and the sdk on model-suite rows.
+"""GPU: host time per call of eager, Inductor and the sdk (native runner, and its Python
+program) on model-suite rows.
 
     python benchmarks/host_overhead.py resnet18_fp32,mobilenet_v3_large_bf16 [PROFILE_ROWS]
 
@@ -24,7 +25,15 @@ import torch
 from sdk.core.adapters.torch_private import reset_dynamo
 from sdk.tools import bench_models as bm
 
-BACKENDS = ("eager", "inductor", "sdk:cuda_triton")
+BACKENDS = ("eager", "inductor", "sdk:cuda_triton", "sdk python runner")
+
+
+def _backend(name: str):
+    import sdk
+
+    if name == "sdk python runner":
+        return sdk.backend("cuda_triton", runner="python")
+    return name
 
 
 def main(names: list[str], prof_rows: int) -> None:
@@ -35,7 +44,7 @@ def main(names: list[str], prof_rows: int) -> None:
         fns = {}
         for be in BACKENDS:
             reset_dynamo()
-            f = case.target if be == "eager" else torch.compile(case.target, backend=be)
+            f = case.target if be == "eager" else torch.compile(case.target, backend=_backend(be))
             for _ in range(5):
                 case.step(f)
             torch.cuda.synchronize()

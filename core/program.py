@@ -625,10 +625,12 @@ class Wrapper:
         for step in self.steps or ():
             op = step[0]
             if op == st.LAUNCH:
-                entry = step[1].native
-                out.append(
-                    (op, entry.address, step[2], step[3], entry.error is not None, entry.error)
-                )
+                entry = getattr(step[1], "native", None)
+                if entry is None:  # a kernel of the plugin's launched through Python
+                    out.append((st.LAUNCH_PY, step[1], step[2], step[3]))
+                    continue
+                checked, state = entry.error is not None, entry.state
+                out.append((op, entry.address, *step[2:4], checked, entry.error, state, step[1]))
             elif op == st.CALL:
                 schema = step[1]._schema
                 out.append((op, schema.name, schema.overload_name, *step[2:]))
@@ -861,13 +863,13 @@ class _WrapperWriter:
         self._native(self._launch_step, step, fn)
 
     def _launch_step(self, step: Kernel, fn: Callable) -> None:
-        entry = getattr(fn, "native", None)
-        if entry is None:
-            raise st.NotNative(f"kernel {step.name} has no C entry point (sdk.NativeEntry)")
+        """A kernel's launch; one without a C entry point (``sdk.NativeEntry``) is launched
+        through Python by the runner (its entry point may also come later: the runner
+        program is made when the program is loaded, after the plugin loaded its kernels)."""
         if step.size_args:
             raise st.NotNative("symbolic sizes")
-        if entry.nargs != len(step.args) or entry.nargs > st.MAX_LAUNCH_ARGS:
-            raise st.NotNative(f"kernel {step.name}: {entry.nargs} arguments")
+        if len(step.args) > st.MAX_LAUNCH_ARGS:
+            raise st.NotNative(f"kernel {step.name}: {len(step.args)} arguments")
         S = self.steps
         S.add(st.LAUNCH, fn, [S.read(a.name) for a in step.args], [], step.name)
 

@@ -11,7 +11,10 @@
 //   EMPTY      (op, dst, sizes, strides, dtype, device)
 //   VIEW       (op, dst, src, sizes, strides, offset)  reinterpreted, offset relative to src's
 //   AS_STRIDED (op, dst, src, sizes, strides, offset, relative)  a real view (torch.as_strided)
-//   LAUNCH     (op, address, slots, sizes, checked, error)  a C function of pointers, then int64s
+//   LAUNCH     (op, address, slots, sizes, checked, error, state, kernel)  a C function
+//              (sdk.NativeEntry): state 0: f(pointers..., sizes...); else f(state, stream,
+//              args, nargs), which returns -2 (NOT_NATIVE) to have `kernel` launched by Python
+//   LAUNCH_PY  (op, function, slots, sizes)            a kernel launched by Python (the GIL taken)
 //   CALL       (op, name, overload, args, outs, multi)  an ATen op through the dispatcher
 //   RESTRIDE   (op, slot, dims, strides)               copied into these strides where it is not
 //   FREE       (op, slot)
@@ -25,6 +28,7 @@
 #include <torch/extension.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -51,6 +55,7 @@ enum Opcode : int {
   FREE = 9,
   WRITES = 10,
   RETURN = 11,
+  LAUNCH_PY = 12,
 };
 
 enum ArgKind : int { SLOT = 0, VALUE = 1, TENSORS = 2, OPTIONAL_TENSORS = 3, DEFAULT = 4, NUMBER = 5 };
@@ -73,9 +78,11 @@ struct Step {
   at::Tensor tensor;
   // LAUNCH
   void* fn = nullptr;
+  void* state = nullptr;
   std::vector<int> slots;
   bool checked = false;
   py::object error;
+  py::object python;  // LAUNCH_PY: the kernel function
   // CALL
   std::optional<c10::OperatorHandle> handle;
   std::vector<Arg> args;
@@ -86,6 +93,9 @@ struct Step {
 };
 
 using I = std::intptr_t;
+
+// what a state-convention kernel function returns when the runner must launch it by Python
+constexpr int64_t kNotNative = -2;
 
 // A C function of n pointer-or-int64 arguments (the same registers on the 64-bit ABIs the
 // toolchain targets), its int result (0: fine) where `checked`.
@@ -154,6 +164,16 @@ class Program {
           s.sizes = ints(t[3]);
           s.checked = t[4].cast<bool>();
           s.error = py::reinterpret_borrow<py::object>(t[5]);
+          s.state = reinterpret_cast<void*>(t[6].cast<std::uintptr_t>());
+          s.python = py::reinterpret_borrow<py::object>(t[7]);
+          if (s.slots.size() + s.sizes.size() > 96) {
+            throw std::invalid_argument("sdk runner: more than 96 launch arguments");
+          }
+          break;
+        case LAUNCH_PY:
+          s.python = py::reinterpret_borrow<py::object>(t[1]);
+          s.slots = t[2].cast<std::vector<int>>();
+          s.sizes = ints(t[3]);
           break;
         case CALL:
           build_call(s, t);
@@ -186,10 +206,10 @@ class Program {
     }
   }
 
-  py::object run(const py::list& args) {
+  py::object run(const py::sequence& args) {
     std::vector<at::Tensor> in;
     in.reserve(args.size());
-    for (const auto& a : args) {
+    for (const auto& a : args) {  // (a list from AOTAutograd, a tuple from a wrapper)
       if (!THPVariable_Check(a.ptr())) {
         throw std::invalid_argument("sdk runner: a graph input is not a tensor");
       }
@@ -318,8 +338,31 @@ class Program {
         size_t n = 0;
         for (int slot : s.slots) a[n++] = reinterpret_cast<I>(slots[slot].data_ptr());
         for (int64_t v : s.sizes) a[n++] = static_cast<I>(v);
-        if (call_c(s.fn, a, n, s.checked) != 0) {
+        int64_t failed;
+        if (s.state != nullptr) {
+          // f(state, stream, args, nargs): the current stream of the first tensor's device
+          void* stream = nullptr;
+          if (!s.slots.empty()) {
+            const c10::Device device = slots[s.slots[0]].device();
+            if (!device.is_cpu()) {
+              stream = c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
+            }
+          }
+          using StateFn = int64_t (*)(void*, void*, const I*, int64_t);
+          failed = reinterpret_cast<StateFn>(s.fn)(s.state, stream, a, static_cast<int64_t>(n));
+        } else {
+          failed = call_c(s.fn, a, n, s.checked);
+        }
+        if (failed == kNotNative) {
+          launch_python(s, slots);
+          return;
+        }
+        if (failed != 0) {
           py::gil_scoped_acquire gil;
+          if (s.error.is_none()) {
+            throw std::runtime_error("sdk runner: a native kernel launch failed (status " +
+                                     std::to_string(failed) + ")");
+          }
           py::object exc = s.error();
           PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
           throw py::error_already_set();
@@ -391,9 +434,23 @@ class Program {
       case FREE:
         slots[s.dst] = at::Tensor();
         return;
+      case LAUNCH_PY:
+        launch_python(s, slots);
+        return;
       default:
         throw std::logic_error("sdk runner: unexpected opcode " + std::to_string(s.op));
     }
+  }
+
+  static void launch_python(const Step& s, const std::vector<at::Tensor>& slots) {
+    py::gil_scoped_acquire gil;
+    py::tuple args(s.slots.size() + s.sizes.size());
+    size_t k = 0;
+    for (int slot : s.slots) {
+      args[k++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(slots[slot]));
+    }
+    for (int64_t v : s.sizes) args[k++] = py::int_(v);
+    s.python(*args);
   }
 
   int n_slots_;
@@ -412,7 +469,7 @@ PYBIND11_MODULE(SDK_RUNNER_MODULE, m) {
   py::class_<Program>(m, "Program")
       .def(py::init<const py::list&, int, py::object>())
       .def("__len__", &Program::size)
-      .def("run", [](Program& p, const py::list& args) -> py::object {
+      .def("run", [](Program& p, const py::sequence& args) -> py::object {
         try {
           return p.run(args);
         } catch (py::error_already_set&) {

@@ -23,6 +23,8 @@ import torch
 INPUT, CONST, ALIAS, EMPTY, VIEW, AS_STRIDED, LAUNCH, CALL, RESTRIDE, FREE, WRITES, RETURN = range(
     12
 )
+#: (the runner's form of a LAUNCH whose kernel has no C entry point: Python launches it)
+LAUNCH_PY = 12
 NAMES = (
     "input",
     "const",
@@ -36,6 +38,7 @@ NAMES = (
     "free",
     "writes",
     "return",
+    "launch (Python)",
 )
 #: argument kinds of a CALL: a slot's tensor, a constant, a Tensor[] of slots, a Tensor?[]
 #: of slots (-1: None), the schema's default, a Python number where the schema takes a Tensor
@@ -98,7 +101,7 @@ def check(steps: list[tuple], n_slots: int) -> None:
         elif op in (ALIAS, VIEW, AS_STRIDED):
             reads(i, s[2])
             written.add(s[1])
-        elif op == LAUNCH:
+        elif op in (LAUNCH, LAUNCH_PY):
             for slot in s[2]:
                 reads(i, slot)
             if len(s[2]) + len(s[3]) > MAX_LAUNCH_ARGS:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
@@ -336,17 +336,33 @@ class NativeEntry:
     without Python (one Python->C++ crossing per graph call, not per kernel); one without
     it makes its graph's program run in Python. ``sdk.toolchain.launcher`` sets it.
 
-    The function at ``address`` takes ``nargs`` pointers (each tensor's ``data_ptr()``, in
-    ``Kernel.args`` order), then ``nsizes`` ``int64_t`` sizes, and returns nothing; with
-    ``error``, it returns an ``int64_t``, nonzero when it failed, and the runner raises
-    ``error()`` (an exception instance, built with the GIL held). It must be safe to call
-    without the GIL, and stay loaded while the process runs.
+    Two calling conventions:
+
+    * ``state == 0``: the function at ``address`` takes ``nargs`` pointers (each tensor's
+      ``data_ptr()``, in ``Kernel.args`` order), then ``nsizes`` ``int64_t`` sizes, and
+      returns nothing; with ``error``, it returns an ``int64_t``, nonzero when it failed.
+    * ``state != 0`` (a device kernel): ``int64_t f(void* state, void* stream, const
+      intptr_t* args, int64_t n)``: ``state`` is yours (the kernel's handle, grid, ...; keep
+      it alive as long as the launcher), ``stream`` the native handle of the current stream
+      of the first tensor's device (NULL on the CPU), ``args`` the pointers then the sizes;
+      nonzero when it failed.
+
+    A state-convention function may return ``NativeEntry.NOT_NATIVE`` (-2) when it cannot
+    launch now (not loaded yet, another context current): the runner then calls the
+    :data:`KernelFn` itself, with the GIL, as the Python program would.
+
+    When it failed, the runner raises ``error()`` (an exception instance, built with the
+    GIL held), or a ``RuntimeError`` with the status without ``error``. The function must be
+    safe to call without the GIL, and stay loaded while the process runs.
     """
 
     address: int
     nargs: int
     nsizes: int = 0
     error: Callable[[], BaseException] | None = None
+    state: int = 0
+
+    NOT_NATIVE: ClassVar[int] = -2
 
 
 @dataclass(frozen=True)

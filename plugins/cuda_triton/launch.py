@@ -151,11 +151,17 @@ def _fast(compiled: Any, grid: tuple[int, int, int], consts: tuple[Any, ...]) ->
 
 
 def kernel_call(
-    jit_fn: Any, grid: tuple[int, int, int], constexprs: dict[str, int], options: dict[str, Any]
+    jit_fn: Any,
+    grid: tuple[int, int, int],
+    constexprs: dict[str, int],
+    options: dict[str, Any],
+    nargs: int | None = None,
 ) -> Callable[..., None]:
     """``fn(*args)`` launching ``jit_fn`` on ``grid`` with fixed constexprs and options.
 
-    ``fn.path()`` says which launch path the next call takes ("portable" or "fast").
+    ``fn.path()`` says which launch path the next call takes ("portable" or "fast"). With
+    ``nargs`` (the kernel's tensor count), on a GPU, ``fn.native`` is its entry for the SDK's
+    native runner (:mod:`.native`), ready from its first launch on.
     """
     portable = jit_fn[grid]
     kw = {**constexprs, **options}
@@ -175,6 +181,11 @@ def kernel_call(
         return interpreted
     consts = tuple(constexprs.values())
     state: dict[str, Any] = {"fast": None, "tried": False}
+    native = None
+    if nargs is not None:
+        from .native import Native
+
+        native = Native(getattr(jit_fn, "__name__", "kernel"), grid, nargs)
 
     def call(*args: Any) -> None:
         fast = state["fast"]
@@ -188,10 +199,15 @@ def kernel_call(
             state["tried"] = True
             compiled = portable(*args, **kw)
             state["fast"] = _fast(compiled, grid, consts)
+            if native is not None and state["fast"] is not None:
+                native.fill(compiled, len(args))
             return
         portable(*args, **kw)
 
     call.path = lambda: "fast" if state["fast"] is not None else "portable"  # type: ignore[attr-defined]
+    if native is not None and native.entry is not None:
+        call.native = native.entry  # type: ignore[attr-defined]
+        call.native_state = native  # type: ignore[attr-defined]
     # compile without launching: Triton takes dtypes for pointer arguments
     call.warmup = lambda dtypes: jit_fn.warmup(*dtypes, grid=grid, **kw)  # type: ignore[attr-defined]
     return call
@@ -371,7 +387,9 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
     if 0 in grid:
         return lambda *args: None
     mod = load_module(src.source)
-    main = kernel_call(getattr(mod, src.entry), grid, consts, opts)
+    split = meta["mode"] == "split"
+    nargs = None if split else len(meta["args"])
+    main = kernel_call(getattr(mod, src.entry), grid, consts, opts, nargs)
     dtypes = [getattr(torch, dt) for _name, _storage, dt, _role in meta["args"]]
     if meta["mode"] != "split":
         main.precompile = lambda: [main.warmup(dtypes)]  # type: ignore[attr-defined]

@@ -1,0 +1,158 @@
+"""The native runner on a GPU: cuda_triton's programs through both runners, bit for bit.
+
+Triton kernels are launched by the runner through the CUDA driver (plugins/cuda_triton/
+native.py) once their first launch loaded them; split reductions launch through Python
+(a mixed program). Every graph of the GPU kernel suite, training steps in fp32 and bf16,
+and reduce-overhead (the CUDA graph records the runner's launches).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import sdk
+from sdk.plugins.cuda_triton import native as triton_native
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _same(a, b) -> None:
+    flat_a, flat_b = torch.utils._pytree.tree_leaves(a), torch.utils._pytree.tree_leaves(b)
+    assert len(flat_a) == len(flat_b)
+    for x, y in zip(flat_a, flat_b, strict=True):
+        if isinstance(x, torch.Tensor):
+            assert x.dtype == y.dtype and x.shape == y.shape
+            assert torch.equal(x.nan_to_num(), y.nan_to_num()), (x, y)
+        else:
+            assert x == y
+
+
+def _suite():
+    from sdk.tools.bench_kernels import _gpu_suite
+
+    return sorted(_gpu_suite().items())
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    """Library calls repeat their bits (attention's backward does not, by default): what
+    differs between the runners is then the runner's doing."""
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    yield
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.deterministic = False
+
+
+@pytest.mark.parametrize("name,build", _suite(), ids=lambda v: str(v)[:24])
+def test_gpu_kernel_suite_graphs_bit_for_bit(name, build):
+    got = {}
+    for runner in ("python", "native"):
+        torch.manual_seed(0)
+        case = build(torch.device("cuda"))
+        torch._dynamo.reset()
+        backend = sdk.backend("cuda_triton", runner=runner, cache=False)
+        compiled = torch.compile(case.target, backend=backend)
+        case.step(compiled)  # the first call loads the kernels
+        got[runner] = [t.clone() for _, t in case.outputs(case.step(compiled))]
+    _same(got["python"], got["native"])
+
+
+def _gpt2(dtype):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(
+        n_layer=2,
+        n_embd=128,
+        n_head=4,
+        vocab_size=1024,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        use_cache=False,
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).to("cuda", dtype).train()
+    ids = torch.randint(0, 1024, (4, 64), device="cuda")
+
+    def step(m):
+        def f(ids):
+            loss = m(input_ids=ids, labels=ids).loss
+            loss.backward()
+            return loss.detach()
+
+        return f, (ids,)
+
+    return model, step
+
+
+def _convnet(dtype):
+    torch.manual_seed(0)
+    model = (
+        torch.nn.Sequential(
+            torch.nn.Conv2d(3, 16, 3, padding=1),
+            torch.nn.BatchNorm2d(16),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(16, 16, 3, padding=1),
+            torch.nn.BatchNorm2d(16),
+            torch.nn.GELU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+            torch.nn.Flatten(),
+            torch.nn.Linear(16, 10),
+        )
+        .to("cuda", dtype)
+        .train()
+    )
+    x = torch.randn(8, 3, 32, 32, device="cuda", dtype=dtype)
+
+    def step(m):
+        def f(x):
+            loss = m(x).float().pow(2).mean()
+            loss.backward()
+            return loss.detach()
+
+        return f, (x,)
+
+    return model, step
+
+
+@pytest.mark.parametrize("mode", [None, "reduce-overhead"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("build", [_gpt2, _convnet], ids=["gpt2", "convnet"])
+def test_training_steps_bit_for_bit(build, dtype, mode):
+    model, step = build(dtype)
+    got, reports = {}, {}
+    for runner in ("python", "native"):
+        m = copy.deepcopy(model)
+        f, args = step(m)
+        torch._dynamo.reset()
+        # (reduce-overhead: the cudagraphs wrapper, as the mode names it)
+        wrappers = ("cudagraphs",) if mode == "reduce-overhead" else ()
+        backend = sdk.backend("cuda_triton", wrappers=wrappers, runner=runner, cache=False)
+        compiled = torch.compile(f, backend=backend)
+        for _ in range(3):  # loads, then (reduce-overhead) records, then replays
+            for p in m.parameters():
+                p.grad = None
+            loss = compiled(*args)
+        torch.cuda.synchronize()
+        got[runner] = [loss.clone(), *(p.grad.clone() for p in m.parameters()), *m.buffers()]
+        reports[runner] = sdk.explain(f, *args, backend=backend)
+    _same(got["python"], got["native"])
+    runners = [g.runner for g in reports["native"].graphs]
+    assert runners and all(r == "native" for r in runners), runners
+
+
+def test_triton_kernels_launch_natively_after_their_first_launch():
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, y: (x.sin() * y).relu() + 1, backend="sdk:cuda_triton")
+    x, y = torch.randn(1000, 300, device="cuda"), torch.randn(1000, 300, device="cuda")
+    before = {id(n) for n in triton_native.made}
+    out = f(x, y)
+    torch.testing.assert_close(out, (x.sin() * y).relu() + 1)
+    new = [n for n in triton_native.made if id(n) not in before]
+    assert new and all(n.ready for n in new)
+    x2 = torch.randn(1000, 300, device="cuda")
+    torch.testing.assert_close(f(x2, y), (x2.sin() * y).relu() + 1)  # the native launch
