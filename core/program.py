@@ -202,7 +202,7 @@ def _schedule(
         )
     outputs, keep = _plan_outputs(L)
     with logs.stage(_log, "schedule", ctx.graph_name) as scheduled:
-        sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.options["fusion"])
+        sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.core_options.fusion)
         steps = sched.run()
         fused = sum(d.fused for d in sched.decisions)
         scheduled.append(
@@ -358,7 +358,7 @@ def _cache_key(
 ) -> tuple[str | None, str | None]:
     """The program's cache key, or None and why there is none. ``vendor``: which call
     nodes run the plugin's own function, and which (by qualified name), are in the key."""
-    if not graph_cache.enabled(ctx.options):
+    if not ctx.core_options.cache:
         return None, "off"
     plugin_key = session.hooks.sdk_cache_key(ctx=ctx)
     if plugin_key is None:
