@@ -1,6 +1,6 @@
 """A chain of plugins sharing one ATen graph, op by op.
 
-``options["chain"]`` names the plugins after the backend's own, in order of priority. Each
+The ``chain`` option names the plugins after the backend's own, in order of priority. Each
 plugin claims call nodes: a kernel-level plugin those its program can lower
 (:func:`core.lowering.refusal`), a graph-level plugin those its ``sdk_claim_nodes`` hook
 accepts. :func:`core.partition.partition` cuts the graph into maximal acyclic partitions,
@@ -53,7 +53,7 @@ def compile_partitioned(
     """``gm`` compiled as partitions of the chain and its report, or None where one plugin
     takes it whole (see the module's docstring). ``session`` is the backend plugin's
     :class:`~core.pipeline.Session`; the program takes AOTAutograd's boxed list."""
-    plugins = (ctx.plugin, *session.options["chain"])
+    plugins = (ctx.plugin, *session.options.chain)
     graph_level = session.info.kind == PluginKind.GRAPH
     if len(plugins) == 1 and not graph_level:
         return None
@@ -67,10 +67,10 @@ def compile_partitioned(
     plan = partition(
         work,
         [(p, _lookup(claims[p])) for p in plugins],
-        min_size=session.options["min_partition_size"],
+        min_size=session.options.min_partition_size,
     )
     _place(plan, report, plugins)
-    if report.fallbacks and not session.options["fallback"]:
+    if report.fallbacks and not session.options.fallback:
         left = "; ".join(
             f"{p.op} ({', '.join(f'sdk:{name}: {why}' for name, why in p.refusals)})"
             for p in report.placements
@@ -200,7 +200,7 @@ def _compile_partition(
 ) -> tuple[Callable, str, str, str]:
     """(callable taking the partition's inputs positionally, who compiled it, cache state,
     note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen."""
-    chain = (ctx.plugin, *session.options["chain"])
+    chain = (ctx.plugin, *session.options.chain)
     later = [
         p for p in chain[chain.index(plugin) + 1 :] if session.kind_of(p) == PluginKind.CODEGEN
     ]
@@ -223,7 +223,7 @@ def _compile_partition(
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - this partition goes to the next plugin
-        if not all(_is_static(x) for x in inputs) and not c.options["debug"]:
+        if not all(_is_static(x) for x in inputs) and not c.core_options.debug:
             note = (
                 f"sdk:{plugin} refused symbolic sizes ({describe(exc, one_line=True)}): "
                 "compiled per shape"
@@ -279,7 +279,7 @@ def _graph_compile(
 def _cache_key(
     s: Any, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
 ) -> tuple[str | None, str]:
-    if not graph_cache.enabled(c.options):
+    if not c.core_options.cache:
         return None, "off"
     plugin_key = s.hooks.sdk_cache_key(ctx=c)
     if plugin_key is None:

@@ -26,18 +26,21 @@ class Env:
     plugins_allow: frozenset[str] | None
     #: SDK_PLUGINS_DENY: comma-separated plugin names that are never imported.
     plugins_deny: frozenset[str]
-    #: SDK_DEBUG=1: run the IR checker after every stage.
+    #: SDK_DEBUG=1: the ``debug`` option for every compile (IR checker after every stage, a
+    #: plugin's errors raised); folded into ``sdk.CoreOptions.debug`` by core.options.resolve
     debug: bool
     #: SDK_CACHE_DIR: root of the per-user cache (default ~/.cache/torch-backend-sdk).
     cache_dir: str | None
     #: XDG_CACHE_HOME: where per-user caches live when SDK_CACHE_DIR is unset.
     xdg_cache_home: str | None
-    #: SDK_GRAPH_CACHE=0: keep compiled programs out of the whole-graph cache (default on).
+    #: SDK_GRAPH_CACHE=0: keep compiled programs out of the whole-graph cache (default on);
+    #: folded into ``sdk.CoreOptions.cache`` by core.options.resolve
     graph_cache: bool = True
 
 
 def env() -> Env:
-    """Read the environment now (cheap; callers read it when they need it)."""
+    """Read the environment now (cheap). A compile reads it once, where its options are
+    parsed (:func:`core.options.resolve`); nothing after reads it again."""
     e = os.environ
     return Env(
         plugins_allow=_names(e.get("SDK_PLUGINS_ALLOW")),

@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from sdk.plugin import CoreOptions, PluginOptions
+
 from .adapters import torch_private as tp
 from .cache import DiskCache, cache_dir, check_part, own_name, source_digest, stable_hash
 from .config import env
@@ -46,10 +48,6 @@ class Uncacheable(Exception):
     """The program names something this cache cannot store (the compile goes on)."""
 
 
-def enabled(options: Any) -> bool:
-    return bool(options.get("cache", True)) and env().graph_cache
-
-
 # -- the key ------------------------------------------------------------------
 
 
@@ -60,9 +58,9 @@ def sdk_digest() -> str:
     return source_digest("sdk", "sdk.core")  # (sub-packages are walked too)
 
 
-def unplain(options: Any) -> list[str]:
+def unplain(*options: CoreOptions | PluginOptions) -> list[str]:
     """The options whose values are not plain data (a key cannot hold them)."""
-    return sorted(k for k, v in options.items() if not _plain(v))
+    return sorted(k for o in options for k, v in o.as_dict().items() if not _plain(v))
 
 
 def _plain(x: Any) -> bool:
@@ -78,8 +76,7 @@ def graph_key(
 ) -> str:
     """The key of one graph variant (see the module's docstring). Raises
     :class:`Uncacheable` for an option whose value is not plain data."""
-    options = sorted(ctx.options.items())
-    bad = unplain(ctx.options)
+    bad = unplain(ctx.core_options, ctx.plugin_options)
     if bad:
         raise Uncacheable(f"option(s) {bad} are not plain data")
     consts = []
@@ -107,7 +104,8 @@ def graph_key(
         gm.code,
         tuple(consts),
         repr(specs),
-        repr(options),
+        ctx.core_options.hash(),
+        ctx.plugin_options.hash(),
     )
 
 

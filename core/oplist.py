@@ -29,7 +29,7 @@ import torch
 import torch.fx
 
 from sdk.errors import describe
-from sdk.plugin import Capability, CompileContext
+from sdk.plugin import Capability, CompileContext, CoreOptions, PluginOptions
 
 from .adapters import torch_private as tp
 from .fallback import op_name
@@ -83,20 +83,31 @@ def core_tables() -> Tables:
 
 def plugin_tables(session: Any) -> Tables:
     """The tables of a compile by ``session``'s plugin: its decompositions and kept ops."""
-    ctx = _context(session.info.name, session.info.capabilities, session.options)
+    ctx = _context(
+        session.info.name, session.info.capabilities, session.options, session.plugin_options
+    )
     table = session.decompositions(ctx)
     kept = frozenset(op for op in tp.default_decompositions() if op not in table)
     return Tables(table, session.hooks, session.info.name, session.info.capabilities, kept)
 
 
-def _context(plugin: str, capabilities: frozenset, options: Any) -> CompileContext:
+def _context(
+    plugin: str,
+    capabilities: frozenset,
+    core: CoreOptions | None = None,
+    own: PluginOptions | None = None,
+) -> CompileContext:
+    core = replace(core or CoreOptions(), fallback=True, channels_last=False)
+    own = own or PluginOptions()
     return CompileContext(
         plugin=plugin or "(core)",
         device_type=_PROBE_DEVICE,
         graph_kind="inference",
         graph_name="ops",
-        options={**options, "fallback": True, "channels_last": False},
+        options={**core.as_dict(), **own.as_dict()},
         capabilities=capabilities,
+        core_options=core,
+        plugin_options=own,
     )
 
 
@@ -143,7 +154,7 @@ def listing(tables: Tables, ops: Iterable[Any] | None = None) -> list[OpEntry]:
     """Where each op goes (all of :func:`universe`, or ``ops``, whose decompositions are
     traced too), sorted by name."""
     chosen = universe(tables) if ops is None else set(ops)
-    ctx = _context(tables.plugin, tables.capabilities, {})
+    ctx = _context(tables.plugin, tables.capabilities)
     return [place(op, tables, ctx, detail=ops is not None) for op in sorted(chosen, key=op_name)]
 
 

@@ -1,17 +1,31 @@
 """Compile options: the core's, plus those each plugin declares in its PluginInfo.
 
 ``torch.compile(..., mode=..., options={...})`` and ``sdk.backend(name, **options)``
-both end here. An unknown option or mode raises and lists the known ones.
+both end here. An unknown option or mode raises and lists the known ones. :func:`resolve`
+parses them once per compile into two frozen objects: the core's :class:`sdk.CoreOptions`
+(with the environment's ``SDK_DEBUG`` and ``SDK_GRAPH_CACHE`` folded in, read through
+:mod:`core.config`) and the plugin's own :class:`sdk.PluginOptions`. Everything after reads
+those by attribute; this module is the only one of the core that reads options by name
+(``tests/test_options.py`` holds the core to that).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from sdk.errors import OptionError
-from sdk.plugin import Capability, OptionSpec, PluginInfo, PluginKind
+from sdk.plugin import (
+    Capability,
+    CoreOptions,
+    OptionSpec,
+    PluginInfo,
+    PluginKind,
+    PluginOptions,
+)
+
+from . import config
 
 CORE_OPTIONS: dict[str, OptionSpec] = {
     "fallback": OptionSpec(
@@ -67,6 +81,13 @@ MODES: dict[str, dict[str, Any]] = {
 }
 
 
+class Resolved(NamedTuple):
+    """One compile's options, parsed: the core's and the plugin's own."""
+
+    core: CoreOptions
+    plugin: PluginOptions
+
+
 def known_options(info: PluginInfo) -> dict[str, OptionSpec]:
     clash = set(CORE_OPTIONS) & set(info.options)
     if clash:
@@ -78,9 +99,14 @@ def known_options(info: PluginInfo) -> dict[str, OptionSpec]:
 
 
 def resolve(
-    info: PluginInfo, mode: str | None, options: Mapping[str, Any] | None
-) -> Mapping[str, Any]:
-    """Defaults, then the mode's options, then the explicit ones; all validated."""
+    info: PluginInfo,
+    mode: str | None,
+    options: Mapping[str, Any] | None,
+    env: config.Env | None = None,
+) -> Resolved:
+    """Defaults, then the mode's options, then the explicit ones; all validated, and parsed
+    into the typed pair. ``env`` (default: read now) adds ``SDK_DEBUG`` and
+    ``SDK_GRAPH_CACHE``."""
     known = known_options(info)
     mode = mode or "default"
     if mode not in MODES:
@@ -116,11 +142,40 @@ def resolve(
             f"option 'min_partition_size' for sdk:{info.name} must be at least 1, got "
             f"{merged['min_partition_size']}"
         )
-    return MappingProxyType(merged)
+    env = config.env() if env is None else env
+    core = CoreOptions(
+        **{
+            **{k: merged[k] for k in CORE_OPTIONS},
+            "debug": merged["debug"] or env.debug,
+            "cache": merged["cache"] and env.graph_cache,
+        }
+    )
+    return Resolved(core, _plugin_options(info, {k: merged[k] for k in info.options}))
+
+
+def for_peer(info: PluginInfo, core: CoreOptions) -> Resolved:
+    """The options of plugin ``info`` compiling for another's backend (a chain): the
+    backend's core options (``core``, already resolved), the plugin's own at their
+    defaults."""
+    known_options(info)  # (a plugin that claims a core option's name fails here too)
+    return Resolved(core, _plugin_options(info, {k: s.default for k, s in info.options.items()}))
+
+
+def _plugin_options(info: PluginInfo, values: Mapping[str, Any]) -> PluginOptions:
+    try:
+        return PluginOptions.of(info.name, values)
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+
+
+def as_mapping(resolved: Resolved) -> Mapping[str, Any]:
+    """Every option by name, read-only: ``CompileContext.options``, for plugins written
+    before the typed views."""
+    return MappingProxyType({**resolved.core.as_dict(), **resolved.plugin.as_dict()})
 
 
 def wrapper_names(wrappers: tuple[Any, ...], records: Mapping[str, Any]) -> list[str]:
-    """The plugin names ``options["wrappers"]`` asks for: a name stands for itself; a
+    """The plugin names the ``wrappers`` option asks for: a name stands for itself; a
     :class:`Capability` (what a mode asks for: the core names no plugin) for every wrapper
     plugin that declares it, in name order."""
     names = []
@@ -146,7 +201,7 @@ def _bool_for_number(value: Any, t: type | tuple[type, ...]) -> bool:
 
 
 def check_wrappers(plugin: str, wrappers: tuple[Any, ...], records: Mapping[str, Any]) -> None:
-    """Every plugin ``options["wrappers"]`` names is an installed wrapper plugin (whether it
+    """Every plugin the ``wrappers`` option names is an installed wrapper plugin (whether it
     can wrap a graph of this device is known only per graph); a :class:`Capability` stands
     for the wrappers that declare it."""
     installed = sorted(

@@ -18,16 +18,15 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from types import MappingProxyType
 from typing import Any
 
 import torch
 
 from sdk.errors import OptionError, SDKError, describe
-from sdk.plugin import Capability, CompileContext, PluginKind
+from sdk.plugin import Capability, CompileContext, CoreOptions, PluginKind, PluginOptions
 from sdk.report import FusionRefusal, GraphReport
 
-from . import chain, config, fallback, logs, warm
+from . import chain, fallback, logs, warm
 from . import options as opts
 from .adapters import torch_private as tp
 from .guards import Specializing, TensorSpec, size_bindings, spec_of
@@ -55,7 +54,7 @@ class Backend:
         self.__name__ = f"sdk:{name}"  # torch.compile uses it in logs
         rec = self.registry.require(name, COMPILERS)
         self.options = dict(options or {})
-        _check_names(self.registry, name, opts.resolve(rec.info, None, self.options))  # fail now
+        _check_names(self.registry, name, opts.resolve(rec.info, None, self.options).core)
 
     @property
     def registry(self) -> Registry:
@@ -84,27 +83,42 @@ class Backend:
         return session.compile_dynamo_graph(gm, example_inputs)
 
 
-def _check_names(reg: Registry, plugin: str, options: Mapping[str, Any]) -> None:
+def _check_names(reg: Registry, plugin: str, options: CoreOptions) -> None:
     """Every plugin ``chain`` names exists and can run here (at compile time, not when the
     primary plugin first fails), and every plugin ``wrappers`` names is a wrapper plugin."""
-    for name in options["chain"]:
+    for name in options.chain:
         reg.require(name, COMPILERS)
-    opts.check_wrappers(plugin, options["wrappers"], reg.records)
+    opts.check_wrappers(plugin, options.wrappers, reg.records)
 
 
 class Session:
-    """One Dynamo graph's compile: plugin, options and hook callers."""
+    """One Dynamo graph's compile: plugin, options and hook callers.
+
+    ``options`` are the user's, parsed once here (:func:`core.options.resolve`) into
+    :attr:`options` (the core's, typed) and :attr:`plugin_options`; a chained plugin's
+    session gets the backend's parsed ``core`` options instead."""
 
     def __init__(
-        self, reg: Registry, plugin: str, mode: str | None, options: Mapping[str, Any]
+        self,
+        reg: Registry,
+        plugin: str,
+        mode: str | None,
+        options: Mapping[str, Any],
+        *,
+        core: CoreOptions | None = None,
     ) -> None:
         self.registry = reg
         self.record = reg.require(plugin, COMPILERS)
         self.info = self.record.info
         self.mode = mode
-        self.options = opts.resolve(self.info, mode, options)
+        resolved = (
+            opts.resolve(self.info, mode, options)
+            if core is None
+            else opts.for_peer(self.info, core)
+        )
+        self.options: CoreOptions = resolved.core
+        self.plugin_options: PluginOptions = resolved.plugin
         self.explicit_wrappers = "wrappers" in options
-        self.debug = self.options["debug"] or config.env().debug
         self.hooks = _Hooks(reg, plugin)
         #: why the plugin cannot compile this Dynamo graph at all (a preparation hook raised)
         self.broken: str | None = None
@@ -137,8 +151,13 @@ class Session:
     def narrowed(self, chain: tuple[str, ...]) -> Session:
         """This session with ``chain`` as its whole-graph fallbacks (a partition's compile)."""
         other = copy.copy(self)
-        other.options = MappingProxyType({**self.options, "chain": chain})
+        other.options = dataclasses.replace(self.options, chain=chain)
         return other
+
+    @property
+    def debug(self) -> bool:
+        """The ``debug`` option or ``SDK_DEBUG=1`` (resolved once, in :attr:`options`)."""
+        return self.options.debug
 
     # -- contexts -----------------------------------------------------------
 
@@ -148,8 +167,10 @@ class Session:
             device_type=device_type,
             graph_kind=kind,
             graph_name=name,
-            options=self.options,
+            options=opts.as_mapping(opts.Resolved(self.options, self.plugin_options)),
             capabilities=self.info.capabilities,
+            core_options=self.options,
+            plugin_options=self.plugin_options,
         )
 
     def decompositions(self, ctx: CompileContext) -> dict[Any, Callable]:
@@ -179,7 +200,7 @@ class Session:
             try:
                 self._own = self.decompositions(ctx)
             except HookFailed as exc:
-                if self.debug:
+                if self.options.debug:
                     raise
                 self.broken = f"sdk:{ctx.plugin} failed: {exc}"
                 self._own = tp.default_decompositions()
@@ -194,7 +215,7 @@ class Session:
         if "common" not in state:
             root = state["root"]
             common = root.own_table(ctx)
-            for plugin in root.options["chain"]:
+            for plugin in root.options.chain:
                 peer = root.peer(plugin)
                 theirs = peer.own_table(
                     peer.context(ctx.graph_kind, ctx.graph_name, ctx.device_type)
@@ -253,7 +274,7 @@ class Session:
                 # their kernels (core/lowering/mutation.py); a graph-level plugin and a
                 # chain's partitions get functional graphs
                 keep_input_mutations=(
-                    self.info.kind == PluginKind.CODEGEN and not self.options["chain"]
+                    self.info.kind == PluginKind.CODEGEN and not self.options.chain
                 ),
             )
         finally:
@@ -419,7 +440,7 @@ class Session:
     ) -> Callable:
         """The program with the run-time fallback and the wrappers; the report published.
         ``gm`` may be a function that returns it (read only for a fallback)."""
-        if self.options["fallback"] and not self.debug:
+        if self.options.fallback and not self.options.debug:
             program = _RunTimeFallback(program, gm, report, ctx, self.registry)
             if recipe is not None:
                 recipe.fallback = program
@@ -486,7 +507,7 @@ class Session:
         except SDKError:
             raise  # the user's options forbid what the compile needs (fallback=False)
         except Exception as exc:  # noqa: BLE001 - any failure: compile per shape
-            if self.debug:  # SDK_DEBUG=1: say where symbolic sizes stopped
+            if self.options.debug:  # SDK_DEBUG=1: say where symbolic sizes stopped
                 raise
             del ctx.notes[notes:]
             report.sizes = f"per shape: {describe(exc)}"
@@ -540,7 +561,7 @@ class Session:
             keys[specs] = part.key
             return fn
         errors = [self.broken] if self.broken else []
-        for plugin in (ctx.plugin, *self.options["chain"]):
+        for plugin in (ctx.plugin, *self.options.chain):
             if plugin == ctx.plugin and self.broken:
                 continue
             if self.kind_of(plugin) != PluginKind.CODEGEN:
@@ -569,7 +590,7 @@ class Session:
             except SDKError:
                 raise
             except Exception as exc:  # noqa: BLE001 - recorded, then the next in the chain
-                if self.debug:
+                if self.options.debug:
                     raise
                 errors.append(f"sdk:{plugin} failed: {describe(exc)}")
                 continue
@@ -583,7 +604,7 @@ class Session:
                 keys[specs] = part.key
             self._announce(c, report)
             return fn
-        if not self.options["fallback"]:
+        if not self.options.fallback:
             raise SDKError(
                 f"graph {ctx.graph_name} could not be compiled and options['fallback'] is "
                 f"False: {'; '.join(errors)}"
@@ -619,10 +640,7 @@ class Session:
 
     def _chained(self, plugin: str) -> Session:
         session = Session(
-            self.registry,
-            plugin,
-            None,
-            {k: v for k, v in self.options.items() if k in opts.CORE_OPTIONS and k != "chain"},
+            self.registry, plugin, None, {}, core=dataclasses.replace(self.options, chain=())
         )
         session.sinks = self.sinks  # (the backward compiles in autograd's thread)
         session._chain_state = self._chain_state  # it compiles graphs this compile traced
@@ -650,7 +668,7 @@ class Session:
 
     def _wrap(self, ctx: CompileContext, program: Callable, report: GraphReport) -> Callable:
         names = []
-        for name in opts.wrapper_names(self.options["wrappers"], self.registry.records):
+        for name in opts.wrapper_names(self.options.wrappers, self.registry.records):
             rec = self.registry.record(name) if name in self.registry.records else None
             why = self.registry.status(name) if rec else "not installed"
             fits = (

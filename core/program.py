@@ -178,7 +178,7 @@ def _build(
     compiled = dict(zip((k.name for k in kernels), fns))
     with logs.stage(_log, "wrap", ctx.graph_name) as wrapped:
         wrapper = _WrapperWriter(L, program, compiled, outputs, layouts).write()
-        fn = wrapper.materialize(ctx.graph_name, ctx.options.get("runner", "python"))
+        fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
         wrapped.append(f"Python wrapper of {len(wrapper.source.splitlines())} lines")
     parts = ProgramParts(
         runner=_runner(fn, wrapper),
@@ -216,7 +216,7 @@ def _schedule(
         )
     outputs, keep = _plan_outputs(L)
     with logs.stage(_log, "schedule", ctx.graph_name) as scheduled:
-        sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.options["fusion"])
+        sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.core_options.fusion)
         steps = sched.run()
         fused = sum(d.fused for d in sched.decisions)
         scheduled.append(
@@ -372,7 +372,7 @@ def _cache_key(
 ) -> tuple[str | None, str | None]:
     """The program's cache key, or None and why there is none. ``vendor``: which call
     nodes run the plugin's own function, and which (by qualified name), are in the key."""
-    if not graph_cache.enabled(ctx.options):
+    if not ctx.core_options.cache:
         return None, "off"
     plugin_key = session.hooks.sdk_cache_key(ctx=ctx)
     if plugin_key is None:
@@ -482,7 +482,7 @@ def load_program(
             n_slots=w["n_slots"],
             native_why=w["native_why"],
         )
-        fn = wrapper.materialize(ctx.graph_name, ctx.options.get("runner", "python"))
+        fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
         parts = ProgramParts(
             kernels=[
                 KernelReport(n, p, tuple(nodes), src, tuple(ins), tuple(outs))

@@ -296,8 +296,9 @@ def observe(
 
 
 def strict(ctx: CompileContext) -> bool:
-    """Strict mode: ``options["fallback"]`` off or debug on; a plugin's fault raises."""
-    return not ctx.options["fallback"] or ctx.options["debug"] or config.env().debug
+    """Strict mode (:attr:`sdk.CoreOptions.strict`): ``fallback`` off or ``debug`` on (the
+    option or ``SDK_DEBUG=1``); a plugin's fault raises."""
+    return ctx.core_options.strict
 
 
 def _check_info(info: Any, ep_name: str) -> str | None:

@@ -81,7 +81,7 @@ def record(key: str, payload: bytes) -> None:
 def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
     """The tag of this Dynamo graph's AOTAutograd entries, or None, and what to report
     (``"on"``, or ``"off: <why>"``)."""
-    if not graph_cache.enabled(ctx.options):
+    if not ctx.core_options.cache:
         return None, "off: the whole-graph cache is off"
     why = aot_cache.unsupported()
     if why:
@@ -92,8 +92,7 @@ def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
         return None, f"off: sdk_cache_key raised {describe(exc)}"
     if plugin_key is None:
         return None, f"off: sdk:{ctx.plugin} does not implement sdk_cache_key"
-    options = sorted(ctx.options.items())
-    bad = graph_cache.unplain(ctx.options)
+    bad = graph_cache.unplain(ctx.core_options, ctx.plugin_options)
     if bad:
         return None, f"off: option(s) {bad} are not plain data"
     why = _torch_dir_refused()
@@ -102,7 +101,7 @@ def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
     import sdk
 
     peers = []
-    for name in (*ctx.options["chain"], *ctx.options["wrappers"]):
+    for name in (*ctx.core_options.chain, *ctx.core_options.wrappers):
         rec = session.registry.records.get(name)
         peers.append((name, rec.info.version if rec else "-"))
     tag = stable_hash(
@@ -114,7 +113,8 @@ def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
         session.info.version,
         plugin_key,
         ctx.device_type,
-        repr(options),
+        ctx.core_options.hash(),
+        ctx.plugin_options.hash(),
         repr(session.mode),
         tuple(peers),
     )

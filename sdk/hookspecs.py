@@ -362,8 +362,8 @@ def sdk_kernel_limits(ctx: CompileContext) -> KernelLimits | None:
     runs through the op-level ATen fallback with the reason in the report. Use it rather
     than raising in ``sdk_render_kernel``, which sends the whole graph to the chain or ATen.
 
-    :param ctx: the compile (``ctx.device_type``, ``ctx.options``: a limit may depend on
-        the device model).
+    :param ctx: the compile (``ctx.device_type``, ``ctx.plugin_options``: a limit may
+        depend on the device model).
     :return: a :class:`sdk.KernelLimits`, or None for no limit. Stops at first non-None
         result.
 

@@ -9,8 +9,11 @@ that concerns one compile.
 from __future__ import annotations
 
 import enum
+import functools
+import hashlib
+import keyword
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any, ClassVar
 
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
@@ -153,6 +156,111 @@ class OptionSpec:
     examples: tuple[Any, ...] = ()
 
 
+class _Options:
+    """What :class:`CoreOptions` and :class:`PluginOptions` share: the values as a dict, and
+    a digest of them that is the same in every process (the whole-graph cache's key holds
+    it; Python's ``hash()`` of a string changes from process to process)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The options by name (a new dict: changing it changes nothing)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    def hash(self) -> str:
+        """A hex digest of the options' names and values (their ``repr``), as Triton's
+        backends key their options."""
+        text = repr(sorted(self.as_dict().items()))
+        return hashlib.sha256(f"{type(self).__name__}|{text}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CoreOptions(_Options):
+    """The core's options of one compile, parsed once from ``mode=`` and ``options=`` and the
+    SDK's environment variables: ``ctx.core_options``. Read them by attribute
+    (``ctx.core_options.debug``); the core's option table (the vendor guide, "Options") says
+    what each does. ``debug`` is already the ``debug`` option or ``SDK_DEBUG=1``, and ``cache``
+    the ``cache`` option unless ``SDK_GRAPH_CACHE=0``: a plugin reads no variable for them."""
+
+    fallback: bool = True
+    fusion: bool = True
+    debug: bool = False
+    #: wrapper plugin names, or a :class:`Capability` for every wrapper that declares it
+    wrappers: tuple[Any, ...] = ()
+    chain: tuple[str, ...] = ()
+    min_partition_size: int = 1
+    autotune: bool = False
+    cache: bool = True
+    #: "native" (the SDK's C++ runner where it builds) or "python" (the generated program)
+    runner: str = "native"
+    channels_last: bool | None = None
+
+    @property
+    def strict(self) -> bool:
+        """Strict mode: ``fallback`` off or ``debug`` on. What the core otherwise recovers
+        from (a hook that raises, a partition that fails) raises instead."""
+        return not self.fallback or self.debug
+
+
+#: the names :class:`PluginOptions` keeps for itself: no plugin option may take them
+RESERVED_OPTION_NAMES = frozenset({"as_dict", "hash", "plugin"})
+
+
+@dataclass(frozen=True)
+class PluginOptions(_Options):
+    """A plugin's own options of one compile (those it declares in
+    :attr:`PluginInfo.options`), parsed once: ``ctx.plugin_options``. A frozen dataclass of
+    its own per plugin, with a field per declared option (``ctx.plugin_options.unroll``),
+    at its default unless the user gave another value. Its :meth:`hash` is part of the
+    whole-graph cache's key."""
+
+    #: the plugin whose options these are
+    plugin: ClassVar[str] = ""
+
+    @staticmethod
+    def of(plugin: str, values: Mapping[str, Any]) -> PluginOptions:
+        """``values`` as ``plugin``'s options type (one class per plugin and option names)."""
+        return _options_type(plugin, tuple(sorted(values)))(**values)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PluginOptions.of, (self.plugin, self.as_dict()))
+
+
+@functools.lru_cache(maxsize=256)
+def _options_type(plugin: str, names: tuple[str, ...]) -> type[PluginOptions]:
+    bad = [
+        n
+        for n in names
+        if not n.isidentifier() or keyword.iskeyword(n) or n in RESERVED_OPTION_NAMES
+    ]
+    if bad:
+        raise ValueError(
+            f"plugin {plugin!r} declares option(s) {bad}: an option's name must be a Python "
+            f"identifier, not a keyword nor one of {sorted(RESERVED_OPTION_NAMES)}; rename "
+            "them in its PluginInfo"
+        )
+    title = "".join(part.capitalize() for part in plugin.split("_")) or "Plugin"
+    cls = make_dataclass(
+        f"{title}Options",
+        [(n, Any) for n in names],
+        bases=(PluginOptions,),
+        frozen=True,
+        namespace={"plugin": plugin},
+    )
+    cls.__module__ = __name__
+    return cls
+
+
+def _split_options(plugin: str, options: Mapping[str, Any]) -> tuple[CoreOptions, PluginOptions]:
+    """A hand-built context's ``options`` as the typed pair (the core builds both itself)."""
+    core = {f.name for f in fields(CoreOptions)}
+    given = {k: v for k, v in options.items() if k in core}
+    for name in ("wrappers", "chain"):
+        if name in given:
+            given[name] = tuple(given[name])
+    return CoreOptions(**given), PluginOptions.of(
+        plugin, {k: v for k, v in options.items() if k not in core}
+    )
+
+
 @dataclass(frozen=True)
 class PluginInfo:
     """A plugin's identity, returned by ``sdk_plugin_info``."""
@@ -280,6 +388,9 @@ class CompileContext:
     device_type: str  # device of the graph's tensors
     graph_kind: str  # "forward", "backward" or "inference"
     graph_name: str
+    #: every option of the compile by name, read-only: the core's (as in :attr:`core_options`)
+    #: and the plugin's own (as in :attr:`plugin_options`). Kept for plugins written before
+    #: the typed views; read those instead
     options: Mapping[str, Any]
     capabilities: frozenset[Capability]
     #: what :meth:`note` recorded; ``sdk.explain`` shows it under the graph
@@ -290,6 +401,20 @@ class CompileContext:
     #: graph on copies of its inputs must copy these back after each run, and must not run
     #: the graph on the caller's inputs more often than it is called.
     written_inputs: frozenset[int] = field(default_factory=frozenset, compare=False)
+    #: the core's options, parsed (``ctx.core_options.debug``; ``SDK_DEBUG=1`` included).
+    #: Left out (a context built by hand, in a test), made from :attr:`options`
+    core_options: CoreOptions = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    #: the plugin's own options, parsed (``ctx.plugin_options.unroll``). Left out, made from
+    #: the names of :attr:`options` that are not the core's
+    plugin_options: PluginOptions = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.core_options is None or self.plugin_options is None:
+            core, own = _split_options(self.plugin, self.options)
+            if self.core_options is None:
+                object.__setattr__(self, "core_options", core)
+            if self.plugin_options is None:
+                object.__setattr__(self, "plugin_options", own)
 
     def has(self, capability: Capability) -> bool:
         return capability in self.capabilities

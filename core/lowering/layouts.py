@@ -181,7 +181,7 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
     each), only 2-d convolutions, and by Inductor's rule: not when convolutions are
     rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
     """
-    forced = ctx.options.get("channels_last")
+    forced = ctx.core_options.channels_last
     strided = sorted(
         {
             str(n.target)

@@ -622,9 +622,9 @@ class Lowerer:
         Outputs get the trace's strides, or ``out_strides`` where given; a call that
         answers in other strides is copied into them at run time. ``out_dtype``: a helper
         call of a lowering whose one output has the node's sizes in another dtype. A fallback with
-        ``options["fallback"]`` off raises :class:`sdk.LoweringError` instead.
+        The ``fallback`` option off raises :class:`sdk.LoweringError` instead.
         """
-        if reason is not None and not self.ctx.options.get("fallback", True):
+        if reason is not None and not self.ctx.core_options.fallback:
             raise LoweringError(
                 f"{op_name(target)} ({self.origin}) would run through ATen, op by op: "
                 f"{reason}; options['fallback'] is False (set it True to allow this, or "

@@ -190,7 +190,8 @@ def _tensors(val: object) -> list[torch.Tensor]:
 def sdk_render_kernel(ctx: sdk.CompileContext, kernel: object) -> sdk.KernelSource:
     from .render import render
 
-    return render(kernel, debug=bool(ctx.options.get("debug", False)))  # type: ignore[arg-type]
+    # debug: the option or SDK_DEBUG=1 (compiled with device-side asserts)
+    return render(kernel, debug=ctx.core_options.debug)  # type: ignore[arg-type]
 
 
 @sdk.hookimpl
@@ -199,4 +200,4 @@ def sdk_compile_kernels(
 ) -> list[sdk.KernelFn]:
     from .launch import compile_sources
 
-    return compile_sources(sources, autotune=bool(ctx.options.get("autotune", False)))
+    return compile_sources(sources, autotune=ctx.core_options.autotune)
