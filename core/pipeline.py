@@ -588,6 +588,7 @@ class Session:
         ]
         report.plugin = plugin
         report.cache = part.cache
+        report.cold_compile_seconds = part.cold_seconds if part.cache == "hit" else 0.0
         report.wrapper = part.wrapper_source
         report.hook_faults.extend(part.hook_faults)
 

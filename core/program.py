@@ -9,6 +9,7 @@ outputs. That function's per-call work is the launches and allocations only.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,8 @@ class ProgramParts:
     decisions: list[Decision] = field(default_factory=list)
     wrapper_source: str = ""
     cache: str = ""  # GraphReport.cache
+    #: a program from the whole-graph cache: what building it took when it was stored
+    cold_seconds: float = 0.0
     key: str | None = None  # the program's key in the whole-graph cache, where it is there
     hook_faults: list[HookFault] = field(default_factory=list)  # observers that raised
 
@@ -70,6 +73,7 @@ def build_program(
 ) -> tuple[Callable, ProgramParts]:
     """``gm`` compiled for inputs of ``specs``, from the whole-graph cache where it is
     there. ``key``: the cache key to use (a restored recipe's) instead of one computed."""
+    start = time.perf_counter()
     why = None
     vendor = vendor_externs(session, ctx, gm)
     if key is None:
@@ -83,7 +87,8 @@ def build_program(
     parts.cache = why or "stored"
     if key is not None:
         try:
-            entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:], vendor)
+            took = time.perf_counter() - start
+            entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:], vendor, took)
             graph_cache.store().put(key, entry)
         except (graph_cache.Uncacheable, OSError) as exc:
             parts.cache = f"not stored: {exc}"
@@ -356,6 +361,7 @@ def _entry(
     parts: ProgramParts,
     notes: list[str],
     vendor: dict[str, tuple[str, Callable]],
+    seconds: float,
 ) -> bytes:
     enc = graph_cache.Encoder(fns)
     doc = {
@@ -394,6 +400,7 @@ def _entry(
         ],
         "notes": list(notes),
         "sdk_extern": sorted(c for c, _ in vendor.values()),  # the calls sdk_extern took
+        "compile_seconds": seconds,  # the cold compile (explain shows it on a hit)
     }
     return graph_cache.pack(doc, enc.blobs)
 
@@ -451,6 +458,7 @@ def load_program(
             decisions=[Decision(*d) for d in doc["decisions"]],
             wrapper_source=wrapper.source,
             cache="hit",
+            cold_seconds=float(doc.get("compile_seconds", 0.0)),
             key=key,
         )
     except Exception:  # noqa: BLE001 - as above

@@ -117,6 +117,9 @@ class GraphReport:
     aten_ops: int = 0  # ATen calls in the graph (views included)
     view_nodes: tuple[str, ...] = ()  # ATen calls folded into index arithmetic (views)
     compile_seconds: float = 0.0
+    #: on a hit of the whole-graph cache: what the program's compile took when it was built
+    #: and stored (the time the hit saved); 0.0 when unknown or not a hit
+    cold_compile_seconds: float = 0.0
     wrappers: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)  # from CompileContext.note
     #: the whole-graph cache: "hit" (rebuilt from it), "stored", "off", or why not stored
@@ -161,13 +164,21 @@ class GraphReport:
         covered = len({n for k in self.kernels for n in k.nodes} | set(self.view_nodes))
         return covered / self.aten_ops if self.aten_ops else 1.0
 
+    def _compiled_in(self) -> str:
+        took = f"compiled in {self.compile_seconds:.2f}s"
+        if self.cache != "hit":
+            return took
+        if self.cold_compile_seconds > 0:
+            return f"{took} (cache hit; cold compile took {self.cold_compile_seconds:.2f}s)"
+        return f"{took} (program from the graph cache)"
+
     def _split_headline(self) -> str:
         plugins = ", ".join(dict.fromkeys(f"sdk:{p.compiled_by}" for p in self.partitions))
         return (
             f"graph {self.name} [{self.kind}] split by the chain of sdk:{self.plugin}: "
             f"{self.aten_ops} ATen calls, {len(self.partitions)} partitions ({plugins}), "
             f"{len(self.fallbacks)} ops in ATen, {self.generated_fraction:.0%} in compiled "
-            f"partitions, compiled in {self.compile_seconds:.2f}s"
+            f"partitions, {self._compiled_in()}"
             + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
         )
 
@@ -178,9 +189,8 @@ class GraphReport:
             f"graph {self.name} [{self.kind}] by sdk:{self.plugin}: {self.aten_ops} ATen calls, "
             f"{len(self.kernels)} kernels, {len(self.externs)} externs, "
             f"{len(self.fallbacks)} fallbacks, {self.generated_fraction:.0%} in generated "
-            f"kernels, compiled in {self.compile_seconds:.2f}s"
+            f"kernels, {self._compiled_in()}"
             + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
-            + (", program from the graph cache" if self.cache == "hit" else "")
             + (", AOTAutograd skipped (warm start)" if self.warm == "hit" else "")
             + (f", sizes {self.sizes}" if self.sizes != "static" else "")
         ]
