@@ -53,6 +53,7 @@ from sdk.plugin import (
 from sdk.report import (
     ExplainReport,
     FallbackReport,
+    GraphBreak,
     GraphReport,
     HookFault,
     KernelReport,
@@ -136,6 +137,7 @@ __all__ = [
     "CompiledSubgraph",
     "ExplainReport",
     "FallbackReport",
+    "GraphBreak",
     "GraphReport",
     "HookFault",
     "KernelFn",
