@@ -1,8 +1,8 @@
 """The whole-graph cache: compiled programs kept on disk for later processes.
 
 What :func:`core.program.build_program` makes of one ATen graph variant (the generated
-wrapper's source and the objects it names, the kernels' sources, what ``explain`` reports)
-is stored in ``DiskCache("programs")`` as JSON plus raw tensor bytes (no pickle), under a key
+wrapper's source and the objects it names, the kernels' sources, what ``explain`` reports,
+how long that cold compile took: a hit's report shows it) is stored in ``DiskCache("programs")`` as JSON plus raw tensor bytes (no pickle), under a key
 of everything that changes it:
 
 * the graph's code and the bytes of its constant tensors, and the input layouts;

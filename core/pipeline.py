@@ -24,9 +24,9 @@ import torch
 
 from sdk.errors import OptionError, SDKError, describe
 from sdk.plugin import Capability, CompileContext, CoreOptions, PluginKind, PluginOptions
-from sdk.report import FusionRefusal, GraphReport
+from sdk.report import FusionRefusal, GraphBreak, GraphReport
 
-from . import chain, fallback, logs, warm
+from . import chain, fallback, logs, records, warm
 from . import options as opts
 from .adapters import torch_private as tp
 from .guards import Specializing, TensorSpec, size_bindings, spec_of
@@ -80,7 +80,16 @@ class Backend:
             _check_names(self.registry, self.name, session.options)
         except SDKError as exc:
             raise tp.user_error(exc, inspect.currentframe()) from None
-        return session.compile_dynamo_graph(gm, example_inputs)
+        broke = tp.graph_break_of(gm)
+        record = records.DynamoGraph(
+            plugin=self.name,
+            options=session.options,
+            registry=session.registry,
+            graph_break=GraphBreak(*broke) if broke else None,
+        )
+        session.graph_break = record.graph_break
+        session.sinks = (*session.sinks, record.reports)  # (a backward compiled later too)
+        return records.runs_as(record, session.compile_dynamo_graph(gm, example_inputs))
 
 
 def _check_names(reg: Registry, plugin: str, options: CoreOptions) -> None:
@@ -136,6 +145,9 @@ class Session:
         self._chain_state: dict[str, Any] = {"root": self}
         #: the report of the last graph :meth:`compile_aten_graph` compiled whole
         self.last_report: GraphReport | None = None
+        #: why Dynamo ended this graph, where a graph break did (its forward or inference
+        #: graph's report says so)
+        self.graph_break: GraphBreak | None = None
 
     # -- the chain ----------------------------------------------------------
 
@@ -445,6 +457,8 @@ class Session:
             if recipe is not None:
                 recipe.fallback = program
         compiled = self._wrap(ctx, program, report) if wrap else program
+        if wrap and ctx.graph_kind != "backward":
+            report.graph_break = self.graph_break
         report.compile_seconds += time.perf_counter() - start
         for sink in self.sinks:
             sink.append(report)
@@ -634,6 +648,7 @@ class Session:
         ]
         report.plugin = plugin
         report.cache = part.cache
+        report.cold_compile_seconds = part.cold_seconds if part.cache == "hit" else 0.0
         report.wrapper = part.wrapper_source
         report.runner, report.program = part.runner, part.program
         report.hook_faults.extend(part.hook_faults)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,8 @@ class ProgramParts:
     runner: str = ""  # GraphReport.runner
     program: str = ""  # GraphReport.program
     cache: str = ""  # GraphReport.cache
+    #: a program from the whole-graph cache: what building it took when it was stored
+    cold_seconds: float = 0.0
     key: str | None = None  # the program's key in the whole-graph cache, where it is there
     hook_faults: list[HookFault] = field(default_factory=list)  # observers that raised
 
@@ -85,6 +88,7 @@ def build_program(
 ) -> tuple[Callable, ProgramParts]:
     """``gm`` compiled for inputs of ``specs``, from the whole-graph cache where it is
     there. ``key``: the cache key to use (a restored recipe's) instead of one computed."""
+    start = time.perf_counter()
     why = None
     vendor = vendor_externs(session, ctx, gm)
     with logs.stage(_log, "graph cache", ctx.graph_name) as found:
@@ -100,7 +104,8 @@ def build_program(
     if key is not None:
         with logs.stage(_log, "store", ctx.graph_name) as stored:
             try:
-                entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:], vendor)
+                took = time.perf_counter() - start
+                entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:], vendor, took)
                 graph_cache.store().put(key, entry)
             except (graph_cache.Uncacheable, OSError) as exc:
                 parts.cache = f"not stored: {exc}"
@@ -392,6 +397,7 @@ def _entry(
     parts: ProgramParts,
     notes: list[str],
     vendor: dict[str, tuple[str, Callable]],
+    seconds: float,
 ) -> bytes:
     enc = graph_cache.Encoder(fns)
     doc = {
@@ -434,6 +440,7 @@ def _entry(
         ],
         "notes": list(notes),
         "sdk_extern": sorted(c for c, _ in vendor.values()),  # the calls sdk_extern took
+        "compile_seconds": seconds,  # the cold compile (explain shows it on a hit)
     }
     return graph_cache.pack(doc, enc.blobs)
 
@@ -496,6 +503,7 @@ def load_program(
             runner=_runner(fn, wrapper),
             program=st.describe(wrapper.steps) if wrapper.steps is not None else "",
             cache="hit",
+            cold_seconds=float(doc.get("compile_seconds", 0.0)),
             key=key,
         )
     except Exception:  # noqa: BLE001 - as above

@@ -58,6 +58,7 @@ from sdk.plugin import (
 from sdk.report import (
     ExplainReport,
     FallbackReport,
+    GraphBreak,
     GraphReport,
     HookFault,
     KernelReport,
@@ -142,6 +143,7 @@ __all__ = [
     "CoreOptions",
     "ExplainReport",
     "FallbackReport",
+    "GraphBreak",
     "GraphReport",
     "HookFault",
     "KernelFn",

@@ -1,60 +1,258 @@
-"""``sdk.explain``: compile a function and say what became of every op."""
+"""``sdk.explain``: say what became of every op of what ran, compiling only what must be."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from sdk.report import ExplainReport
 
+#: the plugin explain compiles with when nothing names one
+DEFAULT_PLUGIN = "cpu_cpp"
+#: the backends explain compiled with: a graph the user's own backend compiled is preferred
+_own: weakref.WeakSet[Any] = weakref.WeakSet()
+
 
 def explain(
     fn: Callable[..., Any],
     *args: Any,
-    backend: Any = "sdk:cpu_cpp",
+    backend: Any = None,
     dynamic: bool | None = None,
     **options: Any,
 ) -> ExplainReport:
-    """Compile ``fn`` with ``backend`` on ``args``, run it once and report.
+    """Run ``fn`` once on ``args`` and report each graph an SDK backend compiled for it.
 
-    ``backend`` is ``"sdk:<plugin>"`` or an ``sdk.backend(...)``; ``dynamic`` is
-    ``torch.compile``'s (True: symbolic sizes, see ``GraphReport.sizes``); ``options`` are
-    the backend's options (added to the backend's own).
-    If an output needs grad, the backward runs as well (through
-    ``torch.autograd.grad``, so no ``.grad`` is touched) and its graph is
-    reported. Dynamo's caches are reset first, so the report covers a cold
-    compile of ``fn``.
+    ``fn`` may be what ``torch.compile`` returned (with an SDK backend), or the model or
+    function it compiled: graphs compiled earlier in this process for these inputs (Dynamo's
+    own guards choose them) are reported without compiling again, with their compile times
+    then. Otherwise ``fn`` is compiled now, and ``report.compile_note`` says why (never
+    compiled; compiled with another backend, other options, or not for these inputs).
+
+    ``backend`` is ``"sdk:<plugin>"`` or an ``sdk.backend(...)``; ``options`` are the
+    backend's options (added to the backend's own). With neither, any SDK backend's graphs
+    are reported, and a compile takes the backend ``fn`` was compiled with, else
+    ``sdk:cpu_cpp``; with either, only graphs compiled with that plugin and those options
+    (defaults resolved) count. ``dynamic`` is ``torch.compile``'s (True: symbolic sizes,
+    see ``GraphReport.sizes``); given, ``explain`` compiles.
+
+    If an output needs grad, the backward runs as well (through ``torch.autograd.grad``, so
+    no ``.grad`` is touched) and its graph is reported. Each graph break is reported with
+    Dynamo's reason (``report.breaks``).
     """
-    from sdk import backend as make_backend
-    from sdk.core import pipeline
+    from sdk.core import pipeline, records
     from sdk.core.adapters import torch_private as tp
 
-    if isinstance(backend, str):
-        name = backend[4:] if backend.startswith("sdk:") else backend
-        compiled_backend = make_backend(name, **options)
-    elif isinstance(backend, pipeline.Backend):
-        compiled_backend = make_backend(backend.name, **{**backend.options, **options})
-    else:
-        raise TypeError(
-            f"sdk.explain: backend must be 'sdk:<plugin>' or sdk.backend(...), "
-            f"got {type(backend).__name__}"
-        )
-    report = ExplainReport()
-    tp.reset_dynamo()
-    breaks_before = tp.graph_break_count()
-    token = pipeline.collect_reports(report.graphs)
+    parts = tp.compiled_parts(fn)
+    original, used = parts if parts is not None else (fn, None)
+    cached = tp.cached_backends(original)
+    asked = _asked(backend, options, next(filter(_is_sdk, [used, *(cached or ())]), None))
+    why, run = _plan(fn, parts is not None, used, cached, asked, dynamic)
+
+    fresh: list[Any] = []
+    serial = records.next_serial()
+    before = tp.graph_break_reasons()
+    token = pipeline.collect_reports(fresh)
     try:
-        out = torch.compile(fn, backend=compiled_backend, dynamic=dynamic)(*args)
+        with records.watching() as ran:
+            if run is not None:
+                out = run(*args)
+                if not (ran and all(asked.fits_record(r) for r in ran)):
+                    why, run = _mismatch(ran, asked), None  # (compiled otherwise, or not at all)
+                    ran.clear()
+            if run is None:
+                tp.reset_dynamo(keep_compiled=True)  # (no sizes of earlier calls: a cold compile)
+                out = asked.compile(original, dynamic)(*args)
         outs = [t for t in _tensors(out) if t.requires_grad and t.grad_fn is not None]
         leaves = _leaves(outs)
         if outs and leaves:
             torch.autograd.grad(outs, leaves, [torch.ones_like(t) for t in outs], allow_unused=True)
     finally:
         pipeline.stop_collecting(token)
-    report.graph_breaks = tp.graph_break_count() - breaks_before
-    return report
+    new = sum(r.serial >= serial for r in ran)
+    reasons = _diff(tp.graph_break_reasons(), before) if new else {}
+    return ExplainReport(
+        graphs=[g for r in ran for g in r.reports],
+        breaks=records.breaks_of([r.graph_break for r in ran if r.graph_break], reasons),
+        compiled_now=bool(fresh),
+        compile_note=_note(why, ran, new, fresh),
+        dynamo_compiles=new,
+    )
+
+
+# -- which graphs answer, and what explain compiles with -------------------------------------
+
+
+@dataclass
+class _Asked:
+    """The backend asked for: a plugin, its options and torch.compile's mode to compile with;
+    ``resolved``: the options (defaults resolved) a compile must have had to count, None for
+    any SDK backend's."""
+
+    plugin: str
+    options: dict[str, Any] = field(default_factory=dict)
+    mode: str | None = None
+    resolved: Mapping[str, Any] | None = None
+
+    def fits(self, plugin: str, options: Mapping[str, Any]) -> bool:
+        if self.resolved is None:
+            return True
+        return plugin == self.plugin and dict(options) == dict(self.resolved)
+
+    def fits_record(self, record: Any) -> bool:
+        from sdk.core.registry import registry
+
+        return record.registry is registry() and self.fits(record.plugin, record.options)
+
+    def compile(self, original: Callable, dynamic: bool | None) -> Callable:
+        from sdk.core.pipeline import Backend
+
+        # a new backend object: Dynamo guards on the backend, so it traces afresh
+        backend = Backend(self.plugin, self.options)
+        _own.add(backend)
+        return torch.compile(original, backend=backend, mode=self.mode, dynamic=dynamic)
+
+
+def _is_sdk(used: Any) -> bool:
+    from sdk.core.pipeline import Backend
+
+    return used is not None and isinstance(used.compiler, Backend)
+
+
+def _asked(backend: Any, options: Mapping[str, Any], hint: Any) -> _Asked:
+    """What ``backend`` and ``options`` ask for; with neither, what ``hint`` (the SDK backend
+    ``fn`` was compiled with, or None) was compiled with, to compile with if explain must."""
+    from sdk.core import options as opts
+    from sdk.core.pipeline import COMPILERS, Backend
+    from sdk.core.registry import registry
+
+    if backend is None and not options:
+        if hint is None:
+            return _Asked(DEFAULT_PLUGIN)
+        own = {**hint.compiler.options, **dict(hint.options or {})}
+        return _Asked(hint.compiler.name, own, hint.mode)
+    base: dict[str, Any] = {}
+    if backend is None:
+        name = hint.compiler.name if hint is not None else DEFAULT_PLUGIN
+    elif isinstance(backend, str):
+        name = backend.removeprefix("sdk:")
+    elif isinstance(backend, Backend):
+        name, base = backend.name, dict(backend.options)
+    else:
+        raise TypeError(
+            f"sdk.explain: backend must be 'sdk:<plugin>' or sdk.backend(...), "
+            f"got {type(backend).__name__}"
+        )
+    raw = {**base, **options}
+    Backend(name, raw)  # an unknown plugin or option raises here, in one line
+    info = registry().require(name, COMPILERS).info
+    return _Asked(name, raw, None, opts.resolve(info, None, raw))
+
+
+def _plan(
+    fn: Callable,
+    compiled: bool,
+    used: Any,
+    cached: list[Any] | None,
+    asked: _Asked,
+    dynamic: bool | None,
+) -> tuple[str | None, Callable | None]:
+    """Why explain must compile (None: it need not), and else what to run: what
+    ``torch.compile`` returned (``compiled``) as it is, or a model or function as
+    ``torch.compile`` with the SDK backend it was compiled with runs it (through the graphs
+    Dynamo keeps for it; compiling only where none fits these inputs, as the user's next
+    call would)."""
+    from sdk.core.adapters import torch_private as tp
+
+    if dynamic is not None:
+        return f"dynamic={dynamic} asks for a compile of its own", None
+    if compiled:
+        if used is None:  # (this torch does not tell which backend: what runs tells)
+            return None, fn
+        if not _is_sdk(used):
+            return f"it was compiled with backend {used.name!r}, not an SDK backend", None
+        if asked.resolved is not None:
+            why = _differs_from(used, asked)
+            if why:
+                return why, None
+        return None, fn
+    if not cached:
+        return "not compiled in this process", None
+    ours = [c for c in cached if _is_sdk(c)]
+    if not ours:
+        names = ", ".join(dict.fromkeys(repr(c.name) for c in cached))
+        return f"compiled in this process only with backend {names}", None
+    fitting = [c for c in ours if asked.resolved is None or _differs_from(c, asked) is None]
+    fitting.sort(key=lambda c: c.compiler in _own)  # the user's own backends first
+    if not fitting:
+        return _differs_from(ours[0], asked), None
+    return None, tp.run_with(fitting[0], fn)
+
+
+def _differs_from(used: Any, asked: _Asked) -> str | None:
+    """Why the SDK backend ``used`` is not the one asked for, or None."""
+    from sdk.core import options as opts
+    from sdk.core.pipeline import COMPILERS
+    from sdk.core.registry import registry
+
+    name = used.compiler.name
+    try:
+        info = registry().require(name, COMPILERS).info
+        resolved = opts.resolve(info, used.mode, {**used.compiler.options, **(used.options or {})})
+    except Exception:  # noqa: BLE001 - its own options are bad: running it says so
+        return None
+    return None if asked.fits(name, resolved) else _differs(name, resolved, asked)
+
+
+def _mismatch(ran: list[Any], asked: _Asked) -> str:
+    if not ran:
+        return (
+            "no graph an SDK backend compiled earlier in this process runs for these inputs "
+            "(Dynamo's guards: other sizes, dtypes, devices or grad mode)"
+        )
+    other = next(r for r in ran if not asked.fits_record(r))
+    if asked.fits(other.plugin, other.options):
+        return "the plugins installed changed since its graphs were compiled (another registry)"
+    return _differs(other.plugin, other.options, asked)
+
+
+def _differs(plugin: str, options: Mapping[str, Any], asked: _Asked) -> str:
+    if plugin != asked.plugin:
+        return f"its graphs were compiled by sdk:{plugin}, not sdk:{asked.plugin}"
+    want = asked.resolved or {}
+    keys = sorted(k for k in {*options, *want} if options.get(k) != want.get(k))
+    diff = ", ".join(f"{k}={options.get(k)!r} (asked: {want.get(k)!r})" for k in keys)
+    return f"its graphs were compiled by sdk:{plugin} with other options: {diff}"
+
+
+def _note(why: str | None, ran: list[Any], new: int, fresh: list[Any]) -> str:
+    if why is not None:
+        why = f"compiled now: {why}"
+        if not ran:
+            return (
+                f"{why}; Dynamo handed the SDK no graph (no tensor operation, or the "
+                "recompile limit torch._dynamo.config.recompile_limit reached for this code: "
+                "it runs eagerly)"
+            )
+        return why
+    if new:
+        return (
+            f"compiled now: {new} graph(s) for these inputs (its first call, or Dynamo's "
+            "guards failed for those compiled before)"
+        )
+    plugins = ", ".join(dict.fromkeys(f"sdk:{r.plugin}" for r in ran))
+    note = f"no new compile: the graphs {plugins} compiled earlier in this process"
+    if fresh:
+        kinds = ", ".join(dict.fromkeys(g.kind for g in fresh))
+        note += f" ({kinds} compiled now, at its first run)"
+    return note
+
+
+def _diff(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
+    return {k: n - before.get(k, 0) for k, n in after.items() if n > before.get(k, 0)}
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:

@@ -98,6 +98,29 @@ class OpPlacement:
     refusals: tuple[tuple[str, str], ...] = ()  # (plugin, reason), in the chain's order
 
 
+@dataclass(frozen=True)
+class GraphBreak:
+    """Where Dynamo broke the graph, and why: Dynamo's own reason."""
+
+    reason: str  # Dynamo's text, whole (several lines on newer torch versions)
+    where: str = ""  # "file.py:12 in fn": the user's line it broke at
+
+    @property
+    def summary(self) -> str:
+        """The reason on one line: its first line, and Dynamo's explanation where it gives
+        one ("Explanation: ...")."""
+        lines = [ln.strip() for ln in self.reason.strip().splitlines() if ln.strip()]
+        if not lines:
+            return "(no reason given)"
+        explained = next((ln for ln in lines[1:] if ln.startswith("Explanation:")), "")
+        return lines[0] + (
+            f" ({explained.removeprefix('Explanation:').strip()})" if explained else ""
+        )
+
+    def __str__(self) -> str:
+        return f"graph break{f' at {self.where}' if self.where else ''}: {self.summary}"
+
+
 @dataclass
 class GraphReport:
     """One graph handed to the plugin: a forward, backward or inference graph."""
@@ -117,6 +140,12 @@ class GraphReport:
     aten_ops: int = 0  # ATen calls in the graph (views included)
     view_nodes: tuple[str, ...] = ()  # ATen calls folded into index arithmetic (views)
     compile_seconds: float = 0.0
+    #: on a hit of the whole-graph cache: what the program's compile took when it was built
+    #: and stored (the time the hit saved); 0.0 when unknown or not a hit
+    cold_compile_seconds: float = 0.0
+    #: a forward or inference graph that ended where Dynamo broke the graph: why (Dynamo's
+    #: reason, and the user's line); None when the graph ended at the function's return
+    graph_break: GraphBreak | None = None
     wrappers: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)  # from CompileContext.note
     #: the whole-graph cache: "hit" (rebuilt from it), "stored", "off", or why not stored
@@ -167,13 +196,21 @@ class GraphReport:
         covered = len({n for k in self.kernels for n in k.nodes} | set(self.view_nodes))
         return covered / self.aten_ops if self.aten_ops else 1.0
 
+    def _compiled_in(self) -> str:
+        took = f"compiled in {self.compile_seconds:.2f}s"
+        if self.cache != "hit":
+            return took
+        if self.cold_compile_seconds > 0:
+            return f"{took} (cache hit; cold compile took {self.cold_compile_seconds:.2f}s)"
+        return f"{took} (program from the graph cache)"
+
     def _split_headline(self) -> str:
         plugins = ", ".join(dict.fromkeys(f"sdk:{p.compiled_by}" for p in self.partitions))
         return (
             f"graph {self.name} [{self.kind}] split by the chain of sdk:{self.plugin}: "
             f"{self.aten_ops} ATen calls, {len(self.partitions)} partitions ({plugins}), "
             f"{len(self.fallbacks)} ops in ATen, {self.generated_fraction:.0%} in compiled "
-            f"partitions, compiled in {self.compile_seconds:.2f}s"
+            f"partitions, {self._compiled_in()}"
             + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
         )
 
@@ -184,9 +221,8 @@ class GraphReport:
             f"graph {self.name} [{self.kind}] by sdk:{self.plugin}: {self.aten_ops} ATen calls, "
             f"{len(self.kernels)} kernels, {len(self.externs)} externs, "
             f"{len(self.fallbacks)} fallbacks, {self.generated_fraction:.0%} in generated "
-            f"kernels, compiled in {self.compile_seconds:.2f}s"
+            f"kernels, {self._compiled_in()}"
             + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
-            + (", program from the graph cache" if self.cache == "hit" else "")
             + (", AOTAutograd skipped (warm start)" if self.warm == "hit" else "")
             + (f", sizes {self.sizes}" if self.sizes != "static" else "")
             + (f", {self.runner.replace(': ', ' program (', 1)})" if ": " in self.runner else "")
@@ -229,10 +265,22 @@ class GraphReport:
 
 @dataclass
 class ExplainReport:
-    """Everything one ``sdk.explain`` call compiled."""
+    """Everything one ``sdk.explain`` call reports: the graphs that ran for its inputs."""
 
     graphs: list[GraphReport] = field(default_factory=list)
-    graph_breaks: int = 0
+    #: each graph break of the run, with Dynamo's reason and the user's line, in order
+    breaks: list[GraphBreak] = field(default_factory=list)
+    #: whether ``explain`` compiled: False when every graph reported was compiled earlier
+    #: in this process (explain only ran them); ``compile_note`` says why it compiled
+    compiled_now: bool = False
+    #: one line: "compiled now: <why>", or "no new compile: ..."; "" outside ``explain``
+    compile_note: str = ""
+    #: the Dynamo graphs the SDK compiled during the ``explain`` call
+    dynamo_compiles: int = 0
+
+    @property
+    def graph_breaks(self) -> int:
+        return len(self.breaks)
 
     @property
     def kernels(self) -> list[KernelReport]:
@@ -261,4 +309,6 @@ class ExplainReport:
             f"{len(self.fallbacks)} fallback(s), {self.graph_breaks} graph break(s)"
             + (f", {len(self.hook_faults)} hook fault(s)" if self.hook_faults else "")
         )
-        return "\n".join([head, *(str(g) for g in self.graphs)])
+        lines = [head, *([self.compile_note] if self.compile_note else [])]
+        lines += [f"  {b}" for b in self.breaks]
+        return "\n".join([*lines, *(str(g) for g in self.graphs)])

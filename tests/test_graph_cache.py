@@ -63,10 +63,14 @@ def test_a_second_compile_rebuilds_the_program_from_the_cache(cache_on, renders)
     second = _explain(f, torch.randn(4, 3), torch.randn(4, 3))
     assert [g.cache for g in second.graphs] == ["hit"], str(second)
     assert not renders, "a hit renders nothing"
-    # the report is the first compile's
+    # the report is the first compile's, with the time that compile took (what the hit saved)
     assert [k.source for k in second.graphs[0].kernels] == [
         k.source for k in first.graphs[0].kernels
     ]
+    cold = second.graphs[0].cold_compile_seconds
+    assert 0 < cold <= first.graphs[0].compile_seconds, (cold, str(first))
+    assert first.graphs[0].cold_compile_seconds == 0
+    assert f"(cache hit; cold compile took {cold:.2f}s)" in str(second), str(second)
     torch._dynamo.reset()
     _check(f, torch.compile(f, backend="sdk:cpu_cpp"), (4, 3), (4, 3))
 

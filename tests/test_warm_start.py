@@ -210,6 +210,11 @@ def test_a_program_gone_from_the_sdk_cache_is_rebuilt_under_the_recipes_key(cach
     assert _states(again) == {("hit", "stored")}, str(again)
     third, grads3 = _train()
     assert _states(third) == {("hit", "hit")}, str(third)
+    # a warm start's report says what the cold compile of each program took
+    assert all(g.cold_compile_seconds == 0 for g in again.graphs), str(again)
+    for g, cold in zip(third.graphs, again.graphs, strict=True):
+        assert 0 < g.cold_compile_seconds <= cold.compile_seconds, (str(third), str(again))
+        assert "cold compile took" in str(g)
     _bit_equal(grads, grads2)
     _bit_equal(grads, grads3)
 

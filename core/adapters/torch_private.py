@@ -421,6 +421,143 @@ def graph_break_count() -> int:
     return sum(counters["graph_break"].values())
 
 
+def dynamo_graph_count() -> int:
+    """How many graphs Dynamo has compiled (handed to a backend) in this process."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def graph_break_reasons() -> dict[str, int]:
+    """Dynamo's graph breaks so far in this process: its reason text -> how many."""
+    from torch._dynamo.utils import counters
+
+    return dict(counters["graph_break"])
+
+
+def graph_break_of(gm: torch.fx.GraphModule) -> tuple[str, str] | None:
+    """Why Dynamo ended the graph ``gm`` at a graph break: (Dynamo's reason, the user's line
+    "file:line in function"), or None where the graph ended at the function's return (or
+    this torch does not say). Dynamo sets ``compile_subgraph_reason`` on every graph it
+    hands a backend (torch 2.11 and 2.13 alike)."""
+    why = getattr(gm, "compile_subgraph_reason", None)
+    if why is None or not getattr(why, "graph_break", False):
+        return None
+    stack = list(getattr(why, "user_stack", None) or ())
+    where = f"{stack[-1].filename}:{stack[-1].lineno} in {stack[-1].name}" if stack else ""
+    return str(getattr(why, "reason", "") or ""), where
+
+
+@dataclass(frozen=True)
+class CompiledWith:
+    """The backend a ``torch.compile`` result, or a Dynamo cache entry, was compiled with:
+    the compiler function and torch.compile's ``mode`` and ``options`` for it."""
+
+    compiler: Any
+    mode: str | None = None
+    options: Mapping[str, Any] | None = None
+    #: the backend as Dynamo holds it (its cache entries' key: see :func:`run_with`)
+    raw: Any = None
+
+    @property
+    def name(self) -> str:
+        c = self.compiler
+        return str(getattr(c, "__name__", None) or getattr(c, "compiler_name", None) or c)
+
+
+def _compiled_with(backend: Any) -> CompiledWith | None:
+    """The innermost backend of a Dynamo callback (the ``_torchdynamo_orig_backend`` chain),
+    unwrapped from torch.compile's wrapper, which holds ``mode`` and ``options``."""
+    if backend is None:
+        return None
+    seen = 0
+    while hasattr(backend, "_torchdynamo_orig_backend") and seen < 32:
+        backend, seen = backend._torchdynamo_orig_backend, seen + 1
+    inner = getattr(backend, "compiler_fn", None)  # torch._TorchCompileWrapper
+    if inner is None or not callable(inner):
+        return CompiledWith(backend, raw=backend)
+    kwargs = getattr(backend, "kwargs", None) or {}
+    return CompiledWith(inner, kwargs.get("mode"), kwargs.get("options"), backend)
+
+
+def compiled_parts(fn: Any) -> tuple[Callable[..., Any], CompiledWith | None] | None:
+    """For what ``torch.compile`` returned (an ``OptimizedModule``, or the function it
+    wraps another in): the callable it compiles and the backend it compiles with (None where
+    this torch does not tell). None for anything else."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    if isinstance(fn, OptimizedModule):
+        ctx = getattr(fn, "dynamo_ctx", None)
+        return fn._orig_mod, _compiled_with(getattr(ctx, "callback", None))
+    orig = getattr(fn, "_torchdynamo_orig_callable", None)
+    if orig is None or not callable(orig) or getattr(fn, "_torchdynamo_disable", False):
+        return None
+    wrapper_id = getattr(fn, "_torchdynamo_wrapper_id", None)  # (newer torch versions)
+    if wrapper_id is not None and wrapper_id != id(fn):
+        return None  # a copy of the attributes (functools.wraps), not Dynamo's wrapper
+    # the wrapper's closure holds Dynamo's callback (or the context that holds it)
+    cells = {}
+    code = getattr(fn, "__code__", None)
+    for name, cell in zip(getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None) or ()):
+        with contextlib.suppress(ValueError):  # (an empty cell)
+            cells[name] = cell.cell_contents
+    callback = cells.get("callback", getattr(cells.get("self"), "callback", None))
+    return orig, _compiled_with(callback)
+
+
+def _codes_of(fn: Any) -> list[Any]:
+    """The code objects Dynamo may compile when ``fn`` is called: a module's ``forward``, and
+    the frame torch.compile adds around a module whose ``forward`` Dynamo does not start at
+    (``torch.nn``'s own: ``external_utils.wrap_inline``, one code for all of them)."""
+    import types
+
+    codes = []
+    if isinstance(fn, torch.nn.Module):
+        with contextlib.suppress(ImportError, AttributeError):
+            from torch._dynamo import external_utils
+
+            codes.append(external_utils.wrap_inline(len).__code__)
+        fn = fn.forward
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None and callable(fn):  # an object with __call__
+        call = type(fn).__call__
+        code = getattr(getattr(call, "__func__", call), "__code__", None)
+    return [c for c in (code, *codes) if isinstance(c, types.CodeType)]
+
+
+def cached_backends(fn: Any) -> list[CompiledWith] | None:
+    """The backends of the graphs Dynamo keeps for ``fn`` (one per cache entry, most recent
+    first; empty: none compiled, or ``torch._dynamo.reset()`` since), or None where this
+    torch does not tell. For a ``torch.nn`` module compiled whole, the entries of every
+    such module are there (Dynamo's guards tell them apart)."""
+    codes = _codes_of(fn)
+    if not codes:
+        return None
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        entries = [e for code in codes for e in _debug_get_cache_entry_list(code)]
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        return None
+    out = []
+    for entry in entries:
+        if not hasattr(entry, "backend"):
+            return None
+        found = _compiled_with(entry.backend)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def run_with(backend: CompiledWith, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as ``torch.compile`` with ``backend`` (one of :func:`cached_backends`) runs it:
+    through the graphs Dynamo keeps for that backend (it keys its cache entries by the
+    backend object), compiling with it only where none fits the inputs, as the user's
+    compiled callable would."""
+    return torch._dynamo.optimize(backend.raw, dynamic=getattr(backend.raw, "dynamic", None))(fn)
+
+
 def configure_for_benchmark() -> None:
     """Switch off Inductor's persistent caches so that cold compiles are cold.
 

@@ -188,7 +188,7 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
     import torch
 
     import sdk
-    from sdk.core import pipeline
+    from sdk.core import pipeline, records
     from sdk.core.adapters import torch_private as tp
 
     cuda = torch.cuda.is_available()
@@ -239,7 +239,7 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
     tp.reset_dynamo()
     compiled = torch.compile(m, backend=backend)
     reports: list[Any] = []
-    breaks_before = tp.graph_break_count()
+    breaks_before = tp.graph_break_reasons()
     token = pipeline.collect_reports(reports)
     checks = _Checks()
     try:
@@ -259,7 +259,10 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
         return 1
     finally:
         pipeline.stop_collecting(token)
-    breaks = tp.graph_break_count() - breaks_before
+    breaks = records.breaks_of(
+        [g.graph_break for g in reports if g.graph_break],
+        {k: n - breaks_before.get(k, 0) for k, n in tp.graph_break_reasons().items()},
+    )
     print(
         f"compile + first call: training step {t_train:.1f} s, inference forward "
         f"{t_infer:.1f} s (the on-disk kernel cache makes later runs faster)"
@@ -271,7 +274,7 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
     checks.tensors(f"gradients ({len(ref_grads)} parameters)", ref_grads, grads)
     checks.tensors("inference logits", [("logits", ref_infer)], [("logits", infer)])
 
-    report = sdk.ExplainReport(graphs=reports, graph_breaks=breaks)
+    report = sdk.ExplainReport(graphs=reports, breaks=breaks)
     _print_explain(report)
     if not any(g.kind == "backward" for g in reports):
         print(
@@ -323,6 +326,8 @@ def _print_explain(report: Any) -> None:
         reasons[key] = reasons.get(key, 0) + 1
     for key, n in list(reasons.items())[:8]:
         print(f"  fallback x{n} {key}")
+    for b in report.breaks:  # Dynamo's reason, and the user's line
+        print(f"  {b}")
 
 
 #: What ``python -m sdk explain TARGET`` takes (its help says the same).

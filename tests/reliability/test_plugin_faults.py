@@ -279,6 +279,7 @@ def graph_fault(install, hook: str, monkeypatch, tmp_path) -> None:
     backend = sdk.backend("faulty", chain=["cpu_cpp"])
     if hook == "sdk_load_subgraph":
         sdk.explain(fused, _x(), backend=backend)  # stores the artifacts
+        torch._dynamo.reset()  # (else explain reports that compile): the next one loads them
     if hook == "sdk_claim_nodes":
         with pytest.warns(sdk.PluginHookWarning, match=f"'faulty'.*{hook}.*SDK_PLUGINS_DENY"):
             report = sdk.explain(fused, _x(), backend=backend)
@@ -504,7 +505,7 @@ def test_one_faulty_observer_leaves_the_others_called(make_plugin, fake_dist, us
     )
     with pytest.warns(sdk.PluginHookWarning):
         _healthy(fused)
-    assert sys.modules[watcher].SEEN == ["inference", "inference"]
+    assert sys.modules[watcher].SEEN == ["inference"]  # (explain reports that compile)
 
 
 # -- exceptions that cannot print themselves, and those that must not be caught -------------

@@ -1,0 +1,148 @@
+"""``sdk.explain`` on what was already compiled: the graphs that run for the inputs, reported
+without a new Dynamo compile (or the reason it must compile); each graph break with Dynamo's
+own reason; the records freed with Dynamo's compiled graphs."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import torch
+from torch import nn
+
+import sdk
+from sdk.core.adapters import torch_private as tp
+
+BACKEND = "sdk:cpu_cpp"
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))
+
+
+class Block(nn.Module):  # a module of the user's own (Dynamo starts at its forward)
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x)) * 2
+
+
+def pointwise(x, y):
+    return (torch.sin(x) * y + torch.cos(y)).relu()
+
+
+def with_breaks(x):
+    y = torch.cos(x) + 1
+    print("between the graphs")  # a graph break: Dynamo does not trace print
+    if y.sum().item() > 0:  # and another: a Python branch on a tensor's value
+        return torch.sin(y)
+    return torch.cos(y) - 1
+
+
+def test_explain_of_an_already_compiled_model_compiles_nothing(seeded, graph_reports):
+    for model, x in ((mlp(), torch.randn(8, 16)), (Block(), torch.randn(3, 8))):
+        compiled = torch.compile(model, backend=BACKEND)
+        compiled(x).sum().backward()
+        compiled_then = list(graph_reports)
+        graphs = tp.dynamo_graph_count()
+        for target in (compiled, model):  # what torch.compile returned, and the model itself
+            report = sdk.explain(target, x)
+            assert tp.dynamo_graph_count() == graphs, report.compile_note
+            assert report.dynamo_compiles == 0 and not report.compiled_now, str(report)
+            assert report.compile_note.startswith("no new compile"), report.compile_note
+            # the reports are those of the compile: the same graphs, their compile times
+            assert [id(g) for g in report.graphs] == [id(g) for g in compiled_then]
+            assert sorted(g.kind for g in report.graphs) == ["backward", "forward"]
+        compiled(x)  # the user's compiled model still has its graphs: nothing was reset
+        assert tp.dynamo_graph_count() == graphs
+        graph_reports.clear()
+
+
+def test_explain_of_a_compiled_function_finds_the_options_it_was_compiled_with(seeded):
+    x, y = torch.randn(6, 9), torch.randn(6, 9)
+    compiled = torch.compile(pointwise, backend=BACKEND, options={"fusion": False})
+    compiled(x, y)
+    graphs = tp.dynamo_graph_count()
+    reports = [
+        sdk.explain(compiled, x, y),
+        sdk.explain(pointwise, x, y),
+        sdk.explain(pointwise, x, y, fusion=False),  # asked for, and what it was compiled with
+        sdk.explain(pointwise, x, y, backend=sdk.backend("cpu_cpp", fusion=False)),
+    ]
+    assert tp.dynamo_graph_count() == graphs
+    for report in reports:
+        assert not report.compiled_now, report.compile_note
+        assert len(report.kernels) > 1, str(report)  # unfused: a kernel per op
+        assert [g.name for g in report.graphs] == [g.name for g in reports[0].graphs]
+
+
+def test_explain_compiles_where_it_must_and_says_why(seeded):
+    def f(x):
+        return torch.sin(x) * 2
+
+    x = torch.randn(4, 8)
+    first = sdk.explain(f, x)
+    assert first.compiled_now and first.dynamo_compiles == 1, str(first)
+    assert first.compile_note == "compiled now: not compiled in this process"
+    assert not sdk.explain(f, x).compiled_now  # explain's own compile is reused
+
+    other = sdk.explain(f, x, fusion=False)
+    assert other.compiled_now and other.dynamo_compiles == 1
+    assert "with other options: fusion=True (asked: False)" in other.compile_note
+    assert [g.kernels[0].ops for g in other.graphs] == [("aten.sin.default",)]
+
+    bigger = sdk.explain(f, torch.randn(5, 8))  # Dynamo's guards fail: a compile
+    assert bigger.compiled_now and bigger.dynamo_compiles == 1, bigger.compile_note
+
+    def g(x):
+        return torch.cos(x) + 1
+
+    eager = torch.compile(g, backend="eager")
+    eager(x)
+    for target in (g, eager):  # (explain(g) first: it leaves a graph of sdk:cpu_cpp for g)
+        report = sdk.explain(target, x)
+        assert report.compiled_now and "'eager'" in report.compile_note, report.compile_note
+        assert [r.plugin for r in report.graphs] == ["cpu_cpp"]
+
+
+def test_graph_breaks_carry_dynamo_s_reason_and_the_line(capsys):
+    x = torch.rand(6) + 0.1
+    report = sdk.explain(with_breaks, x)
+    assert report.graph_breaks == 2, str(report)
+    printed, branched = report.breaks
+    assert "print" in printed.reason, printed.reason
+    assert "item" in branched.reason, branched.reason
+    for b in report.breaks:
+        assert "test_explain.py:" in b.where and b.where.endswith("in with_breaks"), b.where
+        assert "\n" not in b.summary and b.summary in str(report)
+    again = sdk.explain(with_breaks, x)  # not compiled again: the reasons kept with the graphs
+    assert not again.compiled_now, again.compile_note
+    assert again.breaks == report.breaks
+
+    from sdk.tools.demo import _print_explain  # what `python -m sdk run` prints
+
+    capsys.readouterr()
+    _print_explain(report)
+    out = capsys.readouterr().out
+    assert "2 graph break(s)" in out
+    assert all(str(b) in out for b in report.breaks), out
+
+
+def test_the_reports_go_with_dynamo_s_compiled_graphs(seeded):
+    def f(x):
+        return torch.exp(x) - 1
+
+    x = torch.randn(5)
+    compiled = torch.compile(f, backend=BACKEND)
+    compiled(x)
+    report = sdk.explain(compiled, x)
+    assert not report.compiled_now
+    kept = weakref.ref(report.graphs[0])
+    del report
+    gc.collect()
+    assert kept() is not None  # Dynamo's compiled graph holds it
+    torch._dynamo.reset()
+    gc.collect()
+    assert kept() is None  # and nothing else
