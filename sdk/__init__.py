@@ -43,6 +43,7 @@ from sdk.plugin import (
     Capability,
     CompileContext,
     CompiledSubgraph,
+    GraphPass,
     KernelFn,
     KernelLimits,
     KernelSource,
@@ -60,9 +61,10 @@ from sdk.report import (
     KernelReport,
     OpPlacement,
     PartitionReport,
+    PassReport,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def _populate_programs(key: str, payload: bytes) -> None:
@@ -138,6 +140,7 @@ __all__ = [
     "CompiledSubgraph",
     "ExplainReport",
     "FallbackReport",
+    "GraphPass",
     "GraphReport",
     "HookFault",
     "KernelFn",
@@ -149,6 +152,7 @@ __all__ = [
     "OptionError",
     "OptionSpec",
     "PartitionReport",
+    "PassReport",
     "PluginHookError",
     "PluginHookWarning",
     "PluginInfo",
