@@ -386,6 +386,7 @@ class Session:
         """What :meth:`compile_aten_graph` made, in a later process, from its recipe
         (:mod:`core.warm`): each stored variant's program from the whole-graph cache, other
         variants built from the stored ATen graph (``graph()``) when their inputs come."""
+        from . import passes
         from .program import load_program
 
         start = time.perf_counter()
@@ -400,8 +401,10 @@ class Session:
         stored = dict(state["variants"])
         keys: dict[tuple, str | None] = {}
 
+        plan = passes.choose(self.hooks, ctx, {})  # (the passes' names: the graph is not here)
+
         def load(specs: tuple, key: str | None) -> Callable | None:
-            hit = None if key is None else load_program(self, ctx, key)
+            hit = None if key is None else load_program(self, ctx, key, plan=plan)
             if hit is None:
                 return None
             fn, part = hit
@@ -630,6 +633,7 @@ class Session:
         report.view_nodes = ()
         report.fusion_refusals.clear()
         report.core_fusion_refusals.clear()
+        report.passes.clear()
         report.fallbacks[:] = fallbacks
         self._announce(ctx, report)
         return fn
@@ -652,6 +656,7 @@ class Session:
         report.wrapper = part.wrapper_source
         report.runner, report.program = part.runner, part.program
         report.hook_faults.extend(part.hook_faults)
+        report.passes[:] = part.passes
 
     def _chained(self, plugin: str) -> Session:
         session = Session(
@@ -832,6 +837,7 @@ class _RunTimeFallback:
         r.externs.clear()
         r.fusion_refusals.clear()
         r.core_fusion_refusals.clear()
+        r.passes.clear()  # (ATen runs the graph as AOTAutograd made it)
         r.fallbacks[:] = reports
         r.notes.append(reason)
         for f in reports:

@@ -21,9 +21,9 @@ import torch.fx
 
 from sdk.errors import SDKError
 from sdk.plugin import CompileContext, KernelSource
-from sdk.report import ExternReport, FallbackReport, HookFault, KernelReport
+from sdk.report import ExternReport, FallbackReport, HookFault, KernelReport, PassReport
 
-from . import graph_cache, logs, warm
+from . import graph_cache, logs, passes, warm
 from . import steps as st
 from .adapters.torch_private import buffer_ops
 from .fallback import op_name
@@ -38,6 +38,7 @@ from .lowering import (
     WAIT_OPS,
     Lowerer,
     _dense,
+    channels_last_wanted,
     same_strides,
     shape_of,
     strides_of,
@@ -76,7 +77,8 @@ class ProgramParts:
     #: a program from the whole-graph cache: what building it took when it was stored
     cold_seconds: float = 0.0
     key: str | None = None  # the program's key in the whole-graph cache, where it is there
-    hook_faults: list[HookFault] = field(default_factory=list)  # observers that raised
+    hook_faults: list[HookFault] = field(default_factory=list)  # observers, passes that raised
+    passes: list[PassReport] = field(default_factory=list)  # GraphReport.passes
 
 
 def build_program(
@@ -91,21 +93,22 @@ def build_program(
     start = time.perf_counter()
     why = None
     vendor = vendor_externs(session, ctx, gm)
+    plan = passes.choose(session.hooks, ctx, vendor)
     with logs.stage(_log, "graph cache", ctx.graph_name) as found:
         if key is None:
-            key, why = _cache_key(session, ctx, gm, specs, vendor)
-        hit = None if key is None else load_program(session, ctx, key, vendor)
+            key, why = _cache_key(session, ctx, gm, specs, vendor, plan)
+        hit = None if key is None else load_program(session, ctx, key, vendor, plan)
         found.append("hit" if hit is not None else f"miss ({why or 'not there'})")
     if hit is not None:
         return hit
     notes = len(ctx.notes)
-    fn, parts, wrapper, sources, fns = _build(session, ctx, gm, specs, vendor)
+    fn, parts, wrapper, sources, fns = _build(session, ctx, gm, specs, vendor, plan)
     parts.cache = why or "stored"
     if key is not None:
         with logs.stage(_log, "store", ctx.graph_name) as stored:
             try:
                 took = time.perf_counter() - start
-                entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:], vendor, took)
+                entry = _entry(wrapper, sources, fns, parts, ctx.notes[notes:], vendor, took, plan)
                 graph_cache.store().put(key, entry)
             except (graph_cache.Uncacheable, OSError) as exc:
                 parts.cache = f"not stored: {exc}"
@@ -146,10 +149,21 @@ def _build(
     gm: torch.fx.GraphModule,
     specs: tuple,
     vendor: dict[str, tuple[str, Callable]] | None = None,
+    plan: passes.Plan | None = None,
 ) -> tuple[Callable, ProgramParts, Wrapper, list[KernelSource], list[Callable]]:
+    # decided on the graph as AOTAutograd made it (its size counts), before the passes
+    layout = channels_last_wanted(gm, ctx)
+    faults: list[HookFault] = []
+    ran: list[PassReport] = []
+    if plan is not None:
+        with logs.stage(_log, "passes", ctx.graph_name) as done:
+            gm, ran, faults = passes.run(plan, gm, ctx, session.registry)
+            done.append(passes.summary(ran))
     refused: dict[str, str] = {}
     while True:
-        L, sched, outputs, layouts, program = _schedule(session, ctx, gm, specs, refused, vendor)
+        L, sched, outputs, layouts, program = _schedule(
+            session, ctx, gm, specs, refused, vendor, layout
+        )
         over = _over_limits(ctx, sched.limits, program)
         if not over:
             break
@@ -197,6 +211,8 @@ def _build(
         views=L.views,
         decisions=sched.decisions,
         wrapper_source=wrapper.source,
+        hook_faults=faults,
+        passes=ran,
     )
     _announce_kernels(session, ctx, sources, parts)
     return fn, parts, wrapper, sources, fns
@@ -209,11 +225,15 @@ def _schedule(
     specs: tuple,
     refused: dict,
     vendor: dict[str, tuple[str, Callable]] | None = None,
+    layout: tuple[bool, str] | None = None,
 ) -> tuple[Lowerer, Scheduler, list, dict[str, Layout], list[Kernel | ExternNode]]:
     """Lower ``gm`` (the ATen nodes of ``refused`` run in ATen, for its reason) and
-    schedule it into kernels and library calls, in program order; with the outputs' plan."""
+    schedule it into kernels and library calls, in program order; with the outputs' plan.
+    ``layout``: whether activations are channels-last (see ``Lowerer``)."""
     with logs.stage(_log, "lower", ctx.graph_name) as lowered:
-        L = Lowerer(gm, specs, ctx, session.hooks, refused=refused, vendor=vendor)
+        L = Lowerer(
+            gm, specs, ctx, session.hooks, refused=refused, vendor=vendor, channels_last=layout
+        )
         L.run()
         lowered.append(
             f"{len(gm.graph.nodes)} FX nodes -> {len(L.nodes)} IR nodes, "
@@ -374,9 +394,12 @@ def _cache_key(
     gm: torch.fx.GraphModule,
     specs: tuple,
     vendor: dict[str, tuple[str, Callable]],
+    plan: passes.Plan,
 ) -> tuple[str | None, str | None]:
     """The program's cache key, or None and why there is none. ``vendor``: which call
-    nodes run the plugin's own function, and which (by qualified name), are in the key."""
+    nodes run the plugin's own function, and which (by qualified name), are in the key;
+    ``plan``: the graph passes that run (by name and owner; a pass's code is the SDK's
+    sources, or the plugin's, which its key covers)."""
     if not ctx.core_options.cache:
         return None, "off"
     plugin_key = session.hooks.sdk_cache_key(ctx=ctx)
@@ -384,6 +407,7 @@ def _cache_key(
         return None, f"off: sdk:{ctx.plugin} does not implement sdk_cache_key"
     if vendor:
         plugin_key += "|sdk_extern:" + repr(sorted((c, _qualname(f)) for c, f in vendor.values()))
+    plugin_key += "|passes:" + plan.key
     try:
         return graph_cache.graph_key(gm, specs, ctx, session.info.version, plugin_key), None
     except graph_cache.Uncacheable as exc:
@@ -398,6 +422,7 @@ def _entry(
     notes: list[str],
     vendor: dict[str, tuple[str, Callable]],
     seconds: float,
+    plan: passes.Plan,
 ) -> bytes:
     enc = graph_cache.Encoder(fns)
     doc = {
@@ -441,6 +466,8 @@ def _entry(
         "notes": list(notes),
         "sdk_extern": sorted(c for c, _ in vendor.values()),  # the calls sdk_extern took
         "compile_seconds": seconds,  # the cold compile (explain shows it on a hit)
+        "passes": [[p.name, p.rewrites, p.plugin, p.off] for p in parts.passes],
+        "pass_plan": plan.key,  # the passes chosen to run
     }
     return graph_cache.pack(doc, enc.blobs)
 
@@ -450,13 +477,15 @@ def load_program(
     ctx: CompileContext,
     key: str,
     vendor: dict[str, tuple[str, Callable]] | None = None,
+    plan: passes.Plan | None = None,
 ) -> tuple[Callable, ProgramParts] | None:
     """The program stored under ``key`` in the whole-graph cache, rebuilt (its kernels
     compiled through the plugin, whose binary cache makes that a load), or None.
 
     ``vendor``: the plugin's answers of ``sdk_extern`` for the graph now, by call node
     (None: not asked, as where a warm start has no graph yet). A program whose library calls
-    through the plugin are not those nodes' is a miss; the others get today's functions."""
+    through the plugin are not those nodes' is a miss; the others get today's functions.
+    ``plan``: the graph passes chosen now; a program compiled with others is a miss."""
     data = graph_cache.store().get(key)
     if data is None:
         return None
@@ -464,6 +493,8 @@ def load_program(
         doc, blobs = graph_cache.unpack(data)
         answers = dict((vendor or {}).values())  # call -> function
         if doc["sdk_extern"] != sorted(answers):
+            return None
+        if plan is not None and doc["pass_plan"] != plan.key:
             return None
         dec = graph_cache.Decoder([], blobs)
         sources = [
@@ -505,6 +536,7 @@ def load_program(
             cache="hit",
             cold_seconds=float(doc.get("compile_seconds", 0.0)),
             key=key,
+            passes=[PassReport(*p) for p in doc["passes"]],
         )
     except Exception:  # noqa: BLE001 - as above
         return None

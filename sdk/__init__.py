@@ -44,6 +44,7 @@ from sdk.plugin import (
     CompileContext,
     CompiledSubgraph,
     CoreOptions,
+    GraphPass,
     KernelFn,
     KernelLimits,
     KernelSource,
@@ -64,9 +65,10 @@ from sdk.report import (
     KernelReport,
     OpPlacement,
     PartitionReport,
+    PassReport,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def _populate_programs(key: str, payload: bytes) -> None:
@@ -144,6 +146,7 @@ __all__ = [
     "ExplainReport",
     "FallbackReport",
     "GraphBreak",
+    "GraphPass",
     "GraphReport",
     "HookFault",
     "KernelFn",
@@ -156,6 +159,7 @@ __all__ = [
     "OptionError",
     "OptionSpec",
     "PartitionReport",
+    "PassReport",
     "PluginHookError",
     "PluginHookWarning",
     "PluginInfo",

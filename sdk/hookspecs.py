@@ -22,7 +22,8 @@ Which plugins a hook reaches:
 
 Every hook receives only what it names; a hookimpl may take a subset of the
 arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2),
-the graph-level hooks (version 3), ``sdk_kernel_limits`` and ``sdk_extern`` (version 4).
+the graph-level hooks (version 3), ``sdk_kernel_limits`` and ``sdk_extern`` (version 4) and
+``sdk_graph_passes`` (version 5).
 Each docstring ends with the version its hook appeared in; the vendor guide's
 "Versioning" has the table of hook-API versions and the SDK releases that provide them.
 
@@ -62,6 +63,8 @@ core does with it:
 * **observers and wrappers**: a fault of their own plugin only, listed in the graph's
   report (``hook_faults``) and warned about once (:class:`sdk.PluginHookWarning`); a
   wrapper that raises leaves the graph unwrapped.
+* **a graph pass** (a :class:`sdk.GraphPass` of the plugin's, from ``sdk_graph_passes``)
+  that raises when it runs: the same, for that pass: the graph compiles without it.
 * :class:`sdk.SDKError` (or a subclass), raised on purpose by any compile hook: not a
   failure to recover from but an error for the user (an option value the plugin cannot
   honour); it reaches the caller as it is (inside torch's ``BackendCompilerFailed``)
@@ -91,6 +94,7 @@ if TYPE_CHECKING:
     from sdk.plugin import (
         CompileContext,
         CompiledSubgraph,
+        GraphPass,
         KernelFn,
         KernelLimits,
         KernelSource,
@@ -212,7 +216,8 @@ def sdk_keep_ops(ctx: CompileContext) -> Iterable[OpOverload] | None:
 def sdk_op_support(ctx: CompileContext, op: OpOverload, node: Node) -> Support | None:
     """Say whether ``node`` (a call of ``op``) may go into a generated kernel.
 
-    Called for every ATen call in the graph, before lowering. ``node.meta["val"]``
+    Called for every ATen call in the graph, before lowering (the graph the graph passes
+    left: ``sdk_graph_passes``). ``node.meta["val"]``
     holds the fake tensor(s) the op produces (shape, dtype, device). Refusing
     sends the op to the op-level ATen fallback; ``explain`` shows the reason.
     In a chain's partitioning it is also how a kernel-level plugin claims ops.
@@ -241,7 +246,10 @@ def sdk_lower_op(
 ) -> TensorValue | None:
     """Lower one ATen call to loop IR in place of the core's lowering.
 
-    Called for every accepted ATen call, before the core's own lowering table.
+    Called for every accepted ATen call of the graph the graph passes left
+    (``sdk_graph_passes``: with ``Capability.CONV_BIAS_IN_KERNEL`` a convolution's bias
+    arrives as ``None``, an ``aten.add`` after it adds it), before the core's own lowering
+    table.
     Tensor arguments arrive as :class:`sdk.ir.TensorValue` (read one with
     ``value.load(index)``); build the result with ``builder``
     (:class:`sdk.ir.LoweringBuilder`: ``pointwise``, ``reduction``, ``extern``;
@@ -314,6 +322,50 @@ def sdk_extern(ctx: CompileContext, op: OpOverload, node: Node) -> Callable[...,
         ATen, takes it; ``fallback=False`` raises).
 
     Appeared in hook-API version 4.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_graph_passes(
+    ctx: CompileContext, passes: Sequence[GraphPass]
+) -> Sequence[GraphPass] | None:
+    """Choose the rewrites of the ATen graph that run before it is lowered: turn the core's
+    off, add your own.
+
+    ``passes`` is the core's list for this compile, in the order it runs them: each a
+    :class:`sdk.GraphPass` with a ``name`` and a one-line ``description``
+    (``relu_into_addmm``; ``mm_bias_into_kernel`` and ``conv_bias_into_kernel`` where the
+    plugin declares ``Capability.MM_BIAS_IN_KERNEL`` and ``Capability.CONV_BIAS_IN_KERNEL``).
+    Return the list to run instead: leave a core pass out to turn it off, put your own
+    :class:`sdk.GraphPass` where it should run (each pass sees the graph the ones before it
+    left). ``sdk.explain`` lists each graph's passes with what each changed (``passes:
+    relu_into_addmm: 2 rewrites, double_to_add (sdk:acme): 1 rewrite``), and the core's you
+    turned off as ``off``::
+
+        @sdk.hookimpl
+        def sdk_graph_passes(ctx, passes):
+            mine = sdk.GraphPass("double_to_add", "x * 2 as x + x", double_to_add)
+            return [p for p in passes if p.name != "relu_into_addmm"] + [mine]
+
+    Called once per compiled graph variant (forward, backward, inference; each partition of
+    a chain this plugin compiles), after ``sdk_extern`` and before the whole-graph cache is
+    looked up: the cache keys a program on the names of the passes that run, so
+    ``sdk_cache_key`` must change where what your passes do changes (your sources:
+    ``sdk.cache.source_digest(__name__)``). The passes themselves run only when the graph is
+    compiled (not on a cache hit; a warm start asks this hook too, and a program compiled
+    with other passes is not served). :class:`sdk.GraphPass` says what a pass may do, and what
+    the core does with one that raises (the graph compiles without it: a fault of this
+    plugin in the graph's report).
+
+    :param ctx: the compile.
+    :param passes: the core's passes for this compile, in order (a tuple).
+    :return: the passes to run, in order (a list or tuple of :class:`sdk.GraphPass`, names
+        unique), or None to run ``passes`` as they are. Stops at first non-None result.
+        Anything else fails the whole graph (the chain, else ATen), as an exception does.
+    :raises: an exception fails the whole graph for this plugin (the chain, else ATen; with
+        ``fallback=False`` it propagates), as any compile hook's.
+
+    Appeared in hook-API version 5.
     """
 
 

@@ -2,8 +2,9 @@
 
 Everything here is plain data: frozen dataclasses and enums. A plugin builds a
 :class:`PluginInfo` once, answers support questions with :class:`Support` and fusion
-questions with :class:`Verdict`, and receives a :class:`CompileContext` in every hook
-that concerns one compile.
+questions with :class:`Verdict`, names its own rewrites of the ATen graph with
+:class:`GraphPass`, and receives a :class:`CompileContext` in every hook that concerns one
+compile.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from typing import Any, ClassVar
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
-HOOK_API_VERSION = 4  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
-# 4: sdk_kernel_limits, sdk_can_fuse's ``merged``, sdk_extern
+HOOK_API_VERSION = 5  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
+# 4: sdk_kernel_limits, sdk_can_fuse's ``merged``, sdk_extern; 5: sdk_graph_passes, GraphPass
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 
@@ -116,14 +117,17 @@ class Capability(str, enum.Enum):
     CONV_BIAS_IN_KERNEL = (
         "conv_bias_in_kernel",
         "A convolution's bias is added in the generated kernel that follows the library "
-        "call (with BatchNorm, activation and residual), not by the library call itself.",
+        "call (with BatchNorm, activation and residual), not by the library call itself: "
+        "the core's graph pass ``conv_bias_into_kernel`` runs for the plugin.",
     )
     MM_BIAS_IN_KERNEL = (
         "mm_bias_in_kernel",
         "A matrix product with a bias (``addmm``) whose result only pointwise ops read is "
         "a product without the bias (``mm``), and the bias is added in the generated kernel "
         "of those ops (Inductor's rule on GPUs: the library then picks its product kernel "
-        "without a bias epilogue). A product the plugin's ``sdk_extern`` takes stays whole.",
+        "without a bias epilogue). A product the plugin's ``sdk_extern`` takes stays whole. "
+        "The core's graph pass ``mm_bias_into_kernel`` does it, for the plugins declaring "
+        "this.",
     )
     CHEAP_TRANSCENDENTALS = (
         "cheap_transcendentals",
@@ -428,6 +432,64 @@ class CompileContext:
         """
         if message not in self.notes:
             self.notes.append(message)
+
+
+@dataclass(frozen=True)
+class GraphPass:
+    """One named rewrite of the ATen graph, run before the graph is lowered: an entry of
+    the list ``sdk_graph_passes`` answers (hook API 5).
+
+    The core's own passes are such entries (``relu_into_addmm``: a ReLU whose only input is
+    an ``addmm`` becomes one ``aten._addmm_activation`` call; ``mm_bias_into_kernel`` and
+    ``conv_bias_into_kernel``, for plugins declaring ``Capability.MM_BIAS_IN_KERNEL`` and
+    ``Capability.CONV_BIAS_IN_KERNEL``: a product's or convolution's bias added by a
+    pointwise ``aten.add`` the generated kernels take). A plugin adds its own the same way.
+
+    ``fn(gm, ctx)`` is called once per compiled graph variant with ``gm``, a
+    ``torch.fx.GraphModule`` of ATen calls (the core's own copy: rewrite ``gm.graph`` in
+    place; the graph the op-level fallback runs is not this one), and the compile's
+    :class:`CompileContext`. It returns how many places it rewrote (an ``int``, 0 when it
+    changed nothing), which ``sdk.explain`` prints (``passes: double_to_add (sdk:acme): 2
+    rewrites``). Rules:
+
+    * keep what the graph computes: a pass changes how, never what (the core may leave one
+      out, see below);
+    * give every call node you add ``node.meta["val"]``, the fake tensor it produces (the
+      one of the node it replaces, or ``x.meta["val"]`` computed on: fake tensors have
+      shapes, dtypes and strides, no data), as lowering reads it; a node may also carry
+      ``node.meta["sdk_origins"]``, the ``"name: aten.op.overload"`` strings of the nodes
+      it stands for, which reports then name instead of it;
+    * leave alone the call nodes your ``sdk_extern`` answered for: it was asked before the
+      passes ran, by node name.
+
+    After each pass of a plugin the core checks the graph (``gm.graph.lint()``, a
+    ``meta["val"]`` on every call node, the count an ``int``). A pass that raises or fails
+    those checks is left out: the graph is rewritten again from the start without it, and
+    the fault is the plugin's, in the graph's report (``GraphReport.hook_faults``, as an
+    observer's); strict mode (``fallback=False`` or ``debug``) raises
+    :class:`sdk.PluginHookError` instead. An :class:`sdk.SDKError` it raises reaches the
+    caller as it is.
+
+    ``name`` is a Python identifier, unique in the list; ``description`` is one line.
+    """
+
+    name: str
+    description: str
+    fn: Callable[[Any, CompileContext], int]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"GraphPass name {self.name!r} must be a Python identifier")
+        if not isinstance(self.description, str) or "\n" in self.description:
+            raise ValueError(
+                f"GraphPass {self.name}: the description must be one line of text, got "
+                f"{self.description!r}"
+            )
+        if not callable(self.fn):
+            raise TypeError(
+                f"GraphPass {self.name}: fn must be callable as fn(gm, ctx) -> int, got a "
+                f"{type(self.fn).__name__}"
+            )
 
 
 @dataclass

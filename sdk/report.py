@@ -68,6 +68,24 @@ class HookFault:
 
 
 @dataclass(frozen=True)
+class PassReport:
+    """One rewrite of the ATen graph before lowering (a :class:`sdk.GraphPass`): the core's
+    (``plugin`` empty) or one the compile's plugin added through ``sdk_graph_passes``."""
+
+    name: str
+    rewrites: int  # the places it changed (0: it ran and found nothing to do)
+    plugin: str = ""  # the plugin that added it; "" for the core's passes
+    #: a core pass the compile's plugin turned off (``sdk_graph_passes``): it did not run
+    off: bool = False
+
+    def __str__(self) -> str:
+        by = f" (sdk:{self.plugin})" if self.plugin else ""
+        if self.off:
+            return f"{self.name}: off"
+        return f"{self.name}{by}: {self.rewrites} rewrite" + ("" if self.rewrites == 1 else "s")
+
+
+@dataclass(frozen=True)
 class PartitionReport:
     """One partition of a graph split between the plugins of a chain (``options["chain"]``).
 
@@ -181,6 +199,12 @@ class GraphReport:
     #: ("aten.index_add.default (index_add): atomic adds ..."); empty: the same inputs
     #: give the same bits in every run
     nondeterministic: list[str] = field(default_factory=list)
+    #: the rewrites of the graph before lowering (``core/passes`` and the plugin's own,
+    #: ``sdk_graph_passes``), in the order they ran, with what each changed; the core's
+    #: passes the plugin turned off are listed with ``off``. Empty where nothing was lowered
+    #: (a graph split between the plugins of a chain: see its partitions' reports; a graph
+    #: that runs in ATen)
+    passes: list[PassReport] = field(default_factory=list)
 
     @property
     def views(self) -> int:
@@ -240,6 +264,8 @@ class GraphReport:
             )
         for f in self.fallbacks:
             lines.append(f"  fallback {f.op} ({f.node}): {f.reason}")
+        if self.passes:
+            lines.append(f"  passes: {', '.join(str(p) for p in self.passes)}")
         for p in self.partitions:
             by = p.plugin if p.compiled_by == p.plugin else f"{p.plugin} -> {p.compiled_by}"
             lines.append(

@@ -345,9 +345,10 @@ GRAPH_LEVEL_SOURCE = """
 """
 
 
-@pytest.mark.parametrize("api", [1, 2, 3])
+@pytest.mark.parametrize("api", [1, 2, 3, 4, 5])
 def test_plugins_of_every_supported_hook_api_load(make_plugin, fake_dist, use_registry, api):
-    """Hook API 3 adds graph-level plugins; plugins written for API 1 and 2 load unchanged."""
+    """Hook API 3 adds graph-level plugins; plugins written for the APIs before the newest
+    (5: graph passes) load unchanged."""
     source, kind = (GRAPH_LEVEL_SOURCE, "GRAPH") if api == 3 else ("", "CODEGEN")
     module = make_plugin(source, name=f"api{api}", kind=kind, api=api)
     use_registry(fake_dist(f"acme-api{api}", {f"api{api}": module}))

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 from . import elementwise, movement, mutation, reductions, views  # noqa: F401 - register
 from .elementwise import SEED_BUFFER
-from .layouts import _dense, _meta_view, same_strides, shape_of, strides_of
+from .layouts import _dense, _meta_view, channels_last_wanted, same_strides, shape_of, strides_of
 from .lowerer import (
     COLLECTIVE_OPS,
     IN_PLACE_FORMS,
     LIBRARY_OPS,
+    ORIGINS,
     WAIT_OPS,
     Lowerer,
     LoweringBuilder,
     cast,
+    origin_of,
+    origins_of,
     refusal,
 )
 from .views import reshape_reindex
@@ -29,6 +32,7 @@ __all__ = [
     "COLLECTIVE_OPS",
     "IN_PLACE_FORMS",
     "LIBRARY_OPS",
+    "ORIGINS",
     "SEED_BUFFER",
     "WAIT_OPS",
     "Lowerer",
@@ -36,6 +40,9 @@ __all__ = [
     "_dense",
     "_meta_view",
     "cast",
+    "channels_last_wanted",
+    "origin_of",
+    "origins_of",
     "refusal",
     "reshape_reindex",
     "same_strides",

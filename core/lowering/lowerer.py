@@ -28,7 +28,7 @@ from sdk.errors import LoweringError
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport
 
-from ..adapters.torch_private import OpOverloadPacket, aten, has_kernel, sym_size
+from ..adapters.torch_private import OpOverloadPacket, aten, sym_size
 from ..fallback import op_name
 from ..ir.expr import Const, Expr, IndexValue, Op, subs_index
 from ..ir.graph import (
@@ -68,6 +68,7 @@ EXTERN_OPS = {
     aten.mm.default,
     aten.bmm.default,
     aten.addmm.default,
+    aten._addmm_activation.default,  # relu(addmm(...)) as one call: core/passes/products.py
     aten.baddbmm.default,
     aten.convolution_backward.default,  # aten.convolution: see _convolution
     aten._scaled_dot_product_flash_attention.default,
@@ -107,9 +108,21 @@ LIBRARY_OPS = frozenset(
     | {op for op in EXTERN_OPS if "_scaled_dot_product_" in str(op)}
 )
 
-#: Library ops a lowering may split into a smaller library call and generated code
-#: (``fn(lowerer, node, args, kwargs)``; None: the whole call): addmm's bias in a kernel.
-LIBRARY_SPLITS: dict[Any, Callable[..., Any]] = {}
+#: The meta key of a call node a graph pass made or rewrote (core/passes): the nodes of the
+#: graph before the passes that it stands for, as ``"name: op"``. Reports name those, so that
+#: they name the graph AOTAutograd made, whatever the passes did to it.
+ORIGINS = "sdk_origins"
+
+
+def origin_of(n: torch.fx.Node) -> str:
+    """How reports name node ``n``: ``"name: aten.op.overload"``."""
+    return f"{n.name}: {op_name(n.target)}" if n.op == "call_function" else f"{n.name}: {n.op}"
+
+
+def origins_of(n: torch.fx.Node) -> tuple[str, ...]:
+    """The graph nodes ``n`` stands for in reports (itself, unless a pass made it)."""
+    return tuple(n.meta.get(ORIGINS) or (origin_of(n),))
+
 
 #: Library ops whose functional form copies its first argument and then updates the copy in
 #: place, as the in-place form does to the argument itself. Where that argument is a
@@ -223,9 +236,12 @@ class Lowerer:
         hooks: Any,
         refused: Mapping[str, str] | None = None,
         vendor: dict[str, tuple[str, Callable]] | None = None,
+        channels_last: tuple[bool, str] | None = None,
     ) -> None:
         """``refused``: ATen node name -> why it runs in ATen (an op whose kernel alone
-        exceeds the plugin's ``sdk_kernel_limits``); ``vendor``: see :attr:`vendor`."""
+        exceeds the plugin's ``sdk_kernel_limits``); ``vendor``: see :attr:`vendor`;
+        ``channels_last``: :func:`channels_last_wanted` of the graph, where decided already
+        (on the graph before the passes rewrote it), else decided here."""
         self.gm, self.specs, self.ctx, self.hooks = gm, specs, ctx, hooks
         self.refused = refused or {}
         #: call node name -> (its call's id, the plugin's own function: ``sdk_extern``)
@@ -262,7 +278,7 @@ class Lowerer:
         #: every buffer's layout by name (inputs, nodes, extern outputs): layout choices
         self.layouts: dict[str, Layout] = {}
         #: channels-last activations around convolutions (see :func:`channels_last_wanted`)
-        self.channels_last, why = channels_last_wanted(gm, ctx)
+        self.channels_last, why = channels_last or channels_last_wanted(gm, ctx)
         if why:
             ctx.note(why)
 
@@ -275,10 +291,16 @@ class Lowerer:
 
     @property
     def origin(self) -> str:
+        return self.origins[0]
+
+    @property
+    def origins(self) -> tuple[str, ...]:
+        """The graph nodes the current node stands for in reports (several where a graph
+        pass made one call of two: core/passes)."""
         n = self._fx
         if n is None:
-            return "output: copy"  # a graph output put in the layout eager gives it
-        return f"{n.name}: {op_name(n.target)}" if n.op == "call_function" else f"{n.name}: {n.op}"
+            return ("output: copy",)  # a graph output put in the layout eager gives it
+        return origins_of(n)
 
     def meta(self, index: int | None = None) -> Any:
         """The fake value the current op produces (concrete: see ``concrete_graph``)."""
@@ -388,11 +410,6 @@ class Lowerer:
             raise Unsupported(f"a size ({val}) that is not known when compiling")
         args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
-        if target is aten.relu.default and (fused := self._relu_in_addmm(n)) is not None:
-            return fused
-        split = LIBRARY_SPLITS.get(target)
-        if split is not None and (out := split(self, n, args, kwargs)) is not None:
-            return out
         if target in EXTERN_OPS:
             return self.extern(target, args, kwargs)
         if n.name in self.refused:
@@ -418,45 +435,6 @@ class Lowerer:
         except Unsupported as exc:
             del self.nodes[mark:]
             return self.extern(target, args, kwargs, reason=str(exc))
-
-    def _relu_in_addmm(self, n: torch.fx.Node) -> StorageView | None:
-        """``relu(addmm(...))`` as one library call, ``aten._addmm_activation`` (cuBLASLt
-        applies the ReLU in the product's epilogue: no kernel reads the product back, and a
-        small layer launches one kernel instead of two), where the product is ATen's
-        (not a fallback, not the plugin's ``sdk_extern``) and read by this ReLU alone."""
-        (src,) = n.args
-        if not (
-            isinstance(src, torch.fx.Node)
-            and src.target is aten.addmm.default
-            and len(src.users) == 1
-            and src not in self._graph_outputs
-        ):
-            return None
-        value = self.env.get(src)
-        if not isinstance(value, StorageView):
-            return None
-        node = next(
-            (
-                st
-                for st in reversed(self.nodes)
-                if isinstance(st, ExternNode) and st.outputs[:1] == [(value.buffer, value.layout)]
-            ),
-            None,
-        )
-        if (
-            node is None
-            or node.target is not aten.addmm.default
-            or node.vendor is not None
-            or node.fallback_reason is not None
-            or not set(node.kwargs) <= {"beta", "alpha"}
-            or not has_kernel(aten._addmm_activation.default, self.ctx.device_type)
-        ):
-            return None
-        node.target = aten._addmm_activation.default
-        node.origins.append(self.origin)
-        at = self.extern_report[node.name]
-        self.externs[at] = ExternReport(op_name(node.target), self.externs[at].node)
-        return value
 
     # -- builders -------------------------------------------------------------
 
@@ -516,8 +494,7 @@ class Lowerer:
         key = (sizes, dtype, layout, subs_index(value, dict(zip(vs, _CSE_VARS[: len(vs)]))))
         same = self._cse.get(key)
         if same is not None:
-            if self.origin not in same.origins:
-                same.origins.append(self.origin)
+            same.origins.extend(o for o in self.origins if o not in same.origins)
             self.merged.add(same.name)
             return ComputedView(same, same.sizes, None, StorageView(same.name, same.layout))
         view = self._add(
@@ -592,7 +569,7 @@ class Lowerer:
         return val if isinstance(val, torch.Tensor) else None
 
     def _add(self, node: Node) -> ComputedView:
-        node.origins.append(self.origin)
+        node.origins.extend(self.origins)
         node.reads = {ld.buffer for ld in _loads(node.value)}
         self.nodes.append(node)
         self.layouts[node.name] = node.layout
@@ -666,7 +643,7 @@ class Lowerer:
             args,
             kwargs,
             outputs,
-            [self.origin],
+            list(self.origins),
             reason,
             isinstance(val, (list, tuple)),
             own,
@@ -708,7 +685,7 @@ class Lowerer:
         args: tuple,
     ) -> TensorValue:
         """A view: index arithmetic over ``value``, never a copy."""
-        self.views.add(self.origin)
+        self.views.update(self.origins)
         sizes = tuple(static(s) for s in sizes)
         storage = None
         if value.storage is not None:

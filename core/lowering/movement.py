@@ -1,6 +1,6 @@
 """Lowerings that move data with computed indices: cat, pad, pooling, gathers and
-scatters, embedding, indexing; and convolution, a library call with the layout and the
-bias chosen here."""
+scatters, embedding, indexing; and convolution, a library call with the layout chosen
+here."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from typing import Any
 import sympy
 import torch
 
-from sdk.plugin import Capability
-
 from ..adapters.torch_private import aten
 from ..ir.expr import Const, Expr, IndexValue, Load, Op
 from ..ir.graph import (
@@ -21,10 +19,10 @@ from ..ir.graph import (
     TensorValue,
 )
 from ..ir.index import MIN_SIZE, FloorDiv, Mod, is_static, var
-from .helpers import bload, broadcast_shapes, elementwise
+from .helpers import bload, broadcast_shapes
 from .layouts import channels_last_strides, shape_of
-from .lowerer import LIBRARY_SPLITS, Lowerer, Unsupported, cast, register, size_value, upcast
-from .views import _view, reshape_reindex
+from .lowerer import Lowerer, Unsupported, cast, register, size_value, upcast
+from .views import reshape_reindex
 
 
 def _safe(i: sympy.Expr, lo: int, n: int, reach: int) -> sympy.Expr:
@@ -105,66 +103,9 @@ def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
 
 @register(aten.convolution.default)
 def _convolution(L: Lowerer, x: Any, weight: Any, bias: Any, *rest: Any) -> Any:
-    """A library call; with the plugin's capabilities, on channels-last activations and
-    with the bias added in the generated kernel that follows (fused with what reads it)."""
-    out = L.meta()
-    if (
-        isinstance(bias, TensorValue)
-        and L.ctx.has(Capability.CONV_BIAS_IN_KERNEL)
-        and out.numel() > 0
-    ):
-        y = _conv_call(L, x, weight, None, rest)
-        b = _view(L, bias, (bias.sizes[0],) + (1,) * (out.ndim - 2))
-        return elementwise(L, "add", y, b)
+    """A library call; with the plugin's capabilities, on channels-last activations (the
+    bias in the kernel that follows is a graph pass's: core/passes/convolution.py)."""
     return _conv_call(L, x, weight, bias, rest)
-
-
-_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-
-
-def _pointwise_reads(n: torch.fx.Node) -> bool:
-    """Every reader of ``n`` is a pointwise op (through views), as Inductor's
-    ``is_pointwise_use`` asks."""
-    for user in n.users:
-        if user.op != "call_function":
-            return False
-        if user.target in _VIEWS:
-            if not _pointwise_reads(user):
-                return False
-            continue
-        if user.target is aten._to_copy.default and user.kwargs.get("device") is None:
-            continue  # a dtype conversion (a bf16 GELU's upcast): pointwise
-        tags = getattr(user.target, "tags", ())
-        if torch.Tag.pointwise not in tags:
-            return False
-    return bool(n.users)
-
-
-def _addmm_bias_in_kernel(L: Lowerer, n: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
-    """``addmm(bias, a, b)`` read only by pointwise ops as ``mm(a, b)`` plus the bias in
-    the generated kernel of those ops (``Capability.MM_BIAS_IN_KERNEL``); None keeps the
-    whole call: scaled (beta, alpha), the plugin's own ``sdk_extern``, a graph output, or a
-    ReLU alone after it (one call with the activation in its epilogue, see
-    ``Lowerer._relu_in_addmm``)."""
-    bias, a, b = args[:3]
-    if (
-        not L.ctx.has(Capability.MM_BIAS_IN_KERNEL)
-        or len(args) > 3
-        or any(kwargs.get(k, 1) != 1 for k in ("beta", "alpha"))
-        or set(kwargs) - {"beta", "alpha"}
-        or not isinstance(bias, TensorValue)
-        or L.vendor.get(n.name) is not None
-        or n in L._graph_outputs
-        or not _pointwise_reads(n)
-    ):
-        return None
-    if len(n.users) == 1 and next(iter(n.users)).target is aten.relu.default:
-        return None
-    product = L.extern(aten.mm.default, (a, b), {})
-    return elementwise(L, "add", product, bias)
-
-
-LIBRARY_SPLITS[aten.addmm.default] = _addmm_bias_in_kernel
 
 
 def _conv_call(L: Lowerer, x: Any, weight: Any, bias: Any, rest: tuple) -> Any:
