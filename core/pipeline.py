@@ -83,7 +83,7 @@ class Backend:
         broke = tp.graph_break_of(gm)
         record = records.DynamoGraph(
             plugin=self.name,
-            options=session.options,
+            options=opts.as_mapping(opts.Resolved(session.options, session.plugin_options)),
             registry=session.registry,
             graph_break=GraphBreak(*broke) if broke else None,
         )

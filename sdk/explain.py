@@ -149,7 +149,7 @@ def _asked(backend: Any, options: Mapping[str, Any], hint: Any) -> _Asked:
     raw = {**base, **options}
     Backend(name, raw)  # an unknown plugin or option raises here, in one line
     info = registry().require(name, COMPILERS).info
-    return _Asked(name, raw, None, opts.resolve(info, None, raw))
+    return _Asked(name, raw, None, opts.as_mapping(opts.resolve(info, None, raw)))
 
 
 def _plan(
@@ -201,7 +201,9 @@ def _differs_from(used: Any, asked: _Asked) -> str | None:
     name = used.compiler.name
     try:
         info = registry().require(name, COMPILERS).info
-        resolved = opts.resolve(info, used.mode, {**used.compiler.options, **(used.options or {})})
+        resolved = opts.as_mapping(
+            opts.resolve(info, used.mode, {**used.compiler.options, **(used.options or {})})
+        )
     except Exception:  # noqa: BLE001 - its own options are bad: running it says so
         return None
     return None if asked.fits(name, resolved) else _differs(name, resolved, asked)
