@@ -67,7 +67,7 @@ def test_commands_that_compile_nothing_do_not_import_dynamo(tmp_path, monkeypatc
     code = STARTUP.format(heavy=HEAVY, dest=str(tmp_path / "new"))
     seen = json.loads(run(code, tmp_path))
     assert set(seen) == {"import sdk", "list", "cache info", "new-plugin acme_q"}, seen
-    assert not any(seen.values()), f"imported by each step: {seen}"
+    assert not any(seen.values()), f"loaded after each step (in turn, one process): {seen}"
     assert (tmp_path / "new" / "acme-q-sdk-plugin").is_dir()
 
 
