@@ -13,7 +13,10 @@ Each op is in one of four places, in the order a compile asks:
 * **fallback**: none of these: it runs through ATen, op by op, between the kernels.
 
 The IR ops come from lowering each op once on small meta tensors built from its schema
-(:func:`probe`); an op whose schema gives no sample it accepts says so instead. The ops
+(:func:`probe`), or from :data:`_SAMPLES` for an op whose schema alone gives no call it
+accepts (pooling wants an image, a permutation as many entries as the rank); an op with no
+sample it accepts says so instead. With a plugin that has no ``sdk_lower_op``, an op the
+core does not lower is not probed: it falls back. The ops
 listed are every ATen op a functional graph can hold (a tensor result, no mutation, a kernel
 of its own) and every op of those tables, or the ops asked for.
 """
@@ -75,6 +78,9 @@ class Tables:
     plugin: str = ""
     capabilities: frozenset[Capability] = frozenset()
     kept: frozenset[Any] = frozenset()
+    #: whether the plugin has an ``sdk_lower_op`` (else an op the core does not lower falls
+    #: back, and is not probed)
+    lowers_ops: bool = False
 
 
 def core_tables() -> Tables:
@@ -88,7 +94,8 @@ def plugin_tables(session: Any) -> Tables:
     )
     table = session.decompositions(ctx)
     kept = frozenset(op for op in tp.default_decompositions() if op not in table)
-    return Tables(table, session.hooks, session.info.name, session.info.capabilities, kept)
+    lowers = session.hooks.implements("sdk_lower_op")
+    return Tables(table, session.hooks, session.info.name, session.info.capabilities, kept, lowers)
 
 
 def _context(
@@ -172,7 +179,7 @@ def place(op: Any, tables: Tables, ctx: CompileContext, detail: bool = False) ->
             entry = replace(entry, note=f"{entry.note}; {also}" if entry.note else also)
         return entry
     kept = " (kept whole by the plugin's sdk_keep_ops)" if op in tables.kept else ""
-    if op not in LOWERINGS and not tables.plugin:
+    if op not in LOWERINGS and not tables.lowers_ops:
         return OpEntry(name, "fallback", note="no IR lowering for this op" + kept)
     try:
         ir, fallback = probe(op, tables.hooks, ctx)
@@ -261,10 +268,57 @@ def probe(op: Any, hooks: Any, ctx: CompileContext) -> tuple[set[str], str | Non
 _INT_TENSORS = ("index", "indices", "target", "offsets", "input_lengths", "target_lengths")
 
 
+def _meta(*size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.empty(*size, dtype=dtype, device=_PROBE_DEVICE)
+
+
+def _index(*size: int) -> torch.Tensor:
+    return torch.zeros(*size, dtype=torch.int64, device=_PROBE_DEVICE)
+
+
+#: one call each, for the ops whose schema alone gives no valid sample (images of 4
+#: dimensions, a pad of even length, a permutation as long as the rank, both bounds None);
+#: ``test_every_op_is_probed`` fails for an op that needs one and has none
+_SAMPLES: dict[str, Callable[[], tuple[list[Any], dict[str, Any]]]] = {
+    "aten._adaptive_avg_pool2d.default": lambda: ([_meta(1, 2, 4, 4), [2, 2]], {}),
+    "aten.clamp.default": lambda: ([_meta(2, 3), 0.0, 1.0], {}),
+    "aten.clamp.Tensor": lambda: ([_meta(2, 3), _meta(2, 3), _meta(2, 3)], {}),
+    "aten.constant_pad_nd.default": lambda: ([_meta(2, 3), [1, 1], 0.0], {}),
+    "aten.gather.default": lambda: ([_meta(2, 3), 1, _index(2, 2)], {}),
+    "aten.max_pool2d_with_indices.default": lambda: ([_meta(1, 2, 4, 4), [2, 2], [2, 2]], {}),
+    "aten.permute.default": lambda: ([_meta(2, 3), [1, 0]], {}),
+    "aten.repeat.default": lambda: ([_meta(2, 3), [2, 1]], {}),
+    # one index per row, the scatter the core lowers (others run through ATen)
+    "aten.scatter.src": lambda: ([_meta(2, 3), 1, _index(2, 1), _meta(2, 1)], {}),
+    "aten.scatter.value": lambda: ([_meta(2, 3), 1, _index(2, 1), 1.0], {}),
+    "aten.split_with_sizes.default": lambda: ([_meta(2, 3), [1, 1]], {}),
+    "prims.amax.default": lambda: ([_meta(2, 3), [1]], {}),
+    "prims.amin.default": lambda: ([_meta(2, 3), [1]], {}),
+    "prims.sum.default": lambda: ([_meta(2, 3), [1]], {}),
+    "prims.var.default": lambda: ([_meta(2, 3), [1], 1.0], {}),
+    "prims.broadcast_in_dim.default": lambda: ([_meta(2, 3), [4, 2, 3], [1, 2]], {}),
+    "prims.iota.default": lambda: (
+        [4],
+        {
+            "start": 0,
+            "step": 1,
+            "dtype": torch.int64,
+            "device": torch.device(_PROBE_DEVICE),
+            "requires_grad": False,
+        },
+    ),
+    "prims.squeeze.default": lambda: ([_meta(1, 3), [0]], {}),
+    "prims.transpose.default": lambda: ([_meta(2, 3), [1, 0]], {}),
+}
+
+
 def sample_arguments(op: Any) -> tuple[list[Any], dict[str, Any]]:
-    """Arguments for one call of ``op``: each argument without a default from its schema
-    type and name (a 2x3 float tensor, dim 0, None where it is optional, ...); raises
-    ``TypeError`` for a type it has no sample for."""
+    """Arguments for one call of ``op``: its entry in :data:`_SAMPLES`, else each argument
+    without a default from its schema type and name (a 2x3 float tensor, dim 0, None where
+    it is optional, ...); raises ``TypeError`` for a type it has no sample for."""
+    sample = _SAMPLES.get(op_name(op))
+    if sample is not None:
+        return sample()
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for a in tp.schema_arguments(op):

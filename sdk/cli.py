@@ -253,10 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         "sdk:PLUGIN and print sdk.explain's report: for each graph its kernels, library "
         "calls and fallbacks with their reasons; with --chain, its partitions (plugin, "
         "ops, tensors crossing each boundary) and why each op went where it went. "
-        "TARGET is MODULE:FUNCTION, a function of no arguments returning (model or "
-        "function, tuple of example inputs); without it, --model names a built-in one.",
+        "TARGET is MODULE:FUNCTION (MODULE imported from the current directory, as "
+        "python -m does) or path/to/file.py:FUNCTION, a function of no arguments returning "
+        "(model or function, tuple of example inputs); without it, --model names a built-in "
+        "one.",
     )
-    explain.add_argument("target", nargs="?", default=None, metavar="MODULE:FUNCTION")
+    explain.add_argument("target", nargs="?", default=None, metavar="TARGET")
     explain.add_argument(
         "--plugin", default=None, help="plugin (default: cuda_triton on a GPU, else cpu_cpp)"
     )

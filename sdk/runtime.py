@@ -13,6 +13,7 @@ wrapper keeps (CUDA graphs replay into the same memory every time).
 
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from collections import Counter
@@ -21,7 +22,15 @@ from typing import Any
 
 import torch
 
-from sdk.core.adapters import torch_private as _tp
+
+@functools.cache
+def _tp() -> Any:
+    """The adapter over private torch, imported at first use: a wrapper plugin imports this
+    module when it is discovered (`python -m sdk list` too), and the adapter pulls in sympy."""
+    from sdk.core.adapters import torch_private
+
+    return torch_private
+
 
 __all__ = ["Outputs", "mark_step_called", "step_token"]
 
@@ -29,7 +38,7 @@ __all__ = ["Outputs", "mark_step_called", "step_token"]
 def step_token() -> Hashable:
     """A value that changes at each torch.compile'd call and each
     ``torch.compiler.cudagraph_mark_step_begin()``."""
-    return _tp.step_token()
+    return _tp().step_token()
 
 
 def mark_step_called(before: Hashable, now: Hashable) -> bool:
@@ -88,8 +97,8 @@ class Outputs:
         t = self._kept[i]
         return (
             sys.getrefcount(t),
-            _tp.tensor_use_count(t),  # type: ignore[arg-type]
-            _tp.storage_use_count(self._weak[i]),
+            _tp().tensor_use_count(t),  # type: ignore[arg-type]
+            _tp().storage_use_count(self._weak[i]),
         )
 
     def _held(self, i: int) -> bool:
@@ -97,7 +106,8 @@ class Outputs:
 
     def _shared(self, i: int) -> bool:
         """Does a tensor other than the kept one use its storage (a view, say)?"""
-        return self._kept[i] is not None and _tp.storage_use_count(self._weak[i]) > self._base[i][2]  # type: ignore[index]
+        base = self._base[i][2]  # type: ignore[index]
+        return self._kept[i] is not None and _tp().storage_use_count(self._weak[i]) > base
 
     def _intact(self, i: int) -> bool:
         t, o = self._kept[i], self.outputs[i]
@@ -113,7 +123,7 @@ class Outputs:
     def _revoke_slot(self, i: int) -> int:
         if self._shared(i):
             self._lingering.append(self._weak[i])
-        n = _tp.set_access_error(self._kept[i], self._message)  # type: ignore[arg-type]
+        n = _tp().set_access_error(self._kept[i], self._message)  # type: ignore[arg-type]
         self._kept[i] = None
         return int(n)
 
@@ -123,7 +133,7 @@ class Outputs:
     def _unreached(weak: Any, tensors: list[weakref.ref]) -> bool:
         """Does the storage have holders besides the tracked tensors and our alias?"""
         live = sum(1 for ref in tensors if ref() is not None)
-        return _tp.storage_use_count(weak) > live + 1
+        return _tp().storage_use_count(weak) > live + 1
 
     # -- the interface --------------------------------------------------------
 
@@ -134,8 +144,8 @@ class Outputs:
                 self._revoke_slot(i)  # the memory changed under it
             if self._kept[i] is None or not self._intact(i):
                 o = self.outputs[i]
-                self._kept[i] = t = _alias(o, _tp.storage_alias(o.untyped_storage(), o.device))
-                self._weak[i] = _tp.storage_weakref(t.untyped_storage())
+                self._kept[i] = t = _alias(o, _tp().storage_alias(o.untyped_storage(), o.device))
+                self._weak[i] = _tp().storage_weakref(t.untyped_storage())
                 del t
                 self._base[i] = self._counts(i)
             out[i] = self._kept[i]
@@ -147,8 +157,8 @@ class Outputs:
                 st = o.untyped_storage()
                 group = groups.get(st.data_ptr())
                 if group is None:
-                    alias = _tp.storage_alias(st, o.device)
-                    group = groups[st.data_ptr()] = (alias, _tp.storage_weakref(alias), [])
+                    alias = _tp().storage_alias(st, o.device)
+                    group = groups[st.data_ptr()] = (alias, _tp().storage_weakref(alias), [])
                 out[i] = t = _alias(o, group[0])
                 group[2].append(weakref.ref(t))
             self._fresh = list(groups.values())
@@ -159,14 +169,14 @@ class Outputs:
         a tensor over its storage)?"""
         return (
             any(self._held(i) for i in self._reused)
-            or any(_tp.storage_use_count(weak) > 1 for _, weak, _ in self._fresh)
+            or any(_tp().storage_use_count(weak) > 1 for _, weak, _ in self._fresh)
             or self.unreachable()
         )
 
     def unreachable(self) -> bool:
         """Is memory of the outputs held by a tensor :meth:`revoke` cannot reach (a view, a
         tensor over the storage that is not a handed-out one)?"""
-        self._lingering = [w for w in self._lingering if _tp.storage_use_count(w) > 0]
+        self._lingering = [w for w in self._lingering if _tp().storage_use_count(w) > 0]
         return (
             bool(self._lingering)
             or any(self._shared(i) for i in self._reused)
@@ -190,9 +200,9 @@ class Outputs:
             for ref in tensors:
                 t = ref()
                 if t is not None:
-                    n += _tp.set_access_error(t, self._message)
+                    n += _tp().set_access_error(t, self._message)
                     del t
-            if _tp.storage_use_count(weak) > 1:  # more than our alias: out of reach
+            if _tp().storage_use_count(weak) > 1:  # more than our alias: out of reach
                 self._lingering.append(weak)
         self._fresh = []
         return n

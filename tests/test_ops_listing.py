@@ -68,6 +68,34 @@ def test_the_listing_is_the_core_tables(capsys):
     # every op is in one place
     names = [op for rows in got.values() for op in rows]
     assert len(names) == len(set(names))
+    # and every row says what its lowering made: no sample it refused (an image op given
+    # a matrix once printed "IR ops not probed (RuntimeError: Expected 3D or 4D tensor")
+    assert_every_row_probed(got)
+    assert got["lowered"]["aten._adaptive_avg_pool2d.default"] == "reduce:sum truediv"
+    assert "where" in got["lowered"]["aten.max_pool2d_with_indices.default"]
+    assert got["lowered"]["aten.clamp.default"] == "maximum minimum"
+    assert got["lowered"]["aten.scatter.src"] == "eq isnan where"
+
+
+def assert_every_row_probed(got: dict[str, dict[str, str]]) -> None:
+    unprobed = {
+        op: rest
+        for rows in got.values()
+        for op, rest in rows.items()
+        if "not probed" in rest or "Error" in rest
+    }
+    assert not unprobed, unprobed
+    for op, rest in got["lowered"].items():  # IR ops, or a view's "loads and stores only"
+        assert rest and (not rest.startswith("(") or "loads and stores only" in rest), op
+
+
+def test_a_codegen_plugins_listing_has_a_verdict_on_every_row(capsys):
+    """cpu_cpp has no sdk_lower_op: an op the core does not lower falls back, and is not
+    probed (whatever sample it would refuse)."""
+    got = sections(run(capsys, "--plugin", "cpu_cpp"))
+    assert_every_row_probed(got)
+    assert got["fallback"]["aten.max_pool3d_with_indices.default"] == "(no IR lowering for this op)"
+    assert got["lowered"]["aten._adaptive_avg_pool2d.default"] == "reduce:sum truediv"
 
 
 def test_named_ops_and_what_a_decomposition_becomes(capsys):

@@ -37,7 +37,7 @@ def test_hand_out_shares_memory_not_storage_objects():
 
 def test_hand_out_revokes_none_of_what_it_hands_out(monkeypatch):
     revoked = []
-    monkeypatch.setattr(runtime._tp, "set_access_error", lambda t, m: revoked.append(t) or True)
+    monkeypatch.setattr(runtime._tp(), "set_access_error", lambda t, m: revoked.append(t) or True)
     base = torch.arange(8.0)
     outputs = runtime.Outputs([base[:4], base[4:], torch.ones(3)], MSG)  # 2 share a storage
     for _ in range(3):

@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
-from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: F401 (the SDK's pytree)
@@ -294,6 +292,11 @@ def aot_compile(
     and the compilers; the backward is then compiled with the forward. A lookup whose
     entries are not safe to unpickle is a miss, and ``on_cache_refused(why)`` is called.
     """
+    # imported here, not with this module: both import Dynamo (about a second and a half),
+    # which commands that compile nothing (`python -m sdk list`, `ops`, `cache`) never need
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
     common = dict(
         partition_fn=min_cut_rematerialization_partition,
         decompositions=decompositions,

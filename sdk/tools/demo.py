@@ -332,25 +332,30 @@ def _print_explain(report: Any) -> None:
 
 #: What ``python -m sdk explain TARGET`` takes (its help says the same).
 TARGET_RULE = (
-    "TARGET must be MODULE:FUNCTION, a function of no arguments returning "
-    "(model or function, tuple of example inputs)"
+    "TARGET must be MODULE:FUNCTION or path/to/file.py:FUNCTION, a function of no arguments "
+    "returning (model or function, tuple of example inputs)"
 )
 
 
 def _target(spec: str) -> tuple[Any, tuple]:
-    """``MODULE:FUNCTION`` -> what the function returns: (model or function, example inputs).
+    """``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` -> what the function returns:
+    (model or function, example inputs).
 
-    Raises ImportError, AttributeError or ValueError, each with a one-line message, for a
-    target that is not such a function, or one that raised."""
-    import importlib
+    MODULE is imported as ``python -m`` imports it, the current directory first on
+    ``sys.path`` (the ``sdk`` console script's own ``sys.path`` lacks it); a file is
+    imported from its path, its directory first on ``sys.path`` (as ``python file.py`` runs
+    it). Raises ImportError, AttributeError or ValueError, each with a one-line message, for
+    a target that is not such a function, or one that raised."""
     import inspect
 
-    module, _, name = spec.partition(":")
+    module, _, name = spec.rpartition(":")
     if not module or not name:
-        raise ValueError(f"{spec!r} is not MODULE:FUNCTION (e.g. mymodels:tiny_bert)")
+        raise ValueError(
+            f"{spec!r} is not MODULE:FUNCTION (e.g. mymodels:tiny_bert) or path/to/file.py:FUNCTION"
+        )
     try:
-        imported = importlib.import_module(module)
-    except ImportError:
+        imported = _import_target(module)
+    except _TargetNotFound:
         raise
     except Exception as exc:  # the module's own code failed (SyntaxError, RuntimeError, ...)
         raise ValueError(f"importing {module!r} raised {_one_line(exc)}") from exc
@@ -382,6 +387,56 @@ def _target(spec: str) -> tuple[Any, tuple]:
             f"got {_shape_of(made)}"
         )
     return made
+
+
+class _TargetNotFound(ImportError):
+    """No module or file of that name (one raised while importing it is the module's)."""
+
+
+def _import_target(module: str) -> Any:
+    """The module of an explain target: a file path (``.py``, or with a ``/``), else a module
+    name looked up from the current directory, then the rest of ``sys.path``."""
+    import importlib
+    import importlib.util
+    import os
+
+    cwd = os.getcwd()
+    if module.endswith(".py") or "/" in module or os.sep in module:
+        path = os.path.abspath(module)
+        if not os.path.isfile(path):
+            raise _TargetNotFound(
+                f"no file {module!r} (looked for {path}): give path/to/file.py:FUNCTION, "
+                "or MODULE:FUNCTION of a module importable from the current directory"
+            )
+        stem = os.path.splitext(os.path.basename(path))[0]
+        # its own name where free (pickling and dataclasses look a module up by name)
+        name = stem if stem.isidentifier() and stem not in sys.modules else f"_sdk_target_{stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise _TargetNotFound(f"cannot import {module!r} as Python source: {TARGET_RULE}")
+        if os.path.dirname(path) not in sys.path:  # its siblings import, as under python file.py
+            sys.path.insert(0, os.path.dirname(path))
+        imported = importlib.util.module_from_spec(spec)
+        sys.modules[name] = imported
+        try:
+            spec.loader.exec_module(imported)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return imported
+    if cwd not in sys.path and "" not in sys.path:  # python -m puts it first; the script not
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        parts = module.split(".")
+        if exc.name not in {".".join(parts[: i + 1]) for i in range(len(parts))}:
+            raise  # one the module imports: the module's error
+        raise _TargetNotFound(
+            f"No module named {exc.name!r}: looked for {module!r} in the current directory "
+            f"({cwd}) and the rest of sys.path; run from the directory that holds it, or "
+            f"give a file: path/to/{parts[-1]}.py:FUNCTION"
+        ) from exc
 
 
 def _one_line(exc: BaseException) -> str:
