@@ -806,7 +806,7 @@ class _RunTimeFallback:
             f"the compiled program raised when run: {describe(exc)}; "
             "ATen runs this graph from now on"
         )
-        from .program import inputs_written
+        from .wrapper import inputs_written
 
         written = inputs_written()
         gm = self._gm if isinstance(self._gm, torch.fx.GraphModule) else self._gm()
