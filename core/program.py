@@ -45,6 +45,7 @@ from .memory import (
 )
 from .registry import observe
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
+from .session import CompileSession
 from .wrapper import _PUBLIC_FUNCTIONS, Wrapper, _qualname, _runner, _WrapperWriter, inputs_written
 
 #: (the wrapper's names, importable from here as before)
@@ -76,7 +77,7 @@ class ProgramParts:
 
 
 def build_program(
-    session: Any,
+    session: CompileSession,
     ctx: CompileContext,
     gm: torch.fx.GraphModule,
     specs: tuple,
@@ -114,7 +115,7 @@ def build_program(
 
 
 def vendor_externs(
-    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule
+    session: CompileSession, ctx: CompileContext, gm: torch.fx.GraphModule
 ) -> dict[str, tuple[str, Callable]]:
     """The plugin's own functions for the graph's library calls (``sdk_extern``): call node
     name -> (the call's place in the graph, which names it in the whole-graph cache: node
@@ -138,7 +139,7 @@ def vendor_externs(
 
 
 def _build(
-    session: Any,
+    session: CompileSession,
     ctx: CompileContext,
     gm: torch.fx.GraphModule,
     specs: tuple,
@@ -213,7 +214,7 @@ def _build(
 
 
 def _schedule(
-    session: Any,
+    session: CompileSession,
     ctx: CompileContext,
     gm: torch.fx.GraphModule,
     specs: tuple,
@@ -317,7 +318,7 @@ def _over_limits(
 
 
 def _announce_kernels(
-    session: Any, ctx: CompileContext, sources: list[KernelSource], parts: ProgramParts
+    session: CompileSession, ctx: CompileContext, sources: list[KernelSource], parts: ProgramParts
 ) -> None:
     for src in sources:
         observe(session.registry, ctx, parts.hook_faults, "sdk_on_kernel_compiled", source=src)
@@ -366,7 +367,9 @@ def _is(step: Kernel | ExternNode, ops: frozenset) -> bool:
     return isinstance(step, ExternNode) and step.target in ops
 
 
-def _compile(session: Any, ctx: CompileContext, sources: list[KernelSource]) -> list[Callable]:
+def _compile(
+    session: CompileSession, ctx: CompileContext, sources: list[KernelSource]
+) -> list[Callable]:
     if not sources:
         return []
     fns = session.hooks.sdk_compile_kernels(ctx=ctx, sources=sources)
@@ -383,7 +386,7 @@ def _compile(session: Any, ctx: CompileContext, sources: list[KernelSource]) -> 
 
 
 def _cache_key(
-    session: Any,
+    session: CompileSession,
     ctx: CompileContext,
     gm: torch.fx.GraphModule,
     specs: tuple,
@@ -467,7 +470,7 @@ def _entry(
 
 
 def load_program(
-    session: Any,
+    session: CompileSession,
     ctx: CompileContext,
     key: str,
     vendor: dict[str, tuple[str, Callable]] | None = None,
