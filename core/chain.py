@@ -7,8 +7,8 @@ accepts. :func:`core.partition.partition` cuts the graph into maximal acyclic pa
 each owned by the first plugin that claims its ops; what nobody claims stays in the outer
 graph and runs in ATen. Each partition is then compiled on its own:
 
-* by a kernel-level plugin, through the same path as a whole graph
-  (:meth:`core.pipeline.Session.compile_aten_graph`): its own report, variants, cache and
+* by a kernel-level plugin, through the build stage, as a whole graph is
+  (:func:`core.stages.build.compile_partition`): its own report, variants, cache and
   fallbacks;
 * by a graph-level plugin, through ``sdk_compile_subgraph`` (or ``sdk_load_subgraph`` from the
   whole-graph cache), with device copies when the plugin runs elsewhere than the graph.
@@ -41,6 +41,8 @@ from .guards import spec_of
 from .lowering import refusal
 from .partition import Plan, partition
 from .registry import strict
+from .session import CompileSession
+from .stages import build
 
 #: Claims of one plugin: node name -> None (claimed) or the reason it is refused. By name:
 #: the partitioner rebuilds the graph between rounds (names stay, node objects do not).
@@ -48,7 +50,10 @@ Claims = dict[str, "str | None"]
 
 
 def compile_partitioned(
-    session: Any, ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list[Any]
+    session: CompileSession,
+    ctx: CompileContext,
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
 ) -> tuple[Callable, GraphReport] | None:
     """``gm`` compiled as partitions of the chain and its report, or None where one plugin
     takes it whole (see the module's docstring). ``session`` is the backend plugin's
@@ -102,7 +107,11 @@ def compile_partitioned(
 
 
 def _claims(
-    session: Any, ctx: CompileContext, plugin: str, gm: torch.fx.GraphModule, report: GraphReport
+    session: CompileSession,
+    ctx: CompileContext,
+    plugin: str,
+    gm: torch.fx.GraphModule,
+    report: GraphReport,
 ) -> Claims:
     """Plugin ``plugin``'s answer for every call node of ``gm``."""
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
@@ -128,9 +137,9 @@ def _claims(
         return {n.name: f"its {hook} raised {type(cause).__name__}: {cause}" for n in calls}
 
 
-def _kernel_claims(s: Any, c: CompileContext, calls: list[torch.fx.Node]) -> Claims:
+def _kernel_claims(s: CompileSession, c: CompileContext, calls: list[torch.fx.Node]) -> Claims:
     """A kernel-level plugin's claims. The graph was traced with only what every plugin of
-    the chain decomposes alike (:meth:`core.pipeline.Session._table`): an op this plugin
+    the chain decomposes alike (:meth:`core.pipeline.Session.table`): an op this plugin
     decomposes itself it claims (its compile decomposes it first), and so an op it keeps
     whole (it keeps it to lower it), unless its ``sdk_op_support`` refuses it."""
     decomposes = s.decomposes(c)
@@ -196,7 +205,7 @@ def _place(plan: Plan, report: GraphReport, plugins: Sequence[str]) -> None:
 
 
 def _compile_partition(
-    session: Any, ctx: CompileContext, plugin: str, name: str, sub: torch.fx.GraphModule
+    session: CompileSession, ctx: CompileContext, plugin: str, name: str, sub: torch.fx.GraphModule
 ) -> tuple[Callable, str, str, str]:
     """(callable taking the partition's inputs positionally, who compiled it, cache state,
     note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen."""
@@ -209,10 +218,8 @@ def _compile_partition(
     s = session.peer(plugin)
     c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
     if s.info.kind == PluginKind.CODEGEN:
-        narrowed = s.narrowed(tuple(later))
-        fn = narrowed.compile_aten_graph(c, sub, inputs, whole=True)
-        done = narrowed.last_report
-        if done is None or not done.chain_failures:
+        fn, done = build.compile_partition(s.narrowed(tuple(later)), c, sub, inputs)
+        if not done.chain_failures:
             return _positional(fn), plugin, "", ""
         # the partition went down the chain: who compiled it, and why the others did not
         by = done.plugin if done.plugin != plugin else "aten"
@@ -239,14 +246,14 @@ def _compile_partition(
         s = session.peer(later[0]).narrowed(tuple(later[1:]))
         c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
         c.note(note)
-        fn = s.compile_aten_graph(c, sub, inputs, whole=True)
+        fn, _ = build.compile_partition(s, c, sub, inputs)
         return _positional(fn), later[0], "", note
     run, _ = fallback.whole_graph(sub, note)
     return lambda *args: run(list(args)), "aten", "", note
 
 
 def _graph_compile(
-    s: Any, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
+    s: CompileSession, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
 ) -> tuple[Callable, str]:
     """A graph-level plugin's callable for ``sub``: from the cache, else its compiler."""
     key, cache = _cache_key(s, c, sub, inputs)
@@ -277,7 +284,7 @@ def _graph_compile(
 
 
 def _cache_key(
-    s: Any, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
+    s: CompileSession, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
 ) -> tuple[str | None, str]:
     if not c.core_options.cache:
         return None, "off"
@@ -291,7 +298,7 @@ def _cache_key(
         return None, f"not stored: {exc}"
 
 
-def _load(s: Any, c: CompileContext, key: str) -> tuple[Callable | None, str]:
+def _load(s: CompileSession, c: CompileContext, key: str) -> tuple[Callable | None, str]:
     """The cached artifact rebuilt by the plugin, or None (a miss) and why, if not absent."""
     data = graph_cache.store().get(key)
     if data is None:
@@ -348,7 +355,7 @@ class _PerShape:
     a kernel-level program's are, :class:`core.guards.Specializing`); a shape the plugin
     refuses too runs in ATen."""
 
-    def __init__(self, s: Any, c: CompileContext, sub: torch.fx.GraphModule) -> None:
+    def __init__(self, s: CompileSession, c: CompileContext, sub: torch.fx.GraphModule) -> None:
         self._s, self._c, self._sub = s, c, sub
         self._variants: dict[tuple, Callable] = {}
 

@@ -3,7 +3,8 @@
 INFO: one line per compiled graph (:func:`graph_line`, from the :class:`~sdk.GraphReport`
 that ``sdk.explain`` shows): the plugin, its kernels and library calls, the fallbacks with
 their reasons, the caches, the partitions of a chain. DEBUG (``+sdk``): one line per stage of
-each graph's compile (:func:`stage`), with the time it took.
+each graph's compile (:func:`stage`), with the time it took (the same time the graph's
+report keeps in ``stage_seconds``, for its top-level stages).
 """
 
 from __future__ import annotations
@@ -90,12 +91,18 @@ def _n(count: int, noun: str) -> str:
 
 
 @contextlib.contextmanager
-def stage(log: logging.Logger, name: str, graph: str) -> Iterator[list[str]]:
+def stage(
+    log: logging.Logger, name: str, graph: str, times: dict[str, float] | None = None
+) -> Iterator[list[str]]:
     """Times the block, one stage of ``graph``'s compile, and logs a DEBUG line with what
-    the block adds to the list it is given (nothing when the block raises)."""
+    the block adds to the list it is given (nothing when the block raises). ``times``: a
+    report's ``stage_seconds``, to which the block's time is added under ``name`` (one
+    timing for both: ``sdk.explain`` shows what ``TORCH_LOGS=+sdk`` logs)."""
     detail: list[str] = []
     start = time.perf_counter()
     yield detail
+    took = time.perf_counter() - start
+    if times is not None:
+        times[name] = times.get(name, 0.0) + took
     if log.isEnabledFor(logging.DEBUG):
-        took = time.perf_counter() - start
         log.debug("%s %s: %s (%.3fs)", name, graph, ", ".join(detail) or "done", took)

@@ -40,6 +40,7 @@ from .guards import spec_of
 from .ir.expr import Op, walk
 from .ir.graph import ExternNode
 from .lowering.lowerer import EXTERN_OPS, LIBRARY_OPS, LOWERINGS, Lowerer
+from .session import CompileSession
 
 PLACES = ("lowered", "decomposed", "library", "fallback")
 #: the device of the probes' tensors: no data, no kernel runs
@@ -87,7 +88,7 @@ def core_tables() -> Tables:
     return Tables(tp.default_decompositions())
 
 
-def plugin_tables(session: Any) -> Tables:
+def plugin_tables(session: CompileSession) -> Tables:
     """The tables of a compile by ``session``'s plugin: its decompositions and kept ops."""
     ctx = _context(
         session.info.name, session.info.capabilities, session.options, session.plugin_options

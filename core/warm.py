@@ -46,13 +46,16 @@ from . import fallback, graph_cache
 from .adapters import aot_cache, mega_cache
 from .adapters import torch_private as tp
 from .cache import DiskCache, stable_hash
+from .session import CompileSession
 
 #: the artifact type of the SDK's program entries in torch's MegaCache
 ARTIFACT = "sdk_programs"
 FORMAT = 2
 
 #: the Session of the Dynamo graph being compiled (a cache hit restores its programs)
-current: contextvars.ContextVar[Any] = contextvars.ContextVar("sdk_warm_session", default=None)
+current: contextvars.ContextVar[CompileSession | None] = contextvars.ContextVar(
+    "sdk_warm_session", default=None
+)
 
 
 #: the SDK's cache namespace of the digests of the recipes it put in torch's entries
@@ -78,7 +81,7 @@ def record(key: str, payload: bytes) -> None:
 # -- whether, and under which tag ---------------------------------------------------
 
 
-def cache_tag(session: Any, ctx: Any) -> tuple[str | None, str]:
+def cache_tag(session: CompileSession, ctx: Any) -> tuple[str | None, str]:
     """The tag of this Dynamo graph's AOTAutograd entries, or None, and what to report
     (``"on"``, or ``"off: <why>"``)."""
     if not ctx.core_options.cache:

@@ -161,6 +161,11 @@ class GraphReport:
     #: on a hit of the whole-graph cache: what the program's compile took when it was built
     #: and stored (the time the hit saved); 0.0 when unknown or not a hit
     cold_compile_seconds: float = 0.0
+    #: the compile's stages and what each took, in seconds: "aot" (AOTAutograd, until this
+    #: graph reached the core; forward and inference graphs), "restore" (a warm start's),
+    #: "partition" (a chain's split, its partitions' compiles included), "build" (lowering
+    #: through codegen, every variant built so far), "wrap" (the wrapper plugins)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
     #: a forward or inference graph that ended where Dynamo broke the graph: why (Dynamo's
     #: reason, and the user's line); None when the graph ended at the function's return
     graph_break: GraphBreak | None = None
@@ -220,6 +225,13 @@ class GraphReport:
         covered = len({n for k in self.kernels for n in k.nodes} | set(self.view_nodes))
         return covered / self.aten_ops if self.aten_ops else 1.0
 
+    def stages_line(self) -> str:
+        """The stages and their times, in the order they run: "aot 0.12s, build 0.30s"."""
+        order = ("aot", "restore", "partition", "build", "wrap")
+        known = [s for s in order if s in self.stage_seconds]
+        known += [s for s in self.stage_seconds if s not in order]
+        return ", ".join(f"{s} {self.stage_seconds[s]:.2f}s" for s in known)
+
     def _compiled_in(self) -> str:
         took = f"compiled in {self.compile_seconds:.2f}s"
         if self.cache != "hit":
@@ -266,6 +278,8 @@ class GraphReport:
             lines.append(f"  fallback {f.op} ({f.node}): {f.reason}")
         if self.passes:
             lines.append(f"  passes: {', '.join(str(p) for p in self.passes)}")
+        if self.stage_seconds:
+            lines.append(f"  stages: {self.stages_line()}")
         for p in self.partitions:
             by = p.plugin if p.compiled_by == p.plugin else f"{p.plugin} -> {p.compiled_by}"
             lines.append(

@@ -34,6 +34,7 @@ from sdk.core import pipeline, program
 from sdk.core.adapters.torch_private import reset_dynamo
 from sdk.core.guards import Specializing
 from sdk.core.registry import ENTRY_POINT_GROUP, Registry, set_registry
+from sdk.core.stages import build as build_stage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,7 +208,7 @@ def specializations(monkeypatch: pytest.MonkeyPatch) -> list[Specializing]:
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(pipeline, "Specializing", Recording)
+    monkeypatch.setattr(build_stage, "Specializing", Recording)  # (the build stage makes them)
     return made
 
 

@@ -117,6 +117,11 @@ def test_ops_the_first_plugin_refuses_go_to_the_next_not_aten(chain_world):
         assert tanh and all(p.plugin == "cpu_cpp" for p in tanh), str(graph)
         assert all(p.refusals == (("picky", "picky takes no tanh"),) for p in tanh), str(graph)
         assert {p.compiled_by for p in graph.partitions} == {"picky", "cpu_cpp"}, str(graph)
+        # the split is the partition stage's (each partition's build is in its own report)
+        assert "partition" in graph.stage_seconds and "build" not in graph.stage_seconds
+    parts = [g for g in report.graphs if "." in g.name]  # g0_forward.p0: a partition's
+    assert parts and all("build" in g.stage_seconds for g in parts), str(report)
+    assert all("wrap" not in g.stage_seconds for g in parts)  # (a partition is not wrapped)
     by = {k.plugin for k in report.kernels}
     assert by == {"picky", "cpu_cpp"}, str(report)
     assert all("tanh" not in op for k in report.kernels if k.plugin == "picky" for op in k.ops)

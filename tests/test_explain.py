@@ -146,3 +146,23 @@ def test_the_reports_go_with_dynamo_s_compiled_graphs(seeded):
     torch._dynamo.reset()
     gc.collect()
     assert kept() is None  # and nothing else
+
+
+def test_each_graph_reports_its_compile_stages_and_their_times(seeded, graph_reports):
+    """A compile's stages (core/stages) each say what they took: AOTAutograd for the first
+    graph it made, the build of every variant, the wrap; explain prints them on one line."""
+    model, x = mlp(), torch.randn(8, 16)
+    compiled = torch.compile(model, backend=BACKEND)
+    compiled(x).sum().backward()
+    by_kind = {g.kind: g for g in graph_reports}
+    forward, backward = by_kind["forward"], by_kind["backward"]
+    assert list(forward.stage_seconds) and set(forward.stage_seconds) == {"aot", "build", "wrap"}
+    assert "aot" not in backward.stage_seconds  # (traced with the forward)
+    assert backward.stage_seconds["build"] > 0
+    for g in (forward, backward):
+        assert all(t >= 0 for t in g.stage_seconds.values())
+        # the build is part of the graph's compile, which wraps it
+        assert g.stage_seconds["build"] <= g.compile_seconds
+    line = next(ln for ln in str(forward).splitlines() if ln.strip().startswith("stages:"))
+    assert line.strip().startswith("stages: aot ") and ", build " in line and ", wrap " in line
+    assert "stages: " in str(sdk.explain(compiled, x))

@@ -1,0 +1,168 @@
+"""The AOT stage: one Dynamo graph through AOTAutograd, with the session's decompositions,
+into ATen graphs (inference, or forward and backward), each handed to the session's
+``compile_aten_graph`` (partition, build, wrap); or, on a hit of AOTAutograd's cache (a warm
+start, :mod:`core.warm`), each ATen graph's program restored (:func:`restore`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from sdk.plugin import PluginKind
+from sdk.report import GraphReport
+
+from .. import logs, passes, program, warm
+from ..adapters import torch_private as tp
+from ..session import CompileSession
+from . import build, wrap
+from .job import Built
+
+_log = logging.getLogger(__name__)
+_graph_ids = itertools.count()
+
+
+def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    """The Dynamo graph through AOTAutograd (or restored from its cache, :func:`restore`),
+    each ATen graph AOTAutograd makes handed to ``session.compile_aten_graph``."""
+    device = _device_type(example_inputs) or session.info.device_types[0]
+    session.graph_id = next(_graph_ids)
+    ctx = session.context("inference", f"g{session.graph_id}", device)
+    session.cache_tag, session.warm = warm.cache_tag(session, ctx)
+    _log.debug(
+        "capture g%d: Dynamo graph of %d nodes, %d inputs on %s, for sdk:%s; AOTAutograd's "
+        "cache %s",
+        session.graph_id,
+        len(gm.graph.nodes),
+        len(example_inputs),
+        device,
+        session.info.name,
+        session.warm,
+    )
+    session.captured = time.perf_counter()
+    token = warm.current.set(session)  # a cache hit restores the programs through it
+    try:
+        compiled = tp.aot_compile(
+            gm,
+            example_inputs,
+            forward=_aten_compiler(session, "forward", device),
+            backward=_aten_compiler(session, "backward", device),
+            inference=_aten_compiler(session, "inference", device),
+            # built only if AOTAutograd traces (not on a hit of its cache)
+            decompositions=tp.LazyTable(lambda: session.table(ctx)),
+            cache_tag=session.cache_tag,
+            on_cache_refused=warm.lookup_refused,
+            # writes into inputs stay in the graph for the core's programs to do in
+            # their kernels (core/lowering/mutation.py); a graph-level plugin and a
+            # chain's partitions get functional graphs
+            keep_input_mutations=(
+                session.info.kind == PluginKind.CODEGEN and not session.options.chain
+            ),
+        )
+    finally:
+        warm.current.reset(token)
+    _log.debug(
+        "aot g%d: AOTAutograd and the compile of each graph it made (%.3fs)",
+        session.graph_id,
+        time.perf_counter() - session.captured,
+    )
+    return compiled
+
+
+def _aten_compiler(session: CompileSession, kind: str, device: str) -> Callable:
+    def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        ctx = session.context(
+            kind, f"g{session.graph_id}_{kind}", _device_type(example_inputs) or device
+        )
+        took = time.perf_counter() - session.captured
+        if kind != "backward":  # (a backward graph comes with its forward, or later)
+            session.aot_seconds = took
+        _log.debug(
+            "aot %s: ATen graph of %d nodes from AOTAutograd (%.3fs after capture)",
+            ctx.graph_name,
+            len(gm.graph.nodes),
+            took,
+        )
+        if session.cache_tag is None:
+            return session.compile_aten_graph(ctx, gm, example_inputs)
+        recipe = warm.Recipe(kind, ctx.device_type)
+        compiled = session.compile_aten_graph(ctx, gm, example_inputs, recipe=recipe)
+        return warm.output_code(compiled, recipe, gm)
+
+    return compile_aten
+
+
+def restore(session: CompileSession, state: dict[str, Any], graph: Callable) -> Callable:
+    """What ``compile_aten_graph`` made, in a later process, from its recipe
+    (:mod:`core.warm`): each stored variant's program from the whole-graph cache, other
+    variants built from the stored ATen graph (``graph()``) when their inputs come."""
+    start = time.perf_counter()
+    kind = state["kind"]
+    if kind != "backward":
+        session.aot_seconds = start - session.captured
+    ctx = dataclasses.replace(
+        session.context(kind, f"g{session.graph_id}_{kind}", state["device_type"]),
+        written_inputs=frozenset(state["written_inputs"]),
+    )
+    report = GraphReport(name=ctx.graph_name, kind=kind, plugin=ctx.plugin, notes=ctx.notes)
+    report.aten_ops, report.sizes = state["aten_ops"], state["sizes"]
+    report.warm = "hit"
+    stored = dict(state["variants"])
+    keys: dict[tuple, str | None] = {}
+
+    plan = passes.choose(session.hooks, ctx, {})  # (the passes' names: the graph is not here)
+
+    def load(specs: tuple, key: str | None) -> Callable | None:
+        hit = None if key is None else program.load_program(session, ctx, key, plan=plan)
+        if hit is None:
+            return None
+        fn, part = hit
+        build.fill(report, ctx.plugin, part)
+        build.announce(session, ctx, report)
+        keys[specs] = key
+        return fn
+
+    def rebuild(specs: tuple) -> Callable:
+        key = stored.pop(specs, None)
+        fn = load(specs, key)
+        if fn is None:
+            # built again from the stored graph; a stored variant's program goes back
+            # under the key the recipe names, so the next process finds it
+            gm = tp.concrete_graph(graph(), specs)
+            fn = build.build_variant(
+                session,
+                ctx,
+                session.redecomposed(ctx, gm),
+                specs,
+                report,
+                keys=keys,
+                key=key,
+                common=lambda: gm,
+            )
+        return fn
+
+    first, guarded = state["first"], state["guarded"]
+    with logs.stage(_log, "restore", ctx.graph_name, times=report.stage_seconds) as detail:
+        if state["general"]:
+            # (the stored graph has no symbolic metadata to build it from again: if the
+            # program is gone, torch compiles the Dynamo graph afresh)
+            general = load(first, stored.pop(first, None))
+            if general is None:
+                raise LookupError("the symbolic program is not in the whole-graph cache")
+            made = build.Specializing(rebuild, first, general=general, dynamo_guarded=guarded)
+        else:
+            made = build.Specializing(rebuild, first, dynamo_guarded=guarded)
+        detail.append(f"{len(state['variants'])} stored variant(s) of sdk:{ctx.plugin}")
+    return wrap.finish(session, Built(ctx, graph, made, report, start))
+
+
+def _device_type(inputs: list[Any]) -> str | None:
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device.type
+    return None

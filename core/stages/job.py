@@ -1,0 +1,44 @@
+"""What passes between the stages of a compile (see :mod:`core.stages`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch.fx
+
+    from sdk.plugin import CompileContext
+    from sdk.report import GraphReport
+
+    from ..warm import Recipe
+
+
+@dataclass(frozen=True)
+class Job:
+    """One ATen graph to compile: the input of the partition and build stages.
+
+    ``whole``: a partition of a chain's split, compiled whole by one plugin and not wrapped
+    (its inputs are not Dynamo's: no guard of Dynamo checks them). ``recipe`` is filled with
+    what a later process needs to restore the result (:mod:`core.warm`)."""
+
+    ctx: CompileContext
+    gm: torch.fx.GraphModule
+    example_inputs: list[Any]
+    recipe: Recipe
+    whole: bool = False
+
+
+@dataclass(frozen=True)
+class Built:
+    """A compiled graph before the wrap stage: the program, its report and what wrapping it
+    needs. ``gm`` may be a function that returns the graph (read only for a fallback)."""
+
+    ctx: CompileContext
+    gm: Any
+    program: Callable
+    report: GraphReport
+    start: float  # when its compile began (GraphReport.compile_seconds)
+    wrap: bool = True
+    recipe: Recipe | None = None

@@ -1,0 +1,725 @@
+"""The generated wrapper of one program, and the same program as data.
+
+:class:`_WrapperWriter` writes the Python source of ``call(args)`` (bind the inputs, run
+every kernel and library call in order over the memory plan, return the outputs) and, step
+by step beside it, the program as data (core/steps.py) that the native runner
+(core/native.py) runs. :class:`Wrapper` is the result: plain data the whole-graph cache
+keeps, which :meth:`Wrapper.materialize` turns into the callable.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from sdk.errors import SDKError
+from sdk.report import ExternReport
+
+from . import steps as st
+from .adapters.torch_private import buffer_ops
+from .fallback import op_name
+from .guards import TensorSpec, is_symbolic, size_bindings
+from .ir.graph import ExternNode, StorageView
+from .ir.index import is_static, print_size, print_sizes, static
+from .ir.kernel import Kernel, Layout
+from .lowering import (
+    COLLECTIVE_OPS,
+    SEED_BUFFER,
+    WAIT_OPS,
+    Lowerer,
+)
+from .memory import (
+    Alias,
+    Carve,
+    Entry,
+    Free,
+    plan_memory,
+    source_line,
+)
+
+
+@dataclass
+class Wrapper:
+    """The generated wrapper: its source and what the source names (beside the standard
+    helpers :meth:`materialize` provides). Plain data, so the whole-graph cache can keep it."""
+
+    source: str
+    named: dict[str, Any]  # the _cN objects: kernels, extern ops, constants of the calls
+    constants: dict[str, torch.Tensor]  # the graph's constant tensors, by buffer name
+    on_device: tuple[str, ...]  # constants copied to the device once, on the first call
+    device: str
+    layout_free: frozenset[int]
+    kernel_read: frozenset[int]
+    #: the names in ``named`` of the plugin's own library functions, and their calls
+    vendor: dict[str, str] = field(default_factory=dict)
+    #: the program as data (core/steps.py: kernels as their functions, ops as OpOverloads,
+    #: constants by name), or None with the reason in ``native_why``
+    steps: list[tuple] | None = None
+    n_slots: int = 0
+    native_why: str | None = None
+
+    def materialize(self, graph_name: str, runner: str = "python") -> Callable:
+        """The program as a function ``call(args)``: with ``runner="native"``, the native
+        runner's (core/native.py) where the program has steps and the runner builds, else
+        the Python source's."""
+        device = torch.device(self.device)
+        empty, empty_fast, view, is_current = buffer_ops(device)
+        env: dict[str, Any] = {
+            "torch": torch,
+            "_as_strided": torch.as_strided,
+            "_view": view,
+            "_restride": _restride,
+            "_dev": device,
+            "_empty": empty_fast or empty,
+            "_empty_fast": empty_fast,
+            "_empty_any": empty,
+            "_is_current": is_current,
+            "_seed": _make_seed,
+            "_vendor_result": _vendor_result,
+            "_writes": _WRITES,
+        }
+        moved: dict[str, Any] = {}
+        for name, t in self.constants.items():
+            env[name] = t
+            if name in self.on_device:
+                env[f"{name}_src"] = _OnDevice(t, moved, name)
+        env.update(self.named)
+        exec(compile(self.source, f"<sdk wrapper {graph_name}>", "exec"), env)  # noqa: S102
+        call = env["call"]
+        if runner == "native" and self.steps is not None:
+            try:
+                native = self._native(moved)
+            except Exception as exc:  # noqa: BLE001 - the Python program runs, with the reason
+                native = None
+                self.native_why = f"the runner refused the program: {type(exc).__name__}: {exc}"
+            if native is not None:
+                run = native.run
+
+                def call(args: list, run: Callable = run) -> Any:  # noqa: F811
+                    return run(args)
+
+                call.python = env["call"]  # type: ignore[attr-defined]
+                call.steps = self.steps  # type: ignore[attr-defined]
+        # what the per-call guard must check (guards.make_check): only sizes of inputs
+        # nothing bakes the layout of; only alignment where Dynamo already guards layouts
+        call.layout_free = self.layout_free
+        call.kernel_read = self.kernel_read
+        return call
+
+    def _native(self, moved: dict[str, Any]) -> Any | None:
+        """The runner's program for :attr:`steps` (kernels by their C entry points, ops by
+        schema name, constants by value), or None where the runner cannot be built."""
+        from . import native
+
+        out: list[tuple] = []
+        for step in self.steps or ():
+            op = step[0]
+            if op == st.LAUNCH:
+                entry = getattr(step[1], "native", None)
+                if entry is None:  # a kernel of the plugin's launched through Python
+                    out.append((st.LAUNCH_PY, step[1], step[2], step[3]))
+                    continue
+                checked, state = entry.error is not None, entry.state
+                out.append((op, entry.address, *step[2:4], checked, entry.error, state, step[1]))
+            elif op == st.CALL:
+                schema = step[1]._schema
+                out.append((op, schema.name, schema.overload_name, *step[2:]))
+            elif op == st.CONST:
+                out.append((op, step[1], self.constants[step[2]]))
+            else:
+                out.append(step)
+        return native.program(out, self.n_slots, _mark_writes)
+
+
+class _WrapperWriter:
+    """Writes the source of one program's wrapper: ``call(args)``, which binds the inputs,
+    runs every kernel and library call in order and returns the outputs.
+
+    :meth:`write` calls one method per part of that function, in the order the lines come.
+    The parts share what the source names (the ``_cN`` objects, :meth:`_const`), the memory
+    plan, and what the per-call guard must learn from the source: the inputs whose strides
+    it bakes in, and those a kernel reads (:meth:`_wrapper`).
+    """
+
+    def __init__(
+        self,
+        L: Lowerer,
+        program: list,
+        compiled: dict[str, Callable],
+        outputs: list[tuple],
+        layouts: dict[str, Layout],
+    ) -> None:
+        self.L, self.program, self.compiled = L, program, compiled
+        self.outputs, self.layouts = outputs, layouts
+        self.copy_of = {host.buffer: dev for dev, (host, _) in L.host.items()}  # host -> device
+        self.named: dict[str, Any] = {}
+        self.vendor: dict[str, str] = {}  # named plugin functions -> their calls
+        self._consts: dict[int, str] = {}
+        out_bufs = {b for kind, b, _ in outputs if kind in ("buf", "view")}
+        #: buffers that are graph inputs written in place (core/lowering/mutation.py)
+        self.written = L.written
+        self.mem = plan_memory(
+            program, layouts, out_bufs, {n for n, _ in L.inputs if n}, self.written
+        )
+        # device copies of host values, made where (and only if) a kernel or output reads one:
+        # a copy costs a host-device transfer per call, and cannot be captured in a CUDA graph
+        self.read = set(out_bufs)
+        for step in program:
+            self.read |= {a.name for a in step.args} if isinstance(step, Kernel) else step.reads
+        # inputs whose strides something here bakes in: read by a kernel (which also
+        # assumes the pointer's alignment), or re-viewed with fixed strides; the others only
+        # reach library calls whole
+        self.baked: set[str] = set()
+        self.kernel_read: set[str] = set()
+        self.input_names = {n for n, _ in L.inputs if n}
+        # buffers whose storage offset at run time is their layout's: inputs (Dynamo guards
+        # it) and what the kernels write (the memory plan places them)
+        self.placed = self.input_names | {
+            a.name for k in program if isinstance(k, Kernel) for a in k.args if a.role != "in"
+        }
+        self.lines = ["def call(args):"]
+        #: the same program as data, for the native runner (None-free: ``why`` says when not)
+        self.steps = st.Steps()
+
+    def write(self) -> Wrapper:
+        """The wrapper: its prologue, each step between the memory plan's lines, the return."""
+        self._prologue()
+        writing = False
+        for i, step in enumerate(self.program):
+            self._emit(self.mem.before.get(i, []))
+            if isinstance(step, Kernel):
+                self._launch(step)
+            else:
+                self._call_extern(i, step)
+            if not writing and _writes_input(step, self.written):
+                # an input is written: a failure from here on may not run the graph again
+                # through ATen (that would write it twice). (A step that raised before it
+                # returned wrote nothing: a launch or a compile that failed.)
+                writing = True
+                self.lines.append("    _writes.begun = True")
+                self.steps.add(st.WRITES)
+            self._emit(self.mem.after.get(i, []))
+        if writing:
+            self.lines.append("    _writes.begun = False")
+        self._return_outputs()
+        return self._wrapper()
+
+    def _emit(self, entries: list[Entry]) -> None:
+        """The memory plan's entries (allocations, frees), as lines and as steps."""
+        for e in entries:
+            self.lines.append("    " + source_line(e))
+            self._native(self._plan_step, e)
+
+    def _native(self, record: Callable[..., None], *args: Any) -> None:
+        """``record(*args)`` adds the steps of what was just written; a part with no native
+        form leaves the program to Python, with the reason."""
+        if self.steps.why is not None:
+            return
+        try:
+            record(*args)
+        except st.NotNative as exc:
+            self.steps.refuse(str(exc))
+
+    def _plan_step(self, e: Entry) -> None:
+        S = self.steps
+        if isinstance(e, Alias):
+            src = S.read(e.src)
+            S.add(st.ALIAS, S.slot(e.dst), src)
+        elif isinstance(e, Free):
+            S.add(st.FREE, S.read(e.buffer))
+        elif isinstance(e, Carve):
+            lay = e.layout
+            src = S.read(e.src)
+            S.add(st.VIEW, S.slot(e.dst), src, *_ints(lay.sizes, lay.strides), _int(lay.offset))
+        else:
+            lay = e.layout
+            sizes, strides = _ints(lay.sizes, lay.strides)
+            if lay.offset == 0:
+                S.add(st.EMPTY, S.slot(e.dst), sizes, strides, lay.dtype, str(self.L.device))
+                return
+            flat = S.temp()
+            S.add(st.EMPTY, flat, [_int(lay.storage_size)], [1], lay.dtype, str(self.L.device))
+            S.add(st.VIEW, S.slot(e.dst), flat, sizes, strides, _int(lay.offset))
+
+    def _view_step(self, buf: str, layout: Layout, *, result: bool = False) -> int:
+        """The steps of :meth:`_restrided`: a slot holding that view of ``buf``."""
+        S = self.steps
+        src, out = S.read(buf), S.temp()
+        sizes, strides = _ints(layout.sizes, layout.strides)
+        delta = static(sympy.expand(sympy.sympify(layout.offset) - self.layouts[buf].offset))
+        if buf in self.placed and not result:
+            S.add(st.VIEW, out, src, sizes, strides, _int(delta))
+        elif buf in self.input_names:
+            S.add(st.AS_STRIDED, out, src, sizes, strides, _int(delta), True)
+        else:
+            S.add(st.AS_STRIDED, out, src, sizes, strides, _int(layout.offset), False)
+        return out
+
+    def _const(self, x: Any) -> str:
+        """The name the source calls ``x`` by (an object it cannot spell: a kernel, an op, a
+        tensor, ``inf``); one name per object, numbered in the order first used."""
+        key = id(x)
+        if key not in self._consts:
+            self._consts[key] = f"_c{len(self._consts)}"
+            self.named[self._consts[key]] = x
+        return self._consts[key]
+
+    def _device_copy(self, host: str) -> list[str]:
+        """The line that copies host value ``host`` to the device, if anything reads the copy."""
+        dev = self.copy_of.get(host)
+        if dev not in self.read:
+            return []
+        if host in self.L.constants:
+            return [f"    {dev} = {host}_src.get(_dev)"]
+        return [f"    {dev} = {host}.to(_dev).contiguous()"]
+
+    def _prologue(self) -> None:
+        """Everything before the first step: the allocator, the inputs (and their device
+        copies), the RNG seed, and the size symbols' values for this call."""
+        L, lines = self.L, self.lines
+        _, empty_fast, _, is_current = buffer_ops(L.device)
+        if empty_fast is not None and is_current is not None:
+            # the fast allocator allocates on the current device: another may be current
+            lines.append("    _empty = _empty_fast if _is_current() else _empty_any")
+        S = self.steps
+        for i, (name, _spec) in enumerate(L.inputs):
+            if name:
+                lines.append(f"    {name} = args[{i}]")
+                S.add(st.INPUT, S.slot(name), i)
+                copy = self._device_copy(name)
+                lines += copy
+                if copy:
+                    S.refuse("a host input is copied to the device")
+        for name in L.constants:
+            S.add(st.CONST, S.slot(name), name)
+            copy = self._device_copy(name)
+            lines += copy
+            if copy:
+                S.refuse("a host constant is copied to the device")
+        if L.needs_seed:
+            lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
+            S.refuse("the graph draws random numbers (a seed per call)")
+        if any(not isinstance(spec, TensorSpec) for _, spec in L.inputs):
+            S.refuse("a graph input is not a tensor")
+        if is_symbolic(L.specs):
+            S.refuse("symbolic sizes")
+            # the size symbols' values, read from the inputs (the guard checked they fit)
+            for sym, src in size_bindings(L.specs).items():
+                lines.append(f"    {sym.name} = {src}")
+
+    def _restrided(self, buf: str, layout: Layout, *, result: bool = False) -> str:
+        """A view of ``buf``. An intermediate is reinterpreted in place (no autograd view
+        record); a result is a real view, as eager's would be."""
+        delta = static(sympy.expand(sympy.sympify(layout.offset) - self.layouts[buf].offset))
+        sizes, strides = print_sizes(layout.sizes), print_sizes(layout.strides)
+        if buf in self.placed and not result:
+            return f"_view({buf}, {sizes}, {strides}, {print_size(delta)})"
+        offset = print_size(layout.offset)
+        if buf in self.input_names:
+            offset = f"{buf}.storage_offset()" + (f" + {print_size(delta)}" if delta != 0 else "")
+        return f"_as_strided({buf}, {sizes}, {strides}, {offset})"
+
+    def _arg(self, x: Any) -> str:
+        """A library call's argument as source: a buffer (viewed where its layout is not the
+        buffer's), a literal, a symbolic size, or a named object."""
+        if isinstance(x, StorageView):
+            base = self.layouts[x.buffer]
+            if x.layout == base:
+                return x.buffer
+            self.baked.add(x.buffer)
+            return self._restrided(x.buffer, x.layout)
+        if isinstance(x, (list, tuple)):
+            inner = ", ".join(self._arg(y) for y in x)
+            return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+        if isinstance(x, sympy.Expr):  # a symbolic size handed to a library call
+            return print_size(x)
+        if isinstance(x, (bool, int, float)) or x is None:
+            return (
+                repr(x)
+                if not (isinstance(x, float) and (x != x or x in (float("inf"), float("-inf"))))
+                else self._const(x)
+            )
+        return self._const(x)
+
+    def _launch(self, step: Kernel) -> None:
+        """A kernel's launch: its buffers, then its size arguments. A kernel bakes in the
+        strides (and alignment) of every input it reads."""
+        self.baked.update(a.name for a in step.args)
+        self.kernel_read.update(a.name for a in step.args)
+        fn = self.compiled[step.name]
+        fname = self._const(fn)
+        call_args = [a.name for a in step.args] + [s.name for s in step.size_args]
+        self.lines.append(f"    {fname}({', '.join(call_args)})")
+        self._native(self._launch_step, step, fn)
+
+    def _launch_step(self, step: Kernel, fn: Callable) -> None:
+        """A kernel's launch; one without a C entry point (``sdk.NativeEntry``) is launched
+        through Python by the runner (its entry point may also come later: the runner
+        program is made when the program is loaded, after the plugin loaded its kernels)."""
+        if step.size_args:
+            raise st.NotNative("symbolic sizes")
+        if len(step.args) > st.MAX_LAUNCH_ARGS:
+            raise st.NotNative(f"kernel {step.name}: {len(step.args)} arguments")
+        S = self.steps
+        S.add(st.LAUNCH, fn, [S.read(a.name) for a in step.args], [], step.name)
+
+    def _call_extern(self, i: int, step: ExternNode) -> None:
+        """A library call, or its in-place form where the memory plan chose one (the report
+        then names the in-place op that runs)."""
+        L = self.L
+        in_place = self.mem.extern_in_place.get(i)
+        if in_place is not None and step.name in L.extern_report:
+            at = L.extern_report[step.name]
+            L.externs[at] = ExternReport(op_name(in_place), L.externs[at].node)
+        if step.vendor is not None:
+            self._call_vendor(step)
+            self.steps.refuse("a library call through the plugin's own function (sdk_extern)")
+            return
+        self._native(self._call_step, step, in_place)
+        op = self._const(_callable(step) if in_place is None else in_place)
+        call_args = ", ".join(self._arg(a) for a in step.args)
+        kw = ", ".join(f"{k}={self._arg(v)}" for k, v in step.kwargs.items())
+        call = f"{op}({call_args}{', ' if call_args and kw else ''}{kw})"
+        names = [o[0] if o else "_" for o in step.outputs]
+        if in_place is not None:
+            # its output is its first argument, in the layout planned for it
+            self.lines.append(f"    {call}  # {in_place}")
+            return
+        if step.multi_output:
+            self.lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {call}")
+        else:
+            self.lines.append(f"    {names[0]} = {call}")
+        self._check_extern_outputs(step)
+
+    def _call_step(self, step: ExternNode, in_place: Any) -> None:
+        """A library call as a CALL step: the ATen overload, one argument per schema argument
+        (views made into slots of their own first), the slots of its outputs."""
+        op = step.target if in_place is None else in_place
+        if step.target in COLLECTIVE_OPS or step.target in WAIT_OPS:
+            raise st.NotNative(f"a collective ({op_name(step.target)})")
+        schema = getattr(op, "_schema", None)
+        if schema is None:
+            raise st.NotNative(f"{op!r} is not an ATen op")
+        for r in schema.returns:
+            if str(r.type) not in ("Tensor", "Tensor?", "Tensor[]"):
+                raise st.NotNative(f"{op_name(op)} returns a {r.type}")
+        args = []
+        for i, formal in enumerate(schema.arguments):
+            if i < len(step.args) and not formal.kwarg_only:
+                args.append(self._arg_step(step.args[i], formal))
+            elif formal.name in step.kwargs:
+                args.append(self._arg_step(step.kwargs[formal.name], formal))
+            elif formal.has_default_value():
+                args.append((st.DEFAULT,))
+            else:
+                raise st.NotNative(f"{op_name(op)}: argument {formal.name} not given")
+        S = self.steps
+        outs = [] if in_place is not None else [S.slot(o[0]) if o else -1 for o in step.outputs]
+        S.add(st.CALL, op, args, outs, bool(step.multi_output))
+
+    def _arg_step(self, x: Any, formal: Any) -> tuple:
+        """One argument of a CALL step."""
+        S = self.steps
+        if isinstance(x, StorageView):
+            if x.layout == self.layouts[x.buffer]:
+                return (st.SLOT, S.read(x.buffer))
+            return (st.SLOT, self._view_step(x.buffer, x.layout))
+        kind = str(formal.type)
+        if kind in ("Tensor", "Tensor?", "Optional[Tensor]") and isinstance(x, (bool, int, float)):
+            return (st.NUMBER, x)
+        if isinstance(x, (list, tuple)) and kind in ("Tensor[]", "List[Tensor]"):
+            return (st.TENSORS, [self._arg_step(y, formal)[1] for y in x])
+        if isinstance(x, (list, tuple)) and kind in ("Tensor?[]", "List[Optional[Tensor]]"):
+            return (
+                st.OPTIONAL_TENSORS,
+                [-1 if y is None else self._arg_step(y, formal)[1] for y in x],
+            )
+        return (st.VALUE, _plain(x))
+
+    def _call_vendor(self, step: ExternNode) -> None:
+        """A library call through the plugin's own function (``sdk_extern``), named once per
+        call site (the whole-graph cache asks the plugin for it again by its call node).
+        Each tensor it returns is checked against the op's shape, dtype and device, and
+        put in the strides the graph reads it in."""
+        call, fn = step.vendor
+        node = step.origins[0].split(":")[0]
+        op = f"_x{len(self.vendor)}"
+        self.named[op], self.vendor[op] = fn, call
+        call_args = ", ".join(self._arg(a) for a in step.args)
+        kw = ", ".join(f"{k}={self._arg(v)}" for k, v in step.kwargs.items())
+        call = f"{op}({call_args}{', ' if call_args and kw else ''}{kw})"
+        who = (
+            f"sdk:{self.L.ctx.plugin}'s sdk_extern function for {op_name(step.target)} "
+            f"(node {node})"
+        )
+        expected = []
+        for out in step.outputs:
+            if not out:
+                expected.append("None")
+                continue
+            lay = out[1]
+            expected.append(
+                f"({print_sizes(lay.sizes)}, {print_sizes(lay.strides)}, "
+                f"{self._const(lay.dtype)}, {lay.device!r})"
+            )
+        specs = f"({', '.join(expected)}{',' if len(expected) == 1 else ''})"
+        names = [o[0] if o else "_" for o in step.outputs]
+        multi = step.multi_output
+        self.lines.append(
+            f"    {', '.join(names)}{',' if len(names) == 1 else ''} = "
+            f"_vendor_result({call}, {specs}, {multi}, {who!r})"
+        )
+        for out in step.outputs:  # host outputs: the device copy
+            if out and out[0] in self.copy_of:
+                self.lines += self._device_copy(out[0])
+
+    def _check_extern_outputs(self, step: ExternNode) -> None:
+        """After a library call: copy its host outputs to the device, and give each output
+        read later the strides the kernels index it with (the op may have chosen others)."""
+        lines = self.lines
+        for out in step.outputs:
+            if out and out[0] in self.copy_of:
+                lines += self._device_copy(out[0])
+                if self._device_copy(out[0]):
+                    self.steps.refuse("a library call's host output is copied to the device")
+                continue
+            if not out or out[0] not in self.read:
+                continue  # unused (an attention op may even return None for it)
+            if step.target in COLLECTIVE_OPS:
+                continue  # not ready until its wait: the wait's output is checked
+            # (a size symbol is >= 2)
+            dims = [d for d, n in enumerate(out[1].sizes) if not is_static(n) or n > 1]
+            if dims:
+                # kernels index this buffer with the strides the trace gave it; an
+                # op that chose others (they may follow its inputs') is copied into them
+                name, lay = out
+                got = ", ".join(f"{name}.stride({d})" for d in dims)
+                want = ", ".join(print_size(lay.strides[d]) for d in dims)
+                lines.append(f"    if {name} is not None and ({got},) != ({want},):")
+                lines.append(f"        {name} = _restride({name}, {print_sizes(lay.strides)})")
+                self._native(self._restride_step, name, dims, lay)
+
+    def _restride_step(self, name: str, dims: list[int], lay: Layout) -> None:
+        S = self.steps
+        S.add(st.RESTRIDE, S.read(name), dims, [_int(x) for x in lay.strides])
+
+    def _return_outputs(self) -> None:
+        """The return: each graph output as a buffer, a view of one, a size or a constant."""
+        rets = []
+        for kind, buf, layout in self.outputs:
+            if kind == "buf":
+                rets.append(buf)
+            elif kind == "view":
+                base = self.layouts[buf]
+                if layout != base:
+                    self.baked.add(buf)
+                rets.append(buf if layout == base else self._restrided(buf, layout, result=True))
+            elif isinstance(buf, sympy.Expr):  # a symbolic size (saved for the backward)
+                rets.append(print_size(buf))
+            else:
+                rets.append(self._const(buf))
+        self.lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
+        self._native(self._return_step)
+
+    def _return_step(self) -> None:
+        S, items = self.steps, []
+        for kind, buf, layout in self.outputs:
+            if kind == "buf":
+                items.append((0, S.read(buf)))
+            elif kind == "view":
+                base = self.layouts[buf]
+                slot = S.read(buf) if layout == base else self._view_step(buf, layout, result=True)
+                items.append((0, slot))
+            elif isinstance(buf, sympy.Expr):
+                items.append((1, _int(buf)))
+            else:
+                items.append((1, buf))
+        S.add(st.RETURN, items)
+
+    def _wrapper(self) -> Wrapper:
+        """The source with what it names, and what the per-call guard needs: the inputs
+        whose layout nothing here bakes in (``layout_free``: their sizes alone are checked)
+        and those a kernel reads (``kernel_read``: their alignment is checked too)."""
+        L = self.L
+        return Wrapper(
+            "\n".join(self.lines),
+            self.named,
+            dict(L.constants),
+            tuple(n for n in L.constants if n in self.copy_of),
+            str(L.device),
+            vendor=dict(self.vendor),
+            layout_free=frozenset(
+                i
+                for i, (name, _) in enumerate(L.inputs)
+                if name and name not in self.baked and name not in self.copy_of
+            ),
+            kernel_read=frozenset(
+                i for i, (name, _) in enumerate(L.inputs) if name and name in self.kernel_read
+            ),
+            steps=None if self.steps.why is not None else self.steps.steps,
+            n_slots=len(self.steps.slots),
+            native_why=self.steps.why,
+        )
+
+
+#: ATen ops whose public ``torch`` function runs the same overload with less per-call host
+#: work than calling the ``OpOverload`` (its schema-driven argument conversion costs about
+#: 6 us more per call on an H100 host: a graph with 60 convolutions pays 0.4 ms a call).
+#: The keyword arguments each function takes by the schema's names.
+_PUBLIC_FUNCTIONS: dict[str, tuple[str, frozenset[str]]] = {
+    "aten.convolution.default": ("convolution", frozenset()),
+    "aten.mm.default": ("mm", frozenset()),
+    "aten.bmm.default": ("bmm", frozenset()),
+    "aten.addmm.default": ("addmm", frozenset({"beta", "alpha"})),
+    "aten.baddbmm.default": ("baddbmm", frozenset({"beta", "alpha"})),
+    "aten._addmm_activation.default": ("_addmm_activation", frozenset({"beta", "alpha"})),
+}
+
+
+#: per thread: whether the program running (or the one that just raised) has begun writing
+#: graph inputs in place (its wrapper sets it before the first such step, and clears it
+#: when it returns)
+_WRITES = threading.local()
+
+
+def _mark_writes() -> None:
+    """The native runner's call when a step after the program began writing inputs raised."""
+    _WRITES.begun = True
+
+
+def inputs_written() -> bool:
+    """Whether the program that raised on this thread had begun writing its graph inputs
+    in place (then running the graph again through ATen would apply those writes twice).
+    Clears the mark."""
+    begun = getattr(_WRITES, "begun", False)
+    _WRITES.begun = False
+    return begun
+
+
+def _writes_input(step: Kernel | ExternNode, written: dict[str, str]) -> bool:
+    if isinstance(step, ExternNode):
+        return step.into is not None
+    return any(a.name in written for a in step.args if a.role != "in")
+
+
+def _runner(fn: Callable, wrapper: Wrapper) -> str:
+    """GraphReport.runner for a materialized program."""
+    if hasattr(fn, "steps"):
+        return "native"
+    if wrapper.native_why:
+        return f"python: {wrapper.native_why}"
+    if wrapper.steps is None:
+        return "python"
+    from . import native
+
+    why = native.why_not()
+    return f"python: {'the native runner could not be built' if why else 'runner=python'}"
+
+
+def _int(x: Any) -> int:
+    """A size as an int; a symbolic one has no native form."""
+    if isinstance(x, int):
+        return x
+    if is_static(x):
+        return int(static(x))
+    raise st.NotNative("symbolic sizes")
+
+
+def _ints(sizes: Any, strides: Any) -> tuple[list[int], list[int]]:
+    return [_int(x) for x in sizes], [_int(x) for x in strides]
+
+
+def _plain(x: Any) -> Any:
+    """A constant argument the runner converts by the schema's type, or NotNative."""
+    if isinstance(x, (list, tuple)):
+        return [_plain(y) for y in x]
+    if isinstance(x, sympy.Expr):
+        return _int(x)
+    if x is None or isinstance(
+        x, (bool, int, float, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+    ):
+        return x
+    raise st.NotNative(f"an argument of type {type(x).__name__}")
+
+
+def _callable(step: ExternNode) -> Any:
+    """What the wrapper calls for an extern: the public function where one is equivalent."""
+    entry = _PUBLIC_FUNCTIONS.get(str(step.target))
+    if entry is None or not set(step.kwargs) <= entry[1]:
+        return step.target
+    return getattr(torch, entry[0])
+
+
+def _qualname(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+
+
+def _vendor_result(result: Any, specs: tuple, multi: bool, who: str) -> tuple:
+    """What a plugin's library function returned, as the outputs of its call: each tensor
+    checked against ``specs`` (sizes, strides, dtype, device type per output; None: not a
+    tensor) and put in those strides where it is in others. Raises :class:`SDKError` naming
+    the function, what it returned and what the op gives."""
+    outs = tuple(result) if multi and isinstance(result, (tuple, list)) else (result,)
+    if len(outs) != len(specs):
+        raise SDKError(
+            f"{who} returned {len(outs)} value(s) where the op returns {len(specs)}; "
+            "return what the ATen op returns (a tuple where it returns several)"
+        )
+    checked = []
+    for i, (t, spec) in enumerate(zip(outs, specs)):
+        if spec is None:
+            checked.append(t)
+            continue
+        sizes, strides, dtype, device = spec
+        if (
+            not isinstance(t, torch.Tensor)
+            or tuple(t.shape) != tuple(sizes)
+            or t.dtype != dtype
+            or t.device.type != device
+        ):
+            got = (
+                f"a tensor of shape {tuple(t.shape)}, {t.dtype} on {t.device.type}"
+                if isinstance(t, torch.Tensor)
+                else f"a {type(t).__name__}"
+            )
+            raise SDKError(
+                f"{who} returned {got} as output {i}, where the op gives shape "
+                f"{tuple(sizes)}, {dtype} on {device}; fix that function (or answer None "
+                "from sdk_extern for such calls, to let ATen run them)"
+            )
+        if any(n != 1 and t.stride(d) != s for d, (n, s) in enumerate(zip(sizes, strides))):
+            t = _restride(t, tuple(strides))
+        checked.append(t)
+    return tuple(checked)
+
+
+def _make_seed(device: torch.device) -> torch.Tensor:
+    """A fresh seed per call, drawn from the device's generator (so manual_seed reproduces
+    runs). Drawn on the device: no host-device copy, and a CUDA graph replay draws anew."""
+    return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=device)
+
+
+class _OnDevice:
+    """A constant from another device (a CPU scalar), copied to the graph's device once."""
+
+    def __init__(self, tensor: torch.Tensor, cache: dict[str, Any], name: str) -> None:
+        self.tensor, self.cache, self.name = tensor, cache, name
+
+    def get(self, device: torch.device) -> torch.Tensor:
+        t = self.cache.get(self.name)
+        if t is None:
+            t = self.cache[self.name] = self.tensor.to(device).contiguous()
+        return t
+
+
+def _restride(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """``t``'s values in a tensor of these strides."""
+    out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+    out.copy_(t)
+    return out
