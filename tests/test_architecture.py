@@ -89,6 +89,24 @@ CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
     ),
     "sdk/conformance/pytest_plugin.py": frozenset({"sdk.core.config"}),
     "sdk/conformance/suite.py": frozenset({"sdk.core.pipeline"}),
+    # the public IR names that carry core logic (the lowering builder and its library ops,
+    # the scheduler's fusion groups) or a private torch type, through the module's
+    # __getattr__ on first use
+    "sdk/ir/__init__.py": frozenset(
+        {
+            "sdk.core.adapters.torch_private.OpOverload",
+            "sdk.core.lowering.LIBRARY_OPS",
+            "sdk.core.lowering.LoweringBuilder",
+            "sdk.core.scheduler.FusionGroup",
+        }
+    ),
+    # a torch.SymInt's sympy expression and hint (only while the core traces): private torch
+    "sdk/ir/index.py": frozenset(
+        {
+            "sdk.core.adapters.torch_private.sym_size",
+            "sdk.core.adapters.torch_private.size_hint_of",
+        }
+    ),
 }
 
 #: Where the contract package imports the core when it is imported: file -> core modules or
@@ -99,17 +117,6 @@ CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
     # the SDK's MegaCache artifact type before the user's load_cache_artifacts() (a blob with a
     # type torch does not know is dropped whole; docs/user-guide.md: "import sdk before loading")
     "sdk/__init__.py": frozenset({"sdk.core.adapters.logs", "sdk.core.adapters.mega_cache"}),
-    # the IR names that carry core logic: the lowering builder and its library ops, the
-    # scheduler's fusion groups, torch's OpOverload type (a private torch module)
-    "sdk/ir.py": frozenset(
-        {
-            "sdk.core.adapters.torch_private.OpOverload",
-            "sdk.core.ir",
-            "sdk.core.lowering.LIBRARY_OPS",
-            "sdk.core.lowering.LoweringBuilder",
-            "sdk.core.scheduler.FusionGroup",
-        }
-    ),
     # storage use counts and aliases: private torch, through the adapter
     "sdk/runtime.py": frozenset({"sdk.core.adapters.torch_private"}),
     # the compiler's environment variables (CC, CXX), read in core/config.py
