@@ -100,7 +100,6 @@ if TYPE_CHECKING:
         KernelSource,
         PluginInfo,
         Support,
-        Verdict,
     )
     from sdk.report import GraphReport
 
@@ -377,7 +376,7 @@ def sdk_graph_passes(
 @hookspec
 def sdk_can_fuse(
     ctx: CompileContext, first: FusionGroup, second: FusionGroup, merged: FusionGroup
-) -> Verdict | None:
+) -> Support | None:
     """Veto a fusion the core's scheduler proposes.
 
     Called for each candidate pair the core found legal (compatible loop nests,
@@ -395,7 +394,8 @@ def sdk_can_fuse(
         sharing its loop nest.
     :param merged: the kernel the fusion would make (``inputs``, ``outputs``, ``buffers``
         counted for the fused kernel; hook-API version 4).
-    :return: :meth:`Verdict.no` with a reason to refuse, or None / ``Verdict.yes``.
+    :return: :meth:`Support.no` with a reason to refuse, or None / ``Support.yes``
+        (``sdk.Verdict``, its deprecated alias, is read the same).
         1:N, any refusal wins: every plugin with a say may veto a fusion. Vetoes are
         listed in :attr:`sdk.GraphReport.fusion_refusals`.
 

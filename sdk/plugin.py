@@ -1,8 +1,8 @@
 """The public value types a plugin exchanges with the core.
 
 Everything here is plain data: frozen dataclasses and enums. A plugin builds a
-:class:`PluginInfo` once, answers support questions with :class:`Support` and fusion
-questions with :class:`Verdict`, names its own rewrites of the ATen graph with
+:class:`PluginInfo` once, answers support and fusion questions with :class:`Support`
+(:class:`Verdict` is its deprecated alias), names its own rewrites of the ATen graph with
 :class:`GraphPass`, and receives a :class:`CompileContext` in every hook that concerns one
 compile.
 """
@@ -38,14 +38,26 @@ class Capability(str, enum.Enum):
     these, never the device name.
 
     Each member's docstring (``Capability.BF16.__doc__``) says what declaring it makes
-    the core do. Some change what the scheduler and lowering make (``REDUCTIONS``,
-    ``MULTI_STAGE``, ``STORE_THEN_LOAD``, ``CHEAP_TRANSCENDENTALS``, ``SYMBOLIC_SIZES``,
-    ``CHANNELS_LAST``, ``CONV_BIAS_IN_KERNEL``, ``MM_BIAS_IN_KERNEL``, ``GRAPH_CAPTURE``). ``FP64``, ``BF16``,
-    ``INDIRECT_LOADS`` and ``RANDOM`` are declarations only in this SDK version: the core
-    hands a plugin such kernels whether it declares them or not, so a plugin that cannot
-    render them refuses those ops in ``sdk_op_support`` (as the ``--c-like`` scaffold
-    does for dtypes without a C type and for random ops). The value (``"bf16"``) is what
-    ``Capability("bf16")`` accepts.
+    the core do. The value (``"bf16"``) is what ``Capability("bf16")`` accepts. The members
+    are of three sorts (issue 38; none is removed in hook API 5, and declaring any of them
+    stays valid):
+
+    * **Abilities**, enforced: without one the core does not make what the renderer could
+      not take. ``REDUCTIONS``, ``MULTI_STAGE``, ``STORE_THEN_LOAD`` (the scheduler's
+      fusions and kernels), ``SYMBOLIC_SIZES`` (one program for every size, else a variant
+      per shape) and ``GRAPH_CAPTURE`` (the wrappers ``mode="reduce-overhead"`` applies).
+    * **Preferences**: the core's output is correct either way; only its speed on the
+      device differs. ``CHANNELS_LAST`` (activation layout around library convolutions),
+      ``CONV_BIAS_IN_KERNEL`` and ``MM_BIAS_IN_KERNEL`` (the graph passes that move a bias
+      into the generated kernel), ``CHEAP_TRANSCENDENTALS`` (recompute rather than store a
+      broadcast transcendental). They are to move to a hook of their own with the next
+      hook-API version; until then they are declared here.
+    * **Dead**, declarations only: ``FP64``, ``BF16``, ``INDIRECT_LOADS`` and ``RANDOM``.
+      Nothing in the core reads them: the core hands a plugin such kernels whether it
+      declares them or not, so a plugin that cannot render them refuses those ops in
+      ``sdk_op_support`` (as the ``--c-like`` scaffold does for dtypes without a C type and
+      for random ops). They are to go with the next hook-API version (a plugin that still
+      declares them will keep loading).
     """
 
     def __new__(cls, value: str, doc: str) -> Capability:
@@ -325,14 +337,15 @@ def environment_variable(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class Verdict(Support):
-    """Answer of ``sdk_can_fuse``: may these two groups become one kernel?
-    ``Verdict.yes()``, or ``Verdict.no(reason)``: the reason is listed with the refused
-    fusion in ``sdk.explain``.
+    """Deprecated alias of :class:`Support`, for ``sdk_can_fuse`` (may these two groups
+    become one kernel?): answer with ``Support.yes()`` or ``Support.no(reason)``; the reason
+    is listed with the refused fusion in ``sdk.explain``.
 
-    The same fields and constructors as :class:`Support`, and a subclass of it: the
-    core reads ``ok`` and ``reason`` of either, so a plugin written when ``sdk.Verdict``
-    was another name of ``Support`` (or that answers ``sdk_can_fuse`` with ``Support.no``)
-    works unchanged.
+    Kept importable, with the same fields and constructors (a subclass, so an
+    ``isinstance(answer, Support)`` holds for either): the core reads ``ok`` and ``reason``
+    of both, and a plugin answering ``Verdict.no(...)`` works unchanged. It is to go with
+    the next hook-API version; no warning is raised meanwhile (the SDK's own test suite
+    treats warnings as errors, and a plugin cannot act on one at run time).
     """
 
 

@@ -1,9 +1,15 @@
-"""CONTRIBUTING.md's architecture rules, checked over every module of core/, plugins/ and sdk/.
+"""CONTRIBUTING.md's architecture rules, checked over every module of core/, plugins/, sdk/ and
+tools/.
 
 The rules (CONTRIBUTING.md, "Architecture rules"):
 
 * a built-in plugin imports only the public ``sdk`` API: no ``sdk.core``, no other plugin, no
   underscore module or name;
+* the contract package (``sdk/``) imports the core only where :data:`CONTRACT_TO_CORE` says:
+  inside the functions of its entries (``sdk.backend``, ``sdk.explain``, the CLI, ...), and at
+  import only what :data:`CONTRACT_AT_IMPORT` lists (debt, each with why);
+* the tools (``tools/``, installed as ``sdk.tools``) import public ``sdk`` names, and of the
+  core only what :data:`TOOLS_TO_CORE` lists;
 * private torch APIs (``torch._dynamo``, ``torch._C``, ``torch._ops``, ...) appear only in the
   adapter modules listed in :data:`ADAPTERS`;
 * environment variables are read (or set) only in ``core/config.py``;
@@ -26,7 +32,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ("core", "plugins", "sdk")
+CHECKED = ("core", "plugins", "sdk", "tools")
 
 #: The modules that may use private torch APIs, each with why.
 ADAPTERS = {
@@ -42,6 +48,106 @@ ADAPTERS = {
     # the variable where it can
     "core/adapters/logs.py",
 }
+
+#: Where the contract package (sdk/) reaches into the core, through a function-level import
+#: (``import sdk`` does not run it): file -> the core modules or names it may import. The
+#: documented entries: ``sdk.backend`` and ``sdk.list_plugins`` (sdk/__init__.py),
+#: ``sdk.explain``, the ``torch_dynamo_backends`` entry points (sdk/backends.py), the CLI, the
+#: conformance suite (a plugin's test harness drives a compile) and
+#: ``sdk.plugin.environment_variable`` (the one reader of the environment is core/config.py).
+CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
+    "sdk/__init__.py": frozenset(
+        {"sdk.core.pipeline.Backend", "sdk.core.registry.registry", "sdk.core.warm.populate"}
+    ),
+    "sdk/backends.py": frozenset({"sdk.core.adapters.torch_private"}),
+    "sdk/explain.py": frozenset(
+        {
+            "sdk.core.pipeline",
+            "sdk.core.records",
+            "sdk.core.registry",
+            "sdk.core.options",
+            "sdk.core.adapters.torch_private",
+        }
+    ),
+    "sdk/cli.py": frozenset(
+        {
+            "sdk.core.graph_cache",
+            "sdk.core.oplist",
+            "sdk.core.pipeline.Session",
+            "sdk.core.registry.registry",
+            "sdk.core.config",
+        }
+    ),
+    "sdk/plugin.py": frozenset({"sdk.core.config"}),
+    "sdk/conformance/__init__.py": frozenset(
+        {
+            "sdk.core.registry",
+            "sdk.core.adapters.torch_private",
+            "sdk.core.pipeline",
+            "sdk.core.config",
+        }
+    ),
+    "sdk/conformance/pytest_plugin.py": frozenset({"sdk.core.config"}),
+    "sdk/conformance/suite.py": frozenset({"sdk.core.pipeline"}),
+    # the public IR names that carry core logic (the lowering builder and its library ops,
+    # the scheduler's fusion groups) or a private torch type, through the module's
+    # __getattr__ on first use
+    "sdk/ir/__init__.py": frozenset(
+        {
+            "sdk.core.adapters.torch_private.OpOverload",
+            "sdk.core.lowering.LIBRARY_OPS",
+            "sdk.core.lowering.LoweringBuilder",
+            "sdk.core.scheduler.FusionGroup",
+        }
+    ),
+    # a torch.SymInt's sympy expression and hint (only while the core traces): private torch
+    "sdk/ir/index.py": frozenset(
+        {
+            "sdk.core.adapters.torch_private.sym_size",
+            "sdk.core.adapters.torch_private.size_hint_of",
+        }
+    ),
+}
+
+#: Where the contract package imports the core when it is imported: file -> core modules or
+#: names. Debt (issue 38: the contract's types belong to the contract, the core depends on
+#: them), each with why it is still here.
+CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
+    # registered with torch at ``import sdk``: TORCH_LOGS=sdk before torch parses the variable;
+    # the SDK's MegaCache artifact type before the user's load_cache_artifacts() (a blob with a
+    # type torch does not know is dropped whole; docs/user-guide.md: "import sdk before loading")
+    "sdk/__init__.py": frozenset({"sdk.core.adapters.logs", "sdk.core.adapters.mega_cache"}),
+    # storage use counts and aliases: private torch, through the adapter
+    "sdk/runtime.py": frozenset({"sdk.core.adapters.torch_private"}),
+    # the compiler's environment variables (CC, CXX), read in core/config.py
+    "sdk/toolchain.py": frozenset({"sdk.core.config"}),
+    # sdk.cache re-exports the disk cache the core keeps its programs in
+    "sdk/cache.py": frozenset({"sdk.core.cache"}),
+}
+
+#: What the tools (tools/, installed as sdk.tools) import of the core, each with why: the
+#: benchmarks time and check compiles, and need a fresh Dynamo, fresh caches and the reports.
+TOOLS_TO_CORE: dict[str, frozenset[str]] = {
+    # the cache directories each cold compile gets (SDK_CACHE_DIR, ...) and OMP_NUM_THREADS in
+    # the report: the environment is read and set only through core/config.py
+    "tools/bench_report.py": frozenset(
+        {"sdk.core.config", "sdk.core.adapters.torch_private"}  # configure_for_benchmark
+    ),
+    # reset_dynamo between cold compiles; the compile reports of the timed run
+    "tools/bench_timing.py": frozenset(
+        {
+            "sdk.core.config",
+            "sdk.core.adapters.torch_private.reset_dynamo",
+            "sdk.core.pipeline",  # collect_reports, stop_collecting
+        }
+    ),
+    # `python -m sdk run`: the reports and graph breaks of one training step (sdk.explain
+    # compiles again; the demo times the first compile)
+    "tools/demo.py": frozenset(
+        {"sdk.core.pipeline", "sdk.core.records", "sdk.core.adapters.torch_private"}
+    ),
+}
+
 
 #: The one module that reads the environment (CONTRIBUTING.md: "the core reads environment
 #: variables only in core/config.py"); sdk/ and plugins/ go through ``sdk.plugin.environment_variable``.
@@ -126,7 +232,12 @@ def _device_module(parts: list[str]) -> bool:
 def _module_of(rel: str) -> list[str]:
     """The installed package of a source file: plugins/x/y.py -> sdk.plugins.x."""
     parts = rel.removesuffix(".py").split("/")
-    top = {"core": ["sdk", "core"], "plugins": ["sdk", "plugins"], "sdk": ["sdk"]}[parts[0]]
+    top = {
+        "core": ["sdk", "core"],
+        "plugins": ["sdk", "plugins"],
+        "sdk": ["sdk"],
+        "tools": ["sdk", "tools"],
+    }[parts[0]]
     return top + parts[1:-1]
 
 
@@ -171,13 +282,70 @@ def _plugin_imports(node: ast.AST, rel: str) -> list[str]:
     return bad
 
 
+def _in_functions(tree: ast.AST) -> set[int]:
+    """ids of the nodes inside a function: an import there runs when the function is called."""
+    return {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for n in ast.walk(node)
+        if n is not node
+    }
+
+
+def _allowed(full: str, allowed: frozenset[str]) -> bool:
+    """``full`` (``sdk.core.pipeline.Backend``) is one of ``allowed`` or inside one of them."""
+    return any(full == a or full.startswith(a + ".") for a in allowed)
+
+
+def _contract_imports(node: ast.AST, rel: str, lazy: bool) -> list[str]:
+    """Rule "contract": what an sdk/ module imports of the core beyond the lists."""
+    bad = []
+    for mod, name in _imported_modules(node, rel):
+        full = mod + ([name] if name and name != "*" else [])
+        if full[:2] != ["sdk", "core"] and mod[:1] != ["core"]:
+            continue
+        dotted = ".".join(full)
+        if lazy and _allowed(dotted, CONTRACT_TO_CORE.get(rel, frozenset())):
+            continue
+        if _allowed(dotted, CONTRACT_AT_IMPORT.get(rel, frozenset())):
+            continue
+        where = "inside a function" if lazy else "at import"
+        bad.append(
+            f"imports {dotted} {where}: the contract reaches the core only through its "
+            "entries (CONTRACT_TO_CORE, function-level) or CONTRACT_AT_IMPORT"
+        )
+    return bad
+
+
+def _tools_imports(node: ast.AST, rel: str) -> list[str]:
+    """Rule "tools": what a tools/ module imports beyond public sdk names and TOOLS_TO_CORE."""
+    bad = []
+    for mod, name in _imported_modules(node, rel):
+        full = mod + ([name] if name and name != "*" else [])
+        dotted = ".".join(full)
+        if mod[:1] in (["core"], ["plugins"], ["sdk_tools"]):
+            bad.append(f"imports {'.'.join(mod)} by its source path; import sdk")
+        elif full[:2] == ["sdk", "core"]:
+            if not _allowed(dotted, TOOLS_TO_CORE.get(rel, frozenset())):
+                bad.append(f"imports {dotted}: not in TOOLS_TO_CORE (tools import public names)")
+        elif full[:2] == ["sdk", "plugins"] and len(full) > 2:
+            bad.append(f"imports {dotted}: a plugin's internals")
+        elif full[:1] == ["sdk"] and full[1:2] != ["tools"] and any(_private(p) for p in full):
+            bad.append(f"imports {dotted}: an underscore name is not public API")
+    return bad
+
+
 def check_source(rel: str, source: str) -> list[Violation]:
     """Every rule that ``source``, the file at ``rel`` (e.g. ``plugins/x/y.py``), breaks."""
     tree = ast.parse(source, filename=rel)
     out: list[Violation] = []
     in_plugin = rel.startswith("plugins/")
     in_core = rel.startswith("core/")
+    in_contract = rel.startswith("sdk/")
+    in_tools = rel.startswith("tools/")
     docs = _docstrings(tree) if in_core else set()
+    lazy = _in_functions(tree) if in_contract else set()
 
     def add(node: ast.AST, rule: str, what: str) -> None:
         out.append(Violation(rel, getattr(node, "lineno", 0), rule, what))
@@ -187,6 +355,12 @@ def check_source(rel: str, source: str) -> list[Violation]:
             if in_plugin:
                 for what in _plugin_imports(node, rel):
                     add(node, "plugin", what)
+            if in_contract:
+                for what in _contract_imports(node, rel, id(node) in lazy):
+                    add(node, "contract", what)
+            if in_tools:
+                for what in _tools_imports(node, rel):
+                    add(node, "tools", what)
             for mod, name in _imported_modules(node, rel):
                 full = mod + ([name] if name else [])
                 if rel not in ADAPTERS and _private_torch(full):
@@ -215,6 +389,9 @@ def check_source(rel: str, source: str) -> list[Violation]:
                 and (parts[1] in ("core", "plugins") or _private(parts[1]))
             ):
                 add(node, "plugin", f"uses {'.'.join(parts)}: not public API")
+            if (in_contract or in_tools) and parts == ["sdk", "core"]:
+                rule = "contract" if in_contract else "tools"
+                add(node, rule, "uses sdk.core by attribute: import what the lists allow")
             if in_core and _device_module(parts):
                 add(node, "device", f"uses {'.'.join(parts)}: the core names no device")
         elif in_core and isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -245,6 +422,27 @@ def test_the_tree_keeps_the_architecture_rules():
 def test_the_adapters_exist():
     for rel in ADAPTERS | {CONFIG}:
         assert (ROOT / rel).is_file(), rel
+
+
+def test_every_listed_core_import_is_still_made():
+    """The lists shrink as the debt is paid: an entry no file imports any more goes."""
+    made: dict[str, set[str]] = {}
+    for path in _sources():
+        rel = path.relative_to(ROOT).as_posix()
+        tree = ast.parse(path.read_text(), filename=rel)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for mod, name in _imported_modules(node, rel):
+                    full = mod + ([name] if name and name != "*" else [])
+                    made.setdefault(rel, set()).add(".".join(full))
+    stale = [
+        f"{rel}: {entry}"
+        for table in (CONTRACT_TO_CORE, CONTRACT_AT_IMPORT, TOOLS_TO_CORE)
+        for rel, entries in table.items()
+        for entry in entries
+        if not any(_allowed(m, frozenset({entry})) for m in made.get(rel, ()))
+    ]
+    assert not stale, "listed core imports no longer made (remove them): " + ", ".join(stale)
 
 
 # -- each rule, shown to fail ----------------------------------------------------------------
@@ -285,6 +483,52 @@ def test_a_plugin_importing_internals_is_caught(source):
 )
 def test_a_plugin_importing_the_public_api_passes(source):
     assert _rules("plugins/cpu_cpp/x.py", source) == [], source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from sdk.core import pipeline",  # at import, in a module with no entry
+        "import sdk.core.registry",
+        "from sdk import core",
+        "import sdk\nsdk.core.pipeline.Backend",
+        "def f():\n    from sdk.core.lowering import lowerer\n",  # not among its entries
+    ],
+)
+def test_the_contract_importing_the_core_is_caught(source):
+    assert "contract" in _rules("sdk/report.py", source), source
+
+
+def test_an_entry_imports_the_core_inside_its_functions_only():
+    lazy = "def backend():\n    from sdk.core.pipeline import Backend\n"
+    assert _rules("sdk/__init__.py", lazy) == []
+    assert "contract" in _rules("sdk/__init__.py", "from sdk.core.pipeline import Backend")
+    # listed at import: allowed at either level
+    assert _rules("sdk/__init__.py", "from sdk.core.adapters import mega_cache") == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from sdk.core.lowering import lowerer",
+        "from sdk.core import pipeline",  # listed for other tools, not this one
+        "from sdk.plugins.cpu_cpp import toolchain",
+        "from sdk.clike import _private_helper",
+        "from sdk._impl import x",
+        "from core import config",
+        "import sdk\nsdk.core.config",
+    ],
+)
+def test_a_tool_importing_internals_is_caught(source):
+    assert "tools" in _rules("tools/bench_kernels.py", source), source
+
+
+def test_a_tool_importing_public_names_its_own_package_and_its_list_passes():
+    src = (
+        "import sdk\nfrom sdk.errors import describe\nfrom sdk.tools.bench_check import _named\n"
+        "from . import bench_report\nfrom sdk.core import config\n"
+    )
+    assert _rules("tools/bench_timing.py", src) == []
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ def test_the_main_job_installs_the_sdk_and_the_model_library_it_runs():
     SDK itself, and the library of the model ``python -m sdk run`` compiles by default."""
     main = _quick_start()[0]
     assert main[1] == "pip install -e . transformers"
-    demo = (ROOT / "sdk" / "tools" / "demo.py").read_text()
+    demo = (ROOT / "tools" / "demo.py").read_text()
     assert "from transformers import" in demo
     assert 'run.add_argument("--model", default="gpt2"' in (ROOT / "sdk" / "cli.py").read_text()
 

@@ -280,6 +280,7 @@ def test_sdk_wheel_holds_only_the_sdk_package(wheels):
         "sdk/plugins/cpu_cpp/__init__.py",
         "sdk/plugins/cuda_triton/__init__.py",
         "sdk/plugins/cudagraphs/__init__.py",
+        "sdk/tools/bench.py",
     ):
         assert expected in names
 
@@ -289,7 +290,12 @@ def test_sdk_wheel_contains_every_module_of_the_tree(wheels, source_tree):
     with zipfile.ZipFile(wheels["sdk"]) as whl:
         names = set(whl.namelist())
     expected = set()
-    for top, prefix in (("sdk", "sdk"), ("core", "sdk/core"), ("plugins", "sdk/plugins")):
+    for top, prefix in (
+        ("sdk", "sdk"),
+        ("core", "sdk/core"),
+        ("plugins", "sdk/plugins"),
+        ("tools", "sdk/tools"),
+    ):
         for path in (source_tree / top).rglob("*.py"):
             expected.add(f"{prefix}/{path.relative_to(source_tree / top).as_posix()}")
     missing = sorted(expected - names)

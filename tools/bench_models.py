@@ -17,7 +17,7 @@ Rows (``--list`` prints them; each in bf16 and fp32, named ``<model>_<dtype>``):
 Weights are random, built from configs (no downloads). A row whose package is missing
 or does not import is skipped with the reason.
 
-Method, on top of the kernels suite's (``sdk/tools/bench.py``: cold compile, steady-state
+Method, on top of the kernels suite's (``tools/bench.py``: cold compile, steady-state
 median, fresh caches, Dynamo's RMSE rule):
 
 * **Build.** Under ``torch.manual_seed(0)`` the model is built on the CPU in fp32 and an

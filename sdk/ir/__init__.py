@@ -23,8 +23,9 @@ gives the compiling call's value (for heuristics only), :func:`in_range` and
 plugin may run through its own library with ``sdk_extern``.
 """
 
-from sdk.core.adapters.torch_private import OpOverload
-from sdk.core.ir.expr import (
+from typing import Any
+
+from .expr import (
     CAST_VIA,
     OPS,
     PREDICATES,
@@ -37,8 +38,8 @@ from sdk.core.ir.expr import (
     Op,
     walk,
 )
-from sdk.core.ir.graph import TensorValue
-from sdk.core.ir.index import (
+from .graph import TensorValue
+from .index import (
     MIN_SIZE,
     FloorDiv,
     Mod,
@@ -55,7 +56,7 @@ from sdk.core.ir.index import (
     static,
     var,
 )
-from sdk.core.ir.kernel import (
+from .kernel import (
     BufferArg,
     IRCheckError,
     Kernel,
@@ -65,8 +66,25 @@ from sdk.core.ir.kernel import (
     Store,
     check_kernel,
 )
-from sdk.core.lowering import LIBRARY_OPS, LoweringBuilder
-from sdk.core.scheduler import FusionGroup
+
+
+def __getattr__(name: str) -> Any:
+    """The public names that carry the core's logic (the lowering builder and its library
+    ops, the scheduler's fusion groups) or a private torch type (``OpOverload``, through the
+    core's adapter), imported on first use: ``from sdk import ir`` imports no core module."""
+    if name == "OpOverload":
+        from sdk.core.adapters.torch_private import OpOverload as value
+    elif name == "LIBRARY_OPS":
+        from sdk.core.lowering import LIBRARY_OPS as value
+    elif name == "LoweringBuilder":
+        from sdk.core.lowering import LoweringBuilder as value
+    elif name == "FusionGroup":
+        from sdk.core.scheduler import FusionGroup as value
+    else:
+        raise AttributeError(f"module 'sdk.ir' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CAST_VIA",

@@ -1,0 +1,95 @@
+"""The terms index expressions are built from: loop variables, size symbols, FloorDiv, Mod.
+
+A module of their own, below both :mod:`.index` and the torch adapter: the adapter builds
+these terms when it translates a ``torch.SymInt`` (``torch_private.sym_size``), and
+:mod:`.index` calls that translation (in ``static`` and ``size_hint``). So the adapter
+imports this module, :mod:`.index` imports the adapter, and neither imports the other back.
+:mod:`.index` re-exports every name here: import them from there.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+
+def var(name: str) -> sympy.Symbol:
+    """A loop variable (or indirect index), integer and non-negative."""
+    return sympy.Symbol(name, integer=True, nonnegative=True)
+
+
+def size_var(name: str) -> sympy.Symbol:
+    """A size symbol: an integer >= 2 known at run time."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+class FloorDiv(sympy.Function):
+    """``a // b`` for a >= 0, b > 0."""
+
+    nargs = 2
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) // int(b))
+        q = _exact_quotient(a, b)
+        if q is not None:  # (128*s0*s1) // (128*s1) = s0
+            return q
+        if isinstance(a, FloorDiv) and b.is_Integer and a.args[1].is_Integer:
+            return FloorDiv(a.args[0], a.args[1] * b)
+        if b.is_Integer:
+            # pull out terms that are multiples of b: (b*x + y) // b = x + y // b, y >= 0
+            terms = sympy.Add.make_args(a)
+            whole = [t for t in terms if _coeff(t) % int(b) == 0]
+            if whole and all(t.is_nonnegative for t in terms):
+                rest = sympy.Add(*[t for t in terms if t not in whole])
+                return sympy.Add(*[t / b for t in whole]) + FloorDiv(rest, b)
+        return None
+
+
+class Mod(sympy.Function):
+    """``a % b`` for a >= 0, b > 0."""
+
+    nargs = 2
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1 or a == 0:
+            return sympy.Integer(0)
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        if _exact_quotient(a, b) is not None:
+            return sympy.Integer(0)
+        if b.is_Integer:
+            terms = sympy.Add.make_args(a)
+            keep = [t for t in terms if _coeff(t) % int(b) != 0]
+            if len(keep) != len(terms) and all(t.is_nonnegative for t in terms):
+                return Mod(sympy.Add(*keep), b)
+        return None
+
+
+def _exact_quotient(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    """``a / b`` where ``b`` divides ``a`` for every value of the symbols (the quotient is a
+    polynomial with integer coefficients), else None."""
+    if b.is_Integer or not b.free_symbols:
+        return None
+    q = sympy.cancel(a / b)
+    if sympy.fraction(q)[1] != 1 or not q.is_polynomial():
+        return None
+    if q.free_symbols and not all(
+        c.is_Integer for c in sympy.Poly(q, *sorted(q.free_symbols, key=lambda s: s.name)).coeffs()
+    ):
+        return None
+    return q
+
+
+def _coeff(term: sympy.Expr) -> int:
+    c, _ = term.as_coeff_Mul()
+    return int(c) if c.is_Integer else 1
