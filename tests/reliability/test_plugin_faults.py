@@ -323,6 +323,7 @@ COMPILE = (
     "sdk_kernel_limits",
     "sdk_render_kernel",
     "sdk_compile_kernels",
+    "sdk_graph_passes",
 )
 OBSERVERS = ("sdk_on_graph_compiled", "sdk_on_kernel_compiled", "sdk_on_fallback")
 GRAPH_HOOKS = ("sdk_claim_nodes", "sdk_compile_subgraph", "sdk_load_subgraph")
