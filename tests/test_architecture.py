@@ -33,6 +33,9 @@ ADAPTERS = {
     # the first adapter (CONTRIBUTING.md names core/adapters/): Dynamo, AOTAutograd, decompositions, fake tensors,
     # OpOverload types, the OpInfo database; everything else calls its functions
     "core/adapters/torch_private.py",
+    # the Dynamo/AOTAutograd side of it (aot_compile, Dynamo's counters, its backend registry,
+    # what a torch.compile result was compiled with); torch_private re-exports its names
+    "core/adapters/dynamo.py",
     # torch's AOTAutograd cache, for warm starts (core.warm)
     "core/adapters/aot_cache.py",
     # torch's MegaCache (save/load_cache_artifacts): the SDK's entry type, registered by
