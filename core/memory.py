@@ -128,30 +128,17 @@ def _in_place_ok(k: Kernel, src: str, dst: str) -> bool:
     return True
 
 
-def plan_memory(
-    program: list[Kernel | ExternNode],
-    layouts: dict[str, Layout],
-    keep: set[str],
-    inputs: set[str],
-    written: dict[str, str] | None = None,
-) -> MemoryPlan:
-    """``written``: buffer -> the graph input it is (a kernel writing that input in place:
-    core/lowering/mutation.py)."""
-    written = written or {}
-    keep = keep | set(written)
-    plan = MemoryPlan()
+def _last_uses(program: list[Kernel | ExternNode]) -> dict[str, int]:
+    """Buffer -> the index of the last step that reads or writes it."""
     last_use: dict[str, int] = {}
     for i, step in enumerate(program):
         for b in step_reads(step) | set(step_writes(step)):
             last_use[b] = i
-    # a buffer that backs another (in place, reuse) must live as long as it
-    alias_of: dict[str, str] = {}
-    pool: dict[tuple, list[str]] = {}
+    return last_use
 
-    def key(name: str) -> tuple:
-        lay = layouts[name]
-        return (lay.dtype, lay.storage_size, lay.device)
 
+def _recyclable(program: list[Kernel | ExternNode], keep: set[str], inputs: set[str]) -> set[str]:
+    """The buffers whose memory may serve another once they die."""
     # only buffers our kernels write are ours to recycle: an extern's output
     # may alias one of its inputs
     ours = {b for step in program if isinstance(step, Kernel) for b in step_writes(step)}
@@ -164,11 +151,32 @@ def plan_memory(
         and (step.fallback_reason is not None or step.target in COLLECTIVE_OPS)
         for b in step.reads
     }
+    return ours - keep - inputs - pinned
 
-    def free(name: str) -> bool:
-        return name in ours and name not in keep and name not in inputs and name not in pinned
 
-    def extern_target(step: ExternNode, i: int) -> str | None:
+@dataclass
+class _Planner:
+    """The walk of :func:`plan_memory`: what it knows of the program, and what it has decided
+    so far (``alias_of``: a buffer that backs another, in place or reused, must live as long
+    as it; ``pool``: dead roots by (dtype, storage size, device))."""
+
+    layouts: dict[str, Layout]
+    keep: set[str]
+    written: dict[str, str]
+    last_use: dict[str, int]
+    recyclable: set[str]
+    plan: MemoryPlan = field(default_factory=MemoryPlan)
+    alias_of: dict[str, str] = field(default_factory=dict)
+    pool: dict[tuple, list[str]] = field(default_factory=dict)
+
+    def key(self, name: str) -> tuple:
+        lay = self.layouts[name]
+        return (lay.dtype, lay.storage_size, lay.device)
+
+    def dies_at(self, name: str, i: int) -> bool:
+        return name in self.recyclable and self.last_use.get(name) == i
+
+    def extern_target(self, step: ExternNode, i: int) -> str | None:
         """The buffer the extern at step ``i`` may update in place (IN_PLACE_FORMS), if any."""
         if (
             step.target not in IN_PLACE_FORMS
@@ -182,65 +190,92 @@ def plan_memory(
             return None
         first, (dst, lay) = step.args[0], step.outputs[0]
         src = first.buffer
-        if not (free(src) and last_use.get(src) == i and first.layout == layouts[src] == lay):
+        if not (self.dies_at(src, i) and first.layout == self.layouts[src] == lay):
             return None
         if src in _buffers(step.args[1:]) | _buffers(step.kwargs):
             return None  # an operand overlapping what the op writes
-        if dst in keep and src in alias_of:
+        if dst in self.keep and src in self.alias_of:
             return None  # outputs get memory of their own, as kernels' do
         return src
 
+    def place_extern(self, step: ExternNode, i: int, lines: list[Entry]) -> None:
+        """Run the extern at step ``i`` in place over its dying first argument, where it can."""
+        if (src := self.extern_target(step, i)) is None:
+            return
+        dst = step.outputs[0][0]
+        self.alias_of[dst] = src
+        lines.append(Alias(dst, src))
+        self.plan.extern_in_place[i] = IN_PLACE_FORMS[step.target]
+        self.plan.in_place += 1
+
+    def place_kernel(self, step: Kernel, i: int, lines: list[Entry]) -> None:
+        """Memory for each buffer the kernel at step ``i`` writes: the written graph input,
+        a dying input in place, a pooled dead buffer, or a fresh allocation."""
+        dying = [a.name for a in step.args if a.role == "in" and self.dies_at(a.name, i)]
+        for dst in step_writes(step):
+            if dst in self.written:  # the input's own memory (their layouts are one)
+                lines.append(Alias(dst, self.written[dst]))
+                continue
+            lay = self.layouts[dst]
+            src = next(
+                (
+                    s
+                    for s in dying
+                    if self.layouts[s] == lay
+                    and dst not in self.keep
+                    and _in_place_ok(step, s, dst)
+                ),
+                None,
+            )
+            if src is not None:
+                dying.remove(src)
+                self.alias_of[dst] = src
+                lines.append(Alias(dst, src))
+                self.plan.in_place += 1
+                continue
+            cands = self.pool.get(self.key(dst)) if dst not in self.keep else None
+            if cands:
+                src = cands.pop()
+                self.alias_of[dst] = src
+                if self.layouts[src] == lay:  # the same view: no new tensor needed
+                    lines.append(Alias(dst, src))
+                else:  # pooled roots have offset 0: the increment is the offset
+                    lines.append(Carve(dst, src, lay))
+                self.plan.reused += 1
+            else:
+                lines.append(Allocate(dst, lay))
+                self.plan.allocated += 1
+
+    def release(self, step: Kernel | ExternNode, i: int, after: list[Entry]) -> None:
+        """Pool (or free, at a nonzero offset) each buffer that dies at step ``i``."""
+        for b in sorted(step_reads(step) | set(step_writes(step))):
+            if self.dies_at(b, i) and b not in self.alias_of.values():
+                if self.layouts[b].offset == 0:  # (a symbolic offset is not 0)
+                    self.pool.setdefault(self.key(b), []).append(b)
+                else:
+                    after.append(Free(b))
+
+
+def plan_memory(
+    program: list[Kernel | ExternNode],
+    layouts: dict[str, Layout],
+    keep: set[str],
+    inputs: set[str],
+    written: dict[str, str] | None = None,
+) -> MemoryPlan:
+    """``written``: buffer -> the graph input it is (a kernel writing that input in place:
+    core/lowering/mutation.py)."""
+    written = written or {}
+    keep = keep | set(written)
+    planner = _Planner(
+        layouts, keep, written, _last_uses(program), _recyclable(program, keep, inputs)
+    )
+    plan = planner.plan
     for i, step in enumerate(program):
         lines = plan.before.setdefault(i, [])
-        if isinstance(step, ExternNode) and (src := extern_target(step, i)) is not None:
-            dst = step.outputs[0][0]
-            alias_of[dst] = src
-            lines.append(Alias(dst, src))
-            plan.extern_in_place[i] = IN_PLACE_FORMS[step.target]
-            plan.in_place += 1
+        if isinstance(step, ExternNode):
+            planner.place_extern(step, i, lines)
         if isinstance(step, Kernel):
-            dying = [
-                a.name
-                for a in step.args
-                if a.role == "in" and free(a.name) and last_use.get(a.name) == i
-            ]
-            for dst in step_writes(step):
-                if dst in written:  # the input's own memory (their layouts are one)
-                    lines.append(Alias(dst, written[dst]))
-                    continue
-                lay = layouts[dst]
-                src = next(
-                    (
-                        s
-                        for s in dying
-                        if layouts[s] == lay and dst not in keep and _in_place_ok(step, s, dst)
-                    ),
-                    None,
-                )
-                if src is not None:
-                    dying.remove(src)
-                    alias_of[dst] = src
-                    lines.append(Alias(dst, src))
-                    plan.in_place += 1
-                    continue
-                cands = pool.get(key(dst)) if dst not in keep else None
-                if cands:
-                    src = cands.pop()
-                    alias_of[dst] = src
-                    if layouts[src] == lay:  # the same view: no new tensor needed
-                        lines.append(Alias(dst, src))
-                    else:  # pooled roots have offset 0: the increment is the offset
-                        lines.append(Carve(dst, src, lay))
-                    plan.reused += 1
-                else:
-                    lines.append(Allocate(dst, lay))
-                    plan.allocated += 1
-        after = plan.after.setdefault(i, [])
-        for b in sorted(step_reads(step) | set(step_writes(step))):
-            if last_use.get(b) == i and free(b) and b not in alias_of.values():
-                root = b
-                if layouts[root].offset == 0:  # (a symbolic offset is not 0)
-                    pool.setdefault(key(root), []).append(root)
-                else:
-                    after.append(Free(root))
+            planner.place_kernel(step, i, lines)
+        planner.release(step, i, plan.after.setdefault(i, []))
     return plan

@@ -231,12 +231,15 @@ def _cmd_new_plugin(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sdk", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_list(sub: argparse._SubParsersAction) -> None:
+    """``list``: the discovered plugins."""
     sub.add_parser("list", help="list discovered plugins and their status").set_defaults(
         func=_cmd_list
     )
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    """``run``: the demo model against eager."""
     run = sub.add_parser("run", help="compile a small real model, check it against eager, time it")
     run.add_argument(
         "--plugin",
@@ -246,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"])
     run.add_argument("--steps", type=int, default=10)
     run.set_defaults(func=_cmd_run)
+
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    """``explain``: sdk.explain's report of a model's compile."""
     explain = sub.add_parser(
         "explain",
         help="compile a model and print what went where (sdk.explain's report)",
@@ -271,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         "--inference", action="store_true", help="a forward under no_grad, not a training step"
     )
     explain.set_defaults(func=_cmd_explain)
+
+
+def _add_bench(sub: argparse._SubParsersAction) -> None:
+    """``bench``: the benchmark suites."""
     bench = sub.add_parser(
         "bench",
         help="time workloads through sdk, Inductor and eager",
@@ -336,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         "(pip install 'torch-backend-sdk[plot]')",
     )
     bench.set_defaults(func=_cmd_bench)
+
+
+def _add_cache(sub: argparse._SubParsersAction) -> None:
+    """``cache``: the per-user cache."""
     cache = sub.add_parser(
         "cache",
         help="the per-user cache: where it is and what it holds, or clear it",
@@ -346,6 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     cache.add_argument("action", choices=["info", "clear"])
     cache.add_argument("--namespace", default=None, help="only this namespace (e.g. programs, cpp)")
     cache.set_defaults(func=_cmd_cache)
+
+
+def _add_ops(sub: argparse._SubParsersAction) -> None:
+    """``ops``: what becomes of each ATen op."""
     ops = sub.add_parser(
         "ops",
         help="list what becomes of each ATen op: lowered (to which IR ops), decomposed, "
@@ -365,6 +384,10 @@ def main(argv: list[str] | None = None) -> int:
         "--place", choices=["lowered", "decomposed", "library", "fallback"], default=None
     )
     ops.set_defaults(func=_cmd_ops)
+
+
+def _add_conformance(sub: argparse._SubParsersAction) -> None:
+    """``conformance``: the vendor conformance suite."""
     conf = sub.add_parser(
         "conformance",
         help="run the vendor conformance suite on a plugin (pytest)",
@@ -396,6 +419,11 @@ def main(argv: list[str] | None = None) -> int:
         "--device", default=None, help="device type of the test tensors (pytest: --sdk-device)"
     )
     conf.set_defaults(func=_cmd_conformance)
+    conf.epilog = "More pytest arguments go after --, e.g. -- -x -k fusion"
+
+
+def _add_new_plugin(sub: argparse._SubParsersAction) -> None:
+    """``new-plugin``: a plugin package to start from."""
     new = sub.add_parser(
         "new-plugin",
         help="write a plugin package to start from",
@@ -422,7 +450,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     new.add_argument("--dest", default=".", help="directory to write into (default: .)")
     new.set_defaults(func=_cmd_new_plugin)
-    conf.epilog = "More pytest arguments go after --, e.g. -- -x -k fusion"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sdk", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_list(sub)
+    _add_run(sub)
+    _add_explain(sub)
+    _add_bench(sub)
+    _add_cache(sub)
+    _add_ops(sub)
+    _add_conformance(sub)
+    _add_new_plugin(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     rest = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)

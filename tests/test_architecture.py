@@ -17,6 +17,9 @@ The rules (CONTRIBUTING.md, "Architecture rules"):
 * the core's modules import one another without a cycle, a function-level import included
   (one under ``if TYPE_CHECKING:`` never runs and does not count).
 
+and issue 38's size limits over ``core/``, ``sdk/``, ``plugins/`` and ``tools/``: no module over
+800 lines, no function over 100 (:func:`oversized`).
+
 The checker reads source with :mod:`ast` (nothing is imported: the whole tree takes well under
 a second). Each rule has a self-test that feeds it a violating snippet, so a checker that
 stopped seeing a rule would fail here too.
@@ -39,6 +42,9 @@ ADAPTERS = {
     # the first adapter (CONTRIBUTING.md names core/adapters/): Dynamo, AOTAutograd, decompositions, fake tensors,
     # OpOverload types, the OpInfo database; everything else calls its functions
     "core/adapters/torch_private.py",
+    # the Dynamo/AOTAutograd side of it (aot_compile, Dynamo's counters, its backend registry,
+    # what a torch.compile result was compiled with); torch_private re-exports its names
+    "core/adapters/dynamo.py",
     # torch's AOTAutograd cache, for warm starts (core.warm)
     "core/adapters/aot_cache.py",
     # torch's MegaCache (save/load_cache_artifacts): the SDK's entry type, registered by
@@ -694,6 +700,121 @@ def test_an_import_only_for_type_checking_is_no_cycle():
         "core/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n",
     }
     assert find_cycle(import_graph(sources)) is None
+
+
+# -- sizes (issue 38) ---------------------------------------------------------------------
+# A module a reader can hold and a function a reader can follow: no module over
+# MAX_MODULE_LINES, no function (a method, a nested function) over MAX_FUNCTION_LINES. A
+# module-level dict or list literal is no function, so a data table counts only towards its
+# module's length.
+
+MAX_MODULE_LINES = 800
+MAX_FUNCTION_LINES = 100
+#: the folders whose modules the limits hold for (tools/ where the tree has it)
+SIZED = ("core", "sdk", "plugins", "tools")
+#: modules allowed over MAX_MODULE_LINES, each with why: a data table only, not code
+LONG_MODULES: dict[str, str] = {}
+#: functions ("path:Class.method") allowed over MAX_FUNCTION_LINES, each with why: one that is
+#: a data table (a literal it returns), not code
+LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, ast.AST]]:
+    """(qualified name, node) of every function and method in ``tree``, nested ones too."""
+    out = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.append((prefix + node.name, node))
+            out += _functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            out += _functions(node, f"{prefix}{node.name}.")
+        else:
+            out += _functions(node, prefix)
+    return out
+
+
+def oversized(
+    rel: str,
+    source: str,
+    *,
+    long_modules: dict[str, str] | None = None,
+    long_functions: dict[str, str] | None = None,
+) -> list[str]:
+    """What in ``source`` (the file at ``rel``) is over the limits and not allowed to be."""
+    long_modules = LONG_MODULES if long_modules is None else long_modules
+    long_functions = LONG_FUNCTIONS if long_functions is None else long_functions
+    out = []
+    lines = len(source.splitlines())
+    if lines > MAX_MODULE_LINES and rel not in long_modules:
+        out.append(f"{rel}: {lines} lines (at most {MAX_MODULE_LINES}): split the module")
+    for name, node in _functions(ast.parse(source, filename=rel)):
+        n = node.end_lineno - node.lineno + 1
+        if n > MAX_FUNCTION_LINES and f"{rel}:{name}" not in long_functions:
+            out.append(
+                f"{rel}:{node.lineno}: {name} is {n} lines (at most {MAX_FUNCTION_LINES}): "
+                "extract named helpers"
+            )
+    return out
+
+
+def _sized_sources() -> dict[str, str]:
+    return {
+        p.relative_to(ROOT).as_posix(): p.read_text()
+        for top in SIZED
+        if (ROOT / top).is_dir()
+        for p in sorted((ROOT / top).rglob("*.py"))
+    }
+
+
+def test_no_module_or_function_is_over_the_size_limits():
+    sources = _sized_sources()
+    found = [what for rel, source in sources.items() for what in oversized(rel, source)]
+    assert not found, "over the size limits (issue 38):\n" + "\n".join(found)
+    assert len(sources) > 50  # it did read the tree
+
+
+def test_the_size_allow_lists_name_only_what_needs_them():
+    """An allowed module or function that is gone, or back within the limits, leaves the list."""
+    sources = _sized_sources()
+    for rel in LONG_MODULES:
+        assert rel in sources and len(sources[rel].splitlines()) > MAX_MODULE_LINES, rel
+    for key in LONG_FUNCTIONS:
+        rel, _, name = key.partition(":")
+        sizes = {
+            q: n.end_lineno - n.lineno + 1 for q, n in _functions(ast.parse(sources.get(rel, "")))
+        }
+        assert sizes.get(name, 0) > MAX_FUNCTION_LINES, key
+
+
+def _function_of(lines: int, name: str = "f", indent: str = "") -> str:
+    """A function of ``lines`` lines in all (its ``def`` line included)."""
+    body = "".join(f"{indent}    x{i} = {i}\n" for i in range(lines - 2))
+    return f"{indent}def {name}():\n{body}{indent}    return 0\n"
+
+
+def test_a_long_function_method_or_module_is_caught():
+    assert oversized("core/x.py", _function_of(MAX_FUNCTION_LINES)) == []
+    (found,) = oversized("core/x.py", "import os\n\n" + _function_of(MAX_FUNCTION_LINES + 1))
+    assert found.startswith("core/x.py:3: f is 101 lines"), found
+    method = "class C:\n" + _function_of(MAX_FUNCTION_LINES + 1, "m", "    ")
+    assert [f.split(": ")[1] for f in oversized("sdk/y.py", method)] == [
+        "C.m is 101 lines (at most 100)"
+    ]
+    nested = "def outer():\n" + _function_of(MAX_FUNCTION_LINES + 1, "inner", "    ")
+    names = {f.split(": ")[1].split(" ")[0] for f in oversized("plugins/p/z.py", nested)}
+    assert names == {"outer", "outer.inner"}
+    allowed = oversized("core/x.py", method, long_functions={"core/x.py:C.m": "a table"})
+    assert allowed == []
+    module = "\n".join(f"x{i} = {i}" for i in range(MAX_MODULE_LINES + 1)) + "\n"
+    assert oversized("tools/t.py", module) == [
+        f"tools/t.py: {MAX_MODULE_LINES + 1} lines (at most {MAX_MODULE_LINES}): split the module"
+    ]
+    assert oversized("tools/t.py", module, long_modules={"tools/t.py": "a table"}) == []
+
+
+def test_a_long_data_table_is_no_function():
+    table = "TABLE = {\n" + "".join(f"    'k{i}': {i},\n" for i in range(300)) + "}\n"
+    assert oversized("core/x.py", table) == []
 
 
 # --------------------------------------------------------------------------- tests' own rule

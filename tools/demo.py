@@ -184,6 +184,43 @@ def _plugin_devices(plugin: str) -> str:
     return ""
 
 
+def _demo_model(model: str, dev: Any) -> tuple[str, Any]:
+    """The model the demo runs (the MLP in place of GPT-2 without transformers), built on
+    ``dev``."""
+    if model == "gpt2":
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            print(
+                "note: transformers is not installed, so the demo uses the MLP instead of "
+                "GPT-2 (pip install transformers to run GPT-2)"
+            )
+            model = "mlp"
+    return model, (_gpt2(dev) if model == "gpt2" else _MLP.build(dev))
+
+
+def _print_step_times(
+    m: Any, compiled: Any, inputs: Any, steps: int, sync: Callable[[], None]
+) -> None:
+    """The median training step, compiled and eager, after one warm-up step each."""
+
+    def train_c():
+        return _train_step(m, compiled, inputs)
+
+    def train_e():
+        return _train_step(m, m, inputs)
+
+    for fn in (train_c, train_e):
+        fn()  # one warm-up step each
+    ms_c = _median_ms(train_c, steps, sync)
+    ms_e = _median_ms(train_e, steps, sync)
+    print(
+        f"training step, median of {steps}: compiled {ms_c:.2f} ms, eager {ms_e:.2f} ms; "
+        f"compiled/eager = {ms_c / ms_e:.2f} ("
+        + (f"{ms_e / ms_c:.2f}x faster)" if ms_c <= ms_e else f"{ms_c / ms_e:.2f}x slower)")
+    )
+
+
 def run_demo(plugin: str | None, model: str, steps: int) -> int:
     import torch
 
@@ -205,16 +242,7 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
         return 2
     dev = torch.device("cuda" if cuda and "cuda" in _plugin_devices(plugin).split(",") else "cpu")
 
-    if model == "gpt2":
-        try:
-            import transformers  # noqa: F401
-        except ImportError:
-            print(
-                "note: transformers is not installed, so the demo uses the MLP instead of "
-                "GPT-2 (pip install transformers to run GPT-2)"
-            )
-            model = "mlp"
-    built = _gpt2(dev) if model == "gpt2" else _MLP.build(dev)
+    model, built = _demo_model(model, dev)
     m, inputs = built.module, built.inputs
 
     where = (
@@ -285,22 +313,7 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
         )
 
     if steps > 0:
-
-        def train_c():
-            return _train_step(m, compiled, inputs)
-
-        def train_e():
-            return _train_step(m, m, inputs)
-
-        for fn in (train_c, train_e):
-            fn()  # one warm-up step each
-        ms_c = _median_ms(train_c, steps, sync)
-        ms_e = _median_ms(train_e, steps, sync)
-        print(
-            f"training step, median of {steps}: compiled {ms_c:.2f} ms, eager {ms_e:.2f} ms; "
-            f"compiled/eager = {ms_c / ms_e:.2f} ("
-            + (f"{ms_e / ms_c:.2f}x faster)" if ms_c <= ms_e else f"{ms_c / ms_e:.2f}x slower)")
-        )
+        _print_step_times(m, compiled, inputs, steps, sync)
 
     if checks.failed:
         print(f"FAIL: {checks.failed} check(s) failed")

@@ -7,6 +7,7 @@ own members the same way (a producer's value at its reader's index, bounds check
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import sympy
@@ -76,35 +77,60 @@ def inline_producers(
     """
     nodes = _drop_dead(nodes, keep)
     computed = [n for n in nodes if isinstance(n, Node)]
-    readers: dict[str, list[Node]] = {}
-    pinned: set[str] = set(keep)  # must be in memory: outputs, what library calls read
-    raw: set[str] = set()  # read at a linear index somewhere
-    indirect: set[str] = set()  # read at a gathered index somewhere
+    inliner = _Inliner(nodes, keep, cheap_math=cheap_math, limits=limits)
+    # producers first, so a scatter whose zeros were inlined is itself recomputed where
+    # read; then readers first, so broadcast chains collapse into their largest reader
+    for p in computed:
+        inliner.consider(p, all_rules=False)
+    for p in reversed(computed):
+        inliner.consider(p, all_rules=True)
+    return [n for n in nodes if not (isinstance(n, Node) and n.name in inliner.dropped)]
 
-    def classify(n: Node) -> None:
+
+class _Inliner:
+    """What :func:`inline_producers` knows of the nodes as it inlines them: each buffer's
+    readers, the buffers that must stay in memory, how each is read, what was inlined."""
+
+    def __init__(
+        self,
+        nodes: list[Node | ExternNode],
+        keep: set[str],
+        *,
+        cheap_math: bool,
+        limits: KernelLimits | None,
+    ) -> None:
+        self.cheap_math = cheap_math
+        self.limits = limits
+        self.readers: dict[str, list[Node]] = {}
+        self.pinned: set[str] = set(keep)  # must be in memory: outputs, what library calls read
+        self.raw: set[str] = set()  # read at a linear index somewhere
+        self.indirect: set[str] = set()  # read at a gathered index somewhere
+        self.dropped: set[str] = set()
+        for n in nodes:
+            if isinstance(n, ExternNode):
+                self.pinned |= n.reads
+                continue
+            self.classify(n)
+            for ld in loads(n.value):
+                lst = self.readers.setdefault(ld.buffer, [])
+                if n not in lst:
+                    lst.append(n)
+
+    def classify(self, n: Node) -> None:
         for ld in loads(n.value):
             if not isinstance(ld.index, tuple):
-                raw.add(ld.buffer)
+                self.raw.add(ld.buffer)
             elif ld.binds:
-                indirect.add(ld.buffer)
+                self.indirect.add(ld.buffer)
 
-    for n in nodes:
-        if isinstance(n, ExternNode):
-            pinned |= n.reads
-            continue
-        classify(n)
-        for ld in loads(n.value):
-            lst = readers.setdefault(ld.buffer, [])
-            if n not in lst:
-                lst.append(n)
-    dropped: set[str] = set()
-
-    def consider(p: Node, all_rules: bool) -> None:
-        rs = readers.get(p.name, [])
+    def consider(self, p: Node, all_rules: bool) -> None:
+        """Inline ``p`` into its readers if a rule allows it (``all_rules`` False: only a
+        constant or an expanding producer)."""
+        rs = self.readers.get(p.name, [])
         if (
-            p.name in dropped
+            p.name in self.dropped
             or p.is_reduction
-            or p.name in pinned
+            or p.name in self.pinned
             or not rs
             or len(walk([p.value])) > _INLINE_MAX_NODES
         ):
@@ -124,83 +150,95 @@ def inline_producers(
                 if ld.buffer == p.name and ld.binds
             )
         )
-        if not constant and (p.name in raw or (p.name in indirect and indexed)):
+        if not constant and (p.name in self.raw or (p.name in self.indirect and indexed)):
             return  # an index value cannot take a gathered index's bindings
         # it reads far less than it writes (a scatter of one value per row, once its
         # zeros are inlined): recomputing it where it is read costs a few cached loads,
         # storing it a full pass
-        expanding = p.name not in indirect and _expanding(p)
+        expanding = p.name not in self.indirect and _expanding(p)
         ok = constant or expanding
         if all_rules and not ok:
-            reads = [sum(ld.buffer == p.name for ld in loads(r.value)) for r in rs]
-            # a few elements gathered from it (the target's log-probability out of a
-            # log-softmax over a vocabulary): recompute those instead of storing it all
-            # (costs: symbolic sizes at the compiling call's values, ``size_hint``)
-            pn = numel_hint(p.sizes)
-            gather = all(_points(r) * k * _GATHER_RATIO <= pn for r, k in zip(rs, reads))
-            broadcast = (
-                p.name not in indirect
-                and all(numel_hint(r.sizes) > pn for r in rs)
-                and (cheap_math or not _transcendental(p))
-            )
-            # a window over it (max-pooling after BatchNorm + ReLU): recomputing a cheap
-            # value a few times costs less than storing it and reading it back
-            window = (
-                p.name not in indirect
-                and len(rs) == 1
-                and not rs[0].is_reduction
-                and numel_hint(rs[0].sizes) < pn
-                and reads[0] <= _INLINE_MAX_READS
-            )
-            ok = gather or broadcast or window
-        if not ok:
-            return
-        if limits is not None:
-            for r in rs:
-                n = len((r.reads - {p.name}) | p.reads)
-                if limits.exceeded(n, 1, n + 1) is not None:
-                    return  # the reader's kernel would exceed the plugin's limits
-        memo: dict[tuple, Expr] = {}
+            ok = self.cheaper_recomputed(p, rs)
+        if ok and self.within_limits(p, rs):
+            self.inline(p, rs, constant)
 
-        def fn(e: Expr) -> Expr | None:
-            if not (isinstance(e, Load) and e.buffer == p.name):
-                return None
-            key = (e.index, e.binds)
-            hit = memo.get(key)
-            if hit is None:
-                if constant:
-                    hit = cast(p.value, p.dtype)
-                    probe = _probe(e.binds)
-                    if probe is not None:  # the value, once the bounds check has run
-                        ran = Op("isnan", (cast(probe, torch.float32),), torch.bool)
-                        hit = Op("where", (ran, hit, hit), p.dtype)
-                else:
-                    # rounded to p's dtype, exactly as if it had been stored and loaded
-                    hit = cast(_value_at(p, e), p.dtype)
-                memo[key] = hit
-            return hit
+    def cheaper_recomputed(self, p: Node, rs: list[Node]) -> bool:
+        """The rules beyond a constant or an expanding producer: gathered from, broadcast
+        into larger readers, or read through a small window."""
+        reads = [sum(ld.buffer == p.name for ld in loads(r.value)) for r in rs]
+        # a few elements gathered from it (the target's log-probability out of a
+        # log-softmax over a vocabulary): recompute those instead of storing it all
+        # (costs: symbolic sizes at the compiling call's values, ``size_hint``)
+        pn = numel_hint(p.sizes)
+        gather = all(_points(r) * k * _GATHER_RATIO <= pn for r, k in zip(rs, reads))
+        broadcast = (
+            p.name not in self.indirect
+            and all(numel_hint(r.sizes) > pn for r in rs)
+            and (self.cheap_math or not _transcendental(p))
+        )
+        # a window over it (max-pooling after BatchNorm + ReLU): recomputing a cheap
+        # value a few times costs less than storing it and reading it back
+        window = (
+            p.name not in self.indirect
+            and len(rs) == 1
+            and not rs[0].is_reduction
+            and numel_hint(rs[0].sizes) < pn
+            and reads[0] <= _INLINE_MAX_READS
+        )
+        return gather or broadcast or window
 
+    def within_limits(self, p: Node, rs: list[Node]) -> bool:
+        """Whether every reader's kernel stays within the plugin's limits with ``p``'s reads."""
+        if self.limits is None:
+            return True
+        for r in rs:
+            n = len((r.reads - {p.name}) | p.reads)
+            if self.limits.exceeded(n, 1, n + 1) is not None:
+                return False
+        return True
+
+    def inline(self, p: Node, rs: list[Node], constant: bool) -> None:
+        """Recompute ``p`` in each of its readers ``rs`` and drop it."""
+        fn = _substitution(p, constant)
         for r in rs:
             r.value = rewrite(r.value, fn)
             r.reads = {ld.buffer for ld in loads(r.value)}
             r.origins.extend(o for o in p.origins if o not in r.origins)
-            classify(r)
+            self.classify(r)
             for b in p.reads:
-                lst = readers.setdefault(b, [])
+                lst = self.readers.setdefault(b, [])
                 if r not in lst:
                     lst.append(r)
         for b in p.reads:
-            if p in readers.get(b, []):
-                readers[b].remove(p)
-        dropped.add(p.name)
+            if p in self.readers.get(b, []):
+                self.readers[b].remove(p)
+        self.dropped.add(p.name)
 
-    # producers first, so a scatter whose zeros were inlined is itself recomputed where
-    # read; then readers first, so broadcast chains collapse into their largest reader
-    for p in computed:
-        consider(p, all_rules=False)
-    for p in reversed(computed):
-        consider(p, all_rules=True)
-    return [n for n in nodes if not (isinstance(n, Node) and n.name in dropped)]
+
+def _substitution(p: Node, constant: bool) -> Callable[[Expr], Expr | None]:
+    """A :func:`rewrite` function that replaces each load of ``p`` by ``p``'s value there
+    (one expression per distinct index)."""
+    memo: dict[tuple, Expr] = {}
+
+    def fn(e: Expr) -> Expr | None:
+        if not (isinstance(e, Load) and e.buffer == p.name):
+            return None
+        key = (e.index, e.binds)
+        hit = memo.get(key)
+        if hit is None:
+            if constant:
+                hit = cast(p.value, p.dtype)
+                probe = _probe(e.binds)
+                if probe is not None:  # the value, once the bounds check has run
+                    ran = Op("isnan", (cast(probe, torch.float32),), torch.bool)
+                    hit = Op("where", (ran, hit, hit), p.dtype)
+            else:
+                # rounded to p's dtype, exactly as if it had been stored and loaded
+                hit = cast(_value_at(p, e), p.dtype)
+            memo[key] = hit
+        return hit
+
+    return fn
 
 
 def _probe(binds: tuple) -> Load | None:

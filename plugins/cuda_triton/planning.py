@@ -121,8 +121,25 @@ class KernelPlan:
         self.name = _ident(kernel.name, taken)
         self.ptr = {a.name: _ident(a.name + "_ptr", taken) for a in kernel.args}
         self.layout = {a.name: a.layout for a in kernel.args}
+        mapping = self._name_outer_vars(kernel)
+        self._plan_stages(kernel, mapping, taken)
+        self.online = self._online_pairs()
+        self.ranges = {sym: (0, hi) for sym, hi in self.bounds.items()}  # for index_bounds
+        self.rsyms = {_sym(n) for s in self.stages for n in s.vars}
+        self._choose_plan()
+        # axis 0 of a 2D block: index, mask, block size (rows of a 2D pointwise tile: y)
+        self.ax0 = ("xindex", "xmask", "XBLOCK")
+        self.tile: tuple[list[tuple[str, int]], list[tuple[str, int]], dict] | None = None
+        if self.plan.mode == "pointwise" and not self.symbolic:
+            self._plan_tile()
+        self.int64 = self._needs_int64()
+        self.itype = "tl.int64" if self.int64 else "tl.int32"
+        self.two_d = self.plan.mode != "pointwise"
+        self.shape1 = "[1, 1]" if self.two_d else "[1]"
 
-        # canonical names: outer x0.., inner r<group>_<j>
+    def _name_outer_vars(self, kernel: ir.Kernel) -> dict[sympy.Symbol, sympy.Expr]:
+        """Canonical names of the outer ranges, x0.. (a size-1 range is 0): the substitution
+        from the kernel's variables; sets ``bounds``, ``xvars``, ``xsyms`` and ``xnumel``."""
         mapping: dict[sympy.Symbol, sympy.Expr] = {}
         self.bounds: dict[sympy.Symbol, int] = {}
         self.xvars: list[tuple[str, int]] = []
@@ -136,6 +153,14 @@ class KernelPlan:
                 self.bounds[mapping[v]] = ir.static(s - 1)
         self.xsyms = {_sym(n) for n, _ in self.xvars}
         self.xnumel = kernel.outer_numel
+        return mapping
+
+    def _plan_stages(
+        self, kernel: ir.Kernel, mapping: dict[sympy.Symbol, sympy.Expr], taken: set[str]
+    ) -> None:
+        """Each stage's :class:`StagePlan`, its inner ranges named r<group>_<j> (one group per
+        distinct inner shape); sets ``stages``, ``groups`` and ``local`` (a reduction's
+        result -> its local variable)."""
         groups: dict[tuple[int, ...], int] = {}
         self.local: dict[str, str] = {}
         nred = 0
@@ -179,10 +204,9 @@ class KernelPlan:
                 )
             )
         self.groups = {g: sz for sz, g in groups.items()}
-        self.online = self._online_pairs()
-        self.ranges = {sym: (0, hi) for sym, hi in self.bounds.items()}  # for index_bounds
-        self.rsyms = {_sym(n) for s in self.stages for n in s.vars}
 
+    def _choose_plan(self) -> None:
+        """The launch plan (:mod:`.heuristics`): ``plan``, and ``alt_plan`` for symbolic sizes."""
         inner = [s.numel for s in self.stages if s.group >= 0]
         #: symbolic sizes: a persistent form of a looped kernel, taken at run time where
         #: every row fits its block (``meta["alt"]``)
@@ -211,15 +235,6 @@ class KernelPlan:
                 self._splittable(),
                 outer=bool(inner) and self._outer_reduction(),
             )
-        # axis 0 of a 2D block: index, mask, block size (rows of a 2D pointwise tile: y)
-        self.ax0 = ("xindex", "xmask", "XBLOCK")
-        self.tile: tuple[list[tuple[str, int]], list[tuple[str, int]], dict] | None = None
-        if self.plan.mode == "pointwise" and not self.symbolic:
-            self._plan_tile()
-        self.int64 = self._needs_int64()
-        self.itype = "tl.int64" if self.int64 else "tl.int32"
-        self.two_d = self.plan.mode != "pointwise"
-        self.shape1 = "[1, 1]" if self.two_d else "[1]"
 
     # -- analysis --------------------------------------------------------
 

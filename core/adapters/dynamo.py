@@ -1,0 +1,315 @@
+"""Adapter over Dynamo and AOTAutograd (torch._dynamo, torch._functorch): the compile entry
+(:func:`aot_compile`), Dynamo's counters and graph-break reasons, what a ``torch.compile``
+result was compiled with, Dynamo's backend registry, and errors Dynamo shows as the user's.
+
+Split out of :mod:`core.adapters.torch_private` (which re-exports every name here, so callers
+may import either). Supported: torch 2.11 and 2.13.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def aot_compile(
+    gm: torch.fx.GraphModule,
+    example_inputs: list[Any],
+    *,
+    forward: Callable[..., Any],
+    backward: Callable[..., Any],
+    inference: Callable[..., Any],
+    decompositions: Mapping[Any, Callable[..., Any]],
+    cache_tag: str | None = None,
+    on_cache_refused: Callable[[str], None] = lambda why: None,
+    keep_input_mutations: bool = False,
+) -> Callable[..., Any]:
+    """Run AOTAutograd on a Dynamo graph.
+
+    With no input that needs grad, AOTAutograd calls ``inference`` on a
+    functionalized ATen graph. Otherwise it traces the joint forward/backward
+    graph, splits it with the min-cut rematerialization partitioner and calls
+    ``forward`` now and ``backward`` when the backward first runs.
+
+    ``decompositions`` is read only when AOTAutograd traces (a lazy mapping is not
+    built on a cache hit). With ``cache_tag``, the three compilers return
+    :class:`~core.adapters.aot_cache.SDKOutputCode` and AOTAutograd's cache is used under
+    keys that include the tag (:mod:`core.adapters.aot_cache`): a hit skips AOTAutograd
+    and the compilers; the backward is then compiled with the forward. A lookup whose
+    entries are not safe to unpickle is a miss, and ``on_cache_refused(why)`` is called.
+    """
+    # imported here, not with this module: both import Dynamo (about a second and a half),
+    # which commands that compile nothing (`python -m sdk list`, `ops`, `cache`) never need
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    common = dict(
+        partition_fn=min_cut_rematerialization_partition,
+        decompositions=decompositions,
+        keep_inference_input_mutations=keep_input_mutations,
+    )
+    if cache_tag is not None:
+        from . import aot_cache
+
+        with aot_cache.caching(cache_tag, on_cache_refused):
+            return aot_autograd(
+                fw_compiler=aot_cache.serializable(forward),
+                bw_compiler=aot_cache.serializable(backward),
+                inference_compiler=aot_cache.serializable(inference),
+                **common,
+            )(gm, example_inputs)
+
+    @torch._dynamo.disable
+    def compile_backward(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        # What Dynamo's wrapper does (keep Dynamo out of the compiler and of the
+        # compiled backward), but keeping the boxed calling convention. The compiler
+        # itself is disabled too: a loss.backward() inside the compiled function runs
+        # it under Dynamo's frame hook, which would trace it.
+        compiled = backward(gm, example_inputs)
+        wrapped = torch._dynamo.disable(compiled)
+        wrapped._boxed_call = getattr(compiled, "_boxed_call", False)
+        return wrapped
+
+    compile_backward._is_wrapped_bw_compiler = True
+    compiler = aot_autograd(
+        fw_compiler=forward, bw_compiler=compile_backward, inference_compiler=inference, **common
+    )
+    return compiler(gm, example_inputs)
+
+
+def reset_dynamo(*, keep_compiled: bool = False) -> None:
+    """Forget every compiled frame (used by ``explain`` and the benchmarks).
+
+    With ``keep_compiled`` the frames compiled so far stay compiled and keep running
+    without a recompile; only what Dynamo remembers of the frames it has seen (the sizes
+    behind its automatic dynamic shapes) is forgotten. A backend compiled next (Dynamo
+    guards on the backend, so it traces afresh) then gets the static graphs a fresh
+    process would give it, not graphs made dynamic by the sizes an earlier backend's calls
+    saw.
+    """
+    if not keep_compiled:
+        torch._dynamo.reset()
+        return
+    from torch._dynamo import convert_frame, pgo
+
+    with convert_frame.compile_lock:
+        pgo.reset_code_state()
+
+
+def graph_break_count() -> int:
+    """How many graph breaks Dynamo has counted in this process."""
+    from torch._dynamo.utils import counters
+
+    return sum(counters["graph_break"].values())
+
+
+def dynamo_graph_count() -> int:
+    """How many graphs Dynamo has compiled (handed to a backend) in this process."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def graph_break_reasons() -> dict[str, int]:
+    """Dynamo's graph breaks so far in this process: its reason text -> how many."""
+    from torch._dynamo.utils import counters
+
+    return dict(counters["graph_break"])
+
+
+def graph_break_of(gm: torch.fx.GraphModule) -> tuple[str, str] | None:
+    """Why Dynamo ended the graph ``gm`` at a graph break: (Dynamo's reason, the user's line
+    "file:line in function"), or None where the graph ended at the function's return (or
+    this torch does not say). Dynamo sets ``compile_subgraph_reason`` on every graph it
+    hands a backend (torch 2.11 and 2.13 alike)."""
+    why = getattr(gm, "compile_subgraph_reason", None)
+    if why is None or not getattr(why, "graph_break", False):
+        return None
+    stack = list(getattr(why, "user_stack", None) or ())
+    where = f"{stack[-1].filename}:{stack[-1].lineno} in {stack[-1].name}" if stack else ""
+    return str(getattr(why, "reason", "") or ""), where
+
+
+@dataclass(frozen=True)
+class CompiledWith:
+    """The backend a ``torch.compile`` result, or a Dynamo cache entry, was compiled with:
+    the compiler function and torch.compile's ``mode`` and ``options`` for it."""
+
+    compiler: Any
+    mode: str | None = None
+    options: Mapping[str, Any] | None = None
+    #: the backend as Dynamo holds it (its cache entries' key: see :func:`run_with`)
+    raw: Any = None
+
+    @property
+    def name(self) -> str:
+        c = self.compiler
+        return str(getattr(c, "__name__", None) or getattr(c, "compiler_name", None) or c)
+
+
+def _compiled_with(backend: Any) -> CompiledWith | None:
+    """The innermost backend of a Dynamo callback (the ``_torchdynamo_orig_backend`` chain),
+    unwrapped from torch.compile's wrapper, which holds ``mode`` and ``options``."""
+    if backend is None:
+        return None
+    seen = 0
+    while hasattr(backend, "_torchdynamo_orig_backend") and seen < 32:
+        backend, seen = backend._torchdynamo_orig_backend, seen + 1
+    inner = getattr(backend, "compiler_fn", None)  # torch._TorchCompileWrapper
+    if inner is None or not callable(inner):
+        return CompiledWith(backend, raw=backend)
+    kwargs = getattr(backend, "kwargs", None) or {}
+    return CompiledWith(inner, kwargs.get("mode"), kwargs.get("options"), backend)
+
+
+def compiled_parts(fn: Any) -> tuple[Callable[..., Any], CompiledWith | None] | None:
+    """For what ``torch.compile`` returned (an ``OptimizedModule``, or the function it
+    wraps another in): the callable it compiles and the backend it compiles with (None where
+    this torch does not tell). None for anything else."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    if isinstance(fn, OptimizedModule):
+        ctx = getattr(fn, "dynamo_ctx", None)
+        return fn._orig_mod, _compiled_with(getattr(ctx, "callback", None))
+    orig = getattr(fn, "_torchdynamo_orig_callable", None)
+    if orig is None or not callable(orig) or getattr(fn, "_torchdynamo_disable", False):
+        return None
+    wrapper_id = getattr(fn, "_torchdynamo_wrapper_id", None)  # (newer torch versions)
+    if wrapper_id is not None and wrapper_id != id(fn):
+        return None  # a copy of the attributes (functools.wraps), not Dynamo's wrapper
+    # the wrapper's closure holds Dynamo's callback (or the context that holds it)
+    cells = {}
+    code = getattr(fn, "__code__", None)
+    for name, cell in zip(getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None) or ()):
+        with contextlib.suppress(ValueError):  # (an empty cell)
+            cells[name] = cell.cell_contents
+    callback = cells.get("callback", getattr(cells.get("self"), "callback", None))
+    return orig, _compiled_with(callback)
+
+
+def _codes_of(fn: Any) -> list[Any]:
+    """The code objects Dynamo may compile when ``fn`` is called: a module's ``forward``, and
+    the frame torch.compile adds around a module whose ``forward`` Dynamo does not start at
+    (``torch.nn``'s own: ``external_utils.wrap_inline``, one code for all of them)."""
+    import types
+
+    codes = []
+    if isinstance(fn, torch.nn.Module):
+        with contextlib.suppress(ImportError, AttributeError):
+            from torch._dynamo import external_utils
+
+            codes.append(external_utils.wrap_inline(len).__code__)
+        fn = fn.forward
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None and callable(fn):  # an object with __call__
+        call = type(fn).__call__
+        code = getattr(getattr(call, "__func__", call), "__code__", None)
+    return [c for c in (code, *codes) if isinstance(c, types.CodeType)]
+
+
+def cached_backends(fn: Any) -> list[CompiledWith] | None:
+    """The backends of the graphs Dynamo keeps for ``fn`` (one per cache entry, most recent
+    first; empty: none compiled, or ``torch._dynamo.reset()`` since), or None where this
+    torch does not tell. For a ``torch.nn`` module compiled whole, the entries of every
+    such module are there (Dynamo's guards tell them apart)."""
+    codes = _codes_of(fn)
+    if not codes:
+        return None
+    try:
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        entries = [e for code in codes for e in _debug_get_cache_entry_list(code)]
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        return None
+    out = []
+    for entry in entries:
+        if not hasattr(entry, "backend"):
+            return None
+        found = _compiled_with(entry.backend)
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def run_with(backend: CompiledWith, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as ``torch.compile`` with ``backend`` (one of :func:`cached_backends`) runs it:
+    through the graphs Dynamo keeps for that backend (it keys its cache entries by the
+    backend object), compiling with it only where none fits the inputs, as the user's
+    compiled callable would."""
+    return torch._dynamo.optimize(backend.raw, dynamic=getattr(backend.raw, "dynamic", None))(fn)
+
+
+def configure_for_benchmark() -> None:
+    """Switch off Inductor's persistent caches so that cold compiles are cold.
+
+    ``fx_graph_cache`` (Inductor's compiled-graph cache) and
+    ``enable_autograd_cache`` (AOTAutograd's cache) would otherwise turn a
+    "cold" compile into a cache load. Attributes missing from a torch version
+    are skipped.
+    """
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    if hasattr(inductor_config, "fx_graph_cache"):
+        inductor_config.fx_graph_cache = False
+    if hasattr(functorch_config, "enable_autograd_cache"):
+        functorch_config.enable_autograd_cache = False
+
+
+_USER_ERRORS: dict[type, type] = {}
+
+
+def user_error(exc: Exception, frame: Any = None) -> Exception:
+    """``exc`` as an exception Dynamo re-raises as it is from a backend, instead of wrapping
+    it in ``BackendCompilerFailed`` under its "report this bug to PyTorch" text: a bad option
+    or plugin name is the user's to fix, not a compiler crash. The result is still an
+    instance of ``type(exc)`` (``except sdk.OptionError`` catches it), with the same message.
+    Dynamo re-raises its ``ShortenTraceback`` family unwrapped (torch 2.11 and 2.13 alike);
+    where a torch lacks it, ``exc`` is returned unchanged. ``frame`` (the raising function's,
+    ``inspect.currentframe()``) is where Dynamo starts the traceback it shows: the frames of
+    torch between the user's call and the backend are left out."""
+    base = getattr(torch._dynamo.exc, "ShortenTraceback", None)
+    if base is None or isinstance(exc, base):
+        return exc
+    cls = _USER_ERRORS.get(type(exc))
+    if cls is None:
+        cls = _USER_ERRORS[type(exc)] = type(
+            type(exc).__name__,
+            (type(exc), base),
+            {
+                "__module__": type(exc).__module__,
+                "__str__": lambda self: str(self.args[0]) if self.args else "",
+            },
+        )
+    err = cls.__new__(cls)
+    Exception.__init__(err, *exc.args)
+    err.first_useful_frame = frame
+    return err
+
+
+def dynamo_has_backend(name: str) -> bool:
+    """Whether Dynamo's backend registry holds a compiler registered as ``name``."""
+    from torch._dynamo.backends import registry as dynamo_registry
+
+    return name in dynamo_registry._COMPILER_FNS
+
+
+def dynamo_forget_backend(name: str, entry_point: Any) -> None:
+    """Drop Dynamo's registration of backend ``name``, so that the lookup of it in flight,
+    which registers what ``entry_point`` loads, does not fail on a duplicate name.
+
+    Dynamo's ``lookup_backend`` checks for a registration, loads the entry point, then
+    registers what it loaded, asserting the name is new; two threads looking the name up
+    at once both load, and the second assertion fails (see ``sdk.backends``). The entry
+    point goes back first, so that a lookup while the name is unregistered loads it again
+    (and waits its turn in ``sdk.backends``) instead of finding neither.
+    """
+    from torch._dynamo.backends import registry as dynamo_registry
+
+    dynamo_registry._BACKENDS[name] = entry_point
+    dynamo_registry._COMPILER_FNS.pop(name, None)
