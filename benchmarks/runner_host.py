@@ -11,6 +11,7 @@ small convnet's inference. Each backend is warmed up, then timed in 5 interleave
 from __future__ import annotations
 
 import argparse
+import copy as _copy
 import statistics
 import time
 
@@ -44,6 +45,10 @@ def _convnet(device: torch.device) -> tuple[torch.nn.Module, tuple, bool]:
     return model, (torch.randn(1, 3, 16, 16, device=device),), False
 
 
+def copy_module(model: torch.nn.Module) -> torch.nn.Module:
+    return _copy.deepcopy(model)
+
+
 ROWS = {"mlp_bs1": _mlp, "mlp_bs1_train": _mlp_train, "convnet_bs1": _convnet}
 
 
@@ -66,18 +71,21 @@ def main() -> None:
     for name, build in ROWS.items():
         model, inputs, train = build(device)
 
-        def step(f, inputs=inputs, train=train, model=model):
+        def step(f, inputs=inputs, train=train):
             if train:
-                model.zero_grad(set_to_none=True)
+                f.zero_grad(set_to_none=True)
                 f(*inputs).sum().backward()
             else:
                 with torch.no_grad():
                     f(*inputs)
 
-        fns = {}
+        # one copy of the model per backend: Dynamo's guards tell the copies apart, so each
+        # call runs its own backend's graphs (the entries share forward's code object)
         torch._dynamo.reset()
-        for label, backend in backends.items():  # (one cache entry per backend: no reset)
-            fns[label] = model if backend is None else torch.compile(model, backend=backend)
+        fns = {}
+        for label, backend in backends.items():
+            copy = copy_module(model)
+            fns[label] = copy if backend is None else torch.compile(copy, backend=backend)
             for _ in range(20):
                 step(fns[label])
             sync()
