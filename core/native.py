@@ -11,6 +11,7 @@ Python form. Never one build per graph.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.machinery
 import importlib.util
 import sys
@@ -108,26 +109,23 @@ def why_not() -> str | None:
 
 
 def _load() -> ModuleType:
+    """Build (or find the verified build of) the runner, and import it. Called once per
+    process, by :func:`module`."""
     import sdk
     from sdk import toolchain
 
-    runner_dir = config.variable("SDK_RUNNER_DIR")
-    built = _state.get("built_announced")
     text = source()
     key = ("sdk-runner", torch.__version__, sdk.__version__, sys.version_info[:2])
-    if not built:
-        _state["built_announced"] = True
-        if not _cached(text, key, runner_dir):
+    build = dict(language="c++", flags=_flags(), namespace="runner", key=key)
+    with _runner_cache():
+        if not toolchain.is_built(text, **build):
             print(
                 "sdk: building the native runner (once per machine and torch version; "
                 "about a minute)...",
                 file=sys.stderr,
                 flush=True,
             )
-    with config.overridden(SDK_CACHE_DIR=runner_dir) if runner_dir else _nothing():
-        path = toolchain.compile_library(
-            text, language="c++", flags=_flags(), namespace="runner", key=key
-        )
+        path = toolchain.compile_library(text, **build)
     loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, str(path))
     spec = importlib.util.spec_from_loader(_MODULE_NAME, loader)
     assert spec is not None
@@ -136,25 +134,10 @@ def _load() -> ModuleType:
     return mod
 
 
-def _cached(text: str, key: tuple, runner_dir: str | None) -> bool:
-    """Whether a verified build is there already (no progress line then)."""
-    from sdk import toolchain
-
-    try:
-        with config.overridden(SDK_CACHE_DIR=runner_dir) if runner_dir else _nothing():
-            return toolchain.is_built(
-                text, language="c++", flags=_flags(), namespace="runner", key=key
-            )
-    except Exception:  # noqa: BLE001 - only decides whether to print the line
-        return False
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+def _runner_cache() -> contextlib.AbstractContextManager[None]:
+    """The cache the runner is built in: ``$SDK_RUNNER_DIR`` where set, else the SDK's."""
+    runner_dir = config.variable("SDK_RUNNER_DIR")
+    return config.overridden(SDK_CACHE_DIR=runner_dir) if runner_dir else contextlib.nullcontext()
 
 
 def program(steps: list[tuple], n_slots: int, mark_writes: Callable[[], None]) -> Any | None:
