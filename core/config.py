@@ -3,7 +3,7 @@
 The core's own variables are the typed fields of :class:`Env`. The public layer and plugins
 read theirs (a compiler path, a vendor's switch) through :func:`variable`, and set them for a
 block through :func:`overridden`, so that no other module touches ``os.environ``
-(``tests/test_architecture.py`` holds the tree to that).
+(``tests/contract/test_architecture.py`` holds the tree to that).
 """
 
 from __future__ import annotations

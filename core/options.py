@@ -6,7 +6,7 @@ parses them once per compile into two frozen objects: the core's :class:`sdk.Cor
 (with the environment's ``SDK_DEBUG`` and ``SDK_GRAPH_CACHE`` folded in, read through
 :mod:`core.config`) and the plugin's own :class:`sdk.PluginOptions`. Everything after reads
 those by attribute; this module is the only one of the core that reads options by name
-(``tests/test_options.py`` holds the core to that).
+(``tests/core/test_options.py`` holds the core to that).
 """
 
 from __future__ import annotations

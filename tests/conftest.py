@@ -27,7 +27,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 # Tests swap renderers and hooks under a fixed plugin version: a program kept by one test
-# must not answer another's compile. tests/test_graph_cache.py turns the cache on.
+# must not answer another's compile. tests/core/test_graph_cache.py turns the cache on.
 os.environ.setdefault("SDK_GRAPH_CACHE", "0")
 
 from sdk.core import pipeline, program

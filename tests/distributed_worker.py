@@ -1,7 +1,7 @@
 """The processes of the distributed tests: ``python -m tests.distributed_worker PORT WORLD
 DEVICE`` starts WORLD processes (gloo on ``cpu``, NCCL with one GPU each on ``cuda``) that
 run DDP, FSDP2 and functional collectives through the device's built-in plugin against
-eager, and print one ``RESULT`` line from rank 0 (tests/test_distributed.py,
+eager, and print one ``RESULT`` line from rank 0 (tests/e2e/test_distributed.py,
 tests/gpu/test_distributed_gpu.py)."""
 
 from __future__ import annotations

@@ -92,11 +92,11 @@ FLOAT_TO_INT = {torch.int32: "sdk_f2i32", torch.int64: "sdk_f2i64"}
 
 def cast(x: str, dtype: torch.dtype, src: torch.dtype) -> str:
     """``x`` converted from ``src`` to ``dtype`` as eager converts on this CPU, bit for bit
-    (``tests/test_eager_edge_values.py``): a float to int32 or int64 through
+    (``tests/e2e/test_eager_edge_values.py``): a float to int32 or int64 through
     :data:`FLOAT_TO_INT`, to a narrower integer through ``sdk.ir.CAST_VIA``'s (3e9 -> int16
     0: x86-64's INT_MIN, truncated); unlike
     :meth:`sdk.clike.CTarget.cast` (a plain C conversion, undefined out of range), whose
-    results ``tests/test_clike_casts.py`` compares."""
+    results ``tests/contract/test_clike_casts.py`` compares."""
     if dtype == src:
         return x
     if dtype == BOOL:

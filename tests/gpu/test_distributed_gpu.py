@@ -1,6 +1,6 @@
 """torch.distributed through sdk:cuda_triton over NCCL, one process per visible GPU (1 or 2).
 
-tests/test_distributed.py runs the same worker (tests/distributed_worker.py) on CPU tensors
+tests/e2e/test_distributed.py runs the same worker (tests/distributed_worker.py) on CPU tensors
 over gloo in every CI run; here it runs on CUDA tensors and NCCL, where a collective is
 asynchronous on its own stream and a wait that the program forgets or places too early gives
 wrong values, not an error:

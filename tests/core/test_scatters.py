@@ -15,8 +15,7 @@ import pytest
 import torch
 
 import sdk
-
-from .plugins_under_test import PLUGINS, device_of
+from tests.plugins_under_test import PLUGINS, device_of
 
 
 def _compiled(fn, plugin):

@@ -20,7 +20,7 @@ import torch
 import sdk
 from sdk.core.options import CORE_OPTIONS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: the one module of the core that may read options by name: it parses them
 OPTIONS_MODULE = "core/options.py"
 

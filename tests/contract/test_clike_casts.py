@@ -5,7 +5,7 @@ cpu_cpp (``plugins/cpu_cpp/ops.py``, ``cast``) converts as eager does on the CPU
 to int32 and int64 through its prelude's ``sdk_f2i32``/``sdk_f2i64`` (C leaves a value out of
 range, NaN or inf undefined; these define it as the CPU's own conversion: x86-64's "integer
 indefinite" INT_MIN), to int8/int16 through int32 and to uint8 through int64, as eager's
-(``tests/test_eager_edge_values.py`` compares the compiled kernels with eager).
+(``tests/e2e/test_eager_edge_values.py`` compares the compiled kernels with eager).
 ``CTarget.cast`` (the C-like scaffold's) converts directly, through int64 for uint8 only, as
 torch's scalar ``static_cast_with_inter_type`` reads: in range both give torch's values; out of
 range its result is C's undefined one (on x86-64 without vectorization, int32's INT_MIN too).

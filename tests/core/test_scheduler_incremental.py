@@ -13,8 +13,7 @@ import torch
 
 import sdk
 from sdk.core import scheduler
-
-from .plugins_under_test import PLUGINS, device_of
+from tests.plugins_under_test import PLUGINS, device_of
 
 
 class Block(torch.nn.Module):

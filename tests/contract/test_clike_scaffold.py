@@ -1,7 +1,7 @@
 """The C-like scaffold plugin (``python -m sdk new-plugin NAME --c-like``), in process: what
 ``sdk.clike``'s emitter gives every C target. An out-of-range indirect index raises
 IndexError naming the kernel; symbolic sizes compile a graph once for many lengths; fp32 and
-bf16 training steps match eager at Inductor's tolerances. (tests/test_scaffold.py installs
+bf16 training steps match eager at Inductor's tolerances. (tests/contract/test_scaffold.py installs
 the generated package and runs the conformance suite on it.)"""
 
 from __future__ import annotations

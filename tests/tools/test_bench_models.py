@@ -285,7 +285,7 @@ def test_a_second_backend_compiles_the_graphs_a_fresh_process_would():
 
 #: Rows run end to end, with the package each needs (a test of a row whose package cannot
 #: be imported here is skipped with the reason). One transformer training row: GPT-2's
-#: (tests/test_models.py, test_symbolic_sizes.py and tests/iree train it) cost a minute more.
+#: (tests/e2e/test_models.py, test_symbolic_sizes.py and tests/iree train it) cost a minute more.
 E2E_ROWS = {
     "qwen2_train_fp32": "transformers",
     "resnet18_fp32": "torchvision",

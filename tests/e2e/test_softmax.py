@@ -15,8 +15,7 @@ import pytest
 import torch
 
 import sdk
-
-from .plugins_under_test import PLUGINS, device_of
+from tests.plugins_under_test import PLUGINS, device_of
 
 VOCAB = 5000  # long enough for cuda_triton's looped (not persistent) reductions
 

@@ -18,9 +18,9 @@ import torch.nn.functional as F
 
 import sdk
 from sdk.scaffold import generate, module_name
-from tests.test_clike_scaffold import TOL, _has_compiler
+from tests.contract.test_clike_scaffold import TOL, _has_compiler
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "vendor-guide.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "vendor-guide.md"
 NAME = "guidegelu"
 #: the scaffold's hooks the guide's block goes beside (its own sdk_lower_op is replaced)
 SCAFFOLD_HOOKS = (

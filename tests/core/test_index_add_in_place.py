@@ -20,8 +20,7 @@ import torch.nn.functional as F
 
 import sdk
 from sdk.core.lowering.movement import ONE_HOT_MAX_ROWS
-
-from .plugins_under_test import PLUGINS, device_of
+from tests.plugins_under_test import PLUGINS, device_of
 
 IN_PLACE = r"# aten\.index_(?:put|add)_\.default"
 ROWS = ONE_HOT_MAX_ROWS + 36  # a table accumulated by index_put

@@ -156,7 +156,7 @@ def test_a_chain_line_names_each_partition_and_who_compiled_it(chain_world, capl
 @pytest.fixture
 def chain_world(make_plugin, fake_dist, use_registry):
     """picky (cpu_cpp's codegen refusing tanh) installed."""
-    from tests.test_chain import PICKY
+    from tests.core.test_chain import PICKY
 
     def make():
         picky = make_plugin(PICKY, name="picky")

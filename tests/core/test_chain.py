@@ -276,8 +276,7 @@ def test_a_kernel_level_plugin_of_another_device_claims_nothing(
     picky = make_plugin(PICKY, name="picky")
     elsewhere = make_plugin(source, name="elsewhere", head=False)
     from sdk.core.registry import set_registry
-
-    from .conftest import builtin_entry_points
+    from tests.conftest import builtin_entry_points
 
     reg_eps = builtin_entry_points() + fake_dist(
         "acme-dev", {"picky": picky, "elsewhere": elsewhere}
@@ -320,8 +319,8 @@ def test_cli_explain_prints_the_report():
         (("os:sep",), "os:sep is not a function (its type is str): TARGET must be MODULE:FUNC"),
         (("json:dumps",), "json:dumps cannot be called without arguments"),
         (("os:no_such_attr",), "has no attribute 'no_such_attr'"),
-        (("tests.test_chain:_target_raises",), "_target_raises() raised RuntimeError: boom"),
-        (("tests.test_chain:_target_wrong_return",), "got tuple(int, int)"),
+        (("tests.core.test_chain:_target_raises",), "_target_raises() raised RuntimeError: boom"),
+        (("tests.core.test_chain:_target_wrong_return",), "got tuple(int, int)"),
         (("broken_target_module_xyz:f",), "importing 'broken_target_module_xyz' raised Runtime"),
     ],
 )
@@ -366,10 +365,10 @@ def test_cli_explain_of_a_model_failing_without_the_compile_is_one_line(target, 
     traceback."""
     from sdk import cli
 
-    rc = cli.main(["explain", f"tests.test_chain:{target}"])
+    rc = cli.main(["explain", f"tests.core.test_chain:{target}"])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err, err[-2000:]
-    assert err.strip().splitlines()[-1].startswith(f"error: tests.test_chain:{target} fails")
+    assert err.strip().splitlines()[-1].startswith(f"error: tests.core.test_chain:{target} fails")
     assert message in err.strip().splitlines()[-1], err[-2000:]
 
 

@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from tests.distributed_worker import free_port
 
-ROOT = Path(__file__).resolve().parents[1]  # the worker runs as tests.distributed_worker
+ROOT = Path(__file__).resolve().parents[2]  # the worker runs as tests.distributed_worker
 
 pytestmark = pytest.mark.skipif(
     not dist.is_available() or not dist.is_gloo_available(),

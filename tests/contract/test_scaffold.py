@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sdk.scaffold import generate
-from tests.test_conformance import counts, installed_as_wheel, summary
+from tests.contract.test_conformance import counts, installed_as_wheel, summary
 
 #: The issue's budget for the C-like scaffold plugin (its .py files), fusion, training and
 #: the worked ``sdk_lower_op`` example included: under 200 lines.
@@ -78,7 +78,7 @@ def test_vendor_guide_walks_through_every_hook():
     """docs/vendor-guide.md lists the hooks in the order a compile calls them: all of them."""
     import sdk.hookspecs
 
-    guide = (Path(__file__).resolve().parents[1] / "docs" / "vendor-guide.md").read_text()
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "vendor-guide.md").read_text()
     order = guide.split("## The hooks, in the order a compile calls them", 1)[1]
     order = order.split("\n## ", 1)[0]
     hooks = [n for n in dir(sdk.hookspecs) if n.startswith("sdk_")]
@@ -225,7 +225,7 @@ def test_c_like_plugin_lists_fuses_trains_and_conforms(tmp_path):
             "none",
             "--opinfo",
             "add,softmax,index_select,nn.functional.elu",
-            # one sample, as the built-in plugins' run: tests/test_conformance.py checks that
+            # one sample, as the built-in plugins' run: tests/contract/test_conformance.py checks that
             # the kit compares more than the first
             "--samples",
             "1",
@@ -288,7 +288,7 @@ def test_graph_plugin_is_clean_and_public(tmp_path):
     text = (root / "gamma_sdk_plugin" / "__init__.py").read_text()
     assert "sdk.core" not in text and "HOOK_API = 3" in text
     ruff = [sys.executable, "-m", "ruff"]
-    config = ["--config", str(Path(__file__).resolve().parents[1] / "pyproject.toml")]
+    config = ["--config", str(Path(__file__).resolve().parents[2] / "pyproject.toml")]
     for cmd in (["check", *config], ["format", "--check", *config]):
         out = subprocess.run([*ruff, *cmd, str(root)], capture_output=True, text=True)
         assert out.returncode == 0, out.stdout + out.stderr
@@ -348,7 +348,7 @@ def test_generated_plugin_pins_this_sdk_up_to_its_next_major_version(tmp_path):
 
     import sdk
 
-    repo = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    repo = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     assert repo["project"]["version"] == sdk.__version__, "pyproject.toml and sdk.__version__"
     this = Version(sdk.__version__)
     for name, flavor in (("pina", {}), ("pinb", {"c_like": True}), ("pinc", {"graph": True})):

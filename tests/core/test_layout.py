@@ -15,8 +15,7 @@ import torch
 import sdk
 from sdk.core.ir.kernel import Layout, Stage, Store
 from sdk.core.scheduler import _loop_order
-
-from .plugins_under_test import PLUGINS, device_of
+from tests.plugins_under_test import PLUGINS, device_of
 
 
 class Block(torch.nn.Module):

@@ -22,10 +22,9 @@ import pytest
 import torch
 
 import sdk
+from tests.plugins_under_test import PLUGINS, device_of, skip_model_under_interpreter
 
-from .plugins_under_test import PLUGINS, device_of, skip_model_under_interpreter
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(tmp_path: Path, name: str, args: list[str], **env: str) -> dict[str, torch.Tensor]:

@@ -20,7 +20,7 @@ import sdk
 import sdk.ir
 from sdk.core.guards import TensorSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BACKEND = "sdk:cpu_cpp"
 
 

@@ -28,7 +28,7 @@ import sdk
 import sdk.hookspecs
 from sdk.core.options import CORE_OPTIONS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: the documents whose python blocks run (each block in a namespace of its own)
 RUNNABLE_DOCS = ("README.md", "docs/user-guide.md", "CONTRIBUTING.md")
 VENDOR_GUIDE = ROOT / "docs" / "vendor-guide.md"

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHECKED = ("core", "plugins", "sdk", "tools")
 
 #: The modules that may use private torch APIs, each with why.
