@@ -466,18 +466,22 @@ class Program {
 
 PYBIND11_MODULE(SDK_RUNNER_MODULE, m) {
   m.doc() = "the SDK's native runner (core/runner.cpp)";
-  py::class_<Program>(m, "Program")
+  // Called as the compiled program itself (`program(args)`): no Python frame around the call.
+  // Attributes of its own (the per-call guard reads `layout_free`, `kernel_read`).
+  auto run = [](Program& p, const py::sequence& args) -> py::object {
+    try {
+      return p.run(args);
+    } catch (py::error_already_set&) {
+      throw;
+    } catch (...) {
+      torch::translate_exception_to_python(std::current_exception());
+      throw py::error_already_set();
+    }
+  };
+  py::class_<Program>(m, "Program", py::dynamic_attr())
       .def(py::init<const py::list&, int, py::object>())
       .def("__len__", &Program::size)
-      .def("run", [](Program& p, const py::sequence& args) -> py::object {
-        try {
-          return p.run(args);
-        } catch (py::error_already_set&) {
-          throw;
-        } catch (...) {
-          torch::translate_exception_to_python(std::current_exception());
-          throw py::error_already_set();
-        }
-      });
+      .def("__call__", run)
+      .def("run", run);
   m.attr("MAX_ARGS") = 96;
 }

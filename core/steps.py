@@ -173,6 +173,4 @@ def _value_text(v: Any) -> str:
         return f"tensor{tuple(v.shape)}"
     if isinstance(v, (list, tuple)):
         return "(" + ", ".join(_value_text(x) for x in v) + ")"
-    if callable(v) and not isinstance(v, type):
-        return getattr(v, "__name__", type(v).__name__)
     return repr(v)

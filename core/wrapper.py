@@ -99,13 +99,8 @@ class Wrapper:
                 native = None
                 self.native_why = f"the runner refused the program: {type(exc).__name__}: {exc}"
             if native is not None:
-                run = native.run
-
-                def call(args: list, run: Callable = run) -> Any:  # noqa: F811
-                    return run(args)
-
-                call.python = env["call"]  # type: ignore[attr-defined]
-                call.steps = self.steps  # type: ignore[attr-defined]
+                call = native  # the runner's program, called as call(args)
+                call.steps = self.steps
         # what the per-call guard must check (guards.make_check): only sizes of inputs
         # nothing bakes the layout of; only alignment where Dynamo already guards layouts
         call.layout_free = self.layout_free
@@ -485,8 +480,9 @@ class _WrapperWriter:
         lines = self.lines
         for out in step.outputs:
             if out and out[0] in self.copy_of:
-                lines += self._device_copy(out[0])
-                if self._device_copy(out[0]):
+                copy = self._device_copy(out[0])
+                lines += copy
+                if copy:
                     self.steps.refuse("a library call's host output is copied to the device")
                 continue
             if not out or out[0] not in self.read:
