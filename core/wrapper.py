@@ -401,9 +401,15 @@ class _WrapperWriter:
         schema = getattr(op, "_schema", None)
         if schema is None:
             raise st.NotNative(f"{op!r} is not an ATen op")
-        for r in schema.returns:
-            if str(r.type) not in ("Tensor", "Tensor?", "Tensor[]"):
-                raise st.NotNative(f"{op_name(op)} returns a {r.type}")
+        for k, r in enumerate(schema.returns):
+            kind = str(r.type)
+            if kind in ("Tensor", "Tensor?", "Tensor[]"):
+                continue
+            # a number beside the tensors (the sizes cuDNN's attention returns), which the
+            # graph does not read: the runner drops it, as the Python program does
+            read = k < len(step.outputs) and bool(step.outputs[k])
+            if kind not in _NUMBER_RETURNS or read:
+                raise st.NotNative(f"{op_name(op)} returns a {kind}")
         args = []
         for i, formal in enumerate(schema.arguments):
             if i < len(step.args) and not formal.kwarg_only:
@@ -576,6 +582,10 @@ _PUBLIC_FUNCTIONS: dict[str, tuple[str, frozenset[str]]] = {
     "aten.baddbmm.default": ("baddbmm", frozenset({"beta", "alpha"})),
     "aten._addmm_activation.default": ("_addmm_activation", frozenset({"beta", "alpha"})),
 }
+
+
+#: the number types a library call may return beside its tensors (unread: see _call_step)
+_NUMBER_RETURNS = frozenset({"int", "SymInt", "float", "bool", "Scalar"})
 
 
 #: per thread: whether the program running (or the one that just raised) has begun writing

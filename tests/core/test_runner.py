@@ -192,6 +192,28 @@ def test_an_index_out_of_range_raises_as_in_the_python_program():
     assert messages["python"] == messages["native"]
 
 
+_LIB = torch.library.Library("sdk_runner_test", "DEF")
+_LIB.define("scaled_and_count(Tensor x) -> (Tensor, SymInt)")
+_LIB.impl("scaled_and_count", lambda x: (x * 2, x.shape[0]), "CPU")
+torch.library.register_fake(
+    "sdk_runner_test::scaled_and_count", lambda x: (torch.empty_like(x), x.shape[0]), lib=_LIB
+)
+
+
+def test_a_library_call_that_also_returns_a_number_runs_native():
+    # cuDNN's attention returns two sizes beside its tensors; the graphs of every HF model
+    # on an H100 ran in the Python program for it
+    def f(x):
+        y, _ = torch.ops.sdk_runner_test.scaled_and_count(x)
+        return y.relu() + 1
+
+    x = torch.randn(8, 4)
+    ref, _ = _run(f, (x,), "python")
+    out, report = _run(f, (x,), "native")
+    _same(ref, out)
+    assert [g.runner for g in report.graphs] == ["native"]
+
+
 def test_steps_the_runner_cannot_take_stay_python_and_say_why():
     def with_dropout(x):
         return torch.nn.functional.dropout(x, 0.5, training=True) + 1
