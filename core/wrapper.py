@@ -274,6 +274,21 @@ class _WrapperWriter:
             return [f"    {dev} = {host}_src.get(_dev)"]
         return [f"    {dev} = {host}.to(_dev).contiguous()"]
 
+    def _device_copy_step(self, host: str) -> None:
+        """:meth:`_device_copy`'s step: ATen's ``_to_copy`` to the graph's device,
+        contiguous, as ``host.to(_dev).contiguous()`` makes it."""
+        S = self.steps
+        args = [
+            (st.SLOT, S.read(host)),
+            (st.DEFAULT,),  # dtype
+            (st.DEFAULT,),  # layout
+            (st.VALUE, torch.device(self.L.device)),
+            (st.DEFAULT,),  # pin_memory
+            (st.DEFAULT,),  # non_blocking
+            (st.VALUE, torch.contiguous_format),
+        ]
+        S.add(st.CALL, torch.ops.aten._to_copy.default, args, [S.slot(self.copy_of[host])], False)
+
     def _prologue(self) -> None:
         """Everything before the first step: the allocator, the inputs (and their device
         copies), the RNG seed, and the size symbols' values for this call."""
@@ -290,7 +305,7 @@ class _WrapperWriter:
                 copy = self._device_copy(name)
                 lines += copy
                 if copy:
-                    S.refuse("a host input is copied to the device")
+                    self._device_copy_step(name)
         for name in L.constants:
             S.add(st.CONST, S.slot(name), name)
             copy = self._device_copy(name)
@@ -489,7 +504,7 @@ class _WrapperWriter:
                 copy = self._device_copy(out[0])
                 lines += copy
                 if copy:
-                    self.steps.refuse("a library call's host output is copied to the device")
+                    self._device_copy_step(out[0])
                 continue
             if not out or out[0] not in self.read:
                 continue  # unused (an attention op may even return None for it)

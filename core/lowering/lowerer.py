@@ -64,6 +64,9 @@ LOWERINGS: dict[Any, Callable[..., Any]] = {}
 _CSE_VARS = tuple(var(f"cse{k}") for k in range(16))
 
 #: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
+#: ops that move a tensor across devices
+_DEVICE_MOVES = frozenset({aten._to_copy.default, aten.copy_.default, aten.copy.default})
+
 EXTERN_OPS = {
     aten.mm.default,
     aten.bmm.default,
@@ -196,6 +199,27 @@ def size_value(n: Any, dtype: torch.dtype) -> Expr:
     return cast(IndexValue(n), dtype)
 
 
+def foreign_device(n: torch.fx.Node, device_type: str) -> str | None:
+    """Why call node ``n`` runs through ATen in a graph whose kernels run on ``device_type``:
+    it makes a tensor on another device (index arithmetic on the CPU beside a CUDA model),
+    or copies a tensor of more than one element across devices (a kernel reading a host
+    tensor reads its device copy: one copy, then the kernel, where ATen's one copy does).
+    None for a node on the graph's device that reads at most host scalars."""
+    val = n.meta.get("val")
+    for v in val if isinstance(val, (list, tuple)) else (val,):
+        if isinstance(v, torch.Tensor) and v.device.type != device_type:
+            return f"computes on {v.device.type}, where the graph's kernels run on {device_type}"
+    for a in n.all_input_nodes:
+        v = a.meta.get("val")
+        if (
+            isinstance(v, torch.Tensor)
+            and v.device.type != device_type
+            and (v.dim() > 0 or n.target in _DEVICE_MOVES)
+        ):
+            return f"copies a {v.device.type} tensor to {device_type}"
+    return None
+
+
 def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
     """Why a kernel-level plugin's program could not take call node ``n`` into its IR, or
     None when it can: the claim a kernel-level plugin makes in a chain's partitioning.
@@ -215,6 +239,9 @@ def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
         return f"a size ({val}) that is not known when compiling"
     if n.target in EXTERN_OPS:
         return None
+    elsewhere = foreign_device(n, ctx.device_type)
+    if elsewhere is not None:
+        return elsewhere
     verdict = hooks.sdk_op_support(ctx=ctx, op=n.target, node=n)
     if verdict is not None and not verdict.ok:
         return verdict.reason or "refused by its sdk_op_support"
@@ -412,6 +439,9 @@ class Lowerer:
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
         if target in EXTERN_OPS:
             return self.extern(target, args, kwargs)
+        elsewhere = foreign_device(n, self.ctx.device_type)
+        if elsewhere is not None:
+            return self.extern(target, args, kwargs, reason=elsewhere)
         if n.name in self.refused:
             return self.extern(target, args, kwargs, reason=self.refused[n.name])
         verdict = self.hooks.sdk_op_support(ctx=self.ctx, op=target, node=n)

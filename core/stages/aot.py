@@ -30,7 +30,7 @@ _graph_ids = itertools.count()
 def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """The Dynamo graph through AOTAutograd (or restored from its cache, :func:`restore`),
     each ATen graph AOTAutograd makes handed to ``session.compile_aten_graph``."""
-    device = _device_type(example_inputs) or session.info.device_types[0]
+    device = _device_type(example_inputs, session.info.device_types) or session.info.device_types[0]
     session.graph_id = next(_graph_ids)
     ctx = session.context("inference", f"g{session.graph_id}", device)
     session.cache_tag, session.warm = warm.cache_tag(session, ctx)
@@ -77,7 +77,9 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
 def _aten_compiler(session: CompileSession, kind: str, device: str) -> Callable:
     def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         ctx = session.context(
-            kind, f"g{session.graph_id}_{kind}", _device_type(example_inputs) or device
+            kind,
+            f"g{session.graph_id}_{kind}",
+            _device_type(example_inputs, session.info.device_types) or device,
         )
         took = time.perf_counter() - session.captured
         if kind != "backward":  # (a backward graph comes with its forward, or later)
@@ -161,8 +163,8 @@ def restore(session: CompileSession, state: dict[str, Any], graph: Callable) -> 
     return wrap.finish(session, Built(ctx, graph, made, report, start))
 
 
-def _device_type(inputs: list[Any]) -> str | None:
-    for x in inputs:
-        if isinstance(x, torch.Tensor):
-            return x.device.type
-    return None
+def _device_type(inputs: list[Any], declared: tuple[str, ...]) -> str | None:
+    """Where a graph's kernels run: the device of its first tensor input on a device the
+    plugin declares (a CUDA model may take a CPU step count first), else of its first."""
+    types = [x.device.type for x in inputs if isinstance(x, torch.Tensor)]
+    return next((t for t in types if t in declared), types[0] if types else None)

@@ -202,9 +202,8 @@ def _build_variant(
     recipe's), instead of one computed from ``gm``."""
     keys = {} if keys is None else keys
     keys[specs] = None
-    devices = _graph_devices(gm, specs)
     if per_shape_on_failure:
-        elsewhere = _not_on(session.info, devices)
+        elsewhere = _not_on(session.info, ctx.device_type)
         if elsewhere:  # (compiled per shape, where the plugin is skipped for the same)
             raise RuntimeError(elsewhere)
         fn, part = program.build_program(session, ctx, gm, specs)
@@ -219,7 +218,7 @@ def _build_variant(
         if session.kind_of(plugin) != PluginKind.CODEGEN:
             continue  # a graph-level plugin takes partitions (core.chain), not programs
         peer = session.peer(plugin)
-        elsewhere = _not_on(peer.info, devices)
+        elsewhere = _not_on(peer.info, ctx.device_type)
         if elsewhere:
             errors.append(elsewhere)
             continue  # its kernels would be handed this graph's tensors
@@ -386,26 +385,15 @@ def _hints(x: Any, spec: Any) -> dict[Any, int]:
     return out
 
 
-def _graph_devices(gm: torch.fx.GraphModule, specs: tuple) -> frozenset[str]:
-    """The device types of a graph's inputs (``specs``) and of every value it makes (its
-    nodes' example values: a graph may move a tensor to another device)."""
-    devices = {s.device.type for s in specs if isinstance(s, TensorSpec)}
-    for node in gm.graph.nodes:
-        vals = node.meta.get("val")
-        for v in vals if isinstance(vals, (list, tuple)) else (vals,):
-            if isinstance(v, torch.Tensor):
-                devices.add(v.device.type)
-    return frozenset(devices)
-
-
-def _not_on(info: PluginInfo, devices: frozenset[str]) -> str | None:
-    """Why plugin ``info`` cannot take a graph with tensors on ``devices`` (its kernels would
-    be handed pointers to memory it cannot read), or None when it declares them all."""
-    elsewhere = sorted(devices - set(info.device_types))
-    if not elsewhere:
+def _not_on(info: PluginInfo, device_type: str) -> str | None:
+    """Why plugin ``info`` cannot take a graph whose kernels run on ``device_type`` (they
+    would be handed pointers to memory it cannot read), or None when it declares it. Values
+    of the graph on other devices (CPU index arithmetic beside a CUDA model) run through
+    ATen (:func:`core.lowering.lowerer.foreign_device`)."""
+    if device_type in info.device_types:
         return None
     return (
-        f"sdk:{info.name} does not run on {' or '.join(elsewhere)} tensors (it declares "
+        f"sdk:{info.name} does not run on {device_type} tensors (it declares "
         f"{', '.join(info.device_types)})"
     )
 

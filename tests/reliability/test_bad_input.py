@@ -113,9 +113,10 @@ for name, (fn, x) in cases.items():
 
 
 def test_graphs_on_an_undeclared_device_run_through_aten():
-    """cpu_cpp declares cpu: a graph with meta inputs (or one that moves a value to meta)
-    falls back to ATen, which gives meta outputs as eager does (it crashed the process), and
-    says why in explain; fallback=False raises naming the device and the plugin."""
+    """cpu_cpp declares cpu: a graph on meta falls back to ATen, which gives meta outputs as
+    eager does (it crashed the process), and says why in explain; fallback=False raises
+    naming the device and the plugin. A CPU graph that moves a value to meta runs that part
+    through ATen."""
     run = subprocess.run(
         [sys.executable, "-c", ON_META], capture_output=True, text=True, timeout=300
     )
@@ -127,6 +128,13 @@ def test_graphs_on_an_undeclared_device_run_through_aten():
         ["meta", [4]],
     ], run.stdout
     why = "sdk:cpu_cpp does not run on meta tensors (it declares cpu)"
-    for row in rows.values():
+    for row in (rows["sum"], rows["relu"]):
         assert row["kernels"] == 0 and row["reasons"] == [why], row
         assert "fallback'] is False: " + why in row["strict"], row
+    # a graph on the CPU that moves a value to meta: its kernels are compiled, what runs on
+    # meta goes through ATen (a CPU step count beside a CUDA model, a mask made on the
+    # CPU: the whole graph ran in ATen for it)
+    moved = rows["moved"]
+    elsewhere = "computes on meta, where the graph's kernels run on cpu"
+    assert moved["kernels"] == 1 and moved["reasons"] == [elsewhere], moved
+    assert elsewhere in moved["strict"] and "options['fallback'] is False" in moved["strict"]
