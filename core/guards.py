@@ -198,6 +198,30 @@ def make_check(
     return env["check"]
 
 
+def native_guard(
+    specs: Sequence[InputSpec],
+    layout_free: frozenset[int] = frozenset(),
+    dynamo_guarded: bool = False,
+    kernel_read: frozenset[int] | None = None,
+) -> list[tuple] | None:
+    """What :func:`make_check` checks, as the native runner's per-input entries
+    (``Program.guard``, core/runner.cpp): (mode, sizes, strides, offset, device, aligned),
+    mode 0 nothing, 1 sizes, 2 sizes, strides, offset and device. None where the runner
+    cannot check it (symbolic sizes, an input that is not a tensor)."""
+    if is_symbolic(specs) or not all(isinstance(s, TensorSpec) for s in specs):
+        return None
+    out = []
+    for i, spec in enumerate(specs):
+        dev = str(spec.device)
+        if dynamo_guarded and kernel_read is not None:
+            out.append((0, (), (), 0, dev, spec.aligned and i in kernel_read))
+        elif i in layout_free:
+            out.append((1, spec.sizes, (), 0, dev, False))
+        else:
+            out.append((2, spec.sizes, spec.strides, spec.offset, dev, spec.aligned))
+    return out
+
+
 class Specializing:
     """A compiled graph that re-specializes when an input breaks its assumptions.
 
@@ -221,18 +245,36 @@ class Specializing:
         self._general: tuple[Callable, Callable] | None = None
         if general is not None:
             self.variants[specs] = general
-            self._general = (self._check_for(specs, general, dynamo_guarded), general)
+            # (a Python check: symbolic sizes are not the runner's to check)
+            self._general = (
+                make_check(
+                    specs,
+                    getattr(general, "layout_free", frozenset()),
+                    dynamo_guarded,
+                    getattr(general, "kernel_read", None),
+                ),
+                general,
+            )
             self._check, self._fn = self._general
             return
         self._fn = self._install(specs)
 
-    def _check_for(self, specs: tuple, fn: Callable, dynamo_guarded: bool) -> Callable:
-        return make_check(
+    def _check_for(self, specs: tuple, fn: Callable, dynamo_guarded: bool) -> Callable | None:
+        """The check of ``fn``'s inputs; None where ``fn`` is a native runner's program,
+        which checks them itself (no Python per input) and answers ``NotImplemented``."""
+        how = (
             specs,
             getattr(fn, "layout_free", frozenset()),
             dynamo_guarded,
             getattr(fn, "kernel_read", None),
         )
+        guard = getattr(fn, "guard", None)
+        if guard is not None:
+            entries = native_guard(*how)
+            if entries is not None:
+                guard(entries)
+                return None
+        return make_check(*how)
 
     def _install(self, specs: tuple) -> Callable:
         fn = self.variants.get(specs)
@@ -249,7 +291,12 @@ class Specializing:
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and type(args[0]) is list:
             args = args[0]
-        if self._check(args):
+        check = self._check
+        if check is None:  # a native program: it checks its inputs itself
+            out = self._fn(args)
+            if out is not NotImplemented:
+                return out
+        elif check(args):
             return self._fn(args)
         with self._lock:
             general = self._general
@@ -257,4 +304,10 @@ class Specializing:
                 self._check, self._fn = general
             else:
                 self._fn = self._install(tuple(spec_of(a) for a in args))
-        return self._fn(args)
+            check, fn = self._check, self._fn
+        out = fn(args)
+        if out is NotImplemented:  # (the variant was compiled for these inputs)
+            raise RuntimeError(
+                "sdk: a program compiled for these inputs refused them; please report this"
+            )
+        return out

@@ -206,6 +206,30 @@ class Program {
     }
   }
 
+  // The per-call check of what the program assumes of its inputs (core/guards.py's
+  // make_check, which writes the same in Python): one entry per input,
+  // (mode, sizes, strides, offset, device, aligned); mode 0: nothing (Dynamo's guards hold
+  // it), 1: sizes (an input handed whole to library calls), 2: sizes, strides, storage
+  // offset and device; aligned: the data pointer a multiple of 16 bytes.
+  void set_guard(const py::list& specs) {
+    std::vector<Guard> guards;
+    for (const auto& h : specs) {
+      py::tuple t = h.cast<py::tuple>();
+      Guard g;
+      g.mode = t[0].cast<int>();
+      g.sizes = ints(t[1]);
+      g.strides = ints(t[2]);
+      g.offset = t[3].cast<int64_t>();
+      g.device = c10::Device(t[4].cast<std::string>());
+      g.aligned = t[5].cast<bool>();
+      guards.push_back(std::move(g));
+    }
+    guards_ = std::move(guards);
+    guarded_ = true;
+  }
+
+  // Inputs that break the guard run nothing: the call answers NotImplemented and the caller
+  // (core/guards.py's Specializing) compiles a variant for them.
   py::object run(const py::sequence& args) {
     std::vector<at::Tensor> in;
     in.reserve(args.size());
@@ -215,6 +239,7 @@ class Program {
       }
       in.push_back(THPVariable_Unpack(a.ptr()));
     }
+    if (guarded_ && !fits(in)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
     std::vector<at::Tensor> slots(n_slots_);
     const Step* ret = nullptr;
     size_t writes_from = steps_.size();
@@ -257,6 +282,29 @@ class Program {
   size_t size() const { return steps_.size(); }
 
  private:
+  struct Guard {
+    int mode = 0;
+    std::vector<int64_t> sizes, strides;
+    int64_t offset = 0;
+    c10::Device device{c10::kCPU};
+    bool aligned = false;
+  };
+
+  bool fits(const std::vector<at::Tensor>& in) const {
+    if (in.size() != guards_.size()) return false;
+    for (size_t i = 0; i < in.size(); ++i) {
+      const Guard& g = guards_[i];
+      const at::Tensor& t = in[i];
+      if (g.mode >= 1 && t.sizes() != at::IntArrayRef(g.sizes)) return false;
+      if (g.mode == 2 && (t.strides() != at::IntArrayRef(g.strides) ||
+                          t.storage_offset() != g.offset || t.device() != g.device)) {
+        return false;
+      }
+      if (g.aligned && reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+    }
+    return true;
+  }
+
   void build_call(Step& s, const py::tuple& t) {
     auto name = t[1].cast<std::string>();
     auto overload = t[2].cast<std::string>();
@@ -456,6 +504,8 @@ class Program {
   int n_slots_;
   py::object mark_writes_;
   std::vector<Step> steps_;
+  std::vector<Guard> guards_;
+  bool guarded_ = false;
 };
 
 }  // namespace
@@ -481,6 +531,7 @@ PYBIND11_MODULE(SDK_RUNNER_MODULE, m) {
   py::class_<Program>(m, "Program", py::dynamic_attr())
       .def(py::init<const py::list&, int, py::object>())
       .def("__len__", &Program::size)
+      .def("guard", &Program::set_guard)
       .def("__call__", run)
       .def("run", run);
   m.attr("MAX_ARGS") = 96;

@@ -313,3 +313,32 @@ def test_native_entry_is_what_the_toolchain_launcher_carries():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert native.module() is not None
+
+
+def test_the_runner_checks_a_backward_graphs_inputs_and_respecializes(specializations):
+    """A backward graph's inputs are not Dynamo-guarded: the runner checks each input's
+    sizes, strides, offset, device and alignment itself (no Python per input), and a
+    gradient that arrives misaligned gets a variant of its own."""
+
+    def f(x, w):
+        return (x @ w).relu() * 2 + x.sum(1, keepdim=True)
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 16, requires_grad=True)
+    w = torch.randn(16, 12, requires_grad=True)
+    g = torch.compile(f, backend=sdk.backend("cpu_cpp", runner="native", cache=False))
+    for grad in (
+        torch.randn(8, 12),
+        torch.randn(12, 8).t(),  # transposed (AOTAutograd hands it on contiguous)
+        torch.randn(8 * 12 + 1)[1:].view(8, 12),  # 4 bytes into its storage
+        torch.randn(8, 12),  # the first variant again
+    ):
+        got = torch.autograd.grad(g(x, w), (x, w), grad)
+        want = torch.autograd.grad(f(x, w), (x, w), grad)
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b)
+    backward = [p for p in specializations if len(p.variants) > 1]
+    assert len(backward) == 1 and len(backward[0].variants) == 2, [
+        len(p.variants) for p in specializations
+    ]
+    assert all(type(fn).__name__ == "Program" for fn in backward[0].variants.values())
