@@ -33,6 +33,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -256,6 +257,14 @@ class Program {
           writes_from = i;
           continue;
         }
+        if (timed_) {
+          auto t0 = std::chrono::steady_clock::now();
+          execute(s, in, slots);
+          step_ns_[i] += std::chrono::duration<double, std::nano>(
+                             std::chrono::steady_clock::now() - t0)
+                             .count();
+          continue;
+        }
         execute(s, in, slots);
       }
     } catch (py::error_already_set&) {
@@ -280,6 +289,14 @@ class Program {
   }
 
   size_t size() const { return steps_.size(); }
+
+  // Host time of each step, summed over the calls since timing was switched on
+  // (benchmarks/runner_steps.py): where a program's host time goes, step by step.
+  void set_timed(bool on) {
+    timed_ = on;
+    step_ns_.assign(steps_.size(), 0.0);
+  }
+  std::vector<double> step_ns() const { return step_ns_; }
 
  private:
   struct Guard {
@@ -506,6 +523,8 @@ class Program {
   std::vector<Step> steps_;
   std::vector<Guard> guards_;
   bool guarded_ = false;
+  bool timed_ = false;
+  std::vector<double> step_ns_;
 };
 
 }  // namespace
@@ -532,6 +551,8 @@ PYBIND11_MODULE(SDK_RUNNER_MODULE, m) {
       .def(py::init<const py::list&, int, py::object>())
       .def("__len__", &Program::size)
       .def("guard", &Program::set_guard)
+      .def("time_steps", &Program::set_timed)
+      .def("step_ns", &Program::step_ns)
       .def("__call__", run)
       .def("run", run);
   m.attr("MAX_ARGS") = 96;

@@ -129,7 +129,10 @@ class Wrapper:
                 out.append((op, step[1], self.constants[step[2]]))
             else:
                 out.append(step)
-        return native.program(out, self.n_slots, _mark_writes)
+        made = native.program(out, self.n_slots, _mark_writes)
+        if made is not None:  # what each step is, for its host time (Program.step_ns)
+            made.step_kinds = tuple(_kind_of(s) for s in out)
+        return made
 
 
 class _WrapperWriter:
@@ -654,6 +657,13 @@ def _int(x: Any) -> int:
 
 def _ints(sizes: Any, strides: Any) -> tuple[list[int], list[int]]:
     return [_int(x) for x in sizes], [_int(x) for x in strides]
+
+
+def _kind_of(step: tuple) -> str:
+    """A runner step's kind: its opcode's name, an ATen op's name for a library call."""
+    if step[0] == st.CALL:
+        return f"call {step[1]}.{step[2]}" if step[2] else f"call {step[1]}"
+    return st.NAMES[step[0]]
 
 
 def _plain(x: Any) -> Any:
