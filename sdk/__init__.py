@@ -37,7 +37,7 @@ from sdk.errors import (
     SDKError,
     UnknownPluginError,
 )
-from sdk.explain import explain
+from sdk.explain import collect_reports, explain, reset
 from sdk.hookspecs import PROJECT as _PROJECT
 from sdk.plugin import (
     HOOK_API_VERSION,
@@ -182,7 +182,9 @@ __all__ = [
     "Support",
     "UnknownPluginError",
     "backend",
+    "collect_reports",
     "explain",
     "hookimpl",
     "list_plugins",
+    "reset",
 ]
