@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from sdk.core.adapters.torch_private import reset_dynamo
+import sdk
 from sdk.tools import bench_models as bm
 
 BACKENDS = ("eager", "inductor", "sdk:cuda_triton", "sdk python runner")
@@ -43,7 +43,7 @@ def main(names: list[str], prof_rows: int) -> None:
         case = model.build(torch.device("cuda"), dtype, "full")
         fns = {}
         for be in BACKENDS:
-            reset_dynamo()
+            sdk.reset()
             f = case.target if be == "eager" else torch.compile(case.target, backend=_backend(be))
             for _ in range(5):
                 case.step(f)

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from sdk.core.adapters.torch_private import reset_dynamo
+import sdk
 from sdk.tools import bench_models as bm
 
 
@@ -26,7 +26,7 @@ def main(names: list[str], top: int) -> None:
         model, dtype = bm.rows()[name]
         case = model.build(torch.device("cuda"), dtype, "full")
         for be in ("inductor", "sdk:cuda_triton"):
-            reset_dynamo()
+            sdk.reset()
             f = torch.compile(case.target, backend=be)
             for _ in range(4):
                 case.step(f)

@@ -15,7 +15,6 @@ import time
 import torch
 
 import sdk
-from sdk.core.adapters.torch_private import reset_dynamo
 
 
 def per_call_us(fn, *args, n=2000):
@@ -39,9 +38,9 @@ def main():
     print(f"{'case':36s} {'eager us':>9s} {'inductor us':>12s} {'sdk us':>8s}  sdk launches")
     for name, fn in cases.items():
         eager = per_call_us(fn, x)
-        reset_dynamo()
+        sdk.reset()
         ind = per_call_us(torch.compile(fn), x)
-        reset_dynamo()
+        sdk.reset()
         s = per_call_us(torch.compile(fn, backend=sdk.backend("cuda_triton")), x)
         r = sdk.explain(fn, x, backend="sdk:cuda_triton")
         print(f"{name:36s} {eager:9.1f} {ind:12.1f} {s:8.1f}  {len(r.kernels)} kernels")

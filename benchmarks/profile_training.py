@@ -18,7 +18,6 @@ import transformers as T
 from transformers.utils import logging as hf_logging
 
 import sdk
-from sdk.core.adapters.torch_private import reset_dynamo
 from sdk.tools.bench_models import cuda_launches
 
 
@@ -59,7 +58,7 @@ def build(name):
 
 
 def profile_backend(model, ids, backend: str) -> None:
-    reset_dynamo()
+    sdk.reset()
     f = (
         model
         if backend == "eager"

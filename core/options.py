@@ -65,7 +65,7 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
     "channels_last": OptionSpec(
         None,
         "channels-last activations around convolutions: None lets the core decide per "
-        "graph (plugins with Capability.CHANNELS_LAST, inference graphs), True always, False "
+        "graph (plugins with Preferences.channels_last, inference graphs), True always, False "
         "never",
         (bool, type(None)),
     ),

@@ -182,6 +182,7 @@ class Session:
             graph_name=name,
             options=opts.as_mapping(opts.Resolved(self.options, self.plugin_options)),
             capabilities=self.info.capabilities,
+            preferences=self.record.preferences,
             core_options=self.options,
             plugin_options=self.plugin_options,
         )

@@ -24,10 +24,18 @@ from sdk.errors import (
     PluginHookError,
     PluginHookWarning,
     PluginUnavailableError,
+    SDKDeprecationWarning,
     UnknownPluginError,
     describe,
 )
-from sdk.plugin import SUPPORTED_HOOK_APIS, CompileContext, PluginInfo, PluginKind
+from sdk.plugin import (
+    SUPPORTED_HOOK_APIS,
+    CompileContext,
+    PluginInfo,
+    PluginKind,
+    Preferences,
+    retired_fix,
+)
 from sdk.report import HookFault
 
 from . import config
@@ -46,6 +54,10 @@ class PluginRecord:
     dist_version: str
     plugin: Any = None  # the registered module/object, when loaded
     info: PluginInfo | None = None
+    #: what the plugin prefers (its ``sdk_preferences`` answer, or for a plugin of hook API
+    #: 5 or earlier the preferences it declared as capabilities); every compile's
+    #: ``ctx.preferences``
+    preferences: Preferences = field(default_factory=Preferences)
     error: str | None = None  # why it is unavailable (load-time)
     traceback: str | None = None
     #: hooks that raised since discovery and the first error of each (``sdk list``: faulty)
@@ -165,7 +177,39 @@ class Registry:
             self.pm.unregister(plugin)
             rec.error = problem
             return
-        rec.plugin, rec.info = plugin, info
+        try:
+            preferences = self._preferences(rec.name, info)
+        except Exception as exc:
+            self.pm.unregister(plugin)
+            rec.error = (
+                f"sdk_preferences: {describe(exc, one_line=True)}; fix that hook or "
+                f"reinstall {rec.distribution}"
+            )
+            return
+        rec.plugin, rec.info, rec.preferences = plugin, info, preferences
+        retired = info.retired_capabilities
+        if retired:
+            names = ", ".join(sorted(f"Capability.{r.name}" for r in retired))
+            warnings.warn(
+                f"plugin {rec.name!r} (hook_api={info.hook_api}) declares {names}, retired "
+                f"in hook API 6; it loads and compiles as before, but {retired_fix(retired)}",
+                SDKDeprecationWarning,
+                stacklevel=2,
+            )
+
+    def _preferences(self, name: str, info: PluginInfo) -> Preferences:
+        """The plugin's ``sdk_preferences`` answer; for a plugin of hook API 5 or earlier
+        that does not answer, the preferences it declared as capabilities (retired in hook API
+        6; :meth:`_load` warns once, naming the fix)."""
+        answer = self.caller("sdk_preferences", [name])()
+        if answer is not None and not isinstance(answer, Preferences):
+            raise TypeError(
+                f"returned {type(answer).__name__}, not sdk.Preferences; return an "
+                "sdk.Preferences (or None for the defaults)"
+            )
+        if answer is None:
+            answer = Preferences.of_retired(info.capabilities)
+        return answer
 
     def _others(self, keep: str) -> list[Any]:
         return [p for n, p in self.pm.list_name_plugin() if n not in (keep, _CORE)]

@@ -33,10 +33,11 @@ from sdk.errors import (
     PluginHookError,
     PluginHookWarning,
     PluginUnavailableError,
+    SDKDeprecationWarning,
     SDKError,
     UnknownPluginError,
 )
-from sdk.explain import explain
+from sdk.explain import collect_reports, explain, reset
 from sdk.hookspecs import PROJECT as _PROJECT
 from sdk.plugin import (
     HOOK_API_VERSION,
@@ -53,8 +54,8 @@ from sdk.plugin import (
     PluginInfo,
     PluginKind,
     PluginOptions,
+    Preferences,
     Support,
-    Verdict,
 )
 from sdk.report import (
     ExplainReport,
@@ -68,7 +69,7 @@ from sdk.report import (
     PassReport,
 )
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 
 def _populate_programs(key: str, payload: bytes) -> None:
@@ -125,6 +126,15 @@ def list_plugins() -> list[dict[str, Any]]:
     return rows
 
 
+def __getattr__(name: str) -> Any:
+    # removed names that plugins written for an earlier hook API still import
+    if name == "Verdict":
+        from sdk.plugin import _removed_verdict
+
+        return _removed_verdict()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _status_text(name: str, why: str | None, faults: dict[str, str]) -> str:
     """ "ok", "unavailable: why", or "faulty: ..." for a usable plugin whose hooks raised in
     this process (compiles go on without those hooks)."""
@@ -166,12 +176,15 @@ __all__ = [
     "PluginKind",
     "PluginOptions",
     "PluginUnavailableError",
+    "Preferences",
+    "SDKDeprecationWarning",
     "SDKError",
     "Support",
     "UnknownPluginError",
-    "Verdict",
     "backend",
+    "collect_reports",
     "explain",
     "hookimpl",
     "list_plugins",
+    "reset",
 ]

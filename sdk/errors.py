@@ -41,6 +41,13 @@ class PluginHookWarning(UserWarning):
     """A plugin's hook raised; the SDK went on without it (once per plugin and hook)."""
 
 
+class SDKDeprecationWarning(DeprecationWarning):
+    """A plugin or a caller uses a name or a declaration the SDK retired (``sdk.Verdict``, a
+    plugin of hook API 5 declaring ``Capability.CHANNELS_LAST``); it still works, and the
+    message names the replacement. Shown where ``DeprecationWarning`` is (tests, ``-W
+    default``)."""
+
+
 def describe(exc: BaseException, *, one_line: bool = False) -> str:
     """``"TypeName: message"`` of ``exc`` (``"TypeName"`` when the message is empty), safe
     for any exception a plugin raises: where its ``__str__`` raises or returns no string,

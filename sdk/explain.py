@@ -1,9 +1,12 @@
-"""``sdk.explain``: say what became of every op of what ran, compiling only what must be."""
+"""``sdk.explain``: say what became of every op of what ran, compiling only what must be;
+``sdk.collect_reports``: the reports of the graphs compiled inside a block; ``sdk.reset``:
+forget what ``torch.compile`` compiled."""
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +84,52 @@ def explain(
         compile_note=_note(why, ran, new, fresh),
         dynamo_compiles=new,
     )
+
+
+@contextlib.contextmanager
+def collect_reports() -> Iterator[ExplainReport]:
+    """The reports of every graph an SDK backend compiles inside the block::
+
+        with sdk.collect_reports() as compiled:
+            loss = torch.compile(model, backend="sdk:cpu_cpp")(x).sum()
+            loss.backward()
+        print(compiled)  # as sdk.explain prints: kernels, fallbacks, graph breaks
+
+    Yields an :class:`sdk.ExplainReport` whose ``graphs`` fill as graphs compile (a backward
+    graph compiled in autograd's thread included: it belongs to the compile that traced it),
+    and whose ``breaks`` (Dynamo's graph breaks while the block ran) and ``compiled_now`` are
+    set when the block ends. Unlike :func:`explain` it runs nothing itself and reports only
+    what compiled in the block, never a graph compiled earlier. Blocks may nest: each
+    collects what compiled inside it.
+    """
+    from sdk.core import pipeline, records
+    from sdk.core.adapters import torch_private as tp
+
+    report = ExplainReport(compile_note="")
+    before = tp.graph_break_reasons()
+    token = pipeline.collect_reports(report.graphs)
+    try:
+        yield report
+    finally:
+        pipeline.stop_collecting(token)
+        seen = [g.graph_break for g in report.graphs if g.graph_break]
+        report.breaks = records.breaks_of(seen, _diff(tp.graph_break_reasons(), before))
+        report.compiled_now = bool(report.graphs)
+
+
+def reset(*, keep_compiled: bool = False) -> None:
+    """Forget what ``torch.compile`` compiled in this process (``torch._dynamo.reset()``):
+    the next call of a compiled function traces and compiles again (the SDK's on-disk
+    caches may still serve its programs).
+
+    With ``keep_compiled`` the functions compiled so far stay compiled; only what Dynamo
+    remembers of the frames it has seen (the sizes behind its automatic dynamic shapes) is
+    forgotten, so that a backend compiled next gets the static graphs a fresh process would
+    (a benchmark comparing backends in one process wants this).
+    """
+    from sdk.core.adapters import torch_private as tp
+
+    tp.reset_dynamo(keep_compiled=keep_compiled)
 
 
 # -- which graphs answer, and what explain compiles with -------------------------------------

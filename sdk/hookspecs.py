@@ -22,8 +22,8 @@ Which plugins a hook reaches:
 
 Every hook receives only what it names; a hookimpl may take a subset of the
 arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2),
-the graph-level hooks (version 3), ``sdk_kernel_limits`` and ``sdk_extern`` (version 4) and
-``sdk_graph_passes`` (version 5).
+the graph-level hooks (version 3), ``sdk_kernel_limits`` and ``sdk_extern`` (version 4),
+``sdk_graph_passes`` (version 5) and ``sdk_preferences`` (version 6).
 Each docstring ends with the version its hook appeared in; the vendor guide's
 "Versioning" has the table of hook-API versions and the SDK releases that provide them.
 
@@ -99,6 +99,7 @@ if TYPE_CHECKING:
         KernelLimits,
         KernelSource,
         PluginInfo,
+        Preferences,
         Support,
     )
     from sdk.report import GraphReport
@@ -146,6 +147,32 @@ def sdk_plugin_status() -> str | None:
     :raises: an exception makes the plugin unavailable, with the error as the reason.
 
     API version: 1.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_preferences() -> Preferences | None:
+    """Say what the plugin prefers the core to make: a channels-last layout around library
+    convolutions, a product's or convolution's bias added in the generated kernel, recomputing
+    transcendentals. The core's output computes the same either way; only its speed on the
+    device differs (:class:`sdk.Preferences` says what each field makes the core do)::
+
+        @sdk.hookimpl
+        def sdk_preferences():
+            return sdk.Preferences(channels_last=True, mm_bias_in_kernel=True)
+
+    Called once, when the plugin is loaded (after ``sdk_plugin_info``); the core reads the
+    answer as ``ctx.preferences`` in every compile (and only there: no capability stands for
+    a preference since hook API 6). A plugin of hook API 5 or earlier that does not answer
+    gets the preferences it declared as ``Capability`` members
+    (``Capability.CHANNELS_LAST``), with one :class:`sdk.SDKDeprecationWarning`.
+
+    :return: a :class:`sdk.Preferences`, or None for its defaults (all off). Stops at first
+        non-None result (each plugin answers for itself only).
+    :raises: an exception, or a return value that is not a Preferences, makes the plugin
+        unavailable with that reason.
+
+    Appeared in hook-API version 6.
     """
 
 
@@ -246,7 +273,7 @@ def sdk_lower_op(
     """Lower one ATen call to loop IR in place of the core's lowering.
 
     Called for every accepted ATen call of the graph the graph passes left
-    (``sdk_graph_passes``: with ``Capability.CONV_BIAS_IN_KERNEL`` a convolution's bias
+    (``sdk_graph_passes``: with ``Preferences.conv_bias_in_kernel`` a convolution's bias
     arrives as ``None``, an ``aten.add`` after it adds it), before the core's own lowering
     table.
     Tensor arguments arrive as :class:`sdk.ir.TensorValue` (read one with
@@ -292,7 +319,7 @@ def sdk_extern(ctx: CompileContext, op: OpOverload, node: Node) -> Callable[...,
     The callable is called where ATen's op would be, with the same arguments: tensors in
     (in the strides the core gives them, which may not be contiguous: a transposed weight
     of a ``linear`` reaches ``mm`` as a strided view), ints, floats and lists as the op's
-    schema has them. With ``Capability.CONV_BIAS_IN_KERNEL`` a convolution's bias is
+    schema has them. With ``Preferences.conv_bias_in_kernel`` a convolution's bias is
     ``None`` (the core adds it in the kernel that follows). It returns a new tensor
     (a tuple of them where the op returns several) of the shape, dtype and device ATen's
     op gives, and must not write to its inputs. Any strides will do: the core copies a
@@ -334,7 +361,7 @@ def sdk_graph_passes(
     ``passes`` is the core's list for this compile, in the order it runs them: each a
     :class:`sdk.GraphPass` with a ``name`` and a one-line ``description``
     (``relu_into_addmm``; ``mm_bias_into_kernel`` and ``conv_bias_into_kernel`` where the
-    plugin declares ``Capability.MM_BIAS_IN_KERNEL`` and ``Capability.CONV_BIAS_IN_KERNEL``).
+    plugin prefers them (``sdk.Preferences.mm_bias_in_kernel`` and ``conv_bias_in_kernel``)).
     Return the list to run instead: leave a core pass out to turn it off, put your own
     :class:`sdk.GraphPass` where it should run (each pass sees the graph the ones before it
     left). ``sdk.explain`` lists each graph's passes with what each changed (``passes:
@@ -395,7 +422,7 @@ def sdk_can_fuse(
     :param merged: the kernel the fusion would make (``inputs``, ``outputs``, ``buffers``
         counted for the fused kernel; hook-API version 4).
     :return: :meth:`Support.no` with a reason to refuse, or None / ``Support.yes``
-        (``sdk.Verdict``, its deprecated alias, is read the same).
+        (``sdk.Verdict``, removed in hook API 6, was its alias).
         1:N, any refusal wins: every plugin with a say may veto a fusion. Vetoes are
         listed in :attr:`sdk.GraphReport.fusion_refusals`.
 

@@ -2,7 +2,8 @@
 
 Everything here is plain data: frozen dataclasses and enums. A plugin builds a
 :class:`PluginInfo` once, answers support and fusion questions with :class:`Support`
-(:class:`Verdict` is its deprecated alias), names its own rewrites of the ATen graph with
+(``Support.yes()``, ``Support.no(reason)``), states what it prefers with
+:class:`Preferences`, names its own rewrites of the ATen graph with
 :class:`GraphPass`, and receives a :class:`CompileContext` in every hook that concerns one
 compile.
 """
@@ -20,8 +21,10 @@ from typing import Any, ClassVar
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
-HOOK_API_VERSION = 5  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
-# 4: sdk_kernel_limits, sdk_can_fuse's ``merged``, sdk_extern; 5: sdk_graph_passes, GraphPass
+HOOK_API_VERSION = 6  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
+# 4: sdk_kernel_limits, sdk_can_fuse's ``merged``, sdk_extern; 5: sdk_graph_passes, GraphPass;
+# 6: sdk_preferences and Preferences, Capability's preferences and dead members retired,
+# the alias Verdict gone
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 
@@ -33,31 +36,35 @@ class PluginKind(str, enum.Enum):
     GRAPH = "graph"  # compiles whole subgraphs with its own compiler: becomes `sdk:<name>`
 
 
-class Capability(str, enum.Enum):
-    """Capabilities a plugin declares in :attr:`PluginInfo.capabilities`; the core asks
-    these, never the device name.
+class _CapabilityType(enum.EnumMeta):
+    """:class:`Capability`'s metaclass: a member retired in hook API 6 is still a name of the
+    class (``Capability.FP64``), a :class:`RetiredCapability`, so that a plugin written for hook
+    API 5 or earlier still imports and loads (the registry translates it, with one warning)."""
 
-    Each member's docstring (``Capability.BF16.__doc__``) says what declaring it makes
-    the core do. The value (``"bf16"``) is what ``Capability("bf16")`` accepts. The members
-    are of three sorts (issue 38; none is removed in hook API 5, and declaring any of them
-    stays valid):
+    def __getattr__(cls, name: str) -> Any:
+        if not name.startswith("_") and name in _RETIRED:
+            return _RETIRED[name]
+        raise AttributeError(name)
 
-    * **Abilities**, enforced: without one the core does not make what the renderer could
-      not take. ``REDUCTIONS``, ``MULTI_STAGE``, ``STORE_THEN_LOAD`` (the scheduler's
-      fusions and kernels), ``SYMBOLIC_SIZES`` (one program for every size, else a variant
-      per shape) and ``GRAPH_CAPTURE`` (the wrappers ``mode="reduce-overhead"`` applies).
-    * **Preferences**: the core's output is correct either way; only its speed on the
-      device differs. ``CHANNELS_LAST`` (activation layout around library convolutions),
-      ``CONV_BIAS_IN_KERNEL`` and ``MM_BIAS_IN_KERNEL`` (the graph passes that move a bias
-      into the generated kernel), ``CHEAP_TRANSCENDENTALS`` (recompute rather than store a
-      broadcast transcendental). They are to move to a hook of their own with the next
-      hook-API version; until then they are declared here.
-    * **Dead**, declarations only: ``FP64``, ``BF16``, ``INDIRECT_LOADS`` and ``RANDOM``.
-      Nothing in the core reads them: the core hands a plugin such kernels whether it
-      declares them or not, so a plugin that cannot render them refuses those ops in
-      ``sdk_op_support`` (as the ``--c-like`` scaffold does for dtypes without a C type and
-      for random ops). They are to go with the next hook-API version (a plugin that still
-      declares them will keep loading).
+
+class Capability(str, enum.Enum, metaclass=_CapabilityType):
+    """Abilities a plugin declares in :attr:`PluginInfo.capabilities`: what its renderer (or
+    wrapper) can take. The core asks these, never the device name, and does not make what a
+    plugin did not declare.
+
+    Each member's docstring (``Capability.REDUCTIONS.__doc__``) says what declaring it makes
+    the core do. The value (``"reductions"``) is what ``Capability("reductions")`` accepts.
+
+    Hook API 6 kept only these, the enforced ones. What a plugin *prefers* (the core's output
+    is correct either way, only its speed differs) is :class:`Preferences`, the answer of the
+    hook ``sdk_preferences``. The members that changed nothing (``FP64``, ``BF16``,
+    ``INDIRECT_LOADS``, ``RANDOM``: the core hands a plugin such kernels either way, and a
+    plugin that cannot render them refuses those ops in ``sdk_op_support``) are gone. Both
+    kinds remain *names* of the class (``Capability.CHANNELS_LAST``), as
+    :class:`RetiredCapability` values, so that a plugin of hook API 5 or earlier imports and
+    behaves as before: the core reads a retired preference it declares as that preference,
+    and warns once (:class:`sdk.SDKDeprecationWarning`) with the fix. A plugin of hook API 6
+    that declares one is unavailable, with the reason.
     """
 
     def __new__(cls, value: str, doc: str) -> Capability:
@@ -66,19 +73,6 @@ class Capability(str, enum.Enum):
         member.__doc__ = doc
         return member
 
-    FP64 = (
-        "fp64",
-        "Kernels may compute in and store float64. A declaration only: the core does not "
-        "act on it (float64 ops reach the renderer either way); refuse them in "
-        "``sdk_op_support`` if you cannot render them.",
-    )
-    BF16 = (
-        "bf16",
-        "Kernels may load and store bfloat16 and float16 (the IR computes them in float32 "
-        "and casts back). A declaration only: the core does not act on it (such ops reach "
-        "the renderer either way); refuse them in ``sdk_op_support`` if you cannot render "
-        "them.",
-    )
     REDUCTIONS = (
         "reductions",
         "The renderer fuses reduction stages (``sdk.ir.Reduction``) with other work: the "
@@ -93,25 +87,6 @@ class Capability(str, enum.Enum):
         "softmax's max, then sum, then store, in one kernel). Without it the scheduler "
         "makes no fusion that needs more than one stage (a softmax is several kernels).",
     )
-    INDIRECT_LOADS = (
-        "indirect_loads",
-        "The renderer handles loads through a computed index (``Load.binds``: gather, "
-        "embedding, indexing with a tensor). A declaration only: the core does not act on "
-        "it; refuse those ops in ``sdk_op_support`` if you cannot render them.",
-    )
-    RANDOM = (
-        "random",
-        "The renderer implements the counter-based RNG ops ``rand``/``randn`` of "
-        "``sdk.ir.OPS`` (Philox4x32-10, fed a seed buffer). A declaration only: the core "
-        "does not act on it (dropout's kernels use them either way); refuse the random "
-        "ops in ``sdk_op_support`` if you cannot render them.",
-    )
-    GRAPH_CAPTURE = (
-        "graph_capture",
-        "For wrapper plugins: the wrapper replays whole graphs (CUDA graphs). "
-        '``mode="reduce-overhead"`` (and ``"max-autotune"``) applies every available '
-        "wrapper that declares it.",
-    )
     STORE_THEN_LOAD = (
         "store_then_load",
         "A later stage of a kernel may load, at the same outer point, what an earlier "
@@ -120,34 +95,6 @@ class Capability(str, enum.Enum):
         "the later stage (a softmax's exp(x - max): one exp per element instead of two). "
         "Without it a later stage recomputes the value.",
     )
-    CHANNELS_LAST = (
-        "channels_last",
-        "The device's library convolutions are faster on channels-last activations: the "
-        "core picks that layout once per graph (inference graphs with convolutions, by "
-        "Inductor's FLOP-weighted rule) and converts only at the graph's edges.",
-    )
-    CONV_BIAS_IN_KERNEL = (
-        "conv_bias_in_kernel",
-        "A convolution's bias is added in the generated kernel that follows the library "
-        "call (with BatchNorm, activation and residual), not by the library call itself: "
-        "the core's graph pass ``conv_bias_into_kernel`` runs for the plugin.",
-    )
-    MM_BIAS_IN_KERNEL = (
-        "mm_bias_in_kernel",
-        "A matrix product with a bias (``addmm``) whose result only pointwise ops read is "
-        "a product without the bias (``mm``), and the bias is added in the generated kernel "
-        "of those ops (Inductor's rule on GPUs: the library then picks its product kernel "
-        "without a bias epilogue). A product the plugin's ``sdk_extern`` takes stays whole. "
-        "The core's graph pass ``mm_bias_into_kernel`` does it, for the plugins declaring "
-        "this.",
-    )
-    CHEAP_TRANSCENDENTALS = (
-        "cheap_transcendentals",
-        "Transcendental functions (sin, exp, erf, ...) cost about as much as a load (a "
-        "GPU's special-function units): the core may recompute a value that uses them at "
-        "every point of a larger reader that broadcasts it. Without it that value is "
-        "stored once (the rotary embedding's cos/sin, read over every head).",
-    )
     SYMBOLIC_SIZES = (
         "symbolic_sizes",
         "Kernels may have symbolic sizes (``sdk.ir.size_var``): the renderer takes each of "
@@ -155,6 +102,105 @@ class Capability(str, enum.Enum):
         "compiled program serves every size of a dynamic dimension. Without it the core "
         "compiles a variant per concrete shape.",
     )
+    GRAPH_CAPTURE = (
+        "graph_capture",
+        "For wrapper plugins: the wrapper replays whole graphs (CUDA graphs). "
+        '``mode="reduce-overhead"`` (and ``"max-autotune"``) applies every available '
+        "wrapper that declares it.",
+    )
+
+
+class RetiredCapability(str):
+    """A member of :class:`Capability` that hook API 6 retired (``Capability.FP64``,
+    ``Capability.CHANNELS_LAST``): equal to its old value (``"fp64"``), accepted in
+    :attr:`PluginInfo.capabilities` from plugins of hook API 5 or earlier only. ``preference``
+    is the :class:`Preferences` field it became, or ``""`` for a member that changed nothing."""
+
+    name: str
+    preference: str
+
+    def __new__(cls, name: str, value: str, preference: str = "") -> RetiredCapability:
+        self = str.__new__(cls, value)
+        self.name, self.preference = name, preference
+        return self
+
+    def __repr__(self) -> str:
+        return f"Capability.{self.name} (retired in hook API 6)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (getattr, (Capability, self.name))
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+#: the members hook API 6 retired, by name: the preferences with their field of
+#: :class:`Preferences`, then those that changed nothing
+_RETIRED: dict[str, RetiredCapability] = {
+    r.name: r
+    for r in (
+        RetiredCapability("CHANNELS_LAST", "channels_last", "channels_last"),
+        RetiredCapability("CONV_BIAS_IN_KERNEL", "conv_bias_in_kernel", "conv_bias_in_kernel"),
+        RetiredCapability("MM_BIAS_IN_KERNEL", "mm_bias_in_kernel", "mm_bias_in_kernel"),
+        RetiredCapability(
+            "CHEAP_TRANSCENDENTALS", "cheap_transcendentals", "cheap_transcendentals"
+        ),
+        RetiredCapability("FP64", "fp64"),
+        RetiredCapability("BF16", "bf16"),
+        RetiredCapability("INDIRECT_LOADS", "indirect_loads"),
+        RetiredCapability("RANDOM", "random"),
+    )
+}
+_RETIRED_BY_VALUE = {str(r): r for r in _RETIRED.values()}
+
+
+@dataclass(frozen=True)
+class Preferences:
+    """What a plugin prefers the core to make: the answer of ``sdk_preferences`` (hook API 6).
+
+    The core's output computes the same with any of these; only its speed on the device
+    differs. Every field defaults to ``False``, the core's choice for a plugin that does not
+    answer (a CPU's). The core reads them as ``ctx.preferences`` (a plugin may too).
+    """
+
+    #: the device's library convolutions are faster on channels-last activations: the core
+    #: picks that layout once per graph (inference graphs with convolutions, by Inductor's
+    #: FLOP-weighted rule) and converts only at the graph's edges. The option
+    #: ``channels_last`` overrides it either way
+    channels_last: bool = False
+    #: a convolution's bias is added in the generated kernel that follows the library call
+    #: (with BatchNorm, activation and residual), not by the library call itself: the core's
+    #: graph pass ``conv_bias_into_kernel`` runs for the plugin
+    conv_bias_in_kernel: bool = False
+    #: a matrix product with a bias (``addmm``) whose result only pointwise ops read becomes a
+    #: product without the bias (``mm``), the bias added in the generated kernel of those ops
+    #: (Inductor's rule on GPUs: the library then picks its product kernel without a bias
+    #: epilogue); a product the plugin's ``sdk_extern`` takes stays whole. The core's graph
+    #: pass ``mm_bias_into_kernel`` does it
+    mm_bias_in_kernel: bool = False
+    #: transcendental functions (sin, exp, erf, ...) cost about as much as a load (a GPU's
+    #: special-function units): the core may recompute a value that uses them at every point
+    #: of a larger reader that broadcasts it. Without it that value is stored once (the rotary
+    #: embedding's cos/sin, read over every head)
+    cheap_transcendentals: bool = False
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, bool):
+                raise TypeError(f"Preferences.{f.name} is {value!r}; it must be True or False")
+
+    @staticmethod
+    def of_retired(capabilities: frozenset[Any]) -> Preferences:
+        """The preferences a plugin of hook API 5 or earlier declared as capabilities."""
+        return Preferences(
+            **{
+                c.preference: True
+                for c in capabilities
+                if isinstance(c, RetiredCapability) and c.preference
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -300,10 +346,54 @@ class PluginInfo:
         if not self.name.isidentifier():
             raise ValueError(f"plugin name {self.name!r} must be a Python identifier")
         object.__setattr__(self, "kind", PluginKind(self.kind))
-        object.__setattr__(
-            self, "capabilities", frozenset(Capability(c) for c in self.capabilities)
-        )
+        object.__setattr__(self, "capabilities", self._capabilities())
         object.__setattr__(self, "device_types", tuple(self.device_types))
+
+    def _capabilities(self) -> frozenset[Capability]:
+        """The declared capabilities as members; a retired one (hook API 5 or earlier only)
+        as its :class:`RetiredCapability`, so that ``ctx.has(Capability.FP64)`` answers as it
+        did."""
+        out: set[Any] = set()
+        for c in self.capabilities:
+            retired = _RETIRED_BY_VALUE.get(c) if isinstance(c, str) else None
+            if retired is None:
+                out.add(Capability(c))
+            elif isinstance(self.hook_api, int) and self.hook_api >= 6:
+                raise ValueError(
+                    f"plugin {self.name!r} (hook_api={self.hook_api}) declares "
+                    f"Capability.{retired.name}, which hook API 6 retired: "
+                    + retired_fix([retired], upgrade=False)
+                )
+            else:
+                out.add(retired)
+        return frozenset(out)
+
+    @property
+    def retired_capabilities(self) -> frozenset[RetiredCapability]:
+        """The capabilities hook API 6 retired that this plugin (of hook API 5 or earlier)
+        declares."""
+        return frozenset(c for c in self.capabilities if isinstance(c, RetiredCapability))
+
+
+def retired_fix(retired: Any, *, upgrade: bool = True) -> str:
+    """What a plugin declaring the retired capabilities ``retired`` does instead."""
+    prefs = sorted(r.preference for r in retired if r.preference)
+    dead = sorted(f"Capability.{r.name}" for r in retired if not r.preference)
+    parts = []
+    if prefs:
+        args = ", ".join(f"{p}=True" for p in prefs)
+        parts.append(
+            f"return sdk.Preferences({args}) from an sdk_preferences hook instead "
+            "(a preference: the core's output is correct either way)"
+        )
+    if dead:
+        parts.append(
+            f"drop {', '.join(dead)} (the core never read it: refuse the ops you cannot "
+            "render in sdk_op_support)"
+        )
+    if upgrade:
+        parts.append('then declare hook_api=6 (docs/vendor-guide.md, "Versioning")')
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -335,18 +425,26 @@ def environment_variable(name: str) -> str | None:
     return config.variable(name)
 
 
-@dataclass(frozen=True)
-class Verdict(Support):
-    """Deprecated alias of :class:`Support`, for ``sdk_can_fuse`` (may these two groups
-    become one kernel?): answer with ``Support.yes()`` or ``Support.no(reason)``; the reason
-    is listed with the refused fusion in ``sdk.explain``.
+def _removed_verdict() -> type[Support]:
+    """``sdk.Verdict`` (and ``sdk.plugin.Verdict``), removed in hook API 6: :class:`Support`,
+    with a warning at the line that named it (a module ``__getattr__`` calls this)."""
+    import warnings
 
-    Kept importable, with the same fields and constructors (a subclass, so an
-    ``isinstance(answer, Support)`` holds for either): the core reads ``ok`` and ``reason``
-    of both, and a plugin answering ``Verdict.no(...)`` works unchanged. It is to go with
-    the next hook-API version; no warning is raised meanwhile (the SDK's own test suite
-    treats warnings as errors, and a plugin cannot act on one at run time).
-    """
+    from sdk.errors import SDKDeprecationWarning
+
+    warnings.warn(
+        "sdk.Verdict was removed in hook API 6; it is sdk.Support (answer sdk_can_fuse "
+        "with sdk.Support.yes() or sdk.Support.no(reason))",
+        SDKDeprecationWarning,
+        stacklevel=3,
+    )
+    return Support
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Verdict":
+        return _removed_verdict()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -424,6 +522,8 @@ class CompileContext:
     #: the plugin's own options, parsed (``ctx.plugin_options.unroll``). Left out, made from
     #: the names of :attr:`options` that are not the core's
     plugin_options: PluginOptions = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    #: what the plugin prefers (its ``sdk_preferences`` answer; hook API 6)
+    preferences: Preferences = field(default_factory=lambda: Preferences(), compare=False)
 
     def __post_init__(self) -> None:
         if self.core_options is None or self.plugin_options is None:

@@ -72,7 +72,6 @@ from sdk.tools.bench_report import (
     _write_json,
 )
 from sdk.tools.bench_timing import (
-    _CACHE_ENV,
     ROUNDS,
     Case,
     Probe,
@@ -91,7 +90,6 @@ from sdk.tools.bench_timing import (
 
 __all__ = [
     "ROUNDS",
-    "_CACHE_ENV",
     "Case",
     "Probe",
     "Result",

@@ -14,7 +14,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from sdk.core import config
 from sdk.tools.bench_timing import ROUNDS, Result, Row, _Clock, _fmt_ms, _fmt_s, _graphs_cell
 
 # ---------------------------------------------------------------------------
@@ -53,7 +52,7 @@ def _machine_info(dev: Any, plugin: str) -> dict[str, Any]:
         "device": dev.type,
         "cpu": _cpu_name(),
         "torch_threads": torch.get_num_threads(),
-        "omp_num_threads_env": config.variable("OMP_NUM_THREADS"),
+        "omp_num_threads_env": sdk.plugin.environment_variable("OMP_NUM_THREADS"),
         "cpu_count": os.cpu_count(),
         "load_average_at_start": _loadavg(),
     }
@@ -87,9 +86,9 @@ def _setup(args: argparse.Namespace) -> Setup | None:
     import torch
 
     import sdk
-    from sdk.core.adapters import torch_private
+    import sdk.cache
 
-    torch_private.configure_for_benchmark()
+    sdk.cache.cold_compiles()
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
     plugin = args.plugin or ("cuda_triton" if cuda else "cpu_cpp")

@@ -12,19 +12,13 @@ import gc
 import math
 import statistics
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sdk.core import config
 from sdk.tools.bench_check import _compare, _named
-
-#: Set at the top of :func:`sdk.tools.bench.main`, before anything compiles.
-_CACHE_ENV = ("SDK_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-
 
 # ---------------------------------------------------------------------------
 # Cache directories
@@ -37,12 +31,10 @@ _TEMP_DIRS: list[str] = []
 def _fresh_cache_dirs() -> dict[str, str]:
     """Point every compile cache at a new empty directory (the SDK, Inductor and Triton
     read these variables when they next look up their cache)."""
-    dirs = {}
-    for var in _CACHE_ENV:
-        d = tempfile.mkdtemp(prefix=f"sdk-bench-{var.split('_')[0].lower()}-")  # mode 0o700
-        config.set_variables(**{var: d})
-        dirs[var] = d
-        _TEMP_DIRS.append(d)
+    import sdk.cache
+
+    dirs = sdk.cache.fresh_directories()
+    _TEMP_DIRS.extend(dirs.values())
     return dirs
 
 
@@ -197,7 +189,7 @@ def _prepare(
     backend compiled earlier stays compiled beside this one (Dynamo guards on the backend,
     so this one still traces and compiles from scratch, with the sizes Dynamo saw for the
     earlier one forgotten: its graphs are those a fresh process would get)."""
-    from sdk.core.adapters.torch_private import reset_dynamo
+    import sdk
 
     res = Result()
     outs = None
@@ -207,21 +199,15 @@ def _prepare(
             _, first = clock.wall(lambda: case.step(fn))
             outs = _named(case.outputs(first))
         else:
-            reset_dynamo(keep_compiled=not reset)
+            sdk.reset(keep_compiled=not reset)
             _fresh_cache_dirs()
             fn = compile_fn(case.target)
-            token = None
-            if sink is not None:
-                from sdk.core import pipeline
-
-                token = pipeline.collect_reports(sink)
-            try:
-                res.cold_s, first = clock.wall(lambda: case.step(fn))
-            finally:
-                if token is not None:
-                    from sdk.core import pipeline
-
-                    pipeline.stop_collecting(token)
+            with sdk.collect_reports() as compiled:
+                try:
+                    res.cold_s, first = clock.wall(lambda: case.step(fn))
+                finally:
+                    if sink is not None:
+                        sink.extend(compiled.graphs)
             outs = _named(case.outputs(first))
             assert ref is not None
             ok, res.detail = _compare(ref, outs, fp64, case.rule_tol)
@@ -381,9 +367,9 @@ def _run_workload(
 def _free(dev: Any) -> None:
     import torch
 
-    from sdk.core.adapters.torch_private import reset_dynamo
+    import sdk
 
-    reset_dynamo()
+    sdk.reset()
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -394,14 +380,14 @@ def _prewarm(dev: Any, sdk_backend: Any) -> float:
     compiler probes are then not charged to the first workload's cold compile."""
     import torch
 
-    from sdk.core.adapters.torch_private import reset_dynamo
+    import sdk
 
     t0 = time.perf_counter()
     x = torch.randn(64, device=dev)
     for backend in ("inductor", sdk_backend):
-        reset_dynamo()
+        sdk.reset()
         torch.compile(lambda t: t * 2.0 + 1.0, backend=backend)(x)
-    reset_dynamo()
+    sdk.reset()
     if dev.type == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t0

@@ -225,8 +225,6 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
     import torch
 
     import sdk
-    from sdk.core import pipeline, records
-    from sdk.core.adapters import torch_private as tp
 
     cuda = torch.cuda.is_available()
     plugin = plugin or ("cuda_triton" if cuda else "cpu_cpp")
@@ -264,33 +262,26 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
     ref_infer = _inference(m, inputs).clone()
 
     # Compiled: one training step and one inference forward, reports collected.
-    tp.reset_dynamo()
+    sdk.reset()
     compiled = torch.compile(m, backend=backend)
-    reports: list[Any] = []
-    breaks_before = tp.graph_break_reasons()
-    token = pipeline.collect_reports(reports)
     checks = _Checks()
-    try:
-        sync()
-        t0 = time.perf_counter()
-        loss, logits = _train_step(m, compiled, inputs)
-        sync()
-        t_train = time.perf_counter() - t0
-        grads = _grads(m)
-        t0 = time.perf_counter()
-        infer = _inference(compiled, inputs)
-        sync()
-        t_infer = time.perf_counter() - t0
-    except Exception:  # noqa: BLE001 - the demo's job is to say what went wrong
-        print(f"FAIL: compiling or running {model} with sdk:{plugin} raised:", file=sys.stderr)
-        traceback.print_exc()
-        return 1
-    finally:
-        pipeline.stop_collecting(token)
-    breaks = records.breaks_of(
-        [g.graph_break for g in reports if g.graph_break],
-        {k: n - breaks_before.get(k, 0) for k, n in tp.graph_break_reasons().items()},
-    )
+    with sdk.collect_reports() as collected:
+        try:
+            sync()
+            t0 = time.perf_counter()
+            loss, logits = _train_step(m, compiled, inputs)
+            sync()
+            t_train = time.perf_counter() - t0
+            grads = _grads(m)
+            t0 = time.perf_counter()
+            infer = _inference(compiled, inputs)
+            sync()
+            t_infer = time.perf_counter() - t0
+        except Exception:  # noqa: BLE001 - the demo's job is to say what went wrong
+            print(f"FAIL: compiling or running {model} with sdk:{plugin} raised:", file=sys.stderr)
+            traceback.print_exc()
+            return 1
+    reports, breaks = collected.graphs, collected.breaks
     print(
         f"compile + first call: training step {t_train:.1f} s, inference forward "
         f"{t_infer:.1f} s (the on-disk kernel cache makes later runs faster)"

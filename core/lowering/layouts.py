@@ -15,7 +15,7 @@ import sympy
 import torch
 import torch.fx
 
-from sdk.plugin import Capability, CompileContext
+from sdk.plugin import CompileContext
 
 from ..adapters.torch_private import aten, sym_size
 from ..ir.expr import Expr, Load
@@ -176,7 +176,7 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
     """Whether this graph's convolutions run on channels-last activations, and why (a note).
 
     The option ``channels_last`` decides when set. Otherwise: only for plugins that
-    declare ``Capability.CHANNELS_LAST``, only inference graphs (in training the saved
+    prefer it (``Preferences.channels_last``), only inference graphs (in training the saved
     activations leave the forward graph in eager's layout, which would cost a copy
     each), only 2-d convolutions, and by Inductor's rule: not when convolutions are
     rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
@@ -195,7 +195,7 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             f"channels-last not used: {', '.join(strided)} in the graph addresses its input's "
             "storage by the strides of the trace"
         )
-        return False, note if forced or ctx.has(Capability.CHANNELS_LAST) else ""
+        return False, note if forced or ctx.preferences.channels_last else ""
     convs = [
         n
         for n in gm.graph.nodes
@@ -212,7 +212,7 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             if on
             else ""
         )
-    if not convs or not ctx.has(Capability.CHANNELS_LAST) or ctx.graph_kind != "inference":
+    if not convs or not ctx.preferences.channels_last or ctx.graph_kind != "inference":
         return False, ""
     if len(gm.graph.nodes) >= 300 * len(convs):
         return False, ""

@@ -22,7 +22,7 @@ import torch
 import torch.fx
 
 from sdk.errors import SDKError
-from sdk.plugin import Capability, CompileContext, GraphPass
+from sdk.plugin import CompileContext, GraphPass
 from sdk.report import HookFault, PassReport
 
 from ..registry import Registry, strict
@@ -46,8 +46,9 @@ class _CorePass:
     #: whether a graph has anything the pass might rewrite (a quick look at its nodes: a
     #: graph nothing might change is not copied)
     candidates: Callable[[torch.fx.Graph], bool]
-    #: the capability a plugin declares for this pass to run (None: it always runs)
-    wanted_by: Capability | None = None
+    #: the field of :class:`sdk.Preferences` a plugin sets for this pass to run (None: it
+    #: always runs)
+    wanted_by: str | None = None
 
 
 #: The core's passes, in the order they run.
@@ -65,14 +66,14 @@ CORE_PASSES = (
         "of those ops takes",
         products.mm_bias_into_kernel,
         products.has_addmm,
-        Capability.MM_BIAS_IN_KERNEL,
+        "mm_bias_in_kernel",
     ),
     _CorePass(
         "conv_bias_into_kernel",
         "a convolution's bias added by the kernel that follows the library call, not by the call",
         convolution.conv_bias_into_kernel,
         convolution.has_convolution_with_bias,
-        Capability.CONV_BIAS_IN_KERNEL,
+        "conv_bias_in_kernel",
     ),
 )
 
@@ -103,7 +104,7 @@ def core_passes(ctx: CompileContext, needs: Needs) -> list[GraphPass]:
     return [
         GraphPass(p.name, p.description, functools.partial(p.fn, needs=needs))
         for p in CORE_PASSES
-        if p.wanted_by is None or ctx.has(p.wanted_by)
+        if p.wanted_by is None or getattr(ctx.preferences, p.wanted_by)
     ]
 
 

@@ -27,7 +27,7 @@ def has_convolution_with_bias(graph: torch.fx.Graph) -> bool:
 def conv_bias_into_kernel(gm: torch.fx.GraphModule, ctx: CompileContext, needs: Needs) -> int:
     """``convolution(x, w, bias, ...)`` as ``convolution(x, w, None, ...)`` plus an ``add``
     of the bias viewed as ``(C, 1, ...)``, which the generated kernel after the call takes
-    with BatchNorm, activation and residual (``Capability.CONV_BIAS_IN_KERNEL``: cuDNN adds a
+    with BatchNorm, activation and residual (``Preferences.conv_bias_in_kernel``: cuDNN adds a
     bias in a kernel of its own). Where the core lowers the convolution (a plugin's
     ``sdk_op_support`` refusing it sends it to ATen whole), and the result is not empty.
 

@@ -80,7 +80,7 @@ def relu_into_addmm(gm: torch.fx.GraphModule, ctx: CompileContext, needs: Needs)
 
 def mm_bias_into_kernel(gm: torch.fx.GraphModule, ctx: CompileContext, needs: Needs) -> int:
     """``addmm(bias, a, b)`` read only by pointwise ops as ``mm(a, b)`` plus an ``add`` of
-    the bias, which the generated kernel of those ops takes (``Capability.MM_BIAS_IN_KERNEL``:
+    the bias, which the generated kernel of those ops takes (``Preferences.mm_bias_in_kernel``:
     the library then picks its product kernel without a bias epilogue). Kept whole: a
     scaled product (beta, alpha), one the plugin's ``sdk_extern`` takes, a graph output, or
     one whose only reader is a ReLU (:func:`relu_into_addmm`'s, where it applies)."""

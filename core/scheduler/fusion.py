@@ -42,7 +42,7 @@ class Scheduler:
             nodes = inline_producers(
                 nodes,
                 self.keep,
-                cheap_math=ctx.has(Capability.CHEAP_TRANSCENDENTALS),
+                cheap_math=ctx.preferences.cheap_transcendentals,
                 limits=self.limits,
             )
         self.steps = nodes

@@ -65,7 +65,7 @@ def inline_producers(
     * every reader is larger and broadcasts it (BatchNorm's per-channel
       ``rsqrt(var + eps) * weight`` over (N, C, H, W): one pass instead of two
       kernels and a stored buffer, as Inductor inlines); with ``cheap_math`` False
-      (a plugin without ``Capability.CHEAP_TRANSCENDENTALS``) not when it computes a
+      (a plugin without ``Preferences.cheap_transcendentals``) not when it computes a
       transcendental (``TRANSCENDENTAL``): a rotary embedding's cos/sin over
       (tokens, dims) would be recomputed for every head;
     * its one reader is a smaller window over it (max-pooling after BN + ReLU).

@@ -15,17 +15,13 @@ def sdk_plugin_info() -> sdk.PluginInfo:
     return sdk.PluginInfo(
         name="cpu_cpp",
         version=__version__,
-        hook_api=2,
+        hook_api=6,
         device_types=("cpu",),
         kind=sdk.PluginKind.CODEGEN,
         capabilities=frozenset(
             {
-                sdk.Capability.FP64,
-                sdk.Capability.BF16,
                 sdk.Capability.REDUCTIONS,
                 sdk.Capability.MULTI_STAGE,
-                sdk.Capability.INDIRECT_LOADS,
-                sdk.Capability.RANDOM,
                 sdk.Capability.STORE_THEN_LOAD,
                 sdk.Capability.SYMBOLIC_SIZES,
             }

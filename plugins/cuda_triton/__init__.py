@@ -89,29 +89,31 @@ def sdk_plugin_info() -> sdk.PluginInfo:
     return sdk.PluginInfo(
         name="cuda_triton",
         version=__version__,
-        hook_api=2,
+        hook_api=6,
         device_types=("cuda", "cpu") if interpreting() else ("cuda",),
         kind=sdk.PluginKind.CODEGEN,
         capabilities=frozenset(
             {
-                sdk.Capability.FP64,
-                sdk.Capability.BF16,
                 sdk.Capability.REDUCTIONS,
                 sdk.Capability.MULTI_STAGE,
-                sdk.Capability.INDIRECT_LOADS,
-                sdk.Capability.RANDOM,
-                # cuDNN: NHWC kernels, and a bias in the call is a separate, slower kernel
-                sdk.Capability.CHANNELS_LAST,
-                sdk.Capability.CONV_BIAS_IN_KERNEL,
-                sdk.Capability.MM_BIAS_IN_KERNEL,
-                # sin/exp/erf run on the special-function units
-                sdk.Capability.CHEAP_TRANSCENDENTALS,
                 sdk.Capability.SYMBOLIC_SIZES,
             }
         ),
         description="Triton kernels on NVIDIA GPUs (CPU tensors under TRITON_INTERPRET=1)",
         # (under the interpreter, the graphs run on the CPU)
         nondeterministic_ops={} if interpreting() else NONDETERMINISTIC_OPS,
+    )
+
+
+@sdk.hookimpl
+def sdk_preferences() -> sdk.Preferences:
+    return sdk.Preferences(
+        # cuDNN: NHWC kernels, and a bias in the call is a separate, slower kernel
+        channels_last=True,
+        conv_bias_in_kernel=True,
+        mm_bias_in_kernel=True,
+        # sin/exp/erf run on the special-function units
+        cheap_transcendentals=True,
     )
 
 

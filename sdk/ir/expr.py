@@ -127,7 +127,7 @@ CAST_VIA: dict[torch.dtype, torch.dtype] = {
 #: Ops that cost far more than a load where they are a math-library call, even a
 #: vectorized one, and about as much where hardware units compute them. The scheduler
 #: stores a value computed with them rather than recompute it at every point of a larger
-#: reader, unless the plugin declares ``Capability.CHEAP_TRANSCENDENTALS``.
+#: reader, unless the plugin declares ``Preferences.cheap_transcendentals``.
 TRANSCENDENTAL: frozenset[str] = frozenset(
     {
         "exp",

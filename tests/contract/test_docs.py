@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import io
 import os
@@ -255,3 +256,16 @@ def test_options_table_lists_every_core_option_with_its_default():
     assert not wrong, f"defaults differ (table, core/options.py): {wrong}"
     # and every one of them is accepted by a backend (the table is what users may pass)
     sdk.backend("cpu_cpp", **{n: s.default for n, s in CORE_OPTIONS.items()})
+
+
+def test_capability_and_preference_tables_list_every_member_and_field():
+    """The guide's "Capabilities and preferences" lists each ``sdk.Capability`` member and
+    each ``sdk.Preferences`` field (with its default), no more."""
+    section = _section(VENDOR_GUIDE.read_text(), "## Capabilities and preferences")
+    caps, prefs = section.split("sdk_preferences()", 1)
+    listed = [row[0].strip("`") for row in _table_rows(caps)]
+    assert listed == [c.name for c in sdk.Capability], (listed, list(sdk.Capability))
+    listed = [row[0].strip("`") for row in _table_rows(prefs)]
+    fields = dataclasses.fields(sdk.Preferences)
+    assert listed == [f.name for f in fields], listed
+    assert all(f.default is False for f in fields), "the table's header says: default False"

@@ -36,8 +36,7 @@ def sdk_plugin_info():
     return sdk.PluginInfo(
         name="npblas", version="0.1", hook_api=4, device_types=("cpu",),
         capabilities=frozenset({
-            sdk.Capability.REDUCTIONS, sdk.Capability.MULTI_STAGE, sdk.Capability.BF16,
-            sdk.Capability.INDIRECT_LOADS, sdk.Capability.STORE_THEN_LOAD,
+            sdk.Capability.REDUCTIONS, sdk.Capability.MULTI_STAGE, sdk.Capability.STORE_THEN_LOAD,
             sdk.Capability.SYMBOLIC_SIZES,
         }),
         description="cpu_cpp's kernels, numpy's BLAS for matrix products",

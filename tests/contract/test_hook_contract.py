@@ -1,6 +1,6 @@
 """The hook contract as ``sdk/hookspecs.py`` states it: each hook documents its parameters,
 its return and the hook-API version it appeared in; the public types read as documented
-(``Verdict``, ``Capability``, ``TensorValue``); and the error contract of the module
+(``Support``, ``Capability``, ``TensorValue``); and the error contract of the module
 docstring holds, for plugins written as a vendor would write them."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import warnings
 
 import pytest
 import torch
@@ -71,18 +72,21 @@ def sdk_can_fuse(first, second):
 
 
 @pytest.mark.parametrize("answer", ["sdk.Verdict.no", "sdk.Support.no"])
-def test_verdict_is_its_own_type_and_support_answers_still_veto(
+def test_a_veto_answered_with_the_removed_verdict_still_vetoes(
     answer, make_plugin, fake_dist, use_registry
 ):
-    """``sdk.Verdict`` is the fusion answer, no longer another name of ``sdk.Support``; a
-    plugin written when it was (answering ``sdk_can_fuse`` with ``Support.no``) still
-    vetoes."""
-    assert sdk.Verdict is not sdk.Support and issubclass(sdk.Verdict, sdk.Support)
-    assert type(sdk.Verdict.no("why")) is sdk.Verdict
+    """``sdk.Verdict``, removed in hook API 6, still resolves (to ``sdk.Support``, with an
+    ``sdk.SDKDeprecationWarning`` naming it), so a plugin written for hook API 1 that answers
+    ``sdk_can_fuse`` with ``Verdict.no`` vetoes as one answering ``Support.no`` does."""
+    with pytest.warns(sdk.SDKDeprecationWarning, match=r"sdk\.Verdict .* sdk\.Support"):
+        assert sdk.Verdict is sdk.Support
+    assert "Verdict" not in sdk.__all__
     src = VETO.replace("ANSWER", f'{answer}("the vendor fuses nothing")')
     use_registry(fake_dist("veto-sdk-plugin", {"veto": make_plugin(src, head=False)}))
     x = torch.randn(8, 16)
-    report = sdk.explain(lambda x: (x * 2).sin() + 1, x, backend="sdk:veto")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sdk.SDKDeprecationWarning)  # (checked above)
+        report = sdk.explain(lambda x: (x * 2).sin() + 1, x, backend="sdk:veto")
     assert len(report.kernels) == 3 and not report.fallbacks, str(report)
     reasons = [r.reason for g in report.graphs for r in g.fusion_refusals]
     assert any("the vendor fuses nothing" in r for r in reasons), reasons
@@ -99,8 +103,7 @@ RAISE = {}
 
 @sdk.hookimpl
 def sdk_plugin_info():
-    return sdk.PluginInfo(name="raiser", version="1.0", hook_api=1, device_types=("cpu",),
-                          capabilities=frozenset({sdk.Capability.INDIRECT_LOADS}))
+    return sdk.PluginInfo(name="raiser", version="1.0", hook_api=1, device_types=("cpu",))
 
 @sdk.hookimpl
 def sdk_lower_op(op):

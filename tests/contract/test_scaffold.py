@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -66,10 +67,27 @@ def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Complete
     )
 
 
-def test_c_like_plugin_is_small(tmp_path):
+def test_c_like_plugin_is_small_and_the_guide_states_its_size(tmp_path):
+    """The ``--c-like`` plugin stays small, and the vendor guide states its real size (issue
+    41: the README and the guide once gave two other numbers)."""
     root = generate("tiny", tmp_path, c_like=True)
     lines = sum(len(p.read_text().splitlines()) for p in (root / "tiny_sdk_plugin").glob("*.py"))
     assert lines < MAX_C_LIKE_LINES, lines
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "vendor-guide.md").read_text()
+    bullet = guide.split("* **`--c-like`**", 1)[1].split("\n* ", 1)[0]
+    stated = [int(n) for n in re.findall(r"(\d+)\s+lines", bullet)]
+    assert stated == [lines], (
+        f"docs/vendor-guide.md's --c-like bullet states {stated} line(s); python -m sdk "
+        f"new-plugin --c-like generates {lines} lines of Python: write that number there"
+    )
+    for doc in ("README.md", "docs/user-guide.md"):
+        text = (Path(__file__).resolve().parents[2] / doc).read_text()
+        for m in re.finditer(r"(\d+)[ -]lines?", text):
+            around = text[max(0, m.start() - 200) : m.end() + 200]
+            assert "c-like" not in around and "scaffold" not in around, (
+                f"{doc} states a scaffold size ({m.group(0)}); state it in the vendor "
+                "guide's --c-like bullet only, which this test checks"
+            )
     text = "\n".join(p.read_text() for p in (root / "tiny_sdk_plugin").glob("*.py"))
     assert "sdk.core" not in text, "a plugin imports only the public sdk API"
 

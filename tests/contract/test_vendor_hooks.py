@@ -41,7 +41,7 @@ def sdk_lower_op(ctx, op, args, kwargs, builder):
 @sdk.hookimpl
 def sdk_can_fuse(ctx, first, second):
     if first.is_reduction or second.is_reduction:
-        return sdk.Verdict.no("the vendor's reduction unit runs alone")
+        return sdk.Support.no("the vendor's reduction unit runs alone")
     return None
 """
 

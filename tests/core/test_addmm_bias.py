@@ -1,4 +1,4 @@
-"""A product with a bias read only by pointwise ops: with ``Capability.MM_BIAS_IN_KERNEL``
+"""A product with a bias read only by pointwise ops: with ``Preferences.mm_bias_in_kernel``
 (cuda_triton) the library call is ``mm`` and the bias is added in the generated kernel of
 those ops (Inductor's rule on GPUs); otherwise, and where something else reads the product,
 it stays one ``addmm``."""

@@ -29,8 +29,7 @@ def sdk_plugin_info():
     return sdk.PluginInfo(
         name="passy", version="0.1", hook_api=5, device_types=("cpu",),
         capabilities=frozenset({
-            sdk.Capability.REDUCTIONS, sdk.Capability.MULTI_STAGE, sdk.Capability.BF16,
-            sdk.Capability.STORE_THEN_LOAD,
+            sdk.Capability.REDUCTIONS, sdk.Capability.MULTI_STAGE, sdk.Capability.STORE_THEN_LOAD,
         }),
         description="cpu_cpp's kernels, its own graph passes",
     )
@@ -120,7 +119,7 @@ def _kernel_ops(report) -> list[str]:
 
 
 def test_explain_lists_the_core_passes_and_what_each_changed():
-    """cpu_cpp (no bias capabilities) runs relu_into_addmm alone: two ReLUs fused in the
+    """cpu_cpp (no bias preferences) runs relu_into_addmm alone: two ReLUs fused in the
     forward, none to fuse in the backward."""
     model, x = _mlp(), torch.randn(8, 16)
     report = sdk.explain(model, x, backend="sdk:cpu_cpp")
@@ -145,8 +144,8 @@ class _LinearAndConv(torch.nn.Module):
 
 
 @pytest.mark.skipif(not _triton_available(), reason="Triton missing")
-def test_capabilities_add_the_bias_passes_to_the_list():
-    """cuda_triton declares MM_BIAS_IN_KERNEL and CONV_BIAS_IN_KERNEL: its list has the two
+def test_preferences_add_the_bias_passes_to_the_list():
+    """cuda_triton prefers mm_bias_in_kernel and conv_bias_in_kernel (sdk_preferences): its list has the two
     bias passes, each with its count (the last product is a graph output: kept whole)."""
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)

@@ -105,7 +105,7 @@ def test_as_strided_keeps_the_traces_layout(plugin, channels_last):
         )(x)
         torch.testing.assert_close(got, f(x))
     (graph,) = report.graphs
-    if channels_last or plugin == "cuda_triton":  # cuda_triton declares CHANNELS_LAST
+    if channels_last or plugin == "cuda_triton":  # cuda_triton prefers channels_last
         assert any("aten.as_strided.default" in n for n in graph.notes), graph.notes
 
 
@@ -250,8 +250,8 @@ def test_channels_last_is_chosen_once_and_converted_at_the_edges(plugin):
     assert len(graph.kernels) == 8, [k.ops for k in graph.kernels]
 
 
-def test_channels_last_follows_the_plugin_capability():
-    """cpu_cpp does not declare Capability.CHANNELS_LAST: the core keeps the trace's layout."""
+def test_channels_last_follows_the_plugin_preference():
+    """cpu_cpp does not prefer channels_last (sdk.Preferences): the core keeps the trace's layout."""
     (graph,) = _report("cpu_cpp").graphs
     assert not any("channels-last" in n for n in graph.notes), graph.notes
     assert not any(k.ops == ("aten.convolution.default",) for k in graph.kernels)

@@ -1,7 +1,7 @@
 """What the scheduler recomputes depends on what the plugin says math costs.
 
 A rotary embedding computes cos/sin over (tokens, dims) and reads them over every head.
-Where transcendentals are cheap (``Capability.CHEAP_TRANSCENDENTALS``: cuda_triton), the
+Where transcendentals are cheap (``Preferences.cheap_transcendentals``: cuda_triton), the
 cos/sin are recomputed in the kernel that rotates, as a broadcast read; where they are not
 (cpu_cpp), they are computed once and stored. Results match eager either way; what was
 fused is read from ``sdk.explain``.
@@ -63,8 +63,8 @@ def _kernels_reading_cos(plugin: str) -> list:
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_cos_is_recomputed_only_where_transcendentals_are_cheap(plugin):
-    info = importlib.import_module(f"sdk.plugins.{plugin}").sdk_plugin_info()
-    cheap = sdk.Capability.CHEAP_TRANSCENDENTALS in info.capabilities
+    module = importlib.import_module(f"sdk.plugins.{plugin}")
+    cheap = getattr(module, "sdk_preferences", sdk.Preferences)().cheap_transcendentals
     with_cos = _kernels_reading_cos(plugin)
     rotating = [kern for kern in with_cos if "aten.mul.Tensor" in kern.ops]
     if cheap:

@@ -368,7 +368,9 @@ def test_reduce_overhead_applies_the_wrappers_that_declare_graph_capture(
         name="replay_cpu",
     )
     other = make_plugin(
-        CAPTURING_WRAPPER.format(name="other_cpu", capability="FP64"), head=False, name="other_cpu"
+        CAPTURING_WRAPPER.format(name="other_cpu", capability="SYMBOLIC_SIZES"),
+        head=False,
+        name="other_cpu",
     )
     use_registry(fake_dist("acme-wrap", {"replay_cpu": capture, "other_cpu": other}))
     compiled = torch.compile(pointwise, backend=BACKEND, mode="reduce-overhead")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import sdk.cache
 from sdk import cli
 from sdk.tools import bench, bench_models
 
@@ -312,7 +313,7 @@ def small_suite(tmp_path_factory):
         inductor_config.patch(fx_graph_cache=inductor_config.fx_graph_cache),
         functorch_config.patch(enable_autograd_cache=functorch_config.enable_autograd_cache),
     ):
-        for var in bench._CACHE_ENV:
+        for var in sdk.cache.CACHE_VARIABLES:
             if var in os.environ:
                 mp.setenv(var, os.environ[var])
             else:

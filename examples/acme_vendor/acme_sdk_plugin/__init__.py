@@ -63,11 +63,7 @@ def sdk_op_support(ctx: sdk.CompileContext, op, node) -> sdk.Support:
     if reason is not None:
         return sdk.Support.no(f"{reason}; it runs through ATen")
     val = node.meta.get("val")
-    if (
-        isinstance(val, torch.Tensor)
-        and val.dtype == torch.float64
-        and not ctx.has(sdk.Capability.FP64)
-    ):
+    if isinstance(val, torch.Tensor) and val.dtype == torch.float64:
         return sdk.Support.no("Acme kernels compute in float32 at most")
     return sdk.Support.no("this example renders no kernels (no sdk_render_kernel yet)")
 
