@@ -7,7 +7,9 @@ kernels under :data:`MIN_BYTES` and of symbolic sizes left out. For each kernel 
 answers for, the core compiles its alternatives (``sdk_compile_kernels``), runs the rendered
 kernel and each alternative on buffers it allocates from the kernel's argument layouts (on the
 layouts' device; floats random, integers and booleans zero) and times them with the wall clock
-and the plugin's ``synchronize`` (:func:`_time`: the best of a few rounds of calls). The
+and the plugin's ``synchronize`` (:func:`_time`: the best of a few rounds of calls). Before
+it is timed, an alternative's results are compared with the rendered kernel's on the same
+inputs (:func:`_differs`): one that computes something else is left out, with why. The
 fastest is kept: its source replaces the rendered one in the program, so that the whole-graph
 cache stores it and a later process (a cache hit, a warm start) compiles it and measures
 nothing. The choice also goes into :data:`NAMESPACE` of the SDK's disk cache, keyed on the
@@ -277,13 +279,14 @@ def _measure(
     sync = choices.synchronize or _no_sync
     times: list[tuple[str, float | None]] = []
     try:
-        args = _buffers(k)
+        bench = _Bench(k, sync)
     except torch.OutOfMemoryError as exc:
         why = f"no memory for its buffers: {describe(exc, one_line=True)}"
         return KernelChoiceReport(k.name, choices.default, (), size, errors=(("*", why),)), None
     try:
         try:
-            times.append((choices.default, _time(fn, args, sync)))
+            expected = bench.results(fn)
+            times.append((choices.default, bench.time(fn)))
         except Exception as exc:  # noqa: BLE001 - nothing to compare with: keep it
             why = f"failed on the core's buffers: {describe(exc, one_line=True)}"
             errors.append((choices.default, why))
@@ -299,12 +302,17 @@ def _measure(
                 errors.append((a.label, "not timed: the budget was spent"))
                 continue
             try:
-                times.append((a.label, _time(afn, args, sync)))
+                differs = _differs(bench.results(afn), expected, k)
+                if differs:
+                    times.append((a.label, None))
+                    errors.append((a.label, f"left out: {differs}"))
+                    continue
+                times.append((a.label, bench.time(afn)))
             except Exception as exc:  # noqa: BLE001 - left out, with why
                 times.append((a.label, None))
                 errors.append((a.label, f"failed: {describe(exc, one_line=True)}"))
     finally:
-        del args
+        del bench
     timed = [(s, n) for n, (_lab, s) in enumerate(times) if s is not None]
     best = min(timed)[1]
     label = times[best][0]
@@ -318,6 +326,60 @@ def _measure(
 
 
 def _no_sync() -> None:
+    return None
+
+
+class _Bench:
+    """The buffers kernel ``k``'s candidates run on: the first values (:func:`_buffers`),
+    and working copies that each run starts from, so every candidate sees the same inputs
+    (those it writes in place included)."""
+
+    def __init__(self, k: Kernel, sync: Callable[[], Any]) -> None:
+        self.first = _buffers(k)
+        self.work = [t.clone() for t in self.first]
+        self.written = [i for i, a in enumerate(k.args) if a.role in ("out", "inout")]
+        self.sync = sync
+
+    def results(self, fn: Callable) -> list[torch.Tensor]:
+        """What one call of ``fn`` from the first values writes."""
+        for w, f in zip(self.work, self.first, strict=True):
+            w.copy_(f)
+        fn(*self.work)
+        self.sync()
+        return [self.work[i].clone() for i in self.written]
+
+    def time(self, fn: Callable) -> float:
+        return _time(fn, self.work, self.sync)
+
+
+def _differs(got: list[torch.Tensor], want: list[torch.Tensor], k: Kernel) -> str | None:
+    """Why a candidate's results are not the rendered kernel's (None: they agree, up to the
+    rounding another order of a reduction gives: a relative tolerance of the buffer's largest
+    magnitude, 2% in 16-bit floats, 0.1% in wider ones; integers and booleans exactly)."""
+    for g, w, i in zip(got, want, [a for a in k.args if a.role in ("out", "inout")], strict=True):
+        if not (g.dtype.is_floating_point or g.dtype.is_complex):
+            if not torch.equal(g, w):
+                return f"its {i.name} differs from the rendered kernel's"
+            continue
+        if g.dtype.is_complex:
+            g, w = torch.view_as_real(g), torch.view_as_real(w)
+        g64, w64 = g.to(torch.float64), w.to(torch.float64)  # (float8 has no arithmetic)
+        nan_g, nan_w = g64.isnan(), w64.isnan()
+        if not torch.equal(nan_g, nan_w):
+            return f"its {i.name} has NaNs where the rendered kernel's has none, or the reverse"
+        finite = w64.isfinite() & g64.isfinite()
+        if not torch.equal(g64[~finite & ~nan_w], w64[~finite & ~nan_w]):
+            return f"its {i.name} has other infinities than the rendered kernel's"
+        if not finite.any():
+            continue
+        rtol = 2e-2 if g.dtype.itemsize <= 2 else 1e-3
+        scale = w64[finite].abs().max().item()
+        worst = (g64[finite] - w64[finite]).abs().max().item()
+        if worst > rtol * max(scale, 1e-30):
+            return (
+                f"its {i.name} differs from the rendered kernel's by up to {worst:.3g} "
+                f"(values up to {scale:.3g})"
+            )
     return None
 
 

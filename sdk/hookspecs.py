@@ -493,8 +493,9 @@ def sdk_kernel_choices(
     the rendered kernel and each alternative on buffers it allocates from the kernel's
     argument layouts (floats random, integers and booleans zero: indirect indices stay in
     range), times them with its wall clock and :attr:`sdk.KernelChoices.synchronize`, and
-    keeps the fastest. An alternative whose compile or call raises is left out (the reason in
-    the report). The kept source replaces the rendered one in the program and in the
+    keeps the fastest. An alternative must compute what the rendered kernel does: the core
+    compares their results on the same inputs first (up to a reduction's rounding), and leaves
+    out one whose results differ, or whose compile or call raises (the reason in the report). The kept source replaces the rendered one in the program and in the
     whole-graph cache: a cache hit, a warm start, compiles it and measures nothing; the
     kernel-choice cache (``DiskCache("kernel-choices")``, keyed on ``sdk_cache_key``, the
     sources and labels) serves the same kernel in another graph. ``sdk.explain`` lists each

@@ -5,7 +5,7 @@ the measuring (0: none); ``sdk.explain`` shows it; results are eager's.
 
 The vendor below renders with the C++ plugin's code generator and offers, for each kernel,
 variants of real and different cost: the same kernel followed by a wait of its own
-length (the rendered one waits 10 ms, ``fast`` not at all; more than the noise of a loaded
+length (the rendered one waits 30 ms, ``fast`` 2 ms: more than the noise of a loaded
 machine).
 """
 
@@ -25,7 +25,7 @@ from sdk.plugins import cpu_cpp
 from sdk.plugins.cpu_cpp import sdk_render_kernel  # noqa: F401
 
 #: seconds a call of each variant waits after the kernel ("rendered": the kernel as rendered)
-WAIT = {"rendered": 0.01, "slow": 0.02, "fast": 0.0, "slower": 0.03}
+WAIT = {"rendered": 0.03, "slow": 0.06, "fast": 0.002, "slower": 0.09, "wrong": 0.0}
 #: what this process did: kernels offered choices, variants compiled, calls per variant
 LOG = {"asked": [], "compiled": [], "calls": {}}
 
@@ -38,6 +38,7 @@ def sdk_plugin_info():
         options={
             "offer": sdk.OptionSpec(True, "offer kernel choices", bool),
             "raise_in_choices": sdk.OptionSpec(False, "sdk_kernel_choices raises", bool),
+            "offer_wrong": sdk.OptionSpec(False, "offer a variant that computes garbage", bool),
             "tag": sdk.OptionSpec(0, "changes nothing but the cache key", int),
         },
     )
@@ -54,6 +55,9 @@ def _waiting(fn, variant):
     def call(*args):
         LOG["calls"][variant] = LOG["calls"].get(variant, 0) + 1
         fn(*args)
+        if variant == "wrong":  # the outputs (and inputs) overwritten
+            for a in args:
+                a.fill_(7)
         if wait:
             time.sleep(wait)  # (a busy wait would compete with OpenMP's spinning threads)
 
@@ -85,7 +89,7 @@ def sdk_kernel_choices(ctx, kernel, source):
         return None
     alts = [
         sdk.KernelVariant(v, dataclasses.replace(source, meta={**source.meta, "variant": v}))
-        for v in ("slow", "fast", "slower")
+        for v in ("slow", "fast", "slower") + (("wrong",) if ctx.plugin_options.offer_wrong else ())
     ]
     return sdk.KernelChoices(alts, default="rendered")
 """
@@ -182,6 +186,17 @@ def test_results_equal_the_untuned_program_and_eager(tuned):
         torch.testing.assert_close(a, want)
 
 
+def test_an_alternative_that_computes_something_else_is_left_out(tuned):
+    report = _explain(tune_budget_s=30.0, offer_wrong=True)
+    (graph,) = report.graphs
+    assert graph.choices, str(report)
+    for c in graph.choices:
+        assert c.chosen == "fast" and dict(c.times)["wrong"] is None, str(c)
+        assert any(lab == "wrong" and "differs from the rendered" in why for lab, why in c.errors)
+    assert "wrong: left out: its" in str(report), str(report)
+    _check_results(tune_budget_s=30.0, offer_wrong=True)
+
+
 def test_a_budget_of_zero_measures_nothing(tuned):
     report = _explain(tune_budget_s=0)
     assert not tuned["asked"] and not tuned["compiled"], tuned
@@ -190,8 +205,9 @@ def test_a_budget_of_zero_measures_nothing(tuned):
 
 
 def test_the_budget_bounds_the_measuring(tuned):
-    """Each kernel's measuring takes about 5 calls of each of its four candidates (300 ms
-    of waits): a budget of 20 ms measures one kernel, and says the rest were not offered."""
+    """Each kernel's measuring takes about 6 calls of each of its four candidates (over a
+    second of waits): a budget of 20 ms measures one kernel, and says the rest were not
+    offered."""
     report = _explain(tune_budget_s=0.02)
     (graph,) = report.graphs
     assert len(graph.choices) == 1 and len(tuned["asked"]) == 1, str(report)
