@@ -199,11 +199,13 @@ def _build(
             sources.append(src)
         rendered.append(f"sdk:{ctx.plugin} rendered {len(sources)} kernels")
     with logs.stage(_log, "compile", ctx.graph_name) as built:
+        compiling = time.perf_counter()
         fns = _compile(session, ctx, sources)
+        compiling = time.perf_counter() - compiling
         built.append(f"sdk:{ctx.plugin} compiled {len(fns)} kernels")
     with logs.stage(_log, "measure", ctx.graph_name) as measured:
         sources, fns, choices, tuning = tune.choose(
-            session, ctx, kernels, sources, fns, time.perf_counter() - start, faults
+            session, ctx, kernels, sources, fns, time.perf_counter() - start, faults, compiling
         )
         measured.append(tuning or "nothing measured")
 

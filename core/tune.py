@@ -17,9 +17,11 @@ plugin's ``sdk_cache_key`` (its compiler, device model), the sources and the lab
 kernel in another graph (or a program rebuilt after its entry went) is not measured again.
 
 The budget (``tune_budget_s``; :func:`budget`) bounds the time measuring takes per compiled
-graph variant, compiling the alternatives included; a kernel's measuring starts only while
-some is left, and its alternatives are timed only until it runs out (at most one kernel's
-compile overshoots). Nothing here names a device: the buffers go where the layouts say, and
+graph variant, compiling the alternatives included. A kernel's measuring starts only where
+its predicted cost fits in what is left: the most a kernel's measuring took so far, and at
+least what its alternatives would take to compile at the rate the graph's kernels compiled
+(``sdk_compile_kernels``'s time per kernel); its alternatives are timed only until the budget
+runs out. Nothing here names a device: the buffers go where the layouts say, and
 the plugin's ``synchronize`` is the only device call.
 """
 
@@ -97,11 +99,14 @@ def choose(
     fns: list[Callable],
     spent: float,
     faults: list[HookFault],
+    compile_seconds: float = 0.0,
 ) -> tuple[list[KernelSource], list[Callable], list[KernelChoiceReport], str]:
     """The sources and compiled kernels to run (the measured-fastest where the plugin offered
     choices), the reports of what was measured, and a one-line summary ("" when nothing was
     offered). ``spent``: the graph variant's compile time so far (the automatic budget's
-    base); ``faults``: where a fault of the hook goes."""
+    base); ``faults``: where a fault of the hook goes; ``compile_seconds``: what compiling
+    the graph's kernels took (``sdk_compile_kernels``), from which a kernel's alternatives'
+    compile is predicted (see :func:`_predicted`)."""
     limit = budget(ctx.core_options, spent)
     if limit <= 0 or not kernels or not session.hooks.implements(HOOK):
         return sources, fns, [], ""
@@ -117,7 +122,8 @@ def choose(
     start = time.perf_counter()
     deadline = start + limit
     plugin_key = _plugin_key(session, ctx)
-    left = 0
+    left, dearest = 0, 0.0  # kernels not offered; the most one kernel's measuring took
+    per_source = compile_seconds / len(kernels)
     for n, i in enumerate(ranked):
         if time.perf_counter() >= deadline:
             left = len(ranked) - n
@@ -129,8 +135,13 @@ def choose(
         key = _key(plugin_key, ctx, src, choices)
         report, chosen = _cached(session, ctx, key, k, choices, sizes[i] or 0)
         if report is None:
+            now = time.perf_counter()
+            if now + max(dearest, per_source * len(choices.alternatives)) > deadline:
+                left = len(ranked) - n  # (it would not fit: neither would the rest, likely)
+                break
             with tp.real_mode():  # (the compile runs under AOTAutograd's fake mode)
                 report, chosen = _measure(session, ctx, k, fns[i], choices, sizes[i] or 0, deadline)
+            dearest = max(dearest, time.perf_counter() - now)
             if key is not None and _complete(report):
                 times = [[lab, s] for lab, s in report.times]
                 DiskCache(NAMESPACE).put(
@@ -148,7 +159,7 @@ def choose(
         f"{limit:.2f}s budget"
     )
     if left:
-        summary += f"; {left} kernels not offered: the budget was spent"
+        summary += f"; {left} kernels not measured: the budget would not cover them"
     return sources, fns, reports, summary
 
 

@@ -11,6 +11,8 @@ machine).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -206,18 +208,21 @@ def test_a_budget_of_zero_measures_nothing(tuned):
 
 def test_the_budget_bounds_the_measuring(tuned):
     """Each kernel's measuring takes about 6 calls of each of its four candidates (over a
-    second of waits): a budget of 20 ms measures one kernel, and says the rest were not
-    offered."""
+    second of waits): a budget of 20 ms measures at most one kernel (the first, where its
+    alternatives' predicted compile fits), and says the rest were not measured."""
+    start = time.perf_counter()
     report = _explain(tune_budget_s=0.02)
+    took = time.perf_counter() - start
     (graph,) = report.graphs
-    assert len(graph.choices) == 1 and len(tuned["asked"]) == 1, str(report)
-    assert "not offered: the budget was spent" in graph.tuning, graph.tuning
-    (c,) = graph.choices
-    # the budget ran out during that kernel: candidates after it are not timed
-    assert any(s is None for _, s in c.times) or len(c.times) == 4, str(c)
-    assert any("budget" in why for _, why in c.errors) or all(s for _, s in c.times)
+    assert len(graph.choices) <= 1 and len(tuned["asked"]) <= 2, str(report)
+    assert "not measured: the budget would not cover them" in graph.tuning, graph.tuning
+    for c in graph.choices:  # the budget ran out during that kernel: the rest are not timed
+        assert any("budget" in why for _, why in c.errors), str(c)
+        assert sum(s is not None for _, s in c.times) <= 2, str(c)
+    full_start = time.perf_counter()
     full = _explain(tune_budget_s=30.0)
-    assert len(full.graphs[0].choices) > 1, str(full)
+    assert len(full.graphs[0].choices) == 2, str(full)
+    assert took < time.perf_counter() - full_start, "the small budget measured less"
 
 
 def test_a_plugin_that_offers_nothing_is_not_measured(tuned):
