@@ -23,6 +23,19 @@ least what its alternatives would take to compile at the rate the graph's kernel
 (``sdk_compile_kernels``'s time per kernel); its alternatives are timed only until the budget
 runs out. Nothing here names a device: the buffers go where the layouts say, and
 the plugin's ``synchronize`` is the only device call.
+
+Not yet (issue 40): the choice between a library call and a generated kernel with its
+epilogue fused (``mm`` then a pointwise kernel, against one generated GEMM kernel doing
+both). A variant there replaces a *segment* of the program (the library call, its output
+buffer and the kernel reading it) with one kernel over the segment's outside buffers, so it
+must be chosen before the wrapper plans memory, as here. The plan: a hook offering, for a
+library call and the kernel fused after it, :class:`sdk.KernelVariant` s over the segment's
+outside buffers (the call's inputs, then the kernel's other arguments, then its outputs);
+the core times the segment as scheduled (the library function, then the kernel, on its own
+buffers and an intermediate) against each variant with :func:`_time`, and where a variant
+wins rewrites the program's step list (the intermediate gone) before the wrapper is
+written; the whole-graph cache then stores the rewritten program, and the report lists the
+choice with the kernels'.
 """
 
 from __future__ import annotations
