@@ -63,6 +63,8 @@ core does with it:
 * **observers and wrappers**: a fault of their own plugin only, listed in the graph's
   report (``hook_faults``) and warned about once (:class:`sdk.PluginHookWarning`); a
   wrapper that raises leaves the graph unwrapped.
+* **``sdk_kernel_choices``** (hook API 6; measuring is optional): a fault of its plugin only,
+  as an observer's; that kernel keeps the source ``sdk_render_kernel`` gave it.
 * **a graph pass** (a :class:`sdk.GraphPass` of the plugin's, from ``sdk_graph_passes``)
   that raises when it runs: the same, for that pass: the graph compiles without it.
 * :class:`sdk.SDKError` (or a subclass), raised on purpose by any compile hook: not a
