@@ -47,7 +47,19 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         "goes to the next plugin that claims them",
         int,
     ),
-    "autotune": OptionSpec(False, "let the plugin time a few kernel configs", bool),
+    "autotune": OptionSpec(
+        False,
+        "measure more kernel choices, under a large budget (see tune_budget_s)",
+        bool,
+    ),
+    "tune_budget_s": OptionSpec(
+        None,
+        "seconds each compiled graph may spend measuring the kernel choices its plugin offers "
+        "(sdk_kernel_choices) and keeping the fastest, once per machine (the choice is cached); "
+        "None: automatic (15% of the graph's compile time, at most 10 s; 120 s with autotune); "
+        "0: measure nothing",
+        (int, float, type(None)),
+    ),
     "cache": OptionSpec(
         True,
         "keep compiled programs in the per-user whole-graph cache and reuse them in "
@@ -141,6 +153,12 @@ def resolve(
         raise OptionError(
             f"option 'min_partition_size' for sdk:{info.name} must be at least 1, got "
             f"{merged['min_partition_size']}"
+        )
+    budget = merged["tune_budget_s"]
+    if budget is not None and not budget >= 0:
+        raise OptionError(
+            f"option 'tune_budget_s' for sdk:{info.name} must be a number of seconds >= 0 "
+            f"(0: measure nothing) or None (automatic), got {budget!r}"
         )
     env = config.env() if env is None else env
     core = CoreOptions(

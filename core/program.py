@@ -20,9 +20,16 @@ import torch
 import torch.fx
 
 from sdk.plugin import CompileContext, KernelSource
-from sdk.report import ExternReport, FallbackReport, HookFault, KernelReport, PassReport
+from sdk.report import (
+    ExternReport,
+    FallbackReport,
+    HookFault,
+    KernelChoiceReport,
+    KernelReport,
+    PassReport,
+)
 
-from . import graph_cache, logs, passes, warm
+from . import graph_cache, logs, passes, tune, warm
 from . import steps as st
 from .fallback import op_name
 from .ir.graph import ComputedView, ExternNode, TensorValue
@@ -74,6 +81,8 @@ class ProgramParts:
     key: str | None = None  # the program's key in the whole-graph cache, where it is there
     hook_faults: list[HookFault] = field(default_factory=list)  # observers, passes that raised
     passes: list[PassReport] = field(default_factory=list)  # GraphReport.passes
+    choices: list[KernelChoiceReport] = field(default_factory=list)  # GraphReport.choices
+    tuning: str = ""  # GraphReport.tuning
 
 
 def build_program(
@@ -97,7 +106,7 @@ def build_program(
     if hit is not None:
         return hit
     notes = len(ctx.notes)
-    fn, parts, wrapper, sources, fns = _build(session, ctx, gm, specs, vendor, plan)
+    fn, parts, wrapper, sources, fns = _build(session, ctx, gm, specs, vendor, plan, start)
     parts.cache = why or "stored"
     if key is not None:
         with logs.stage(_log, "store", ctx.graph_name) as stored:
@@ -145,7 +154,11 @@ def _build(
     specs: tuple,
     vendor: dict[str, tuple[str, Callable]] | None = None,
     plan: passes.Plan | None = None,
+    start: float | None = None,
 ) -> tuple[Callable, ProgramParts, Wrapper, list[KernelSource], list[Callable]]:
+    """``start``: when the variant's compile began (``time.perf_counter()``), the base of the
+    automatic budget for measuring kernel choices (default: now)."""
+    start = time.perf_counter() if start is None else start
     # decided on the graph as AOTAutograd made it (its size counts), before the passes
     layout = channels_last_wanted(gm, ctx)
     faults: list[HookFault] = []
@@ -186,8 +199,15 @@ def _build(
             sources.append(src)
         rendered.append(f"sdk:{ctx.plugin} rendered {len(sources)} kernels")
     with logs.stage(_log, "compile", ctx.graph_name) as built:
+        compiling = time.perf_counter()
         fns = _compile(session, ctx, sources)
+        compiling = time.perf_counter() - compiling
         built.append(f"sdk:{ctx.plugin} compiled {len(fns)} kernels")
+    with logs.stage(_log, "measure", ctx.graph_name) as measured:
+        sources, fns, choices, tuning = tune.choose(
+            session, ctx, kernels, sources, fns, time.perf_counter() - start, faults, compiling
+        )
+        measured.append(tuning or "nothing measured")
 
     compiled = dict(zip((k.name for k in kernels), fns))
     with logs.stage(_log, "wrap", ctx.graph_name) as wrapped:
@@ -208,6 +228,8 @@ def _build(
         wrapper_source=wrapper.source,
         hook_faults=faults,
         passes=ran,
+        choices=choices,
+        tuning=tuning,
     )
     _announce_kernels(session, ctx, sources, parts)
     return fn, parts, wrapper, sources, fns
@@ -465,6 +487,12 @@ def _entry(
         "compile_seconds": seconds,  # the cold compile (explain shows it on a hit)
         "passes": [[p.name, p.rewrites, p.plugin, p.off] for p in parts.passes],
         "pass_plan": plan.key,  # the passes chosen to run
+        # the kernel choices measured (sdk_kernel_choices): the sources above are the kept ones
+        "choices": [
+            [c.kernel, c.chosen, [list(t) for t in c.times], c.bytes, c.reused, c.errors]
+            for c in parts.choices
+        ],
+        "tuning": parts.tuning,
     }
     return graph_cache.pack(doc, enc.blobs)
 
@@ -534,6 +562,18 @@ def load_program(
             cold_seconds=float(doc.get("compile_seconds", 0.0)),
             key=key,
             passes=[PassReport(*p) for p in doc["passes"]],
+            choices=[
+                KernelChoiceReport(
+                    name,
+                    chosen,
+                    tuple((lab, s) for lab, s in times),
+                    size,
+                    reused,
+                    tuple(tuple(e) for e in errors),
+                )
+                for name, chosen, times, size, reused, errors in doc.get("choices", ())
+            ],
+            tuning=f"{doc['tuning']} (at the cold compile)" if doc.get("tuning") else "",
         )
     except Exception:  # noqa: BLE001 - as above
         return None

@@ -23,7 +23,7 @@ Which plugins a hook reaches:
 Every hook receives only what it names; a hookimpl may take a subset of the
 arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2),
 the graph-level hooks (version 3), ``sdk_kernel_limits`` and ``sdk_extern`` (version 4),
-``sdk_graph_passes`` (version 5) and ``sdk_preferences`` (version 6).
+``sdk_graph_passes`` (version 5), ``sdk_preferences`` and ``sdk_kernel_choices`` (version 6).
 Each docstring ends with the version its hook appeared in; the vendor guide's
 "Versioning" has the table of hook-API versions and the SDK releases that provide them.
 
@@ -63,6 +63,8 @@ core does with it:
 * **observers and wrappers**: a fault of their own plugin only, listed in the graph's
   report (``hook_faults``) and warned about once (:class:`sdk.PluginHookWarning`); a
   wrapper that raises leaves the graph unwrapped.
+* **``sdk_kernel_choices``** (hook API 6; measuring is optional): a fault of its plugin only,
+  as an observer's; that kernel keeps the source ``sdk_render_kernel`` gave it.
 * **a graph pass** (a :class:`sdk.GraphPass` of the plugin's, from ``sdk_graph_passes``)
   that raises when it runs: the same, for that pass: the graph compiles without it.
 * :class:`sdk.SDKError` (or a subclass), raised on purpose by any compile hook: not a
@@ -95,6 +97,7 @@ if TYPE_CHECKING:
         CompileContext,
         CompiledSubgraph,
         GraphPass,
+        KernelChoices,
         KernelFn,
         KernelLimits,
         KernelSource,
@@ -499,6 +502,56 @@ def sdk_compile_kernels(ctx: CompileContext, sources: list[KernelSource]) -> lis
     :raises: an exception (a compiler error) fails the whole graph (the chain, else ATen).
 
     API version: 1.
+    """
+
+
+@hookspec(firstresult=True)
+def sdk_kernel_choices(
+    ctx: CompileContext, kernel: Kernel, source: KernelSource
+) -> KernelChoices | None:
+    """Offer other ways to run one kernel (launch configurations, variants), for the core to
+    measure against the rendered one and keep the fastest.
+
+    Called after ``sdk_compile_kernels``, for the graph's kernels whose device time matters
+    most (the core ranks them by the memory they move, largest first, and leaves out those
+    under a MiB and those of symbolic sizes), while the compile's ``tune_budget_s`` lasts:
+    not at all with a budget of 0. Return None for a kernel, or on a device, where measuring
+    does not pay (a CPU, an interpreter): the plugin decides whether measuring happens by
+    default. The core compiles the alternatives through ``sdk_compile_kernels`` (one call per
+    kernel, the alternatives only: they may share the rendered kernel's name and entry), runs
+    the rendered kernel and each alternative on buffers it allocates from the kernel's
+    argument layouts (floats random, integers and booleans zero: indirect indices stay in
+    range), times them with its wall clock and :attr:`sdk.KernelChoices.synchronize`, and
+    keeps the fastest. An alternative must compute what the rendered kernel does: the core
+    compares their results on the same inputs first (up to a reduction's rounding), and leaves
+    out one whose results differ, or whose compile or call raises (the reason in the report). The kept source replaces the rendered one in the program and in the
+    whole-graph cache: a cache hit, a warm start, compiles it and measures nothing; the
+    kernel-choice cache (``DiskCache("kernel-choices")``, keyed on ``sdk_cache_key``, the
+    sources and labels) serves the same kernel in another graph. ``sdk.explain`` lists each
+    measured kernel with its candidates' times (:class:`sdk.KernelChoiceReport`). Hook API 6
+    (the hook is optional: a plugin without it keeps its rendered kernels)::
+
+        @sdk.hookimpl
+        def sdk_kernel_choices(ctx, kernel, source):
+            if not on_gpu():
+                return None
+            return sdk.KernelChoices(
+                [sdk.KernelVariant(f"BLOCK={b}", with_block(source, b)) for b in (256, 1024)],
+                synchronize=torch.cuda.synchronize,
+                default=f"BLOCK={source.meta['block']}",
+            )
+
+    :param ctx: the compile (``ctx.core_options.autotune``: the user asked for more
+        candidates, ``mode="max-autotune"``).
+    :param kernel: the scheduled kernel (:class:`sdk.ir.Kernel`; its ``args`` the layouts of
+        the buffers the core times it on).
+    :param source: what ``sdk_render_kernel`` returned for it.
+    :return: an :class:`sdk.KernelChoices`, or None to keep ``source`` unmeasured. Stops at
+        first non-None result.
+    :raises: an exception is a fault of this plugin's (``hook_faults`` in the report; strict
+        mode raises :class:`sdk.PluginHookError`): the kernel keeps its rendered source.
+
+    Appeared in hook-API version 6.
     """
 
 

@@ -24,7 +24,8 @@ from typing import Any, ClassVar
 HOOK_API_VERSION = 6  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
 # 4: sdk_kernel_limits, sdk_can_fuse's ``merged``, sdk_extern; 5: sdk_graph_passes, GraphPass;
 # 6: sdk_preferences and Preferences, Capability's preferences and dead members retired,
-# the alias Verdict gone
+# the alias Verdict gone; sdk_kernel_choices, KernelChoices, KernelVariant (measured kernel
+# choices)
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 
@@ -254,6 +255,10 @@ class CoreOptions(_Options):
     #: "native" (the SDK's C++ runner where it builds) or "python" (the generated program)
     runner: str = "native"
     channels_last: bool | None = None
+    #: seconds each compiled graph variant may spend measuring the kernel choices its plugin
+    #: offers (``sdk_kernel_choices``); None: automatic (a share of the graph's compile time,
+    #: or a large budget with ``autotune``); 0: measure nothing
+    tune_budget_s: float | None = None
 
     @property
     def strict(self) -> bool:
@@ -618,6 +623,65 @@ class KernelSource:
     source: str
     entry: str
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KernelVariant:
+    """One other way to run a kernel: an entry of :attr:`KernelChoices.alternatives`.
+
+    ``source`` is the kernel rendered with this choice (another launch configuration in its
+    ``meta``, another block size in its text): it takes the same buffers and size arguments
+    as the rendered kernel and computes the same values. ``label`` is what ``sdk.explain``
+    shows for it (``"XBLOCK=64 num_warps=4"``); one line, unique among the kernel's choices.
+    """
+
+    label: str
+    source: KernelSource
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label or "\n" in self.label:
+            raise ValueError(f"KernelVariant label must be one non-empty line, got {self.label!r}")
+        if not isinstance(self.source, KernelSource):
+            raise TypeError(
+                f"KernelVariant {self.label}: source must be an sdk.KernelSource, got a "
+                f"{type(self.source).__name__}"
+            )
+
+
+@dataclass(frozen=True)
+class KernelChoices:
+    """What ``sdk_kernel_choices`` answers for one kernel (hook API 6): other ways to run it,
+    for the core to time against the one ``sdk_render_kernel`` rendered.
+
+    ``alternatives``: a few :class:`KernelVariant` s (the rendered kernel is not among them:
+    the core times it too, labelled ``default``). ``synchronize``: a function that returns
+    once every kernel launched so far has finished (the device's queue drained, e.g. the
+    device runtime's ``synchronize``), with which the core's wall-clock timer measures device
+    time; None where a kernel's call returns when its work is done (a CPU). ``default``: the
+    rendered kernel's label in ``sdk.explain``.
+    """
+
+    alternatives: tuple[KernelVariant, ...]
+    synchronize: Callable[[], Any] | None = None
+    default: str = "default"
+
+    def __post_init__(self) -> None:
+        alts = tuple(self.alternatives)
+        object.__setattr__(self, "alternatives", alts)
+        for a in alts:
+            if not isinstance(a, KernelVariant):
+                raise TypeError(
+                    f"KernelChoices.alternatives holds a {type(a).__name__}; give "
+                    "sdk.KernelVariant(label, source) entries"
+                )
+        labels = [self.default, *(a.label for a in alts)]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"KernelChoices labels must be unique, got {labels}")
+        if self.synchronize is not None and not callable(self.synchronize):
+            raise TypeError(
+                f"KernelChoices.synchronize must be callable or None, got a "
+                f"{type(self.synchronize).__name__}"
+            )
 
 
 #: A compiled kernel, one per source of ``sdk_compile_kernels``: called as

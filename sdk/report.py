@@ -29,6 +29,39 @@ class KernelReport:
 
 
 @dataclass(frozen=True)
+class KernelChoiceReport:
+    """The measured choice for one kernel (``sdk_kernel_choices``, hook API 6): each
+    candidate the plugin offered and what one call of it took, and the one kept.
+
+    ``times`` holds ``(label, seconds per call)`` in the order measured, the rendered
+    kernel (``default``) first; seconds is None for a candidate that failed to build or run
+    (``errors`` says why) or was not timed before the budget ran out. ``reused``: the choice
+    came from the kernel-choice cache (measured by an earlier process), not measured now.
+    On a whole-graph cache hit the report is the cold compile's (nothing is measured).
+    """
+
+    kernel: str
+    chosen: str
+    times: tuple[tuple[str, float | None], ...]
+    bytes: int = 0  # the core's estimate of the memory the kernel moves, which ranked it
+    reused: bool = False
+    errors: tuple[tuple[str, str], ...] = ()  # (label, why it was not timed)
+
+    def __str__(self) -> str:
+        def one(label: str, s: float | None) -> str:
+            mark = "*" if label == self.chosen else ""
+            return f"{label}{mark} {s * 1e6:.1f}us" if s is not None else f"{label}{mark} -"
+
+        how = "reused" if self.reused else "measured"
+        return (
+            f"kernel {self.kernel} ({self.bytes / 2**20:.1f} MiB) {how}: "
+            + ", ".join(one(lab, s) for lab, s in self.times)
+            + f" -> {self.chosen}"
+            + "".join(f"; {lab}: {why}" for lab, why in self.errors)
+        )
+
+
+@dataclass(frozen=True)
 class ExternReport:
     """A library call (mm, conv, attention, ...) the IR runs outside generated kernels on
     purpose: through ATen, or through the function the plugin's ``sdk_extern`` supplied
@@ -210,6 +243,12 @@ class GraphReport:
     #: (a graph split between the plugins of a chain: see its partitions' reports; a graph
     #: that runs in ATen)
     passes: list[PassReport] = field(default_factory=list)
+    #: kernel choices measured at compile time (``sdk_kernel_choices``; the ``tune_budget_s``
+    #: option), one per kernel whose candidates were timed or reused, largest first
+    choices: list[KernelChoiceReport] = field(default_factory=list)
+    #: one line on the measuring: how many kernels, the time it took against the budget, and
+    #: what was left unmeasured and why ("" when nothing was offered or the budget is 0)
+    tuning: str = ""
 
     @property
     def views(self) -> int:
@@ -280,6 +319,10 @@ class GraphReport:
             lines.append(f"  passes: {', '.join(str(p) for p in self.passes)}")
         if self.stage_seconds:
             lines.append(f"  stages: {self.stages_line()}")
+        if self.tuning:
+            lines.append(f"  kernel choices: {self.tuning}")
+        for c in self.choices:
+            lines.append(f"  {c}")
         for p in self.partitions:
             by = p.plugin if p.compiled_by == p.plugin else f"{p.plugin} -> {p.compiled_by}"
             lines.append(

@@ -268,6 +268,8 @@ def _build_variant(
     report.fusion_refusals.clear()
     report.core_fusion_refusals.clear()
     report.passes.clear()
+    report.choices.clear()
+    report.tuning = ""
     report.fallbacks[:] = fallbacks
     announce(session, ctx, report)
     return fn
@@ -291,6 +293,8 @@ def fill(report: GraphReport, plugin: str, part: Any) -> None:
     report.runner, report.program = part.runner, part.program
     report.hook_faults.extend(part.hook_faults)
     report.passes[:] = part.passes
+    report.choices[:] = part.choices
+    report.tuning = part.tuning
 
 
 def announce(session: CompileSession, ctx: CompileContext, report: GraphReport) -> None:

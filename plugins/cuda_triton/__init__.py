@@ -202,4 +202,16 @@ def sdk_compile_kernels(
 ) -> list[sdk.KernelFn]:
     from .launch import compile_sources
 
-    return compile_sources(sources, autotune=ctx.core_options.autotune)
+    return compile_sources(sources)
+
+
+@sdk.hookimpl
+def sdk_kernel_choices(
+    ctx: sdk.CompileContext, kernel: object, source: sdk.KernelSource
+) -> sdk.KernelChoices | None:
+    """On a GPU, a static kernel's other launch configurations: the few nearest the default,
+    every candidate with the ``autotune`` option (``mode="max-autotune"``). The core measures
+    them within its budget and keeps the fastest (nothing under the interpreter)."""
+    from .launch import kernel_choices
+
+    return kernel_choices(source, many=ctx.core_options.autotune)

@@ -1,4 +1,4 @@
-"""Block sizes, kernel shapes and autotune candidates for the Triton renderer.
+"""Block sizes, kernel shapes and the launch configurations measured against them.
 
 Every number the renderer and the launcher choose comes from here, so tuning
 the plugin means reading one file.
@@ -216,8 +216,47 @@ def plan(
     )
 
 
+#: Alternatives offered per kernel by default (``sdk_kernel_choices``; the core measures them
+#: under its automatic budget): the candidates nearest the default configuration.
+DEFAULT_ALTERNATIVES = 3
+
+
+def label(config: dict[str, Any]) -> str:
+    """A configuration as ``sdk.explain`` shows it: ``XBLOCK=64 RBLOCK=512 num_warps=8``."""
+    parts = [f"{k}={v}" for k, v in sorted(config.items()) if k != "pre"]
+    if "pre" in config:
+        parts.append("pre(" + label(config["pre"]) + ")")
+    return " ".join(parts)
+
+
+def _distance(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """How far configuration ``a`` is from ``b``: the sum of the log2 ratios of their numbers."""
+    total = 0.0
+    for k in set(a) | set(b):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) or isinstance(y, dict):
+            total += _distance(x or {}, y or {})
+        elif x is None or y is None:
+            total += 4.0
+        else:
+            total += abs(int(x).bit_length() - int(y).bit_length())
+    return total
+
+
+def alternatives(meta: dict[str, Any], many: bool = False) -> list[dict[str, int]]:
+    """The configurations offered to be measured against the default (which is not among
+    them): every candidate with ``many`` (``autotune``), else the
+    :data:`DEFAULT_ALTERNATIVES` nearest the default (stable order: nearest first)."""
+    cands = candidates(meta)
+    default, rest = cands[0], cands[1:]
+    if many:
+        return rest
+    ranked = sorted(range(len(rest)), key=lambda i: (_distance(rest[i], default), i))
+    return [rest[i] for i in ranked[:DEFAULT_ALTERNATIVES]]
+
+
 def candidates(meta: dict[str, Any]) -> list[dict[str, int]]:
-    """Configurations the autotuner times for a kernel (the default first).
+    """Configurations the core may measure for a kernel (the default first).
 
     Only constexprs and ``num_warps`` vary, never the source: a persistent
     kernel keeps its ``RBLOCK`` and a split kernel its ``SPLIT``.

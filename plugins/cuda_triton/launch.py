@@ -30,20 +30,20 @@ Split reductions launch two kernels and pass scratch buffers after the
 arguments; the scratch is allocated on the first call per device and reused
 (so one launcher must not run concurrently on two streams).
 
-Autotuning
-----------
-With the ``autotune`` option, on a GPU, each kernel's candidate configs
-(:func:`.heuristics.candidates`) are timed once with ``triton.testing.do_bench``
-on synthetic buffers (floats random, integers zero, so indirect indices stay in
-range), and the winner is stored in ``DiskCache("triton-autotune")`` under the
-hash of the source, meta, Triton version and device name. Under the
-interpreter, autotuning is skipped.
+Measured configurations
+-----------------------
+On a GPU, :func:`kernel_choices` offers each static kernel's other launch configurations
+(:func:`.heuristics.alternatives`: the few nearest the default, every candidate with the
+``autotune`` option) to the core (``sdk_kernel_choices``), as sources whose ``meta["config"]``
+is the configuration; the core compiles them through :func:`compile_sources`, times them
+with ``torch.cuda.synchronize``, keeps the fastest and caches the choice. Under the
+interpreter nothing is offered, so nothing is timed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
-import json
 import logging
 import sys
 from collections.abc import Callable
@@ -53,7 +53,7 @@ from typing import Any
 import torch
 
 import sdk
-from sdk.cache import DiskCache, cache_dir, stable_hash, write_atomic
+from sdk.cache import cache_dir, stable_hash, write_atomic
 
 from . import heuristics, interpreting
 
@@ -415,68 +415,35 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
     return launch
 
 
-def _synthetic_args(meta: dict[str, Any]) -> list[torch.Tensor]:
-    out = []
-    for _name, storage, dtype, _role in meta["args"]:
-        dt = getattr(torch, dtype)
-        t = torch.empty(max(int(storage), 1), dtype=dt, device="cuda")
-        if dt.is_floating_point:
-            t.normal_()
-        else:
-            t.zero_()
-        out.append(t)
-    return out
-
-
-def tuned_config(src: sdk.KernelSource) -> dict[str, Any]:
-    """The fastest of the candidate configs, timed once and remembered on disk."""
-    import triton
-    import triton.testing
-
-    meta = src.meta
-    key = stable_hash(
-        "cuda_triton-autotune",
-        src.source,
-        json.dumps(meta, sort_keys=True),
-        triton.__version__,
-        torch.cuda.get_device_name(),
+def kernel_choices(src: sdk.KernelSource, many: bool = False) -> sdk.KernelChoices | None:
+    """The other launch configurations of ``src`` for the core to measure, or None where
+    nothing is measured (the interpreter, no GPU, symbolic sizes: their sizes change per
+    call)."""
+    if interpreting() or not torch.cuda.is_available() or src.meta.get("sizes"):
+        return None
+    alts = [
+        sdk.KernelVariant(
+            heuristics.label(cfg), dataclasses.replace(src, meta={**src.meta, "config": cfg})
+        )
+        for cfg in heuristics.alternatives(src.meta, many=many)
+    ]
+    if not alts:
+        return None
+    return sdk.KernelChoices(
+        tuple(alts),
+        synchronize=torch.cuda.synchronize,
+        default=heuristics.label(src.meta["config"]),
     )
-    cache = DiskCache("triton-autotune")
-    cands = heuristics.candidates(meta)
-    hit = cache.get(key)
-    if hit is not None:
-        try:
-            cfg = json.loads(hit)
-            if cfg in cands:
-                return cfg
-        except ValueError:
-            pass
-    args = _synthetic_args(meta)
-    best, best_ms = cands[0], float("inf")
-    for cfg in cands:
-        try:
-            fn = bind(src, cfg)
-            ms = triton.testing.do_bench(lambda fn=fn: fn(*args), warmup=5, rep=20)
-        except Exception as e:  # noqa: BLE001 - a config may not compile (resources)
-            _log.info("autotune %s: config %s failed: %s", src.name, cfg, e)
-            continue
-        if ms < best_ms:
-            best, best_ms = cfg, ms
-    cache.put(key, json.dumps(best).encode())
-    return best
 
 
-def compile_sources(
-    sources: list[sdk.KernelSource], *, autotune: bool = False
-) -> list[Callable[..., None]]:
-    """One launcher per source, in order (what ``sdk_compile_kernels`` returns)."""
-    tune = autotune and not interpreting() and torch.cuda.is_available()
+def compile_sources(sources: list[sdk.KernelSource]) -> list[Callable[..., None]]:
+    """One launcher per source, in order (what ``sdk_compile_kernels`` returns), each with
+    the launch configuration of its ``meta["config"]``."""
     out = []
     for src in sources:
         if src.language != "triton":
             raise ValueError(f"kernel {src.name} is {src.language}, not triton")
-        # (a kernel of symbolic sizes is not autotuned: its sizes change per call)
-        out.append(bind(src, tuned_config(src) if tune and not src.meta.get("sizes") else None))
+        out.append(bind(src))
     if torch.cuda.is_available() and not interpreting():
         _precompile(out)
     return out

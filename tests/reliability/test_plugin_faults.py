@@ -147,10 +147,11 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _strict_error(fn, backend, hook: str) -> BaseException:
-    """The SDK error naming ``faulty`` and ``hook`` that compiling ``fn`` raises."""
+def _strict_error(fn, backend, hook: str, x: torch.Tensor | None = None) -> BaseException:
+    """The SDK error naming ``faulty`` and ``hook`` that compiling ``fn`` (on ``x``, default
+    :func:`_x`) raises."""
     with pytest.raises(Exception) as info:  # the chain is checked below
-        torch.compile(fn, backend=backend)(_x())
+        torch.compile(fn, backend=backend)(_x() if x is None else x)
     chain = _chain(info.value)
     named = [
         e
@@ -222,6 +223,24 @@ def cache_key_fault(install, hook: str, monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
     monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
     compile_fault(install, hook)
+
+
+def kernel_choices_fault(install, hook: str) -> None:
+    """sdk_kernel_choices is asked for kernels that move a MiB or more, under a budget: its
+    fault is the plugin's, in the report and warned about; the kernels stay as rendered and
+    equal eager; strict mode raises PluginHookError naming plugin and hook."""
+    install(faulty_source(hook))
+    big = torch.rand(512, 1024) + 0.5
+    backend = sdk.backend("faulty", tune_budget_s=5.0)
+    with pytest.warns(sdk.PluginHookWarning, match=f"'faulty'.*{hook}.*SDK_PLUGINS_DENY"):
+        report = sdk.explain(fused, big, backend=backend)
+    assert report.kernels and not report.fallbacks, str(report)
+    assert not any(g.choices for g in report.graphs), str(report)
+    _check_faults(report, hook)
+    torch.testing.assert_close(torch.compile(fused, backend=backend)(big), fused(big))
+    strict = sdk.backend("faulty", tune_budget_s=5.0, fallback=False)
+    assert isinstance(_strict_error(fused, strict, hook, big), sdk.PluginHookError)
+    _healthy(fused)
 
 
 def wrapper_fault(install, hook: str) -> None:
@@ -333,6 +352,7 @@ CASES: dict[str, Callable[..., None]] = {
     **dict.fromkeys(COMPILE, compile_fault),
     "sdk_cache_key": cache_key_fault,
     "sdk_extern": extern_fault,
+    "sdk_kernel_choices": kernel_choices_fault,
     "sdk_wrap_compiled": wrapper_fault,
     **dict.fromkeys(GRAPH_HOOKS, graph_fault),
     **dict.fromkeys(OBSERVERS, observer_fault),

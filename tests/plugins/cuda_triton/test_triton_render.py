@@ -858,15 +858,34 @@ def _ctx(**options) -> sdk.CompileContext:
     )
 
 
-def test_hooks_render_and_compile_with_autotune_option():
+@pytest.mark.parametrize("autotune", [False, True])
+def test_hooks_render_compile_and_offer_configurations_to_measure(autotune):
+    """The kernel's other launch configurations (sdk_kernel_choices) each compute what the
+    rendered one does; under the interpreter none is offered (nothing is timed there)."""
     k = softmax_kernel(8, 1000)
     src = cuda_triton.sdk_render_kernel(ctx=_ctx(), kernel=k)
     assert isinstance(src, sdk.KernelSource) and src.language == "triton"
     assert src.entry == "softmax_8x1000" and "# outer: x0 < 8" in src.source
-    (fn,) = cuda_triton.sdk_compile_kernels(ctx=_ctx(autotune=True), sources=[src])
+    (fn,) = cuda_triton.sdk_compile_kernels(ctx=_ctx(), sources=[src])
     x, y = torch.randn(8, 1000, device=DEV), torch.empty(8, 1000, device=DEV)
     fn(x, y)
     close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+    choices = cuda_triton.sdk_kernel_choices(ctx=_ctx(autotune=autotune), kernel=k, source=src)
+    if DEV == "cpu":
+        assert choices is None
+        return
+    assert isinstance(choices, sdk.KernelChoices) and choices.synchronize is not None
+    few = cuda_triton.sdk_kernel_choices(ctx=_ctx(), kernel=k, source=src)
+    assert 0 < len(few.alternatives) <= len(choices.alternatives)
+    configs = [a.source.meta["config"] for a in choices.alternatives]
+    assert src.meta["config"] not in configs
+    fns = cuda_triton.sdk_compile_kernels(
+        ctx=_ctx(), sources=[a.source for a in choices.alternatives]
+    )
+    for a, f in zip(choices.alternatives, fns, strict=True):
+        y.zero_()
+        f(x, y)
+        close(y, x.softmax(-1), rtol=1e-5, atol=1e-6, msg=a.label)
 
 
 def test_op_support_refuses_complex_accepts_float64():
