@@ -81,6 +81,10 @@ class _CoreImpls:
 _CORE = "sdk-core"
 
 
+class _BadAnswer(TypeError):
+    """A hook answered with something its contract does not allow (the message says what)."""
+
+
 class Registry:
     """All discovered plugins and the pluggy manager they are registered in."""
 
@@ -179,10 +183,14 @@ class Registry:
             return
         try:
             preferences = self._preferences(rec.name, info)
+        except _BadAnswer as exc:
+            self.pm.unregister(plugin)
+            rec.error = f"sdk_preferences {exc}; fix that hook or reinstall {rec.distribution}"
+            return
         except Exception as exc:
             self.pm.unregister(plugin)
             rec.error = (
-                f"sdk_preferences: {describe(exc, one_line=True)}; fix that hook or "
+                f"sdk_preferences raised: {describe(exc, one_line=True)}; fix that hook or "
                 f"reinstall {rec.distribution}"
             )
             return
@@ -203,7 +211,7 @@ class Registry:
         6; :meth:`_load` warns once, naming the fix)."""
         answer = self.caller("sdk_preferences", [name])()
         if answer is not None and not isinstance(answer, Preferences):
-            raise TypeError(
+            raise _BadAnswer(
                 f"returned {type(answer).__name__}, not sdk.Preferences; return an "
                 "sdk.Preferences (or None for the defaults)"
             )

@@ -332,7 +332,7 @@ def _check_faults(report: sdk.ExplainReport, hook: str) -> None:
     assert f"hook fault: sdk:faulty {hook} raised InjectedFault" in str(report), str(report)
 
 
-IDENTITY = ("sdk_plugin_info", "sdk_plugin_status")
+IDENTITY = ("sdk_plugin_info", "sdk_plugin_status", "sdk_preferences")
 COMPILE = (
     "sdk_decompositions",
     "sdk_keep_ops",
