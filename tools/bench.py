@@ -33,7 +33,10 @@ Method of both suites (this is what the printed numbers mean):
   GPU 100 calls. The same inputs are used on every call and no cache is
   flushed between calls: the elementwise inputs are far larger than the
   last-level cache; the small MLPs' weights may stay cache-resident, as in a
-  serving loop.
+  serving loop. Each compiler compiles a function of its own that calls the
+  workload (Dynamo keeps entries per code object: sharing the model's
+  ``forward`` made each call of the first-compiled backend fail the other's
+  guards first, 17-29 us a call, which decided the bs1 rows; Inductor paid it).
 * **Correctness** is checked on the cold call's result, before anything is
   timed: ``torch.testing.assert_close`` against eager (default fp32 tolerances;
   bf16 ``rtol=atol=2e-2``); for the two full models on a GPU and every row of the
