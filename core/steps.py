@@ -4,9 +4,11 @@
 source (the reference, ``options={"runner": "python"}``) and, where every step has a native
 form, as a :class:`Steps` list that the native runner (``core/runner.cpp``, built by
 :mod:`core.native`) executes with one Python->C++ crossing per call. A program with a step
-the runner cannot take (a symbolic size, a host value copied to the device, an RNG seed, a
-plugin's own library function, a collective, a kernel with no C entry point) stays Python,
-and ``Steps.why`` says why.
+the runner cannot take (a symbolic size, a constant copied to the device, a plugin's own
+library function, a collective, an input that is not a tensor) stays Python, and
+``Steps.why`` says why; a kernel with no C entry point is launched through Python from the
+runner. (A per-call RNG seed and an input's device copy are library calls: ``randint``,
+``_to_copy``.)
 
 Each step is a plain tuple, opcode first (``core/runner.cpp`` lists them); :func:`check`
 verifies a list before the runner gets it (every slot written before it is read, opcodes and

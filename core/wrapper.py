@@ -317,7 +317,22 @@ class _WrapperWriter:
                 S.refuse("a host constant is copied to the device")
         if L.needs_seed:
             lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
-            S.refuse("the graph draws random numbers (a seed per call)")
+            # _make_seed's draw as a library call: the same op from the same generator
+            S.add(
+                st.CALL,
+                torch.ops.aten.randint.low,
+                [
+                    (st.VALUE, 0),
+                    (st.VALUE, SEED_HIGH),
+                    (st.VALUE, [1]),
+                    (st.VALUE, torch.int64),
+                    (st.DEFAULT,),  # layout
+                    (st.VALUE, torch.device(L.device)),
+                    (st.DEFAULT,),  # pin_memory
+                ],
+                [S.slot(SEED_BUFFER)],
+                False,
+            )
         if any(not isinstance(spec, TensorSpec) for _, spec in L.inputs):
             S.refuse("a graph input is not a tensor")
         if is_symbolic(L.specs):
@@ -730,10 +745,14 @@ def _vendor_result(result: Any, specs: tuple, multi: bool, who: str) -> tuple:
     return tuple(checked)
 
 
+#: the seeds a program draws per call are in [0, SEED_HIGH)
+SEED_HIGH = 2**62
+
+
 def _make_seed(device: torch.device) -> torch.Tensor:
     """A fresh seed per call, drawn from the device's generator (so manual_seed reproduces
     runs). Drawn on the device: no host-device copy, and a CUDA graph replay draws anew."""
-    return torch.randint(0, 2**62, (1,), dtype=torch.int64, device=device)
+    return torch.randint(0, SEED_HIGH, (1,), dtype=torch.int64, device=device)
 
 
 class _OnDevice:

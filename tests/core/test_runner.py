@@ -214,13 +214,28 @@ def test_a_library_call_that_also_returns_a_number_runs_native():
     assert [g.runner for g in report.graphs] == ["native"]
 
 
+def test_a_graph_that_draws_random_numbers_runs_native_with_the_same_bits():
+    """The per-call seed is drawn by a library call (randint from the device's generator),
+    as the Python program draws it: under one manual_seed both runners give equal bits."""
+
+    def with_dropout(x, w):
+        return (torch.nn.functional.dropout(x @ w, 0.5, training=True) + 1).relu()
+
+    def args():
+        torch.manual_seed(3)
+        return torch.randn(16, 32), torch.randn(32, 32)
+
+    outs = {}
+    for runner in ("python", "native"):
+        torch.manual_seed(7)
+        out, report = _run(with_dropout, args(), runner)
+        outs[runner] = (out, torch.rand(4))  # the generator's state after the call, too
+    _same(outs["python"], outs["native"])
+    assert [g.runner for g in report.graphs] == ["native"]
+    assert (outs["native"][0] == 0).any()  # dropout dropped something
+
+
 def test_steps_the_runner_cannot_take_stay_python_and_say_why():
-    def with_dropout(x):
-        return torch.nn.functional.dropout(x, 0.5, training=True) + 1
-
-    _, report = _run(with_dropout, (torch.randn(64),), "native")
-    assert any("random" in g.runner for g in report.graphs), [g.runner for g in report.graphs]
-
     torch._dynamo.reset()
     backend = sdk.backend("cpu_cpp", runner="native", cache=False)
     f = torch.compile(lambda x: (x * 2).sum(0), backend=backend, dynamic=True)
