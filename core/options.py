@@ -56,7 +56,7 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         None,
         "seconds each compiled graph may spend measuring the kernel choices its plugin offers "
         "(sdk_kernel_choices) and keeping the fastest, once per machine (the choice is cached); "
-        "None: automatic (15% of the graph's compile time, at most 10 s; 120 s with autotune); "
+        "None: automatic (nothing, until measured on a GPU; 120 s with autotune); "
         "0: measure nothing",
         (int, float, type(None)),
     ),
