@@ -385,3 +385,111 @@ def test_max_pool2d_gradient(plugin):
     (g,) = torch.autograd.grad(torch.compile(f, backend=sdk.backend(plugin, fallback=False))(x), x)
     (want,) = torch.autograd.grad(f(x), x)
     torch.testing.assert_close(g, want)
+
+
+# -- LayerNorm over channels, in the forms model zoos write it ----------------------------
+
+
+class _NormPermuted(torch.nn.LayerNorm):
+    """``F.layer_norm`` on the permuted view (N, H, W, C), permuted back (timm's and
+    torchvision's LayerNorm2d)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.layer_norm(
+            x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps
+        )
+        return y.permute(0, 3, 1, 2)
+
+
+class _NormVarMean(torch.nn.LayerNorm):
+    """``var_mean`` over dim 1, ``keepdim=True`` (timm's channels-first LayerNorm2d)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        var, mean = torch.var_mean(x, dim=1, unbiased=False, keepdim=True)
+        y = (x - mean) * torch.rsqrt(var + self.eps)
+        return y * self.weight[:, None, None] + self.bias[:, None, None]
+
+
+class _NormMeans(torch.nn.LayerNorm):
+    """``mean`` over dim 1, then the mean of the squared deviations (ConvNeXt's own
+    channels-first LayerNorm)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        y = (x - u) / torch.sqrt(s + self.eps)
+        return self.weight[:, None, None] * y + self.bias[:, None, None]
+
+
+_NORMS = {"permuted": _NormPermuted, "var_mean": _NormVarMean, "means": _NormMeans}
+
+
+class _ConvMlpBlock(torch.nn.Module):
+    """A ConvNeXt block with 1x1 convolutions for its MLP (timm's ``conv_mlp``): the norm
+    sits between two convolutions in NCHW."""
+
+    def __init__(self, dim: int, norm: type) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = norm(dim, eps=1e-6)
+        self.up = torch.nn.Conv2d(dim, 4 * dim, 1)
+        self.down = torch.nn.Conv2d(4 * dim, dim, 1)
+        self.gamma = torch.nn.Parameter(torch.full((dim,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.down(torch.nn.functional.gelu(self.up(self.norm(self.dw(x)))))
+        return x + y.mul(self.gamma.reshape(1, -1, 1, 1))
+
+
+def _convnext(form: str, device: str) -> torch.nn.Module:
+    norm = _NORMS[form]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 4, 4),
+        norm(16, eps=1e-6),
+        _ConvMlpBlock(16, norm),
+        norm(16, eps=1e-6),
+        torch.nn.Conv2d(16, 32, 2, 2),
+        _ConvMlpBlock(32, norm),
+    )
+    for m in model.modules():  # affine parameters that are not the identity
+        if isinstance(m, torch.nn.LayerNorm):
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.5, 0.5)
+    return model.to(device)
+
+
+def _conversions(graph, op: str) -> int:
+    """Kernels that only copy a buffer into another layout for a convolution call."""
+    return sum(1 for k in graph.kernels if k.ops == (op,) and len(k.inputs) == 1)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_layer_norm_over_channels_gets_one_layout_in_any_form(plugin):
+    """A LayerNorm over the channels of channels-last activations, written as
+    ``F.layer_norm`` on a permuted view, as ``var_mean`` over dim 1, or as two ``mean``s
+    over dim 1, is one kernel that reads the activations as they are and stores its result
+    channels-last for the next convolution. The forms over dim 1 were two kernels each
+    (the statistics stored, then read back: their normalization's loops are the
+    reduction's, transposed); every form now compiles to the same kernels, whose only
+    conversions are the image's and two weights'."""
+    dev = device_of(plugin)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    counts = {}
+    for form in _NORMS:
+        model = _convnext(form, dev).eval()
+        with torch.no_grad():
+            report = sdk.explain(
+                model, x, backend=f"sdk:{plugin}", channels_last=True, fallback=False
+            )
+            got = torch.compile(model, backend=sdk.backend(plugin, channels_last=True))(x)
+            torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+        (graph,) = report.graphs
+        assert _conversions(graph, "aten.convolution.default") == 3, (form, graph.kernels)
+        # the statistics are never a kernel of their own: each reduction's kernel
+        # normalizes too
+        for k in graph.kernels:
+            if {"aten.var_mean.correction", "aten.mean.dim"} & set(k.ops):
+                assert "aten.sub.Tensor" in k.ops, (form, k.ops)
+        counts[form] = len(graph.kernels)
+    assert len(set(counts.values())) == 1, counts
