@@ -172,23 +172,54 @@ def identity_restride(n: torch.fx.Node | None) -> bool:
     )
 
 
-def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
-    """Whether this graph's convolutions run on channels-last activations, and why (a note).
+def _conv_parts(n: torch.fx.Node) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+    """A 2-d convolution's (weight, output, groups) values, forward or backward (the
+    output gradient stands for its output); None for any other node."""
+    if n.op != "call_function":
+        return None
+    if n.target is aten.convolution.default:
+        w, out, groups = n.args[1], n, n.args[8] if len(n.args) > 8 else 1
+    elif n.target is aten.convolution_backward.default:
+        w, out, groups = n.args[2], n.args[0], n.args[9] if len(n.args) > 9 else 1
+    else:
+        return None
+    vals = [x.meta.get("val") if isinstance(x, torch.fx.Node) else None for x in (w, out)]
+    if not all(isinstance(v, torch.Tensor) and v.ndim == 4 for v in vals):
+        return None
+    return vals[0], vals[1], groups
 
-    The option ``channels_last`` decides when set. Otherwise: only for plugins that
-    declare ``Capability.CHANNELS_LAST``, only inference graphs (in training the saved
-    activations leave the forward graph in eager's layout, which would cost a copy
-    each), only 2-d convolutions, and by Inductor's rule: not when convolutions are
-    rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
-    """
-    forced = ctx.core_options.channels_last
-    strided = sorted(
+
+#: meta key of a graph input that comes in other strides than the trace's (a backward
+#: graph's activations, saved channels-last): the trace's strides (see
+#: :func:`addresses_storage`)
+TRACED_STRIDES = "sdk_traced_strides"
+
+
+def addresses_storage(gm: torch.fx.GraphModule) -> list[str]:
+    """The ops of the graph that address their input's storage by the trace's strides
+    (``as_strided`` that is not an identity restride), by name."""
+    return sorted(
         {
             str(n.target)
             for n in gm.graph.nodes
             if n.target in _STRIDE_ADDRESSED and not identity_restride(n)
         }
     )
+
+
+def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
+    """Whether this graph's convolutions run on channels-last activations, and why (a note).
+
+    The option ``channels_last`` decides when set. Otherwise: only for plugins that
+    declare ``Capability.CHANNELS_LAST``, only 2-d convolutions (forward, or backward in
+    a backward graph), and by Inductor's rule: not when convolutions are rare in the
+    graph, and only if the FLOP-weighted measured speed-ups say faster. In training, a
+    forward graph's activations saved for the backward keep the layout chosen here
+    (AOTAutograd compiles the backward for it, :func:`~core.adapters.torch_private.
+    report_output_strides`), and the backward's convolution gradients run channels-last.
+    """
+    forced = ctx.core_options.channels_last
+    strided = addresses_storage(gm)
     if strided and forced is not False:
         # these address the storage by the trace's strides: another layout reads other elements
         note = (
@@ -196,14 +227,7 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             "storage by the strides of the trace"
         )
         return False, note if forced or ctx.has(Capability.CHANNELS_LAST) else ""
-    convs = [
-        n
-        for n in gm.graph.nodes
-        if n.op == "call_function"
-        and n.target is aten.convolution.default
-        and isinstance(n.meta.get("val"), torch.Tensor)
-        and n.meta["val"].ndim == 4
-    ]
+    convs = [n for n in gm.graph.nodes if _conv_parts(n) is not None]
     if forced is not None:
         on = bool(forced) and bool(convs)
         return on, (
@@ -212,17 +236,13 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             if on
             else ""
         )
-    if not convs or not ctx.has(Capability.CHANNELS_LAST) or ctx.graph_kind != "inference":
+    if not convs or not ctx.has(Capability.CHANNELS_LAST):
         return False, ""
     if len(gm.graph.nodes) >= 300 * len(convs):
         return False, ""
     total = weighted = 0.0
     for n in convs:
-        w = n.args[1].meta.get("val") if isinstance(n.args[1], torch.fx.Node) else None
-        out = n.meta["val"]
-        if not isinstance(w, torch.Tensor):
-            continue
-        groups = n.args[8] if len(n.args) > 8 else 1
+        w, out, groups = _conv_parts(n)
         cout, cin_g, kh, kw = (size_hint(s) for s in shape_of(w))
         flops = 2.0 * size_hint(sym_size(out.numel())) * cin_g * kh * kw
         if groups > 1 and cin_g > 1:

@@ -28,7 +28,7 @@ from sdk.errors import LoweringError
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport
 
-from ..adapters.torch_private import OpOverloadPacket, aten, sym_size
+from ..adapters.torch_private import OpOverloadPacket, aten, saved_for_backward, sym_size
 from ..fallback import op_name
 from ..ir.expr import Const, Expr, IndexValue, Op, subs_index
 from ..ir.graph import (
@@ -45,6 +45,7 @@ from ..ir.graph import (
 from ..ir.index import is_static, static, var
 from ..ir.kernel import Layout
 from .layouts import (
+    TRACED_STRIDES,
     _dense,
     _following_strides,
     _loads,
@@ -52,6 +53,7 @@ from .layouts import (
     _meta_strides,
     _meta_view,
     _tensor_meta_ok,
+    addresses_storage,
     channels_last_wanted,
     same_strides,
     shape_of,
@@ -281,6 +283,18 @@ class Lowerer:
         self.channels_last, why = channels_last or channels_last_wanted(gm, ctx)
         if why:
             ctx.note(why)
+        self._addresses_storage = addresses_storage(gm)
+        #: positions of the outputs whose layout the core chooses: a forward graph's
+        #: activations saved for the backward (AOTAutograd compiles the backward for the
+        #: strides they get); every other output leaves in eager's strides
+        self.free_outputs: frozenset[int] = frozenset()
+        if self.channels_last and ctx.graph_kind == "forward":
+            self.free_outputs = saved_for_backward(len(out_node.args[0])) or frozenset()
+            self._graph_outputs = {
+                a
+                for i, a in enumerate(out_node.args[0])
+                if isinstance(a, torch.fx.Node) and i not in self.free_outputs
+            }
 
     # -- naming -------------------------------------------------------------
 
@@ -316,6 +330,11 @@ class Lowerer:
             if n.op == "placeholder":
                 self.env[n] = self._input(placeholder, self.specs[placeholder])
                 placeholder += 1
+                traced = n.meta.get(TRACED_STRIDES)
+                if traced is not None and self._addresses_storage:
+                    # an op of the graph addresses storage by the trace's strides (an
+                    # as_strided): the input, given in others, is copied into those
+                    self.env[n] = self.require_layout(self.env[n], traced)
             elif n.op == "call_function":
                 self.env[n] = self._call(n)
             elif n.op == "output":
@@ -411,7 +430,9 @@ class Lowerer:
         args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
         if target in EXTERN_OPS:
-            return self.extern(target, args, kwargs)
+            # a library call; a lowering of it (if any) prepares its operands' layouts
+            fn = LOWERINGS.get(target)
+            return fn(self, *args, **kwargs) if fn else self.extern(target, args, kwargs)
         if n.name in self.refused:
             return self.extern(target, args, kwargs, reason=self.refused[n.name])
         verdict = self.hooks.sdk_op_support(ctx=self.ctx, op=target, node=n)
@@ -665,8 +686,12 @@ class Lowerer:
         return tuple(results) if node.multi_output else results[0]
 
     def require_layout(self, x: Any, strides: tuple[int, ...]) -> Any:
-        """``x`` as a buffer with these strides: itself if it already is one, else a copy
-        (a computed node stored in them)."""
+        """``x`` as a buffer with these strides: itself if it already is one; a value
+        computed only for this call, stored in them; else a copy (a computed node stored
+        in them)."""
+        if isinstance(x, TensorValue) and x.storage is None:
+            layout = Layout(tuple(x.sizes), strides, 0, x.dtype, self.ctx.device_type)
+            return self.pointwise(x.sizes, x.dtype, x.load, layout=layout).storage
         st = self.realize(x)
         if not isinstance(st, StorageView):
             return st
@@ -674,7 +699,43 @@ class Lowerer:
         if same_strides(lay.sizes, lay.strides, strides):
             return st
         layout = Layout(tuple(lay.sizes), strides, 0, lay.dtype, self.ctx.device_type)
+        if self._relayout(x, st, layout):
+            return st
         return self.pointwise(lay.sizes, lay.dtype, st.load, layout=layout)
+
+    def _relayout(self, x: Any, st: StorageView, layout: Layout) -> bool:
+        """Store the computed node behind ``x`` in ``layout`` instead of its own, where
+        nothing has read its memory yet (a gradient made for a convolution's backward
+        call: it followed the layout of what it was computed from, and would be copied).
+        Kernels read a computed node by its per-dimension index, whatever its layout; a
+        library call, a strided view or a graph output of it keeps the layout it has."""
+        if not isinstance(x, ComputedView) or x.reindex is not None or x.storage is not st:
+            return False
+        node = x.node
+        if node.is_reduction or node.name in self.merged or st.layout != node.layout:
+            return False
+        holders = [
+            (fx, v)
+            for fx, v in self.env.items()
+            if (isinstance(v, ComputedView) and v.node is node)
+            or (isinstance(v, StorageView) and v.buffer == node.name)
+        ]
+        if not holders or any(fx in self._graph_outputs for fx, _ in holders):
+            return False
+        if any(isinstance(v, StorageView) and v is not st for _, v in holders):
+            return False  # a strided view of its memory in the old layout
+        for n in self.nodes:
+            if n is node or node.name not in n.reads:
+                continue
+            if isinstance(n, ExternNode) or any(
+                ld.buffer == node.name and not isinstance(ld.index, tuple) for ld in _loads(n.value)
+            ):
+                return False  # reads its memory (a kernel reads it per dimension)
+        node.layout = layout
+        self.layouts[node.name] = layout
+        st.layout = layout
+        self._cse = {k: v for k, v in self._cse.items() if v is not node}
+        return True
 
     def view(
         self,

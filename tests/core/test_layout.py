@@ -493,3 +493,72 @@ def test_layer_norm_over_channels_gets_one_layout_in_any_form(plugin):
                 assert "aten.sub.Tensor" in k.ops, (form, k.ops)
         counts[form] = len(graph.kernels)
     assert len(set(counts.values())) == 1, counts
+
+
+def _functional(model: torch.nn.Module):
+    names = [n for n, _ in model.named_parameters()]
+
+    def f(x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(model, dict(zip(names, params)), (x,))
+
+    params = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
+    return f, params
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("form", list(_NORMS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_over_channels_trains_like_eager(plugin, form, dtype):
+    """A training step of that model in each form, channels-last, against eager: the
+    output and every parameter's gradient (the backward reads channels-last activations
+    saved by the forward)."""
+    from tests.opcheck import check
+
+    dev = device_of(plugin)
+    model = _convnext(form, dev).to(dtype)
+    f, params = _functional(model)
+    x = torch.randn(2, 3, 32, 32, device=dev, dtype=dtype)
+    check(f, [x, *params], plugin=plugin, channels_last=True)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_layer_norm_over_channels_trains_in_one_layout(plugin):
+    """The forward graph's activations saved for the backward stay channels-last: they
+    were stored in eager's layout and converted back for each convolution (the forms over
+    dim 1 took 17 forward kernels against the permuted form's 10). Every form's forward
+    now has the same kernels, with no conversion but the image's and two weights'; the
+    backward's convolution gradients take channels-last operands, and its only
+    conversions are the image (saved as it came) and the two weights."""
+    dev = device_of(plugin)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    counts = {}
+    for form in _NORMS:
+        f, params = _functional(_convnext(form, dev))
+        report = sdk.explain(f, x, *params, backend=f"sdk:{plugin}", channels_last=True)
+        fwd = next(g for g in report.graphs if g.kind == "forward")
+        bwd = next(g for g in report.graphs if g.kind == "backward")
+        assert any(n.startswith("channels-last activations") for n in bwd.notes), bwd.notes
+        assert _conversions(fwd, "aten.convolution.default") == 3, [k.ops for k in fwd.kernels]
+        assert _conversions(bwd, "aten.convolution_backward.default") == 3, [
+            k.ops for k in bwd.kernels
+        ]
+        counts[form] = len(fwd.kernels)
+    assert len(set(counts.values())) == 1, counts
+
+
+def test_training_graphs_choose_channels_last_by_the_plugin_capability():
+    """Without the option, a plugin that declares Capability.CHANNELS_LAST gets
+    channels-last in training as in inference: both graphs of a convnet's step say so."""
+    pytest.importorskip("triton")
+    import os
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("cuda_triton needs a GPU or TRITON_INTERPRET=1")
+    dev = device_of("cuda_triton")
+    model = _convnext("var_mean", dev)
+    f, params = _functional(model)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    report = sdk.explain(f, x, *params, backend="sdk:cuda_triton")
+    assert {g.kind for g in report.graphs} == {"forward", "backward"}
+    for g in report.graphs:
+        assert any(n.startswith("channels-last activations") for n in g.notes), (g.kind, g.notes)
