@@ -20,6 +20,8 @@ from sdk.plugin import Capability, CompileContext
 from ..adapters.torch_private import aten, sym_size
 from ..ir.expr import Expr, Load
 from ..ir.graph import (
+    ComputedView,
+    ExternNode,
     StorageView,
     TensorValue,
     contiguous_strides,
@@ -207,6 +209,51 @@ def addresses_storage(gm: torch.fx.GraphModule) -> list[str]:
     )
 
 
+_REDUCTIONS = {
+    aten.sum.dim_IntList,
+    aten.mean.dim,
+    aten.var_mean.correction,
+    aten.var.correction,
+    aten.native_batch_norm_backward.default,
+    aten._native_batch_norm_legit_functional.default,
+    aten.native_batch_norm.default,
+}
+
+
+def _channels_last_inputs(gm: torch.fx.GraphModule) -> bool:
+    """Whether a 4-d input of the graph is channels-last (a backward graph's activations,
+    saved so by its forward)."""
+    for n in gm.graph.nodes:
+        v = n.meta.get("val") if n.op == "placeholder" else None
+        if (
+            isinstance(v, torch.Tensor)
+            and v.ndim == 4
+            and v.shape[1] != 1
+            and v.is_contiguous(memory_format=torch.channels_last)
+            and not v.is_contiguous()
+        ):
+            return True
+    return False
+
+
+def _batch_statistics(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph reduces 4-d activations over N, H and W (batch norm in training,
+    decomposed or not)."""
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target not in _REDUCTIONS:
+            continue
+        if "batch_norm" in str(n.target):
+            return True
+        x = n.args[0] if n.args else None
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
+        if not isinstance(val, torch.Tensor) or val.ndim != 4 or not isinstance(dims, list):
+            continue
+        if {d % 4 for d in dims} == {0, 2, 3}:
+            return True
+    return False
+
+
 def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
     """Whether this graph's convolutions run on channels-last activations, and why (a note).
 
@@ -238,6 +285,14 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
         )
     if not convs or not ctx.has(Capability.CHANNELS_LAST):
         return False, ""
+    if ctx.graph_kind == "backward" and not _channels_last_inputs(gm):
+        return False, ""  # its forward kept the trace's layout: so does it
+    if ctx.graph_kind == "forward" and _batch_statistics(gm):
+        return False, (
+            "channels-last not chosen for training: its batch statistics (batch norm's "
+            "reductions over N, H, W) would be column reductions over channels-last "
+            "activations, slower than the convolutions gain (BENCHMARKS.md)"
+        )
     if len(gm.graph.nodes) >= 300 * len(convs):
         return False, ""
     total = weighted = 0.0
@@ -261,6 +316,42 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             "convolutions (mostly grouped) are faster in the trace's layout"
         )
     return True, f"channels-last activations around {len(convs)} convolution(s)"
+
+
+def relayout(L: Any, x: Any, st: StorageView, layout: Layout) -> bool:
+    """For :meth:`.lowerer.Lowerer.require_layout` of ``L``: store the computed node
+    behind ``x`` in ``layout`` instead of its own, where nothing has read its memory yet
+    (a gradient made for a convolution's backward call: it followed the layout of what
+    it was computed from, and would be copied). Kernels read a computed node by its
+    per-dimension index, whatever its layout; a library call, a strided view or a graph
+    output of it keeps the layout it has."""
+    if not isinstance(x, ComputedView) or x.reindex is not None or x.storage is not st:
+        return False
+    node = x.node
+    if node.is_reduction or node.name in L.merged or st.layout != node.layout:
+        return False
+    holders = [
+        (fx, v)
+        for fx, v in L.env.items()
+        if (isinstance(v, ComputedView) and v.node is node)
+        or (isinstance(v, StorageView) and v.buffer == node.name)
+    ]
+    if not holders or any(fx in L._graph_outputs for fx, _ in holders):
+        return False
+    if any(isinstance(v, StorageView) and v is not st for _, v in holders):
+        return False  # a strided view of its memory in the old layout
+    for n in L.nodes:
+        if n is node or node.name not in n.reads:
+            continue
+        if isinstance(n, ExternNode) or any(
+            ld.buffer == node.name and not isinstance(ld.index, tuple) for ld in _loads(n.value)
+        ):
+            return False  # reads its memory (a kernel reads it per dimension)
+    node.layout = layout
+    L.layouts[node.name] = layout
+    st.layout = layout
+    L._cse = {k: v for k, v in L._cse.items() if v is not node}
+    return True
 
 
 def _meta_strides(

@@ -55,6 +55,7 @@ from .layouts import (
     _tensor_meta_ok,
     addresses_storage,
     channels_last_wanted,
+    relayout,
     same_strides,
     shape_of,
     strides_of,
@@ -699,43 +700,9 @@ class Lowerer:
         if same_strides(lay.sizes, lay.strides, strides):
             return st
         layout = Layout(tuple(lay.sizes), strides, 0, lay.dtype, self.ctx.device_type)
-        if self._relayout(x, st, layout):
+        if relayout(self, x, st, layout):
             return st
         return self.pointwise(lay.sizes, lay.dtype, st.load, layout=layout)
-
-    def _relayout(self, x: Any, st: StorageView, layout: Layout) -> bool:
-        """Store the computed node behind ``x`` in ``layout`` instead of its own, where
-        nothing has read its memory yet (a gradient made for a convolution's backward
-        call: it followed the layout of what it was computed from, and would be copied).
-        Kernels read a computed node by its per-dimension index, whatever its layout; a
-        library call, a strided view or a graph output of it keeps the layout it has."""
-        if not isinstance(x, ComputedView) or x.reindex is not None or x.storage is not st:
-            return False
-        node = x.node
-        if node.is_reduction or node.name in self.merged or st.layout != node.layout:
-            return False
-        holders = [
-            (fx, v)
-            for fx, v in self.env.items()
-            if (isinstance(v, ComputedView) and v.node is node)
-            or (isinstance(v, StorageView) and v.buffer == node.name)
-        ]
-        if not holders or any(fx in self._graph_outputs for fx, _ in holders):
-            return False
-        if any(isinstance(v, StorageView) and v is not st for _, v in holders):
-            return False  # a strided view of its memory in the old layout
-        for n in self.nodes:
-            if n is node or node.name not in n.reads:
-                continue
-            if isinstance(n, ExternNode) or any(
-                ld.buffer == node.name and not isinstance(ld.index, tuple) for ld in _loads(n.value)
-            ):
-                return False  # reads its memory (a kernel reads it per dimension)
-        node.layout = layout
-        self.layouts[node.name] = layout
-        st.layout = layout
-        self._cse = {k: v for k, v in self._cse.items() if v is not node}
-        return True
 
     def view(
         self,

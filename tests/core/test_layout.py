@@ -562,3 +562,22 @@ def test_training_graphs_choose_channels_last_by_the_plugin_capability():
     assert {g.kind for g in report.graphs} == {"forward", "backward"}
     for g in report.graphs:
         assert any(n.startswith("channels-last activations") for n in g.notes), (g.kind, g.notes)
+
+
+def test_training_with_batch_statistics_keeps_the_traces_layout():
+    """Batch norm in training reduces over N, H and W: over channels-last activations those
+    are column reductions, slower than what channels-last convolutions gain (BENCHMARKS.md,
+    resnet50_train). Without the option, such a step keeps the trace's layout, and the
+    report says why; a LayerNorm convnet's step (above) goes channels-last."""
+    pytest.importorskip("triton")
+    import os
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("cuda_triton needs a GPU or TRITON_INTERPRET=1")
+    dev = device_of("cuda_triton")
+    model = _net(dev).train()
+    f, params = _functional(model)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    report = sdk.explain(lambda x, *p: f(x, *p)[0], x, *params, backend="sdk:cuda_triton")
+    fwd = next(g for g in report.graphs if g.kind == "forward")
+    assert any(n.startswith("channels-last not chosen for training") for n in fwd.notes), fwd.notes
