@@ -65,8 +65,8 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
     "channels_last": OptionSpec(
         None,
         "channels-last activations around convolutions: None lets the core decide per "
-        "graph (plugins with Capability.CHANNELS_LAST, inference graphs), True always, False "
-        "never",
+        "graph (plugins with Capability.CHANNELS_LAST; in training, not where batch norm "
+        "reduces over N, H, W), True always, False never",
         (bool, type(None)),
     ),
 }
