@@ -77,8 +77,8 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
     "channels_last": OptionSpec(
         None,
         "channels-last activations around convolutions: None lets the core decide per "
-        "graph (plugins with Preferences.channels_last, inference graphs), True always, False "
-        "never",
+        "graph (plugins with Preferences.channels_last; inference graphs: training graphs only "
+        "with True until measured on a GPU), True always, False never",
         (bool, type(None)),
     ),
 }

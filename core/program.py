@@ -31,6 +31,7 @@ from sdk.report import (
 
 from . import graph_cache, logs, passes, tune, warm
 from . import steps as st
+from .adapters.torch_private import report_output_strides
 from .fallback import op_name
 from .ir.graph import ComputedView, ExternNode, TensorValue
 from .ir.kernel import Kernel, Layout, check_kernel
@@ -182,6 +183,13 @@ def _build(
             raise PluginFailure(f"kernels over sdk:{ctx.plugin}'s sdk_kernel_limits: {over}")
         refused.update(fresh)
 
+    if L.free_outputs:
+        report_output_strides(
+            [
+                _strides(outputs[i], layouts) if i in L.free_outputs else None
+                for i in range(len(outputs))
+            ]
+        )
     program = overlap_communication(program)
     kernels = [k for k in program if isinstance(k, Kernel)]
     debug = session.debug
@@ -233,6 +241,16 @@ def _build(
     )
     _announce_kernels(session, ctx, sources, parts)
     return fn, parts, wrapper, sources, fns
+
+
+def _strides(entry: tuple, layouts: dict[str, Layout]) -> tuple[int, ...] | None:
+    """The strides a graph output of this plan entry (see :func:`_plan_outputs`) leaves in."""
+    kind, name, layout = entry
+    if kind == "view":
+        return tuple(layout.strides)
+    if kind == "buf" and name in layouts:
+        return tuple(layouts[name].strides)
+    return None
 
 
 def _schedule(
@@ -588,14 +606,19 @@ def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
     """How each graph output is produced, and the computed buffers that must be stored."""
     plan, keep = [], set()
     returned: set[str] = set()
-    for v, meta in zip(L.outputs, L.output_metas):
+    for i, (v, meta) in enumerate(zip(L.outputs, L.output_metas)):
         st = v.storage if isinstance(v, TensorValue) else None
         if st is not None and st.buffer in L.merged and st.buffer in returned:
             # two graph nodes of equal values became one node: each output gets its own
             v = L.pointwise(v.sizes, v.dtype, v.load, cse=False)
         if st is not None:
             returned.add(st.buffer)
-        if L.channels_last and isinstance(v, TensorValue) and isinstance(meta, torch.Tensor):
+        if (
+            L.channels_last
+            and i not in L.free_outputs
+            and isinstance(v, TensorValue)
+            and isinstance(meta, torch.Tensor)
+        ):
             # a layout the core chose stays inside the graph: outputs leave in eager's
             want = strides_of(meta)
             st = v.storage

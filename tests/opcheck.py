@@ -86,7 +86,7 @@ def check(
     def in_low_precision(what: str) -> list[torch.Tensor]:
         """Eager in the inputs' own dtype (run once, when a comparison needs it): its
         outputs, or its gradients for ``gouts``."""
-        if not eager_low:
+        if what not in eager_low:  # (the gradients once ``gouts`` are drawn)
             low_in = _clone(list(inputs))
             outs = fn(*low_in)
             eager_low["out"] = _tensors(outs)

@@ -205,48 +205,62 @@ def _torchvision_train(arch: str) -> Callable[[Any, str, str], Case]:
     ``loss.backward()``; the loss, the logits and every parameter gradient are checked."""
 
     def build(dev: Any, dtype: str, size: str) -> Case:
-        import torch
-
         tv = _need("torchvision")
-        bs, hw = _CONVNET_TRAIN_SIZES[size]
         kw = _TORCHVISION_TRAIN_KW.get(arch, {})
-        torch.manual_seed(0)
-        model = getattr(tv.models, arch)(weights=None, **kw).train()
-        x = torch.randn(bs, 3, hw, hw)
-        labels = torch.randint(0, 1000, (bs,))
-        holder = [copy.deepcopy(model).double().to(dev)]
-        model = model.to(device=dev, dtype=_dtype(dtype))
-        x64, x = x.to(dev).double(), x.to(device=dev, dtype=_dtype(dtype))
-        labels = labels.to(dev)
-
-        def run(m: Any, f: Callable[..., Any], inp: Any) -> tuple[Any, Any]:
-            m.zero_grad(set_to_none=True)
-            logits = f(inp)
-            loss = torch.nn.functional.cross_entropy(logits, labels)
-            loss.backward()
-            return loss, logits
-
-        def collect(m: Any, out: tuple[Any, Any]) -> list[tuple[str, Any]]:
-            return [("loss", out[0]), ("logits", out[1])] + [
-                (f"grad {n}", p.grad) for n, p in m.named_parameters()
-            ]
-
-        def fp64_outputs() -> list[tuple[str, Any]]:
-            model64 = holder.pop()
-            return bench_check._named(collect(model64, run(model64, model64, x64)))
-
         extra = "".join(f", {k}={v}" for k, v in kw.items())
-        return Case(
-            model,
-            lambda f: run(model, f, x),
-            lambda out: collect(model, out),
-            f"torchvision {arch}(weights=None{extra}), bs {bs}, {hw}x{hw}, {dtype}, train, "
-            "cross-entropy + backward",
-            fp64_outputs=fp64_outputs,
-            rule_tol=_TOL_TORCHVISION_TRAIN,
+        return _classifier_train_case(
+            dev,
+            dtype,
+            size,
+            lambda: getattr(tv.models, arch)(weights=None, **kw),
+            f"torchvision {arch}(weights=None{extra})",
+            _TOL_TORCHVISION_TRAIN,
         )
 
     return build
+
+
+def _classifier_train_case(
+    dev: Any, dtype: str, size: str, make_model: Callable[[], Any], desc: str, tol: float
+) -> Case:
+    """A classifier's training step: ``train()`` mode, cross-entropy over 1000 classes,
+    ``loss.backward()``; the loss, the logits and every parameter gradient are checked."""
+    import torch
+
+    bs, hw = _CONVNET_TRAIN_SIZES[size]
+    torch.manual_seed(0)
+    model = make_model().train()
+    x = torch.randn(bs, 3, hw, hw)
+    labels = torch.randint(0, 1000, (bs,))
+    holder = [copy.deepcopy(model).double().to(dev)]
+    model = model.to(device=dev, dtype=_dtype(dtype))
+    x64, x = x.to(dev).double(), x.to(device=dev, dtype=_dtype(dtype))
+    labels = labels.to(dev)
+
+    def run(m: Any, f: Callable[..., Any], inp: Any) -> tuple[Any, Any]:
+        m.zero_grad(set_to_none=True)
+        logits = f(inp)
+        loss = torch.nn.functional.cross_entropy(logits, labels)
+        loss.backward()
+        return loss, logits
+
+    def collect(m: Any, out: tuple[Any, Any]) -> list[tuple[str, Any]]:
+        return [("loss", out[0]), ("logits", out[1])] + [
+            (f"grad {n}", p.grad) for n, p in m.named_parameters()
+        ]
+
+    def fp64_outputs() -> list[tuple[str, Any]]:
+        model64 = holder.pop()
+        return bench_check._named(collect(model64, run(model64, model64, x64)))
+
+    return Case(
+        model,
+        lambda f: run(model, f, x),
+        lambda out: collect(model, out),
+        f"{desc}, bs {bs}, {hw}x{hw}, {dtype}, train, cross-entropy + backward",
+        fp64_outputs=fp64_outputs,
+        rule_tol=tol,
+    )
 
 
 # --- timm --------------------------------------------------------------------
@@ -272,7 +286,36 @@ _TIMM = {
             "full": {},
         },
     ),
+    # convnets not tuned for: ConvNeXt as timm builds it (LayerNorm2d: F.layer_norm on a
+    # permuted view, permuted back; the head's LayerNorm2d after a mean over (H, W)), and
+    # RegNetY (grouped 3x3 convolutions, squeeze-excitation, BatchNorm + ReLU)
+    "timm_convnext_tiny": ("convnext_tiny", {"small": {}, "full": {}}),
+    "regnety_008": ("regnety_008", {"small": {}, "full": {}}),
 }
+
+#: Keyword arguments that make a timm training step deterministic (see
+#: ``_TORCHVISION_TRAIN_KW``): no dropout, no stochastic depth.
+_TIMM_TRAIN_KW = {"drop_rate": 0.0, "drop_path_rate": 0.0}
+
+
+def _timm_train(key: str) -> Callable[[Any, str, str], Case]:
+    """A training step of a timm classifier (see :func:`_classifier_train_case`)."""
+
+    def build(dev: Any, dtype: str, size: str) -> Case:
+        timm = _need("timm")
+        arch, by_size = _TIMM[key]
+        kw = {**by_size[size], **_TIMM_TRAIN_KW}
+        extra = "".join(f", {k}={v}" for k, v in kw.items() if k != "img_size")
+        return _classifier_train_case(
+            dev,
+            dtype,
+            size,
+            lambda: timm.create_model(arch, pretrained=False, **kw),
+            f"timm {arch}(pretrained=False{extra})",
+            _TOL_TIMM,
+        )
+
+    return build
 
 
 def _timm(key: str) -> Callable[[Any, str, str], Case]:

@@ -4,7 +4,10 @@ Rows (``--list`` prints them; each in bf16 and fp32, named ``<model>_<dtype>``):
 
 * inference, ``eval()`` under ``no_grad``: torchvision ``resnet18``, ``resnet34``,
   ``efficientnet_b0``, ``mobilenet_v3_large``, ``convnext_tiny`` (7x7 depthwise
-  convolutions, channels-last LayerNorm); timm ``deit_tiny`` and ``swin_tiny``;
+  convolutions, channels-last LayerNorm); timm ``deit_tiny`` and ``swin_tiny``; timm
+  ``convnext_tiny`` (``timm_convnext_tiny``: ConvNeXt as timm builds it, ``LayerNorm2d``)
+  and ``regnety_008`` (RegNetY: grouped convolutions, squeeze-excitation), also as
+  training steps (``_train``: timm's dropout and drop-path 0);
 * training steps (``<model>_train``: forward + loss + backward, no optimizer): torchvision
   ``resnet50``, ``mobilenet_v3_large`` and ``convnext_tiny`` in ``train()`` mode (batch norm
   on the batch's statistics; dropout and stochastic depth 0), cross-entropy over 1000
@@ -69,6 +72,7 @@ from sdk.tools.bench_model_cases import (
     _qwen2,
     _t5,
     _timm,
+    _timm_train,
     _torchvision,
     _torchvision_train,
     _whisper,
@@ -121,6 +125,10 @@ MODELS: tuple[Model, ...] = (
     Model("convnext_tiny_train", "train", "torchvision", _torchvision_train("convnext_tiny")),
     Model("deit_tiny", "inference", "timm", _timm("deit_tiny")),
     Model("swin_tiny", "inference", "timm", _timm("swin_tiny")),
+    Model("timm_convnext_tiny", "inference", "timm", _timm("timm_convnext_tiny")),
+    Model("timm_convnext_tiny_train", "train", "timm", _timm_train("timm_convnext_tiny")),
+    Model("regnety_008", "inference", "timm", _timm("regnety_008")),
+    Model("regnety_008_train", "train", "timm", _timm_train("regnety_008")),
     Model("gpt2_train", "train", "transformers", _gpt2),
     Model("distilbert_train", "train", "transformers", _distilbert),
     Model("qwen2_train", "train", "transformers", _qwen2),

@@ -390,6 +390,40 @@ def concrete_graph(gm: torch.fx.GraphModule, specs: tuple) -> torch.fx.GraphModu
     return new
 
 
+def saved_for_backward(num_outputs: int) -> frozenset[int] | None:
+    """The positions of the forward graph's outputs that AOTAutograd saves for the
+    backward (activations: no user sees them), where AOTAutograd is compiling a forward
+    graph of ``num_outputs`` outputs now; else None."""
+    from torch._guards import TracingContext
+
+    tc = TracingContext.try_get()
+    meta = getattr(tc, "fw_metadata", None) if tc is not None else None
+    if meta is None or getattr(tc, "output_strides", None) is None:
+        return None
+    try:
+        saved = range(num_outputs)[meta.tensors_saved_for_backwards_slice]
+        symints = range(num_outputs)[meta.symints_saved_for_backwards_slice]
+    except (AssertionError, AttributeError, TypeError):
+        return None
+    if len(symints) != (meta.num_symints_saved_for_bw or 0) or not saved:
+        return None
+    if saved[-1] + 1 + len(symints) != num_outputs:
+        return None  # not the whole forward graph (a chain's partition)
+    return frozenset(saved)
+
+
+def report_output_strides(strides: list[tuple[int, ...] | None]) -> None:
+    """Tell AOTAutograd the strides the forward graph's outputs have (None: eager's), as
+    Inductor does: it compiles the backward graph for saved activations of these
+    strides. Only while it compiles a forward graph."""
+    from torch._guards import TracingContext
+
+    tc = TracingContext.try_get()
+    out = getattr(tc, "output_strides", None) if tc is not None else None
+    if out is not None:
+        out[:] = strides
+
+
 # ---------------------------------------------------------------------------
 # Run time: what wrapper plugins (CUDA graphs) need to know about steps and storages
 # ---------------------------------------------------------------------------

@@ -20,6 +20,8 @@ from sdk.plugin import CompileContext
 from ..adapters.torch_private import aten, sym_size
 from ..ir.expr import Expr, Load
 from ..ir.graph import (
+    ComputedView,
+    ExternNode,
     StorageView,
     TensorValue,
     contiguous_strides,
@@ -172,23 +174,106 @@ def identity_restride(n: torch.fx.Node | None) -> bool:
     )
 
 
-def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
-    """Whether this graph's convolutions run on channels-last activations, and why (a note).
+def _conv_parts(n: torch.fx.Node) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+    """A 2-d convolution's (weight, output, groups) values, forward or backward (the
+    output gradient stands for its output); None for any other node."""
+    if n.op != "call_function":
+        return None
+    if n.target is aten.convolution.default:
+        w, out, groups = n.args[1], n, n.args[8] if len(n.args) > 8 else 1
+    elif n.target is aten.convolution_backward.default:
+        w, out, groups = n.args[2], n.args[0], n.args[9] if len(n.args) > 9 else 1
+    else:
+        return None
+    vals = [x.meta.get("val") if isinstance(x, torch.fx.Node) else None for x in (w, out)]
+    if not all(isinstance(v, torch.Tensor) and v.ndim == 4 for v in vals):
+        return None
+    return vals[0], vals[1], groups
 
-    The option ``channels_last`` decides when set. Otherwise: only for plugins that
-    prefer it (``Preferences.channels_last``), only inference graphs (in training the saved
-    activations leave the forward graph in eager's layout, which would cost a copy
-    each), only 2-d convolutions, and by Inductor's rule: not when convolutions are
-    rare in the graph, and only if the FLOP-weighted measured speed-ups say faster.
-    """
-    forced = ctx.core_options.channels_last
-    strided = sorted(
+
+#: meta key of a graph input that comes in other strides than the trace's (a backward
+#: graph's activations, saved channels-last): the trace's strides (see
+#: :func:`addresses_storage`)
+TRACED_STRIDES = "sdk_traced_strides"
+
+
+def addresses_storage(gm: torch.fx.GraphModule) -> list[str]:
+    """The ops of the graph that address their input's storage by the trace's strides
+    (``as_strided`` that is not an identity restride), by name."""
+    return sorted(
         {
             str(n.target)
             for n in gm.graph.nodes
             if n.target in _STRIDE_ADDRESSED and not identity_restride(n)
         }
     )
+
+
+_REDUCTIONS = {
+    aten.sum.dim_IntList,
+    aten.mean.dim,
+    aten.var_mean.correction,
+    aten.var.correction,
+    aten.native_batch_norm_backward.default,
+    aten._native_batch_norm_legit_functional.default,
+    aten.native_batch_norm.default,
+}
+
+
+def _channels_last_inputs(gm: torch.fx.GraphModule) -> bool:
+    """Whether a 4-d input of the graph is channels-last (a backward graph's activations,
+    saved so by its forward)."""
+    for n in gm.graph.nodes:
+        v = n.meta.get("val") if n.op == "placeholder" else None
+        if (
+            isinstance(v, torch.Tensor)
+            and v.ndim == 4
+            and v.shape[1] != 1
+            and v.is_contiguous(memory_format=torch.channels_last)
+            and not v.is_contiguous()
+        ):
+            return True
+    return False
+
+
+def _batch_statistics(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph reduces 4-d activations over N, H and W (batch norm in training,
+    decomposed or not)."""
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target not in _REDUCTIONS:
+            continue
+        if "batch_norm" in str(n.target):
+            return True
+        x = n.args[0] if n.args else None
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
+        if not isinstance(val, torch.Tensor) or val.ndim != 4 or not isinstance(dims, list):
+            continue
+        if {d % 4 for d in dims} == {0, 2, 3}:
+            return True
+    return False
+
+
+#: whether a plugin's preference chooses channels-last for training graphs too (the
+#: ``channels_last`` option aside): not until the GPU models suite has measured it
+TRAINING_BY_DEFAULT = False
+
+
+def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
+    """Whether this graph's convolutions run on channels-last activations, and why (a note).
+
+    The option ``channels_last`` decides when set. Otherwise: only for plugins that
+    prefer it (``Preferences.channels_last``), only 2-d convolutions, only inference graphs
+    (training graphs with ``channels_last=True`` alone, until that is measured on a GPU),
+    and by Inductor's rule: not when convolutions are rare in the graph, and only if the
+    FLOP-weighted measured speed-ups say faster. In training (``channels_last=True``), a
+    forward graph's activations saved for the backward keep the layout chosen here
+    (AOTAutograd compiles the backward for it, :func:`~core.adapters.torch_private.
+    report_output_strides`), and the backward's convolution gradients run channels-last;
+    without it, a backward whose inputs come channels-last follows them.
+    """
+    forced = ctx.core_options.channels_last
+    strided = addresses_storage(gm)
     if strided and forced is not False:
         # these address the storage by the trace's strides: another layout reads other elements
         note = (
@@ -196,14 +281,7 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             "storage by the strides of the trace"
         )
         return False, note if forced or ctx.preferences.channels_last else ""
-    convs = [
-        n
-        for n in gm.graph.nodes
-        if n.op == "call_function"
-        and n.target is aten.convolution.default
-        and isinstance(n.meta.get("val"), torch.Tensor)
-        and n.meta["val"].ndim == 4
-    ]
+    convs = [n for n in gm.graph.nodes if _conv_parts(n) is not None]
     if forced is not None:
         on = bool(forced) and bool(convs)
         return on, (
@@ -212,17 +290,23 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             if on
             else ""
         )
-    if not convs or not ctx.preferences.channels_last or ctx.graph_kind != "inference":
+    if not convs or not ctx.preferences.channels_last:
         return False, ""
+    if ctx.graph_kind == "forward" and not TRAINING_BY_DEFAULT:
+        return False, ""
+    if ctx.graph_kind == "backward" and not _channels_last_inputs(gm):
+        return False, ""  # its forward kept the trace's layout: so does it
+    if ctx.graph_kind == "forward" and _batch_statistics(gm):
+        return False, (
+            "channels-last not chosen for training: its batch statistics (batch norm's "
+            "reductions over N, H, W) would be column reductions over channels-last "
+            "activations, slower than the convolutions gain (BENCHMARKS.md)"
+        )
     if len(gm.graph.nodes) >= 300 * len(convs):
         return False, ""
     total = weighted = 0.0
     for n in convs:
-        w = n.args[1].meta.get("val") if isinstance(n.args[1], torch.fx.Node) else None
-        out = n.meta["val"]
-        if not isinstance(w, torch.Tensor):
-            continue
-        groups = n.args[8] if len(n.args) > 8 else 1
+        w, out, groups = _conv_parts(n)
         cout, cin_g, kh, kw = (size_hint(s) for s in shape_of(w))
         flops = 2.0 * size_hint(sym_size(out.numel())) * cin_g * kh * kw
         if groups > 1 and cin_g > 1:
@@ -241,6 +325,42 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
             "convolutions (mostly grouped) are faster in the trace's layout"
         )
     return True, f"channels-last activations around {len(convs)} convolution(s)"
+
+
+def relayout(L: Any, x: Any, st: StorageView, layout: Layout) -> bool:
+    """For :meth:`.lowerer.Lowerer.require_layout` of ``L``: store the computed node
+    behind ``x`` in ``layout`` instead of its own, where nothing has read its memory yet
+    (a gradient made for a convolution's backward call: it followed the layout of what
+    it was computed from, and would be copied). Kernels read a computed node by its
+    per-dimension index, whatever its layout; a library call, a strided view or a graph
+    output of it keeps the layout it has."""
+    if not isinstance(x, ComputedView) or x.reindex is not None or x.storage is not st:
+        return False
+    node = x.node
+    if node.is_reduction or node.name in L.merged or st.layout != node.layout:
+        return False
+    holders = [
+        (fx, v)
+        for fx, v in L.env.items()
+        if (isinstance(v, ComputedView) and v.node is node)
+        or (isinstance(v, StorageView) and v.buffer == node.name)
+    ]
+    if not holders or any(fx in L._graph_outputs for fx, _ in holders):
+        return False
+    if any(isinstance(v, StorageView) and v is not st for _, v in holders):
+        return False  # a strided view of its memory in the old layout
+    for n in L.nodes:
+        if n is node or node.name not in n.reads:
+            continue
+        if isinstance(n, ExternNode) or any(
+            ld.buffer == node.name and not isinstance(ld.index, tuple) for ld in _loads(n.value)
+        ):
+            return False  # reads its memory (a kernel reads it per dimension)
+    node.layout = layout
+    L.layouts[node.name] = layout
+    st.layout = layout
+    L._cse = {k: v for k, v in L._cse.items() if v is not node}
+    return True
 
 
 def _meta_strides(

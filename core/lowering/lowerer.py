@@ -28,7 +28,7 @@ from sdk.errors import LoweringError
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport
 
-from ..adapters.torch_private import OpOverloadPacket, aten, sym_size
+from ..adapters.torch_private import OpOverloadPacket, aten, saved_for_backward, sym_size
 from ..fallback import op_name
 from ..ir.expr import Const, Expr, IndexValue, Op, subs_index
 from ..ir.graph import (
@@ -45,6 +45,7 @@ from ..ir.graph import (
 from ..ir.index import is_static, static, var
 from ..ir.kernel import Layout
 from .layouts import (
+    TRACED_STRIDES,
     _dense,
     _following_strides,
     _loads,
@@ -52,7 +53,9 @@ from .layouts import (
     _meta_strides,
     _meta_view,
     _tensor_meta_ok,
+    addresses_storage,
     channels_last_wanted,
+    relayout,
     same_strides,
     shape_of,
     strides_of,
@@ -308,6 +311,18 @@ class Lowerer:
         self.channels_last, why = channels_last or channels_last_wanted(gm, ctx)
         if why:
             ctx.note(why)
+        self._addresses_storage = addresses_storage(gm)
+        #: positions of the outputs whose layout the core chooses: a forward graph's
+        #: activations saved for the backward (AOTAutograd compiles the backward for the
+        #: strides they get); every other output leaves in eager's strides
+        self.free_outputs: frozenset[int] = frozenset()
+        if self.channels_last and ctx.graph_kind == "forward":
+            self.free_outputs = saved_for_backward(len(out_node.args[0])) or frozenset()
+            self._graph_outputs = {
+                a
+                for i, a in enumerate(out_node.args[0])
+                if isinstance(a, torch.fx.Node) and i not in self.free_outputs
+            }
 
     # -- naming -------------------------------------------------------------
 
@@ -343,6 +358,11 @@ class Lowerer:
             if n.op == "placeholder":
                 self.env[n] = self._input(placeholder, self.specs[placeholder])
                 placeholder += 1
+                traced = n.meta.get(TRACED_STRIDES)
+                if traced is not None and self._addresses_storage:
+                    # an op of the graph addresses storage by the trace's strides (an
+                    # as_strided): the input, given in others, is copied into those
+                    self.env[n] = self.require_layout(self.env[n], traced)
             elif n.op == "call_function":
                 self.env[n] = self._call(n)
             elif n.op == "output":
@@ -438,7 +458,11 @@ class Lowerer:
         args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
         if target in EXTERN_OPS:
-            return self.extern(target, args, kwargs)
+            if foreign_device(n, self.ctx.device_type) is not None:
+                return self.extern(target, args, kwargs)  # (on another device: ATen's, as is)
+            # a library call; a lowering of it (if any) prepares its operands' layouts
+            fn = LOWERINGS.get(target)
+            return fn(self, *args, **kwargs) if fn else self.extern(target, args, kwargs)
         elsewhere = foreign_device(n, self.ctx.device_type)
         if elsewhere is not None:
             return self.extern(target, args, kwargs, reason=elsewhere)
@@ -695,8 +719,12 @@ class Lowerer:
         return tuple(results) if node.multi_output else results[0]
 
     def require_layout(self, x: Any, strides: tuple[int, ...]) -> Any:
-        """``x`` as a buffer with these strides: itself if it already is one, else a copy
-        (a computed node stored in them)."""
+        """``x`` as a buffer with these strides: itself if it already is one; a value
+        computed only for this call, stored in them; else a copy (a computed node stored
+        in them)."""
+        if isinstance(x, TensorValue) and x.storage is None:
+            layout = Layout(tuple(x.sizes), strides, 0, x.dtype, self.ctx.device_type)
+            return self.pointwise(x.sizes, x.dtype, x.load, layout=layout).storage
         st = self.realize(x)
         if not isinstance(st, StorageView):
             return st
@@ -704,6 +732,8 @@ class Lowerer:
         if same_strides(lay.sizes, lay.strides, strides):
             return st
         layout = Layout(tuple(lay.sizes), strides, 0, lay.dtype, self.ctx.device_type)
+        if relayout(self, x, st, layout):
+            return st
         return self.pointwise(lay.sizes, lay.dtype, st.load, layout=layout)
 
     def view(

@@ -124,6 +124,20 @@ def _conv_call(L: Lowerer, x: Any, weight: Any, bias: Any, rest: tuple) -> Any:
     return L.extern(target, (x, weight, bias, *rest), {})
 
 
+@register(aten.convolution_backward.default)
+def _convolution_backward(L: Lowerer, grad_output: Any, x: Any, weight: Any, *rest: Any) -> Any:
+    """A library call. Where the graph runs channels-last, on channels-last operands (the
+    library converts any other itself, a copy on every call), answering channels-last
+    gradients: a convnet's gradients stay channels-last through its backward."""
+    target = aten.convolution_backward.default
+    tensors = (grad_output, x, weight)
+    if L.channels_last and all(isinstance(t, TensorValue) and t.ndim == 4 for t in tensors):
+        grad_output, x, weight = (
+            L.require_layout(t, channels_last_strides(t.sizes)) for t in tensors
+        )
+    return L.extern(target, (grad_output, x, weight, *rest), {})
+
+
 @register(aten.max_pool2d_with_indices.default)
 def _max_pool2d(
     L: Lowerer,

@@ -9,6 +9,7 @@ order, the arguments, the size symbols and the kernel's name.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +92,7 @@ class _Builder:
         try:
             wanted = set(self.xs + self.rs)
             for r in self.g.members:
-                if r is node or node.name not in r.reads:
+                if r is node or node.name not in r.reads or r.name in self._mapping_stack:
                     continue
                 try:
                     rm = self._mapping(r)
@@ -107,11 +108,81 @@ class _Builder:
                             v: (sympy.Integer(0) if sz == 1 else i)
                             for v, i, sz in zip(node.vars, idx, node.sizes)
                         }
+            found = self._mapping_from_reads(node)
+            if found is not None:
+                return found
         finally:
             self._mapping_stack.discard(node.name)
         raise _NotFusable(
             f"{node.name} is a transpose of the group's loops that no member reads plainly"
         )
+
+    def _mapping_from_reads(self, node: Node) -> dict[sympy.Symbol, sympy.Expr] | None:
+        """Node vars -> group vars, taken from what ``node`` reads: where it loads a
+        buffer (a member, or one another member also loads) as the other side does, its
+        var at each position (or of each stride, in a linear index) takes the group var
+        the other side has there. A LayerNorm over dim 1 (``x - mean(x, 1)``): the
+        normalization reads ``x`` as the reduction over the channels does, so its channel
+        var is the reduction's loop. Any one-to-one mapping is correct (members are
+        inlined at their readers' indices); this one walks memory as the group's other
+        reads do. None where it does not cover every loop once."""
+        own = [ld for ld in loads(node.value) if not ld.binds]
+        wanted = set(self.xs + self.rs)
+        mapping: dict[sympy.Symbol, sympy.Expr] = {}
+
+        def pairs(mine: Any, theirs: Any) -> list[tuple[Any, Any]]:
+            """(node var, group var) matched by position, or by equal coefficient."""
+            if isinstance(mine, tuple) and isinstance(theirs, tuple):
+                return list(zip(mine, theirs)) if len(mine) == len(theirs) else []
+            if isinstance(mine, tuple) or isinstance(theirs, tuple):
+                return []
+            a = _coefficients(mine, node.vars)
+            b = _coefficients(theirs, tuple(wanted))
+            if a is None or b is None:
+                return []
+            return [(v, g) for v, c in a.items() for g, d in b.items() if c == d]
+
+        for ld in own:
+            theirs: list[Any] = []
+            p = self.members.get(ld.buffer)
+            if p is not None and p is not node:
+                if isinstance(ld.index, tuple):
+                    with contextlib.suppress(_NotFusable):
+                        theirs.append(tuple(self.store_index(p)))
+            else:
+                for r in self.g.members:
+                    if r is node or ld.buffer not in r.reads or r.name in self._mapping_stack:
+                        continue
+                    if _fits(r, self.g.X, self.g.R) == "permuted":
+                        continue  # its own mapping may come from this node's
+                    try:
+                        rm = self._mapping(r)
+                    except _NotFusable:
+                        continue
+                    for other in loads(r.value):
+                        if other.buffer != ld.buffer or other.binds:
+                            continue
+                        if isinstance(other.index, tuple):
+                            theirs.append(
+                                tuple(
+                                    sympy.expand(sympy.sympify(i).xreplace(rm)) for i in other.index
+                                )
+                            )
+                        else:
+                            theirs.append(sympy.expand(other.index.xreplace(rm)))
+            for other in theirs:
+                for v, g in pairs(ld.index, other):
+                    v, g = sympy.sympify(v), sympy.sympify(g)
+                    if v in node.vars and g in wanted and mapping.setdefault(v, g) != g:
+                        return None  # read two ways: no one order
+        moving = [v for v, sz in zip(node.vars, node.sizes) if sz != 1]
+        if any(v not in mapping for v in moving) or {mapping[v] for v in moving} != wanted:
+            return None
+        if len(moving) != len(wanted):
+            return None
+        return {
+            v: mapping[v] if sz != 1 else sympy.Integer(0) for v, sz in zip(node.vars, node.sizes)
+        }
 
     def store_index(self, node: Node) -> tuple[sympy.Expr, ...]:
         m = self._mapping(node)
@@ -310,6 +381,23 @@ _EXPENSIVE = frozenset(
         "rsqrt",
     }
 )
+
+
+def _coefficients(index: Any, vars: tuple) -> dict[Any, Any] | None:
+    """A linear index's coefficient of each of ``vars`` it uses, where they are distinct
+    (None where it is not linear in them, or two share one)."""
+    expr = sympy.expand(sympy.sympify(index))
+    out: dict[Any, Any] = {}
+    for v in vars:
+        c = expr.coeff(v)
+        if c == 0:
+            continue
+        if c.free_symbols & set(vars):
+            return None
+        out[v] = c
+    if len(set(out.values())) != len(out):
+        return None
+    return out
 
 
 def _expensive(e: Expr) -> bool:

@@ -25,6 +25,7 @@ from .. import fallback, logs, program, warm
 from ..adapters import torch_private as tp
 from ..guards import Specializing, TensorSpec, size_bindings, spec_of
 from ..ir.index import size_hints
+from ..lowering.layouts import TRACED_STRIDES
 from ..registry import observe
 from ..session import CompileSession
 from . import wrap
@@ -54,10 +55,12 @@ def run(session: CompileSession, job: Job) -> Built:
 
     def build(specs: tuple) -> Callable:
         # a variant the trace did not describe gets its own, concrete metadata
-        same = traced is not None and all(
-            _same_layout(a, b) for a, b in zip(specs, traced, strict=True)
+        same = (
+            traced is not None
+            and all(_same_layout(a, b) for a, b in zip(specs, traced, strict=True))
+            and _placeholders_match(gm, specs)
         )
-        graph = gm if same else tp.concrete_graph(gm, specs)
+        graph = gm if same else _retraced(gm, specs)
 
         def common() -> torch.fx.GraphModule:  # for the chain: before redecomposing
             return as_traced if same else tp.concrete_graph(as_traced, specs)
@@ -338,6 +341,47 @@ class _LazySpecializing:
             if self._recipe is not None:
                 self._recipe.first = specs
         return self._inner(*args)
+
+
+def _retraced(gm: torch.fx.GraphModule, specs: tuple) -> torch.fx.GraphModule:
+    """:func:`~core.adapters.torch_private.concrete_graph` for ``specs``; each input whose
+    strides differ from the trace's keeps those in its meta (``TRACED_STRIDES``)."""
+    traced = {
+        n.name: tuple(n.meta["val"].stride())
+        for n in gm.graph.nodes
+        if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+    }
+    new = tp.concrete_graph(gm, specs)
+    for n in new.graph.nodes:
+        val = n.meta.get("val")
+        if n.op != "placeholder" or n.name not in traced or not isinstance(val, torch.Tensor):
+            continue
+        try:
+            was = tuple(int(s) for s in traced[n.name])
+        except (TypeError, ValueError):
+            continue
+        if any(a != b for a, b, k in zip(was, val.stride(), val.shape) if k != 1):
+            n.meta[TRACED_STRIDES] = was
+    return new
+
+
+def _placeholders_match(gm: torch.fx.GraphModule, specs: tuple) -> bool:
+    """Whether the graph's input metadata has the specs' strides. A backward graph's
+    saved activations come in the strides the forward compile gave them (AOTAutograd
+    restrides its example inputs, not the graph's metadata): a graph whose metadata
+    says otherwise is re-derived for them."""
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for n, spec in zip(phs, specs):
+        v = n.meta.get("val")
+        if not isinstance(v, torch.Tensor) or not isinstance(spec, TensorSpec):
+            continue
+        try:
+            strides = tuple(int(s) for s in v.stride())
+        except (TypeError, ValueError):
+            return True  # symbolic: compared by the guards
+        if any(a != b for a, b, n in zip(strides, spec.strides, spec.sizes) if n != 1):
+            return False
+    return True
 
 
 def _same_layout(a: Any, b: Any) -> bool:

@@ -385,3 +385,209 @@ def test_max_pool2d_gradient(plugin):
     (g,) = torch.autograd.grad(torch.compile(f, backend=sdk.backend(plugin, fallback=False))(x), x)
     (want,) = torch.autograd.grad(f(x), x)
     torch.testing.assert_close(g, want)
+
+
+# -- LayerNorm over channels, in the forms model zoos write it ----------------------------
+
+
+class _NormPermuted(torch.nn.LayerNorm):
+    """``F.layer_norm`` on the permuted view (N, H, W, C), permuted back (timm's and
+    torchvision's LayerNorm2d)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.layer_norm(
+            x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps
+        )
+        return y.permute(0, 3, 1, 2)
+
+
+class _NormVarMean(torch.nn.LayerNorm):
+    """``var_mean`` over dim 1, ``keepdim=True`` (timm's channels-first LayerNorm2d)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        var, mean = torch.var_mean(x, dim=1, unbiased=False, keepdim=True)
+        y = (x - mean) * torch.rsqrt(var + self.eps)
+        return y * self.weight[:, None, None] + self.bias[:, None, None]
+
+
+class _NormMeans(torch.nn.LayerNorm):
+    """``mean`` over dim 1, then the mean of the squared deviations (ConvNeXt's own
+    channels-first LayerNorm)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        u = x.mean(1, keepdim=True)
+        s = (x - u).pow(2).mean(1, keepdim=True)
+        y = (x - u) / torch.sqrt(s + self.eps)
+        return self.weight[:, None, None] * y + self.bias[:, None, None]
+
+
+_NORMS = {"permuted": _NormPermuted, "var_mean": _NormVarMean, "means": _NormMeans}
+
+
+class _ConvMlpBlock(torch.nn.Module):
+    """A ConvNeXt block with 1x1 convolutions for its MLP (timm's ``conv_mlp``): the norm
+    sits between two convolutions in NCHW."""
+
+    def __init__(self, dim: int, norm: type) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = norm(dim, eps=1e-6)
+        self.up = torch.nn.Conv2d(dim, 4 * dim, 1)
+        self.down = torch.nn.Conv2d(4 * dim, dim, 1)
+        self.gamma = torch.nn.Parameter(torch.full((dim,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.down(torch.nn.functional.gelu(self.up(self.norm(self.dw(x)))))
+        return x + y.mul(self.gamma.reshape(1, -1, 1, 1))
+
+
+def _convnext(form: str, device: str) -> torch.nn.Module:
+    norm = _NORMS[form]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 4, 4),
+        norm(16, eps=1e-6),
+        _ConvMlpBlock(16, norm),
+        norm(16, eps=1e-6),
+        torch.nn.Conv2d(16, 32, 2, 2),
+        _ConvMlpBlock(32, norm),
+    )
+    for m in model.modules():  # affine parameters that are not the identity
+        if isinstance(m, torch.nn.LayerNorm):
+            m.weight.data.uniform_(0.5, 1.5)
+            m.bias.data.uniform_(-0.5, 0.5)
+    return model.to(device)
+
+
+def _conversions(graph, op: str) -> int:
+    """Kernels that only copy a buffer into another layout for a convolution call."""
+    return sum(1 for k in graph.kernels if k.ops == (op,) and len(k.inputs) == 1)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_layer_norm_over_channels_gets_one_layout_in_any_form(plugin):
+    """A LayerNorm over the channels of channels-last activations, written as
+    ``F.layer_norm`` on a permuted view, as ``var_mean`` over dim 1, or as two ``mean``s
+    over dim 1, is one kernel that reads the activations as they are and stores its result
+    channels-last for the next convolution. The forms over dim 1 were two kernels each
+    (the statistics stored, then read back: their normalization's loops are the
+    reduction's, transposed); every form now compiles to the same kernels, whose only
+    conversions are the image's and two weights'."""
+    dev = device_of(plugin)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    counts = {}
+    for form in _NORMS:
+        model = _convnext(form, dev).eval()
+        with torch.no_grad():
+            report = sdk.explain(
+                model, x, backend=f"sdk:{plugin}", channels_last=True, fallback=False
+            )
+            got = torch.compile(model, backend=sdk.backend(plugin, channels_last=True))(x)
+            torch.testing.assert_close(got, model(x), rtol=1e-4, atol=1e-4)
+        (graph,) = report.graphs
+        assert _conversions(graph, "aten.convolution.default") == 3, (form, graph.kernels)
+        # the statistics are never a kernel of their own: each reduction's kernel
+        # normalizes too
+        for k in graph.kernels:
+            if {"aten.var_mean.correction", "aten.mean.dim"} & set(k.ops):
+                assert "aten.sub.Tensor" in k.ops, (form, k.ops)
+        counts[form] = len(graph.kernels)
+    assert len(set(counts.values())) == 1, counts
+
+
+def _functional(model: torch.nn.Module):
+    names = [n for n, _ in model.named_parameters()]
+
+    def f(x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(model, dict(zip(names, params)), (x,))
+
+    params = [p.detach().clone().requires_grad_(True) for p in model.parameters()]
+    return f, params
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("form", list(_NORMS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_over_channels_trains_like_eager(plugin, form, dtype):
+    """A training step of that model in each form, channels-last, against eager: the
+    output and every parameter's gradient (the backward reads channels-last activations
+    saved by the forward)."""
+    from tests.opcheck import check
+
+    dev = device_of(plugin)
+    model = _convnext(form, dev).to(dtype)
+    f, params = _functional(model)
+    x = torch.randn(2, 3, 32, 32, device=dev, dtype=dtype)
+    check(f, [x, *params], plugin=plugin, channels_last=True)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_layer_norm_over_channels_trains_in_one_layout(plugin):
+    """The forward graph's activations saved for the backward stay channels-last: they
+    were stored in eager's layout and converted back for each convolution (the forms over
+    dim 1 took 17 forward kernels against the permuted form's 10). Every form's forward
+    now has the same kernels, with no conversion but the image's and two weights'; the
+    backward's convolution gradients take channels-last operands, and its only
+    conversions are the image (saved as it came) and the two weights."""
+    dev = device_of(plugin)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    counts = {}
+    for form in _NORMS:
+        f, params = _functional(_convnext(form, dev))
+        report = sdk.explain(f, x, *params, backend=f"sdk:{plugin}", channels_last=True)
+        fwd = next(g for g in report.graphs if g.kind == "forward")
+        bwd = next(g for g in report.graphs if g.kind == "backward")
+        assert any(n.startswith("channels-last activations") for n in bwd.notes), bwd.notes
+        assert _conversions(fwd, "aten.convolution.default") == 3, [k.ops for k in fwd.kernels]
+        assert _conversions(bwd, "aten.convolution_backward.default") == 3, [
+            k.ops for k in bwd.kernels
+        ]
+        counts[form] = len(fwd.kernels)
+    assert len(set(counts.values())) == 1, counts
+
+
+def test_training_graphs_choose_channels_last_by_the_plugin_preference(monkeypatch):
+    """Without the option, a plugin that prefers channels-last gets it in training as in
+    inference once the rule is on (``TRAINING_BY_DEFAULT``, off until measured on a GPU):
+    both graphs of a convnet's step say so; with the rule off, neither does."""
+    from sdk.core.lowering import layouts
+
+    pytest.importorskip("triton")
+    import os
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("cuda_triton needs a GPU or TRITON_INTERPRET=1")
+    dev = device_of("cuda_triton")
+    model = _convnext("var_mean", dev)
+    f, params = _functional(model)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    for on in (False, True):
+        monkeypatch.setattr(layouts, "TRAINING_BY_DEFAULT", on)
+        torch._dynamo.reset()
+        report = sdk.explain(f, x, *params, backend="sdk:cuda_triton")
+        assert {g.kind for g in report.graphs} == {"forward", "backward"}
+        for g in report.graphs:
+            chosen = any(n.startswith("channels-last activations") for n in g.notes)
+            assert chosen == on, (on, g.kind, g.notes)
+
+
+def test_training_with_batch_statistics_keeps_the_traces_layout(monkeypatch):
+    """Batch norm in training reduces over N, H and W: over channels-last activations those
+    are column reductions, slower than what channels-last convolutions gain (BENCHMARKS.md,
+    resnet50_train). Without the option, such a step keeps the trace's layout, and the
+    report says why; a LayerNorm convnet's step (above) goes channels-last."""
+    pytest.importorskip("triton")
+    import os
+
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("cuda_triton needs a GPU or TRITON_INTERPRET=1")
+    from sdk.core.lowering import layouts
+
+    monkeypatch.setattr(layouts, "TRAINING_BY_DEFAULT", True)
+    dev = device_of("cuda_triton")
+    model = _net(dev).train()
+    f, params = _functional(model)
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    report = sdk.explain(lambda x, *p: f(x, *p)[0], x, *params, backend="sdk:cuda_triton")
+    fwd = next(g for g in report.graphs if g.kind == "forward")
+    assert any(n.startswith("channels-last not chosen for training") for n in fwd.notes), fwd.notes

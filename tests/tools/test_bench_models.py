@@ -44,6 +44,8 @@ def test_every_model_has_a_bf16_and_an_fp32_row():
                 "resnet50_train_fp32",
                 "mobilenet_v3_large_train_fp32",
                 "convnext_tiny_train_fp32",
+                "timm_convnext_tiny_train_fp32",
+                "regnety_008_train_fp32",
                 "gpt2_train_fp32",
                 "distilbert_train_fp32",
                 "qwen2_train_fp32",
