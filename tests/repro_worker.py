@@ -16,24 +16,14 @@ import argparse
 
 import torch
 
+from tests import models
+
 
 def _gpt2(dev: str, dtype: torch.dtype) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    from transformers import GPT2Config, GPT2LMHeadModel
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    config = GPT2Config(
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        vocab_size=512,
-        n_positions=64,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        use_cache=False,
-    )
-    model = GPT2LMHeadModel(config).to(device=dev, dtype=dtype).train()
+    model = models.gpt2(use_cache=False).to(device=dev, dtype=dtype).train()
     # repeated tokens: several rows of the embedding's gradient sum many contributions
     ids = torch.randint(0, 32, (2, 48)).to(dev)
     return model, {"input_ids": ids, "labels": ids}

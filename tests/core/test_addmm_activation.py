@@ -9,20 +9,11 @@ import pytest
 import torch
 
 import sdk
+from tests import models
 from tests.gpu.common import check_inference, rmse_ok
 from tests.plugins_under_test import PLUGINS, device_of
 
 pytestmark = pytest.mark.parametrize("plugin", PLUGINS)
-
-
-def _mlp() -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Linear(32, 64),
-        torch.nn.ReLU(),
-        torch.nn.Linear(64, 64),
-        torch.nn.ReLU(),
-        torch.nn.Linear(64, 8),
-    )
 
 
 def _ops(reports: list) -> tuple[list[str], list[str]]:
@@ -37,7 +28,7 @@ def test_relu_runs_in_the_product(plugin, dtype, batch, graph_reports):
     """Inference: outputs within Dynamo's rule of eager, both ReLUs inside library calls."""
     dev = device_of(plugin)
     torch.manual_seed(0)
-    model = _mlp().to(dev, dtype).eval()
+    model = models.mlp(32, 64, 64, 8, act=torch.nn.ReLU).to(dev, dtype).eval()
     check_inference(
         model, sdk.backend(plugin), lambda: torch.randn(batch, 32, device=dev, dtype=dtype)
     )
@@ -51,7 +42,7 @@ def test_training_step_matches_eager(plugin, graph_reports):
     result) for ReLU's derivative, as it read the ReLU kernel's."""
     dev = device_of(plugin)
     torch.manual_seed(0)
-    model = _mlp().to(dev)
+    model = models.mlp(32, 64, 64, 8, act=torch.nn.ReLU).to(dev)
     eager, ref = copy.deepcopy(model), copy.deepcopy(model).double()
     step = torch.compile(model, backend=sdk.backend(plugin))
     x = torch.randn(24, 32, device=dev)

@@ -12,12 +12,9 @@ from torch import nn
 
 import sdk
 from sdk.core.adapters import torch_private as tp
+from tests import models
 
 BACKEND = "sdk:cpu_cpp"
-
-
-def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))
 
 
 class Block(nn.Module):  # a module of the user's own (Dynamo starts at its forward)
@@ -42,7 +39,10 @@ def with_breaks(x):
 
 
 def test_explain_of_an_already_compiled_model_compiles_nothing(seeded, graph_reports):
-    for model, x in ((mlp(), torch.randn(8, 16)), (Block(), torch.randn(3, 8))):
+    for model, x in (
+        (models.mlp(16, 32, 4, layernorm=True), torch.randn(8, 16)),
+        (Block(), torch.randn(3, 8)),
+    ):
         compiled = torch.compile(model, backend=BACKEND)
         compiled(x).sum().backward()
         compiled_then = list(graph_reports)
@@ -151,7 +151,7 @@ def test_the_reports_go_with_dynamo_s_compiled_graphs(seeded):
 def test_each_graph_reports_its_compile_stages_and_their_times(seeded, graph_reports):
     """A compile's stages (core/stages) each say what they took: AOTAutograd for the first
     graph it made, the build of every variant, the wrap; explain prints them on one line."""
-    model, x = mlp(), torch.randn(8, 16)
+    model, x = models.mlp(16, 32, 4, layernorm=True), torch.randn(8, 16)
     compiled = torch.compile(model, backend=BACKEND)
     compiled(x).sum().backward()
     by_kind = {g.kind: g for g in graph_reports}

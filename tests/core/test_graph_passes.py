@@ -10,6 +10,7 @@ import torch
 
 import sdk
 from sdk import HookFault, PassReport
+from tests import models
 from tests.plugins_under_test import _triton_available
 
 VENDOR = """
@@ -103,13 +104,6 @@ def passy(make_plugin, fake_dist, use_registry):
     mod.MODE["answer"] = "none"
 
 
-def _mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU()
-    )
-
-
 def _externs(report) -> list[str]:
     return [e.op for g in report.graphs for e in g.externs]
 
@@ -121,7 +115,7 @@ def _kernel_ops(report) -> list[str]:
 def test_explain_lists_the_core_passes_and_what_each_changed():
     """cpu_cpp (no bias preferences) runs relu_into_addmm alone: two ReLUs fused in the
     forward, none to fuse in the backward."""
-    model, x = _mlp(), torch.randn(8, 16)
+    model, x = models.mlp(16, 32, 32, act=torch.nn.ReLU, act_last=True, seed=0), torch.randn(8, 16)
     report = sdk.explain(model, x, backend="sdk:cpu_cpp")
     passes = {g.kind: g.passes for g in report.graphs}
     assert passes == {
@@ -172,7 +166,7 @@ def test_preferences_add_the_bias_passes_to_the_list():
 
 
 def test_a_plugin_turning_off_relu_into_addmm_gets_an_unfused_relu(passy):
-    model, x = _mlp(), torch.randn(8, 16)
+    model, x = models.mlp(16, 32, 32, act=torch.nn.ReLU, act_last=True, seed=0), torch.randn(8, 16)
     with torch.no_grad():
         passy.MODE["answer"] = "relu_off"
         off = sdk.explain(model, x, backend="sdk:passy")
@@ -270,7 +264,8 @@ def test_the_graph_cache_keys_a_program_on_its_passes(passy, tmp_path, monkeypat
     hit reports the passes its program was compiled with."""
     monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
-    model, x = _mlp().eval(), torch.randn(8, 16)
+    model = models.mlp(16, 32, 32, act=torch.nn.ReLU, act_last=True, seed=0).eval()
+    x = torch.randn(8, 16)
 
     def explain():
         torch._dynamo.reset()
@@ -308,7 +303,8 @@ def test_a_warm_start_serves_no_program_of_other_passes(passy, tmp_path, monkeyp
     monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    model, x = _mlp().eval(), torch.randn(8, 16)
+    model = models.mlp(16, 32, 32, act=torch.nn.ReLU, act_last=True, seed=0).eval()
+    x = torch.randn(8, 16)
 
     def explain():
         torch._dynamo.reset()

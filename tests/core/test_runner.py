@@ -16,11 +16,13 @@ import warnings
 
 import pytest
 import torch
+from torch import nn
 
 import sdk
 from sdk.core import native
 from sdk.core import steps as st
 from sdk.errors import OptionError
+from tests import models
 
 pytestmark = pytest.mark.skipif(
     native.module() is None, reason=f"the native runner does not build here: {native.why_not()}"
@@ -70,20 +72,7 @@ def _train_case(model: torch.nn.Module, make_input):
 
 
 def _gpt2():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    cfg = GPT2Config(
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        vocab_size=512,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        use_cache=False,
-    )
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(cfg).train()
+    model = models.gpt2(seed=0, n_positions=1024, use_cache=False).train()
     ids = torch.randint(0, 512, (2, 32))
 
     def results(runner: str):
@@ -101,27 +90,14 @@ def _gpt2():
 
 
 def _convnet():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1),
-        torch.nn.BatchNorm2d(8),
-        torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(8, 16, 3),
-        torch.nn.BatchNorm2d(16),
-        torch.nn.GELU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(16, 10),
+    model = models.convnet(
+        3, 8, 16, padding=(1, 0), act=(nn.ReLU, nn.GELU), maxpool_after=(0,), seed=0
     ).train()
     return _train_case(model, lambda: torch.randn(4, 3, 16, 16))
 
 
 def _mlp():
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 8)
-    )
+    model = models.mlp(32, 64, 8, layernorm=True, seed=0)
     return _train_case(model, lambda: torch.randn(16, 32, requires_grad=True))
 
 

@@ -19,6 +19,7 @@ from torch import nn
 import sdk
 import sdk.ir
 from sdk.core.guards import TensorSpec
+from tests import models
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKEND = "sdk:cpu_cpp"
@@ -38,10 +39,6 @@ def reduce_rows(x):
     return torch.softmax(x, dim=-1).sum(-1) + x.mean()
 
 
-def mlp() -> nn.Module:
-    return nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 4))
-
-
 # ---------------------------------------------------------------------------
 # results: functions and modules, inference and training
 # ---------------------------------------------------------------------------
@@ -56,7 +53,7 @@ def test_function_inference_matches_eager(seeded, fn, shapes):
 
 
 def test_module_inference_matches_eager(seeded):
-    model = mlp().eval()
+    model = models.mlp(16, 32, 4, layernorm=True).eval()
     compiled = torch.compile(model, backend=BACKEND)
     with torch.no_grad():
         for _ in range(3):
@@ -82,7 +79,7 @@ def test_function_training_gradients_match_eager(seeded):
 
 
 def test_module_training_matches_eager(seeded):
-    model = mlp()
+    model = models.mlp(16, 32, 4, layernorm=True)
     reference = copy.deepcopy(model)
     compiled = torch.compile(model, backend=BACKEND)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -394,7 +391,7 @@ def test_explicit_cuda_wrapper_on_cpu_is_an_error():
 
 
 def test_explain_training_step_has_forward_and_backward(seeded):
-    model = mlp()
+    model = models.mlp(16, 32, 4, layernorm=True)
     report = sdk.explain(model, torch.randn(8, 16))
     assert sorted(g.kind for g in report.graphs) == ["backward", "forward"]
     assert report.graph_breaks == 0
@@ -406,7 +403,7 @@ def test_explain_training_step_has_forward_and_backward(seeded):
 
 
 def test_explain_inference_has_one_inference_graph(seeded):
-    model = mlp()
+    model = models.mlp(16, 32, 4, layernorm=True)
     with torch.no_grad():
         report = sdk.explain(model, torch.randn(8, 16))
     assert [g.kind for g in report.graphs] == ["inference"]

@@ -10,26 +10,10 @@ import pytest
 import torch
 
 import sdk
+from tests import models
 from tests.plugins_under_test import PLUGINS, device_of, skip_model_under_interpreter
 
 transformers = pytest.importorskip("transformers")
-
-
-def gpt2(device: str):
-    cfg = transformers.GPT2Config(
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        vocab_size=512,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-        attn_pdrop=0.0,
-        embd_pdrop=0.0,
-        resid_pdrop=0.0,
-    )
-    torch.manual_seed(0)
-    return transformers.GPT2LMHeadModel(cfg).to(device)
 
 
 @pytest.mark.slow
@@ -37,7 +21,7 @@ def gpt2(device: str):
 def test_gpt2_forward_backward_matches_eager(plugin, graph_reports):
     skip_model_under_interpreter(plugin, 40)
     dev = device_of(plugin)
-    model = gpt2(dev)
+    model = models.gpt2(seed=0, bos_token_id=0, eos_token_id=0).to(dev)
     ids = torch.randint(0, 512, (2, 32), device=dev)
 
     def step(ids):

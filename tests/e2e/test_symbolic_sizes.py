@@ -15,6 +15,7 @@ import torch
 
 import sdk
 import sdk.ir
+from tests import models
 from tests.plugins_under_test import PLUGINS, device_of, skip_model_under_interpreter
 
 pytestmark = pytest.mark.parametrize("plugin", PLUGINS)
@@ -171,11 +172,10 @@ def test_gpt2_over_sequence_lengths_compiles_once(plugin, builds, graph_reports)
     """A serving loop: HF GPT-2 at several sequence lengths, one program (causal-mask
     slices, position embeddings and padding over a symbolic length)."""
     skip_model_under_interpreter(plugin, 15)
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     dev = device_of(plugin)
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=300, n_positions=128)
-    m = transformers.GPT2LMHeadModel(cfg).to(dev).eval()
+    # GPT2Config's default dropout (0.1), off in eval mode
+    m = models.gpt2(seed=0, dropout=0.1, vocab_size=300, n_positions=128).to(dev).eval()
     f = torch.compile(m, backend=sdk.backend(plugin), dynamic=True)
     with torch.no_grad():
         for n in (5, 12, 33):
@@ -297,16 +297,7 @@ def test_gpt2_training_over_sequence_lengths_is_symbolic(plugin, builds, graph_r
     transformers = pytest.importorskip("transformers")
     dev = device_of(plugin)
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        vocab_size=300,
-        n_positions=128,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
+    cfg = models.gpt2_config(vocab_size=300, n_positions=128)
     ref = transformers.GPT2LMHeadModel(cfg).to(dev)
     model = transformers.GPT2LMHeadModel(cfg).to(dev)
     model.load_state_dict(ref.state_dict())

@@ -15,6 +15,7 @@ import torch
 
 import sdk
 from sdk.plugins import cudagraphs
+from tests import models
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -39,15 +40,8 @@ def replays(monkeypatch):
     return counts
 
 
-def mlp() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 10)
-    ).cuda()
-
-
 def test_inference_replays_and_reads_weights_in_place(replays):
-    model = mlp()
+    model = models.mlp(64, 128, 10, seed=0).cuda()
     f = torch.compile(model, **RO)
     with torch.no_grad():
         for _ in range(5):
@@ -59,7 +53,7 @@ def test_inference_replays_and_reads_weights_in_place(replays):
 
 
 def test_an_overwritten_output_raises_and_a_kept_clone_does_not():
-    model = mlp()
+    model = models.mlp(64, 128, 10, seed=0).cuda()
     f = torch.compile(model, **RO)
     x = torch.randn(8, 64, device="cuda")
     with torch.no_grad():
@@ -122,7 +116,7 @@ def _train(model, opt, xs, ys, compiled=None):
 
 
 def test_training_records_forward_and_backward_and_matches_eager(replays):
-    ref = mlp()
+    ref = models.mlp(64, 128, 10, seed=0).cuda()
     model = copy.deepcopy(ref)
     xs = [torch.randn(8, 64, device="cuda") for _ in range(5)]
     ys = [torch.randint(0, 10, (8,), device="cuda") for _ in range(5)]
@@ -146,7 +140,7 @@ def test_training_records_forward_and_backward_and_matches_eager(replays):
 def test_gradient_accumulation_over_two_forwards_matches_eager():
     """Two forwards before their backwards: the second may not overwrite the activations
     the first's backward reads; it runs unrecorded and the gradients are eager's."""
-    ref = mlp()
+    ref = models.mlp(64, 128, 10, seed=0).cuda()
     model = copy.deepcopy(ref)
     f = torch.compile(model, **RO)
     for _ in range(4):
@@ -179,21 +173,10 @@ def test_a_graph_with_a_cpu_input_runs_unrecorded_with_the_reason():
 def test_gpt2_training_is_recorded_and_matches_eager(replays):
     """The issue's case: a GPT-2 training step under reduce-overhead records its forward and
     backward graphs, and every step's results pass Dynamo's rule against fp64."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     from tests.gpu.common import rmse_ok, train_results
 
-    cfg = transformers.GPT2Config(
-        n_layer=2,
-        n_embd=128,
-        n_head=4,
-        n_positions=64,
-        vocab_size=1024,
-        attn_pdrop=0.0,
-        embd_pdrop=0.0,
-        resid_pdrop=0.0,
-    )
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(cfg).cuda()
+    model = models.gpt2(seed=0, n_embd=128, vocab_size=1024).cuda()
     ref = copy.deepcopy(model).double()
     ids = torch.randint(0, 1024, (2, 64), device="cuda")
 
@@ -238,7 +221,7 @@ def test_gradients_accumulated_over_steps_match_eager():
     """.grad set to None only every other step: the recorded backward's gradients kept in
     .grad may not be overwritten by the next step's replay (the backward runs unrecorded
     while they are held, and says why)."""
-    ref = mlp()
+    ref = models.mlp(64, 128, 10, seed=0).cuda()
     model = copy.deepcopy(ref)
     f = torch.compile(model, **RO)
     for step in range(6):
@@ -252,7 +235,7 @@ def test_gradients_accumulated_over_steps_match_eager():
 
 
 def test_a_view_of_an_output_kept_over_steps_keeps_its_values():
-    model = mlp()
+    model = models.mlp(64, 128, 10, seed=0).cuda()
     f = torch.compile(model, **RO)
     x = torch.randn(8, 64, device="cuda")
     with torch.no_grad():

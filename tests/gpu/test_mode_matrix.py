@@ -16,6 +16,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
+from tests import models
 from tests.gpu.common import rmse_ok
 
 MODES = {
@@ -54,9 +55,7 @@ class ConvNet(torch.nn.Module):
 
 
 def _mlp() -> tuple[torch.nn.Module, Callable[[int], tuple]]:
-    model = torch.nn.Sequential(
-        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.LayerNorm(256), torch.nn.Linear(256, 64)
-    )
+    model = models.mlp(64, 256, 64, layernorm=True)
     return model, lambda n: (torch.randn(8 * n, 64, device="cuda"),)
 
 
@@ -65,20 +64,10 @@ def _convnet() -> tuple[torch.nn.Module, Callable[[int], tuple]]:
 
 
 def _gpt2() -> tuple[torch.nn.Module, Callable[[int], tuple]]:
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(
-        n_layer=2,
-        n_embd=128,
-        n_head=4,
-        n_positions=128,
-        vocab_size=1024,
-        bos_token_id=0,
-        eos_token_id=0,
-        attn_pdrop=0.0,
-        embd_pdrop=0.0,
-        resid_pdrop=0.0,
+    pytest.importorskip("transformers")
+    model = models.gpt2(
+        n_embd=128, n_positions=128, vocab_size=1024, bos_token_id=0, eos_token_id=0
     )
-    model = transformers.GPT2LMHeadModel(cfg)
     return model, lambda n: (torch.randint(0, 1024, (2, 32 * n), device="cuda"),)
 
 

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 import sdk
+from tests import models
 from tests.gpu.common import check_training, rmse_ok
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
@@ -31,21 +32,16 @@ transformers = pytest.importorskip("transformers")
 
 
 def gpt2(dtype: torch.dtype, dropout: bool, n_embd: int = 256, vocab: int = 4096):
-    p = 0.1 if dropout else 0.0
-    cfg = transformers.GPT2Config(
-        n_layer=2,
+    model = models.gpt2(
+        seed=0,
+        dropout=0.1 if dropout else 0.0,
         n_embd=n_embd,
-        n_head=4,
         n_positions=128,
         vocab_size=vocab,
         bos_token_id=0,
         eos_token_id=0,
-        attn_pdrop=p,
-        embd_pdrop=p,
-        resid_pdrop=p,
     )
-    torch.manual_seed(0)
-    return transformers.GPT2LMHeadModel(cfg).cuda().to(dtype)
+    return model.cuda().to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])

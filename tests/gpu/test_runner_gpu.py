@@ -12,9 +12,11 @@ import copy
 
 import pytest
 import torch
+from torch import nn
 
 import sdk
 from sdk.plugins.cuda_triton import native as triton_native
+from tests import models
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -62,20 +64,8 @@ def test_gpu_kernel_suite_graphs_bit_for_bit(name, build):
 
 
 def _gpt2(dtype):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    cfg = GPT2Config(
-        n_layer=2,
-        n_embd=128,
-        n_head=4,
-        vocab_size=1024,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        use_cache=False,
-    )
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(cfg).to("cuda", dtype).train()
+    model = models.gpt2(seed=0, n_embd=128, vocab_size=1024, n_positions=1024, use_cache=False)
+    model = model.to("cuda", dtype).train()
     ids = torch.randint(0, 1024, (4, 64), device="cuda")
 
     def step(m):
@@ -90,22 +80,7 @@ def _gpt2(dtype):
 
 
 def _convnet(dtype):
-    torch.manual_seed(0)
-    model = (
-        torch.nn.Sequential(
-            torch.nn.Conv2d(3, 16, 3, padding=1),
-            torch.nn.BatchNorm2d(16),
-            torch.nn.ReLU(),
-            torch.nn.Conv2d(16, 16, 3, padding=1),
-            torch.nn.BatchNorm2d(16),
-            torch.nn.GELU(),
-            torch.nn.AdaptiveAvgPool2d(1),
-            torch.nn.Flatten(),
-            torch.nn.Linear(16, 10),
-        )
-        .to("cuda", dtype)
-        .train()
-    )
+    model = models.convnet(3, 16, 16, act=(nn.ReLU, nn.GELU), seed=0).to("cuda", dtype).train()
     x = torch.randn(8, 3, 32, 32, device="cuda", dtype=dtype)
 
     def step(m):

@@ -23,6 +23,7 @@ pytest.importorskip(
 )
 
 import sdk
+from tests import models
 
 BACKENDS = {
     "iree_cpu": sdk.backend("iree_cpu"),
@@ -65,26 +66,6 @@ def check_like_dynamo(
     return report
 
 
-def mlp() -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64), torch.nn.Linear(64, 8)
-    )
-
-
-def convnet() -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 8, 3, padding=1),
-        torch.nn.BatchNorm2d(8),
-        torch.nn.ReLU(),
-        torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(8, 16, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(16, 10),
-    )
-
-
 def loss_of(model, x, y):
     return torch.nn.functional.cross_entropy(model(x), y)
 
@@ -101,7 +82,7 @@ def test_mlp_training_step(graph_reports):
     """IREE takes all of it (with a chain, cpu_cpp would get nothing: the convnet and GPT-2
     cases cover the chain)."""
     torch.manual_seed(0)
-    model = mlp()
+    model = models.mlp(32, 64, 8, layernorm=True)
     report = check_like_dynamo(
         model,
         loss_of,
@@ -117,7 +98,7 @@ def test_mlp_training_step(graph_reports):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_convnet_training_step(backend, graph_reports):
     torch.manual_seed(0)
-    model = convnet()
+    model = models.convnet(3, 8, 16, batchnorm=(True, False), maxpool_after=(0,))
     report = check_like_dynamo(
         model,
         loss_of,
@@ -133,7 +114,7 @@ def test_convnet_training_step(backend, graph_reports):
 
 def test_inference(graph_reports):
     torch.manual_seed(0)
-    model = convnet().eval()
+    model = models.convnet(3, 8, 16, batchnorm=(True, False), maxpool_after=(0,)).eval()
     with torch.no_grad():
         report = check_like_dynamo(
             model,
@@ -173,7 +154,7 @@ def test_refusals_carry_iree_s_reason():
 
 def test_dynamic_batch():
     torch.manual_seed(0)
-    model = mlp()
+    model = models.mlp(32, 64, 8, layernorm=True)
     compiled = torch.compile(model, backend=BACKENDS["iree_cpu"], dynamic=True)
     with torch.no_grad():
         for rows in (3, 8, 17):
@@ -183,21 +164,8 @@ def test_dynamic_batch():
 
 @pytest.mark.slow
 def test_gpt2_two_layers_training_step(graph_reports):
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.GPT2Config(
-        n_layer=2,
-        n_embd=64,
-        n_head=4,
-        vocab_size=512,
-        n_positions=64,
-        bos_token_id=0,
-        eos_token_id=0,
-        attn_pdrop=0.0,
-        embd_pdrop=0.0,
-        resid_pdrop=0.0,
-    )
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(cfg)
+    pytest.importorskip("transformers")
+    model = models.gpt2(seed=0, bos_token_id=0, eos_token_id=0)
     ids = torch.randint(0, 512, (2, 32))
     report = check_like_dynamo(
         model,
