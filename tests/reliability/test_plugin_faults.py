@@ -303,7 +303,9 @@ def graph_fault(install, hook: str, monkeypatch, tmp_path) -> None:
         with pytest.warns(sdk.PluginHookWarning, match=f"'faulty'.*{hook}.*SDK_PLUGINS_DENY"):
             report = sdk.explain(fused, _x(), backend=backend)
     elif hook == "sdk_compile_subgraph":  # its partitions fall back: one warning says so
-        with pytest.warns(sdk.PluginFallbackWarning, match=f"'faulty'.*sdk:cpu_cpp instead.*{hook}"):
+        with pytest.warns(
+            sdk.PluginFallbackWarning, match=f"'faulty'.*sdk:cpu_cpp instead.*{hook}"
+        ):
             report = sdk.explain(fused, _x(), backend=backend)
     else:
         report = sdk.explain(fused, _x(), backend=backend)
