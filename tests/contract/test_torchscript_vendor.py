@@ -267,3 +267,31 @@ def test_a_conformance_failure_says_what_was_expected_in_full():
     text = str(failed.value)
     assert "expected: a LoweringError" in text and long in text
     assert "sdk.errors.SDKError" in text
+
+
+# -- what the docs say ------------------------------------------------------------------
+
+
+def test_the_docs_say_which_hooks_see_fake_tensors():
+    """sdk/hookspecs.py's "Fake tensors and real ones" names exactly the hooks the core calls
+    outside the fake mode, and the guide's graph-level section says it too."""
+    import re
+
+    import sdk.hookspecs
+    from sdk.core.pipeline import REAL_MODE_HOOKS
+
+    doc = sdk.hookspecs.__doc__.split("Fake tensors and real ones", 1)[1]
+    outside = doc.split("are called *outside* that mode", 1)[0]
+    assert set(re.findall(r"``(sdk_\w+)``", outside)) == set(REAL_MODE_HOOKS), outside
+    guide = (ROOT / "docs" / "vendor-guide.md").read_text()
+    graph = guide.split("## Graph-level plugins", 1)[1].split("\n## ", 1)[0]
+    for heading in (
+        "### What the hooks see",
+        "### Decompositions and kept ops",
+        "### Symbolic sizes",
+        "### The output contract",
+        "### Bring-up checklist",
+    ):
+        assert heading in graph, heading
+    for name in ("sdk.PluginFallbackWarning", "sdk.LoweringError", "ctx.threads", "OptionError"):
+        assert name in graph, name
