@@ -31,11 +31,12 @@ from typing import Any
 import torch
 import torch.fx
 
-from sdk.errors import SDKError, describe
-from sdk.plugin import CompileContext, CompiledSubgraph, PluginKind, Support
+from sdk.errors import LoweringError, SDKError, describe
+from sdk.plugin import Capability, CompileContext, CompiledSubgraph, PluginKind, Support
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
 from . import fallback, graph_cache
+from .adapters import torch_private as tp
 from .adapters.torch_private import concrete_graph
 from .guards import spec_of
 from .lowering import refusal
@@ -81,7 +82,7 @@ def compile_partitioned(
             for p in report.placements
             if p.plugin == "aten"
         )
-        raise SDKError(
+        raise LoweringError(
             f"graph {ctx.graph_name}: no plugin of the chain claims {left}; and "
             "options['fallback'] is False (set it True to run those ops in ATen, or add a "
             "plugin that takes them to the chain)"
@@ -224,6 +225,9 @@ def _compile_partition(
         # the partition went down the chain: who compiled it, and why the others did not
         by = done.plugin if done.plugin != plugin else "aten"
         return _positional(fn), by, "", "; ".join(done.chain_failures)
+    if not c.has(Capability.SYMBOLIC_SIZES) and not all(_is_static(x) for x in inputs):
+        # a graph-level plugin that does not declare symbolic sizes gets concrete ones
+        return _outside_modes(_PerShape(s, c, sub)), plugin, "per shape", ""
     try:
         fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs)
         return fn, plugin, cache, ""
@@ -235,13 +239,17 @@ def _compile_partition(
                 f"sdk:{plugin} refused symbolic sizes ({describe(exc, one_line=True)}): "
                 "compiled per shape"
             )
-            return _PerShape(s, c, sub), plugin, "per shape", note
+            return _outside_modes(_PerShape(s, c, sub)), plugin, "per shape", note
         if strict(c):
-            raise SDKError(
+            raise LoweringError(
                 f"sdk:{plugin} could not compile partition {graph_name} and strict mode "
                 f"(options fallback=False or debug) is on: {describe(exc)}"
             ) from exc
-        note = f"sdk:{plugin} failed: {describe(exc, one_line=True)}"
+        reason = describe(exc, one_line=True)
+        note = f"sdk:{plugin} failed: {reason}"
+    ops = [fallback.op_name(n.target) for n in fallback.aten_calls(sub)]
+    went_to = f"sdk:{later[0]}" if later else "ATen"
+    session.registry.warn_fallback(plugin, reason, ops, went_to)
     if later:
         s = session.peer(later[0]).narrowed(tuple(later[1:]))
         c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
@@ -333,6 +341,7 @@ def _on_device(
 ) -> Callable:
     """``fn``, with its tensors copied to the plugin's device and back when the graph's
     device is not one the plugin declares."""
+    fn = _outside_modes(fn)
     if device in device_types:
         return fn
     there = torch.device(device_types[0])
@@ -347,6 +356,18 @@ def _on_device(
         )
 
     return copied
+
+
+def _outside_modes(fn: Callable) -> Callable:
+    """``fn`` (a graph-level plugin's runtime) called with no Python dispatch mode active:
+    what it runs is opaque to torch, and a mode (AOTAutograd's check of a program's first
+    call) would see the runtime's own ATen calls."""
+
+    def run(*args: Any) -> Any:
+        with tp.outside_dispatch_modes():
+            return fn(*args)
+
+    return run
 
 
 class _PerShape:
@@ -375,6 +396,10 @@ class _PerShape:
         except Exception as exc:  # noqa: BLE001 - this shape runs in ATen
             if strict(self._c):
                 raise
+            ops = [fallback.op_name(n.target) for n in fallback.aten_calls(graph)]
+            self._s.registry.warn_fallback(
+                self._c.plugin, f"shapes {specs}: {describe(exc, one_line=True)}", ops, "ATen"
+            )
             self._c.note(
                 f"sdk:{self._c.plugin} failed for shapes {specs}: "
                 f"{describe(exc, one_line=True)}; ATen runs them"

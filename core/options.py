@@ -144,6 +144,7 @@ def resolve(
         merged[key] = value
     for key in ("wrappers", "chain"):
         merged[key] = tuple(merged[key])
+    _check_chain(info.name, merged["chain"])
     if merged["runner"] not in ("native", "python"):
         raise OptionError(
             f"option 'runner' for sdk:{info.name} must be 'native' or 'python', got "
@@ -169,6 +170,23 @@ def resolve(
         }
     )
     return Resolved(core, _plugin_options(info, {k: merged[k] for k in info.options}))
+
+
+def _check_chain(backend: str, chain: tuple[Any, ...]) -> None:
+    """The ``chain`` option names the plugins *after* the backend, each once: the backend
+    itself or a repeated name is an error (trying a plugin twice on the same graph gives
+    the same answer twice; the user likely took the chain for the whole list)."""
+    seen = {backend}
+    for name in chain:
+        if name in seen:
+            which = "the backend itself" if name == backend else "named twice"
+            fixed = [n for n in dict.fromkeys(chain) if n != backend]
+            raise OptionError(
+                f"option 'chain' for sdk:{backend} names {name!r} again ({which}): the chain "
+                f"lists the plugins tried after sdk:{backend}, each once; use "
+                f"chain={fixed!r}"
+            )
+        seen.add(name)
 
 
 def for_peer(info: PluginInfo, core: CoreOptions) -> Resolved:

@@ -185,6 +185,7 @@ class Session:
             preferences=self.record.preferences,
             core_options=self.options,
             plugin_options=self.plugin_options,
+            threads=torch.get_num_threads(),
         )
 
     def decompositions(self, ctx: CompileContext) -> dict[Any, Callable]:
@@ -299,6 +300,15 @@ class HookFailed(RuntimeError):
     with the plugin and the hook in the reason. The plugin's error is the ``__cause__``."""
 
 
+#: The hooks that build what runs (callables, compiled artifacts): the core calls them
+#: outside the compile's fake mode, so that a tensor they make (a constant, a traced or
+#: exported example) is a real one. The other compile hooks run inside it (they read
+#: ``node.meta["val"]``, fake tensors, and make nothing). ``sdk/hookspecs.py`` says which.
+REAL_MODE_HOOKS = frozenset(
+    {"sdk_extern", "sdk_compile_kernels", "sdk_compile_subgraph", "sdk_load_subgraph"}
+)
+
+
 class _Hooks:
     """Hook callers that reach the compile's codegen plugin only."""
 
@@ -321,8 +331,13 @@ class _Hooks:
         """``caller``, whose errors say which plugin and hook raised (an SDKError is the
         plugin saying so on purpose, and goes through as it is)."""
 
+        real = hook in REAL_MODE_HOOKS
+
         def call(**kwargs: Any) -> Any:
             try:
+                if real:
+                    with tp.real_mode():
+                        return caller(**kwargs)
                 return caller(**kwargs)
             except SDKError:
                 raise

@@ -21,6 +21,7 @@ import pluggy
 
 from sdk import hookspecs
 from sdk.errors import (
+    PluginFallbackWarning,
     PluginHookError,
     PluginHookWarning,
     PluginUnavailableError,
@@ -62,6 +63,8 @@ class PluginRecord:
     traceback: str | None = None
     #: hooks that raised since discovery and the first error of each (``sdk list``: faulty)
     faults: dict[str, str] = field(default_factory=dict)
+    #: the reasons a :class:`sdk.PluginFallbackWarning` was given for (once each)
+    fallbacks_warned: set[str] = field(default_factory=set)
     _status: str | None = field(default=None, repr=False)
     _status_checked: bool = field(default=False, repr=False)
 
@@ -330,6 +333,26 @@ class Registry:
                 stacklevel=3,
             )
         return fault
+
+    def warn_fallback(self, name: str, reason: str, ops: list[str], went_to: str) -> None:
+        """Plugin ``name`` failed to compile a partition of ``ops`` for ``reason``, which
+        runs in ``went_to`` instead: a :class:`sdk.PluginFallbackWarning`, once per plugin
+        and reason."""
+        rec = self.records[name]
+        if reason in rec.fallbacks_warned:
+            return
+        rec.fallbacks_warned.add(reason)
+        shown = ", ".join(ops[:8]) + (f" and {len(ops) - 8} more" if len(ops) > 8 else "")
+        warnings.warn(
+            f"SDK plugin {name!r} ({rec.distribution} {rec.dist_version}) could not compile "
+            f"a partition of {len(ops)} op(s) ({shown}); it runs in {went_to} instead: "
+            f"{reason}. Bring a plugin up with options fallback=False and debug=True (they "
+            "raise the plugin's error); sdk.explain lists every partition that fell back. "
+            "This warning is given once per plugin and reason (silence it with "
+            "warnings.filterwarnings('ignore', category=sdk.PluginFallbackWarning))",
+            PluginFallbackWarning,
+            stacklevel=3,
+        )
 
     def _observers(self, hook: str) -> list[str]:
         """The available plugins that implement ``hook``, in pluggy's call order."""

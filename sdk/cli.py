@@ -219,14 +219,12 @@ def _cmd_new_plugin(args: argparse.Namespace) -> int:
     except OSError as exc:  # root exists, --dest is a file, unwritable, full, ...
         print(f"error: cannot write the plugin under --dest {args.dest!r}: {exc}", file=sys.stderr)
         return 2
-    check = (  # the conformance suite checks kernel-level plugins only
-        f'torch.compile(model, backend="sdk:{args.name}") against eager on your models'
-        if args.graph
-        else f"python -m sdk conformance {args.name}"
-    )
+    check = f"python -m sdk conformance {args.name}"  # kernel-level and graph-level alike
     print(
         f"wrote {root} (package {module_name(args.name)}); next:\n"
-        f"  pip install -e {root}\n  python -m sdk list\n  {check}"
+        f"  pip install -e {root}\n  python -m sdk list\n  {check}\n"
+        "bring it up with options fallback=False and debug=True: they raise what would "
+        "fall back"
     )
     return 0
 

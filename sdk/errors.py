@@ -41,6 +41,14 @@ class PluginHookWarning(UserWarning):
     """A plugin's hook raised; the SDK went on without it (once per plugin and hook)."""
 
 
+class PluginFallbackWarning(UserWarning):
+    """A plugin failed to compile a partition it had claimed (its ``sdk_compile_subgraph``
+    raised, or it refused a shape): that partition runs in the next plugin of the chain, or
+    in ATen. Right, but not what the plugin was asked for; the message names the plugin,
+    the reason and the partition's ops. Once per plugin and reason; ``fallback=False`` raises
+    :class:`LoweringError` instead, ``debug=True`` the plugin's own error."""
+
+
 class SDKDeprecationWarning(DeprecationWarning):
     """A plugin or a caller uses a name or a declaration the SDK retired (``sdk.Verdict``, a
     plugin of hook API 5 declaring ``Capability.CHANNELS_LAST``); it still works, and the

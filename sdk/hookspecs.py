@@ -73,11 +73,29 @@ core does with it:
   and nothing falls back.
 
 Strict mode changes the recoveries into errors: ``options={"fallback": False}`` raises
-:class:`sdk.SDKError` naming the plugin, hook and error where a graph or partition would
-have fallen back; ``debug=True`` (or ``SDK_DEBUG=1``) lets the plugin's own exception
+:class:`sdk.SDKError` naming the plugin, hook and error where a graph would have fallen
+back (:class:`sdk.LoweringError`, a subclass, where an op or a partition would have run in
+ATen); ``debug=True`` (or ``SDK_DEBUG=1``) lets the plugin's own exception
 propagate (as the ``__cause__`` of one naming the plugin and the hook); both raise
 :class:`sdk.PluginHookError` for an observer or wrapper that raised, and let a kernel's
-run-time exception propagate.
+run-time exception propagate. Without strict mode, a partition that falls back gives one
+:class:`sdk.PluginFallbackWarning` per plugin and reason, naming the partition's ops.
+
+Fake tensors and real ones
+--------------------------
+
+The core calls the compile hooks while AOTAutograd traces, inside its ``FakeTensorMode``:
+a tensor a hook makes with a torch factory (``torch.ones(1)``) would be a fake one (sizes,
+no data). The hooks that build what runs, ``sdk_extern``, ``sdk_compile_kernels``,
+``sdk_compile_subgraph`` and ``sdk_load_subgraph``, are called *outside* that mode: a
+tensor they make is real (a constant, an example to trace or export with). What they are
+given stays as it was: ``example_inputs`` and ``node.meta["val"]`` are fake tensors (sizes,
+strides, dtypes; no data; symbolic sizes where dynamic). The other compile hooks
+(``sdk_decompositions`` to ``sdk_render_kernel``, ``sdk_claim_nodes``, ``sdk_cache_key``,
+``sdk_kernel_choices``) run inside it: read metadata there, make no tensors. A compiled
+function (``KernelFn``, ``CompiledSubgraph.fn``) is called with real tensors; a graph-level
+plugin's function is called with no Python dispatch mode active (AOTAutograd checks a
+program's first call under one), so a runtime that calls ATen itself is not seen by it.
 """
 
 from __future__ import annotations
@@ -606,18 +624,38 @@ def sdk_compile_subgraph(
 ) -> CompiledSubgraph | None:
     """Compile one partition this plugin claimed.
 
+    Called outside the compile's fake mode: tensors the hook makes are real (see "Fake
+    tensors and real ones" above). ``ctx.threads`` is the intra-op thread count the
+    compiled function should use (``torch.get_num_threads()`` when the compile began).
+
+    The output contract (today's; hook API 3): ``CompiledSubgraph.fn`` takes real tensors
+    and ints positionally, in the layouts of ``example_inputs`` (the strides and storage
+    offsets ``meta["val"]`` gives: inputs may be views, not contiguous), and returns a
+    tuple or list in the order of ``gm``'s output: tensors of the sizes and dtypes of the
+    output nodes' ``meta["val"]``, on the graph's device, ``None`` where ``gm`` returns
+    ``None``. Strides may differ from ``meta["val"]``'s (a dense row-major result is taken
+    as it is). Return fresh buffers: an output may share memory with an input or another
+    output only where ``gm``'s does (a view op's result may also come back as a copy: the
+    values are what count, and AOTAutograd rebuilds a graph output that is a view of a
+    graph input from that input). ``fn`` must not write its inputs. (Preallocated outputs
+    and declared aliasing are a later extension of this contract.)
+
     :param ctx: the compile.
     :param gm: a self-contained GraphModule of ATen ops: its placeholders are the
         partition's inputs in order, its output is a tuple.
-    :param example_inputs: fake tensors (symbolic sizes where dynamic) or ints/SymInts,
-        one per placeholder.
+    :param example_inputs: fake tensors or ints, one per placeholder: concrete sizes,
+        unless the plugin declares ``Capability.SYMBOLIC_SIZES`` (then symbolic sizes and
+        ``SymInt``s where the compile is dynamic; without it the core compiles the
+        partition once per concrete shape it meets, at its first call with that shape).
     :return: a :class:`sdk.CompiledSubgraph`. Stops at first non-None result.
     :raises: any exception refuses the partition: the core records it (the partition's
         ``note`` in the report) and compiles that partition with the next kernel-level
         plugin of the chain (which takes any graph: what it cannot lower runs as ATen calls
-        in its program), else runs it in ATen; only that partition. With symbolic inputs the
-        core first compiles that partition per shape. Strict mode (``fallback=False`` or
-        debug) raises instead.
+        in its program), else runs it in ATen; only that partition, with one
+        :class:`sdk.PluginFallbackWarning` per plugin and reason. With symbolic inputs the
+        core first compiles that partition per shape. Strict mode raises instead:
+        ``fallback=False`` :class:`sdk.LoweringError`, ``debug=True`` with the plugin's
+        error as its cause.
 
     API version: 3.
     """
@@ -627,7 +665,8 @@ def sdk_compile_subgraph(
 def sdk_load_subgraph(ctx: CompileContext, artifact: bytes) -> Callable[..., Any] | None:
     """Rebuild a partition's callable from the bytes a :class:`sdk.CompiledSubgraph` stored.
 
-    Called in a later process on a whole-graph cache hit, instead of the vendor compiler.
+    Called in a later process on a whole-graph cache hit, instead of the vendor compiler;
+    outside the compile's fake mode, as ``sdk_compile_subgraph`` is.
 
     :param ctx: the compile.
     :param artifact: ``CompiledSubgraph.artifact`` as stored.

@@ -529,6 +529,11 @@ class CompileContext:
     plugin_options: PluginOptions = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
     #: what the plugin prefers (its ``sdk_preferences`` answer; hook API 6)
     preferences: Preferences = field(default_factory=lambda: Preferences(), compare=False)
+    #: how many threads the plugin's code should use for one op (its runtime's intra-op
+    #: pool, OpenMP's ``num_threads``): ``torch.get_num_threads()`` when the compile began,
+    #: so the plugin keeps to what the user gave torch (``torch.set_num_threads``) and its
+    #: pool does not fight torch's. 0 in a context built by hand: ask torch
+    threads: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         if self.core_options is None or self.plugin_options is None:

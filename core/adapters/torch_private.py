@@ -482,6 +482,13 @@ def set_access_error(t: torch.Tensor, message: str) -> bool:
     return True
 
 
+def outside_dispatch_modes() -> Any:
+    """A context with no Python dispatch mode active: a graph-level plugin's runtime, which
+    may call ATen from C++, runs there (AOTAutograd runs a program's first call under a mode
+    of its own that checks custom ops, and such a mode sees the runtime's internal calls)."""
+    return _disable_current_modes()
+
+
 def real_mode() -> Any:
     """A context in which tensor factories make real tensors, also inside a compile's fake
     mode (AOTAutograd calls the backend under it)."""

@@ -21,9 +21,10 @@ the built-in plugins for the same device beside it:
   ``debug=True`` and ``fallback=False`` raise;
 * **cache**: corrupt, truncated or foreign entries in the per-user cache are misses.
 
-A plugin may declare the OpInfo cases it is known to fail, each with its reason, in a module
-``known_failures`` of its package (``KNOWN_FAILURES = {"op-dtype-mode": "why"}``, see
-:func:`known_failures`): those run as strict xfails, so a known failure that passes is reported.
+A plugin may declare the cases it is known to fail, each with its reason, in a module
+``known_failures`` of its package (``KNOWN_FAILURES = {"op-dtype-mode": "why", "sizes_dynamic":
+"why"}``, see :func:`known_failures`): OpInfo cases and the other checks alike run as strict
+xfails, so a known failure that passes is reported.
 
 This module holds what the checks share; a plugin never imports it.
 """
@@ -96,7 +97,11 @@ def graph_level(name: str) -> bool:
 
 
 def known_failures(name: str) -> dict[str, str]:
-    """The OpInfo cases plugin ``name`` declares it fails: ``{"op-dtype-mode": reason}``.
+    """The cases plugin ``name`` declares it fails: ``{case id: reason}``. An OpInfo case's id
+    is ``"op-dtype-mode"`` (``"cumsum-bfloat16-fw"``); another check's is its test name
+    without ``test_``, its parameters other than plugin and device in brackets
+    (``"fault_falls_back_and_strict_raises[build]"``, ``"sizes_dynamic"``: the ids
+    ``pytest --collect-only`` shows, less plugin and device).
 
     Read from the module ``known_failures`` of the package that holds the plugin's hooks
     (a file beside them, shipped in the same wheel; nothing is loaded when compiling): its
@@ -120,8 +125,9 @@ def known_failures(name: str) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in declared.items()
     ):
         raise TypeError(
-            f"{module_name}.KNOWN_FAILURES must be a dict of 'op-dtype-mode' case ids to "
-            "non-empty reasons, e.g. {'cumsum-bfloat16-fw': 'why it fails'}"
+            f"{module_name}.KNOWN_FAILURES must be a dict of case ids ('op-dtype-mode' for an "
+            "OpInfo case, the check's name without 'test_' for the others) to non-empty "
+            "reasons, e.g. {'cumsum-bfloat16-fw': 'why it fails', 'sizes_dynamic': 'why'}"
         )
     return declared
 

@@ -155,6 +155,40 @@ def _opinfo_param(plugin: str, device: str, case: tuple[str, str, str], known: d
     return pytest.param(plugin, device, case, id=f"{plugin}-{case_id}", marks=marks)
 
 
+def case_id(item: pytest.Item) -> str | None:
+    """The id a plugin's ``KNOWN_FAILURES`` names a check other than an OpInfo case by: the
+    test's name without ``test_``, with its parameters other than the plugin and device in
+    brackets (``fault_falls_back_and_strict_raises[build]``,
+    ``option_fallback_off_raises_on_a_refused_op``); None for an OpInfo case (its id is
+    ``op-dtype-mode``, see :func:`_opinfo_param`)."""
+    name = getattr(item, "originalname", item.name)
+    if name == "test_opinfo" or not name.startswith("test_"):
+        return None
+    params = getattr(item, "callspec", None)
+    rest = [
+        str(v)
+        for k, v in (params.params.items() if params is not None else ())
+        if k not in ("sdk_plugin", "sdk_device")
+    ]
+    return name[len("test_") :] + (f"[{'-'.join(rest)}]" if rest else "")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The checks other than OpInfo cases that a plugin declares it fails: strict xfails,
+    as its declared OpInfo cases are."""
+    if "plugins" not in _STATE:
+        return
+    from sdk import conformance as C
+
+    known = {p: C.known_failures(p) for p in _STATE["plugins"]}
+    for item in items:
+        plugin = getattr(item, "callspec", None) and item.callspec.params.get("sdk_plugin")
+        cid = case_id(item)
+        if plugin in known and cid is not None and cid in known[plugin]:
+            reason = f"sdk:{plugin}: {known[plugin][cid]}"
+            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+
+
 def _category(item: pytest.Item) -> str:
     name = getattr(item, "originalname", item.name)
     if name == "test_opinfo":

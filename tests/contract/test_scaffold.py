@@ -32,9 +32,9 @@ def _install(tmp_path: Path, name: str, flag: str | None) -> dict[str, str]:
             text=True,
             check=True,
         )
-        # the next step the CLI suggests: the conformance suite takes kernel-level plugins only
-        check = f"python -m sdk conformance {name}" if flag == "--c-like" else f'"sdk:{name}"'
-        assert check in out.stdout, out.stdout
+        # the next step the CLI suggests: the conformance suite, kernel- and graph-level alike
+        assert f"python -m sdk conformance {name}" in out.stdout, out.stdout
+        assert "fallback=False and debug=True" in out.stdout, out.stdout
     else:
         generate(name, tmp_path)
     root = tmp_path / f"{name}-sdk-plugin"
@@ -378,3 +378,16 @@ def test_generated_plugin_pins_this_sdk_up_to_its_next_major_version(tmp_path):
         assert req.specifier.contains(this), req
         assert req.specifier.contains(f"{this.major}.{this.minor + 1}.0"), req
         assert not req.specifier.contains(f"{this.major + 1}.0"), req
+
+
+def test_scaffold_readmes_send_every_plugin_to_conformance_and_a_strict_bring_up(tmp_path):
+    """Both generated READMEs: the conformance suite (graph-level plugins too, issue 41) and
+    bringing a plugin up with ``fallback=False`` and ``debug=True``; the guide agrees."""
+    for name, flavor in (("rhoa", {}), ("rhob", {"graph": True})):
+        text = (generate(name, tmp_path, **flavor) / "README.md").read_text()
+        assert f"python -m sdk conformance {name}" in text, text
+        assert "kernel-level plugins only" not in text, text
+        assert "fallback=False" in text and "debug=True" in text, text
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "vendor-guide.md").read_text()
+    bullet = guide.split("* **`--graph`**", 1)[1].split("\n\n", 1)[0]
+    assert "kernel-level plugins only" not in bullet and "runs on it" in bullet, bullet

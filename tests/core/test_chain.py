@@ -62,15 +62,26 @@ GRAPHY = """
 """
 
 
+SYMBOLIC_INFO = """
+    @sdk.hookimpl
+    def sdk_plugin_info():
+        return sdk.PluginInfo(name="graphy", version="0.0.1", hook_api=sdk.HOOK_API_VERSION,
+                              device_types=("cpu",), kind=sdk.PluginKind.GRAPH,
+                              capabilities=frozenset({sdk.Capability.SYMBOLIC_SIZES}))
+"""
+
+
 @pytest.fixture
 def chain_world(make_plugin, fake_dist, use_registry):
     """``chain_world(fail_on=()) -> module of graphy``: picky and graphy installed."""
 
-    def make(fail_on: tuple[str, ...] = (), static_only: bool = False):
+    def make(fail_on: tuple[str, ...] = (), static_only: bool = False, symbolic: bool = False):
         import importlib
 
         picky = make_plugin(PICKY, name="picky")
         source = GRAPHY.format(fail_on=set(fail_on), static_only=static_only)
+        if symbolic:  # it declares Capability.SYMBOLIC_SIZES (a later sdk_plugin_info wins)
+            source += SYMBOLIC_INFO
         graphy = make_plugin(source, name="graphy", kind="GRAPH")
         use_registry(fake_dist("acme-chain", {"picky": picky, "graphy": graphy}))
         return importlib.import_module(graphy)
@@ -167,7 +178,8 @@ def test_a_failing_partition_falls_back_alone(chain_world):
     """The partition with sin fails to compile in graphy: it goes to the next kernel-level
     plugin of the chain; graphy's other partitions stay graphy's."""
     graphy = chain_world(fail_on=("sin",))
-    report = _compare(mlp_tanh, sdk.backend("graphy", chain=["cpu_cpp"]), (8, 16), (16, 16))
+    with pytest.warns(sdk.PluginFallbackWarning, match="sdk:cpu_cpp instead.*fault injected"):
+        report = _compare(mlp_tanh, sdk.backend("graphy", chain=["cpu_cpp"]), (8, 16), (16, 16))
     assert graphy.compiled, "no partition stayed with graphy"
     failed = [p for g in _split(report) for p in g.partitions if p.compiled_by != p.plugin]
     kept = [p for g in _split(report) for p in g.partitions if p.compiled_by == "graphy"]
@@ -180,7 +192,8 @@ def test_a_failing_partition_falls_back_alone(chain_world):
 
 def test_a_failing_partition_without_a_next_plugin_runs_in_aten(chain_world):
     chain_world(fail_on=("sin",))
-    report = _compare(mlp_tanh, sdk.backend("graphy"), (8, 16), (16, 16))
+    with pytest.warns(sdk.PluginFallbackWarning, match="aten.sin.default.*in ATen instead"):
+        report = _compare(mlp_tanh, sdk.backend("graphy"), (8, 16), (16, 16))
     failed = [p for g in _split(report) for p in g.partitions if p.compiled_by == "aten"]
     assert failed and all("fault injected" in p.note for p in failed), str(report)
 
@@ -373,7 +386,10 @@ def test_cli_explain_of_a_model_failing_without_the_compile_is_one_line(target, 
 
 
 def test_a_graph_level_plugin_that_refuses_symbolic_sizes_is_compiled_per_shape(chain_world):
-    graphy = chain_world(static_only=True)
+    """It declares ``Capability.SYMBOLIC_SIZES`` but raises for a symbolic partition: the
+    core compiles that partition per shape, noting why. (One that does not declare it never
+    sees symbolic sizes: tests/contract/test_torchscript_vendor.py.)"""
+    graphy = chain_world(static_only=True, symbolic=True)
     backend = sdk.backend("graphy", chain=["cpu_cpp"])
     report = _compare(mlp_tanh, backend, (8, 16), (16, 16), dynamic=True)
     parts = [p for g in _split(report) for p in g.partitions if p.plugin == "graphy"]

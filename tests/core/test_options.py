@@ -235,11 +235,20 @@ def sdk_render_kernel(ctx, kernel):
     return _cpu.sdk_render_kernel(ctx=ctx, kernel=kernel)
 """
 
-#: a graph-level plugin whose compiler raises on symbolic sizes
+#: a graph-level plugin whose compiler raises on symbolic sizes (it declares them: a plugin
+#: that does not is compiled per shape without being asked)
 GRAPHY = """
 import torch
 
+import sdk
+
 SEEN = []
+
+@sdk.hookimpl
+def sdk_plugin_info():
+    return sdk.PluginInfo(name="graphy", version="0.0.1", hook_api=sdk.HOOK_API_VERSION,
+                          device_types=("cpu",), kind=sdk.PluginKind.GRAPH,
+                          capabilities=frozenset({sdk.Capability.SYMBOLIC_SIZES}))
 
 @sdk.hookimpl
 def sdk_claim_nodes(ctx, gm):
@@ -259,7 +268,7 @@ def sdk_compile_subgraph(ctx, gm, example_inputs):
 def kinds(make_plugin, fake_dist, use_registry):
     """The kernel-level ``sized`` and the graph-level ``graphy``, installed: their modules."""
     sized = make_plugin(SIZED, name="sized", head=False)
-    graphy = make_plugin(GRAPHY, name="graphy", kind="GRAPH")
+    graphy = make_plugin(GRAPHY, name="graphy", head=False)
     use_registry(fake_dist("acme-kinds", {"sized": sized, "graphy": graphy}))
     return {"sized": __import__(sized), "graphy": __import__(graphy)}
 

@@ -302,6 +302,11 @@ def graph_fault(install, hook: str, monkeypatch, tmp_path) -> None:
     if hook == "sdk_claim_nodes":
         with pytest.warns(sdk.PluginHookWarning, match=f"'faulty'.*{hook}.*SDK_PLUGINS_DENY"):
             report = sdk.explain(fused, _x(), backend=backend)
+    elif hook == "sdk_compile_subgraph":  # its partitions fall back: one warning says so
+        with pytest.warns(
+            sdk.PluginFallbackWarning, match=f"'faulty'.*sdk:cpu_cpp instead.*{hook}"
+        ):
+            report = sdk.explain(fused, _x(), backend=backend)
     else:
         report = sdk.explain(fused, _x(), backend=backend)
     x = _x()
@@ -573,6 +578,7 @@ def test_hook_raising_an_unprintable_exception_is_that_plugins_fault(hook, insta
     x = _x()
     with warnings.catch_warnings():  # a wrapper's or observer's fault warns, once
         warnings.simplefilter("ignore", sdk.PluginHookWarning)
+        warnings.simplefilter("ignore", sdk.PluginFallbackWarning)  # (a partition's: once)
         torch.testing.assert_close(torch.compile(fused, backend=backend)(x), fused(x))
         report = sdk.explain(fused, _x(), backend=backend)
     if hook == "sdk_plugin_status":

@@ -40,6 +40,8 @@ def sdk_plugin_info() -> sdk.PluginInfo:
         hook_api=HOOK_API,
         device_types=("cpu",),
         kind=sdk.PluginKind.GRAPH,
+        # IREE compiles dynamic dimensions: symbolic partitions, one program for every size
+        capabilities=frozenset({sdk.Capability.SYMBOLIC_SIZES}),
         description="IREE (llvm-cpu) compiling whole ATen subgraphs",
     )
 
