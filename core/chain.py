@@ -36,7 +36,7 @@ from sdk.plugin import CompileContext, CompiledSubgraph, PluginKind, Support
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
 from . import fallback, graph_cache
-from .adapters.torch_private import concrete_graph
+from .adapters.torch_private import concrete_graph, real_mode
 from .guards import spec_of
 from .lowering import refusal
 from .partition import Plan, partition
@@ -54,10 +54,13 @@ def compile_partitioned(
     ctx: CompileContext,
     gm: torch.fx.GraphModule,
     example_inputs: list[Any],
+    parameters: Mapping[int, Any] | None = None,
 ) -> tuple[Callable, GraphReport] | None:
     """``gm`` compiled as partitions of the chain and its report, or None where one plugin
     takes it whole (see the module's docstring). ``session`` is the backend plugin's
-    :class:`~core.pipeline.Session`; the program takes AOTAutograd's boxed list."""
+    :class:`~core.pipeline.Session`; the program takes AOTAutograd's boxed list.
+    ``parameters``: ``{input index: nn.Parameter}`` of an inference graph, which a
+    graph-level plugin declaring ``PluginInfo.frozen_parameters`` gets as constants."""
     plugins = (ctx.plugin, *session.options.chain)
     graph_level = session.info.kind == PluginKind.GRAPH
     if len(plugins) == 1 and not graph_level:
@@ -66,6 +69,8 @@ def compile_partitioned(
     report.aten_ops = len(fallback.aten_calls(gm))
     start = time.perf_counter()
     work = _copy(gm)
+    places = [n for n in work.graph.nodes if n.op == "placeholder"]
+    params = {places[i].name: p for i, p in (parameters or {}).items() if i < len(places)}
     claims = {p: _claims(session, ctx, p, work, report) for p in plugins}
     if not graph_level and not _others_take(claims, plugins):
         return None
@@ -89,7 +94,10 @@ def compile_partitioned(
     for part in plan.partitions:
         sub = getattr(work, part.name)
         _fill_constants(work, part.name, sub)
-        fn, compiled_by, cache, note = _compile_partition(session, ctx, part.plugin, part.name, sub)
+        frozen = _frozen_inputs(session, ctx, part.plugin, work, part.name, params)
+        fn, compiled_by, cache, note = _compile_partition(
+            session, ctx, part.plugin, part.name, sub, frozen
+        )
         setattr(work, part.name, _Bound(fn))
         report.partitions.append(_describe(part, sub, compiled_by, cache, note))
     work.recompile()
@@ -205,10 +213,16 @@ def _place(plan: Plan, report: GraphReport, plugins: Sequence[str]) -> None:
 
 
 def _compile_partition(
-    session: CompileSession, ctx: CompileContext, plugin: str, name: str, sub: torch.fx.GraphModule
+    session: CompileSession,
+    ctx: CompileContext,
+    plugin: str,
+    name: str,
+    sub: torch.fx.GraphModule,
+    frozen: Mapping[int, Any] | None = None,
 ) -> tuple[Callable, str, str, str]:
     """(callable taking the partition's inputs positionally, who compiled it, cache state,
-    note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen."""
+    note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen.
+    ``frozen``: the partition's inputs ``plugin`` gets as constants (frozen parameters)."""
     chain = (ctx.plugin, *session.options.chain)
     later = [
         p for p in chain[chain.index(plugin) + 1 :] if session.kind_of(p) == PluginKind.CODEGEN
@@ -225,6 +239,9 @@ def _compile_partition(
         by = done.plugin if done.plugin != plugin else "aten"
         return _positional(fn), by, "", "; ".join(done.chain_failures)
     try:
+        if frozen:
+            fn = _Frozen(s, c, s.redecomposed(c, sub), inputs, frozen)
+            return fn, plugin, "off: frozen parameters (their values are not in the key)", fn.note
         fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs)
         return fn, plugin, cache, ""
     except SDKError:
@@ -253,10 +270,15 @@ def _compile_partition(
 
 
 def _graph_compile(
-    s: CompileSession, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
+    s: CompileSession,
+    c: CompileContext,
+    sub: torch.fx.GraphModule,
+    inputs: list[Any],
+    *,
+    cached: bool = True,
 ) -> tuple[Callable, str]:
     """A graph-level plugin's callable for ``sub``: from the cache, else its compiler."""
-    key, cache = _cache_key(s, c, sub, inputs)
+    key, cache = _cache_key(s, c, sub, inputs) if cached else (None, "off")
     missed = ""
     if key is not None:
         fn, missed = _load(s, c, key)
@@ -347,6 +369,139 @@ def _on_device(
         )
 
     return copied
+
+
+def _frozen_inputs(
+    session: CompileSession,
+    ctx: CompileContext,
+    plugin: str,
+    outer: torch.fx.GraphModule,
+    name: str,
+    params: Mapping[str, Any],
+) -> dict[int, Any]:
+    """``{partition input index: nn.Parameter}``: the inputs of partition ``name`` that
+    ``plugin`` gets as constants (an inference graph, a graph-level plugin declaring
+    ``PluginInfo.frozen_parameters``, an input that is one of the model's parameters)."""
+    if not params or ctx.graph_kind != "inference":
+        return {}
+    info = session.peer(plugin).info
+    if info.kind != PluginKind.GRAPH or not getattr(info, "frozen_parameters", False):
+        return {}
+    call = next(n for n in outer.graph.nodes if n.op == "call_module" and n.target == name)
+    return {
+        i: params[a.name]
+        for i, a in enumerate(call.args)
+        if isinstance(a, torch.fx.Node) and a.op == "placeholder" and a.name in params
+    }
+
+
+def _frozen_graph(
+    sub: torch.fx.GraphModule, values: Mapping[int, torch.Tensor]
+) -> torch.fx.GraphModule:
+    """A copy of ``sub`` whose placeholders at ``values``' positions are ``get_attr`` nodes
+    of buffers holding those values (named after the placeholders)."""
+    gm = _copy(sub)
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
+    for i, value in values.items():
+        place = places[i]
+        attr = f"frozen_{place.name}"
+        gm.register_buffer(attr, value, persistent=False)
+        with gm.graph.inserting_before(first):
+            node = gm.graph.get_attr(attr)
+        node.meta.update(place.meta)
+        place.replace_all_uses_with(node)
+        gm.graph.erase_node(place)
+    gm.graph.lint()
+    gm.recompile()
+    return gm
+
+
+class _Frozen:
+    """A graph-level plugin's partition compiled with the model's parameters as constants
+    (``PluginInfo.frozen_parameters``), guarded on each parameter's identity and version:
+    a parameter replaced or written in place since the compile makes the partition compile
+    again with the new values (outside the compile's fake mode, as at compile time). Called
+    with every input of the partition; the plugin's callable gets the others."""
+
+    def __init__(
+        self,
+        s: CompileSession,
+        c: CompileContext,
+        sub: torch.fx.GraphModule,
+        inputs: list[Any],
+        frozen: Mapping[int, Any],
+    ) -> None:
+        self._s, self._c, self._sub, self._inputs = s, c, sub, inputs
+        self._positions = tuple(sorted(frozen))
+        self._keep = tuple(i for i in range(len(inputs)) if i not in frozen)
+        self._aten: Callable | None = None
+        self.compiles = 0
+        self._compile([frozen[i] for i in self._positions])
+        places = [n.name for n in sub.graph.nodes if n.op == "placeholder"]
+        self.note = f"{len(self._positions)} parameter(s) frozen as constants: " + ", ".join(
+            places[i] for i in self._positions
+        )
+
+    def _compile(self, params: list[Any]) -> None:
+        there = self._s.info.device_types[0]
+        # the plugin folds real values: outside the compile's fake mode (as a re-compile)
+        with real_mode():
+            values = {
+                i: (
+                    p.detach()
+                    if p.device.type in self._s.info.device_types
+                    else p.detach().to(torch.device(there))
+                )
+                for i, p in zip(self._positions, params, strict=True)
+            }
+            graph = _frozen_graph(self._sub, values)
+            fn, _ = _graph_compile(
+                self._s, self._c, graph, [self._inputs[i] for i in self._keep], cached=False
+            )
+        self._fn = fn
+        self._params = list(params)
+        self._versions = [p._version for p in params]
+        self.compiles += 1
+
+    def __call__(self, *args: Any) -> Any:
+        if self._aten is not None:
+            return self._aten(*args)
+        params, versions = self._params, self._versions
+        for k, i in enumerate(self._positions):
+            a = args[i]
+            if a is not params[k] or a._version != versions[k]:
+                self._recompile([args[j] for j in self._positions])
+                if self._aten is not None:
+                    return self._aten(*args)
+                break
+        fn, keep = self._fn, self._keep
+        return fn(*[args[i] for i in keep])
+
+    def _recompile(self, params: list[Any]) -> None:
+        changed = [
+            f"input {i} " + ("replaced" if p is not old else "written in place")
+            for i, p, old, v in zip(self._positions, params, self._params, self._versions)
+            if p is not old or p._version != v
+        ]
+        try:
+            self._compile(params)
+        except SDKError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - this partition runs in ATen from now on
+            if strict(self._c):
+                raise
+            self._c.note(
+                f"sdk:{self._c.plugin} failed to compile {self._c.graph_name} again with new "
+                f"parameter values: {describe(exc, one_line=True)}; ATen runs it"
+            )
+            run, _ = fallback.whole_graph(self._sub, "")
+            self._aten = lambda *args: run(list(args))
+            return
+        self._c.note(
+            f"{self._c.graph_name} compiled again ({', '.join(changed)}): "
+            f"{self.compiles} compiles so far"
+        )
 
 
 class _PerShape:

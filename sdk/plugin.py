@@ -21,11 +21,13 @@ from typing import Any, ClassVar
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
-HOOK_API_VERSION = 6  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
+HOOK_API_VERSION = 7  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
 # 4: sdk_kernel_limits, sdk_can_fuse's ``merged``, sdk_extern; 5: sdk_graph_passes, GraphPass;
 # 6: sdk_preferences and Preferences, Capability's preferences and dead members retired,
 # the alias Verdict gone; sdk_kernel_choices, KernelChoices, KernelVariant (measured kernel
-# choices)
+# choices); 7: graph-level contract: sdk_claim_nodes may answer ClaimGroups (the plugin's own
+# partitions, with a minimum size), PluginInfo.frozen_parameters (parameters as constants of
+# inference partitions), CompiledSubgraph.preallocated_outputs and .aliases (output buffers)
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 
@@ -346,6 +348,20 @@ class PluginInfo:
     #: non-deterministic steps. (Under ``torch.use_deterministic_algorithms(True)`` ATen
     #: takes its deterministic kernel for such an op, or raises naming it, as in eager.)
     nondeterministic_ops: Mapping[str, str] = field(default_factory=dict)
+    #: graph-level plugins (hook API 7): in an *inference* graph (``ctx.graph_kind ==
+    #: "inference"``: no input needs grad, ``torch.no_grad()``), a partition input that is
+    #: an ``nn.Parameter`` of the model arrives as a constant, not an input: the partition's
+    #: GraphModule reads it with a ``get_attr`` node whose attribute is the parameter's value
+    #: at compile time (a real tensor, detached), so the plugin can prepack or fold it. Its
+    #: placeholder is gone: ``example_inputs`` and the compiled ``fn``'s arguments are the
+    #: other inputs only. The core checks each frozen parameter's identity and version
+    #: (``tensor._version``) on every call and compiles the partition again when a weight was
+    #: replaced (``model.fc.weight = nn.Parameter(...)``) or written in place
+    #: (``weight.add_(1)`` under ``no_grad``). Forward and backward (training) graphs keep
+    #: parameters as inputs. ``sdk_compile_subgraph`` is then called outside the compile's fake
+    #: mode (tensors it makes are real); the partition is kept out of the whole-graph cache
+    #: (the values are not in its key)
+    frozen_parameters: bool = False
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -403,7 +419,7 @@ def retired_fix(retired: Any, *, upgrade: bool = True) -> str:
 
 @dataclass(frozen=True)
 class Support:
-    """Answer of ``sdk_op_support`` (and of ``sdk_claim_nodes``, per node): may this op go
+    """Answer of ``sdk_op_support`` (and of ``sdk_claim_nodes``, per node or per group): may this op go
     into a generated kernel (or this plugin's partition)? ``Support.yes()``, or
     ``Support.no(reason)``: the reason is what ``sdk.explain`` shows for the op."""
 
@@ -744,3 +760,66 @@ class CompiledSubgraph:
 
     fn: Callable[..., Any]
     artifact: bytes | None = None
+    #: hook API 7: ``fn`` writes its outputs into buffers the core allocates, one per output
+    #: of the partition, each ``torch.empty_strided`` with the sizes, strides, dtype and device
+    #: of the output node's ``meta["val"]`` (on the plugin's device). It is called as
+    #: ``fn(*inputs, *outputs)`` and returns nothing (what it returns is ignored); the core
+    #: returns the buffers. False: ``fn(*inputs)`` returns the outputs, which must have the
+    #: sizes, dtype and device of ``meta["val"]`` (strides may differ; the core does not copy)
+    preallocated_outputs: bool = False
+    #: hook API 7, with ``preallocated_outputs``: ``{output index: input index}``, outputs
+    #: written into an input's buffer (donation, as PJRT's and ORT's input-output aliasing):
+    #: where the core can prove that input is dead after the partition (an intermediate of the
+    #: outer graph that only this partition reads, of the output's layout), it passes the input
+    #: tensor itself as that output's buffer; elsewhere it allocates a buffer as for any other
+    #: output (the report's note says which). The plugin must give the same answer for the
+    #: same graph (it is stored with the artifact)
+    aliases: Mapping[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise TypeError(f"CompiledSubgraph.fn must be callable, got a {type(self.fn).__name__}")
+        aliases = dict(self.aliases)
+        for out, inp in aliases.items():
+            if not (isinstance(out, int) and isinstance(inp, int) and out >= 0 and inp >= 0):
+                raise ValueError(
+                    f"CompiledSubgraph.aliases maps output index to input index (ints >= 0), "
+                    f"got {out!r}: {inp!r}"
+                )
+        if aliases and not self.preallocated_outputs:
+            raise ValueError(
+                "CompiledSubgraph.aliases needs preallocated_outputs=True (an aliased output "
+                "is written into the input's buffer the core passes)"
+            )
+        if len(set(aliases.values())) != len(aliases):
+            raise ValueError(f"CompiledSubgraph.aliases gives one input to two outputs: {aliases}")
+        object.__setattr__(self, "aliases", aliases)
+
+
+@dataclass(frozen=True)
+class ClaimGroups:
+    """A graph-level plugin's own partitions: what ``sdk_claim_nodes`` may answer instead of a
+    per-node mapping (hook API 7), as ORT's execution providers return their subgraphs.
+
+    ``groups``: each a collection of call nodes of the graph the plugin wants compiled
+    together, in one ``sdk_compile_subgraph`` call. The core keeps each group as one partition
+    unless contracting it would form a cycle through nodes outside it (a path leaving the
+    group and coming back): then it cuts the group into the largest acyclic pieces (torch's
+    partitioner), with the reason in ``sdk.explain``. A group (or piece) of fewer than
+    ``min_size`` call nodes is not compiled by this plugin: its nodes go to the next plugin
+    of the chain, else ATen, with the reason. A node in two groups stays in the first.
+
+    ``refused``: ``{node: Support.no(reason)}`` for nodes the plugin refuses with a reason;
+    a call node in no group and not here is refused as "not claimed".
+    """
+
+    groups: tuple[tuple[Any, ...], ...]
+    min_size: int = 1
+    refused: Mapping[Any, Support] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", tuple(tuple(g) for g in self.groups))
+        if isinstance(self.min_size, bool) or not isinstance(self.min_size, int):
+            raise TypeError(f"ClaimGroups.min_size must be an int, got {self.min_size!r}")
+        if self.min_size < 1:
+            raise ValueError(f"ClaimGroups.min_size must be at least 1, got {self.min_size}")

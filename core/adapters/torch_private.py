@@ -37,6 +37,7 @@ from .dynamo import (  # noqa: F401
     graph_break_count,
     graph_break_of,
     graph_break_reasons,
+    parameter_inputs,
     reset_dynamo,
     run_with,
     user_error,

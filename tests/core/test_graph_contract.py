@@ -1,0 +1,179 @@
+"""Hook API 7's graph-level contract, through a graph-level plugin written as a vendor would:
+claims as groups (``sdk.ClaimGroups``), frozen parameters for inference
+(``PluginInfo.frozen_parameters``) and output buffers (``CompiledSubgraph.preallocated_outputs``,
+``aliases``).
+
+The plugin ``folder`` "compiles" a partition by folding its constants (every call whose inputs
+are all constants is computed once, at compile time: a Linear's weight transposed) and running
+the rest with ``torch.fx.Interpreter``; its behaviour is set per test through module globals.
+Results are compared with eager on fresh inputs, and what the plugin received is recorded by the
+plugin itself (what a vendor would see), not read from the core.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+import sdk
+
+FOLDER = """
+    import torch
+    import sdk
+
+    FROZEN = {frozen!r}
+    GROUPS = None      # None: per-node claims; else fn(gm) -> sdk.ClaimGroups
+    PREALLOCATED = False
+    ALIASES = {{}}
+    WRONG_STRIDES = False
+    compiles = []      # per compile: (graph_kind, #inputs, {{constant name: real?}}, #folded)
+
+    @sdk.hookimpl
+    def sdk_plugin_info():
+        return sdk.PluginInfo(
+            name="folder", version="0.0.1", hook_api=7, device_types=("cpu",),
+            kind=sdk.PluginKind.GRAPH, frozen_parameters=FROZEN,
+        )
+
+    @sdk.hookimpl
+    def sdk_claim_nodes(ctx, gm):
+        if GROUPS is not None:
+            return GROUPS(gm)
+        return {{n: sdk.Support.yes() for n in gm.graph.nodes if n.op == "call_function"}}
+
+    def fold(gm):
+        # constant folding: a call whose inputs are all constants is computed now
+        folded = 0
+        for node in list(gm.graph.nodes):
+            if node.op != "call_function" or not node.all_input_nodes:
+                continue
+            if not all(a.op == "get_attr" for a in node.all_input_nodes):
+                continue
+            args = torch.fx.node.map_arg(node.args, lambda a: getattr(gm, a.target))
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: getattr(gm, a.target))
+            value = node.target(*args, **kwargs)
+            if not isinstance(value, torch.Tensor):
+                continue
+            name = f"folded_{{node.name}}"
+            gm.register_buffer(name, value.contiguous())
+            with gm.graph.inserting_before(node):
+                const = gm.graph.get_attr(name)
+            node.replace_all_uses_with(const)
+            gm.graph.erase_node(node)
+            folded += 1
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+        return folded
+
+    @sdk.hookimpl
+    def sdk_compile_subgraph(ctx, gm, example_inputs):
+        consts = {{
+            n.target: type(getattr(gm, n.target)) is torch.Tensor
+            for n in gm.graph.nodes if n.op == "get_attr"
+        }}
+        folded = fold(gm)
+        compiles.append((ctx.graph_kind, len(example_inputs), consts, folded))
+        outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+        vals = [o.meta["val"] for o in outs]
+
+        def run(*args):
+            return tuple(torch.fx.Interpreter(gm).run(*args))
+
+        if not PREALLOCATED:
+            return sdk.CompiledSubgraph(fn=run)
+
+        n_in = len(example_inputs)
+
+        def into(*args):
+            ins, bufs = args[:n_in], args[n_in:]
+            for buf, val, out in zip(bufs, vals, run(*ins)):
+                if WRONG_STRIDES:
+                    buf.set_(out.contiguous().t().contiguous().t()) if out.dim() == 2 else buf.copy_(out)
+                else:
+                    buf.copy_(out)
+
+        return sdk.CompiledSubgraph(fn=into, preallocated_outputs=True, aliases=ALIASES)
+"""
+
+
+@pytest.fixture
+def folder(make_plugin, fake_dist, use_registry):
+    """``folder(frozen=True) -> the plugin's module``, installed as ``sdk:folder``."""
+
+    def make(frozen: bool = True):
+        name = make_plugin(FOLDER.format(frozen=frozen), name="folder", head=False)
+        use_registry(fake_dist("acme-folder", {"folder": name}))
+        return importlib.import_module(name)
+
+    return make
+
+
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+
+def _check(compiled, model, x):
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+# -- frozen parameters ---------------------------------------------------------------
+
+
+def test_frozen_parameters_are_folded_and_recompiled_when_a_weight_changes(folder):
+    plugin = folder(frozen=True)
+    model = mlp()
+    compiled = torch.compile(model, backend=sdk.backend("folder", fallback=False))
+    x = torch.randn(5, 8)
+    _check(compiled, model, x)
+    assert len(plugin.compiles) == 1
+    kind, n_inputs, consts, folded = plugin.compiles[0]
+    # the four parameters arrive as real constants, only x as an input; the weights'
+    # transposes were computed at compile time
+    assert kind == "inference" and n_inputs == 1
+    assert len(consts) == 4 and all(consts.values()), consts
+    assert folded >= 2
+
+    _check(compiled, model, torch.randn(5, 8))  # nothing changed: no new compile
+    assert len(plugin.compiles) == 1
+
+    model[0].weight = torch.nn.Parameter(torch.randn(16, 8))  # replaced
+    _check(compiled, model, x)
+    assert len(plugin.compiles) == 2
+
+    with torch.no_grad():  # written in place
+        model[2].weight.add_(1)
+    _check(compiled, model, x)
+    assert len(plugin.compiles) == 3
+    _check(compiled, model, x)
+    assert len(plugin.compiles) == 3
+
+    with torch.no_grad():
+        report = sdk.explain(model, x, backend=sdk.backend("folder", fallback=False))
+    notes = " ".join(p.note for g in report.graphs for p in g.partitions)
+    assert "frozen as constants" in notes, notes
+
+
+def test_training_graphs_keep_parameters_as_inputs(folder):
+    plugin = folder(frozen=True)
+    model = mlp()
+    ref = mlp()
+    compiled = torch.compile(model, backend=sdk.backend("folder", fallback=False))
+    x = torch.randn(5, 8)
+    compiled(x).sum().backward()
+    ref(x).sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert plugin.compiles and all(not consts for _, _, consts, _ in plugin.compiles)
+    assert {k for k, *_ in plugin.compiles} == {"forward", "backward"}
+
+
+def test_without_frozen_parameters_weights_stay_inputs(folder):
+    plugin = folder(frozen=False)
+    model = mlp()
+    compiled = torch.compile(model, backend=sdk.backend("folder", fallback=False))
+    _check(compiled, model, torch.randn(5, 8))
+    assert [(k, n, c) for k, n, c, _ in plugin.compiles] == [("inference", 5, {})]
