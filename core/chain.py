@@ -32,14 +32,14 @@ import torch
 import torch.fx
 
 from sdk.errors import SDKError, describe
-from sdk.plugin import CompileContext, CompiledSubgraph, PluginKind, Support
+from sdk.plugin import ClaimGroups, CompileContext, CompiledSubgraph, PluginKind, Support
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
 from . import fallback, graph_cache
 from .adapters.torch_private import concrete_graph, real_mode
 from .guards import spec_of
 from .lowering import refusal
-from .partition import Plan, partition
+from .partition import Claimant, Plan, partition
 from .registry import strict
 from .session import CompileSession
 from .stages import build
@@ -65,7 +65,9 @@ def compile_partitioned(
     graph_level = session.info.kind == PluginKind.GRAPH
     if len(plugins) == 1 and not graph_level:
         return None
-    report = GraphReport(name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin)
+    report = GraphReport(
+        name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin, notes=ctx.notes
+    )
     report.aten_ops = len(fallback.aten_calls(gm))
     start = time.perf_counter()
     work = _copy(gm)
@@ -76,10 +78,12 @@ def compile_partitioned(
         return None
     plan = partition(
         work,
-        [(p, _lookup(claims[p])) for p in plugins],
+        [_claimant(p, claims[p]) for p in plugins],
         min_size=session.options.min_partition_size,
     )
     _place(plan, report, plugins)
+    for cut in plan.cuts:
+        ctx.note(cut)
     if report.fallbacks and not session.options.fallback:
         left = "; ".join(
             f"{p.op} ({', '.join(f'sdk:{name}: {why}' for name, why in p.refusals)})"
@@ -163,12 +167,25 @@ def _kernel_claims(s: CompileSession, c: CompileContext, calls: list[torch.fx.No
     return out
 
 
+class _Grouped(dict):
+    """A graph-level plugin's claims answered as :class:`sdk.ClaimGroups`: the claims by node
+    name, and its groups (node names) with their minimum size."""
+
+    groups: list[list[str]]
+    min_size: int
+
+
 def _graph_claims(answer: Any, calls: list[torch.fx.Node]) -> Claims:
     """A graph-level plugin's ``sdk_claim_nodes`` answer as claims (None: claims nothing)."""
     if answer is None:
         answer = {}
+    if isinstance(answer, ClaimGroups):
+        return _group_claims(answer, calls)
     if not isinstance(answer, Mapping):
-        raise TypeError(f"sdk_claim_nodes returned {type(answer).__name__}, not a mapping")
+        raise TypeError(
+            f"sdk_claim_nodes returned {type(answer).__name__}, not a mapping of nodes to "
+            "sdk.Support nor an sdk.ClaimGroups"
+        )
     out: Claims = {}
     for n in calls:
         verdict = answer.get(n)
@@ -177,6 +194,37 @@ def _graph_claims(answer: Any, calls: list[torch.fx.Node]) -> Claims:
         else:
             out[n.name] = "not claimed"
     return out
+
+
+def _group_claims(answer: ClaimGroups, calls: list[torch.fx.Node]) -> Claims:
+    known = set(calls)
+    out = _Grouped()
+    out.groups, out.min_size = [], answer.min_size
+    for k, group in enumerate(answer.groups):
+        for n in group:
+            if n not in known:
+                what = n.op if isinstance(n, torch.fx.Node) else type(n).__name__
+                raise TypeError(
+                    f"sdk_claim_nodes' ClaimGroups group {k} holds {n!r} ({what}), not a "
+                    "call_function node of the graph it was given"
+                )
+        out.groups.append([n.name for n in group])
+    grouped = {name for g in out.groups for name in g}
+    for n in calls:
+        verdict = answer.refused.get(n)
+        if n.name in grouped:
+            out[n.name] = None
+        elif isinstance(verdict, Support) and not verdict.ok:
+            out[n.name] = verdict.reason or "refused"
+        else:
+            out[n.name] = "not claimed"
+    return out
+
+
+def _claimant(plugin: str, claims: Claims) -> Claimant:
+    if isinstance(claims, _Grouped):
+        return Claimant(plugin, _lookup(claims), claims.groups, claims.min_size)
+    return Claimant(plugin, _lookup(claims))
 
 
 def _lookup(claims: Claims) -> Callable[[torch.fx.Node], tuple[bool, str]]:
@@ -240,7 +288,7 @@ def _compile_partition(
         return _positional(fn), by, "", "; ".join(done.chain_failures)
     try:
         if frozen:
-            fn = _Frozen(s, c, s.redecomposed(c, sub), inputs, frozen)
+            fn = _Frozen(s, c, s.redecomposed(c, sub), inputs, frozen, tell=ctx.note)
             return fn, plugin, "off: frozen parameters (their values are not in the key)", fn.note
         fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs)
         return fn, plugin, cache, ""
@@ -431,8 +479,10 @@ class _Frozen:
         sub: torch.fx.GraphModule,
         inputs: list[Any],
         frozen: Mapping[int, Any],
+        tell: Callable[[str], None],
     ) -> None:
         self._s, self._c, self._sub, self._inputs = s, c, sub, inputs
+        self._tell = tell  # the outer graph's notes (sdk.explain shows them)
         self._positions = tuple(sorted(frozen))
         self._keep = tuple(i for i in range(len(inputs)) if i not in frozen)
         self._aten: Callable | None = None
@@ -479,11 +529,13 @@ class _Frozen:
         return fn(*[args[i] for i in keep])
 
     def _recompile(self, params: list[Any]) -> None:
-        changed = [
-            f"input {i} " + ("replaced" if p is not old else "written in place")
-            for i, p, old, v in zip(self._positions, params, self._params, self._versions)
-            if p is not old or p._version != v
-        ]
+        changed = sorted(
+            {
+                "replaced" if p is not old else "written in place"
+                for p, old, v in zip(params, self._params, self._versions, strict=True)
+                if p is not old or p._version != v
+            }
+        )
         try:
             self._compile(params)
         except SDKError:
@@ -491,16 +543,16 @@ class _Frozen:
         except Exception as exc:  # noqa: BLE001 - this partition runs in ATen from now on
             if strict(self._c):
                 raise
-            self._c.note(
+            self._tell(
                 f"sdk:{self._c.plugin} failed to compile {self._c.graph_name} again with new "
                 f"parameter values: {describe(exc, one_line=True)}; ATen runs it"
             )
             run, _ = fallback.whole_graph(self._sub, "")
             self._aten = lambda *args: run(list(args))
             return
-        self._c.note(
-            f"{self._c.graph_name} compiled again ({', '.join(changed)}): "
-            f"{self.compiles} compiles so far"
+        self._tell(
+            f"{self._c.graph_name} compiled again: a frozen parameter was "
+            f"{' or '.join(changed)} since its last compile"
         )
 
 

@@ -29,6 +29,7 @@ FOLDER = """
     ALIASES = {{}}
     WRONG_STRIDES = False
     compiles = []      # per compile: (graph_kind, #inputs, {{constant name: real?}}, #folded)
+    partitions = []    # per compile: the ops of the partition, sorted
 
     @sdk.hookimpl
     def sdk_plugin_info():
@@ -73,6 +74,9 @@ FOLDER = """
             n.target: type(getattr(gm, n.target)) is torch.Tensor
             for n in gm.graph.nodes if n.op == "get_attr"
         }}
+        partitions.append(sorted(
+            n.target.__name__.split(".")[0] for n in gm.graph.nodes if n.op == "call_function"
+        ))
         folded = fold(gm)
         compiles.append((ctx.graph_kind, len(example_inputs), consts, folded))
         outs = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
@@ -177,3 +181,94 @@ def test_without_frozen_parameters_weights_stay_inputs(folder):
     compiled = torch.compile(model, backend=sdk.backend("folder", fallback=False))
     _check(compiled, model, torch.randn(5, 8))
     assert [(k, n, c) for k, n, c, _ in plugin.compiles] == [("inference", 5, {})]
+
+
+# -- claims as groups ----------------------------------------------------------------
+
+
+def _op(node) -> str:
+    return getattr(node.target, "__name__", "").split(".")[0]
+
+
+def _groups(*spec, min_size=1, refuse=()):
+    """A ClaimGroups answer from op names: each group the call nodes of those ops."""
+
+    def answer(gm):
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        return sdk.ClaimGroups(
+            groups=[[n for n in calls if _op(n) in ops] for ops in spec],
+            min_size=min_size,
+            refused={n: sdk.Support.no(f"folder: no {_op(n)}") for n in calls if _op(n) in refuse},
+        )
+
+    return answer
+
+
+def _run(fn, *args, **options):
+    with torch.no_grad():
+        backend = sdk.backend("folder", **options)
+        report = sdk.explain(fn, *args, backend=backend)
+        fresh = [torch.randn_like(a) for a in args]
+        torch.testing.assert_close(torch.compile(fn, backend=backend)(*fresh), fn(*fresh))
+    (graph,) = report.graphs
+    return graph
+
+
+def _compiled(plugin) -> list[tuple[str, ...]]:
+    """The partitions the plugin compiled (explain's compile and torch.compile's), by ops."""
+    return sorted({tuple(p) for p in plugin.partitions})
+
+
+def _two_chains(x):
+    return (x.sin() * x.cos()) + 1
+
+
+def test_a_plugins_own_groups_are_its_partitions(folder):
+    plugin = folder(frozen=False)
+    # per node, the four ops are one partition; as groups, two
+    plugin.GROUPS = _groups(("sin", "cos"), ("mul", "add"))
+    graph = _run(_two_chains, torch.randn(4, 4), fallback=False)
+    assert _compiled(plugin) == [("add", "mul"), ("cos", "sin")], plugin.partitions
+    assert {p.compiled_by for p in graph.partitions} == {"folder"} and not graph.fallbacks
+
+
+def _around(x):
+    a = x.sin()
+    return a * a.exp()  # sin -> exp -> mul: {sin, mul} without exp is cyclic
+
+
+def test_a_group_that_would_form_a_cycle_is_cut_with_the_reason(folder):
+    plugin = folder(frozen=False)
+    plugin.GROUPS = _groups(("sin", "mul"), refuse=("exp",))
+    graph = _run(_around, torch.randn(4, 4))
+    assert _compiled(plugin) == [("mul",), ("sin",)], plugin.partitions
+    assert any("would form a cycle through exp" in n and "cut into 2" in n for n in graph.notes), (
+        graph.notes
+    )
+    (exp,) = [p for p in graph.placements if p.op.startswith("aten.exp")]
+    assert exp.plugin == "aten" and exp.refusals == (("folder", "folder: no exp"),)
+
+
+def test_groups_below_their_minimum_size_run_elsewhere_with_the_reason(folder):
+    plugin = folder(frozen=False)
+    plugin.GROUPS = _groups(("sin", "cos", "mul"), ("add",), min_size=2)
+    graph = _run(_two_chains, torch.randn(4, 4))
+    assert _compiled(plugin) == [("cos", "mul", "sin")], plugin.partitions
+    (add,) = [p for p in graph.placements if p.op.startswith("aten.add")]
+    assert add.plugin == "aten" and "smaller than the minimum size 2" in add.refusals[0][1]
+
+
+def test_a_group_naming_a_node_of_another_graph_is_a_fault_that_claims_nothing(folder):
+    plugin = folder(frozen=False)
+    stranger = torch.fx.Graph().placeholder("x")
+    plugin.GROUPS = lambda gm: sdk.ClaimGroups(groups=[[stranger]])
+    with pytest.warns(sdk.PluginHookWarning, match="not a call_function node"):
+        graph = _run(_two_chains, torch.randn(4, 4))
+    assert not plugin.partitions
+    assert any("not a call_function node" in f.error for f in graph.hook_faults), graph.hook_faults
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_claim_groups_min_size_must_be_positive(bad):
+    with pytest.raises(ValueError, match="at least 1"):
+        sdk.ClaimGroups(groups=[], min_size=bad)
