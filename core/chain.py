@@ -36,7 +36,7 @@ from sdk.plugin import ClaimGroups, CompileContext, CompiledSubgraph, PluginKind
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
 from . import fallback, graph_cache
-from .adapters.torch_private import concrete_graph, real_mode
+from .adapters.torch_private import concrete_graph, fresh_result, real_mode
 from .guards import spec_of
 from .lowering import refusal
 from .partition import Claimant, Plan, partition
@@ -99,8 +99,9 @@ def compile_partitioned(
         sub = getattr(work, part.name)
         _fill_constants(work, part.name, sub)
         frozen = _frozen_inputs(session, ctx, part.plugin, work, part.name, params)
+        dead = _dead_after(work, part.name)
         fn, compiled_by, cache, note = _compile_partition(
-            session, ctx, part.plugin, part.name, sub, frozen
+            session, ctx, part.plugin, part.name, sub, frozen, dead
         )
         setattr(work, part.name, _Bound(fn))
         report.partitions.append(_describe(part, sub, compiled_by, cache, note))
@@ -267,10 +268,13 @@ def _compile_partition(
     name: str,
     sub: torch.fx.GraphModule,
     frozen: Mapping[int, Any] | None = None,
+    dead: frozenset[int] = frozenset(),
 ) -> tuple[Callable, str, str, str]:
     """(callable taking the partition's inputs positionally, who compiled it, cache state,
     note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen.
-    ``frozen``: the partition's inputs ``plugin`` gets as constants (frozen parameters)."""
+    ``frozen``: the partition's inputs ``plugin`` gets as constants (frozen parameters);
+    ``dead``: the inputs nothing reads after the partition (an output may be written into
+    one, ``CompiledSubgraph.aliases``)."""
     chain = (ctx.plugin, *session.options.chain)
     later = [
         p for p in chain[chain.index(plugin) + 1 :] if session.kind_of(p) == PluginKind.CODEGEN
@@ -288,10 +292,11 @@ def _compile_partition(
         return _positional(fn), by, "", "; ".join(done.chain_failures)
     try:
         if frozen:
-            fn = _Frozen(s, c, s.redecomposed(c, sub), inputs, frozen, tell=ctx.note)
-            return fn, plugin, "off: frozen parameters (their values are not in the key)", fn.note
-        fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs)
-        return fn, plugin, cache, ""
+            fn = _Frozen(s, c, s.redecomposed(c, sub), inputs, frozen, dead, tell=ctx.note)
+            cache = "off: frozen parameters (their values are not in the key)"
+            return fn, plugin, cache, "; ".join([fn.note, *c.notes])
+        fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs, dead=dead)
+        return fn, plugin, cache, "; ".join(c.notes)
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - this partition goes to the next plugin
@@ -324,13 +329,19 @@ def _graph_compile(
     inputs: list[Any],
     *,
     cached: bool = True,
+    dead: frozenset[int] = frozenset(),
 ) -> tuple[Callable, str]:
-    """A graph-level plugin's callable for ``sub``: from the cache, else its compiler."""
+    """A graph-level plugin's callable for ``sub``: from the cache, else its compiler;
+    taking the partition's inputs and returning its outputs (into buffers the core
+    allocates where the plugin asked, ``CompiledSubgraph.preallocated_outputs``)."""
     key, cache = _cache_key(s, c, sub, inputs) if cached else (None, "off")
     missed = ""
     if key is not None:
-        fn, missed = _load(s, c, key)
+        fn, missed, doc = _load(s, c, key)
         if fn is not None:
+            fn = _buffers(
+                s, c, sub, fn, doc.get("preallocated", False), dict(doc.get("aliases", [])), dead
+            )
             return _on_device(fn, s.info.device_types, c.device_type, sub), "hit"
     result = s.hooks.sdk_compile_subgraph(ctx=c, gm=_copy(sub), example_inputs=inputs)
     if not isinstance(result, CompiledSubgraph):
@@ -338,9 +349,15 @@ def _graph_compile(
             f"sdk:{c.plugin} sdk_compile_subgraph returned {type(result).__name__}, not an "
             "sdk.CompiledSubgraph"
         )
+    fn = _buffers(s, c, sub, result.fn, result.preallocated_outputs, result.aliases, dead)
     if key is not None and result.artifact is not None:
+        doc = {
+            "kind": "subgraph",
+            "preallocated": result.preallocated_outputs,
+            "aliases": sorted(result.aliases.items()),
+        }
         try:
-            graph_cache.store().put(key, graph_cache.pack({"kind": "subgraph"}, [result.artifact]))
+            graph_cache.store().put(key, graph_cache.pack(doc, [result.artifact]))
             cache = (
                 f"stored, replacing an entry that could not be loaded ({missed})"
                 if missed
@@ -350,7 +367,97 @@ def _graph_compile(
             cache = f"not stored: {exc}"
     elif key is not None:
         cache = f"off: sdk:{c.plugin} returned no artifact"
-    return _on_device(result.fn, s.info.device_types, c.device_type, sub), cache
+    return _on_device(fn, s.info.device_types, c.device_type, sub), cache
+
+
+def _buffers(
+    s: CompileSession,
+    c: CompileContext,
+    sub: torch.fx.GraphModule,
+    fn: Callable,
+    preallocated: bool,
+    aliases: Mapping[int, int],
+    dead: frozenset[int],
+) -> Callable:
+    """``fn`` as a callable that returns the outputs: as it is, or (``preallocated``) one
+    that allocates each output per its ``meta["val"]`` (an aliased output: the input itself,
+    where ``dead`` proves nothing reads it after and its layout is the output's) and calls
+    ``fn(*inputs, *outputs)``. Symbolic output sizes raise TypeError (compiled per shape)."""
+    if not preallocated:
+        return fn
+    vals = _output_vals(sub)
+    places = _example_inputs(sub)
+    there = c.device_type if c.device_type in s.info.device_types else s.info.device_types[0]
+    layouts = []
+    for i, v in enumerate(vals):
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(
+                f"sdk:{c.plugin} asked for preallocated outputs, but output {i} of "
+                f"{c.graph_name} is a {type(v).__name__}, not a tensor"
+            )
+        if not _is_static(v):
+            raise TypeError(
+                f"sdk:{c.plugin} asked for preallocated outputs of symbolic sizes "
+                f"({tuple(v.shape)}): the core compiles {c.graph_name} per shape"
+            )
+        device = v.device if v.device.type == there else torch.device(there)
+        layouts.append((tuple(v.shape), tuple(v.stride()), v.dtype, device))
+    donated: dict[int, int] = {}
+    for out, inp in aliases.items():
+        if out >= len(vals) or inp >= len(places):
+            raise ValueError(
+                f"sdk:{c.plugin} declared output {out} an alias of input {inp}, but "
+                f"{c.graph_name} has {len(vals)} outputs and {len(places)} inputs"
+            )
+        x = places[inp]
+        same = (
+            isinstance(x, torch.Tensor)
+            and _is_static(x)
+            and (tuple(x.shape), tuple(x.stride()), x.dtype) == layouts[out][:3]
+            and x.storage_offset() == 0
+        )
+        if inp in dead and same:
+            donated[out] = inp
+        else:
+            why = (
+                "it may be read after the partition: a graph input, a view, or read again"
+                if inp not in dead
+                else "its layout differs"
+            )
+            c.note(f"output {out} not written into input {inp} ({why}): a buffer of its own")
+    if donated:
+        c.note(
+            "outputs written into their inputs (donated): "
+            + ", ".join(f"{o} -> input {i}" for o, i in sorted(donated.items()))
+        )
+
+    def into(*args: Any) -> tuple[Any, ...]:
+        outs = [
+            args[donated[i]]
+            if i in donated
+            else torch.empty_strided(shape, stride, dtype=dtype, device=device)
+            for i, (shape, stride, dtype, device) in enumerate(layouts)
+        ]
+        fn(*args, *outs)
+        return tuple(outs)
+
+    return into
+
+
+def _dead_after(outer: torch.fx.GraphModule, name: str) -> frozenset[int]:
+    """The inputs of partition ``name`` that nothing reads after it and that share no
+    storage the core can see: each made by an ATen op of the outer graph that is not a view
+    (a fresh tensor), read only by this partition (not a graph input or output)."""
+    call = next(n for n in outer.graph.nodes if n.op == "call_module" and n.target == name)
+    dead = set()
+    for i, a in enumerate(call.args):
+        if not isinstance(a, torch.fx.Node) or a.op != "call_function" or len(a.users) != 1:
+            continue
+        if call.args.count(a) != 1:
+            continue
+        if fresh_result(a.target):
+            dead.add(i)
+    return frozenset(dead)
 
 
 def _cache_key(
@@ -368,21 +475,26 @@ def _cache_key(
         return None, f"not stored: {exc}"
 
 
-def _load(s: CompileSession, c: CompileContext, key: str) -> tuple[Callable | None, str]:
-    """The cached artifact rebuilt by the plugin, or None (a miss) and why, if not absent."""
+def _load(
+    s: CompileSession, c: CompileContext, key: str
+) -> tuple[Callable | None, str, dict[str, Any]]:
+    """The cached artifact rebuilt by the plugin, or None (a miss) and why, if not absent;
+    and the entry's document (its calling convention)."""
     data = graph_cache.store().get(key)
     if data is None:
-        return None, ""
+        return None, "", {}
     try:
         doc, blobs = graph_cache.unpack(data)
         if doc.get("kind") != "subgraph" or len(blobs) != 1:
-            return None, "the entry is not a partition's artifact"
+            return None, "the entry is not a partition's artifact", {}
         fn = s.hooks.sdk_load_subgraph(ctx=c, artifact=blobs[0])
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - bytes the plugin cannot use are a miss
-        return None, describe(exc, one_line=True)
-    return fn, "" if fn is not None else f"sdk:{c.plugin} sdk_load_subgraph returned None"
+        return None, describe(exc, one_line=True), {}
+    if fn is None:
+        return None, f"sdk:{c.plugin} sdk_load_subgraph returned None", {}
+    return fn, "", doc
 
 
 def _layout(x: Any) -> Any:
@@ -479,12 +591,14 @@ class _Frozen:
         sub: torch.fx.GraphModule,
         inputs: list[Any],
         frozen: Mapping[int, Any],
+        dead: frozenset[int],
         tell: Callable[[str], None],
     ) -> None:
         self._s, self._c, self._sub, self._inputs = s, c, sub, inputs
         self._tell = tell  # the outer graph's notes (sdk.explain shows them)
         self._positions = tuple(sorted(frozen))
         self._keep = tuple(i for i in range(len(inputs)) if i not in frozen)
+        self._dead = frozenset(k for k, i in enumerate(self._keep) if i in dead)
         self._aten: Callable | None = None
         self.compiles = 0
         self._compile([frozen[i] for i in self._positions])
@@ -507,7 +621,12 @@ class _Frozen:
             }
             graph = _frozen_graph(self._sub, values)
             fn, _ = _graph_compile(
-                self._s, self._c, graph, [self._inputs[i] for i in self._keep], cached=False
+                self._s,
+                self._c,
+                graph,
+                [self._inputs[i] for i in self._keep],
+                cached=False,
+                dead=self._dead,
             )
         self._fn = fn
         self._params = list(params)

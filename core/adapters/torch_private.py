@@ -449,6 +449,14 @@ def set_access_error(t: torch.Tensor, message: str) -> bool:
     return True
 
 
+def fresh_result(op: Any) -> bool:
+    """Whether ``op`` (a graph node's target) is an ATen op whose results are new tensors:
+    no view of an input, no alias in its schema's returns."""
+    if not isinstance(op, OpOverload) or op.is_view:
+        return False
+    return all(r.alias_info is None for r in op._schema.returns)
+
+
 def real_mode() -> Any:
     """A context in which tensor factories make real tensors, also inside a compile's fake
     mode (AOTAutograd calls the backend under it)."""

@@ -27,7 +27,8 @@ FOLDER = """
     GROUPS = None      # None: per-node claims; else fn(gm) -> sdk.ClaimGroups
     PREALLOCATED = False
     ALIASES = {{}}
-    WRONG_STRIDES = False
+    BREAK = ""         # "strides": outputs contiguous; "write": writes into its first input
+    calls = []         # per call of a preallocated fn: [(strides as meta, [inputs it is])]
     compiles = []      # per compile: (graph_kind, #inputs, {{constant name: real?}}, #folded)
     partitions = []    # per compile: the ops of the partition, sorted
 
@@ -83,7 +84,12 @@ FOLDER = """
         vals = [o.meta["val"] for o in outs]
 
         def run(*args):
-            return tuple(torch.fx.Interpreter(gm).run(*args))
+            outs = tuple(torch.fx.Interpreter(gm).run(*args))
+            if BREAK == "strides":
+                return tuple(o.contiguous() for o in outs)
+            if BREAK == "write":
+                args[0].mul_(1.5)
+            return outs
 
         if not PREALLOCATED:
             return sdk.CompiledSubgraph(fn=run)
@@ -92,11 +98,14 @@ FOLDER = """
 
         def into(*args):
             ins, bufs = args[:n_in], args[n_in:]
-            for buf, val, out in zip(bufs, vals, run(*ins)):
-                if WRONG_STRIDES:
-                    buf.set_(out.contiguous().t().contiguous().t()) if out.dim() == 2 else buf.copy_(out)
-                else:
-                    buf.copy_(out)
+            calls.append([
+                (tuple(b.stride()) == tuple(v.stride()),
+                 [j for j, x in enumerate(ins)
+                  if isinstance(x, torch.Tensor) and x.data_ptr() == b.data_ptr()])
+                for b, v in zip(bufs, vals)
+            ])
+            for buf, out in zip(bufs, run(*ins)):
+                buf.copy_(out)
 
         return sdk.CompiledSubgraph(fn=into, preallocated_outputs=True, aliases=ALIASES)
 """
@@ -272,3 +281,92 @@ def test_a_group_naming_a_node_of_another_graph_is_a_fault_that_claims_nothing(f
 def test_claim_groups_min_size_must_be_positive(bad):
     with pytest.raises(ValueError, match="at least 1"):
         sdk.ClaimGroups(groups=[], min_size=bad)
+
+
+# -- output buffers ------------------------------------------------------------------
+
+
+def _exp_then_sin(x):
+    # exp is refused: ATen makes it, only the plugin's partition reads it; sin of its
+    # transpose keeps the transposed layout (strides (1, 5))
+    return x.exp().t().sin() * 2
+
+
+def test_preallocated_outputs_have_the_graphs_layout(folder):
+    plugin = folder(frozen=False)
+    plugin.GROUPS = _groups(("sin", "mul"), refuse=("exp", "permute", "t"))
+    plugin.PREALLOCATED, plugin.ALIASES = True, {0: 0}
+    x = torch.randn(4, 5)
+    graph = _run(_exp_then_sin, x)
+    with torch.no_grad():
+        out = torch.compile(_exp_then_sin, backend=sdk.backend("folder"))(x)
+    assert out.stride() == _exp_then_sin(x).stride() == (1, 5)
+    # the buffers had meta["val"]'s strides; the input is a view (of exp's result, which
+    # ATen's transpose made), so the output got a buffer of its own
+    assert plugin.calls and all(c == [(True, [])] for c in plugin.calls), plugin.calls
+    (part,) = graph.partitions
+    assert "not written into input 0 (it may be read after the partition" in part.note, part.note
+
+
+def _exp_then_sin_flat(x):
+    return x.exp().sin() * 2
+
+
+def test_an_output_is_written_into_an_input_nothing_reads_after(folder):
+    plugin = folder(frozen=False)
+    plugin.GROUPS = _groups(("sin", "mul"), refuse=("exp",))
+    plugin.PREALLOCATED, plugin.ALIASES = True, {0: 0}
+    graph = _run(_exp_then_sin_flat, torch.randn(4, 5))
+    assert plugin.calls and all(c == [(True, [0])] for c in plugin.calls), plugin.calls
+    (part,) = graph.partitions
+    assert "donated" in part.note, part.note
+
+
+def _sin_of_input(x):
+    return x.sin() * 2
+
+
+def test_a_graph_input_is_never_donated(folder):
+    plugin = folder(frozen=False)
+    plugin.PREALLOCATED, plugin.ALIASES = True, {0: 0}
+    x = torch.randn(4, 5)
+    before = x.clone()
+    graph = _run(_sin_of_input, x)
+    torch.testing.assert_close(x, before)
+    assert plugin.calls and all(c == [(True, [])] for c in plugin.calls), plugin.calls
+    (part,) = graph.partitions
+    assert "a graph input, a view" in part.note, part.note
+
+
+def test_aliases_without_preallocated_outputs_are_refused():
+    with pytest.raises(ValueError, match="preallocated_outputs=True"):
+        sdk.CompiledSubgraph(fn=lambda: None, aliases={0: 0})
+
+
+# -- the conformance kit's output check ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("brk", "preallocated", "expected"),
+    [
+        ("", False, None),
+        ("", True, None),
+        ("strides", False, "output 0 has strides (8, 1), expected (1, 5)"),
+        ("write", False, "input 0 was written"),
+    ],
+)
+def test_the_conformance_kit_checks_outputs_against_the_contract(
+    folder, brk, preallocated, expected
+):
+    from sdk import conformance as C
+
+    plugin = folder(frozen=False)
+    plugin.BREAK, plugin.PREALLOCATED = brk, preallocated
+    module, violations = C.checking_outputs("folder")
+    x = torch.randn(8, 5)
+    with C.registry_with("folder", module), torch.no_grad():
+        torch.compile(lambda x: torch.sin(x.t()) * 2, backend=sdk.backend("folder"))(x.clone())
+    if expected is None:
+        assert violations == []
+    else:
+        assert any(expected in v for v in violations), violations
