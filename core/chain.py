@@ -383,9 +383,9 @@ def _buffers(
     that allocates each output per its ``meta["val"]`` (an aliased output: the input itself,
     where ``dead`` proves nothing reads it after and its layout is the output's) and calls
     ``fn(*inputs, *outputs)``. Symbolic output sizes raise TypeError (compiled per shape)."""
-    if not preallocated:
-        return fn
     vals = _output_vals(sub)
+    if not preallocated:
+        return _restrided(fn, vals)
     places = _example_inputs(sub)
     there = c.device_type if c.device_type in s.info.device_types else s.info.device_types[0]
     layouts = []
@@ -442,6 +442,32 @@ def _buffers(
         return tuple(outs)
 
     return into
+
+
+def _restrided(fn: Callable, vals: list[Any]) -> Callable:
+    """``fn``, its outputs copied into ``meta["val"]``'s strides where they come with others
+    (sizes of 1 aside; symbolic layouts unchecked): the outer graph's ATen ops may depend on
+    them (a ``view``). One copy per such output and call: the contract asks for those
+    strides, and ``preallocated_outputs`` gives them for free."""
+    want: list[tuple[int, ...] | None] = [
+        tuple(v.stride()) if isinstance(v, torch.Tensor) and _is_static(v) else None for v in vals
+    ]
+    if not any(w is not None for w in want):
+        return fn
+
+    def strided(*args: Any) -> Any:
+        outs = fn(*args)
+        fixed = None
+        for i, (o, w) in enumerate(zip(outs, want, strict=False)):
+            if w is None or not isinstance(o, torch.Tensor) or o.stride() == w:
+                continue
+            if all(a == b or d <= 1 for a, b, d in zip(o.stride(), w, o.shape, strict=False)):
+                continue
+            fixed = list(outs) if fixed is None else fixed
+            fixed[i] = torch.empty_strided(o.shape, w, dtype=o.dtype, device=o.device).copy_(o)
+        return outs if fixed is None else tuple(fixed)
+
+    return strided
 
 
 def _dead_after(outer: torch.fx.GraphModule, name: str) -> frozenset[int]:
