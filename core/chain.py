@@ -14,7 +14,9 @@ graph and runs in ATen. Each partition is then compiled on its own:
   whole-graph cache), with device copies when the plugin runs elsewhere than the graph.
 
 A partition whose compile fails goes to the next kernel-level plugin of the chain, else to
-ATen: that partition only. The outer graph, with each partition's ``call_module`` node bound to
+ATen: that partition only. What a graph-level partition gets beyond its inputs (frozen
+parameters) and how its outputs come back (strides, preallocated buffers, donated inputs) is
+:mod:`core.subgraph_io`. The outer graph, with each partition's ``call_module`` node bound to
 its compiled callable, is the program.
 
 A chain whose later plugins claim nothing the backend's own plugin refuses is not partitioned:
@@ -36,13 +38,23 @@ from sdk.plugin import ClaimGroups, CompileContext, CompiledSubgraph, PluginKind
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
 from . import fallback, graph_cache
-from .adapters.torch_private import concrete_graph, fresh_result, real_mode
+from .adapters.torch_private import concrete_graph
 from .guards import spec_of
 from .lowering import refusal
 from .partition import Claimant, Plan, partition
 from .registry import strict
 from .session import CompileSession
 from .stages import build
+from .subgraph_io import (
+    Frozen,
+    buffers,
+    copy_graph,
+    dead_after,
+    frozen_inputs,
+    is_static,
+    output_vals,
+    placeholder_vals,
+)
 
 #: Claims of one plugin: node name -> None (claimed) or the reason it is refused. By name:
 #: the partitioner rebuilds the graph between rounds (names stay, node objects do not).
@@ -70,7 +82,7 @@ def compile_partitioned(
     )
     report.aten_ops = len(fallback.aten_calls(gm))
     start = time.perf_counter()
-    work = _copy(gm)
+    work = copy_graph(gm)
     places = [n for n in work.graph.nodes if n.op == "placeholder"]
     params = {places[i].name: p for i, p in (parameters or {}).items() if i < len(places)}
     claims = {p: _claims(session, ctx, p, work, report) for p in plugins}
@@ -98,8 +110,8 @@ def compile_partitioned(
     for part in plan.partitions:
         sub = getattr(work, part.name)
         _fill_constants(work, part.name, sub)
-        frozen = _frozen_inputs(session, ctx, part.plugin, work, part.name, params)
-        dead = _dead_after(work, part.name)
+        frozen = frozen_inputs(session, ctx, part.plugin, work, part.name, params)
+        dead = dead_after(work, part.name)
         fn, compiled_by, cache, note = _compile_partition(
             session, ctx, part.plugin, part.name, sub, frozen, dead
         )
@@ -279,7 +291,7 @@ def _compile_partition(
     later = [
         p for p in chain[chain.index(plugin) + 1 :] if session.kind_of(p) == PluginKind.CODEGEN
     ]
-    inputs = _example_inputs(sub)
+    inputs = placeholder_vals(sub)
     graph_name = f"{ctx.graph_name}.{name}"
     s = session.peer(plugin)
     c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
@@ -292,7 +304,9 @@ def _compile_partition(
         return _positional(fn), by, "", "; ".join(done.chain_failures)
     try:
         if frozen:
-            fn = _Frozen(s, c, s.redecomposed(c, sub), inputs, frozen, dead, tell=ctx.note)
+            fn = Frozen(
+                _frozen_compile, s, c, s.redecomposed(c, sub), inputs, frozen, dead, tell=ctx.note
+            )
             cache = "off: frozen parameters (their values are not in the key)"
             return fn, plugin, cache, "; ".join([fn.note, *c.notes])
         fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs, dead=dead)
@@ -300,7 +314,7 @@ def _compile_partition(
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - this partition goes to the next plugin
-        if not all(_is_static(x) for x in inputs) and not c.core_options.debug:
+        if not all(is_static(x) for x in inputs) and not c.core_options.debug:
             note = (
                 f"sdk:{plugin} refused symbolic sizes ({describe(exc, one_line=True)}): "
                 "compiled per shape"
@@ -339,17 +353,17 @@ def _graph_compile(
     if key is not None:
         fn, missed, doc = _load(s, c, key)
         if fn is not None:
-            fn = _buffers(
+            fn = buffers(
                 s, c, sub, fn, doc.get("preallocated", False), dict(doc.get("aliases", [])), dead
             )
             return _on_device(fn, s.info.device_types, c.device_type, sub), "hit"
-    result = s.hooks.sdk_compile_subgraph(ctx=c, gm=_copy(sub), example_inputs=inputs)
+    result = s.hooks.sdk_compile_subgraph(ctx=c, gm=copy_graph(sub), example_inputs=inputs)
     if not isinstance(result, CompiledSubgraph):
         raise TypeError(
             f"sdk:{c.plugin} sdk_compile_subgraph returned {type(result).__name__}, not an "
             "sdk.CompiledSubgraph"
         )
-    fn = _buffers(s, c, sub, result.fn, result.preallocated_outputs, result.aliases, dead)
+    fn = buffers(s, c, sub, result.fn, result.preallocated_outputs, result.aliases, dead)
     if key is not None and result.artifact is not None:
         doc = {
             "kind": "subgraph",
@@ -370,120 +384,16 @@ def _graph_compile(
     return _on_device(fn, s.info.device_types, c.device_type, sub), cache
 
 
-def _buffers(
+def _frozen_compile(
     s: CompileSession,
     c: CompileContext,
     sub: torch.fx.GraphModule,
-    fn: Callable,
-    preallocated: bool,
-    aliases: Mapping[int, int],
+    inputs: list[Any],
     dead: frozenset[int],
 ) -> Callable:
-    """``fn`` as a callable that returns the outputs: as it is, or (``preallocated``) one
-    that allocates each output per its ``meta["val"]`` (an aliased output: the input itself,
-    where ``dead`` proves nothing reads it after and its layout is the output's) and calls
-    ``fn(*inputs, *outputs)``. Symbolic output sizes raise TypeError (compiled per shape)."""
-    vals = _output_vals(sub)
-    if not preallocated:
-        return _restrided(fn, vals)
-    places = _example_inputs(sub)
-    there = c.device_type if c.device_type in s.info.device_types else s.info.device_types[0]
-    layouts = []
-    for i, v in enumerate(vals):
-        if not isinstance(v, torch.Tensor):
-            raise TypeError(
-                f"sdk:{c.plugin} asked for preallocated outputs, but output {i} of "
-                f"{c.graph_name} is a {type(v).__name__}, not a tensor"
-            )
-        if not _is_static(v):
-            raise TypeError(
-                f"sdk:{c.plugin} asked for preallocated outputs of symbolic sizes "
-                f"({tuple(v.shape)}): the core compiles {c.graph_name} per shape"
-            )
-        device = v.device if v.device.type == there else torch.device(there)
-        layouts.append((tuple(v.shape), tuple(v.stride()), v.dtype, device))
-    donated: dict[int, int] = {}
-    for out, inp in aliases.items():
-        if out >= len(vals) or inp >= len(places):
-            raise ValueError(
-                f"sdk:{c.plugin} declared output {out} an alias of input {inp}, but "
-                f"{c.graph_name} has {len(vals)} outputs and {len(places)} inputs"
-            )
-        x = places[inp]
-        same = (
-            isinstance(x, torch.Tensor)
-            and _is_static(x)
-            and (tuple(x.shape), tuple(x.stride()), x.dtype) == layouts[out][:3]
-            and x.storage_offset() == 0
-        )
-        if inp in dead and same:
-            donated[out] = inp
-        else:
-            why = (
-                "it may be read after the partition: a graph input, a view, or read again"
-                if inp not in dead
-                else "its layout differs"
-            )
-            c.note(f"output {out} not written into input {inp} ({why}): a buffer of its own")
-    if donated:
-        c.note(
-            "outputs written into their inputs (donated): "
-            + ", ".join(f"{o} -> input {i}" for o, i in sorted(donated.items()))
-        )
-
-    def into(*args: Any) -> tuple[Any, ...]:
-        outs = [
-            args[donated[i]]
-            if i in donated
-            else torch.empty_strided(shape, stride, dtype=dtype, device=device)
-            for i, (shape, stride, dtype, device) in enumerate(layouts)
-        ]
-        fn(*args, *outs)
-        return tuple(outs)
-
-    return into
-
-
-def _restrided(fn: Callable, vals: list[Any]) -> Callable:
-    """``fn``, its outputs copied into ``meta["val"]``'s strides where they come with others
-    (sizes of 1 aside; symbolic layouts unchecked): the outer graph's ATen ops may depend on
-    them (a ``view``). One copy per such output and call: the contract asks for those
-    strides, and ``preallocated_outputs`` gives them for free."""
-    want: list[tuple[int, ...] | None] = [
-        tuple(v.stride()) if isinstance(v, torch.Tensor) and _is_static(v) else None for v in vals
-    ]
-    if not any(w is not None for w in want):
-        return fn
-
-    def strided(*args: Any) -> Any:
-        outs = fn(*args)
-        fixed = None
-        for i, (o, w) in enumerate(zip(outs, want, strict=False)):
-            if w is None or not isinstance(o, torch.Tensor) or o.stride() == w:
-                continue
-            if all(a == b or d <= 1 for a, b, d in zip(o.stride(), w, o.shape, strict=False)):
-                continue
-            fixed = list(outs) if fixed is None else fixed
-            fixed[i] = torch.empty_strided(o.shape, w, dtype=o.dtype, device=o.device).copy_(o)
-        return outs if fixed is None else tuple(fixed)
-
-    return strided
-
-
-def _dead_after(outer: torch.fx.GraphModule, name: str) -> frozenset[int]:
-    """The inputs of partition ``name`` that nothing reads after it and that share no
-    storage the core can see: each made by an ATen op of the outer graph that is not a view
-    (a fresh tensor), read only by this partition (not a graph input or output)."""
-    call = next(n for n in outer.graph.nodes if n.op == "call_module" and n.target == name)
-    dead = set()
-    for i, a in enumerate(call.args):
-        if not isinstance(a, torch.fx.Node) or a.op != "call_function" or len(a.users) != 1:
-            continue
-        if call.args.count(a) != 1:
-            continue
-        if fresh_result(a.target):
-            dead.add(i)
-    return frozenset(dead)
+    """A partition with frozen parameters compiled (never cached: the values are not in the
+    key)."""
+    return _graph_compile(s, c, sub, inputs, cached=False, dead=dead)[0]
 
 
 def _cache_key(
@@ -544,7 +454,7 @@ def _on_device(
     if device in device_types:
         return fn
     there = torch.device(device_types[0])
-    back = [v.device if isinstance(v, torch.Tensor) else None for v in _output_vals(sub)]
+    back = [v.device if isinstance(v, torch.Tensor) else None for v in output_vals(sub)]
 
     def copied(*args: Any) -> Any:
         moved = [a.to(there) if isinstance(a, torch.Tensor) else a for a in args]
@@ -555,150 +465,6 @@ def _on_device(
         )
 
     return copied
-
-
-def _frozen_inputs(
-    session: CompileSession,
-    ctx: CompileContext,
-    plugin: str,
-    outer: torch.fx.GraphModule,
-    name: str,
-    params: Mapping[str, Any],
-) -> dict[int, Any]:
-    """``{partition input index: nn.Parameter}``: the inputs of partition ``name`` that
-    ``plugin`` gets as constants (an inference graph, a graph-level plugin declaring
-    ``PluginInfo.frozen_parameters``, an input that is one of the model's parameters)."""
-    if not params or ctx.graph_kind != "inference":
-        return {}
-    info = session.peer(plugin).info
-    if info.kind != PluginKind.GRAPH or not getattr(info, "frozen_parameters", False):
-        return {}
-    call = next(n for n in outer.graph.nodes if n.op == "call_module" and n.target == name)
-    return {
-        i: params[a.name]
-        for i, a in enumerate(call.args)
-        if isinstance(a, torch.fx.Node) and a.op == "placeholder" and a.name in params
-    }
-
-
-def _frozen_graph(
-    sub: torch.fx.GraphModule, values: Mapping[int, torch.Tensor]
-) -> torch.fx.GraphModule:
-    """A copy of ``sub`` whose placeholders at ``values``' positions are ``get_attr`` nodes
-    of buffers holding those values (named after the placeholders)."""
-    gm = _copy(sub)
-    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    first = next(n for n in gm.graph.nodes if n.op != "placeholder")
-    for i, value in values.items():
-        place = places[i]
-        attr = f"frozen_{place.name}"
-        gm.register_buffer(attr, value, persistent=False)
-        with gm.graph.inserting_before(first):
-            node = gm.graph.get_attr(attr)
-        node.meta.update(place.meta)
-        place.replace_all_uses_with(node)
-        gm.graph.erase_node(place)
-    gm.graph.lint()
-    gm.recompile()
-    return gm
-
-
-class _Frozen:
-    """A graph-level plugin's partition compiled with the model's parameters as constants
-    (``PluginInfo.frozen_parameters``), guarded on each parameter's identity and version:
-    a parameter replaced or written in place since the compile makes the partition compile
-    again with the new values (outside the compile's fake mode, as at compile time). Called
-    with every input of the partition; the plugin's callable gets the others."""
-
-    def __init__(
-        self,
-        s: CompileSession,
-        c: CompileContext,
-        sub: torch.fx.GraphModule,
-        inputs: list[Any],
-        frozen: Mapping[int, Any],
-        dead: frozenset[int],
-        tell: Callable[[str], None],
-    ) -> None:
-        self._s, self._c, self._sub, self._inputs = s, c, sub, inputs
-        self._tell = tell  # the outer graph's notes (sdk.explain shows them)
-        self._positions = tuple(sorted(frozen))
-        self._keep = tuple(i for i in range(len(inputs)) if i not in frozen)
-        self._dead = frozenset(k for k, i in enumerate(self._keep) if i in dead)
-        self._aten: Callable | None = None
-        self.compiles = 0
-        self._compile([frozen[i] for i in self._positions])
-        places = [n.name for n in sub.graph.nodes if n.op == "placeholder"]
-        self.note = f"{len(self._positions)} parameter(s) frozen as constants: " + ", ".join(
-            places[i] for i in self._positions
-        )
-
-    def _compile(self, params: list[Any]) -> None:
-        there = self._s.info.device_types[0]
-        # the plugin folds real values: outside the compile's fake mode (as a re-compile)
-        with real_mode():
-            values = {
-                i: (
-                    p.detach()
-                    if p.device.type in self._s.info.device_types
-                    else p.detach().to(torch.device(there))
-                )
-                for i, p in zip(self._positions, params, strict=True)
-            }
-            graph = _frozen_graph(self._sub, values)
-            fn, _ = _graph_compile(
-                self._s,
-                self._c,
-                graph,
-                [self._inputs[i] for i in self._keep],
-                cached=False,
-                dead=self._dead,
-            )
-        self._fn = fn
-        self._params = list(params)
-        self._versions = [p._version for p in params]
-        self.compiles += 1
-
-    def __call__(self, *args: Any) -> Any:
-        if self._aten is not None:
-            return self._aten(*args)
-        params, versions = self._params, self._versions
-        for k, i in enumerate(self._positions):
-            a = args[i]
-            if a is not params[k] or a._version != versions[k]:
-                self._recompile([args[j] for j in self._positions])
-                if self._aten is not None:
-                    return self._aten(*args)
-                break
-        fn, keep = self._fn, self._keep
-        return fn(*[args[i] for i in keep])
-
-    def _recompile(self, params: list[Any]) -> None:
-        changed = sorted(
-            {
-                "replaced" if p is not old else "written in place"
-                for p, old, v in zip(params, self._params, self._versions, strict=True)
-                if p is not old or p._version != v
-            }
-        )
-        try:
-            self._compile(params)
-        except SDKError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - this partition runs in ATen from now on
-            if strict(self._c):
-                raise
-            self._tell(
-                f"sdk:{self._c.plugin} failed to compile {self._c.graph_name} again with new "
-                f"parameter values: {describe(exc, one_line=True)}; ATen runs it"
-            )
-            run, _ = fallback.whole_graph(self._sub, "")
-            self._aten = lambda *args: run(list(args))
-            return
-        self._tell(
-            f"{self._c.graph_name} compiled again: a frozen parameter was "
-            f"{' or '.join(changed)} since its last compile"
-        )
 
 
 class _PerShape:
@@ -721,7 +487,7 @@ class _PerShape:
     def _compile(self, specs: tuple) -> Callable:
         graph = concrete_graph(self._sub, specs)
         try:
-            return _graph_compile(self._s, self._c, graph, _example_inputs(graph))[0]
+            return _graph_compile(self._s, self._c, graph, placeholder_vals(graph))[0]
         except SDKError:
             raise
         except Exception as exc:  # noqa: BLE001 - this shape runs in ATen
@@ -757,14 +523,6 @@ def _positional(fn: Callable) -> Callable:
     return fn
 
 
-def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A GraphModule over a copy of ``gm``'s graph (nodes' meta copied, attributes shared)."""
-    graph = torch.fx.Graph()
-    out = graph.graph_copy(gm.graph, {})
-    graph.output(out)
-    return torch.fx.GraphModule(gm, graph)
-
-
 def _fill_constants(outer: torch.fx.GraphModule, name: str, sub: torch.fx.GraphModule) -> None:
     """A partition input read from a constant of the outer graph (``get_attr``, whose node
     carries no fake value) gets the constant itself as its example value."""
@@ -778,15 +536,6 @@ def _fill_constants(outer: torch.fx.GraphModule, name: str, sub: torch.fx.GraphM
             place.meta["val"] = value
 
 
-def _example_inputs(sub: torch.fx.GraphModule) -> list[Any]:
-    return [n.meta.get("val") for n in sub.graph.nodes if n.op == "placeholder"]
-
-
-def _output_vals(sub: torch.fx.GraphModule) -> list[Any]:
-    out = next(n for n in sub.graph.nodes if n.op == "output")
-    return [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out.args[0]]
-
-
 def _describe(
     part: Any,
     sub: torch.fx.GraphModule,
@@ -794,8 +543,8 @@ def _describe(
     cache: str,
     note: str,
 ) -> PartitionReport:
-    ins, in_bytes = _crossing(_example_inputs(sub))
-    outs, out_bytes = _crossing(_output_vals(sub))
+    ins, in_bytes = _crossing(placeholder_vals(sub))
+    outs, out_bytes = _crossing(output_vals(sub))
     nodes = tuple(f"{n.name}: {fallback.op_name(n.target)}" for n in fallback.aten_calls(sub))
     return PartitionReport(
         part.name, part.plugin, compiled_by, nodes, ins, in_bytes, outs, out_bytes, cache, note
@@ -810,11 +559,3 @@ def _crossing(vals: Any) -> tuple[int, int]:
             numel = v.numel()
             size += int(numel) * v.element_size() if isinstance(numel, int) else 0
     return count, size
-
-
-def _is_static(x: Any) -> bool:
-    if isinstance(x, torch.SymInt):
-        return False
-    if isinstance(x, torch.Tensor):
-        return not any(isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))
-    return True

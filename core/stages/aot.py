@@ -51,7 +51,7 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
     # (weakly: a replaced weight must not stay alive for this)
     dynamo_inputs = (
         [weakref.ref(x) if isinstance(x, torch.nn.Parameter) else None for x in example_inputs]
-        if getattr(session.info, "frozen_parameters", False)
+        if _freezes(session)
         else None
     )
     try:
@@ -80,6 +80,14 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
         time.perf_counter() - session.captured,
     )
     return compiled
+
+
+def _freezes(session: CompileSession) -> bool:
+    """Whether a plugin of the compile's chain asks for frozen parameters."""
+    if session.info.frozen_parameters:
+        return True
+    infos = [session.registry.record(p).info for p in session.options.chain]
+    return any(i.kind == PluginKind.GRAPH and i.frozen_parameters for i in infos)
 
 
 def _aten_compiler(
