@@ -35,8 +35,8 @@ FOLDER = """
     @sdk.hookimpl
     def sdk_plugin_info():
         return sdk.PluginInfo(
-            name="folder", version="0.0.1", hook_api=7, device_types=("cpu",),
-            kind=sdk.PluginKind.GRAPH, frozen_parameters=FROZEN,
+            name="folder", version="0.0.1", hook_api={api!r}, device_types=("cpu",),
+            kind=sdk.PluginKind.GRAPH, **({{"frozen_parameters": True}} if FROZEN else {{}}),
         )
 
     @sdk.hookimpl
@@ -115,8 +115,8 @@ FOLDER = """
 def folder(make_plugin, fake_dist, use_registry):
     """``folder(frozen=True) -> the plugin's module``, installed as ``sdk:folder``."""
 
-    def make(frozen: bool = True):
-        name = make_plugin(FOLDER.format(frozen=frozen), name="folder", head=False)
+    def make(frozen: bool = True, api: int = 7):
+        name = make_plugin(FOLDER.format(frozen=frozen, api=api), name="folder", head=False)
         use_registry(fake_dist("acme-folder", {"folder": name}))
         return importlib.import_module(name)
 
@@ -170,6 +170,18 @@ def test_frozen_parameters_are_folded_and_recompiled_when_a_weight_changes(folde
     assert "frozen as constants" in notes, notes
 
 
+def test_frozen_parameters_under_dynamic_shapes(folder):
+    plugin = folder(frozen=True)
+    model = mlp()
+    compiled = torch.compile(model, backend=sdk.backend("folder", fallback=False), dynamic=True)
+    for n in (3, 7, 11):
+        _check(compiled, model, torch.randn(n, 8))
+    with torch.no_grad():
+        model[0].bias.sub_(0.5)
+    _check(compiled, model, torch.randn(5, 8))
+    assert all(len(consts) == 4 for _, _, consts, _ in plugin.compiles), plugin.compiles
+
+
 def test_training_graphs_keep_parameters_as_inputs(folder):
     plugin = folder(frozen=True)
     model = mlp()
@@ -184,8 +196,10 @@ def test_training_graphs_keep_parameters_as_inputs(folder):
     assert {k for k, *_ in plugin.compiles} == {"forward", "backward"}
 
 
-def test_without_frozen_parameters_weights_stay_inputs(folder):
-    plugin = folder(frozen=False)
+@pytest.mark.parametrize("api", [3, 7])
+def test_without_frozen_parameters_weights_stay_inputs(folder, api):
+    """Also a plugin of hook API 3 (per-node claims, returned outputs): as before."""
+    plugin = folder(frozen=False, api=api)
     model = mlp()
     compiled = torch.compile(model, backend=sdk.backend("folder", fallback=False))
     _check(compiled, model, torch.randn(5, 8))
