@@ -14,7 +14,9 @@ graph and runs in ATen. Each partition is then compiled on its own:
   whole-graph cache), with device copies when the plugin runs elsewhere than the graph.
 
 A partition whose compile fails goes to the next kernel-level plugin of the chain, else to
-ATen: that partition only. The outer graph, with each partition's ``call_module`` node bound to
+ATen: that partition only. What a graph-level partition gets beyond its inputs (frozen
+parameters) and how its outputs come back (strides, preallocated buffers, donated inputs) is
+:mod:`core.subgraph_io`. The outer graph, with each partition's ``call_module`` node bound to
 its compiled callable, is the program.
 
 A chain whose later plugins claim nothing the backend's own plugin refuses is not partitioned:
@@ -32,7 +34,14 @@ import torch
 import torch.fx
 
 from sdk.errors import LoweringError, SDKError, describe
-from sdk.plugin import Capability, CompileContext, CompiledSubgraph, PluginKind, Support
+from sdk.plugin import (
+    Capability,
+    ClaimGroups,
+    CompileContext,
+    CompiledSubgraph,
+    PluginKind,
+    Support,
+)
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
 from . import fallback, graph_cache
@@ -40,10 +49,20 @@ from .adapters import torch_private as tp
 from .adapters.torch_private import concrete_graph
 from .guards import spec_of
 from .lowering import refusal
-from .partition import Plan, partition
+from .partition import Claimant, Plan, partition
 from .registry import strict
 from .session import CompileSession
 from .stages import build
+from .subgraph_io import (
+    Frozen,
+    buffers,
+    copy_graph,
+    dead_after,
+    frozen_inputs,
+    is_static,
+    output_vals,
+    placeholder_vals,
+)
 
 #: Claims of one plugin: node name -> None (claimed) or the reason it is refused. By name:
 #: the partitioner rebuilds the graph between rounds (names stay, node objects do not).
@@ -55,27 +74,36 @@ def compile_partitioned(
     ctx: CompileContext,
     gm: torch.fx.GraphModule,
     example_inputs: list[Any],
+    parameters: Mapping[int, Any] | None = None,
 ) -> tuple[Callable, GraphReport] | None:
     """``gm`` compiled as partitions of the chain and its report, or None where one plugin
     takes it whole (see the module's docstring). ``session`` is the backend plugin's
-    :class:`~core.pipeline.Session`; the program takes AOTAutograd's boxed list."""
+    :class:`~core.pipeline.Session`; the program takes AOTAutograd's boxed list.
+    ``parameters``: ``{input index: nn.Parameter}`` of an inference graph, which a
+    graph-level plugin declaring ``PluginInfo.frozen_parameters`` gets as constants."""
     plugins = (ctx.plugin, *session.options.chain)
     graph_level = session.info.kind == PluginKind.GRAPH
     if len(plugins) == 1 and not graph_level:
         return None
-    report = GraphReport(name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin)
+    report = GraphReport(
+        name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin, notes=ctx.notes
+    )
     report.aten_ops = len(fallback.aten_calls(gm))
     start = time.perf_counter()
-    work = _copy(gm)
+    work = copy_graph(gm)
+    places = [n for n in work.graph.nodes if n.op == "placeholder"]
+    params = {places[i].name: p for i, p in (parameters or {}).items() if i < len(places)}
     claims = {p: _claims(session, ctx, p, work, report) for p in plugins}
     if not graph_level and not _others_take(claims, plugins):
         return None
     plan = partition(
         work,
-        [(p, _lookup(claims[p])) for p in plugins],
+        [_claimant(p, claims[p]) for p in plugins],
         min_size=session.options.min_partition_size,
     )
     _place(plan, report, plugins)
+    for cut in plan.cuts:
+        ctx.note(cut)
     if report.fallbacks and not session.options.fallback:
         left = "; ".join(
             f"{p.op} ({', '.join(f'sdk:{name}: {why}' for name, why in p.refusals)})"
@@ -90,7 +118,11 @@ def compile_partitioned(
     for part in plan.partitions:
         sub = getattr(work, part.name)
         _fill_constants(work, part.name, sub)
-        fn, compiled_by, cache, note = _compile_partition(session, ctx, part.plugin, part.name, sub)
+        frozen = frozen_inputs(session, ctx, part.plugin, work, part.name, params)
+        dead = dead_after(work, part.name)
+        fn, compiled_by, cache, note = _compile_partition(
+            session, ctx, part.plugin, part.name, sub, frozen, dead
+        )
         setattr(work, part.name, _Bound(fn))
         report.partitions.append(_describe(part, sub, compiled_by, cache, note))
     work.recompile()
@@ -156,12 +188,25 @@ def _kernel_claims(s: CompileSession, c: CompileContext, calls: list[torch.fx.No
     return out
 
 
+class _Grouped(dict):
+    """A graph-level plugin's claims answered as :class:`sdk.ClaimGroups`: the claims by node
+    name, and its groups (node names) with their minimum size."""
+
+    groups: list[list[str]]
+    min_size: int
+
+
 def _graph_claims(answer: Any, calls: list[torch.fx.Node]) -> Claims:
     """A graph-level plugin's ``sdk_claim_nodes`` answer as claims (None: claims nothing)."""
     if answer is None:
         answer = {}
+    if isinstance(answer, ClaimGroups):
+        return _group_claims(answer, calls)
     if not isinstance(answer, Mapping):
-        raise TypeError(f"sdk_claim_nodes returned {type(answer).__name__}, not a mapping")
+        raise TypeError(
+            f"sdk_claim_nodes returned {type(answer).__name__}, not a mapping of nodes to "
+            "sdk.Support nor an sdk.ClaimGroups"
+        )
     out: Claims = {}
     for n in calls:
         verdict = answer.get(n)
@@ -170,6 +215,37 @@ def _graph_claims(answer: Any, calls: list[torch.fx.Node]) -> Claims:
         else:
             out[n.name] = "not claimed"
     return out
+
+
+def _group_claims(answer: ClaimGroups, calls: list[torch.fx.Node]) -> Claims:
+    known = set(calls)
+    out = _Grouped()
+    out.groups, out.min_size = [], answer.min_size
+    for k, group in enumerate(answer.groups):
+        for n in group:
+            if n not in known:
+                what = n.op if isinstance(n, torch.fx.Node) else type(n).__name__
+                raise TypeError(
+                    f"sdk_claim_nodes' ClaimGroups group {k} holds {n!r} ({what}), not a "
+                    "call_function node of the graph it was given"
+                )
+        out.groups.append([n.name for n in group])
+    grouped = {name for g in out.groups for name in g}
+    for n in calls:
+        verdict = answer.refused.get(n)
+        if n.name in grouped:
+            out[n.name] = None
+        elif isinstance(verdict, Support) and not verdict.ok:
+            out[n.name] = verdict.reason or "refused"
+        else:
+            out[n.name] = "not claimed"
+    return out
+
+
+def _claimant(plugin: str, claims: Claims) -> Claimant:
+    if isinstance(claims, _Grouped):
+        return Claimant(plugin, _lookup(claims), claims.groups, claims.min_size)
+    return Claimant(plugin, _lookup(claims))
 
 
 def _lookup(claims: Claims) -> Callable[[torch.fx.Node], tuple[bool, str]]:
@@ -206,15 +282,24 @@ def _place(plan: Plan, report: GraphReport, plugins: Sequence[str]) -> None:
 
 
 def _compile_partition(
-    session: CompileSession, ctx: CompileContext, plugin: str, name: str, sub: torch.fx.GraphModule
+    session: CompileSession,
+    ctx: CompileContext,
+    plugin: str,
+    name: str,
+    sub: torch.fx.GraphModule,
+    frozen: Mapping[int, Any] | None = None,
+    dead: frozenset[int] = frozenset(),
 ) -> tuple[Callable, str, str, str]:
     """(callable taking the partition's inputs positionally, who compiled it, cache state,
-    note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen."""
+    note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen.
+    ``frozen``: the partition's inputs ``plugin`` gets as constants (frozen parameters);
+    ``dead``: the inputs nothing reads after the partition (an output may be written into
+    one, ``CompiledSubgraph.aliases``)."""
     chain = (ctx.plugin, *session.options.chain)
     later = [
         p for p in chain[chain.index(plugin) + 1 :] if session.kind_of(p) == PluginKind.CODEGEN
     ]
-    inputs = _example_inputs(sub)
+    inputs = placeholder_vals(sub)
     graph_name = f"{ctx.graph_name}.{name}"
     s = session.peer(plugin)
     c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
@@ -225,16 +310,22 @@ def _compile_partition(
         # the partition went down the chain: who compiled it, and why the others did not
         by = done.plugin if done.plugin != plugin else "aten"
         return _positional(fn), by, "", "; ".join(done.chain_failures)
-    if not c.has(Capability.SYMBOLIC_SIZES) and not all(_is_static(x) for x in inputs):
+    if not c.has(Capability.SYMBOLIC_SIZES) and not all(is_static(x) for x in inputs):
         # a graph-level plugin that does not declare symbolic sizes gets concrete ones
         return _outside_modes(_PerShape(s, c, sub)), plugin, "per shape", ""
     try:
-        fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs)
-        return fn, plugin, cache, ""
+        if frozen:
+            fn = Frozen(
+                _frozen_compile, s, c, s.redecomposed(c, sub), inputs, frozen, dead, tell=ctx.note
+            )
+            cache = "off: frozen parameters (their values are not in the key)"
+            return fn, plugin, cache, "; ".join([fn.note, *c.notes])
+        fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs, dead=dead)
+        return fn, plugin, cache, "; ".join(c.notes)
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - this partition goes to the next plugin
-        if not all(_is_static(x) for x in inputs) and not c.core_options.debug:
+        if not all(is_static(x) for x in inputs) and not c.core_options.debug:
             note = (
                 f"sdk:{plugin} refused symbolic sizes ({describe(exc, one_line=True)}): "
                 "compiled per shape"
@@ -261,24 +352,41 @@ def _compile_partition(
 
 
 def _graph_compile(
-    s: CompileSession, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
+    s: CompileSession,
+    c: CompileContext,
+    sub: torch.fx.GraphModule,
+    inputs: list[Any],
+    *,
+    cached: bool = True,
+    dead: frozenset[int] = frozenset(),
 ) -> tuple[Callable, str]:
-    """A graph-level plugin's callable for ``sub``: from the cache, else its compiler."""
-    key, cache = _cache_key(s, c, sub, inputs)
+    """A graph-level plugin's callable for ``sub``: from the cache, else its compiler;
+    taking the partition's inputs and returning its outputs (into buffers the core
+    allocates where the plugin asked, ``CompiledSubgraph.preallocated_outputs``)."""
+    key, cache = _cache_key(s, c, sub, inputs) if cached else (None, "off")
     missed = ""
     if key is not None:
-        fn, missed = _load(s, c, key)
+        fn, missed, doc = _load(s, c, key)
         if fn is not None:
+            fn = buffers(
+                s, c, sub, fn, doc.get("preallocated", False), dict(doc.get("aliases", [])), dead
+            )
             return _on_device(fn, s.info.device_types, c.device_type, sub), "hit"
-    result = s.hooks.sdk_compile_subgraph(ctx=c, gm=_copy(sub), example_inputs=inputs)
+    result = s.hooks.sdk_compile_subgraph(ctx=c, gm=copy_graph(sub), example_inputs=inputs)
     if not isinstance(result, CompiledSubgraph):
         raise TypeError(
             f"sdk:{c.plugin} sdk_compile_subgraph returned {type(result).__name__}, not an "
             "sdk.CompiledSubgraph"
         )
+    fn = buffers(s, c, sub, result.fn, result.preallocated_outputs, result.aliases, dead)
     if key is not None and result.artifact is not None:
+        doc = {
+            "kind": "subgraph",
+            "preallocated": result.preallocated_outputs,
+            "aliases": sorted(result.aliases.items()),
+        }
         try:
-            graph_cache.store().put(key, graph_cache.pack({"kind": "subgraph"}, [result.artifact]))
+            graph_cache.store().put(key, graph_cache.pack(doc, [result.artifact]))
             cache = (
                 f"stored, replacing an entry that could not be loaded ({missed})"
                 if missed
@@ -288,7 +396,19 @@ def _graph_compile(
             cache = f"not stored: {exc}"
     elif key is not None:
         cache = f"off: sdk:{c.plugin} returned no artifact"
-    return _on_device(result.fn, s.info.device_types, c.device_type, sub), cache
+    return _on_device(fn, s.info.device_types, c.device_type, sub), cache
+
+
+def _frozen_compile(
+    s: CompileSession,
+    c: CompileContext,
+    sub: torch.fx.GraphModule,
+    inputs: list[Any],
+    dead: frozenset[int],
+) -> Callable:
+    """A partition with frozen parameters compiled (never cached: the values are not in the
+    key)."""
+    return _graph_compile(s, c, sub, inputs, cached=False, dead=dead)[0]
 
 
 def _cache_key(
@@ -306,21 +426,26 @@ def _cache_key(
         return None, f"not stored: {exc}"
 
 
-def _load(s: CompileSession, c: CompileContext, key: str) -> tuple[Callable | None, str]:
-    """The cached artifact rebuilt by the plugin, or None (a miss) and why, if not absent."""
+def _load(
+    s: CompileSession, c: CompileContext, key: str
+) -> tuple[Callable | None, str, dict[str, Any]]:
+    """The cached artifact rebuilt by the plugin, or None (a miss) and why, if not absent;
+    and the entry's document (its calling convention)."""
     data = graph_cache.store().get(key)
     if data is None:
-        return None, ""
+        return None, "", {}
     try:
         doc, blobs = graph_cache.unpack(data)
         if doc.get("kind") != "subgraph" or len(blobs) != 1:
-            return None, "the entry is not a partition's artifact"
+            return None, "the entry is not a partition's artifact", {}
         fn = s.hooks.sdk_load_subgraph(ctx=c, artifact=blobs[0])
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - bytes the plugin cannot use are a miss
-        return None, describe(exc, one_line=True)
-    return fn, "" if fn is not None else f"sdk:{c.plugin} sdk_load_subgraph returned None"
+        return None, describe(exc, one_line=True), {}
+    if fn is None:
+        return None, f"sdk:{c.plugin} sdk_load_subgraph returned None", {}
+    return fn, "", doc
 
 
 def _layout(x: Any) -> Any:
@@ -345,7 +470,7 @@ def _on_device(
     if device in device_types:
         return fn
     there = torch.device(device_types[0])
-    back = [v.device if isinstance(v, torch.Tensor) else None for v in _output_vals(sub)]
+    back = [v.device if isinstance(v, torch.Tensor) else None for v in output_vals(sub)]
 
     def copied(*args: Any) -> Any:
         moved = [a.to(there) if isinstance(a, torch.Tensor) else a for a in args]
@@ -390,7 +515,7 @@ class _PerShape:
     def _compile(self, specs: tuple) -> Callable:
         graph = concrete_graph(self._sub, specs)
         try:
-            return _graph_compile(self._s, self._c, graph, _example_inputs(graph))[0]
+            return _graph_compile(self._s, self._c, graph, placeholder_vals(graph))[0]
         except SDKError:
             raise
         except Exception as exc:  # noqa: BLE001 - this shape runs in ATen
@@ -430,14 +555,6 @@ def _positional(fn: Callable) -> Callable:
     return fn
 
 
-def _copy(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A GraphModule over a copy of ``gm``'s graph (nodes' meta copied, attributes shared)."""
-    graph = torch.fx.Graph()
-    out = graph.graph_copy(gm.graph, {})
-    graph.output(out)
-    return torch.fx.GraphModule(gm, graph)
-
-
 def _fill_constants(outer: torch.fx.GraphModule, name: str, sub: torch.fx.GraphModule) -> None:
     """A partition input read from a constant of the outer graph (``get_attr``, whose node
     carries no fake value) gets the constant itself as its example value."""
@@ -451,15 +568,6 @@ def _fill_constants(outer: torch.fx.GraphModule, name: str, sub: torch.fx.GraphM
             place.meta["val"] = value
 
 
-def _example_inputs(sub: torch.fx.GraphModule) -> list[Any]:
-    return [n.meta.get("val") for n in sub.graph.nodes if n.op == "placeholder"]
-
-
-def _output_vals(sub: torch.fx.GraphModule) -> list[Any]:
-    out = next(n for n in sub.graph.nodes if n.op == "output")
-    return [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in out.args[0]]
-
-
 def _describe(
     part: Any,
     sub: torch.fx.GraphModule,
@@ -467,8 +575,8 @@ def _describe(
     cache: str,
     note: str,
 ) -> PartitionReport:
-    ins, in_bytes = _crossing(_example_inputs(sub))
-    outs, out_bytes = _crossing(_output_vals(sub))
+    ins, in_bytes = _crossing(placeholder_vals(sub))
+    outs, out_bytes = _crossing(output_vals(sub))
     nodes = tuple(f"{n.name}: {fallback.op_name(n.target)}" for n in fallback.aten_calls(sub))
     return PartitionReport(
         part.name, part.plugin, compiled_by, nodes, ins, in_bytes, outs, out_bytes, cache, note
@@ -483,11 +591,3 @@ def _crossing(vals: Any) -> tuple[int, int]:
             numel = v.numel()
             size += int(numel) * v.element_size() if isinstance(numel, int) else 0
     return count, size
-
-
-def _is_static(x: Any) -> bool:
-    if isinstance(x, torch.SymInt):
-        return False
-    if isinstance(x, torch.Tensor):
-        return not any(isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))
-    return True

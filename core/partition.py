@@ -11,6 +11,13 @@ rounds compose: no hand-rolled graph cutting.
 A group smaller than ``min_size`` call nodes is not fused: its nodes stay open for the next
 plugin (a tiny island is cheaper run by the neighbour than as its own partition).
 
+A graph-level plugin may instead name its own groups (``sdk.ClaimGroups``, hook API 7): a
+:class:`Claimant` with ``groups``. Each group is kept whole unless contracting it would form a
+cycle through nodes outside it, given the groups accepted before it (a path that leaves the
+group and comes back, possibly through another group): such a group is cut into the maximal
+acyclic pieces torch's partitioner finds among its nodes, with the reason in ``plan.cuts``.
+A group or piece below the claimant's ``min_size`` (or the option's) is not fused.
+
 This module is the cutting step and its bookkeeping; :mod:`core.chain` compiles the partitions
 and runs the outer graph.
 """
@@ -30,6 +37,17 @@ from .fallback import op_name
 
 Claim = Callable[[torch.fx.Node], "tuple[bool, str]"]
 """A plugin's answer for one call node: (claimed, reason for a refusal)."""
+
+
+@dataclass
+class Claimant:
+    """One plugin of the chain: its per-node ``claim``, and optionally its own ``groups``
+    (node names; the nodes it claims are then those of its groups) with their ``min_size``."""
+
+    plugin: str
+    claim: Claim
+    groups: Sequence[Sequence[str]] | None = None
+    min_size: int = 1
 
 
 @dataclass
@@ -54,6 +72,8 @@ class Plan:
     refusals: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     #: each claimable call node's op, by node name
     ops: dict[str, str] = field(default_factory=dict)
+    #: why a plugin's own group was cut or left out (``sdk.ClaimGroups``), one line each
+    cuts: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         """The partition report: each partition with its plugin, size and the tensors (count,
@@ -85,9 +105,12 @@ class _Claimed(OperatorSupportBase):
 
 
 def partition(
-    gm: torch.fx.GraphModule, claimants: Sequence[tuple[str, Claim]], min_size: int = 1
+    gm: torch.fx.GraphModule,
+    claimants: Sequence[tuple[str, Claim] | Claimant],
+    min_size: int = 1,
 ) -> Plan:
-    """Split ``gm`` in place between ``claimants`` (plugin name, claim function), first first.
+    """Split ``gm`` in place between ``claimants`` (plugin name, claim function; or a
+    :class:`Claimant` with its own groups), first first.
 
     :param gm: an ATen FX graph; it is rewritten (partitions become ``call_module`` nodes).
     :param claimants: the chain in order of priority.
@@ -98,18 +121,30 @@ def partition(
     if min_size < 1:
         raise ValueError(f"min_partition_size must be at least 1, got {min_size}")
     plan = Plan(gm)
-    for index, (plugin, claim) in enumerate(claimants):
-        claimed = _ask(gm, plugin, claim, plan)
-        groups = CapabilityBasedPartitioner(
-            gm, _Claimed(claimed), allows_single_node_partition=True
-        ).propose_partitions()
-        groups = [g.nodes for g in groups if _calls(g.nodes) >= min_size]
+    for index, entry in enumerate(claimants):
+        c = entry if isinstance(entry, Claimant) else Claimant(*entry)
+        plugin = c.plugin
+        claimed = _ask(gm, plugin, c.claim, plan)
+        if c.groups is None:
+            groups = CapabilityBasedPartitioner(
+                gm, _Claimed(claimed), allows_single_node_partition=True
+            ).propose_partitions()
+            groups = [g.nodes for g in groups if _calls(g.nodes) >= min_size]
+            small = f"partition smaller than min_partition_size={min_size}"
+        else:
+            least = max(min_size, c.min_size)
+            groups = [
+                g for g in _own_groups(gm, plugin, c.groups, claimed, plan) if _calls(g) >= least
+            ]
+            small = (
+                f"its group (or the piece of it left after cutting) is smaller than the minimum "
+                f"size {least} (ClaimGroups.min_size={c.min_size}, min_partition_size="
+                f"{min_size}): runs elsewhere"
+            )
         for node in (n for g in groups for n in g):
             plan.owner[node.name] = plugin
         for node in claimed - {n for g in groups for n in g}:
-            plan.refusals.setdefault(node.name, []).append(
-                (plugin, f"partition smaller than min_partition_size={min_size}")
-            )
+            plan.refusals.setdefault(node.name, []).append((plugin, small))
         if not groups:
             continue
         prefix = f"part{index}_"
@@ -138,6 +173,82 @@ def _ask(gm: torch.fx.GraphModule, plugin: str, claim: Claim, plan: Plan) -> set
         else:
             refusals.setdefault(node.name, []).append((plugin, reason or "not claimed"))
     return claimed
+
+
+def _own_groups(
+    gm: torch.fx.GraphModule,
+    plugin: str,
+    named: Sequence[Sequence[str]],
+    claimed: set[torch.fx.Node],
+    plan: Plan,
+) -> list[list[torch.fx.Node]]:
+    """A plugin's own groups as acyclic groups of still-open nodes, in its order: each kept
+    whole where contracting it (after those before it) forms no cycle, else cut into the
+    maximal acyclic pieces of its nodes; a node in an earlier group stays there."""
+    by_name = {n.name: n for n in claimed}
+    taken: dict[torch.fx.Node, int] = {}  # node -> index of its accepted group
+    accepted: list[list[torch.fx.Node]] = []
+    for k, names in enumerate(named):
+        group = [by_name[n] for n in dict.fromkeys(names) if n in by_name]
+        group = [n for n in group if n not in taken]
+        if not group:
+            continue
+        through = _cycle(group, taken, accepted)
+        if through is None:
+            pieces = [group]
+        else:
+            pieces = [
+                list(p.nodes)
+                for p in CapabilityBasedPartitioner(
+                    gm, _Claimed(set(group)), allows_single_node_partition=True
+                ).propose_partitions()
+            ]
+            checked = []
+            for piece in pieces:  # a piece may still close a cycle with the groups before it
+                if _cycle(piece, taken, accepted) is None:
+                    checked.append(piece)
+                else:
+                    checked += [[n] for n in piece]
+            pieces = checked
+            plan.cuts.append(
+                f"sdk:{plugin}'s group {k} ({len(group)} ops: "
+                f"{', '.join(n.name for n in group[:6])}{', ...' if len(group) > 6 else ''}) "
+                f"would form a cycle through {through.name} outside it: cut into "
+                f"{len(pieces)} piece(s) of {', '.join(str(_calls(p)) for p in pieces)} ops"
+            )
+        for piece in pieces:
+            for n in piece:
+                taken[n] = len(accepted)
+            accepted.append(piece)
+    return accepted
+
+
+def _cycle(
+    group: list[torch.fx.Node], taken: dict[torch.fx.Node, int], accepted: list[list]
+) -> torch.fx.Node | None:
+    """An outside node through which contracting ``group`` would close a cycle (a path from
+    the group back into it), given the accepted groups already contracted; or None."""
+    inside = set(group)
+    stack = [u for n in group for u in n.users if u not in inside]
+    seen: set[torch.fx.Node] = set()
+    first: dict[torch.fx.Node, torch.fx.Node] = {u: u for u in stack}
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        # an accepted group is one node: reaching one member reaches all its users
+        members = accepted[taken[node]] if node in taken else [node]
+        for m in members:
+            for u in m.users:
+                if u in inside:
+                    return first[node]
+                if u not in seen:
+                    first.setdefault(u, first[node])
+                    stack.append(u)
+            if m is not node and m not in seen:
+                seen.add(m)
+    return None
 
 
 def _unpacks_partition(node: torch.fx.Node) -> bool:

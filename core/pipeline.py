@@ -271,13 +271,15 @@ class Session:
         example_inputs: list[Any],
         *,
         recipe: warm.Recipe | None = None,
+        parameters: Mapping[int, Any] | None = None,
     ) -> Callable:
         """``gm`` compiled: split between the plugins of the chain (the partition stage), or
         whole by this session's plugin (the build stage); then wrapped (the wrap stage).
-        ``recipe`` is filled with what a later process needs to restore the result."""
+        ``recipe`` is filled with what a later process needs to restore the result;
+        ``parameters``: the inputs that are the model's parameters (frozen parameters)."""
         recipe = recipe or warm.Recipe(ctx.graph_kind, ctx.device_type)
         ctx = dataclasses.replace(ctx, written_inputs=fallback.written_inputs(gm))
-        job = Job(ctx, gm, example_inputs, recipe)
+        job = Job(ctx, gm, example_inputs, recipe, parameters=dict(parameters or {}))
         built = partition.run(self, job) or build.run(self, job)
         return wrap.finish(self, built)
 

@@ -43,6 +43,7 @@ from sdk.hookspecs import PROJECT as _PROJECT
 from sdk.plugin import (
     HOOK_API_VERSION,
     Capability,
+    ClaimGroups,
     CompileContext,
     CompiledSubgraph,
     CoreOptions,
@@ -73,7 +74,7 @@ from sdk.report import (
     PassReport,
 )
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 
 def _populate_programs(key: str, payload: bytes) -> None:
@@ -154,6 +155,7 @@ __all__ = [
     "HOOK_API_VERSION",
     "CacheDirWarning",
     "Capability",
+    "ClaimGroups",
     "CompileContext",
     "CompiledSubgraph",
     "CoreOptions",

@@ -23,7 +23,10 @@ Which plugins a hook reaches:
 Every hook receives only what it names; a hookimpl may take a subset of the
 arguments. Every hook appeared in hook-API version 1 but ``sdk_cache_key`` (version 2),
 the graph-level hooks (version 3), ``sdk_kernel_limits`` and ``sdk_extern`` (version 4),
-``sdk_graph_passes`` (version 5), ``sdk_preferences`` and ``sdk_kernel_choices`` (version 6).
+``sdk_graph_passes`` (version 5), ``sdk_preferences`` and ``sdk_kernel_choices`` (version 6);
+version 7 added answers and fields, not hooks: ``sdk_claim_nodes`` may answer
+:class:`sdk.ClaimGroups`, ``PluginInfo.frozen_parameters``, ``CompiledSubgraph``'s
+``preallocated_outputs`` and ``aliases``.
 Each docstring ends with the version its hook appeared in; the vendor guide's
 "Versioning" has the table of hook-API versions and the SDK releases that provide them.
 
@@ -112,6 +115,7 @@ if TYPE_CHECKING:
 
     from sdk.ir import FusionGroup, Kernel, LoweringBuilder, OpOverload, TensorValue
     from sdk.plugin import (
+        ClaimGroups,
         CompileContext,
         CompiledSubgraph,
         GraphPass,
@@ -600,7 +604,9 @@ def sdk_cache_key(ctx: CompileContext) -> str | None:
 
 
 @hookspec(firstresult=True)
-def sdk_claim_nodes(ctx: CompileContext, gm: GraphModule) -> Mapping[Node, Support] | None:
+def sdk_claim_nodes(
+    ctx: CompileContext, gm: GraphModule
+) -> Mapping[Node, Support] | ClaimGroups | None:
     """Which ATen call nodes of ``gm`` this graph-level plugin compiles.
 
     Called once per ATen graph (forward, backward or inference), after decompositions.
@@ -608,13 +614,22 @@ def sdk_claim_nodes(ctx: CompileContext, gm: GraphModule) -> Mapping[Node, Suppo
     core partitions the graph from these claims: each node goes to the first plugin of
     the chain that claims it.
 
+    Per node (hook API 3), the core makes the largest acyclic partitions of the claimed
+    nodes. With :class:`sdk.ClaimGroups` (hook API 7) the plugin names its own partitions:
+    each group is one partition, unless contracting it would form a cycle through nodes
+    outside it (it is then cut into acyclic pieces; ``sdk.explain`` shows the graph's note
+    ``would form a cycle through <node>``); a group or piece below ``min_size`` call nodes
+    goes to the next plugin of the chain, else ATen, with the reason in its placement.
+
     :param ctx: the compile.
     :param gm: the whole ATen graph; do not modify it.
-    :return: ``{node: Support.yes() | Support.no(reason)}``; call_function nodes left out
-        are refused with the reason "not claimed". Stops at first non-None result.
-    :raises: an exception is recorded and counts as refusing every node.
+    :return: ``{node: Support.yes() | Support.no(reason)}``, or ``sdk.ClaimGroups(groups,
+        min_size, refused)``; call_function nodes left out are refused with the reason "not
+        claimed". Stops at first non-None result.
+    :raises: an exception (also a group holding something else than a call node of ``gm``)
+        is recorded and counts as refusing every node.
 
-    API version: 3.
+    API version: 3 (``ClaimGroups``: 7).
     """
 
 
@@ -628,17 +643,17 @@ def sdk_compile_subgraph(
     tensors and real ones" above). ``ctx.threads`` is the intra-op thread count the
     compiled function should use (``torch.get_num_threads()`` when the compile began).
 
-    The output contract (today's; hook API 3): ``CompiledSubgraph.fn`` takes real tensors
-    and ints positionally, in the layouts of ``example_inputs`` (the strides and storage
-    offsets ``meta["val"]`` gives: inputs may be views, not contiguous), and returns a
-    tuple or list in the order of ``gm``'s output: tensors of the sizes and dtypes of the
-    output nodes' ``meta["val"]``, on the graph's device, ``None`` where ``gm`` returns
-    ``None``. Strides may differ from ``meta["val"]``'s (a dense row-major result is taken
-    as it is). Return fresh buffers: an output may share memory with an input or another
-    output only where ``gm``'s does (a view op's result may also come back as a copy: the
-    values are what count, and AOTAutograd rebuilds a graph output that is a view of a
-    graph input from that input). ``fn`` must not write its inputs. (Preallocated outputs
-    and declared aliasing are a later extension of this contract.)
+    The output contract: ``fn`` returns one value per output of ``gm``'s output node, each
+    with the sizes, dtype, device *and strides* of its ``meta["val"]`` (dimensions of size 1
+    aside), none sharing an input's storage unless ATen's run of ``gm`` does; it writes no
+    input. Ask for ``preallocated_outputs`` to have the core allocate the outputs in that
+    layout, and declare ``aliases`` to write an output into an input the core proves dead
+    (:class:`sdk.CompiledSubgraph`). The conformance kit checks all of it.
+
+    With ``PluginInfo.frozen_parameters`` (hook API 7), an inference partition's parameters
+    are ``get_attr`` constants of ``gm`` (``dict(gm.named_buffers())``, real tensors), not
+    placeholders, and this hook runs outside the compile's fake mode; it is called again
+    when a parameter is replaced or written in place.
 
     :param ctx: the compile.
     :param gm: a self-contained GraphModule of ATen ops: its placeholders are the

@@ -18,14 +18,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any, ClassVar
 
+from sdk.subgraph import ClaimGroups, CompiledSubgraph  # noqa: F401  (graph-level values)
+
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
-HOOK_API_VERSION = 6  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
+HOOK_API_VERSION = 7  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
 # 4: sdk_kernel_limits, sdk_can_fuse's ``merged``, sdk_extern; 5: sdk_graph_passes, GraphPass;
 # 6: sdk_preferences and Preferences, Capability's preferences and dead members retired,
 # the alias Verdict gone; sdk_kernel_choices, KernelChoices, KernelVariant (measured kernel
-# choices)
+# choices); 7: graph-level contract: sdk_claim_nodes may answer ClaimGroups (the plugin's own
+# partitions, with a minimum size), PluginInfo.frozen_parameters (parameters as constants of
+# inference partitions), CompiledSubgraph.preallocated_outputs and .aliases (output buffers)
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 
@@ -346,6 +350,20 @@ class PluginInfo:
     #: non-deterministic steps. (Under ``torch.use_deterministic_algorithms(True)`` ATen
     #: takes its deterministic kernel for such an op, or raises naming it, as in eager.)
     nondeterministic_ops: Mapping[str, str] = field(default_factory=dict)
+    #: graph-level plugins (hook API 7): in an *inference* graph (``ctx.graph_kind ==
+    #: "inference"``: no input needs grad, ``torch.no_grad()``), a partition input that is
+    #: an ``nn.Parameter`` of the model arrives as a constant, not an input: the partition's
+    #: GraphModule reads it with a ``get_attr`` node whose attribute is the parameter's value
+    #: at compile time (a real tensor, detached), so the plugin can prepack or fold it. Its
+    #: placeholder is gone: ``example_inputs`` and the compiled ``fn``'s arguments are the
+    #: other inputs only. The core checks each frozen parameter's identity and version
+    #: (``tensor._version``) on every call and compiles the partition again when a weight was
+    #: replaced (``model.fc.weight = nn.Parameter(...)``) or written in place
+    #: (``weight.add_(1)`` under ``no_grad``). Forward and backward (training) graphs keep
+    #: parameters as inputs. ``sdk_compile_subgraph`` is then called outside the compile's fake
+    #: mode (tensors it makes are real); the partition is kept out of the whole-graph cache
+    #: (the values are not in its key)
+    frozen_parameters: bool = False
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -403,7 +421,7 @@ def retired_fix(retired: Any, *, upgrade: bool = True) -> str:
 
 @dataclass(frozen=True)
 class Support:
-    """Answer of ``sdk_op_support`` (and of ``sdk_claim_nodes``, per node): may this op go
+    """Answer of ``sdk_op_support`` (and of ``sdk_claim_nodes``, per node or per group): may this op go
     into a generated kernel (or this plugin's partition)? ``Support.yes()``, or
     ``Support.no(reason)``: the reason is what ``sdk.explain`` shows for the op."""
 
@@ -732,20 +750,3 @@ class NativeEntry:
     state: int = 0
 
     NOT_NATIVE: ClassVar[int] = -2
-
-
-@dataclass(frozen=True)
-class CompiledSubgraph:
-    """One partition compiled by a graph-level plugin: what ``sdk_compile_subgraph`` returns.
-
-    ``fn`` takes the partition's inputs positionally (real tensors and ints) and returns a
-    tuple or list of outputs in the order of the partition's output node. ``artifact`` is
-    the serialized form stored in the whole-graph cache (for example a ``.vmfb``), rebuilt
-    by ``sdk_load_subgraph`` in a later process; None keeps the partition out of the cache.
-    The artifact's cache key is the core's (the partition's graph, input layouts, options,
-    plugin version) plus what the plugin's ``sdk_cache_key`` returns (compiler version and
-    flags, CPU features): a plugin that does not answer ``sdk_cache_key`` is not cached.
-    """
-
-    fn: Callable[..., Any]
-    artifact: bytes | None = None

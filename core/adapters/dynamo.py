@@ -9,7 +9,7 @@ may import either). Supported: torch 2.11 and 2.13.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,42 @@ def aot_compile(
         fw_compiler=forward, bw_compiler=compile_backward, inference_compiler=inference, **common
     )
     return compiler(gm, example_inputs)
+
+
+def parameter_inputs(dynamo_inputs: Sequence[Any], aot_inputs: Sequence[Any]) -> dict[int, Any]:
+    """The inputs of AOTAutograd's inference graph that are the model's parameters, by
+    position: ``{index: nn.Parameter}`` (the real tensors Dynamo passed the backend).
+
+    Dynamo lifts a module's parameters to graph inputs (``inline_inbuilt_nn_modules``, the
+    default since torch 2.5) and passes the backend the real ``nn.Parameter`` s; AOTAutograd's
+    inference graph takes the same inputs in the same order, unless it changed them (an effect
+    token added, duplicate inputs merged, a synthetic base for aliased inputs). Then the count
+    or a layout differs and the answer is ``{}``: no parameter is known, all stay inputs.
+    ``dynamo_inputs`` may hold weak references (called to get the tensor)."""
+    real = [x() if callable(x) and not isinstance(x, torch.Tensor) else x for x in dynamo_inputs]
+    if len(real) != len(aot_inputs):
+        return {}
+    out = {}
+    for i, (x, fake) in enumerate(zip(real, aot_inputs, strict=True)):
+        if not isinstance(x, torch.nn.Parameter):
+            continue
+        if not (
+            isinstance(fake, torch.Tensor)
+            and fake.dtype == x.dtype
+            and fake.device == x.device
+            and _same(fake.shape, x.shape)
+            and _same(fake.stride(), x.stride())
+        ):
+            return {}
+        out[i] = x
+    return out
+
+
+def _same(sizes: Sequence[Any], ints: Sequence[int]) -> bool:
+    """Equal sizes, a symbolic one never (comparing a SymInt would add a guard)."""
+    return len(sizes) == len(ints) and all(
+        type(d) is int and d == e for d, e in zip(sizes, ints, strict=True)
+    )
 
 
 def reset_dynamo(*, keep_compiled: bool = False) -> None:

@@ -37,6 +37,7 @@ from .dynamo import (  # noqa: F401
     graph_break_count,
     graph_break_of,
     graph_break_reasons,
+    parameter_inputs,
     reset_dynamo,
     run_with,
     user_error,
@@ -487,6 +488,14 @@ def outside_dispatch_modes() -> Any:
     may call ATen from C++, runs there (AOTAutograd runs a program's first call under a mode
     of its own that checks custom ops, and such a mode sees the runtime's internal calls)."""
     return _disable_current_modes()
+
+
+def fresh_result(op: Any) -> bool:
+    """Whether ``op`` (a graph node's target) is an ATen op whose results are new tensors:
+    no view of an input, no alias in its schema's returns."""
+    if not isinstance(op, OpOverload) or op.is_view:
+        return False
+    return all(r.alias_info is None for r in op._schema.returns)
 
 
 def real_mode() -> Any:

@@ -44,6 +44,7 @@ from ..ir.graph import (
 )
 from ..ir.index import is_static, static, var
 from ..ir.kernel import Layout
+from .devices import foreign_device
 from .layouts import (
     TRACED_STRIDES,
     _dense,
@@ -67,9 +68,6 @@ LOWERINGS: dict[Any, Callable[..., Any]] = {}
 _CSE_VARS = tuple(var(f"cse{k}") for k in range(16))
 
 #: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
-#: ops that move a tensor across devices
-_DEVICE_MOVES = frozenset({aten._to_copy.default, aten.copy_.default, aten.copy.default})
-
 EXTERN_OPS = {
     aten.mm.default,
     aten.bmm.default,
@@ -200,27 +198,6 @@ def size_value(n: Any, dtype: torch.dtype) -> Expr:
     if is_static(n):
         return Const(n, dtype)
     return cast(IndexValue(n), dtype)
-
-
-def foreign_device(n: torch.fx.Node, device_type: str) -> str | None:
-    """Why call node ``n`` runs through ATen in a graph whose kernels run on ``device_type``:
-    it makes a tensor on another device (index arithmetic on the CPU beside a CUDA model),
-    or copies a tensor of more than one element across devices (a kernel reading a host
-    tensor reads its device copy: one copy, then the kernel, where ATen's one copy does).
-    None for a node on the graph's device that reads at most host scalars."""
-    val = n.meta.get("val")
-    for v in val if isinstance(val, (list, tuple)) else (val,):
-        if isinstance(v, torch.Tensor) and v.device.type != device_type:
-            return f"computes on {v.device.type}, where the graph's kernels run on {device_type}"
-    for a in n.all_input_nodes:
-        v = a.meta.get("val")
-        if (
-            isinstance(v, torch.Tensor)
-            and v.device.type != device_type
-            and (v.dim() > 0 or n.target in _DEVICE_MOVES)
-        ):
-            return f"copies a {v.device.type} tensor to {device_type}"
-    return None
 
 
 def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:

@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -46,13 +47,20 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
     )
     session.captured = time.perf_counter()
     token = warm.current.set(session)  # a cache hit restores the programs through it
+    # a graph-level plugin that asks for frozen parameters: which inputs are parameters
+    # (weakly: a replaced weight must not stay alive for this)
+    dynamo_inputs = (
+        [weakref.ref(x) if isinstance(x, torch.nn.Parameter) else None for x in example_inputs]
+        if _freezes(session)
+        else None
+    )
     try:
         compiled = tp.aot_compile(
             gm,
             example_inputs,
             forward=_aten_compiler(session, "forward", device),
             backward=_aten_compiler(session, "backward", device),
-            inference=_aten_compiler(session, "inference", device),
+            inference=_aten_compiler(session, "inference", device, dynamo_inputs),
             # built only if AOTAutograd traces (not on a hit of its cache)
             decompositions=tp.LazyTable(lambda: session.table(ctx)),
             cache_tag=session.cache_tag,
@@ -74,8 +82,23 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
     return compiled
 
 
-def _aten_compiler(session: CompileSession, kind: str, device: str) -> Callable:
+def _freezes(session: CompileSession) -> bool:
+    """Whether a plugin of the compile's chain asks for frozen parameters."""
+    if session.info.frozen_parameters:
+        return True
+    infos = [session.registry.record(p).info for p in session.options.chain]
+    return any(i.kind == PluginKind.GRAPH and i.frozen_parameters for i in infos)
+
+
+def _aten_compiler(
+    session: CompileSession, kind: str, device: str, dynamo_inputs: list[Any] | None = None
+) -> Callable:
     def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        params = (
+            tp.parameter_inputs([r or (lambda: None) for r in dynamo_inputs], example_inputs)
+            if dynamo_inputs
+            else {}
+        )
         ctx = session.context(
             kind,
             f"g{session.graph_id}_{kind}",
@@ -91,9 +114,11 @@ def _aten_compiler(session: CompileSession, kind: str, device: str) -> Callable:
             took,
         )
         if session.cache_tag is None:
-            return session.compile_aten_graph(ctx, gm, example_inputs)
+            return session.compile_aten_graph(ctx, gm, example_inputs, parameters=params)
         recipe = warm.Recipe(kind, ctx.device_type)
-        compiled = session.compile_aten_graph(ctx, gm, example_inputs, recipe=recipe)
+        compiled = session.compile_aten_graph(
+            ctx, gm, example_inputs, recipe=recipe, parameters=params
+        )
         return warm.output_code(compiled, recipe, gm)
 
     return compile_aten

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -28,6 +28,9 @@ class Job:
     example_inputs: list[Any]
     recipe: Recipe
     whole: bool = False
+    #: inference graphs of a plugin asking for frozen parameters (``PluginInfo.frozen_parameters``):
+    #: the graph inputs that are the model's parameters, ``{input index: nn.Parameter}``
+    parameters: Mapping[int, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ def run(session: CompileSession, job: Job) -> Built | None:
     """``job``'s graph split and its partitions compiled, or None (one plugin takes it)."""
     times: dict[str, float] = {}
     with logs.stage(_log, "partition", job.ctx.graph_name, times=times) as detail:
-        split = chain.compile_partitioned(session, job.ctx, job.gm, job.example_inputs)
+        split = chain.compile_partitioned(
+            session, job.ctx, job.gm, job.example_inputs, job.parameters
+        )
         detail.append("not split" if split is None else f"{len(split[1].partitions)} partitions")
     if split is None:
         return None

@@ -19,7 +19,11 @@ the built-in plugins for the same device beside it:
 * **faults**: a kernel that fails to render, to build or to run (a graph-level plugin: a
   partition that fails to compile or to run) falls back to ATen (or to the ``chain``);
   ``debug=True`` and ``fallback=False`` raise;
-* **cache**: corrupt, truncated or foreign entries in the per-user cache are misses.
+* **cache**: corrupt, truncated or foreign entries in the per-user cache are misses;
+* **outputs** (graph-level plugins): each partition's outputs have the sizes, dtype and
+  strides of the output node's ``meta["val"]``, share no input's storage unless ATen's do (or
+  the plugin declared it, ``CompiledSubgraph.aliases``), and no input is written but those
+  the core passed as output buffers (:func:`checking_outputs`).
 
 A plugin may declare the cases it is known to fail, each with its reason, in a module
 ``known_failures`` of its package (``KNOWN_FAILURES = {"op-dtype-mode": "why", "sizes_dynamic":
@@ -523,6 +527,130 @@ def _faulty_subgraphs(
         raise ValueError(f"fault at {where!r} of a graph-level plugin: use build or run")
     mod.sdk_compile_subgraph = sdk_compile_subgraph
     return mod
+
+
+def checking_outputs(plugin: str) -> tuple[types.ModuleType, list[str]]:
+    """A copy of graph-level ``plugin``'s hook module whose subgraphs are checked on every
+    call against the output contract (``sdk.CompiledSubgraph``), and the list each violation
+    is appended to (one line each, naming the partition, what was expected and what came)."""
+    orig = registry().record(plugin).plugin
+    mod = types.ModuleType(f"sdk_conformance_outputs_{plugin}")
+    for n in dir(orig):
+        if n.startswith("sdk_"):
+            setattr(mod, n, getattr(orig, n))
+    violations: list[str] = []
+    compile_subgraph = orig.sdk_compile_subgraph
+
+    @sdk.hookimpl
+    def sdk_compile_subgraph(ctx: sdk.CompileContext, gm: Any, example_inputs: list) -> Any:
+        import copy
+
+        ref = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        out_node = next(n for n in gm.graph.nodes if n.op == "output")
+        vals = [a.meta.get("val") if hasattr(a, "meta") else a for a in out_node.args[0]]
+        result = _call(compile_subgraph, ctx=ctx, gm=gm, example_inputs=example_inputs)
+        if not isinstance(result, sdk.CompiledSubgraph):
+            return result
+        n_in = len(example_inputs)
+        where = f"{ctx.graph_name} ({ctx.graph_kind})"
+
+        def checked(*args: Any) -> Any:
+            ins = args[:n_in]
+            before = [a.clone() if isinstance(a, torch.Tensor) else a for a in ins]
+            ret = result.fn(*args)
+            if result.preallocated_outputs:
+                outs, buffers = list(args[n_in:]), {id(b) for b in args[n_in:]}
+            else:
+                outs, buffers = list(ret), set()
+            violations.extend(_output_violations(where, outs, vals, ins, ref, result))
+            for j, (a, b) in enumerate(zip(ins, before, strict=True)):
+                if isinstance(a, torch.Tensor) and id(a) not in buffers and not _same(a, b):
+                    violations.append(
+                        f"{where}: input {j} was written (partitions are functional: only an "
+                        "input the core passes as an output buffer may be, "
+                        "CompiledSubgraph.aliases)"
+                    )
+            return ret
+
+        return sdk.CompiledSubgraph(
+            fn=checked,
+            artifact=None,
+            preallocated_outputs=result.preallocated_outputs,
+            aliases=result.aliases,
+        )
+
+    mod.sdk_compile_subgraph = sdk_compile_subgraph
+    return mod, violations
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    except AssertionError:
+        return False
+    return True
+
+
+def _output_violations(
+    where: str, outs: list[Any], vals: list[Any], ins: Any, ref: Any, result: Any
+) -> list[str]:
+    """What breaks the output contract in one call's outputs."""
+    if len(outs) != len(vals):
+        return [f"{where}: {len(outs)} outputs returned, the graph has {len(vals)}"]
+    found = []
+    expected_alias = None
+    for i, (o, v) in enumerate(zip(outs, vals, strict=True)):
+        if not isinstance(v, torch.Tensor):
+            continue
+        if not isinstance(o, torch.Tensor):
+            found.append(f"{where}: output {i} is a {type(o).__name__}, expected a tensor")
+            continue
+        want = (tuple(int(d) for d in v.shape), v.dtype, v.device.type)
+        got = (tuple(o.shape), o.dtype, o.device.type)
+        if got != want:
+            found.append(f"{where}: output {i} is {got}, expected {want} (meta['val'])")
+            continue
+        strides = [int(st) for st, d in zip(v.stride(), v.shape, strict=True) if int(d) > 1]
+        actual = [st for st, d in zip(o.stride(), o.shape, strict=True) if d > 1]
+        if o.numel() > 1 and strides != actual:
+            found.append(
+                f"{where}: output {i} has strides {tuple(o.stride())}, expected "
+                f"{tuple(int(st) for st in v.stride())} (meta['val']; sizes of 1 aside): "
+                "return it in that layout, or ask for preallocated_outputs"
+            )
+        for j, x in enumerate(ins):
+            if not isinstance(x, torch.Tensor) or x.numel() == 0 or o.numel() == 0:
+                continue
+            if o.untyped_storage().data_ptr() != x.untyped_storage().data_ptr():
+                continue
+            if result.aliases.get(i) == j:
+                continue
+            if expected_alias is None:
+                expected_alias = _ref_aliases(ref, ins)
+            if (i, j) not in expected_alias:
+                found.append(
+                    f"{where}: output {i} shares input {j}'s storage, which ATen's does not "
+                    "and the plugin did not declare (return a new tensor, or declare it in "
+                    "CompiledSubgraph.aliases with preallocated_outputs)"
+                )
+    return found
+
+
+def _ref_aliases(ref: Any, ins: Any) -> set[tuple[int, int]]:
+    """(output, input) pairs whose storage ATen's run of the partition shares."""
+    try:
+        outs = ref(*ins)
+    except Exception:  # noqa: BLE001 - no reference: no aliasing is expected
+        return set()
+    return {
+        (i, j)
+        for i, o in enumerate(outs)
+        for j, x in enumerate(ins)
+        if isinstance(o, torch.Tensor)
+        and isinstance(x, torch.Tensor)
+        and o.numel()
+        and o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    }
 
 
 @contextlib.contextmanager

@@ -515,3 +515,39 @@ def _cache_states(report: sdk.ExplainReport, plugin: str) -> list[str]:
     if C.graph_level(plugin):
         return [p.cache for p in _own(report, plugin)] or ["no partition"]
     return [g.cache for g in report.graphs]
+
+
+# -- outputs (graph-level plugins) ---------------------------------------------------
+
+
+def transposed(x):
+    return torch.sin(x.t()) * 2.0
+
+
+def reduced(x):
+    return (x.exp() * 0.5).sum(-1)
+
+
+def test_outputs_keep_the_contract(sdk_plugin: str, sdk_device: str) -> None:
+    """A graph-level plugin's partitions, in inference and training: each output has the
+    sizes, dtype and strides of the output node's ``meta["val"]`` (a transposed result keeps
+    its transposed strides), shares no input's storage unless ATen's run of the partition does
+    or the plugin declared it (``CompiledSubgraph.aliases``), and no input is written but an
+    output buffer the core passed (:func:`sdk.conformance.checking_outputs`)."""
+    if not C.graph_level(sdk_plugin):
+        pytest.skip("the output contract of partitions is for graph-level plugins")
+    if not C.implements(sdk_plugin, "sdk_compile_subgraph"):
+        pytest.skip(f"sdk:{sdk_plugin} compiles nothing here (no sdk_compile_subgraph)")
+    module, violations = C.checking_outputs(sdk_plugin)
+    with C.registry_with(sdk_plugin, module):
+        for fn, grad in (
+            (pointwise, False),
+            (transposed, False),
+            (reduced, False),
+            (pointwise, True),
+        ):
+            _check(sdk_plugin, fn, _rand(8, 5, device=sdk_device, grad=grad), grad=grad)
+    assert not violations, (
+        f"sdk:{sdk_plugin}'s partitions broke the output contract "
+        f"({len(violations)} time(s)):\n" + "\n".join(sorted(set(violations))[:20])
+    )

@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 
-from sdk.core.partition import partition
+from sdk.core.partition import Claimant, partition
 
 OPS = [torch.ops.aten.add.Tensor, torch.ops.aten.mul.Tensor, torch.ops.aten.sub.Tensor]
 UNARY = [torch.ops.aten.neg.default, torch.ops.aten.sin.default, torch.ops.aten.relu.default]
@@ -73,6 +73,55 @@ def test_random_dag_partitions_are_acyclic_and_exact(seed):
     inputs = [torch.randn(4, 5) for n in original.graph.nodes if n.op == "placeholder"]
     for want, got in zip(original(*inputs), plan.gm(*inputs), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_groups_are_kept_whole_or_cut_acyclic_and_exact(seed):
+    """A plugin's own groups (sdk.ClaimGroups), random subsets of the call nodes (many of
+    them cyclic once contracted): the result is acyclic and exact, every partition of the
+    grouping plugin lies inside one of its groups, and each cut has its reason."""
+    rng = random.Random(seed)
+    gm = _random_dag(rng, n_inputs=rng.randint(1, 3), n_ops=rng.randint(2, 25))
+    original = copy.deepcopy(gm)
+    names = [n.name for n in gm.graph.nodes if n.op == "call_function"]
+    groups = [rng.sample(names, k=rng.randint(1, len(names))) for _ in range(rng.randint(1, 4))]
+    grouped = {n for g in groups for n in g}
+    other = ("other", lambda node: (rng.random() < 0.5, "random refusal"))
+    least = rng.choice([1, 1, 2])
+    mine = Claimant("mine", lambda n: (n.name in grouped, "not claimed"), groups, least)
+    plan = partition(gm, [mine, other])
+    _check_acyclic(plan.gm)
+    for part in plan.partitions:
+        inner = {n.name for n in getattr(plan.gm, part.name).graph.nodes if n.op == "call_function"}
+        if part.plugin == "mine":
+            assert part.size >= least
+            # inside the first group that names its nodes (a node stays in its first group)
+            first = [next(k for k, g in enumerate(groups) if n in g) for n in inner]
+            assert len(set(first)) == 1, (inner, groups)
+    inputs = [torch.randn(4, 5) for n in original.graph.nodes if n.op == "placeholder"]
+    for want, got in zip(original(*inputs), plan.gm(*inputs), strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert all("would form a cycle through" in cut for cut in plan.cuts)
+
+
+def test_a_cyclic_group_is_cut_and_an_acyclic_one_kept_whole():
+    def f(x):
+        a = x.sin()
+        return a * a.exp(), x.cos() + 1
+
+    aten = torch.fx.experimental.proxy_tensor.make_fx(f)(torch.randn(3))
+    by_op = {
+        n.target.__name__.split(".")[0]: n.name for n in aten.graph.nodes if n.op == "call_function"
+    }
+    groups = [[by_op["sin"], by_op["mul"]], [by_op["cos"], by_op["add"]]]
+    mine = Claimant("mine", lambda n: (n.name in {*groups[0], *groups[1]}, "no"), groups)
+    plan = partition(aten, [mine])
+    assert sorted(p.size for p in plan.partitions) == [1, 1, 2]
+    (cut,) = plan.cuts
+    assert f"would form a cycle through {by_op['exp']}" in cut and "cut into 2 piece(s)" in cut
+    x = torch.randn(3)
+    for want, got in zip(f(x), plan.gm(x), strict=True):
+        torch.testing.assert_close(got, want)
 
 
 def test_first_claimant_wins_and_refusals_name_the_earlier_plugins():

@@ -1,0 +1,33 @@
+"""Which nodes of a graph run on another device than its kernels (CPU index arithmetic
+beside a CUDA model): those run through ATen, op by op (:meth:`Lowerer._call`)."""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from ..adapters.torch_private import aten
+
+#: ops that move a tensor across devices
+DEVICE_MOVES = frozenset({aten._to_copy.default, aten.copy_.default, aten.copy.default})
+
+
+def foreign_device(n: torch.fx.Node, device_type: str) -> str | None:
+    """Why call node ``n`` runs through ATen in a graph whose kernels run on ``device_type``:
+    it makes a tensor on another device (index arithmetic on the CPU beside a CUDA model),
+    or copies a tensor of more than one element across devices (a kernel reading a host
+    tensor reads its device copy: one copy, then the kernel, where ATen's one copy does).
+    None for a node on the graph's device that reads at most host scalars."""
+    val = n.meta.get("val")
+    for v in val if isinstance(val, (list, tuple)) else (val,):
+        if isinstance(v, torch.Tensor) and v.device.type != device_type:
+            return f"computes on {v.device.type}, where the graph's kernels run on {device_type}"
+    for a in n.all_input_nodes:
+        v = a.meta.get("val")
+        if (
+            isinstance(v, torch.Tensor)
+            and v.device.type != device_type
+            and (v.dim() > 0 or n.target in DEVICE_MOVES)
+        ):
+            return f"copies a {v.device.type} tensor to {device_type}"
+    return None
