@@ -312,7 +312,22 @@ def _compile_partition(
         return _positional(fn), by, "", "; ".join(done.chain_failures)
     if not c.has(Capability.SYMBOLIC_SIZES) and not all(is_static(x) for x in inputs):
         # a graph-level plugin that does not declare symbolic sizes gets concrete ones
-        return _outside_modes(_PerShape(s, c, sub)), plugin, "per shape", ""
+        make = None
+        if frozen:  # (each shape's graph with its parameters as constants)
+
+            def make(graph: torch.fx.GraphModule) -> Callable:
+                return Frozen(
+                    _frozen_compile,
+                    s,
+                    c,
+                    s.redecomposed(c, graph),
+                    placeholder_vals(graph),
+                    frozen,
+                    dead,
+                    tell=ctx.note,
+                )
+
+        return _outside_modes(_PerShape(s, c, sub, make)), plugin, "per shape", ""
     try:
         if frozen:
             fn = Frozen(
@@ -501,8 +516,15 @@ class _PerShape:
     a kernel-level program's are, :class:`core.guards.Specializing`); a shape the plugin
     refuses too runs in ATen."""
 
-    def __init__(self, s: CompileSession, c: CompileContext, sub: torch.fx.GraphModule) -> None:
-        self._s, self._c, self._sub = s, c, sub
+    def __init__(
+        self,
+        s: CompileSession,
+        c: CompileContext,
+        sub: torch.fx.GraphModule,
+        make: Callable[[torch.fx.GraphModule], Callable] | None = None,
+    ) -> None:
+        """``make``: compiles one shape's graph (default: the plugin's compile, cached)."""
+        self._s, self._c, self._sub, self._make = s, c, sub, make
         self._variants: dict[tuple, Callable] = {}
 
     def __call__(self, *args: Any) -> Any:
@@ -515,6 +537,8 @@ class _PerShape:
     def _compile(self, specs: tuple) -> Callable:
         graph = concrete_graph(self._sub, specs)
         try:
+            if self._make is not None:
+                return self._make(graph)
             return _graph_compile(self._s, self._c, graph, placeholder_vals(graph))[0]
         except SDKError:
             raise
