@@ -323,6 +323,11 @@ def sample_arguments(op: Any) -> tuple[list[Any], dict[str, Any]]:
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for a in tp.schema_arguments(op):
+        if a.name == "device" and a.kwarg_only:
+            # a factory makes its tensor on the probes' device too (left to its default it
+            # would be the CPU: another device than the probe's graph, so ATen's)
+            kwargs["device"] = torch.device(_PROBE_DEVICE)
+            continue
         if a.has_default:
             continue
         value = _sample(a.type_name, a.name)

@@ -288,7 +288,7 @@ class Lowerer:
         self.channels_last, why = channels_last or channels_last_wanted(gm, ctx)
         if why:
             ctx.note(why)
-        self._addresses_storage = addresses_storage(gm)
+        self._addresses_storage: bool | None = None  # (asked only where an input needs it)
         #: positions of the outputs whose layout the core chooses: a forward graph's
         #: activations saved for the backward (AOTAutograd compiles the backward for the
         #: strides they get); every other output leaves in eager's strides
@@ -336,6 +336,8 @@ class Lowerer:
                 self.env[n] = self._input(placeholder, self.specs[placeholder])
                 placeholder += 1
                 traced = n.meta.get(TRACED_STRIDES)
+                if traced is not None and self._addresses_storage is None:
+                    self._addresses_storage = bool(addresses_storage(self.gm))
                 if traced is not None and self._addresses_storage:
                     # an op of the graph addresses storage by the trace's strides (an
                     # as_strided): the input, given in others, is copied into those
