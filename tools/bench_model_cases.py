@@ -290,7 +290,11 @@ _TIMM = {
     # permuted view, permuted back; the head's LayerNorm2d after a mean over (H, W)), and
     # RegNetY (grouped 3x3 convolutions, squeeze-excitation, BatchNorm + ReLU)
     "timm_convnext_tiny": ("convnext_tiny", {"small": {}, "full": {}}),
-    "regnety_008": ("regnety_008", {"small": {}, "full": {}}),
+    # (small: timm zero-initialises each block's last BatchNorm weight, so a block's output
+    # starts as relu(shortcut); at 64x64, batch 2, the last stage's BatchNorm averages 8
+    # values and a ReLU input lands within fp32 noise of 0 (1.4e-6 in fp64): any fp32 run
+    # may flip that mask, and one flip moved every shortcut gradient past the fp64 rule)
+    "regnety_008": ("regnety_008", {"small": {"zero_init_last": False}, "full": {}}),
 }
 
 #: Keyword arguments that make a timm training step deterministic (see
