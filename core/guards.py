@@ -304,7 +304,7 @@ class Specializing:
                 self._check, self._fn = general
             else:
                 self._fn = self._install(tuple(spec_of(a) for a in args))
-            check, fn = self._check, self._fn
+            fn = self._fn
         out = fn(args)
         if out is NotImplemented:  # (the variant was compiled for these inputs)
             raise RuntimeError(
