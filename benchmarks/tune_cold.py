@@ -67,6 +67,13 @@ def main() -> None:
     ap.add_argument("rows")
     ap.add_argument("--size", default=None, help="full (GPU default) or small (CPU default)")
     ap.add_argument("--settings", default="off,default,autotune")
+    ap.add_argument(
+        "--share",
+        type=float,
+        default=None,
+        help="the automatic budget's share of the compile (core.tune.AUTO_SHARE) for the "
+        "'default' setting: how a default not yet turned on would cost",
+    )
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     size = args.size or ("full" if dev.type == "cuda" else "small")
@@ -76,6 +83,8 @@ def main() -> None:
         "default": {},
         "autotune": {"autotune": True},
     }
+    if args.share is not None:
+        tune.AUTO_SHARE = args.share
     table = bm.rows()
     try:
         for name in args.rows.split(","):
