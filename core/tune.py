@@ -78,6 +78,11 @@ ROUND_S = 0.002
 #: ... with at most this many calls; the best of this many rounds is a candidate's time
 MAX_REPS = 100
 ROUNDS = 3
+#: a kernel's measuring is predicted to take at least this long (compiling its alternatives
+#: and timing them: 0.14-1.4 s per kernel on an H200 with Triton), so that a budget smaller
+#: than one kernel's measuring starts none: the amortized compile time of a graph's kernels,
+#: compiled in parallel, predicted 0.01 s and one kernel then took 0.94 s
+PRIOR_MEASURE_S = 0.25
 
 
 def budget(options: CoreOptions, spent: float) -> float:
@@ -151,7 +156,8 @@ def choose(
         report, chosen = _cached(session, ctx, key, k, choices, sizes[i] or 0)
         if report is None:
             now = time.perf_counter()
-            if now + max(dearest, per_source * len(choices.alternatives)) > deadline:
+            predicted = max(dearest, per_source * len(choices.alternatives), PRIOR_MEASURE_S)
+            if now + predicted > deadline:
                 left = len(ranked) - n  # (it would not fit: neither would the rest, likely)
                 break
             with tp.real_mode():  # (the compile runs under AOTAutograd's fake mode)
