@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import sympy
@@ -56,6 +57,7 @@ class _Builder:
         self._level: dict[str, int] = {}
         self._inlined: dict[tuple, Expr] = {}
         self._mapping_stack: set[str] = set()
+        self._permuted: dict[str, dict[sympy.Symbol, sympy.Expr] | None] = {}
 
     def _mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
         """Node vars -> group vars (size-1 dims -> 0)."""
@@ -72,7 +74,17 @@ class _Builder:
             sq = _squeeze(node.sizes)
             if sq == target:
                 coords = iter(gvars)
-            else:  # another shape of the same elements: unravel the group's index
+            else:
+                if Counter(sq) == Counter(target):
+                    # the group's dims in another order (a permute between members, as
+                    # timm's ConvNeXt block permutes NHWC back to NCHW): mapped as the
+                    # members read each other, the kernel walks memory in order
+                    found = self._permuted_mapping(node)
+                    if found is not None:
+                        return found
+                # another shape of the same elements: unravel the group's index (a
+                # one-to-one mapping, correct for any shape, but a permute's unravelled
+                # index walks memory out of order: 2x slower kernels on an H200)
                 coords = iter(reshape_reindex(sq, target)(gvars))
         mapping: dict[sympy.Symbol, sympy.Expr] = {}
         for v, s in zip(node.vars, node.sizes):
@@ -82,6 +94,24 @@ class _Builder:
             for v, s in zip(node.rvars, node.rsizes):
                 mapping[v] = sympy.Integer(0) if s == 1 else next(group_vars)
         return mapping
+
+    def _permuted_mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr] | None:
+        """Node vars -> group vars for a pointwise ``node`` whose dims are the group's in
+        another order, taken from how members read each other (as for a "permuted" fit);
+        None where no member's reads give one, or while resolving ``node`` itself."""
+        if node.name in self._permuted:
+            return self._permuted[node.name]
+        if node.name in self._mapping_stack:
+            return None
+        outermost = not self._mapping_stack
+        found: dict[sympy.Symbol, sympy.Expr] | None = None
+        with contextlib.suppress(_NotFusable):
+            found = self._mapping_from_readers(node)
+        if found is not None or outermost:
+            # (a miss while other nodes are being resolved may be only theirs: asked
+            # again from the top, the nodes it reads may have their mappings by then)
+            self._permuted[node.name] = found
+        return found
 
     def _mapping_from_readers(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
         """Node vars -> group vars, taken from a group member that reads ``node`` with

@@ -594,3 +594,49 @@ def test_training_with_batch_statistics_keeps_the_traces_layout(monkeypatch):
     report = sdk.explain(lambda x, *p: f(x, *p)[0], x, *params, backend="sdk:cuda_triton")
     fwd = next(g for g in report.graphs if g.kind == "forward")
     assert any(n.startswith("channels-last not chosen for training") for n in fwd.notes), fwd.notes
+
+
+class _TimmBlock(torch.nn.Module):
+    """timm's ConvNeXt block (``conv_mlp=False``): the MLP in NHWC, permuted back to NCHW,
+    scaled by ``gamma`` and added to the shortcut; its ``Dropout(0.0)`` is a clone in
+    training graphs."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = torch.nn.LayerNorm(c)
+        self.fc1, self.fc2 = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+        self.drop = torch.nn.Dropout(0.0)
+        self.gamma = torch.nn.Parameter(torch.full((c,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.drop(self.fc2(self.drop(torch.nn.functional.gelu(self.fc1(self.norm(y))))))
+        y = y.permute(0, 3, 1, 2).mul(self.gamma.reshape(1, -1, 1, 1))
+        return y + x
+
+
+def test_a_permute_between_fused_members_walks_memory_in_order():
+    """The clone of the MLP's NHWC output, its NCHW view scaled by ``gamma`` and the
+    residual sum are one kernel over the NHWC loops. The NCHW members were mapped onto
+    those loops by unravelling their flat index, a one-to-one mapping but one that reads
+    and writes every element out of order (div/mod in each index; 2x slower kernels on an
+    H200); mapped through the permute, as the members read each other, every index is
+    affine. cpu_cpp shows its indices plainly; the layout is the core's."""
+    import re
+
+    from tests.opcheck import check
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 4, 4), _TimmBlock(16), _TimmBlock(16))
+    f, params = _functional(model)
+    x = torch.randn(2, 3, 32, 32)
+    report = sdk.explain(lambda x, *p: f(x, *p).sum(), x, *params, backend="sdk:cpu_cpp")
+    kernels = [k for g in report.graphs if g.name.endswith("forward") for k in g.kernels]
+    assert any(
+        {"aten.clone.default", "aten.mul.Tensor", "aten.add.Tensor"} <= set(k.ops) for k in kernels
+    ), [k.ops for k in kernels]
+    for k in kernels:
+        scrambled = [i for i in re.findall(r"\w+\[([^\]]*)\]", k.source) if re.search("[/%]", i)]
+        assert not scrambled, (k.name, scrambled)
+    check(f, [x, *params], plugin="cpu_cpp")
