@@ -81,8 +81,9 @@ back (:class:`sdk.LoweringError`, a subclass, where an op or a partition would h
 ATen); ``debug=True`` (or ``SDK_DEBUG=1``) lets the plugin's own exception
 propagate (as the ``__cause__`` of one naming the plugin and the hook); both raise
 :class:`sdk.PluginHookError` for an observer or wrapper that raised, and let a kernel's
-run-time exception propagate. Without strict mode, a partition that falls back gives one
-:class:`sdk.PluginFallbackWarning` per plugin and reason, naming the partition's ops.
+run-time exception propagate. Without strict mode, a partition or a kernel-level plugin's
+graph that falls back (to the next plugin of the chain, or ATen) gives one
+:class:`sdk.PluginFallbackWarning` per plugin and reason, naming its ops.
 
 Fake tensors and real ones
 --------------------------
