@@ -652,9 +652,10 @@ def sdk_compile_subgraph(
     (:class:`sdk.CompiledSubgraph`). The conformance kit checks all of it.
 
     With ``PluginInfo.frozen_parameters`` (hook API 7), an inference partition's parameters
-    are ``get_attr`` constants of ``gm`` (``dict(gm.named_buffers())``, real tensors), not
+    and buffers (BatchNorm's running statistics; not those the graph itself writes) are
+    ``get_attr`` constants of ``gm`` (``dict(gm.named_buffers())``, real tensors), not
     placeholders, and this hook runs outside the compile's fake mode; it is called again
-    when a parameter is replaced or written in place.
+    when one of them is replaced or written in place.
 
     :param ctx: the compile.
     :param gm: a self-contained GraphModule of ATen ops: its placeholders are the
