@@ -79,8 +79,9 @@ def compile_partitioned(
     """``gm`` compiled as partitions of the chain and its report, or None where one plugin
     takes it whole (see the module's docstring). ``session`` is the backend plugin's
     :class:`~core.pipeline.Session`; the program takes AOTAutograd's boxed list.
-    ``parameters``: ``{input index: nn.Parameter}`` of an inference graph, which a
-    graph-level plugin declaring ``PluginInfo.frozen_parameters`` gets as constants."""
+    ``parameters``: ``{input index: nn.Parameter or buffer}`` of an inference graph (those it
+    does not write), which a graph-level plugin declaring ``PluginInfo.frozen_parameters``
+    gets as constants."""
     plugins = (ctx.plugin, *session.options.chain)
     graph_level = session.info.kind == PluginKind.GRAPH
     if len(plugins) == 1 and not graph_level:
@@ -292,7 +293,8 @@ def _compile_partition(
 ) -> tuple[Callable, str, str, str]:
     """(callable taking the partition's inputs positionally, who compiled it, cache state,
     note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen.
-    ``frozen``: the partition's inputs ``plugin`` gets as constants (frozen parameters);
+    ``frozen``: the partition's inputs ``plugin`` gets as constants (frozen parameters and
+    buffers);
     ``dead``: the inputs nothing reads after the partition (an output may be written into
     one, ``CompiledSubgraph.aliases``)."""
     chain = (ctx.plugin, *session.options.chain)

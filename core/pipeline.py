@@ -276,7 +276,8 @@ class Session:
         """``gm`` compiled: split between the plugins of the chain (the partition stage), or
         whole by this session's plugin (the build stage); then wrapped (the wrap stage).
         ``recipe`` is filled with what a later process needs to restore the result;
-        ``parameters``: the inputs that are the model's parameters (frozen parameters)."""
+        ``parameters``: the inputs that are the model's parameters and buffers (frozen
+        parameters)."""
         recipe = recipe or warm.Recipe(ctx.graph_kind, ctx.device_type)
         ctx = dataclasses.replace(ctx, written_inputs=fallback.written_inputs(gm))
         job = Job(ctx, gm, example_inputs, recipe, parameters=dict(parameters or {}))

@@ -334,10 +334,13 @@ class Registry:
             )
         return fault
 
-    def warn_fallback(self, name: str, reason: str, ops: list[str], went_to: str) -> None:
-        """Plugin ``name`` failed to compile a partition of ``ops`` for ``reason``, which
-        runs in ``went_to`` instead: a :class:`sdk.PluginFallbackWarning`, once per plugin
-        and reason."""
+    def warn_fallback(
+        self, name: str, reason: str, ops: list[str], went_to: str, what: str = "a partition"
+    ) -> None:
+        """Plugin ``name`` failed to compile ``what`` (a chain's partition, or a kernel-level
+        plugin's whole graph: "graph g1_forward") of ``ops`` for ``reason``, which runs in
+        ``went_to`` instead: a :class:`sdk.PluginFallbackWarning`, once per plugin and
+        reason."""
         rec = self.records[name]
         if reason in rec.fallbacks_warned:
             return
@@ -345,10 +348,10 @@ class Registry:
         shown = ", ".join(ops[:8]) + (f" and {len(ops) - 8} more" if len(ops) > 8 else "")
         warnings.warn(
             f"SDK plugin {name!r} ({rec.distribution} {rec.dist_version}) could not compile "
-            f"a partition of {len(ops)} op(s) ({shown}); it runs in {went_to} instead: "
+            f"{what} of {len(ops)} op(s) ({shown}); it runs in {went_to} instead: "
             f"{reason}. Bring a plugin up with options fallback=False and debug=True (they "
-            "raise the plugin's error); sdk.explain lists every partition that fell back. "
-            "This warning is given once per plugin and reason (silence it with "
+            "raise the plugin's error); sdk.explain lists every graph and partition that fell "
+            "back. This warning is given once per plugin and reason (silence it with "
             "warnings.filterwarnings('ignore', category=sdk.PluginFallbackWarning))",
             PluginFallbackWarning,
             stacklevel=3,

@@ -1,6 +1,7 @@
 """What passes in and out of a graph-level plugin's partition, beyond its inputs: the
-model's parameters as constants of an inference partition (``PluginInfo.frozen_parameters``:
-:class:`Frozen`, guarded on each parameter's identity and version), and the partition's
+model's parameters and buffers as constants of an inference partition
+(``PluginInfo.frozen_parameters``: :class:`Frozen`, guarded on each one's identity and
+version), and the partition's
 outputs (:func:`buffers`: copied into ``meta["val"]``'s strides, or allocated by the core with
 inputs donated, ``CompiledSubgraph.preallocated_outputs`` and ``aliases``). Split out of
 :mod:`core.chain`, which compiles the partitions."""
@@ -146,9 +147,10 @@ def frozen_inputs(
     name: str,
     params: Mapping[str, Any],
 ) -> dict[int, Any]:
-    """``{partition input index: nn.Parameter}``: the inputs of partition ``name`` that
+    """``{partition input index: parameter or buffer}``: the inputs of partition ``name`` that
     ``plugin`` gets as constants (an inference graph, a graph-level plugin declaring
-    ``PluginInfo.frozen_parameters``, an input that is one of the model's parameters)."""
+    ``PluginInfo.frozen_parameters``, an input that is one of the model's parameters or
+    buffers, which the graph does not write)."""
     if not params or ctx.graph_kind != "inference":
         return {}
     info = session.peer(plugin).info
@@ -185,9 +187,9 @@ def frozen_graph(
 
 
 class Frozen:
-    """A graph-level plugin's partition compiled with the model's parameters as constants
-    (``PluginInfo.frozen_parameters``), guarded on each parameter's identity and version:
-    a parameter replaced or written in place since the compile makes the partition compile
+    """A graph-level plugin's partition compiled with the model's parameters and buffers as
+    constants (``PluginInfo.frozen_parameters``), guarded on each one's identity and version:
+    a parameter or buffer replaced or written in place since the compile makes the partition compile
     again with the new values (outside the compile's fake mode, as at compile time). Called
     with every input of the partition; the plugin's callable gets the others.
     ``compile(s, c, graph, inputs, dead)`` is the partition compile (:mod:`core.chain`'s)."""
@@ -213,8 +215,10 @@ class Frozen:
         self.compiles = 0
         self._compile([frozen[i] for i in self._positions])
         places = [n.name for n in sub.graph.nodes if n.op == "placeholder"]
-        self.note = f"{len(self._positions)} parameter(s) frozen as constants: " + ", ".join(
-            places[i] for i in self._positions
+        params = sum(isinstance(frozen[i], torch.nn.Parameter) for i in self._positions)
+        self.note = (
+            f"{params} parameter(s) and {len(self._positions) - params} buffer(s) frozen as "
+            "constants: " + ", ".join(places[i] for i in self._positions)
         )
 
     def _compile(self, params: list[Any]) -> None:
@@ -269,13 +273,13 @@ class Frozen:
                 raise
             self._tell(
                 f"sdk:{self._c.plugin} failed to compile {self._c.graph_name} again with new "
-                f"parameter values: {describe(exc, one_line=True)}; ATen runs it"
+                f"parameter or buffer values: {describe(exc, one_line=True)}; ATen runs it"
             )
             run, _ = fallback.whole_graph(self._sub, "")
             self._aten = lambda *args: run(list(args))
             return
         self._tell(
-            f"{self._c.graph_name} compiled again: a frozen parameter was "
+            f"{self._c.graph_name} compiled again: a frozen parameter or buffer was "
             f"{' or '.join(changed)} since its last compile"
         )
 

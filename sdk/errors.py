@@ -43,10 +43,13 @@ class PluginHookWarning(UserWarning):
 
 class PluginFallbackWarning(UserWarning):
     """A plugin failed to compile a partition it had claimed (its ``sdk_compile_subgraph``
-    raised, or it refused a shape): that partition runs in the next plugin of the chain, or
-    in ATen. Right, but not what the plugin was asked for; the message names the plugin,
-    the reason and the partition's ops. Once per plugin and reason; ``fallback=False`` raises
-    :class:`LoweringError` instead, ``debug=True`` the plugin's own error."""
+    raised, or it refused a shape), or a kernel-level plugin failed to compile a whole graph
+    (a compile hook raised or answered wrongly, its kernels did not build): that partition or
+    graph runs in the next plugin of the chain, or in ATen. Right, but not what the plugin
+    was asked for; the message names the plugin, the reason, the partition's or graph's ops
+    and the fix (bring a plugin up with ``fallback=False`` and ``debug=True``). Once per
+    plugin and reason; ``fallback=False`` raises :class:`SDKError` instead
+    (:class:`LoweringError` for a partition), ``debug=True`` the plugin's own error."""
 
 
 class SDKDeprecationWarning(DeprecationWarning):

@@ -81,8 +81,9 @@ back (:class:`sdk.LoweringError`, a subclass, where an op or a partition would h
 ATen); ``debug=True`` (or ``SDK_DEBUG=1``) lets the plugin's own exception
 propagate (as the ``__cause__`` of one naming the plugin and the hook); both raise
 :class:`sdk.PluginHookError` for an observer or wrapper that raised, and let a kernel's
-run-time exception propagate. Without strict mode, a partition that falls back gives one
-:class:`sdk.PluginFallbackWarning` per plugin and reason, naming the partition's ops.
+run-time exception propagate. Without strict mode, a partition or a kernel-level plugin's
+graph that falls back (to the next plugin of the chain, or ATen) gives one
+:class:`sdk.PluginFallbackWarning` per plugin and reason, naming its ops.
 
 Fake tensors and real ones
 --------------------------
@@ -651,9 +652,10 @@ def sdk_compile_subgraph(
     (:class:`sdk.CompiledSubgraph`). The conformance kit checks all of it.
 
     With ``PluginInfo.frozen_parameters`` (hook API 7), an inference partition's parameters
-    are ``get_attr`` constants of ``gm`` (``dict(gm.named_buffers())``, real tensors), not
+    and buffers (BatchNorm's running statistics; not those the graph itself writes) are
+    ``get_attr`` constants of ``gm`` (``dict(gm.named_buffers())``, real tensors), not
     placeholders, and this hook runs outside the compile's fake mode; it is called again
-    when a parameter is replaced or written in place.
+    when one of them is replaced or written in place.
 
     :param ctx: the compile.
     :param gm: a self-contained GraphModule of ATen ops: its placeholders are the

@@ -352,17 +352,20 @@ class PluginInfo:
     nondeterministic_ops: Mapping[str, str] = field(default_factory=dict)
     #: graph-level plugins (hook API 7): in an *inference* graph (``ctx.graph_kind ==
     #: "inference"``: no input needs grad, ``torch.no_grad()``), a partition input that is
-    #: an ``nn.Parameter`` of the model arrives as a constant, not an input: the partition's
-    #: GraphModule reads it with a ``get_attr`` node whose attribute is the parameter's value
-    #: at compile time (a real tensor, detached), so the plugin can prepack or fold it. Its
-    #: placeholder is gone: ``example_inputs`` and the compiled ``fn``'s arguments are the
-    #: other inputs only. The core checks each frozen parameter's identity and version
-    #: (``tensor._version``) on every call and compiles the partition again when a weight was
-    #: replaced (``model.fc.weight = nn.Parameter(...)``) or written in place
-    #: (``weight.add_(1)`` under ``no_grad``). Forward and backward (training) graphs keep
-    #: parameters as inputs. ``sdk_compile_subgraph`` is then called outside the compile's fake
-    #: mode (tensors it makes are real); the partition is kept out of the whole-graph cache
-    #: (the values are not in its key)
+    #: an ``nn.Parameter`` or a buffer of the model (``register_buffer``: BatchNorm's running
+    #: statistics in eval mode) arrives as a constant, not an input: the partition's
+    #: GraphModule reads it with a ``get_attr`` node whose attribute is its value at compile
+    #: time (a real tensor, detached), so the plugin can prepack or fold it. Its placeholder
+    #: is gone: ``example_inputs`` and the compiled ``fn``'s arguments are the other inputs
+    #: only. The core checks each frozen tensor's identity and version (``tensor._version``)
+    #: on every call and compiles the partition again when one was replaced
+    #: (``model.fc.weight = nn.Parameter(...)``, ``bn.running_mean = torch.zeros(n)``) or
+    #: written in place (``weight.add_(1)`` under ``no_grad``, ``bn.running_mean.add_(1)``).
+    #: A parameter or buffer the graph itself writes (BatchNorm's running statistics in
+    #: training mode under ``no_grad``) stays an input, and forward and backward (training)
+    #: graphs keep parameters and buffers as inputs. ``sdk_compile_subgraph`` is then called
+    #: outside the compile's fake mode (tensors it makes are real); the partition is kept out
+    #: of the whole-graph cache (the values are not in its key)
     frozen_parameters: bool = False
 
     def __post_init__(self) -> None:

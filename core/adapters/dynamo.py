@@ -81,22 +81,46 @@ def aot_compile(
     return compiler(gm, example_inputs)
 
 
-def parameter_inputs(dynamo_inputs: Sequence[Any], aot_inputs: Sequence[Any]) -> dict[int, Any]:
-    """The inputs of AOTAutograd's inference graph that are the model's parameters, by
-    position: ``{index: nn.Parameter}`` (the real tensors Dynamo passed the backend).
+def module_buffers(gm: torch.fx.GraphModule) -> frozenset[int]:
+    """The positions of the inputs of Dynamo's graph ``gm`` that are buffers of the model
+    (registered with ``register_buffer``: BatchNorm's running statistics), by where Dynamo
+    read them (each placeholder's source: ``L['self']._modules['bn']._buffers['running_mean']``).
+    Parameters are told apart by their type (``nn.Parameter``), buffers only by this."""
+    out = set()
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, node in enumerate(places):
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        name = getattr(source, "name", None)
+        name = name() if callable(name) else name  # (a method before torch 2.12)
+        if isinstance(name, str) and "._buffers[" in name:
+            out.add(i)
+    return frozenset(out)
 
-    Dynamo lifts a module's parameters to graph inputs (``inline_inbuilt_nn_modules``, the
-    default since torch 2.5) and passes the backend the real ``nn.Parameter`` s; AOTAutograd's
-    inference graph takes the same inputs in the same order, unless it changed them (an effect
-    token added, duplicate inputs merged, a synthetic base for aliased inputs). Then the count
-    or a layout differs and the answer is ``{}``: no parameter is known, all stay inputs.
-    ``dynamo_inputs`` may hold weak references (called to get the tensor)."""
+
+def model_state_inputs(dynamo_inputs: Sequence[Any], aot_inputs: Sequence[Any]) -> dict[int, Any]:
+    """The inputs of AOTAutograd's inference graph that are the model's parameters and
+    buffers and that the graph does not write, by position: ``{index: tensor}`` (the real
+    tensors Dynamo passed the backend). Called while AOTAutograd compiles that graph.
+
+    ``dynamo_inputs`` holds, per input of Dynamo's graph, the model's ``nn.Parameter`` or
+    buffer there (:func:`module_buffers`), else None; it may hold weak references (called to
+    get the tensor). Dynamo lifts a module's parameters and buffers to graph inputs
+    (``inline_inbuilt_nn_modules``, the default since torch 2.5) and passes the backend the
+    real tensors; AOTAutograd's inference graph takes the same inputs in the same order,
+    unless it changed them (an effect token added, duplicate inputs merged, a synthetic base
+    for aliased inputs). Then the count or a layout differs and the answer is ``{}``: none
+    is known, all stay inputs. An input the graph writes (BatchNorm's running statistics in
+    training mode under ``no_grad``, a cache the model updates) is not a constant: it stays
+    an input (AOTAutograd's metadata of the graph it compiles says which)."""
     real = [x() if callable(x) and not isinstance(x, torch.Tensor) else x for x in dynamo_inputs]
     if len(real) != len(aot_inputs):
         return {}
+    written = _written_inputs(len(real))
+    if written is None:
+        return {}
     out = {}
     for i, (x, fake) in enumerate(zip(real, aot_inputs, strict=True)):
-        if not isinstance(x, torch.nn.Parameter):
+        if not isinstance(x, torch.Tensor) or i in written:
             continue
         if not (
             isinstance(fake, torch.Tensor)
@@ -108,6 +132,25 @@ def parameter_inputs(dynamo_inputs: Sequence[Any], aot_inputs: Sequence[Any]) ->
             return {}
         out[i] = x
     return out
+
+
+def _written_inputs(count: int) -> frozenset[int] | None:
+    """The inputs the graph AOTAutograd is compiling now writes (their data or metadata),
+    from its ``fw_metadata``; None where that is not known (nothing is then frozen)."""
+    from torch._guards import TracingContext
+
+    tc = TracingContext.try_get()
+    meta = getattr(tc, "fw_metadata", None) if tc is not None else None
+    info = getattr(meta, "input_info", None)
+    if info is None or len(info) != count:
+        return None
+    return frozenset(
+        i
+        for i, a in enumerate(info)
+        if getattr(a, "mutates_data", True)
+        or getattr(a, "mutates_metadata", True)
+        or getattr(a, "mutates_storage_metadata", False)
+    )
 
 
 def _same(sizes: Sequence[Any], ints: Sequence[int]) -> bool:

@@ -47,13 +47,9 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
     )
     session.captured = time.perf_counter()
     token = warm.current.set(session)  # a cache hit restores the programs through it
-    # a graph-level plugin that asks for frozen parameters: which inputs are parameters
-    # (weakly: a replaced weight must not stay alive for this)
-    dynamo_inputs = (
-        [weakref.ref(x) if isinstance(x, torch.nn.Parameter) else None for x in example_inputs]
-        if _freezes(session)
-        else None
-    )
+    # a graph-level plugin that asks for frozen parameters: which inputs are the model's
+    # parameters and buffers (weakly: a replaced weight must not stay alive for this)
+    dynamo_inputs = _model_state(gm, example_inputs) if _freezes(session) else None
     try:
         compiled = tp.aot_compile(
             gm,
@@ -90,12 +86,24 @@ def _freezes(session: CompileSession) -> bool:
     return any(i.kind == PluginKind.GRAPH and i.frozen_parameters for i in infos)
 
 
+def _model_state(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[Any]:
+    """Per input of Dynamo's graph, a weak reference to the model's parameter or buffer it
+    is, else None."""
+    buffers = tp.module_buffers(gm)
+    return [
+        weakref.ref(x)
+        if isinstance(x, torch.nn.Parameter) or (isinstance(x, torch.Tensor) and i in buffers)
+        else None
+        for i, x in enumerate(example_inputs)
+    ]
+
+
 def _aten_compiler(
     session: CompileSession, kind: str, device: str, dynamo_inputs: list[Any] | None = None
 ) -> Callable:
     def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         params = (
-            tp.parameter_inputs([r or (lambda: None) for r in dynamo_inputs], example_inputs)
+            tp.model_state_inputs([r or (lambda: None) for r in dynamo_inputs], example_inputs)
             if dynamo_inputs
             else {}
         )

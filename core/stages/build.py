@@ -215,6 +215,8 @@ def _build_variant(
         keys[specs] = part.key
         return fn
     errors = [session.broken] if session.broken else []
+    # (plugin, one-line reason) of each plugin that failed this graph: warned about
+    failed = [(ctx.plugin, session.broken.splitlines()[0])] if session.broken else []
     for plugin in (ctx.plugin, *session.options.chain):
         if plugin == ctx.plugin and session.broken:
             continue
@@ -237,6 +239,7 @@ def _build_variant(
                 graph = peer.redecomposed(c, common() if common is not None else gm)
                 if peer.broken:
                     errors.append(peer.broken)
+                    failed.append((plugin, peer.broken.splitlines()[0]))
                     continue
             fn, part = program.build_program(
                 peer, c, graph, specs, key=key if plugin == ctx.plugin else None
@@ -247,8 +250,10 @@ def _build_variant(
             if session.options.debug:
                 raise
             errors.append(f"sdk:{plugin} failed: {describe(exc)}")
+            failed.append((plugin, describe(exc, one_line=True)))
             continue
         fill(report, plugin, part)
+        _warn_fell_back(session, ctx, gm, failed, f"sdk:{plugin}")
         if errors:  # the chain took over: say why the plugins before it did not
             report.notes.append(f"compiled by sdk:{plugin} after: {'; '.join(errors)}")
             report.chain_failures[:] = errors
@@ -264,6 +269,7 @@ def _build_variant(
             f"False: {'; '.join(errors)}"
         )
     fn, fallbacks = fallback.whole_graph(gm, "; ".join(errors))
+    _warn_fell_back(session, ctx, gm, failed, "ATen")
     report.chain_failures[:] = errors
     report.kernels.clear()
     report.externs.clear()
@@ -276,6 +282,23 @@ def _build_variant(
     report.fallbacks[:] = fallbacks
     announce(session, ctx, report)
     return fn
+
+
+def _warn_fell_back(
+    session: CompileSession,
+    ctx: CompileContext,
+    gm: torch.fx.GraphModule,
+    failed: list[tuple[str, str]],
+    went_to: str,
+) -> None:
+    """A :class:`sdk.PluginFallbackWarning` for each plugin that failed to compile the
+    graph ``gm``, which ``went_to`` runs instead (once per plugin and reason, as a chain's
+    partitions are warned about: :meth:`core.registry.Registry.warn_fallback`)."""
+    if not failed:
+        return
+    ops = [fallback.op_name(n.target) for n in fallback.aten_calls(gm)]
+    for plugin, reason in failed:
+        session.registry.warn_fallback(plugin, reason, ops, went_to, f"graph {ctx.graph_name}")
 
 
 def fill(report: GraphReport, plugin: str, part: Any) -> None:

@@ -29,7 +29,8 @@ class Job:
     recipe: Recipe
     whole: bool = False
     #: inference graphs of a plugin asking for frozen parameters (``PluginInfo.frozen_parameters``):
-    #: the graph inputs that are the model's parameters, ``{input index: nn.Parameter}``
+    #: the graph inputs that are the model's parameters and buffers (not written by the
+    #: graph), ``{input index: tensor}``
     parameters: Mapping[int, Any] = field(default_factory=dict)
 
 

@@ -191,8 +191,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _category(item: pytest.Item) -> str:
     name = getattr(item, "originalname", item.name)
-    if name == "test_opinfo":
-        _, dt, mode = item.callspec.params["opinfo_case"]
+    case = item.callspec.params["opinfo_case"] if name == "test_opinfo" else None
+    return category(name, case)
+
+
+def category(name: str, opinfo_case: tuple[str, str, str] | None = None) -> str:
+    """The summary's row of the suite's test ``name`` (``test_fault_chain_takes_over``:
+    ``faults``); of ``test_opinfo``, per its case's dtype and mode (``opinfo fw+bw
+    float32``)."""
+    if name == "test_opinfo" and opinfo_case is not None:
+        _, dt, mode = opinfo_case
         return f"opinfo {'fw+bw' if mode == 'fwbw' else 'fw'} {dt}"
     part = name.split("_")[1] if name.count("_") >= 1 else name
     return {"fault": "faults", "option": "options"}.get(part, part)

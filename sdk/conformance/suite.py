@@ -334,8 +334,9 @@ def pointwise(x):
 @pytest.mark.parametrize("where", ["render", "build"])
 def test_fault_falls_back_and_strict_raises(sdk_plugin: str, sdk_device: str, where: str) -> None:
     """A kernel that fails to render or build: the graph runs through ATen, with the reason
-    in explain; ``debug=True`` raises the plugin's error, ``fallback=False`` an SDKError.
-    A graph-level plugin's partition that fails to compile (``build``) runs in ATen."""
+    in explain and an ``sdk.PluginFallbackWarning`` naming it; ``debug=True`` raises the
+    plugin's error, ``fallback=False`` an SDKError. A graph-level plugin's partition that
+    fails to compile (``build``) runs in ATen."""
     x = _fault_input(sdk_plugin, sdk_device)
     if C.graph_level(sdk_plugin) and where == "render":
         pytest.skip(
@@ -347,15 +348,15 @@ def test_fault_falls_back_and_strict_raises(sdk_plugin: str, sdk_device: str, wh
             warnings.simplefilter("always")
             report = C.explain(sdk_plugin, pointwise, x)
         _assert_fell_back(report, sdk_plugin)
-        if C.graph_level(sdk_plugin):
-            told = [w for w in seen if issubclass(w.category, sdk.PluginFallbackWarning)]
-            if not any("fault injected" in str(w.message) for w in told):
-                pytest.fail(
-                    f"a partition sdk:{sdk_plugin} failed to compile fell back without an "
-                    "sdk.PluginFallbackWarning naming the reason; warnings given: "
-                    f"{[str(w.message) for w in seen] or 'none'}",
-                    pytrace=False,
-                )
+        told = [w for w in seen if issubclass(w.category, sdk.PluginFallbackWarning)]
+        if not any("fault injected" in str(w.message) for w in told):
+            what = "a partition" if C.graph_level(sdk_plugin) else "a graph"
+            pytest.fail(
+                f"{what} sdk:{sdk_plugin} failed to compile fell back without an "
+                "sdk.PluginFallbackWarning naming the reason; warnings given: "
+                f"{[str(w.message) for w in seen] or 'none'}",
+                pytrace=False,
+            )
         _check(sdk_plugin, pointwise, x)
         # torch.compile wraps a backend's error (BackendCompilerFailed): read the chain
         strict = _error_of(pointwise, x, backend=sdk.backend(sdk_plugin, debug=True))

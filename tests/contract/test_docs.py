@@ -6,7 +6,9 @@
   (a block fenced ``python no-run`` needs a GPU or several processes and is not run), and
   the README's example prints the report the README shows.
 * The vendor guide's tables name exactly the hooks of sdk/hookspecs.py (with their
-  arguments) and the options the core owns (core/options.py, with their defaults).
+  arguments) and the options the core owns (core/options.py, with their defaults); its
+  sample of the conformance summary has a row per check the suite runs, and is what the
+  summary prints.
 * The test files CONTRIBUTING.md names exist.
 """
 
@@ -269,3 +271,84 @@ def test_capability_and_preference_tables_list_every_member_and_field():
     fields = dataclasses.fields(sdk.Preferences)
     assert listed == [f.name for f in fields], listed
     assert all(f.default is False for f in fields), "the table's header says: default False"
+
+
+def _suite_counts() -> dict[str, int]:
+    """The conformance suite's checks per row of its summary, for one plugin: each test of
+    sdk/conformance/suite.py times its parameters, each OpInfo case of the default selection
+    on the CPU (what ``python -m sdk conformance cpu_cpp`` runs)."""
+    from sdk import conformance as C
+    from sdk.conformance import pytest_plugin, suite
+
+    counts: dict[str, int] = {}
+    for name, fn in vars(suite).items():
+        if not name.startswith("test_") or not callable(fn) or name == "test_opinfo":
+            continue
+        n = 1
+        for mark in getattr(fn, "pytestmark", []):
+            if mark.name == "parametrize":
+                n *= len(mark.args[1])
+        row = pytest_plugin.category(name)
+        counts[row] = counts.get(row, 0) + n
+    for case in C.opinfo_cases("default", "cpu"):
+        row = pytest_plugin.category("test_opinfo", case)
+        counts[row] = counts.get(row, 0) + 1
+    return counts
+
+
+def _cell(cell: str) -> dict[str, int]:
+    """A summary cell (``3/3, 1 skipped``) as the suite's outcome counts."""
+    m = re.fullmatch(r"(\d+)/(\d+)(?:, (\d+) skipped)?(?:, (\d+) xfail)?", cell)
+    assert m, f"not a cell of the conformance summary: {cell!r}"
+    passed, run, skipped, xfailed = (int(g or 0) for g in m.groups())
+    return {"passed": passed, "failed": run - passed, "skipped": skipped, "xfailed": xfailed}
+
+
+def test_the_guides_conformance_listing_is_what_the_suite_prints(monkeypatch):
+    """The vendor guide's sample of ``python -m sdk conformance cpu_cpp --compare none``:
+    one row per check the suite runs (a new check gets its row), each row's count that
+    check's tests (the OpInfo rows: the default selection's cases), its total the sum, and
+    the listing exactly the lines the summary prints for those counts."""
+    from sdk.conformance import pytest_plugin
+
+    text = VENDOR_GUIDE.read_text()
+    listing = re.search(
+        r"It ends with a summary: a table you can paste.*?```\n(.*?)```", text, re.DOTALL
+    )
+    assert listing, "the guide's sample of the conformance summary is gone"
+    lines = listing.group(1).rstrip("\n").split("\n")
+    rows = {}
+    for line in lines[lines.index("| check | sdk:cpu_cpp |") + 2 :]:
+        if not line.startswith("| "):
+            break
+        name, cell = line[2:-2].split(" | ")
+        rows[name] = cell
+    counts = _suite_counts()
+    listed = {r: _cell(c) for r, c in rows.items() if r in counts}
+    assert sorted(listed) == sorted(counts), (
+        f"checks the suite runs without a row in the guide's listing: "
+        f"{sorted(set(counts) - set(listed))}; rows that are no check: "
+        f"{sorted(set(rows) - set(counts) - {'**total**', 'opinfo passes in generated kernels'})}"
+    )
+    wrong = {r: (rows[r], counts[r]) for r, c in listed.items() if sum(c.values()) != counts[r]}
+    assert not wrong, f"rows whose counts are not the suite's number of tests: {wrong}"
+    results = {(r, "cpu_cpp"): c for r, c in listed.items()}
+    made = _cell(rows["opinfo passes in generated kernels"])
+    monkeypatch.setattr(
+        pytest_plugin,
+        "_STATE",
+        {
+            "plugins": ["cpu_cpp"],
+            "results": results,
+            "kernels": {"cpu_cpp": {"passed": made["passed"], "skipped": made["failed"]}},
+            "failures": [],
+        },
+    )
+    printed = pytest_plugin.summary_lines()
+    assert re.fullmatch(
+        r"sdk conformance: torch \S+, torch-backend-sdk \S+, \w+ \w+, python \S+", lines[0]
+    ), lines[0]
+    assert lines[1:] == printed[1:], (
+        "the guide's listing is not what the summary prints for its counts:\n"
+        + "\n".join(printed[1:])
+    )

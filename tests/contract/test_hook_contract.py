@@ -151,7 +151,9 @@ def _causes(exc: BaseException) -> list[BaseException]:
 def test_an_exception_in_a_compile_hook_sends_the_whole_graph_to_aten(raiser):
     raiser["lower"] = ValueError("no sin on this device")
     x = torch.randn(4, 8)
-    report = sdk.explain(_sin2, x, backend="sdk:raiser")
+    told = "'raiser'.*in ATen instead: .*sdk_lower_op raised ValueError: no sin on this device"
+    with pytest.warns(sdk.PluginFallbackWarning, match=told):
+        report = sdk.explain(_sin2, x, backend="sdk:raiser")
     assert not report.kernels and len(report.fallbacks) == 2, str(report)  # sin and mul
     assert all(
         "sdk_lower_op raised ValueError: no sin on this device" in f.reason

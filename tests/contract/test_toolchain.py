@@ -7,6 +7,7 @@ import platform
 import re
 import stat
 import subprocess
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -443,7 +444,7 @@ def fresh_identity():
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 @pytest.mark.parametrize("hang", ["build", "identity"])
 def test_a_hung_compiler_is_killed_and_the_op_falls_back(
-    hang: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_identity
+    hang: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_identity, use_registry
 ) -> None:
     import threading
     import time
@@ -477,11 +478,15 @@ def test_a_hung_compiler_is_killed_and_the_op_falls_back(
     guard.start()
     try:
         torch.compiler.reset()
+        use_registry()  # (a fresh record of the fallbacks cpu_cpp was warned about)
         start = time.monotonic()
-        report = sdk.explain(fn, x, backend="sdk:cpu_cpp")
+        with pytest.warns(sdk.PluginFallbackWarning, match="'cpu_cpp'.*in ATen instead"):
+            report = sdk.explain(fn, x, backend="sdk:cpu_cpp")
         elapsed = time.monotonic() - start
         torch.compiler.reset()
-        got = torch.compile(fn, backend="sdk:cpu_cpp")(x)
+        with warnings.catch_warnings():  # (said above; the reason may name another file)
+            warnings.simplefilter("ignore", sdk.PluginFallbackWarning)
+            got = torch.compile(fn, backend="sdk:cpu_cpp")(x)
     finally:
         stop.set()
         guard.join()

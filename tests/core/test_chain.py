@@ -408,7 +408,7 @@ def test_a_whole_graph_chain_says_why_the_first_plugin_did_not_compile(
     make_plugin, fake_dist, use_registry
 ):
     """The chain's whole-graph fallback: the report of the graph cpu_cpp compiled names the
-    first plugin's failure."""
+    first plugin's failure, and a PluginFallbackWarning says who took over and why."""
     source = """
         from sdk.plugins.cpu_cpp import sdk_compile_kernels  # noqa: F401
 
@@ -418,7 +418,9 @@ def test_a_whole_graph_chain_says_why_the_first_plugin_did_not_compile(
     """
     module = make_plugin(source, name="brokenr")
     use_registry(fake_dist("acme-brokenr", {"brokenr": module}))
-    report = _compare(mlp_tanh, sdk.backend("brokenr", chain=["cpu_cpp"]), (4, 8), (8, 8))
+    told = "'brokenr'.*graph g.*sdk:cpu_cpp instead.*renderer broken on purpose"
+    with pytest.warns(sdk.PluginFallbackWarning, match=told):
+        report = _compare(mlp_tanh, sdk.backend("brokenr", chain=["cpu_cpp"]), (4, 8), (8, 8))
     assert {g.plugin for g in report.graphs} == {"cpu_cpp"}, str(report)
     for graph in report.graphs:
         assert any(

@@ -170,6 +170,74 @@ def test_frozen_parameters_are_folded_and_recompiled_when_a_weight_changes(folde
     assert "frozen as constants" in notes, notes
 
 
+def bn_net() -> torch.nn.Module:
+    """Linear, BatchNorm (running statistics away from their initial 0 and 1) and ReLU."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU())
+    with torch.no_grad():
+        model[1].running_mean.copy_(torch.randn(16))
+        model[1].running_var.copy_(torch.rand(16) + 0.5)
+    return model
+
+
+def test_frozen_buffers_are_folded_and_recompiled_when_a_buffer_changes(folder):
+    """BatchNorm in eval: its running statistics arrive as constants beside the parameters
+    (the plugin folds the normalization's scale), and a statistic replaced or updated in
+    place compiles the partition again; the results equal eager's each time."""
+    plugin = folder(frozen=True)
+    model = bn_net().eval()
+    compiled = torch.compile(model, backend=sdk.backend("folder", fallback=False))
+    x = torch.randn(5, 8)
+    _check(compiled, model, x)
+    assert len(plugin.compiles) == 1, plugin.compiles
+    kind, n_inputs, consts, folded = plugin.compiles[0]
+    # Linear's weight and bias, BatchNorm's weight, bias, running mean and variance
+    assert kind == "inference" and n_inputs == 1, plugin.compiles
+    assert len(consts) == 6 and all(consts.values()), consts
+    assert folded >= 3, plugin.compiles  # the weight's transpose and the BatchNorm's scale
+
+    _check(compiled, model, torch.randn(5, 8))  # nothing changed: no new compile
+    assert len(plugin.compiles) == 1
+
+    model[1].running_mean = torch.randn(16)  # replaced
+    _check(compiled, model, x)
+    assert len(plugin.compiles) == 2
+
+    model[1].running_mean.add_(1)  # written in place
+    _check(compiled, model, x)
+    assert len(plugin.compiles) == 3
+    with torch.no_grad():
+        model[1].running_var.mul_(2)
+    _check(compiled, model, x)
+    assert len(plugin.compiles) == 4
+    _check(compiled, model, x)
+    assert len(plugin.compiles) == 4
+
+    with torch.no_grad():
+        report = sdk.explain(model, x, backend=sdk.backend("folder", fallback=False))
+    notes = " ".join(p.note for g in report.graphs for p in g.partitions)
+    assert "4 parameter(s) and 2 buffer(s) frozen as constants" in notes, notes
+
+
+def test_buffers_the_graph_writes_stay_inputs(folder):
+    """BatchNorm in training mode under no_grad: an inference graph that updates the running
+    statistics. They are no constants (frozen, every call would compile again): they stay
+    inputs, are updated as eager updates them, and the partition compiles once."""
+    plugin = folder(frozen=True)
+    model, ref = bn_net().train(), bn_net().train()
+    compiled = torch.compile(model, backend=sdk.backend("folder", fallback=False))
+    for _ in range(3):
+        x = torch.randn(5, 8)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), ref(x))
+        for a, b in zip(model.buffers(), ref.buffers(), strict=True):
+            torch.testing.assert_close(a, b)
+    assert len(plugin.compiles) == 1, plugin.compiles
+    _, n_inputs, consts, _ = plugin.compiles[0]
+    # the four parameters are constants; the running mean and variance are inputs
+    assert len(consts) == 4 and n_inputs >= 3, plugin.compiles
+
+
 def test_frozen_parameters_under_dynamic_shapes(folder):
     plugin = folder(frozen=True)
     model = mlp()

@@ -248,11 +248,13 @@ def test_a_faulty_pass_raises_in_strict_mode(passy):
 
 
 def test_an_answer_that_is_not_passes_fails_the_graph_for_the_plugin(passy):
-    """As any compile hook's bad answer: the graph runs in ATen, the reason naming the
-    plugin and the hook."""
+    """As any compile hook's bad answer: the graph runs in ATen, the reason (and the
+    PluginFallbackWarning) naming the plugin and the hook."""
     passy.MODE["answer"] = "strings"
     x = torch.randn(5, 7)
-    report = sdk.explain(_doubled, x, backend="sdk:passy")
+    told = "'passy'.*in ATen instead.*sdk:passy sdk_graph_passes answered a str"
+    with pytest.warns(sdk.PluginFallbackWarning, match=told):
+        report = sdk.explain(_doubled, x, backend="sdk:passy")
     (graph,) = report.graphs
     assert not graph.kernels and graph.fallbacks, str(report)
     assert all("sdk:passy sdk_graph_passes answered a str" in f.reason for f in graph.fallbacks)

@@ -198,11 +198,12 @@ def identity_fault(install, hook: str) -> None:
 
 
 def compile_fault(install, hook: str, fn=fused) -> None:
-    """The faulty plugin's graph runs through ATen, the reason names plugin and hook, and
-    ``fallback=False`` raises an SDKError that names them."""
+    """The faulty plugin's graph runs through ATen, a PluginFallbackWarning and the reason
+    name plugin and hook, and ``fallback=False`` raises an SDKError that names them."""
     install(faulty_source(hook))
     x = _x()
-    torch.testing.assert_close(torch.compile(fn, backend=sdk.backend("faulty"))(x), fn(x))
+    with pytest.warns(sdk.PluginFallbackWarning, match=f"'faulty'.*in ATen instead.*{hook}"):
+        torch.testing.assert_close(torch.compile(fn, backend=sdk.backend("faulty"))(x), fn(x))
     report = sdk.explain(fn, _x(), backend=sdk.backend("faulty"))
     assert not report.kernels and report.fallbacks, str(report)
     assert all(
@@ -374,6 +375,60 @@ def test_fault_in_hook(hook, install, monkeypatch, tmp_path, seeded):
     extra = {"monkeypatch": monkeypatch, "tmp_path": tmp_path}
     wanted = inspect.signature(check).parameters
     check(install, hook, **{k: v for k, v in extra.items() if k in wanted})
+
+
+def _fallback_warnings(fn: Callable[[], object]) -> list[str]:
+    """The PluginFallbackWarnings ``fn()`` gives (every one, repeats included)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        fn()
+    return [str(w.message) for w in seen if issubclass(w.category, sdk.PluginFallbackWarning)]
+
+
+def _train_step(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list]:
+    model.zero_grad()
+    out = model(x)
+    out.sum().backward()
+    return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("chain", [(), ("cpu_cpp",)])
+def test_a_kernel_level_plugin_that_fails_whole_graphs_warns_once(install, chain, seeded):
+    """A kernel-level plugin whose codegen raises for every graph of a training step (forward
+    and backward, the same reason): one PluginFallbackWarning naming the plugin, the graph,
+    where it runs instead, the reason and the fix; a second compile warns no more; outputs
+    and gradients equal eager's. With ``chain``, the next plugin compiles the graphs and the
+    warning says so."""
+    install(faulty_source("sdk_compile_kernels"))
+    model = torch.nn.Sequential(torch.nn.Linear(33, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    ref = copy.deepcopy(model)
+    backend = sdk.backend("faulty", chain=chain)
+    compiled = torch.compile(model, backend=backend)
+    x = _x()
+    got: list = []
+    told = _fallback_warnings(lambda: got.append(_train_step(compiled, x)))
+    assert len(told) == 1, told
+    (message,) = told
+    went_to = "sdk:cpu_cpp" if chain else "ATen"
+    for part in (
+        "SDK plugin 'faulty'",
+        "could not compile graph ",
+        f"runs in {went_to} instead",
+        f"InjectedFault: {FAULT} sdk:faulty sdk_compile_kernels",
+        "fallback=False and debug=True",
+        "sdk.explain",
+    ):
+        assert part in message, (part, message)
+    out, grads = got[0]
+    ref_out, ref_grads = _train_step(ref, x)
+    torch.testing.assert_close(out, ref_out)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r)
+    torch._dynamo.reset()  # the same fault again: already said
+    assert _fallback_warnings(lambda: _train_step(torch.compile(model, backend=backend), x)) == []
+    report = sdk.explain(fused, _x(), backend=backend)
+    assert [g.plugin for g in report.graphs] == [chain[0] if chain else "faulty"], str(report)
+    assert all(FAULT in f for g in report.graphs for f in g.chain_failures), str(report)
 
 
 # -- outside the hooks: import and run time -------------------------------------------
