@@ -167,6 +167,10 @@ def _var_mean(
         keepdim = args[1] if len(args) > 1 else keepdim
         correction = 1 if unbiased else 0
     correction = 1 if correction is None else correction
+    if float(correction).is_integer():
+        # (``x.std()`` traces correction=1.0: a float in the count made the divisor a
+        # float index expression no plugin prints, and the graph ran in ATen)
+        correction = int(correction)
     d = _dims(dims, x.ndim)
     n = math.prod(x.sizes[i] for i in d)
     is_pair = target in (aten.var_mean.correction, aten.var_mean.dim)
@@ -186,7 +190,7 @@ def _var_mean(
 
     ssq = L.reduction(mean_k.sizes, tuple(x.sizes[i] for i in d), "sum", c, sq)
     if is_static(n):
-        denom = max(n - correction, 0)
+        denom = max(int(n) - correction, 0)
     elif correction in (0, 1):  # a size symbol is >= 2: the count stays positive
         denom = n - correction
     else:
@@ -217,7 +221,9 @@ def _var_mean(
                 "truediv",
                 (
                     ssq.load(drop(idx)),
-                    size_value(denom, c) if denom != 0 else Const(float("nan"), c),
+                    (Const(denom, c) if isinstance(denom, float) else size_value(denom, c))
+                    if denom != 0
+                    else Const(float("nan"), c),
                 ),
                 c,
             )

@@ -175,7 +175,8 @@ REDUCTIONS = {
     "amax": lambda x: x.amax(-1),
     "amin_first": lambda x: x.amin(0),
     "var": lambda x: x.var(-1),
-    "std_all": lambda x: x.std(),
+    "std_all": lambda x: x.std(),  # (traced with correction=1.0: a float count)
+    "var_correction_half": lambda x: x.var(0, correction=0.5),
     "var_mean": lambda x: torch.var_mean(x, 0),
     "logsumexp": lambda x: torch.logsumexp(x, -1),
     "prod": lambda x: (x[:, :24] * 0.2 + 1).prod(-1),
