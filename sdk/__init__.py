@@ -23,7 +23,10 @@ from typing import Any
 
 import pluggy
 
-# first: registers TORCH_LOGS=sdk before anything here imports torch (which parses TORCH_LOGS)
+# (first: a clear error where the checkout is imported uninstalled, see sdk/_checkout.py)
+from sdk import _checkout  # noqa: F401
+
+# next: registers TORCH_LOGS=sdk before anything here imports torch (which parses TORCH_LOGS)
 from sdk.core.adapters import logs as _logs  # noqa: F401
 from sdk.core.adapters import mega_cache as _mega_cache
 from sdk.errors import (

@@ -394,7 +394,9 @@ def _add_conformance(sub: argparse._SubParsersAction) -> None:
         "sdk:NAME and the built-in plugins of its device, and print a summary. The "
         "same as `pytest --sdk-plugin=NAME`. Exit status 1 when a check fails.",
     )
-    conf.add_argument("plugins", nargs="+", metavar="NAME", help="codegen plugin(s) to check")
+    conf.add_argument(
+        "plugins", nargs="+", metavar="NAME", help="plugin(s) to check: kernel- or graph-level"
+    )
     conf.add_argument(
         "--compare",
         default="builtin",

@@ -59,13 +59,14 @@ class SDKDeprecationWarning(DeprecationWarning):
     default``)."""
 
 
-def describe(exc: BaseException, *, one_line: bool = False) -> str:
+def describe(exc: BaseException, *, one_line: bool = False, _depth: int = 0) -> str:
     """``"TypeName: message"`` of ``exc`` (``"TypeName"`` when the message is empty), safe
     for any exception a plugin raises: where its ``__str__`` raises or returns no string,
     its ``repr``, else ``"<unprintable TypeName>"``. Every message the SDK makes of a
     plugin's exception (fallback reasons, hook faults, warnings, ``sdk.explain``) is made
     by this, so an exception that cannot print itself is still that plugin's fault, not a
-    failure of the user's compile. ``one_line``: the message's first line only."""
+    failure of the user's compile. ``one_line``: the message's first line only, and the first
+    line of the exception it was raised from, if any."""
     name = _type_name(exc)
     text = _text(exc, str)
     if text is None:
@@ -74,7 +75,14 @@ def describe(exc: BaseException, *, one_line: bool = False) -> str:
     text = text.strip()
     if one_line and text:
         text = text.splitlines()[0]
-    return f"{name}: {text}" if text else name
+    head = f"{name}: {text}" if text else name
+    # one_line: also the first line of the exception it was raised from (``raise ... from``),
+    # one level deep; a message that opens with advice (torch.onnx's ConversionError) keeps
+    # its cause
+    cause = getattr(exc, "__cause__", None) if one_line and _depth == 0 else None
+    if isinstance(cause, BaseException) and cause is not exc:
+        return f"{head} (from {describe(cause, one_line=True, _depth=1)})"
+    return head
 
 
 def _type_name(exc: BaseException) -> str:

@@ -686,3 +686,31 @@ def test_hook_raising_keyboard_interrupt_is_not_swallowed(hook, install, seeded)
     options = {"wrappers": ("faulty",)} if kind == "WRAPPER" else {}
     with pytest.raises(KeyboardInterrupt):
         torch.compile(fused, backend=sdk.backend(plugin, **options))(_x())
+
+
+def test_a_one_line_reason_keeps_the_cause_of_an_advice_first_message():
+    """A plugin's exception raised from its cause, whose message opens with advice (as
+    torch.onnx's ConversionError does): the one-line reason (fallback warnings, explain,
+    conformance failures) gives the first line of both, one cause deep."""
+    from sdk.errors import describe
+
+    def raised() -> BaseException:
+        try:
+            try:
+                try:
+                    raise KeyError("deepest")
+                except KeyError as e:
+                    raise ValueError("No ONNX function found for prims.prod.default") from e
+            except ValueError as e:
+                raise RuntimeError("Failed to convert.\nPlease report a bug.") from e
+        except RuntimeError as e:
+            return e
+        raise AssertionError("unreachable")
+
+    got = describe(raised(), one_line=True)
+    assert got == (
+        "RuntimeError: Failed to convert. "
+        "(from ValueError: No ONNX function found for prims.prod.default)"
+    ), got
+    assert describe(raised()).startswith("RuntimeError: Failed to convert.\nPlease report")
+    assert describe(ValueError("plain"), one_line=True) == "ValueError: plain"
