@@ -253,7 +253,8 @@ def _build_variant(
             failed.append((plugin, describe(exc, one_line=True)))
             continue
         fill(report, plugin, part)
-        _warn_fell_back(session, ctx, gm, failed, f"sdk:{plugin}")
+        if failed:  # (no call with the graph where nothing failed: the walk, tests/walk.py)
+            _warn_fell_back(session, ctx, gm, failed, f"sdk:{plugin}")
         if errors:  # the chain took over: say why the plugins before it did not
             report.notes.append(f"compiled by sdk:{plugin} after: {'; '.join(errors)}")
             report.chain_failures[:] = errors
@@ -269,7 +270,8 @@ def _build_variant(
             f"False: {'; '.join(errors)}"
         )
     fn, fallbacks = fallback.whole_graph(gm, "; ".join(errors))
-    _warn_fell_back(session, ctx, gm, failed, "ATen")
+    if failed:
+        _warn_fell_back(session, ctx, gm, failed, "ATen")
     report.chain_failures[:] = errors
     report.kernels.clear()
     report.externs.clear()
@@ -294,8 +296,6 @@ def _warn_fell_back(
     """A :class:`sdk.PluginFallbackWarning` for each plugin that failed to compile the
     graph ``gm``, which ``went_to`` runs instead (once per plugin and reason, as a chain's
     partitions are warned about: :meth:`core.registry.Registry.warn_fallback`)."""
-    if not failed:
-        return
     ops = [fallback.op_name(n.target) for n in fallback.aten_calls(gm)]
     for plugin, reason in failed:
         session.registry.warn_fallback(plugin, reason, ops, went_to, f"graph {ctx.graph_name}")
