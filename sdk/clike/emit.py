@@ -49,7 +49,7 @@ arguments are ``const int64_t`` parameters after its pointers); heuristics read
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sympy
@@ -88,6 +88,9 @@ BLOCK = 4096
 SPLIT_MAX_OUTER = 256
 #: ... when its rows have at least this many elements.
 SPLIT_MIN_INNER = 4096
+#: Columns one thread reduces together in the column form of a reduction (each row's
+#: elements of a block are contiguous: one ``omp simd`` loop over them per row).
+COLUMNS = 64
 
 
 # ----------------------------------------------------------------------------- loops
@@ -370,6 +373,9 @@ class _KernelRenderer:
             and inner >= SPLIT_MIN_INNER
             and all(red.info.arg or red.info.combine for si in self.stages for red in si.reds)
         )
+        if self._columns_fit(dims):
+            columns = self._columns_variant(dims, parallel)
+            return em.take_block(0) + columns
         outer = list(zip(dims.names, dims.sizes))
         one_row = is_static(rows) and rows == 1
         variants: list[list[str]] = []
@@ -389,6 +395,96 @@ class _KernelRenderer:
             *_indent(variants[1]),
             "}",
         ]
+
+    def _columns_fit(self, dims: _Dims) -> bool:
+        """Whether this kernel is a column reduction for :meth:`_columns_variant`: one outer
+        dimension, one stage reducing (sum, prod) over one inner dimension, then stages that
+        only store once per row; every element it reads or writes is contiguous along the
+        outer dimension and strided along the inner one (a bias gradient: a column sum of
+        a row-major matrix, fused with the stores of the matrix it sums). Static sizes, no
+        indirect loads."""
+        first, *rest = self.stages
+        if len(dims.names) != 1 or not first.reds or len(first.dims.names) != 1:
+            return False
+        if any(si.reds or si.dims.names for si in rest):
+            return False
+        if any(red.info.omp not in ("+", "*") or red.info.arg or red.nan for red in first.reds):
+            return False
+        cols, rows = dims.sizes[0], first.dims.sizes[0]
+        if not (is_static(cols) and is_static(rows)) or cols < 16 or rows < 2:
+            return False
+        x, r = dims.syms[0], first.dims.syms[0]
+        subs = {**self.outer_subs, **first.dims.subs}
+        roots = [red.r.value for red in first.reds] + [st.value for st in first.st.stores]
+        if any(isinstance(n, Load) and n.binds for n in walk(roots)):
+            return False
+        strided = False
+        for e in self._index_exprs([first.st]):
+            e = sympy.expand(sympy.sympify(e).xreplace(subs))
+            if not e.free_symbols <= {x, r}:
+                return False
+            try:
+                poly = sympy.Poly(e, x, r)
+            except sympy.PolynomialError:
+                return False
+            if poly.total_degree() > 1:
+                return False
+            cx, cr = poly.coeff_monomial(x), poly.coeff_monomial(r)
+            if (cx != 0 and cx != 1) or (cr != 0 and abs(cr) == 1):
+                return False
+            strided = strided or cr != 0
+        return strided
+
+    def _columns_variant(self, dims: _Dims, parallel: bool) -> list[str]:
+        """A column reduction (:meth:`_columns_fit`) as blocks of :data:`COLUMNS` columns,
+        one block a thread: rows outer, the block's contiguous columns inner (``omp
+        simd``), one accumulator per column. The rows variant walks each column down its
+        rows, strided (gathers and scatters). Each column here adds its rows in order, the
+        same on every run and thread count; the rows variant's ``simd`` reduction adds them
+        in vector lanes, so the two may differ in the last bits."""
+        em, t = self.em, self.t
+        first, *rest = self.stages
+        x, r = dims.syms[0], first.dims.syms[0]
+        xn, rn = dims.names[0], first.dims.names[0]
+        cols, nrows = dims.sizes[0], first.dims.sizes[0]
+        em.subs = {**self.outer_subs, **first.dims.subs}
+        em.levels[r], em.levels[x] = 1, 2
+        em.deepest = em.simd_level = 2
+        em.emit([red.r.value for red in first.reds] + [s.value for s in first.st.stores])
+        reds = [replace(red, acc=f"{red.acc}[{xn} - xb]") for red in first.reds]
+        updates = []
+        for red in reds:
+            v = em.value(red.r.value, red.acc_dt)
+            updates.append(red.info.update.format(acc=red.acc, v=v, idx="", pos=""))
+        per_row, per_col = em.take_block(1), em.take_block(2)
+        decls, clauses, after = em.take_simd_checks()
+        simd = " ".join(["simd", *clauses])
+        inner = _loop(xn, "xb", "xe", per_col + updates + self._stores(first.st), simd)
+        block = [
+            f"const int64_t xe = {t.spelling.imin.format(a=f'xb + {COLUMNS}', b=c_size(cols))};"
+        ]
+        for red in first.reds:
+            block.append(f"{red.T} {red.acc}[{COLUMNS}];")
+        init = [f"{red.acc} = {red.info.initial(red.acc_dt)};" for red in reds]
+        block += _loop(xn, "xb", "xe", init)
+        block += [f"// {', '.join(f'{r_.name} = {r_.op}' for r_ in first.st.reductions)}"]
+        block += _loop(rn, "0", c_size(nrows), per_row + decls + inner + after)
+        em.forget_from(1)
+        for red in first.reds:
+            em.memo[LocalRef(red.r.name, red.r.dtype)] = (red.name, 1)
+        em.levels[x] = 1
+        em.deepest, em.simd_level = 1, None
+        em.subs = dict(self.outer_subs)
+        last = [self._final(red, False) for red in reds]
+        for si in rest:  # stores once per column
+            em.emit([s.value for s in si.st.stores])
+            last += em.take_block(1) + self._stores(si.st)
+        em.forget_from(1)
+        block += _loop(xn, "xb", "xe", last)
+        pragma = "#pragma omp parallel for schedule(static)" if parallel else None
+        head = f"for (int64_t xb = 0; xb < {c_size(cols)}; xb += {COLUMNS}) {{"
+        out = [f"// column blocks of up to {COLUMNS}: rows outer, the block's columns inner"]
+        return out + ([pragma] if pragma else []) + [head, *_indent(block), "}"]
 
     def _prepare(self, st: Stage) -> _StageInfo:
         dims = self._dims(st.vars, st.sizes, self._index_exprs([st]))

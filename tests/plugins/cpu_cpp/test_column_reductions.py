@@ -1,0 +1,48 @@
+"""cpu_cpp's column form of a reduction (``sdk.clike``'s emitter): a sum over the rows of a
+row-major matrix, fused with the stores of the matrix it sums (a bias gradient), runs as
+blocks of contiguous columns, rows outer, instead of walking each column down its rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sdk
+from tests.opcheck import check
+
+COLUMN_FORM = "column blocks of up to"
+
+
+def _kernels(fn, *inputs):
+    report = sdk.explain(fn, *inputs, backend="sdk:cpu_cpp", fallback=False)
+    return [k for g in report.graphs for k in g.kernels]
+
+
+@pytest.mark.parametrize("cols", [100, 2048])  # (100: a last block of 36 columns)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_bias_gradient_is_reduced_by_column_blocks(cols, dtype):
+    """The GELU backward of an MLP and its bias gradient: one kernel in the column form;
+    forward and gradients as eager's."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(37, cols, generator=g).to(dtype).requires_grad_(True)
+    w = torch.randn(cols, generator=g).to(dtype).requires_grad_(True)
+
+    def f(x, w):
+        y = torch.nn.functional.gelu(x * w)
+        return y, y.sum(0), (x * 3).prod(0)
+
+    (k,) = [k for k in _kernels(f, x.detach(), w.detach()) if "aten.sum.dim_IntList" in k.ops]
+    assert COLUMN_FORM in k.source, k.source
+    check(f, [x, w], plugin="cpu_cpp")
+
+
+def test_row_reductions_and_mixed_strides_keep_the_rows_form():
+    """A sum along the contiguous dimension, and a column sum that also reads a
+    transposed operand (contiguous along the rows), are not column reductions."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 96, generator=g)
+    b = torch.randn(96, 64, generator=g)
+    for fn in (lambda a, b: (a * 2).sum(-1), lambda a, b: (a + b.t()).sum(0)):
+        kernels = [k for k in _kernels(fn, a, b) if "aten.sum.dim_IntList" in k.ops]
+        assert kernels and all(COLUMN_FORM not in k.source for k in kernels), kernels
+        torch.testing.assert_close(torch.compile(fn, backend="sdk:cpu_cpp")(a, b), fn(a, b))
