@@ -138,28 +138,57 @@ def _train_case(
     batch64 = {k: v.double() if v.is_floating_point() else v for k, v in batch.items()}
     batch = {k: v.to(_dtype(dtype)) if v.is_floating_point() else v for k, v in batch.items()}
 
-    def run(m: Any, f: Callable[..., Any], inputs: dict[str, Any]) -> Any:
-        m.zero_grad(set_to_none=True)
+    def forward(f: Callable[..., Any], inputs: dict[str, Any]) -> tuple[Any, Any]:
         out = f(**inputs)
-        out.loss.backward()
-        return out
+        return out.loss, out.logits
 
-    def collect(m: Any, out: Any) -> list[tuple[str, Any]]:
-        return [("loss", out.loss), ("logits", out.logits)] + [
+    return _loss_and_grads_case(
+        model,
+        holder,
+        forward,
+        batch,
+        batch64,
+        f"{desc}, {dtype}, train, loss + backward",
+        _TOL_HF_TRAIN,
+    )
+
+
+def _loss_and_grads_case(
+    model: Any,
+    holder: list[Any],
+    forward: Callable[[Callable[..., Any], Any], tuple[Any, Any]],
+    inputs: Any,
+    inputs64: Any,
+    desc: str,
+    tol: float,
+) -> Case:
+    """A training step checked by its loss, its logits and every parameter's gradient:
+    ``forward(f, inputs)`` gives (loss, logits) through ``f`` (the model, or its compiled
+    form), the gradients cleared before and ``loss.backward()`` after; the fp64 reference
+    runs the copy in ``holder`` on ``inputs64``."""
+
+    def run(m: Any, f: Callable[..., Any], inp: Any) -> tuple[Any, Any]:
+        m.zero_grad(set_to_none=True)
+        loss, logits = forward(f, inp)
+        loss.backward()
+        return loss, logits
+
+    def collect(m: Any, out: tuple[Any, Any]) -> list[tuple[str, Any]]:
+        return [("loss", out[0]), ("logits", out[1])] + [
             (f"grad {n}", p.grad) for n, p in m.named_parameters()
         ]
 
     def fp64_outputs() -> list[tuple[str, Any]]:
         model64 = holder.pop()
-        return bench_check._named(collect(model64, run(model64, model64, batch64)))
+        return bench_check._named(collect(model64, run(model64, model64, inputs64)))
 
     return Case(
         model,
-        lambda f: run(model, f, batch),
+        lambda f: run(model, f, inputs),
         lambda out: collect(model, out),
-        f"{desc}, {dtype}, train, loss + backward",
+        desc,
         fp64_outputs=fp64_outputs,
-        rule_tol=_TOL_HF_TRAIN,
+        rule_tol=tol,
     )
 
 
@@ -237,29 +266,18 @@ def _classifier_train_case(
     x64, x = x.to(dev).double(), x.to(device=dev, dtype=_dtype(dtype))
     labels = labels.to(dev)
 
-    def run(m: Any, f: Callable[..., Any], inp: Any) -> tuple[Any, Any]:
-        m.zero_grad(set_to_none=True)
+    def forward(f: Callable[..., Any], inp: Any) -> tuple[Any, Any]:
         logits = f(inp)
-        loss = torch.nn.functional.cross_entropy(logits, labels)
-        loss.backward()
-        return loss, logits
+        return torch.nn.functional.cross_entropy(logits, labels), logits
 
-    def collect(m: Any, out: tuple[Any, Any]) -> list[tuple[str, Any]]:
-        return [("loss", out[0]), ("logits", out[1])] + [
-            (f"grad {n}", p.grad) for n, p in m.named_parameters()
-        ]
-
-    def fp64_outputs() -> list[tuple[str, Any]]:
-        model64 = holder.pop()
-        return bench_check._named(collect(model64, run(model64, model64, x64)))
-
-    return Case(
+    return _loss_and_grads_case(
         model,
-        lambda f: run(model, f, x),
-        lambda out: collect(model, out),
+        holder,
+        forward,
+        x,
+        x64,
         f"{desc}, bs {bs}, {hw}x{hw}, {dtype}, train, cross-entropy + backward",
-        fp64_outputs=fp64_outputs,
-        rule_tol=tol,
+        tol,
     )
 
 

@@ -193,9 +193,10 @@ def cast(e: Expr, dtype: torch.dtype) -> Expr:
 
 
 def size_value(n: Any, dtype: torch.dtype) -> Expr:
-    """A count (a reduction's element count) as a value of ``dtype``: a constant, or the
-    run's value of a symbolic size."""
-    if is_static(n):
+    """A count (a reduction's element count, or a variance's divisor: a float for a
+    fractional correction) as a value of ``dtype``: a constant, or the run's value of a
+    symbolic size."""
+    if is_static(n) or isinstance(n, float):
         return Const(n, dtype)
     return cast(IndexValue(n), dtype)
 

@@ -221,9 +221,7 @@ def _var_mean(
                 "truediv",
                 (
                     ssq.load(drop(idx)),
-                    (Const(denom, c) if isinstance(denom, float) else size_value(denom, c))
-                    if denom != 0
-                    else Const(float("nan"), c),
+                    size_value(denom, c) if denom != 0 else Const(float("nan"), c),
                 ),
                 c,
             )

@@ -374,8 +374,7 @@ class _KernelRenderer:
             and all(red.info.arg or red.info.combine for si in self.stages for red in si.reds)
         )
         if self._columns_fit(dims):
-            columns = self._columns_variant(dims, parallel)
-            return em.take_block(0) + columns
+            return em.take_block(0) + self._columns_variant(dims, parallel)
         outer = list(zip(dims.names, dims.sizes))
         one_row = is_static(rows) and rows == 1
         variants: list[list[str]] = []
