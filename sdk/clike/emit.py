@@ -374,7 +374,8 @@ class _KernelRenderer:
             and all(red.info.arg or red.info.combine for si in self.stages for red in si.reds)
         )
         if self._columns_fit(dims):
-            return em.take_block(0) + self._columns_variant(dims, parallel)
+            columns = self._columns_variant(dims, parallel)  # (first: it emits level 0 too)
+            return em.take_block(0) + columns
         outer = list(zip(dims.names, dims.sizes))
         one_row = is_static(rows) and rows == 1
         variants: list[list[str]] = []

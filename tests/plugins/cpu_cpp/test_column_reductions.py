@@ -46,3 +46,19 @@ def test_row_reductions_and_mixed_strides_keep_the_rows_form():
         kernels = [k for k in _kernels(fn, a, b) if "aten.sum.dim_IntList" in k.ops]
         assert kernels and all(COLUMN_FORM not in k.source for k in kernels), kernels
         torch.testing.assert_close(torch.compile(fn, backend="sdk:cpu_cpp")(a, b), fn(a, b))
+
+
+def test_values_hoisted_out_of_every_loop_are_declared():
+    """A 0-d input read once for the whole kernel (a loss's upstream gradient) is emitted
+    before the column blocks: the column form is rendered before the kernel's top lines
+    are taken (taken first, the value was used undeclared and the C++ did not compile)."""
+    g = torch.Generator().manual_seed(0)
+    x, s = torch.randn(37, 100, generator=g), torch.tensor(0.25)
+
+    def f(x, s):
+        y = x * (s / 3.0)
+        return y, y.sum(0)
+
+    (k,) = [k for k in _kernels(f, x, s) if "aten.sum.dim_IntList" in k.ops]
+    assert COLUMN_FORM in k.source, k.source
+    torch.testing.assert_close(torch.compile(f, backend="sdk:cpu_cpp")(x, s), f(x, s))
