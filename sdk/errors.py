@@ -81,7 +81,9 @@ def describe(exc: BaseException, *, one_line: bool = False, _depth: int = 0) -> 
     # its cause
     cause = getattr(exc, "__cause__", None) if one_line and _depth == 0 else None
     if isinstance(cause, BaseException) and cause is not exc:
-        return f"{head} (from {describe(cause, one_line=True, _depth=1)})"
+        why = describe(cause, one_line=True, _depth=1)
+        if why not in head:  # (a wrapper that already quotes its cause: said once)
+            return f"{head} (from {why})"
     return head
 
 

@@ -714,3 +714,7 @@ def test_a_one_line_reason_keeps_the_cause_of_an_advice_first_message():
     ), got
     assert describe(raised()).startswith("RuntimeError: Failed to convert.\nPlease report")
     assert describe(ValueError("plain"), one_line=True) == "ValueError: plain"
+    try:  # a wrapper that quotes its cause (the SDK's HookFailed does): the cause once
+        raise RuntimeError("hook raised ValueError: bad") from ValueError("bad")
+    except RuntimeError as e:
+        assert describe(e, one_line=True) == "RuntimeError: hook raised ValueError: bad"
