@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -683,7 +684,14 @@ def size_hint_of(x: Any) -> int | None:
 
 def opinfo_db() -> list[Any]:
     """torch's OpInfo database (``torch.testing._internal``), which the conformance suite
-    sweeps. Importing it needs ``expecttest``; an ImportError says what is missing."""
-    from torch.testing._internal.common_methods_invocations import op_db
+    sweeps. Importing it needs ``expecttest``; an ImportError says what is missing.
+
+    torch's test utilities warn (``ImportWarning``) when ``hypothesis`` is absent: that
+    derandomizes torch's own property tests, none of which the suite runs, so the import
+    is quiet about it (under ``-W error`` it would otherwise fail, but only in the first
+    test of a process to import the database)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*hypothesis.*", category=ImportWarning)
+        from torch.testing._internal.common_methods_invocations import op_db
 
     return op_db
