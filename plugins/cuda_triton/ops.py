@@ -218,9 +218,9 @@ CODE_FOR_OP_INT: dict[str, OpCode] = {
     "remainder": _call("_remainder"),
     "maximum": _call("tl.maximum"),
     "minimum": _call("tl.minimum"),
-    "pow": lambda dt, a, b: (
-        f"libdevice.pow({a}.to(tl.float64), {b}.to(tl.float64)).to({tl_type(dt)})"
-    ),  # exact below 2**53
+    # eager's integer power: wraps on overflow, a negative exponent gives 0 but for 1 and -1
+    # (a power in float64 saturates, and gives inf, then an undefined cast, for 0 ** -1)
+    "pow": lambda dt, a, b: f"_pow_i({a}, {b})" if dt != torch.bool else f"({a} | ({b} == 0))",
     "sign": lambda dt, a: f"(({a} > 0).to({tl_type(dt)}) - ({a} < 0).to({tl_type(dt)}))",
     "isnan": lambda dt, a: f"({a} != {a})",  # false, in the operand's shape
     "isinf": lambda dt, a: f"({a} != {a})",
@@ -360,6 +360,23 @@ def _floordiv_i(a, b):
     q = a // b
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+""",
+    "_pow_i": """
+@triton.jit
+def _pow_i(a, b):
+    # c10's powi: square and multiply in the operands' type (wrapping as eager's does), the
+    # exponent's 63 bits in a loop; a negative exponent gives 1 for 1, -1 or 1 for -1, else 0
+    e = b.to(tl.int64)
+    x = a
+    r = a * 0 + 1
+    for _ in range(63):
+        r = tl.where((e & 1) != 0, r * x, r)
+        x = x * x
+        e = e >> 1
+    a64 = a.to(tl.int64)  # compared with -1 (an unsigned operand refuses that comparison)
+    odd = (b & 1) != 0
+    neg = tl.where(a64 == 1, 1, tl.where(a64 == -1, tl.where(odd, -1, 1), 0))
+    return tl.where(b.to(tl.int64) < 0, neg.to(r.dtype), r)
 """,
     "_philox": """
 @triton.jit

@@ -337,6 +337,31 @@ def test_binary_int_ops(name):
     close(out, BINARY_INT[name](a, b), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8])
+def test_integer_pow_wraps_and_takes_negative_exponents_as_eager(dtype):
+    """Eager's integer power: exact where it fits, wrapping where it overflows (3 ** 41 in
+    int64, 7 ** 100), and for a negative exponent 1 for a base of 1, -1 or 1 for -1, else 0
+    (0 ** -1 too). A power in float64 is inexact past 2 ** 53 and saturates or gives inf."""
+    signed = dtype.is_signed
+    base = [0, 1, 2, 3, -1, -3, 7, 5, -2, 10] if signed else [0, 1, 2, 3, 255, 7, 5, 10, 16, 128]
+    expo = [0, 5, 62, 41, 7, 40, 100, 27, 63, 19] if signed else [0, 5, 7, 9, 3, 100, 27, 8, 2, 1]
+    if signed:
+        base += [0, 2, -1, -1, 1, 5]
+        expo += [-1, -2, -3, -4, -5, 0]
+    a = torch.tensor(base, dtype=dtype, device=DEV)
+    b = torch.tensor(expo, dtype=dtype, device=DEV)
+    n = len(base)
+    k = pointwise(
+        "ipow",
+        {"a": lay((n,), dtype), "b": lay((n,), dtype)},
+        lay((n,), dtype),
+        lambda a, b: op("pow", a, b, dtype=dtype),
+    )
+    out = torch.empty(n, device=DEV, dtype=dtype)
+    run(k, a, b, out)
+    assert out.tolist() == torch.pow(a.cpu(), b.cpu()).tolist()
+
+
 @pytest.mark.parametrize("name", sorted(UNARY_INT))
 def test_unary_int_ops(name):
     x = torch.arange(-20, 20, dtype=torch.int64, device=DEV)
