@@ -37,6 +37,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -194,6 +195,23 @@ def compile_library(
     path = _verified(cache, digest_key)
     if path is not None:
         return path
+    # one build per library at a time across processes (DDP ranks, test workers, a cold
+    # start's processes): the others wait for it, then load what it built
+    with _build_lock(cache.path_for(digest_key, ".lock")):
+        path = _verified(cache, digest_key)
+        if path is not None:
+            return path
+        return _build(cache, digest_key, source, compiler, language, flags)
+
+
+def _build(
+    cache: DiskCache,
+    digest_key: str,
+    source: str,
+    compiler: str,
+    language: str,
+    flags: tuple[str, ...],
+) -> Path:
     src = cache.path_for(digest_key, _COMPILERS[language][3])
     write_atomic(src, source.encode())  # kept: errors and debugging point at it
     # built in a private directory of its own: `sdk cache clear` (files of the namespace)
@@ -225,6 +243,42 @@ def compile_library(
         shutil.rmtree(build, ignore_errors=True)
     cache.put(digest_key, digest.encode())
     return path
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path) -> Any:
+    """An exclusive ``flock`` on ``path`` while one process builds a library. Waits at most
+    the compile time limit (a holder's compiler is killed by then, and the kernel drops the
+    lock of a process that dies); where no lock can be had (no ``fcntl``, a directory or a
+    FIFO at the path, a read-only cache), the build goes on without one, as it did before:
+    two processes then build the same library, each renaming a whole file into place."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        yield
+        return
+    try:
+        make_room(path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        timeout = config.compile_timeout()
+        deadline = time.monotonic() + (timeout if timeout else float("inf"))
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break  # build anyway: a stuck holder must not stop this process
+                time.sleep(0.05)
+            except OSError:  # no locks on this file system (ENOLCK)
+                break
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _verified(cache: DiskCache, digest_key: str) -> Path | None:

@@ -7,6 +7,7 @@ import platform
 import re
 import stat
 import subprocess
+import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -284,6 +285,48 @@ def test_concurrent_compiles_of_one_key() -> None:
     assert compile_library(source) in paths
     (fn,) = compile_and_load(source, ["add"], [3])
     _check_add(fn)
+
+
+_COUNTING_COMPILER = """#!/bin/sh
+case "$*" in *" -E "*) ;; *" -o "*) echo build >> "{log}"; sleep 1;; esac
+exec {real} "$@"
+"""
+
+
+@needs_cxx
+def test_processes_building_one_library_at_once_run_the_compiler_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_identity
+) -> None:
+    """Ranks of a DDP job (or test workers) that need the same library at the same time:
+    one builds it, the others wait for that build and load it, instead of each running the
+    compiler (the native runner is a minute of it on two cores)."""
+    log = tmp_path / "builds"
+    fake = tmp_path / "counting-c++"
+    fake.write_text(_COUNTING_COMPILER.format(log=log, real=find_compiler()))
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    code = (
+        "import sys; from sdk.plugins.cpu_cpp.toolchain import compile_library\n"
+        "print(compile_library(sys.stdin.read()))\n"
+    )
+    source = _add_kernel("once")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    for p in procs:  # each has imported the SDK by now, or reads its source once it has
+        p.stdin.write(source)
+        p.stdin.close()
+    paths = set()
+    for p in procs:
+        with p.stdout:
+            paths.add(p.stdout.read().strip())
+        p.wait(timeout=300)
+    assert all(p.returncode == 0 for p in procs)
+    assert len(paths) == 1 and Path(paths.pop()).exists()
+    assert log.read_text().split() == ["build"], "the compiler ran more than once"
 
 
 @needs_cxx
