@@ -295,14 +295,9 @@ E2E_ROWS = {
 }
 
 
-@pytest.fixture(scope="module")
-def small_suite(tmp_path_factory):
-    """One ``python -m sdk bench --suite models --size small`` over the rows of
-    :data:`E2E_ROWS` whose package imports: (exit status, JSON rows by name, stdout)."""
-    runnable = [n for n, pkg in E2E_ROWS.items() if bench_models._import_error(pkg) is None]
-    if not runnable:
-        pytest.skip("none of " + ", ".join(E2E_ROWS) + " can run here")
-    out = tmp_path_factory.mktemp("bench") / "models.json"
+def _small_suite(out: Path, runnable: list[str]):
+    """One ``python -m sdk bench --suite models --size small`` over ``runnable`` rows:
+    (exit status, JSON rows by name, the JSON, stdout)."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
@@ -350,34 +345,38 @@ def _has_matplotlib():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("row", list(E2E_ROWS))
-def test_small_row_on_cpu(small_suite, row):
-    reason = bench_models._import_error(E2E_ROWS[row])
-    if reason is not None:
-        pytest.skip(reason)
-    _, rows, _, _ = small_suite
-    r = rows[row]
-    assert r["skipped"] is None
-    assert r["size"] == "small"
-    assert r["sdk"]["check"] == "ok", (r["sdk"]["detail"], r["sdk"]["error"])
-    assert r["eager"]["median_ms"] > 0 and r["sdk"]["median_ms"] > 0
-    assert r["sdk"]["cold_s"] > 0 and r["inductor"]["cold_s"] > 0
-    assert r["sdk_graphs"]["graphs"] >= 1 and r["sdk_graphs"]["kernels"] >= 1
-    checked = int(r["sdk"]["detail"].split()[0])  # "<n> tensor(s) ok (...)"
-    assert checked > 2 if r["kind"] == "train" else checked == 1  # loss, logits, every grad
-    if not torch.cuda.is_available():
-        assert r["profile"] == {"skipped": "launches are counted on CUDA only"}
-
-
-@pytest.mark.slow
-def test_small_suite_exit_status_and_summary(small_suite):
-    rc, rows, data, stdout = small_suite
+def test_the_small_suite_on_cpu(tmp_path):
+    """The rows of :data:`E2E_ROWS` whose package imports, in one run (one test, not one per
+    row: each xdist worker would run the suite again, a minute each), then its exit status,
+    summary, each row's JSON and the plot."""
+    runnable = [n for n, pkg in E2E_ROWS.items() if bench_models._import_error(pkg) is None]
+    if not runnable:
+        pytest.skip("none of " + ", ".join(E2E_ROWS) + " can run here")
+    rc, rows, data, stdout = _small_suite(tmp_path / "models.json", runnable)
     assert rc == 0, stdout[-3000:]
     assert data["method"]["suite"] == "models" and data["method"]["size"] == "small"
     assert data["targets"]["limit"] == 1.1
     assert "geomean" in stdout and "targets: sdk/ind <= 1.1" in stdout
-    for name in rows:
+    assert sorted(rows) == sorted(runnable), rows.keys()
+    for name, r in rows.items():
         assert name in stdout
+        assert r["skipped"] is None, name
+        assert r["size"] == "small"
+        assert r["sdk"]["check"] == "ok", (name, r["sdk"]["detail"], r["sdk"]["error"])
+        assert r["eager"]["median_ms"] > 0 and r["sdk"]["median_ms"] > 0
+        assert r["sdk"]["cold_s"] > 0 and r["inductor"]["cold_s"] > 0
+        assert r["sdk_graphs"]["graphs"] >= 1 and r["sdk_graphs"]["kernels"] >= 1
+        checked = int(r["sdk"]["detail"].split()[0])  # "<n> tensor(s) ok (...)"
+        assert checked > 2 if r["kind"] == "train" else checked == 1  # loss, logits, grads
+        if not torch.cuda.is_available():
+            assert r["profile"] == {"skipped": "launches are counted on CUDA only"}
+    if _has_matplotlib():
+        both = [
+            r for r in rows.values() if r["sdk_over_inductor"] is not None and r["sdk_over_eager"]
+        ]
+        assert f"({len(both)} rows with both ratios;" in stdout, stdout
+        png = next(line.split()[1] for line in stdout.splitlines() if line.startswith("plot: "))
+        assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_profile_text_and_json_on_cuda_rows():
@@ -402,17 +401,6 @@ def test_profile_text_and_json_on_cuda_rows():
     assert "CUDA only" in bench_models.profile_text([row], cuda=False)
     table, summary = bench_models.table([row])
     assert "met" in table and summary["targets"]["sdk_over_best_met"] == 1
-
-
-@pytest.mark.slow
-def test_plot_of_the_small_suite(small_suite, tmp_path):
-    if not _has_matplotlib():
-        pytest.skip("matplotlib is not installed (the test extra installs it)")
-    _, rows, _, stdout = small_suite
-    both = [r for r in rows.values() if r["sdk_over_inductor"] is not None and r["sdk_over_eager"]]
-    assert f"({len(both)} rows with both ratios;" in stdout, stdout
-    png = next(line.split()[1] for line in stdout.splitlines() if line.startswith("plot: "))
-    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_plot_draws_missing_ratios_as_na(tmp_path):
