@@ -17,7 +17,7 @@ import torch.fx
 
 from sdk.plugin import CompileContext
 
-from ..adapters.torch_private import aten, sym_size
+from ..adapters.torch_private import aten, fresh_result, sym_size
 from ..ir.expr import Expr, Load
 from ..ir.graph import (
     ComputedView,
@@ -199,13 +199,35 @@ TRACED_STRIDES = "sdk_traced_strides"
 
 def addresses_storage(gm: torch.fx.GraphModule) -> list[str]:
     """The ops of the graph that address their input's storage by the trace's strides
-    (``as_strided`` that is not an identity restride), by name."""
+    (``as_strided`` that is not an identity restride, nor over a flat buffer of the graph's
+    own), by name."""
     return sorted(
         {
             str(n.target)
             for n in gm.graph.nodes
-            if n.target in _STRIDE_ADDRESSED and not identity_restride(n)
+            if n.target in _STRIDE_ADDRESSED
+            and not identity_restride(n)
+            and not _over_own_flat_buffer(n)
         }
+    )
+
+
+def _over_own_flat_buffer(n: torch.fx.Node) -> bool:
+    """An ``as_strided`` (or ``as_strided_scatter``) over a buffer of at most one dimension
+    that the graph makes itself (a ``full``, another ``as_strided_scatter``: a fresh result,
+    no view of anything): AOTAutograd's functionalized backward of a flatten or a mean reads
+    and writes gradients so. Such a buffer has one layout, dense, whatever layout the
+    graph's activations take, so the trace's strides address it right in any of them."""
+    src = n.args[0] if n.args else None
+    if not isinstance(src, torch.fx.Node) or src.op != "call_function":
+        return False
+    val = src.meta.get("val")
+    return (
+        isinstance(val, torch.Tensor)
+        and val.ndim <= 1
+        and val.is_contiguous()
+        and sym_size(val.storage_offset()) == 0
+        and fresh_result(src.target)
     )
 
 

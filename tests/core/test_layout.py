@@ -554,6 +554,43 @@ def test_layer_norm_over_channels_trains_in_one_layout(plugin):
     assert len(set(counts.values())) == 1, counts
 
 
+class _PooledHead(torch.nn.Module):
+    """A convolution, then a classifier head as timm's ConvNeXt has it: global average
+    pooling of channels-last activations, a LayerNorm over the channels, flatten, Linear.
+    The pooling's meta restrides its result (an ``as_strided``); the backward of that
+    restride is AOTAutograd's ``as_strided_scatter`` into a flat buffer of zeros."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = torch.nn.LayerNorm(8)
+        self.fc = torch.nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.adaptive_avg_pool2d(torch.relu(self.conv(x)), 1)
+        y = self.norm(y.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return self.fc(y.flatten(1))
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_as_strided_over_a_flat_buffer_of_the_graph_keeps_training_channels_last(plugin):
+    """``as_strided`` over a one-dimensional buffer the graph makes itself (the backward's
+    ``full`` and ``as_strided_scatter`` above) addresses it right in any layout of the
+    activations: the backward stays channels-last (it fell back to the trace's layout, with
+    a copy of every saved activation, for timm's ConvNeXt), and matches eager."""
+    from tests.opcheck import check
+
+    dev = device_of(plugin)
+    f, params = _functional(_PooledHead().to(dev))
+    x = torch.randn(2, 3, 8, 8, device=dev).to(memory_format=torch.channels_last)
+    report = sdk.explain(f, x, *params, backend=f"sdk:{plugin}", channels_last=True)
+    bwd = next(g for g in report.graphs if g.kind == "backward")
+    assert any(n.startswith("channels-last activations") for n in bwd.notes), bwd.notes
+    assert not any("channels-last not used" in n for n in bwd.notes), bwd.notes
+    check(f, [x, *params], plugin=plugin, channels_last=True)
+
+
 def test_training_graphs_choose_channels_last_by_the_plugin_preference(monkeypatch):
     """Without the option, a plugin that prefers channels-last gets it in training as in
     inference once the rule is on (``TRAINING_BY_DEFAULT``, off until measured on a GPU):
