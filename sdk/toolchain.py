@@ -18,6 +18,9 @@ the flags, and whatever else the caller passes as ``key`` (its plugin version). 
 (``language="c++"``: ``$CXX``, else g++, c++, clang++) are built the same way; a plugin passes
 its own ``flags`` (``FLAGS`` plus ``-std=c++17``, say) and ``namespace`` (its cache directory).
 
+Processes that need the same library at once (DDP ranks, a job's workers) build it once: the
+first takes a file lock beside its cache entry, the others wait for it and load what it built.
+
 Every compiler run has a time limit, ``SDK_COMPILE_TIMEOUT`` seconds (default 300; 0: none).
 A compiler still running then is killed with every process it started (it runs in a session
 of its own, and the whole process group is killed), and :class:`CompileError` says so: the
