@@ -17,7 +17,7 @@ import torch.fx
 
 from sdk.plugin import CompileContext
 
-from ..adapters.torch_private import aten, fresh_result, sym_size
+from ..adapters.torch_private import aten, fresh_result, real_mode, sym_size
 from ..ir.expr import Expr, Load
 from ..ir.graph import (
     ComputedView,
@@ -407,7 +407,12 @@ def _meta_strides(
         return x
 
     try:
-        got = target(*_map_values(args, meta), **_map_values(kwargs, meta))
+        # meta tensors as they are: under a compile's fake mode (AOTAutograd's cache runs the
+        # backward's compile inside one) they would be faked, and the fake convolution
+        # answers contiguous where the meta kernel answers channels-last: the program would
+        # depend on whether torch's cache is on
+        with real_mode():
+            got = target(*_map_values(args, meta), **_map_values(kwargs, meta))
     except Exception:  # noqa: BLE001 - no meta kernel: the trace's strides stand
         return None
     got = list(got) if isinstance(got, (list, tuple)) else [got]
@@ -461,10 +466,11 @@ def _meta_view(layout: Layout, op: Any, args: tuple) -> Layout | None:
     if op is aten.reshape.default:
         op = aten.view.default  # reshape copies where no view exists: that is not a layout
     try:
-        base = torch.empty_strided(
-            (layout.storage_size,), (1,), dtype=layout.dtype, device="meta"
-        ).as_strided(layout.sizes, layout.strides, layout.offset)
-        out = op(base, *args)
+        with real_mode():  # as in _meta_strides: a meta tensor, never a fake one
+            base = torch.empty_strided(
+                (layout.storage_size,), (1,), dtype=layout.dtype, device="meta"
+            ).as_strided(layout.sizes, layout.strides, layout.offset)
+            out = op(base, *args)
     except Exception:  # noqa: BLE001 - not expressible as a view of this layout
         return None
     if not isinstance(out, torch.Tensor):

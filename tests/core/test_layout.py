@@ -591,6 +591,36 @@ def test_as_strided_over_a_flat_buffer_of_the_graph_keeps_training_channels_last
     check(f, [x, *params], plugin=plugin, channels_last=True)
 
 
+def test_a_channels_last_backward_is_one_program_with_torchs_autograd_cache_on_or_off(
+    tmp_path, monkeypatch
+):
+    """With torch's AOTAutograd cache on (the SDK's warm starts), AOTAutograd compiles the
+    backward inside its fake mode; the layouts a library call answers for channels-last
+    operands were then asked of fake tensors, whose convolution gradients are contiguous
+    where the meta kernel's are channels-last. The same graph became another program (timm
+    ConvNeXt's backward: 97 kernels against 82, 18 conversions against 5)."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    f, params = _functional(_convnext("permuted", "cpu"))
+    x = torch.randn(2, 3, 32, 32).requires_grad_(True)
+    programs = {}
+    for on in (True, False):
+        # fresh caches for each: the second compile must build, not hit the first's program
+        monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / f"sdk-{on}"))
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / f"inductor-{on}"))
+        with (
+            functorch_config.patch(enable_autograd_cache=on),
+            inductor_config.patch(fx_graph_cache=True),
+        ):
+            torch._dynamo.reset()
+            report = sdk.explain(f, x, *params, backend="sdk:cpu_cpp", channels_last=True)
+        bwd = next(g for g in report.graphs if g.kind == "backward")
+        programs[on] = (bwd.wrapper, [(k.nodes, k.source) for k in bwd.kernels])
+    assert programs[True] == programs[False], "torch's AOTAutograd cache made another program"
+
+
 def test_training_graphs_choose_channels_last_by_the_plugin_preference(monkeypatch):
     """Without the option, a plugin that prefers channels-last gets it in training as in
     inference once the rule is on (``TRAINING_BY_DEFAULT``, off until measured on a GPU):
