@@ -59,7 +59,7 @@ class SDKDeprecationWarning(DeprecationWarning):
     default``)."""
 
 
-def describe(exc: BaseException, *, one_line: bool = False, _depth: int = 0) -> str:
+def describe(exc: BaseException, *, one_line: bool = False) -> str:
     """``"TypeName: message"`` of ``exc`` (``"TypeName"`` when the message is empty), safe
     for any exception a plugin raises: where its ``__str__`` raises or returns no string,
     its ``repr``, else ``"<unprintable TypeName>"``. Every message the SDK makes of a
@@ -67,6 +67,20 @@ def describe(exc: BaseException, *, one_line: bool = False, _depth: int = 0) -> 
     by this, so an exception that cannot print itself is still that plugin's fault, not a
     failure of the user's compile. ``one_line``: the message's first line only, and the first
     line of the exception it was raised from, if any."""
+    head = _head(exc, one_line)
+    # one_line: also the first line of the exception it was raised from (``raise ... from``),
+    # one level deep; a message that opens with advice (torch.onnx's ConversionError) keeps
+    # its cause
+    cause = getattr(exc, "__cause__", None) if one_line else None
+    if isinstance(cause, BaseException) and cause is not exc:
+        why = _head(cause, one_line=True)
+        if why not in head:  # (a wrapper that already quotes its cause: said once)
+            return f"{head} (from {why})"
+    return head
+
+
+def _head(exc: BaseException, one_line: bool) -> str:
+    """``describe`` of ``exc`` alone, without its cause."""
     name = _type_name(exc)
     text = _text(exc, str)
     if text is None:
@@ -75,16 +89,7 @@ def describe(exc: BaseException, *, one_line: bool = False, _depth: int = 0) -> 
     text = text.strip()
     if one_line and text:
         text = text.splitlines()[0]
-    head = f"{name}: {text}" if text else name
-    # one_line: also the first line of the exception it was raised from (``raise ... from``),
-    # one level deep; a message that opens with advice (torch.onnx's ConversionError) keeps
-    # its cause
-    cause = getattr(exc, "__cause__", None) if one_line and _depth == 0 else None
-    if isinstance(cause, BaseException) and cause is not exc:
-        why = describe(cause, one_line=True, _depth=1)
-        if why not in head:  # (a wrapper that already quotes its cause: said once)
-            return f"{head} (from {why})"
-    return head
+    return f"{name}: {text}" if text else name
 
 
 def _type_name(exc: BaseException) -> str:

@@ -133,6 +133,18 @@ def _check(compiled, model, x):
         torch.testing.assert_close(compiled(x), model(x))
 
 
+def _compiles_after_a_call(plugin, compiled, model, x) -> int:
+    """A call checked against eager, then how many partition compiles the plugin has made."""
+    _check(compiled, model, x)
+    return len(plugin.compiles)
+
+
+def _partition_notes(model, x) -> str:
+    with torch.no_grad():
+        report = sdk.explain(model, x, backend=sdk.backend("folder", fallback=False))
+    return " ".join(p.note for g in report.graphs for p in g.partitions)
+
+
 # -- frozen parameters ---------------------------------------------------------------
 
 
@@ -150,23 +162,18 @@ def test_frozen_parameters_are_folded_and_recompiled_when_a_weight_changes(folde
     assert len(consts) == 4 and all(consts.values()), consts
     assert folded >= 2
 
-    _check(compiled, model, torch.randn(5, 8))  # nothing changed: no new compile
-    assert len(plugin.compiles) == 1
+    compiles = _compiles_after_a_call(plugin, compiled, model, torch.randn(5, 8))
+    assert compiles == 1  # nothing changed: no new compile
 
     model[0].weight = torch.nn.Parameter(torch.randn(16, 8))  # replaced
-    _check(compiled, model, x)
-    assert len(plugin.compiles) == 2
+    assert _compiles_after_a_call(plugin, compiled, model, x) == 2
 
     with torch.no_grad():  # written in place
         model[2].weight.add_(1)
-    _check(compiled, model, x)
-    assert len(plugin.compiles) == 3
-    _check(compiled, model, x)
-    assert len(plugin.compiles) == 3
+    assert _compiles_after_a_call(plugin, compiled, model, x) == 3
+    assert _compiles_after_a_call(plugin, compiled, model, x) == 3
 
-    with torch.no_grad():
-        report = sdk.explain(model, x, backend=sdk.backend("folder", fallback=False))
-    notes = " ".join(p.note for g in report.graphs for p in g.partitions)
+    notes = _partition_notes(model, x)
     assert "frozen as constants" in notes, notes
 
 
@@ -196,26 +203,20 @@ def test_frozen_buffers_are_folded_and_recompiled_when_a_buffer_changes(folder):
     assert len(consts) == 6 and all(consts.values()), consts
     assert folded >= 3, plugin.compiles  # the weight's transpose and the BatchNorm's scale
 
-    _check(compiled, model, torch.randn(5, 8))  # nothing changed: no new compile
-    assert len(plugin.compiles) == 1
+    compiles = _compiles_after_a_call(plugin, compiled, model, torch.randn(5, 8))
+    assert compiles == 1  # nothing changed: no new compile
 
     model[1].running_mean = torch.randn(16)  # replaced
-    _check(compiled, model, x)
-    assert len(plugin.compiles) == 2
+    assert _compiles_after_a_call(plugin, compiled, model, x) == 2
 
     model[1].running_mean.add_(1)  # written in place
-    _check(compiled, model, x)
-    assert len(plugin.compiles) == 3
+    assert _compiles_after_a_call(plugin, compiled, model, x) == 3
     with torch.no_grad():
         model[1].running_var.mul_(2)
-    _check(compiled, model, x)
-    assert len(plugin.compiles) == 4
-    _check(compiled, model, x)
-    assert len(plugin.compiles) == 4
+    assert _compiles_after_a_call(plugin, compiled, model, x) == 4
+    assert _compiles_after_a_call(plugin, compiled, model, x) == 4
 
-    with torch.no_grad():
-        report = sdk.explain(model, x, backend=sdk.backend("folder", fallback=False))
-    notes = " ".join(p.note for g in report.graphs for p in g.partitions)
+    notes = _partition_notes(model, x)
     assert "4 parameter(s) and 2 buffer(s) frozen as constants" in notes, notes
 
 
