@@ -39,7 +39,8 @@ from .fallback import op_name
 from .guards import spec_of
 from .ir.expr import Op, walk
 from .ir.graph import ExternNode
-from .lowering.lowerer import EXTERN_OPS, LIBRARY_OPS, LOWERINGS, Lowerer
+from .lowering.lowerer import Lowerer
+from .lowering.optable import EXTERN_OPS, LIBRARY_OPS, LOWERINGS, resolve_late
 from .session import CompileSession
 
 PLACES = ("lowered", "decomposed", "library", "fallback")
@@ -122,6 +123,7 @@ def _context(
 def universe(tables: Tables) -> set[Any]:
     """Every ATen op a functional graph can hold (:func:`tp.graph_ops`) and every op the
     tables name, without ``out=`` or in-place forms or Python-number math."""
+    resolve_late()
     ops = set(tp.graph_ops())
     ops |= {op for op in tables.decompositions if isinstance(op, tp.OpOverload)}
     ops |= set(LOWERINGS) | EXTERN_OPS | tables.kept

@@ -25,7 +25,7 @@ from sdk.errors import SDKError, describe
 from sdk.plugin import CompileContext, CoreOptions, PluginKind, PluginOptions
 from sdk.report import GraphBreak, GraphReport
 
-from . import fallback, records, warm
+from . import arguments, fallback, records, warm
 from . import options as opts
 from .adapters import torch_private as tp
 from .registry import Registry, registry
@@ -279,6 +279,7 @@ class Session:
         ``parameters``: the inputs that are the model's parameters and buffers (frozen
         parameters)."""
         recipe = recipe or warm.Recipe(ctx.graph_kind, ctx.device_type)
+        arguments.numbers_as_tensors(gm)  # (before the fallback or the recipe takes gm)
         ctx = dataclasses.replace(ctx, written_inputs=fallback.written_inputs(gm))
         job = Job(ctx, gm, example_inputs, recipe, parameters=dict(parameters or {}))
         built = partition.run(self, job) or build.run(self, job)

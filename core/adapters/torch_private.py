@@ -50,6 +50,17 @@ prims = torch.ops.prims
 OpOverload = torch._ops.OpOverload
 OpOverloadPacket = torch._ops.OpOverloadPacket
 
+
+def defined_op(qualname: str) -> OpOverloadPacket | None:
+    """The op ``"namespace::name"`` if torch defines it now, else None (without importing the
+    module that would define it)."""
+    namespace, name = qualname.split("::")
+    try:
+        return getattr(getattr(torch.ops, namespace), name)
+    except (AttributeError, RuntimeError):
+        return None
+
+
 #: Ops decomposed on top of Core ATen so that they reach lowering as
 #: pointwise math and reductions the scheduler can fuse.
 _EXTRA_DECOMPOSED = [
@@ -354,6 +365,16 @@ def buffer_ops(
 
 def is_fake(t: Any) -> bool:
     return isinstance(t, FakeTensor)
+
+
+def fake_call(like: Any, make: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``make(*args, **kwargs)`` in the fake mode of the fake tensor ``like`` (a graph node's value), so a
+    node a rewrite adds has a value of the graph's kind; a real one where ``like`` is real."""
+    from torch._guards import detect_fake_mode
+
+    mode = detect_fake_mode([like])
+    with mode if mode is not None else contextlib.nullcontext():
+        return make(*args, **kwargs)
 
 
 def concrete_graph(gm: torch.fx.GraphModule, specs: tuple) -> torch.fx.GraphModule:

@@ -1,7 +1,7 @@
 """Lowering: ATen graph -> loop IR nodes, one module per op family.
 
-:mod:`.lowerer` walks the graph (:class:`Lowerer`) and holds the table of lowerings
-(``LOWERINGS``, filled by ``@register``); :mod:`.layouts` chooses strides and views'
+:mod:`.lowerer` walks the graph (:class:`Lowerer`); :mod:`.optable` holds the table of
+lowerings (``LOWERINGS``, filled by ``@register``) and of library calls; :mod:`.layouts` chooses strides and views'
 layouts; :mod:`.helpers` is what the op lowerings share. The op families register
 themselves on import: :mod:`.elementwise`, :mod:`.reductions`, :mod:`.views`,
 :mod:`.movement` (data movement with computed indices) and :mod:`.mutation` (copies into
@@ -14,11 +14,7 @@ from . import elementwise, movement, mutation, reductions, views  # noqa: F401 -
 from .elementwise import SEED_BUFFER
 from .layouts import _dense, _meta_view, channels_last_wanted, same_strides, shape_of, strides_of
 from .lowerer import (
-    COLLECTIVE_OPS,
-    IN_PLACE_FORMS,
-    LIBRARY_OPS,
     ORIGINS,
-    WAIT_OPS,
     Lowerer,
     LoweringBuilder,
     cast,
@@ -26,6 +22,7 @@ from .lowerer import (
     origins_of,
     refusal,
 )
+from .optable import COLLECTIVE_OPS, IN_PLACE_FORMS, LIBRARY_OPS, WAIT_OPS
 from .views import reshape_reindex
 
 __all__ = [

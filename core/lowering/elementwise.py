@@ -19,7 +19,8 @@ from ..ir.graph import (
 from ..ir.kernel import Layout
 from .helpers import bload, elementwise, out_dtype, promoted
 from .layouts import shape_of
-from .lowerer import Lowerer, Unsupported, cast, register, upcast
+from .lowerer import Lowerer, cast, upcast
+from .optable import Unsupported, register
 
 _UNARY_FLOAT = {
     aten.exp: "exp",
@@ -194,6 +195,55 @@ def _alpha(L: Lowerer, name: str, a: Any, b: Any, alpha: Any) -> Any:
         return cast(Op(name, (bload(a, sizes, idx, c), scaled), c), dtype)
 
     return L.pointwise(sizes, dtype, body)
+
+
+_PRODUCTS = {aten.mul.Tensor: "mul", aten.div.Tensor: "truediv"}
+
+
+@register("prims::fma")
+def _fma(L: Lowerer, a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c`` rounded once; any operand may be a Python number (Dynamo passes
+    addcmul_'s ``value`` so). Integers have no rounding to keep: a multiply and an add.
+
+    Dynamo makes ``addcmul_(x, y, value=v)`` ``fma(mul(x, y), v, self)`` (addcdiv_ with a
+    ``div``). In bfloat16 or float16 the product, read here only, is computed in float32
+    and not rounded first: eager's addcmul rounds once (as Inductor's kernel does)."""
+    dtype = out_dtype(L)
+    sizes, c_t = shape_of(L.meta()), upcast(dtype)
+    product = _unrounded_product(L, dtype)
+    if product is not None:
+        name, x, y = product
+
+        def fused(idx: Index) -> Expr:
+            p = Op(name, (bload(x, sizes, idx, c_t), bload(y, sizes, idx, c_t)), c_t)
+            return cast(
+                Op("fma", (p, bload(b, sizes, idx, c_t), bload(c, sizes, idx, c_t)), c_t), dtype
+            )
+
+        return L.pointwise(sizes, dtype, fused)
+    if dtype.is_floating_point:
+        return elementwise(L, "fma", a, b, c)
+
+    def body(idx: Index) -> Expr:
+        product = Op("mul", (bload(a, sizes, idx, c_t), bload(b, sizes, idx, c_t)), c_t)
+        return cast(Op("add", (product, bload(c, sizes, idx, c_t)), c_t), dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+def _unrounded_product(L: Lowerer, dtype: torch.dtype) -> tuple[str, Any, Any] | None:
+    """(op, x, y) of the product ``fma``'s first operand is, where it is a reduced-precision
+    ``mul``/``div`` of the same dtype that nothing else reads."""
+    first = L.node().args[0]
+    if dtype == upcast(dtype) or not isinstance(first, torch.fx.Node):
+        return None
+    name = _PRODUCTS.get(first.target)
+    val = first.meta.get("val")
+    if name is None or len(first.users) != 1 or getattr(val, "dtype", None) != dtype:
+        return None
+    x, y = (L.env[v] if isinstance(v, torch.fx.Node) else v for v in first.args[:2])
+    L.absorb(first)
+    return name, x, y
 
 
 @register(aten.div.Tensor, aten.div.Scalar, prims.div)

@@ -28,7 +28,7 @@ from sdk.errors import LoweringError
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport
 
-from ..adapters.torch_private import OpOverloadPacket, aten, saved_for_backward, sym_size
+from ..adapters.torch_private import aten, saved_for_backward, sym_size
 from ..fallback import op_name
 from ..ir.expr import Const, Expr, IndexValue, Op, subs_index
 from ..ir.graph import (
@@ -61,56 +61,15 @@ from .layouts import (
     shape_of,
     strides_of,
 )
-
-LOWERINGS: dict[Any, Callable[..., Any]] = {}
+from .optable import (
+    EXTERN_OPS,
+    LOWERINGS,
+    Unsupported,
+    resolve_late,
+)
 
 #: Loop variables that pointwise values are compared in (common subexpressions).
 _CSE_VARS = tuple(var(f"cse{k}") for k in range(16))
-
-#: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
-EXTERN_OPS = {
-    aten.mm.default,
-    aten.bmm.default,
-    aten.addmm.default,
-    aten._addmm_activation.default,  # relu(addmm(...)) as one call: core/passes/products.py
-    aten.baddbmm.default,
-    aten.convolution_backward.default,  # aten.convolution: see _convolution
-    aten._scaled_dot_product_flash_attention.default,
-    aten._scaled_dot_product_flash_attention_backward.default,
-    aten._scaled_dot_product_efficient_attention.default,
-    aten._scaled_dot_product_efficient_attention_backward.default,
-    aten._scaled_dot_product_cudnn_attention.default,
-    aten._scaled_dot_product_cudnn_attention_backward.default,
-    aten._scaled_dot_product_flash_attention_for_cpu.default,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
-    aten.max_pool2d_with_indices_backward.default,  # the forward: _max_pool2d
-    aten._adaptive_avg_pool2d_backward.default,  # the forward: _adaptive_avg_pool2d
-    aten.avg_pool2d.default,
-    aten.avg_pool2d_backward.default,
-    aten.scatter_add.default,  # index_put: _index_put; scatter.src/.value: _scatter
-    aten.scatter_reduce.two,
-    aten.index_add.default,
-    aten.sort.default,
-    aten.topk.default,
-    aten.cumsum.default,
-    aten._embedding_bag.default,
-    aten.upsample_nearest2d.default,
-}
-
-#: The library calls a plugin may run through its own library (``sdk_extern``): matrix
-#: products, convolutions and attention, forward and backward. Every other op of
-#: :data:`EXTERN_OPS` runs through ATen.
-LIBRARY_OPS = frozenset(
-    {
-        aten.mm.default,
-        aten.bmm.default,
-        aten.addmm.default,
-        aten.baddbmm.default,
-        aten.convolution.default,
-        aten.convolution_backward.default,
-    }
-    | {op for op in EXTERN_OPS if "_scaled_dot_product_" in str(op)}
-)
 
 #: The meta key of a call node a graph pass made or rewrote (core/passes): the nodes of the
 #: graph before the passes that it stands for, as ``"name: op"``. Reports name those, so that
@@ -126,57 +85,6 @@ def origin_of(n: torch.fx.Node) -> str:
 def origins_of(n: torch.fx.Node) -> tuple[str, ...]:
     """The graph nodes ``n`` stands for in reports (itself, unless a pass made it)."""
     return tuple(n.meta.get(ORIGINS) or (origin_of(n),))
-
-
-#: Library ops whose functional form copies its first argument and then updates the copy in
-#: place, as the in-place form does to the argument itself. Where that argument is a
-#: temporary of the program dying at the call (the zeros an embedding backward accumulates
-#: into), core/memory.py runs the in-place form over it and skips the copy.
-IN_PLACE_FORMS = {
-    aten.index_add.default: aten.index_add_.default,
-    aten.index_put.default: aten.index_put_.default,
-}
-
-_functional = torch.ops._c10d_functional
-#: Functional collectives (torch.distributed._functional_collectives, FSDP2 and DTensor in
-#: graphs): each starts its communication and returns its output at once; a wait_tensor
-#: later makes the output ready. Library calls, ordered by the program (core/program.py:
-#: a collective as early as its inputs allow, its wait just before its output is read).
-#: Their inputs are never recycled (core/memory.py): the communication may read them until
-#: the wait.
-COLLECTIVE_OPS = frozenset(
-    getattr(_functional, name).default
-    for name in (
-        "all_reduce",
-        "all_reduce_coalesced",
-        "all_gather_into_tensor",
-        "all_gather_into_tensor_coalesced",
-        "reduce_scatter_tensor",
-        "reduce_scatter_tensor_coalesced",
-        "all_to_all_single",
-        "broadcast",
-    )
-    if hasattr(_functional, name)
-)
-WAIT_OPS = frozenset({_functional.wait_tensor.default})
-EXTERN_OPS |= COLLECTIVE_OPS | WAIT_OPS
-
-
-class Unsupported(Exception):
-    """Raised by a lowering for a case it does not handle: the op falls back."""
-
-
-def register(*ops: Any) -> Callable:
-    def deco(fn: Callable) -> Callable:
-        for op in ops:
-            if isinstance(op, OpOverloadPacket):
-                for name in op.overloads():
-                    LOWERINGS.setdefault(getattr(op, name), fn)
-            else:
-                LOWERINGS[op] = fn
-        return fn
-
-    return deco
 
 
 def upcast(dtype: torch.dtype) -> torch.dtype:
@@ -220,6 +128,7 @@ def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
         return f"a size ({val}) that is not known when compiling"
     if n.target in EXTERN_OPS:
         return None
+    resolve_late()
     elsewhere = foreign_device(n, ctx.device_type)
     if elsewhere is not None:
         return elsewhere
@@ -250,12 +159,14 @@ class Lowerer:
         exceeds the plugin's ``sdk_kernel_limits``); ``vendor``: see :attr:`vendor`;
         ``channels_last``: :func:`channels_last_wanted` of the graph, where decided already
         (on the graph before the passes rewrote it), else decided here."""
+        resolve_late()
         self.gm, self.specs, self.ctx, self.hooks = gm, specs, ctx, hooks
         self.refused = refused or {}
         #: call node name -> (its call's id, the plugin's own function: ``sdk_extern``)
         self.vendor = vendor or {}
         self.nodes: list[Node | ExternNode] = []
         self.env: dict[torch.fx.Node, Any] = {}
+        self._absorbed: dict[torch.fx.Node, tuple[str, ...]] = {}  # see absorb()
         self.inputs: list[tuple[str, Any]] = []  # (buffer name or "", spec)
         self.constants: dict[str, torch.Tensor] = {}  # get_attr tensors, by buffer name
         # Values on another device than the graph's (CPU scalars beside CUDA tensors, the
@@ -320,7 +231,16 @@ class Lowerer:
         n = self._fx
         if n is None:
             return ("output: copy",)  # a graph output put in the layout eager gives it
-        return origins_of(n)
+        return self._absorbed.get(n, ()) + origins_of(n)
+
+    def absorb(self, n: torch.fx.Node) -> None:
+        """The current node computes ``n`` too (``n``'s own value goes unread): reports
+        count ``n`` in the kernel that computes the current node."""
+        self._absorbed[self._fx] = self._absorbed.get(self._fx, ()) + origins_of(n)
+
+    def node(self) -> torch.fx.Node:
+        """The graph node being lowered."""
+        return self._fx
 
     def meta(self, index: int | None = None) -> Any:
         """The fake value the current op produces (concrete: see ``concrete_graph``)."""

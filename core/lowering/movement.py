@@ -21,7 +21,8 @@ from ..ir.graph import (
 from ..ir.index import MIN_SIZE, FloorDiv, Mod, is_static, var
 from .helpers import bload, broadcast_shapes
 from .layouts import channels_last_strides, shape_of
-from .lowerer import Lowerer, Unsupported, cast, register, size_value, upcast
+from .lowerer import Lowerer, cast, size_value, upcast
+from .optable import Unsupported, register
 from .views import reshape_reindex
 
 

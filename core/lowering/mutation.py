@@ -34,7 +34,8 @@ from ..ir.expr import loads
 from ..ir.graph import TensorValue, fresh_vars
 from .helpers import bload
 from .layouts import _dense
-from .lowerer import Lowerer, cast, register
+from .lowerer import Lowerer, cast
+from .optable import register
 
 
 @register(aten.copy_.default)

@@ -19,7 +19,8 @@ from ..ir.graph import (
 )
 from ..ir.index import is_static
 from .helpers import out_dtype
-from .lowerer import Lowerer, cast, register, size_value, upcast
+from .lowerer import Lowerer, cast, size_value, upcast
+from .optable import register
 from .views import reshape_reindex
 
 

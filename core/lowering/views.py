@@ -22,7 +22,8 @@ from ..ir.graph import (
 from ..ir.index import FloorDiv, Mod, is_static, provably_nonneg, size_hint, static
 from ..ir.kernel import Layout
 from .layouts import _slice_length, identity_restride
-from .lowerer import Lowerer, Unsupported, register
+from .lowerer import Lowerer
+from .optable import Unsupported, register
 
 
 def reshape_reindex(old: tuple[int, ...], new: tuple[int, ...]) -> Callable[[Index], Index]:

@@ -141,6 +141,7 @@ CODE_FOR_OP: dict[str, Callable[..., str]] = {
     "maximum": _helper("sdk_max"),
     "minimum": _helper("sdk_min"),
     "copysign": _math("copysign"),
+    "fma": _math("fma"),
     "neg": lambda a, **_: f"-{a}",
     "abs": _float_or(
         _math("fabs"), lambda a, dtype, **_: f"({a} < 0 ? -{a} : {a})" if dtype.is_signed else a

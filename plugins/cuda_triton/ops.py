@@ -113,6 +113,8 @@ CODE_FOR_OP: dict[str, OpCode] = {
     "maximum": _maximum_f,
     "minimum": _minimum_f,
     "copysign": _libdevice("copysign"),
+    # tl.fma, not libdevice's: that one flushes subnormals to zero, eager's FMA does not
+    "fma": _call("tl.fma"),
     "neg": lambda dt, a: f"(-{a})",
     "abs": _call("tl.abs"),
     "reciprocal": lambda dt, a: f"(1.0 / {a})",

@@ -45,6 +45,11 @@ OPS: dict[str, tuple[int, str]] = {
     ),
     "minimum": (2, "min, NaN-propagating (torch.minimum); of two zeros: as maximum"),
     "copysign": (2, "copysign(a, b)"),
+    "fma": (
+        3,
+        "a * b + c rounded once (floating; torch's prims.fma, which Dynamo makes of "
+        "addcmul_, addcdiv_ and add_ with a tensor alpha)",
+    ),
     "neg": (1, "-a"),
     "abs": (1, "|a|"),
     "reciprocal": (1, "1 / a"),

@@ -11,7 +11,7 @@ import pytest
 from sdk import cli
 from sdk.core.adapters import torch_private as tp
 from sdk.core.fallback import op_name
-from sdk.core.lowering.lowerer import EXTERN_OPS, LIBRARY_OPS, LOWERINGS
+from sdk.core.lowering.optable import EXTERN_OPS, LIBRARY_OPS, LOWERINGS
 
 #: ops a vendor found by probing that the core does not lower (issue 29)
 NOT_LOWERED = ("elu", "erfinv", "lgamma", "digamma", "i0", "hypot")

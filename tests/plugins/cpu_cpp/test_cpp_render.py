@@ -251,6 +251,13 @@ def _op_cases() -> dict[str, tuple[str, list[torch.Tensor], Callable[..., torch.
         cases[f"{name}-f32"] = (name, [_floats(2).round(), _floats(3)], fn, {})
     cases["logical_not-bool"] = ("logical_not", [_bools(13)], torch.logical_not, {})
     cases["logical_not-f32"] = ("logical_not", [_floats(2).round()], torch.logical_not, {})
+    # one rounding of a * b + c: the exact product (float64 holds it) and sum, rounded once
+    cases["fma-f32"] = (
+        "fma",
+        [_floats(2), _floats(3), _floats(4)],
+        lambda a, b, c: (a.double() * b.double() + c.double()).float(),
+        {},
+    )
     # selection and conversion
     cases["where-f32"] = ("where", [_bools(15), _floats(2), _floats(3)], torch.where, {})
     cases["where-bf16"] = (

@@ -316,6 +316,19 @@ def test_binary_float_ops(name):
     close(out, BINARY_FLOAT[name](a, b), rtol=2e-5, atol=1e-5)
 
 
+def test_fma_rounds_once():
+    a, b, c = _floats(seed=1), torch.roll(_floats(seed=2), 3), _floats(seed=3)
+    k = pointwise(
+        "op_fma",
+        {"a": lay(a.shape), "b": lay(b.shape), "c": lay(c.shape)},
+        lay(a.shape),
+        lambda a, b, c: op("fma", a, b, c),
+    )
+    out = torch.empty(a.shape, device=DEV)
+    run(k, a, b, c, out)
+    close(out, (a.double() * b.double() + c.double()).float(), rtol=2e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", sorted(BINARY_INT))
 def test_binary_int_ops(name):
     g = torch.Generator().manual_seed(3)

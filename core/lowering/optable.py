@@ -1,0 +1,130 @@
+"""The tables of the lowering: each op's lowering (:data:`LOWERINGS`, filled by
+:func:`register` from the op-family modules), the library calls that run through ATen on
+purpose (:data:`EXTERN_OPS`), the collectives, and the in-place forms of library calls."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..adapters.torch_private import OpOverloadPacket, aten, defined_op
+
+LOWERINGS: dict[Any, Callable[..., Any]] = {}
+
+#: Lowerings of ops that torch defines only once some module of its own is imported (Dynamo's
+#: ``prims.fma``, from ``torch._inductor.inductor_prims``, which Dynamo imports where it emits
+#: one), by qualified name (``"prims::fma"``): :func:`resolve_late` moves each into
+#: :data:`LOWERINGS` once its op exists, so the SDK itself never pays for that import.
+_LATE: dict[str, Callable[..., Any]] = {}
+
+#: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
+EXTERN_OPS = {
+    aten.mm.default,
+    aten.bmm.default,
+    aten.addmm.default,
+    aten._addmm_activation.default,  # relu(addmm(...)) as one call: core/passes/products.py
+    aten.baddbmm.default,
+    aten.convolution_backward.default,  # aten.convolution: see _convolution
+    aten._scaled_dot_product_flash_attention.default,
+    aten._scaled_dot_product_flash_attention_backward.default,
+    aten._scaled_dot_product_efficient_attention.default,
+    aten._scaled_dot_product_efficient_attention_backward.default,
+    aten._scaled_dot_product_cudnn_attention.default,
+    aten._scaled_dot_product_cudnn_attention_backward.default,
+    aten._scaled_dot_product_flash_attention_for_cpu.default,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    aten.max_pool2d_with_indices_backward.default,  # the forward: _max_pool2d
+    aten._adaptive_avg_pool2d_backward.default,  # the forward: _adaptive_avg_pool2d
+    aten.avg_pool2d.default,
+    aten.avg_pool2d_backward.default,
+    aten.scatter_add.default,  # index_put: _index_put; scatter.src/.value: _scatter
+    aten.scatter_reduce.two,
+    aten.index_add.default,
+    aten.sort.default,
+    aten.topk.default,
+    aten.cumsum.default,
+    aten._embedding_bag.default,
+    aten.upsample_nearest2d.default,
+}
+
+#: The library calls a plugin may run through its own library (``sdk_extern``): matrix
+#: products, convolutions and attention, forward and backward. Every other op of
+#: :data:`EXTERN_OPS` runs through ATen.
+LIBRARY_OPS = frozenset(
+    {
+        aten.mm.default,
+        aten.bmm.default,
+        aten.addmm.default,
+        aten.baddbmm.default,
+        aten.convolution.default,
+        aten.convolution_backward.default,
+    }
+    | {op for op in EXTERN_OPS if "_scaled_dot_product_" in str(op)}
+)
+
+#: Library ops whose functional form copies its first argument and then updates the copy in
+#: place, as the in-place form does to the argument itself. Where that argument is a
+#: temporary of the program dying at the call (the zeros an embedding backward accumulates
+#: into), core/memory.py runs the in-place form over it and skips the copy.
+IN_PLACE_FORMS = {
+    aten.index_add.default: aten.index_add_.default,
+    aten.index_put.default: aten.index_put_.default,
+}
+
+_functional = torch.ops._c10d_functional
+#: Functional collectives (torch.distributed._functional_collectives, FSDP2 and DTensor in
+#: graphs): each starts its communication and returns its output at once; a wait_tensor
+#: later makes the output ready. Library calls, ordered by the program (core/program.py:
+#: a collective as early as its inputs allow, its wait just before its output is read).
+#: Their inputs are never recycled (core/memory.py): the communication may read them until
+#: the wait.
+COLLECTIVE_OPS = frozenset(
+    getattr(_functional, name).default
+    for name in (
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather_into_tensor",
+        "all_gather_into_tensor_coalesced",
+        "reduce_scatter_tensor",
+        "reduce_scatter_tensor_coalesced",
+        "all_to_all_single",
+        "broadcast",
+    )
+    if hasattr(_functional, name)
+)
+WAIT_OPS = frozenset({_functional.wait_tensor.default})
+EXTERN_OPS |= COLLECTIVE_OPS | WAIT_OPS
+
+
+class Unsupported(Exception):
+    """Raised by a lowering for a case it does not handle: the op falls back."""
+
+
+def register(*ops: Any) -> Callable:
+    """Enter the decorated lowering in :data:`LOWERINGS` for each op: an overload, every
+    overload of a packet, or a qualified name (``"prims::fma"``) whose op torch may define
+    later (:func:`resolve_late`)."""
+
+    def deco(fn: Callable) -> Callable:
+        for op in ops:
+            if isinstance(op, str):
+                _LATE[op] = fn
+            elif isinstance(op, OpOverloadPacket):
+                for name in op.overloads():
+                    LOWERINGS.setdefault(getattr(op, name), fn)
+            else:
+                LOWERINGS[op] = fn
+        return fn
+
+    return deco
+
+
+def resolve_late() -> None:
+    """Move each late lowering whose op torch now defines into :data:`LOWERINGS` (called
+    before a graph is lowered or asked about: the graph's ops exist by then)."""
+    for qualname in list(_LATE):
+        packet = defined_op(qualname)
+        if packet is not None:
+            register(packet)(_LATE.pop(qualname))
