@@ -18,7 +18,7 @@
 //   CALL       (op, name, overload, args, outs, multi)  an ATen op through the dispatcher
 //   RESTRIDE   (op, slot, dims, strides)               copied into these strides where it is not
 //   FREE       (op, slot)
-//   WRITES     (op,)                                   graph inputs are written from here on
+//   WRITES     (op, [input])                           these graph inputs are written by now
 //   RETURN     (op, items)                             items: (0, slot) or (1, python object)
 // CALL's args: one per schema argument, in order: (0, slot) a tensor, (1, value) a constant
 // converted once by the schema's type, (2, [slot...]) a Tensor[] list, (3, [slot or -1...]) a
@@ -205,6 +205,7 @@ class Program {
           s.dst = t[1].cast<int>();
           break;
         case WRITES:
+          s.dims = ints(t[1]);  // the positions of the graph inputs written by now
           break;
         case RETURN:
           for (const auto& item : t[1].cast<py::list>()) {
@@ -260,7 +261,7 @@ class Program {
     if (guarded_ && !fits(in)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
     std::vector<at::Tensor> slots(n_slots_);
     const Step* ret = nullptr;
-    size_t writes_from = steps_.size();
+    const Step* written = nullptr;  // the last WRITES passed: the inputs written by then
     size_t i = 0;
     try {
       py::gil_scoped_release nogil;
@@ -271,7 +272,7 @@ class Program {
           break;
         }
         if (s.op == WRITES) {
-          writes_from = i;
+          written = &s;
           continue;
         }
         if (timed_) {
@@ -285,10 +286,10 @@ class Program {
         execute(s, in, slots);
       }
     } catch (py::error_already_set&) {
-      if (i >= writes_from) mark_writes_();
+      if (written != nullptr) mark_writes_(py::cast(written->dims));
       throw;
     } catch (...) {
-      if (i >= writes_from) mark_writes_();
+      if (written != nullptr) mark_writes_(py::cast(written->dims));
       throw;
     }
     if (ret == nullptr) throw std::logic_error("sdk runner: the program has no RETURN");

@@ -188,23 +188,26 @@ class _WrapperWriter:
     def write(self) -> Wrapper:
         """The wrapper: its prologue, each step between the memory plan's lines, the return."""
         self._prologue()
-        writing = False
+        position = {name: k for k, (name, _) in enumerate(self.L.inputs) if name}
+        written: set[int] = set()
         for i, step in enumerate(self.program):
             self._emit(self.mem.before.get(i, []))
             if isinstance(step, Kernel):
                 self._launch(step)
             else:
                 self._call_extern(i, step)
-            if not writing and _writes_input(step, self.written):
-                # an input is written: a failure from here on may not run the graph again
-                # through ATen (that would write it twice). (A step that raised before it
-                # returned wrote nothing: a launch or a compile that failed.)
-                writing = True
-                self.lines.append("    _writes.begun = True")
-                self.steps.add(st.WRITES)
+            now = {position[b] for b in _inputs_written_by(step, self.written)} - written
+            if now:
+                # inputs are written: a failure from here on may not run the graph again
+                # through ATen (that would write them twice), and its error names them. (A
+                # step that raised before it returned wrote nothing: a launch or a compile
+                # that failed.)
+                written |= now
+                self.lines.append(f"    _writes.begun = {tuple(sorted(written))}")
+                self.steps.add(st.WRITES, sorted(written))
             self._emit(self.mem.after.get(i, []))
-        if writing:
-            self.lines.append("    _writes.begun = False")
+        if written:
+            self.lines.append("    _writes.begun = ()")
         self._return_outputs()
         return self._wrapper()
 
@@ -627,24 +630,26 @@ _NUMBER_RETURNS = frozenset({"int", "SymInt", "float", "bool", "Scalar"})
 _WRITES = threading.local()
 
 
-def _mark_writes() -> None:
-    """The native runner's call when a step after the program began writing inputs raised."""
-    _WRITES.begun = True
+def _mark_writes(positions: list[int]) -> None:
+    """The native runner's call when a step after the program began writing inputs raised:
+    the positions of the graph inputs written by then."""
+    _WRITES.begun = tuple(positions)
 
 
-def inputs_written() -> bool:
-    """Whether the program that raised on this thread had begun writing its graph inputs
-    in place (then running the graph again through ATen would apply those writes twice).
-    Clears the mark."""
-    begun = getattr(_WRITES, "begun", False)
-    _WRITES.begun = False
+def inputs_written() -> tuple[int, ...]:
+    """The positions of the graph inputs that the program that raised on this thread had
+    written in place before it raised (then running the graph again through ATen would
+    apply those writes twice; the caller's values are changed). Clears the mark."""
+    begun = getattr(_WRITES, "begun", ())
+    _WRITES.begun = ()
     return begun
 
 
-def _writes_input(step: Kernel | ExternNode, written: dict[str, str]) -> bool:
+def _inputs_written_by(step: Kernel | ExternNode, written: dict[str, str]) -> set[str]:
+    """The graph inputs (buffer names) ``step`` writes in place."""
     if isinstance(step, ExternNode):
-        return step.into is not None
-    return any(a.name in written for a in step.args if a.role != "in")
+        return {step.into} if step.into is not None else set()
+    return {written[a.name] for a in step.args if a.role != "in" and a.name in written}
 
 
 def _runner(fn: Callable, wrapper: Wrapper) -> str:

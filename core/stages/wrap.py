@@ -142,12 +142,14 @@ class _RunTimeFallback:
         gm = self._gm if isinstance(self._gm, torch.fx.GraphModule) else self._gm()
         run, reports = fallback.whole_graph(gm, reason)
         if written:
-            # it had begun writing inputs in place (BatchNorm's running statistics): a
-            # rerun would write them twice. This call fails; later calls run through ATen
+            # it had begun writing inputs in place (BatchNorm's running statistics, an
+            # optimizer's state): a rerun would write them twice. This call fails, naming
+            # what it changed; later calls run through ATen
             exc.add_note(
-                f"sdk:{self._ctx.plugin} graph {self._ctx.graph_name} had begun writing its "
-                "inputs in place when it failed, so it was not run again through ATen; "
-                "later calls run through ATen"
+                f"sdk:{self._ctx.plugin} graph {self._ctx.graph_name} failed after it had "
+                f"written {_named(gm, written)} in place (new values), the rest of the graph "
+                "did not run, and it was not run again through ATen (that would write them "
+                "twice); later calls run through ATen"
             )
             self._switch(run, reports, reason)
             raise exc
@@ -172,6 +174,22 @@ class _RunTimeFallback:
         r.notes.append(reason)
         for f in reports:
             observe(self._reg, self._ctx, r.hook_faults, "sdk_on_fallback", op=f.op, reason=reason)
+
+
+def _named(gm: torch.fx.GraphModule, positions: tuple[int, ...]) -> str:
+    """Graph inputs by position, as a user can find them: their place among the graph's
+    inputs (AOTAutograd's order: parameters and buffers first), name, shape and dtype."""
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    parts = []
+    for k in positions:
+        val = inputs[k].meta.get("val") if k < len(inputs) else None
+        what = (
+            f" {tuple(val.shape)} {str(val.dtype).removeprefix('torch.')}"
+            if isinstance(val, torch.Tensor)
+            else ""
+        )
+        parts.append(f"#{k} ({inputs[k].name if k < len(inputs) else '?'}{what})")
+    return ("graph input " if len(parts) == 1 else "graph inputs ") + ", ".join(parts)
 
 
 def _unboxed(args: tuple) -> list[Any]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -485,10 +486,11 @@ def test_fault_at_run_time(install, seeded):
 LAST_KERNEL_FAILS = _raising_kernels("the last kernel", "built[:-1] + [run]")
 
 
-def test_fault_after_the_program_wrote_its_inputs(install, seeded):
+@pytest.mark.parametrize("runner", ["native", "python"])
+def test_fault_after_the_program_wrote_its_inputs(install, seeded, runner):
     """A program that fails after a kernel wrote BatchNorm's running statistics is not run
-    again through ATen (that would update them twice): the call raises and says so, the
-    statistics are updated once, and later calls run through ATen."""
+    again through ATen (that would update them twice): the call raises and names the inputs
+    it changed, the statistics are updated once, and later calls run through ATen."""
     install(
         faulty_source(None).replace("sdk_compile_kernels = cpu_cpp.sdk_compile_kernels\n", "")
         + LAST_KERNEL_FAILS
@@ -500,12 +502,17 @@ def test_fault_after_the_program_wrote_its_inputs(install, seeded):
         torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 4), torch.nn.Tanh()
     )
     ref = copy.deepcopy(model)
-    step = torch.compile(model, backend=sdk.backend("faulty"))
+    step = torch.compile(model, backend=sdk.backend("faulty", runner=runner))
     xs = [torch.randn(5, 6) for _ in range(2)]
     with torch.no_grad():
         with pytest.raises(RuntimeError, match=f"{FAULT} the last kernel") as info:
             step(xs[0])
-        assert any("not run again through ATen" in n for n in info.value.__notes__)
+        [note] = [n for n in info.value.__notes__ if "not run again through ATen" in n]
+        # the batch count and the running mean and variance (6 floats each), named
+        assert re.search(
+            r"written graph inputs #\d+ \(\w+ \(\) int64\)(, #\d+ \(\w+ \(6,\) float32\)){2} in place",
+            note,
+        ), note
         ref(xs[0])
         torch.testing.assert_close(model[0].running_mean, ref[0].running_mean)
         torch.testing.assert_close(model[0].running_var, ref[0].running_var)
