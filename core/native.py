@@ -82,14 +82,16 @@ def _flags() -> tuple[str, ...]:
 
 def module() -> ModuleType | None:
     """The runner's module, built or loaded once per process; None (after one warning)
-    where it cannot be built."""
+    where it cannot be built. A build stopped by a ``BaseException`` that is not an
+    ``Exception`` (Ctrl-C's ``KeyboardInterrupt``, ``SystemExit``) is not a failure: it is
+    raised, nothing is remembered, and the next call builds again."""
     with _lock:
         if "module" in _state:
             return _state["module"]
-        _state["module"] = None
         try:
             _state["module"] = _load()
         except Exception as exc:  # noqa: BLE001 - any failure: one warning, the Python path
+            _state["module"] = None
             _state["why"] = f"{type(exc).__name__}: {exc}"
             warnings.warn(
                 "sdk: the native runner could not be built, so compiled graphs run through "
