@@ -55,22 +55,25 @@ _MARKER_TEXT = _MARKER_HEAD + (
 _MARKER_TMP = ".tmp-tag-"
 
 
-def _root() -> tuple[Path, bool]:
-    """The cache root, and whether it is the default one: ``$SDK_CACHE_DIR``, else
+def _root(given: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
+    """The cache root, and whether it is the default one: ``given`` (a caller's own root,
+    such as the native runner's ``$SDK_RUNNER_DIR``), else ``$SDK_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/torch-backend-sdk``, else ``~/.cache/torch-backend-sdk`` (read
     through :mod:`core.config`). Raises :class:`CacheDirRefused` where a home directory is
     needed and cannot be determined."""
     from .config import env
 
     e = env()
-    if e.cache_dir:
+    configured = os.fspath(given) if given else e.cache_dir
+    if configured:
         try:
-            return Path(e.cache_dir).expanduser(), False
+            return Path(configured).expanduser(), False
         except (RuntimeError, KeyError, OSError) as exc:
+            named = "" if given else " (SDK_CACHE_DIR)"
             raise CacheDirRefused(
-                f"refusing to use cache directory {e.cache_dir} (SDK_CACHE_DIR): the home "
-                f"directory it names cannot be determined ({exc}). Fix: set SDK_CACHE_DIR "
-                "to an absolute path of a private directory (owned by you, mode 0700)."
+                f"refusing to use cache directory {configured}{named}: the home "
+                f"directory it names cannot be determined ({exc}). Fix: name it by an "
+                "absolute path of a private directory (owned by you, mode 0700)."
             ) from exc
     xdg = e.xdg_cache_home
     if xdg and os.path.isabs(xdg):
@@ -224,9 +227,14 @@ def _process_root() -> Path:
         return _private_root
 
 
-def cache_dir(*parts: str, strict: bool = False) -> Path:
+def cache_dir(
+    *parts: str, strict: bool = False, root: str | os.PathLike[str] | None = None
+) -> Path:
     """The cache directory ``<root>/<parts...>``, created private (0o700) and checked.
 
+    ``root``: a cache root of the caller's own (the native runner's ``$SDK_RUNNER_DIR``)
+    instead of the SDK's (``$SDK_CACHE_DIR``, ...), checked the same way; passed, never put
+    in the process environment, which other threads and child processes read.
     The root must hold the SDK's marker (:data:`MARKER`); an empty or new one gets it, one
     with other content and no marker, ``/`` and the home directory are refused.
     Each part is one plain path component. A root or sub-directory that is not a private
@@ -241,8 +249,8 @@ def cache_dir(*parts: str, strict: bool = False) -> Path:
     for part in parts:
         check_part(part)
     try:
-        root, default = _root()
-        return _checked(root, parts, default)
+        where, default = _root(root)
+        return _checked(where, parts, default)
     except CacheDirRefused as exc:
         if strict:
             raise
@@ -324,21 +332,22 @@ def stable_hash(*parts: object) -> str:
 
 
 class DiskCache:
-    """Bytes stored under string keys in ``cache_dir(namespace)``.
+    """Bytes stored under string keys in ``cache_dir(namespace, root=root)``.
 
     The directory is resolved on every call, so a change of ``SDK_CACHE_DIR`` takes
-    effect at once. :meth:`get` never raises for a bad entry; a cache directory that
-    fails the ownership/mode check raises :class:`PermissionError` from :meth:`get`
-    and :meth:`put` alike.
+    effect at once (``root``, where given, replaces it: :func:`cache_dir`). :meth:`get`
+    never raises for a bad entry; a cache directory that fails the ownership/mode check
+    raises :class:`PermissionError` from :meth:`get` and :meth:`put` alike.
     """
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, root: str | os.PathLike[str] | None = None) -> None:
         self.namespace = namespace
+        self.root = root
 
     def path_for(self, key: str, suffix: str) -> Path:
         """The file for ``key`` with ``suffix`` (e.g. ``".so"``); the name is sha256(key)."""
         name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-        return cache_dir(self.namespace) / (name + suffix)
+        return cache_dir(self.namespace, root=self.root) / (name + suffix)
 
     def get(self, key: str) -> bytes | None:
         """The payload stored under ``key``, or None when missing or not trustworthy."""

@@ -95,7 +95,10 @@ def set_variables(**values: str | None) -> dict[str, str | None]:
 
 @contextlib.contextmanager
 def overridden(**values: str | None) -> Iterator[None]:
-    """Set environment variables for the block (the SDK reads them when it needs them)."""
+    """Set environment variables for the block (the SDK reads them when it needs them).
+    The process's environment: every thread and every child process started meanwhile sees
+    them too, so never use it to hand a value to one call (pass an argument instead, as the
+    native runner passes ``$SDK_RUNNER_DIR`` as a cache root)."""
     old = set_variables(**values)
     try:
         yield

@@ -185,16 +185,19 @@ def compile_library(
     flags: Sequence[str] = FLAGS,
     namespace: str = "clike",
     key: Sequence[Any] = (),
+    cache_root: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Compile ``source`` into a shared library in ``cache_dir(namespace)``, or reuse a
-    verified one built from the same source, compiler, flags and ``key``.
+    verified one built from the same source, compiler, flags and ``key``. ``cache_root``:
+    a cache root of the caller's own instead of the SDK's (:func:`sdk.cache.cache_dir`'s
+    ``root``; the native runner's ``$SDK_RUNNER_DIR``).
 
     Raises :class:`CompileError` when the compiler fails, or runs past
     ``SDK_COMPILE_TIMEOUT`` seconds (it is killed then)."""
     compiler = find_compiler(language)
     flags = tuple(flags)
     digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
-    cache = DiskCache(namespace)
+    cache = DiskCache(namespace, root=cache_root)
     path = _verified(cache, digest_key)
     if path is not None:
         return path
@@ -301,13 +304,14 @@ def is_built(
     flags: Sequence[str] = FLAGS,
     namespace: str = "clike",
     key: Sequence[Any] = (),
+    cache_root: str | os.PathLike[str] | None = None,
 ) -> bool:
     """Whether :func:`compile_library` would reuse a verified build (no compiler run)."""
     compiler = find_compiler(language)
     digest_key = stable_hash(
         source, compiler, compiler_identity(compiler, language), tuple(flags), *key
     )
-    return _verified(DiskCache(namespace), digest_key) is not None
+    return _verified(DiskCache(namespace, root=cache_root), digest_key) is not None
 
 
 def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:

@@ -330,6 +330,28 @@ def test_an_interrupted_runner_build_is_not_remembered(fresh_runner, monkeypatch
     torch.testing.assert_close(out, x.sin() * 2)
 
 
+def test_the_runner_dir_never_changes_the_environment(fresh_runner, monkeypatch, tmp_path):
+    """``SDK_RUNNER_DIR`` reaches the build as an argument: the process environment (which
+    other threads, a lazy backward compile, and child processes read) keeps the cache root."""
+    from sdk import toolchain
+
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    before = dict(os.environ)
+    seen = []
+    built = toolchain.compile_library
+
+    def observed(*args, **kwargs):
+        seen.append(dict(os.environ))
+        return built(*args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "compile_library", observed)
+    mod = native.module()
+    assert mod is not None, native.why_not()
+    assert seen == [before]
+    assert Path(mod.__file__).parents[1] == Path(os.environ["SDK_RUNNER_DIR"])
+    assert not (tmp_path / "cache").exists()  # nothing of the runner's in the cache root
+
+
 def test_native_entry_is_what_the_toolchain_launcher_carries():
     import ctypes
 
