@@ -76,6 +76,15 @@ def compile_timeout() -> float | None:
     return value or None
 
 
+def lock_wait() -> float:
+    """The seconds a process waits for another's build of the same library (sdk.toolchain's
+    build lock) before it gives up: SDK_COMPILE_TIMEOUT (by then the holder's compiler has
+    been killed), and :data:`COMPILE_TIMEOUT` when that is 0: "no limit" is for a compiler
+    run, never for a wait on another process, which may be stopped or hung."""
+    timeout = compile_timeout()
+    return COMPILE_TIMEOUT if timeout is None else timeout
+
+
 def variable(name: str) -> str | None:
     """The environment variable ``name`` now, or None when unset."""
     return os.environ.get(name)

@@ -19,7 +19,12 @@ the flags, and whatever else the caller passes as ``key`` (its plugin version). 
 its own ``flags`` (``FLAGS`` plus ``-std=c++17``, say) and ``namespace`` (its cache directory).
 
 Processes that need the same library at once (DDP ranks, a job's workers) build it once: the
-first takes a file lock beside its cache entry, the others wait for it and load what it built.
+first takes a file lock beside its cache entry (``<entry>.lock``, which records who holds it:
+pid, host, since when, which source), the others wait for it and load what it built. A waiter
+says once on stderr which process holds the lock after :data:`LOCK_NOTICE_S` seconds, and
+gives up with a :class:`CompileError` naming that process after ``SDK_COMPILE_TIMEOUT``
+seconds, or the default 300 when that is 0: 0 lifts the limit on a compiler run, never the
+wait on another process, which may be stopped or hung.
 
 Every compiler run has a time limit, ``SDK_COMPILE_TIMEOUT`` seconds (default 300; 0: none).
 A compiler still running then is killed with every process it started (it runs in a session
@@ -33,12 +38,15 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -193,7 +201,8 @@ def compile_library(
     ``root``; the native runner's ``$SDK_RUNNER_DIR``).
 
     Raises :class:`CompileError` when the compiler fails, or runs past
-    ``SDK_COMPILE_TIMEOUT`` seconds (it is killed then)."""
+    ``SDK_COMPILE_TIMEOUT`` seconds (it is killed then), or another process builds the same
+    library for longer than that (see the module's docstring)."""
     compiler = find_compiler(language)
     flags = tuple(flags)
     digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
@@ -203,7 +212,8 @@ def compile_library(
         return path
     # one build per library at a time across processes (DDP ranks, test workers, a cold
     # start's processes): the others wait for it, then load what it built
-    with _build_lock(cache.path_for(digest_key, ".lock")):
+    src = cache.path_for(digest_key, _COMPILERS[language][3])
+    with _build_lock(cache.path_for(digest_key, ".lock"), f"{src} with {compiler}"):
         path = _verified(cache, digest_key)
         if path is not None:
             return path
@@ -252,12 +262,14 @@ def _build(
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path) -> Any:
-    """An exclusive ``flock`` on ``path`` while one process builds a library. Waits at most
-    the compile time limit (a holder's compiler is killed by then, and the kernel drops the
-    lock of a process that dies); where no lock can be had (no ``fcntl``, a directory or a
-    FIFO at the path, a read-only cache), the build goes on without one, as it did before:
-    two processes then build the same library, each renaming a whole file into place."""
+def _build_lock(path: Path, building: str) -> Any:
+    """An exclusive ``flock`` on ``path`` while one process builds a library (``building``,
+    recorded in the file for waiters to name). Waits at most :func:`config.lock_wait` (a
+    holder's compiler is killed by then, and the kernel drops the lock of a process that
+    dies), saying who holds it after :data:`LOCK_NOTICE_S`, then raises
+    :class:`CompileError`. Where no lock can be had (no ``fcntl``, a directory or a FIFO at
+    the path, a read-only cache), the build goes on without one, as it did before: two
+    processes then build the same library, each renaming a whole file into place."""
     try:
         import fcntl
     except ImportError:  # not a POSIX system
@@ -270,21 +282,80 @@ def _build_lock(path: Path) -> Any:
         yield
         return
     try:
-        timeout = config.compile_timeout()
-        deadline = time.monotonic() + (timeout if timeout else float("inf"))
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break  # build anyway: a stuck holder must not stop this process
-                time.sleep(0.05)
-            except OSError:  # no locks on this file system (ENOLCK)
-                break
+        if _wait_for_lock(fcntl, fd, path):
+            _write_holder(fd, building)
         yield
     finally:
+        with contextlib.suppress(OSError):  # a waiter reads no stale holder
+            os.ftruncate(fd, 0)
         os.close(fd)  # releases the lock
+
+
+#: seconds a process waits for another's build lock before it says (once) who holds it
+LOCK_NOTICE_S = 5.0
+
+
+def _wait_for_lock(fcntl: Any, fd: int, path: Path) -> bool:
+    """Take the lock on ``fd``: True, or False where the file system has no locks; a
+    :class:`CompileError` naming the holder after :func:`config.lock_wait` seconds."""
+    limit = config.lock_wait()
+    start = time.monotonic()
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            waited = time.monotonic() - start
+            if waited >= limit:
+                raise CompileError(_gave_up(_holder(fd), path, waited, limit)) from None
+            if not told and waited >= LOCK_NOTICE_S:
+                told = True
+                print(
+                    f"sdk: waiting for {_holder(fd)[0]} to finish building the same library "
+                    f"(lock {path}); giving up after {limit:g} s (SDK_COMPILE_TIMEOUT)...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            time.sleep(0.05)
+        except OSError:  # no locks on this file system (ENOLCK)
+            return False
+
+
+def _write_holder(fd: int, building: str) -> None:
+    """Record in the lock file who holds it: pid, host, since when, what it builds."""
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+    record["building"] = building
+    with contextlib.suppress(OSError):  # (a full disk: waiters just cannot name us)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+
+
+def _holder(fd: int) -> tuple[str, str]:
+    """Who holds the lock of ``fd``, as its holder recorded it: ("process PID on HOST",
+    the pid), or a phrase and "" where nothing readable is recorded."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0))
+        pid, host = int(record["pid"]), str(record["host"])[:100]
+        since, building = float(record["since"]), str(record["building"])[:500]
+    except (OSError, ValueError, TypeError, KeyError):  # not written yet, or not ours
+        return "another process (it has not recorded which)", ""
+    started = time.strftime("%H:%M:%S", time.localtime(since))
+    ago = max(0.0, time.time() - since)
+    who = f"process {pid} on {host} (building {building} since {started}, {ago:.0f} s ago)"
+    return who, str(pid)
+
+
+def _gave_up(holder: tuple[str, str], path: Path, waited: float, limit: float) -> str:
+    who, pid = holder
+    end = f"end it (`kill {pid}`)" if pid else "end it"
+    set_to = config.variable("SDK_COMPILE_TIMEOUT") or "unset"
+    return (
+        f"gave up waiting for another build of this library after {waited:.0f} s: {who} "
+        f"holds its lock {path}. Fix: if that process is stuck or stopped, {end} and compile "
+        f"again; if its build is just slow, raise SDK_COMPILE_TIMEOUT (now {set_to}; a wait "
+        f"for a lock lasts {limit:g} s, {config.COMPILE_TIMEOUT:g} when it is 0)."
+    )
 
 
 def _verified(cache: DiskCache, digest_key: str) -> Path | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -566,3 +567,90 @@ def test_compile_timeout_default_and_off(monkeypatch: pytest.MonkeyPatch) -> Non
     assert config.compile_timeout() is None
     monkeypatch.setenv("SDK_COMPILE_TIMEOUT", "12.5")
     assert config.compile_timeout() == 12.5
+
+
+_SLOW_COMPILER = """#!/bin/sh
+case "$*" in *--version*|*" -E "*) exec {real} "$@";; esac
+echo $$ >> "{pids}"
+exec sleep 120
+"""
+
+
+def _compiling_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str):
+    """A process building ``source`` with a compiler that sleeps (``$CXX`` here too): the
+    process, once its compiler runs, and the compiler's pid."""
+    import time
+
+    pids = tmp_path / "compiler-pids"
+    fake = tmp_path / "slow-c++"
+    fake.write_text(_SLOW_COMPILER.format(pids=pids, real=find_compiler()))
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    code = "import sys; from sdk.plugins.cpu_cpp.toolchain import compile_library\n"
+    code += "compile_library(sys.argv[1])\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, source], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 180
+    while not (pids.exists() and pids.read_text().strip()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the build never started: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.1)
+    return proc, int(pids.read_text().split()[0])
+
+
+def _end(proc: subprocess.Popen, compiler: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(compiler, 9)
+    proc.kill()
+    proc.wait(timeout=60)
+    proc.stderr.close()
+
+
+@needs_cxx
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("timeout", ["3", "0"])
+def test_a_waiter_on_a_build_lock_says_who_holds_it_and_gives_up(
+    timeout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd, fresh_identity
+) -> None:
+    """A process waiting for another's build of the same library says which process holds
+    the lock after a few seconds, and gives up at the compile time limit with an error naming
+    it; with SDK_COMPILE_TIMEOUT=0 (no limit on a compiler run) the wait still ends, at the
+    default limit (made 3 s here)."""
+    import threading
+    import time
+
+    from sdk.core import config
+
+    source = _add_kernel(f"held{timeout}")
+    holder, compiler = _compiling_process(tmp_path, monkeypatch, source)
+    try:
+        monkeypatch.setenv("SDK_COMPILE_TIMEOUT", timeout)
+        monkeypatch.setattr(config, "COMPILE_TIMEOUT", 3.0)
+        monkeypatch.setattr(toolchain, "LOCK_NOTICE_S", 0.5, raising=False)
+        outcome: list[BaseException | Path] = []
+
+        def wait() -> None:
+            try:
+                outcome.append(compile_library(source))
+            except BaseException as exc:  # noqa: BLE001 - what the test looks at
+                outcome.append(exc)
+
+        start = time.monotonic()
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        waiter.join(30)
+        elapsed = time.monotonic() - start
+        assert not waiter.is_alive(), "the waiter still waits after 30 s"
+        assert _alive(compiler), "the holder's compiler ended: nothing was waited for"
+    finally:
+        _end(holder, compiler)
+    (error,) = outcome
+    assert isinstance(error, CompileError), error
+    message = str(error)
+    assert f"process {holder.pid} " in message and "lock" in message, message
+    assert "SDK_COMPILE_TIMEOUT" in message and f"kill {holder.pid}" in message, message
+    assert 3 <= elapsed < 20, elapsed
+    notices = [line for line in capfd.readouterr().err.splitlines() if "waiting" in line]
+    assert len(notices) == 1 and f"process {holder.pid} " in notices[0], notices
