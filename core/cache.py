@@ -270,16 +270,53 @@ def cache_dir(
         return _checked(_process_root(), parts)
 
 
-#: the names of the files the SDK writes in a namespace: an entry, library or source named
-#: by :meth:`DiskCache.path_for` (sha256 hex, a ``.<16 hex>`` library digest, a suffix), or a
-#: kernel source named by a digest with a one-letter prefix (``k<hex>.py``)
-_OWN_NAME = re.compile(r"[a-z]?[0-9a-f]{40,64}(\.[0-9a-f]{16})?\.(entry|so|c|cpp|py)")
+#: the names of the files the SDK writes in a namespace: an entry, library, source or build
+#: lock named by :meth:`DiskCache.path_for` (sha256 hex, a ``.<16 hex>`` library digest, a
+#: suffix), or a kernel source named by a digest with a one-letter prefix (``k<hex>.py``)
+_OWN_NAME = re.compile(r"[a-z]?[0-9a-f]{40,64}(\.[0-9a-f]{16})?\.(entry|so|c|cpp|py|lock)")
 
 
 def own_name(name: str) -> bool:
     """Whether ``name`` is one the SDK gives the cache files it writes (what ``cache clear``
     may delete; its temporaries are ``.tmp-*``)."""
     return _OWN_NAME.fullmatch(name) is not None
+
+
+def remove_lock(path: Path) -> bool | None:
+    """Delete the build lock file ``path`` (``sdk.toolchain``'s) unless a process holds it:
+    True when it went, False when it is held (kept: a build is running, and a new process
+    would otherwise lock a new file at the path and build beside it), None when it was gone.
+    It is locked while it is unlinked; a process that opened it before and locks it after
+    finds it no longer at its path and opens the new one (``sdk.toolchain._take_lock``)."""
+    try:
+        import fcntl
+    except ImportError:  # (no build locks there)
+        fcntl = None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link, or unreadable: not a lock anyone could hold
+        return _unlinked(path)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            except OSError:  # no locks on this file system: no build holds one either
+                pass
+        return _unlinked(path)
+    finally:
+        os.close(fd)
+
+
+def _unlinked(path: Path) -> bool | None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return None
+    return True
 
 
 def check_part(part: str) -> None:

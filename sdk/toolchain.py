@@ -275,31 +275,63 @@ def _build_lock(path: Path, building: str) -> Any:
     except ImportError:  # not a POSIX system
         yield
         return
-    try:
-        make_room(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
+    taken = _take_lock(fcntl, path)
+    if taken is None:
         yield
         return
+    fd, locked = taken
     try:
-        if _wait_for_lock(fcntl, fd, path):
+        if locked:
             _write_holder(fd, building)
         yield
     finally:
-        with contextlib.suppress(OSError):  # a waiter reads no stale holder
-            os.ftruncate(fd, 0)
+        if locked:
+            with contextlib.suppress(OSError):  # a waiter reads no stale holder
+                os.ftruncate(fd, 0)
         os.close(fd)  # releases the lock
+
+
+def _take_lock(fcntl: Any, path: Path) -> tuple[int, bool] | None:
+    """The lock file's descriptor, and whether it is locked (False: the file system has no
+    locks); None where no lock file can be opened. A lock file that ``cache clear`` removed
+    between this process's open and its lock (it removes only those no one holds:
+    :func:`sdk.core.cache.remove_lock`) is opened again, so that every holder's file is
+    the one at the path."""
+    start = time.monotonic()
+    while True:
+        try:
+            make_room(path)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
+        try:
+            locked = _wait_for_lock(fcntl, fd, path, start)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not locked or _still_at(fd, path):
+            return fd, locked
+        os.close(fd)
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is the file at ``path`` still (not one removed from under it)."""
+    try:
+        here, there = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 #: seconds a process waits for another's build lock before it says (once) who holds it
 LOCK_NOTICE_S = 5.0
 
 
-def _wait_for_lock(fcntl: Any, fd: int, path: Path) -> bool:
+def _wait_for_lock(fcntl: Any, fd: int, path: Path, start: float) -> bool:
     """Take the lock on ``fd``: True, or False where the file system has no locks; a
-    :class:`CompileError` naming the holder after :func:`config.lock_wait` seconds."""
+    :class:`CompileError` naming the holder :func:`config.lock_wait` seconds after
+    ``start`` (``time.monotonic()``)."""
     limit = config.lock_wait()
-    start = time.monotonic()
     told = False
     while True:
         try:

@@ -654,3 +654,34 @@ def test_a_waiter_on_a_build_lock_says_who_holds_it_and_gives_up(
     assert 3 <= elapsed < 20, elapsed
     notices = [line for line in capfd.readouterr().err.splitlines() if "waiting" in line]
     assert len(notices) == 1 and f"process {holder.pid} " in notices[0], notices
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_a_build_lock_removed_before_it_is_taken_is_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cache clear` removes a lock file no build holds; a process that opened it just before
+    and locks it just after holds a lock no one else sees: it must notice and lock the file
+    now at the path, so that two builds of one library never run at once."""
+    import fcntl
+
+    path = tmp_path / "lib.lock"
+    flock = fcntl.flock
+    removed = []
+
+    def cleared_first(fd: int, op: int) -> None:
+        if not removed:  # `cache clear` between this process's open and its lock
+            removed.append(path.stat().st_ino)
+            path.unlink()
+        flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", cleared_first)
+    with toolchain._build_lock(path, "a test"):
+        monkeypatch.setattr(fcntl, "flock", flock)
+        assert removed, "the lock was taken without a flock"
+        other = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # the next process's lock
+        try:
+            with pytest.raises(BlockingIOError):
+                flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
