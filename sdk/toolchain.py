@@ -30,6 +30,16 @@ Every compiler run has a time limit, ``SDK_COMPILE_TIMEOUT`` seconds (default 30
 A compiler still running then is killed with every process it started (it runs in a session
 of its own, and the whole process group is killed), and :class:`CompileError` says so: the
 kernels' plugin fails, and the compile falls back as it does for any compiler error.
+
+A compiler also dies with the process that runs it, even one killed by SIGKILL (which a
+session of its own would otherwise survive): on Linux, the compiler asks the kernel, before
+it starts (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` in a ``preexec_fn``), for a SIGKILL when its
+parent goes. Caveats: the signal comes when the parent *thread* that started it ends (the
+compile runs, and waits for the compiler, in the calling thread: fine); it reaches the
+compiler itself, not the processes it started (``cc1plus``, ``as``, ``ld``: they finish
+their step, and nothing starts the next); a ``preexec_fn`` makes ``subprocess`` fork instead
+of vfork (tens of milliseconds per compiler run in a process that has torch loaded). Where
+``prctl`` is missing (not Linux), the compiler runs without it.
 """
 
 from __future__ import annotations
@@ -86,6 +96,7 @@ def _run(cmd: list[str], shown: str) -> subprocess.CompletedProcess:
         text=True,
         errors="replace",
         start_new_session=True,
+        preexec_fn=_dies_with_parent(),  # (after the new session is made)
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -100,6 +111,39 @@ def _run(cmd: list[str], shown: str) -> subprocess.CompletedProcess:
         _kill_group(proc)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@functools.cache
+def _prctl() -> Any | None:
+    """libc's ``prctl``, ready to call (looked up here, not in a forked child), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the child gets SIGKILL when this thread ends (see the
+    module's docstring), or None where there is no ``prctl``."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:  # in the forked child, before exec: nothing that may block
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the kernel was asked
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -685,3 +685,25 @@ def test_a_build_lock_removed_before_it_is_taken_is_taken_again(
                 flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
         finally:
             os.close(other)
+
+
+@needs_cxx
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_process_leaves_no_compiler_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed with SIGKILL mid-build (its compiler runs in a session of its own,
+    out of reach of a signal to the process's group) takes its compiler with it."""
+    import time
+
+    holder, compiler = _compiling_process(tmp_path, monkeypatch, _add_kernel("orphan"))
+    try:
+        assert _alive(compiler)
+        holder.kill()
+        holder.wait(timeout=60)
+        deadline = time.monotonic() + 5
+        while _alive(compiler) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(compiler), "the compiler outlived the process that ran it"
+    finally:
+        _end(holder, compiler)
