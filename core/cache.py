@@ -55,22 +55,25 @@ _MARKER_TEXT = _MARKER_HEAD + (
 _MARKER_TMP = ".tmp-tag-"
 
 
-def _root() -> tuple[Path, bool]:
-    """The cache root, and whether it is the default one: ``$SDK_CACHE_DIR``, else
+def _root(given: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
+    """The cache root, and whether it is the default one: ``given`` (a caller's own root,
+    such as the native runner's ``$SDK_RUNNER_DIR``), else ``$SDK_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/torch-backend-sdk``, else ``~/.cache/torch-backend-sdk`` (read
     through :mod:`core.config`). Raises :class:`CacheDirRefused` where a home directory is
     needed and cannot be determined."""
     from .config import env
 
     e = env()
-    if e.cache_dir:
+    configured = os.fspath(given) if given else e.cache_dir
+    if configured:
         try:
-            return Path(e.cache_dir).expanduser(), False
+            return Path(configured).expanduser(), False
         except (RuntimeError, KeyError, OSError) as exc:
+            named = "" if given else " (SDK_CACHE_DIR)"
             raise CacheDirRefused(
-                f"refusing to use cache directory {e.cache_dir} (SDK_CACHE_DIR): the home "
-                f"directory it names cannot be determined ({exc}). Fix: set SDK_CACHE_DIR "
-                "to an absolute path of a private directory (owned by you, mode 0700)."
+                f"refusing to use cache directory {configured}{named}: the home "
+                f"directory it names cannot be determined ({exc}). Fix: name it by an "
+                "absolute path of a private directory (owned by you, mode 0700)."
             ) from exc
     xdg = e.xdg_cache_home
     if xdg and os.path.isabs(xdg):
@@ -224,9 +227,14 @@ def _process_root() -> Path:
         return _private_root
 
 
-def cache_dir(*parts: str, strict: bool = False) -> Path:
+def cache_dir(
+    *parts: str, strict: bool = False, root: str | os.PathLike[str] | None = None
+) -> Path:
     """The cache directory ``<root>/<parts...>``, created private (0o700) and checked.
 
+    ``root``: a cache root of the caller's own (the native runner's ``$SDK_RUNNER_DIR``)
+    instead of the SDK's (``$SDK_CACHE_DIR``, ...), checked the same way; passed, never put
+    in the process environment, which other threads and child processes read.
     The root must hold the SDK's marker (:data:`MARKER`); an empty or new one gets it, one
     with other content and no marker, ``/`` and the home directory are refused.
     Each part is one plain path component. A root or sub-directory that is not a private
@@ -241,8 +249,8 @@ def cache_dir(*parts: str, strict: bool = False) -> Path:
     for part in parts:
         check_part(part)
     try:
-        root, default = _root()
-        return _checked(root, parts, default)
+        where, default = _root(root)
+        return _checked(where, parts, default)
     except CacheDirRefused as exc:
         if strict:
             raise
@@ -262,16 +270,53 @@ def cache_dir(*parts: str, strict: bool = False) -> Path:
         return _checked(_process_root(), parts)
 
 
-#: the names of the files the SDK writes in a namespace: an entry, library or source named
-#: by :meth:`DiskCache.path_for` (sha256 hex, a ``.<16 hex>`` library digest, a suffix), or a
-#: kernel source named by a digest with a one-letter prefix (``k<hex>.py``)
-_OWN_NAME = re.compile(r"[a-z]?[0-9a-f]{40,64}(\.[0-9a-f]{16})?\.(entry|so|c|cpp|py)")
+#: the names of the files the SDK writes in a namespace: an entry, library, source or build
+#: lock named by :meth:`DiskCache.path_for` (sha256 hex, a ``.<16 hex>`` library digest, a
+#: suffix), or a kernel source named by a digest with a one-letter prefix (``k<hex>.py``)
+_OWN_NAME = re.compile(r"[a-z]?[0-9a-f]{40,64}(\.[0-9a-f]{16})?\.(entry|so|c|cpp|py|lock)")
 
 
 def own_name(name: str) -> bool:
     """Whether ``name`` is one the SDK gives the cache files it writes (what ``cache clear``
     may delete; its temporaries are ``.tmp-*``)."""
     return _OWN_NAME.fullmatch(name) is not None
+
+
+def remove_lock(path: Path) -> bool | None:
+    """Delete the build lock file ``path`` (``sdk.toolchain``'s) unless a process holds it:
+    True when it went, False when it is held (kept: a build is running, and a new process
+    would otherwise lock a new file at the path and build beside it), None when it was gone.
+    It is locked while it is unlinked; a process that opened it before and locks it after
+    finds it no longer at its path and opens the new one (``sdk.toolchain._take_lock``)."""
+    try:
+        import fcntl
+    except ImportError:  # (no build locks there)
+        fcntl = None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link, or unreadable: not a lock anyone could hold
+        return _unlinked(path)
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            except OSError:  # no locks on this file system: no build holds one either
+                pass
+        return _unlinked(path)
+    finally:
+        os.close(fd)
+
+
+def _unlinked(path: Path) -> bool | None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return None
+    return True
 
 
 def check_part(part: str) -> None:
@@ -324,21 +369,22 @@ def stable_hash(*parts: object) -> str:
 
 
 class DiskCache:
-    """Bytes stored under string keys in ``cache_dir(namespace)``.
+    """Bytes stored under string keys in ``cache_dir(namespace, root=root)``.
 
     The directory is resolved on every call, so a change of ``SDK_CACHE_DIR`` takes
-    effect at once. :meth:`get` never raises for a bad entry; a cache directory that
-    fails the ownership/mode check raises :class:`PermissionError` from :meth:`get`
-    and :meth:`put` alike.
+    effect at once (``root``, where given, replaces it: :func:`cache_dir`). :meth:`get`
+    never raises for a bad entry; a cache directory that fails the ownership/mode check
+    raises :class:`PermissionError` from :meth:`get` and :meth:`put` alike.
     """
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, root: str | os.PathLike[str] | None = None) -> None:
         self.namespace = namespace
+        self.root = root
 
     def path_for(self, key: str, suffix: str) -> Path:
         """The file for ``key`` with ``suffix`` (e.g. ``".so"``); the name is sha256(key)."""
         name = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-        return cache_dir(self.namespace) / (name + suffix)
+        return cache_dir(self.namespace, root=self.root) / (name + suffix)
 
     def get(self, key: str) -> bytes | None:
         """The payload stored under ``key``, or None when missing or not trustworthy."""

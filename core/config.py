@@ -76,6 +76,15 @@ def compile_timeout() -> float | None:
     return value or None
 
 
+def lock_wait() -> float:
+    """The seconds a process waits for another's build of the same library (sdk.toolchain's
+    build lock) before it gives up: SDK_COMPILE_TIMEOUT (by then the holder's compiler has
+    been killed), and :data:`COMPILE_TIMEOUT` when that is 0: "no limit" is for a compiler
+    run, never for a wait on another process, which may be stopped or hung."""
+    timeout = compile_timeout()
+    return COMPILE_TIMEOUT if timeout is None else timeout
+
+
 def variable(name: str) -> str | None:
     """The environment variable ``name`` now, or None when unset."""
     return os.environ.get(name)
@@ -95,7 +104,10 @@ def set_variables(**values: str | None) -> dict[str, str | None]:
 
 @contextlib.contextmanager
 def overridden(**values: str | None) -> Iterator[None]:
-    """Set environment variables for the block (the SDK reads them when it needs them)."""
+    """Set environment variables for the block (the SDK reads them when it needs them).
+    The process's environment: every thread and every child process started meanwhile sees
+    them too, so never use it to hand a value to one call (pass an argument instead, as the
+    native runner passes ``$SDK_RUNNER_DIR`` as a cache root)."""
     old = set_variables(**values)
     try:
         yield

@@ -35,7 +35,15 @@ import torch
 from sdk.plugin import CoreOptions, PluginOptions
 
 from .adapters import torch_private as tp
-from .cache import DiskCache, cache_dir, check_part, own_name, source_digest, stable_hash
+from .cache import (
+    DiskCache,
+    cache_dir,
+    check_part,
+    own_name,
+    remove_lock,
+    source_digest,
+    stable_hash,
+)
 from .config import env
 
 FORMAT = 1
@@ -372,10 +380,12 @@ def info(namespace: str | None = None) -> dict[str, Any]:
     }
 
 
-def clear(namespace: str | None = None) -> int:
-    """Delete the entries (of one namespace, or all) and the temporary files that killed
-    processes left (older than :data:`STALE_AFTER_S`: a running compile's own are kept,
-    so clearing never pulls a file from under it); returns how many went. Only what the
+def clear(namespace: str | None = None, in_use: list[Any] | None = None) -> int:
+    """Delete the entries (of one namespace, or all), the build locks beside libraries but
+    those a running build holds (:func:`~core.cache.remove_lock`; their paths are appended
+    to ``in_use``), and the temporary files that killed processes left (older than
+    :data:`STALE_AFTER_S`: a running compile's own are kept, so clearing never pulls a file
+    from under it); returns how many went. Only what the
     SDK writes goes: in a cache root that holds the SDK's marker (anything else is refused,
     see :func:`~core.cache.cache_dir`), files of the current user whose names are the SDK's
     own (:func:`~core.cache.own_name`, or ``.tmp-*``); anything else is left alone. Raises
@@ -401,6 +411,11 @@ def clear(namespace: str | None = None) -> int:
                         n += 1
                     elif f.is_file() or f.is_symlink():
                         n += _unlink(f)
+                elif own_name(f.name) and f.name.endswith(".lock") and f.is_file():
+                    removed = remove_lock(f)
+                    n += bool(removed)
+                    if removed is False and in_use is not None:
+                        in_use.append(f)
                 elif own_name(f.name) and (f.is_symlink() or f.is_file()):
                     n += _unlink(f)
     return n

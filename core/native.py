@@ -11,7 +11,6 @@ Python form. Never one build per graph.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.machinery
 import importlib.util
 import sys
@@ -82,14 +81,16 @@ def _flags() -> tuple[str, ...]:
 
 def module() -> ModuleType | None:
     """The runner's module, built or loaded once per process; None (after one warning)
-    where it cannot be built."""
+    where it cannot be built. A build stopped by a ``BaseException`` that is not an
+    ``Exception`` (Ctrl-C's ``KeyboardInterrupt``, ``SystemExit``) is not a failure: it is
+    raised, nothing is remembered, and the next call builds again."""
     with _lock:
         if "module" in _state:
             return _state["module"]
-        _state["module"] = None
         try:
             _state["module"] = _load()
         except Exception as exc:  # noqa: BLE001 - any failure: one warning, the Python path
+            _state["module"] = None
             _state["why"] = f"{type(exc).__name__}: {exc}"
             warnings.warn(
                 "sdk: the native runner could not be built, so compiled graphs run through "
@@ -116,28 +117,24 @@ def _load() -> ModuleType:
 
     text = source()
     key = ("sdk-runner", torch.__version__, sdk.__version__, sys.version_info[:2])
+    # $SDK_RUNNER_DIR is passed as the cache root, never set as SDK_CACHE_DIR in the
+    # environment: other threads (a lazy backward compile) and child processes read that
+    runner_dir = config.variable("SDK_RUNNER_DIR") or None
     build = dict(language="c++", flags=_flags(), namespace="runner", key=key)
-    with _runner_cache():
-        if not toolchain.is_built(text, **build):
-            print(
-                "sdk: building the native runner (once per machine and torch version; "
-                "about a minute)...",
-                file=sys.stderr,
-                flush=True,
-            )
-        path = toolchain.compile_library(text, **build)
+    if not toolchain.is_built(text, **build, cache_root=runner_dir):
+        print(
+            "sdk: building the native runner (once per machine and torch version; "
+            "about a minute)...",
+            file=sys.stderr,
+            flush=True,
+        )
+    path = toolchain.compile_library(text, **build, cache_root=runner_dir)
     loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, str(path))
     spec = importlib.util.spec_from_loader(_MODULE_NAME, loader)
     assert spec is not None
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     return mod
-
-
-def _runner_cache() -> contextlib.AbstractContextManager[None]:
-    """The cache the runner is built in: ``$SDK_RUNNER_DIR`` where set, else the SDK's."""
-    runner_dir = config.variable("SDK_RUNNER_DIR")
-    return config.overridden(SDK_CACHE_DIR=runner_dir) if runner_dir else contextlib.nullcontext()
 
 
 def program(steps: list[tuple], n_slots: int, mark_writes: Callable[[], None]) -> Any | None:

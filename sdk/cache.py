@@ -1,7 +1,8 @@
 """The per-user on-disk cache, for every plugin: private directories, verified entries.
 
 ``cache_dir(*parts)`` is a directory only the current user can use;
-``DiskCache(namespace)`` stores bytes under keys and reads a corrupt, foreign
+``DiskCache(namespace)`` stores bytes under keys (both take ``root=``, a cache root of the
+caller's own instead of ``$SDK_CACHE_DIR``'s, passed rather than set in the environment) and reads a corrupt, foreign
 or unsafe entry as a miss; ``stable_hash(*parts)`` builds keys; ``source_digest(*packages)``
 hashes a plugin's own sources (for ``sdk_cache_key``); ``write_atomic(path, data)`` replaces
 a file so readers never see it half written; ``read_regular(path)`` reads a private regular

@@ -103,8 +103,15 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             if not spaces:
                 print("  (empty)")
         else:
-            n = graph_cache.clear(args.namespace)
+            in_use: list = []
+            n = graph_cache.clear(args.namespace, in_use=in_use)
             print(f"removed {n} files")
+            if in_use:
+                print(
+                    f"kept {len(in_use)} lock file{'s' if len(in_use) > 1 else ''} that a "
+                    "running build holds (a later `cache clear` removes them): "
+                    + ", ".join(str(p) for p in in_use)
+                )
     except ValueError as exc:
         print(f"error: --namespace: {exc}, such as {graph_cache.NAMESPACE!r}", file=sys.stderr)
         return 2

@@ -19,12 +19,27 @@ the flags, and whatever else the caller passes as ``key`` (its plugin version). 
 its own ``flags`` (``FLAGS`` plus ``-std=c++17``, say) and ``namespace`` (its cache directory).
 
 Processes that need the same library at once (DDP ranks, a job's workers) build it once: the
-first takes a file lock beside its cache entry, the others wait for it and load what it built.
+first takes a file lock beside its cache entry (``<entry>.lock``, which records who holds it:
+pid, host, since when, which source), the others wait for it and load what it built. A waiter
+says once on stderr which process holds the lock after :data:`LOCK_NOTICE_S` seconds, and
+gives up with a :class:`CompileError` naming that process after ``SDK_COMPILE_TIMEOUT``
+seconds, or the default 300 when that is 0: 0 lifts the limit on a compiler run, never the
+wait on another process, which may be stopped or hung.
 
 Every compiler run has a time limit, ``SDK_COMPILE_TIMEOUT`` seconds (default 300; 0: none).
 A compiler still running then is killed with every process it started (it runs in a session
 of its own, and the whole process group is killed), and :class:`CompileError` says so: the
 kernels' plugin fails, and the compile falls back as it does for any compiler error.
+
+A compiler also dies with the process that runs it, even one killed by SIGKILL (which a
+session of its own would otherwise survive): on Linux, the compiler asks the kernel, before
+it starts (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` in a ``preexec_fn``), for a SIGKILL when its
+parent goes. Caveats: the signal comes when the parent *thread* that started it ends (the
+compile runs, and waits for the compiler, in the calling thread: fine); it reaches the
+compiler itself, not the processes it started (``cc1plus``, ``as``, ``ld``: they finish
+their step, and nothing starts the next); a ``preexec_fn`` makes ``subprocess`` fork instead
+of vfork (tens of milliseconds per compiler run in a process that has torch loaded). Where
+``prctl`` is missing (not Linux), the compiler runs without it.
 """
 
 from __future__ import annotations
@@ -33,12 +48,15 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -78,6 +96,7 @@ def _run(cmd: list[str], shown: str) -> subprocess.CompletedProcess:
         text=True,
         errors="replace",
         start_new_session=True,
+        preexec_fn=_dies_with_parent(),  # (after the new session is made)
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -92,6 +111,39 @@ def _run(cmd: list[str], shown: str) -> subprocess.CompletedProcess:
         _kill_group(proc)
         raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@functools.cache
+def _prctl() -> Any | None:
+    """libc's ``prctl``, ready to call (looked up here, not in a forked child), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, *[ctypes.c_ulong] * 4]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` after which the child gets SIGKILL when this thread ends (see the
+    module's docstring), or None where there is no ``prctl``."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:  # in the forked child, before exec: nothing that may block
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the kernel was asked
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -185,22 +237,27 @@ def compile_library(
     flags: Sequence[str] = FLAGS,
     namespace: str = "clike",
     key: Sequence[Any] = (),
+    cache_root: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Compile ``source`` into a shared library in ``cache_dir(namespace)``, or reuse a
-    verified one built from the same source, compiler, flags and ``key``.
+    verified one built from the same source, compiler, flags and ``key``. ``cache_root``:
+    a cache root of the caller's own instead of the SDK's (:func:`sdk.cache.cache_dir`'s
+    ``root``; the native runner's ``$SDK_RUNNER_DIR``).
 
     Raises :class:`CompileError` when the compiler fails, or runs past
-    ``SDK_COMPILE_TIMEOUT`` seconds (it is killed then)."""
+    ``SDK_COMPILE_TIMEOUT`` seconds (it is killed then), or another process builds the same
+    library for longer than that (see the module's docstring)."""
     compiler = find_compiler(language)
     flags = tuple(flags)
     digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
-    cache = DiskCache(namespace)
+    cache = DiskCache(namespace, root=cache_root)
     path = _verified(cache, digest_key)
     if path is not None:
         return path
     # one build per library at a time across processes (DDP ranks, test workers, a cold
     # start's processes): the others wait for it, then load what it built
-    with _build_lock(cache.path_for(digest_key, ".lock")):
+    src = cache.path_for(digest_key, _COMPILERS[language][3])
+    with _build_lock(cache.path_for(digest_key, ".lock"), f"{src} with {compiler}"):
         path = _verified(cache, digest_key)
         if path is not None:
             return path
@@ -249,39 +306,132 @@ def _build(
 
 
 @contextlib.contextmanager
-def _build_lock(path: Path) -> Any:
-    """An exclusive ``flock`` on ``path`` while one process builds a library. Waits at most
-    the compile time limit (a holder's compiler is killed by then, and the kernel drops the
-    lock of a process that dies); where no lock can be had (no ``fcntl``, a directory or a
-    FIFO at the path, a read-only cache), the build goes on without one, as it did before:
-    two processes then build the same library, each renaming a whole file into place."""
+def _build_lock(path: Path, building: str) -> Any:
+    """An exclusive ``flock`` on ``path`` while one process builds a library (``building``,
+    recorded in the file for waiters to name). Waits at most :func:`config.lock_wait` (a
+    holder's compiler is killed by then, and the kernel drops the lock of a process that
+    dies), saying who holds it after :data:`LOCK_NOTICE_S`, then raises
+    :class:`CompileError`. Where no lock can be had (no ``fcntl``, a directory or a FIFO at
+    the path, a read-only cache), the build goes on without one, as it did before: two
+    processes then build the same library, each renaming a whole file into place."""
     try:
         import fcntl
     except ImportError:  # not a POSIX system
         yield
         return
-    try:
-        make_room(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError:
+    taken = _take_lock(fcntl, path)
+    if taken is None:
         yield
         return
+    fd, locked = taken
     try:
-        timeout = config.compile_timeout()
-        deadline = time.monotonic() + (timeout if timeout else float("inf"))
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    break  # build anyway: a stuck holder must not stop this process
-                time.sleep(0.05)
-            except OSError:  # no locks on this file system (ENOLCK)
-                break
+        if locked:
+            _write_holder(fd, building)
         yield
     finally:
+        if locked:
+            with contextlib.suppress(OSError):  # a waiter reads no stale holder
+                os.ftruncate(fd, 0)
         os.close(fd)  # releases the lock
+
+
+def _take_lock(fcntl: Any, path: Path) -> tuple[int, bool] | None:
+    """The lock file's descriptor, and whether it is locked (False: the file system has no
+    locks); None where no lock file can be opened. A lock file that ``cache clear`` removed
+    between this process's open and its lock (it removes only those no one holds:
+    :func:`sdk.core.cache.remove_lock`) is opened again, so that every holder's file is
+    the one at the path."""
+    start = time.monotonic()
+    while True:
+        try:
+            make_room(path)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return None
+        try:
+            locked = _wait_for_lock(fcntl, fd, path, start)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not locked or _still_at(fd, path):
+            return fd, locked
+        os.close(fd)
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is the file at ``path`` still (not one removed from under it)."""
+    try:
+        here, there = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+#: seconds a process waits for another's build lock before it says (once) who holds it
+LOCK_NOTICE_S = 5.0
+
+
+def _wait_for_lock(fcntl: Any, fd: int, path: Path, start: float) -> bool:
+    """Take the lock on ``fd``: True, or False where the file system has no locks; a
+    :class:`CompileError` naming the holder :func:`config.lock_wait` seconds after
+    ``start`` (``time.monotonic()``)."""
+    limit = config.lock_wait()
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            waited = time.monotonic() - start
+            if waited >= limit:
+                raise CompileError(_gave_up(_holder(fd), path, waited, limit)) from None
+            if not told and waited >= LOCK_NOTICE_S:
+                told = True
+                print(
+                    f"sdk: waiting for {_holder(fd)[0]} to finish building the same library "
+                    f"(lock {path}); giving up after {limit:g} s (SDK_COMPILE_TIMEOUT)...",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            time.sleep(0.05)
+        except OSError:  # no locks on this file system (ENOLCK)
+            return False
+
+
+def _write_holder(fd: int, building: str) -> None:
+    """Record in the lock file who holds it: pid, host, since when, what it builds."""
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+    record["building"] = building
+    with contextlib.suppress(OSError):  # (a full disk: waiters just cannot name us)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+
+
+def _holder(fd: int) -> tuple[str, str]:
+    """Who holds the lock of ``fd``, as its holder recorded it: ("process PID on HOST",
+    the pid), or a phrase and "" where nothing readable is recorded."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0))
+        pid, host = int(record["pid"]), str(record["host"])[:100]
+        since, building = float(record["since"]), str(record["building"])[:500]
+    except (OSError, ValueError, TypeError, KeyError):  # not written yet, or not ours
+        return "another process (it has not recorded which)", ""
+    started = time.strftime("%H:%M:%S", time.localtime(since))
+    ago = max(0.0, time.time() - since)
+    who = f"process {pid} on {host} (building {building} since {started}, {ago:.0f} s ago)"
+    return who, str(pid)
+
+
+def _gave_up(holder: tuple[str, str], path: Path, waited: float, limit: float) -> str:
+    who, pid = holder
+    end = f"end it (`kill {pid}`)" if pid else "end it"
+    set_to = config.variable("SDK_COMPILE_TIMEOUT") or "unset"
+    return (
+        f"gave up waiting for another build of this library after {waited:.0f} s: {who} "
+        f"holds its lock {path}. Fix: if that process is stuck or stopped, {end} and compile "
+        f"again; if its build is just slow, raise SDK_COMPILE_TIMEOUT (now {set_to}; a wait "
+        f"for a lock lasts {limit:g} s, {config.COMPILE_TIMEOUT:g} when it is 0)."
+    )
 
 
 def _verified(cache: DiskCache, digest_key: str) -> Path | None:
@@ -301,13 +451,14 @@ def is_built(
     flags: Sequence[str] = FLAGS,
     namespace: str = "clike",
     key: Sequence[Any] = (),
+    cache_root: str | os.PathLike[str] | None = None,
 ) -> bool:
     """Whether :func:`compile_library` would reuse a verified build (no compiler run)."""
     compiler = find_compiler(language)
     digest_key = stable_hash(
         source, compiler, compiler_identity(compiler, language), tuple(flags), *key
     )
-    return _verified(DiskCache(namespace), digest_key) is not None
+    return _verified(DiskCache(namespace, root=cache_root), digest_key) is not None
 
 
 def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
@@ -566,3 +567,143 @@ def test_compile_timeout_default_and_off(monkeypatch: pytest.MonkeyPatch) -> Non
     assert config.compile_timeout() is None
     monkeypatch.setenv("SDK_COMPILE_TIMEOUT", "12.5")
     assert config.compile_timeout() == 12.5
+
+
+_SLOW_COMPILER = """#!/bin/sh
+case "$*" in *--version*|*" -E "*) exec {real} "$@";; esac
+echo $$ >> "{pids}"
+exec sleep 120
+"""
+
+
+def _compiling_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str):
+    """A process building ``source`` with a compiler that sleeps (``$CXX`` here too): the
+    process, once its compiler runs, and the compiler's pid."""
+    import time
+
+    pids = tmp_path / "compiler-pids"
+    fake = tmp_path / "slow-c++"
+    fake.write_text(_SLOW_COMPILER.format(pids=pids, real=find_compiler()))
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    code = "import sys; from sdk.plugins.cpu_cpp.toolchain import compile_library\n"
+    code += "compile_library(sys.argv[1])\n"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, source], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 180
+    while not (pids.exists() and pids.read_text().strip()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"the build never started: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.1)
+    return proc, int(pids.read_text().split()[0])
+
+
+def _end(proc: subprocess.Popen, compiler: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(compiler, 9)
+    proc.kill()
+    proc.wait(timeout=60)
+    proc.stderr.close()
+
+
+@needs_cxx
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("timeout", ["3", "0"])
+def test_a_waiter_on_a_build_lock_says_who_holds_it_and_gives_up(
+    timeout: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd, fresh_identity
+) -> None:
+    """A process waiting for another's build of the same library says which process holds
+    the lock after a few seconds, and gives up at the compile time limit with an error naming
+    it; with SDK_COMPILE_TIMEOUT=0 (no limit on a compiler run) the wait still ends, at the
+    default limit (made 3 s here)."""
+    import threading
+    import time
+
+    from sdk.core import config
+
+    source = _add_kernel(f"held{timeout}")
+    holder, compiler = _compiling_process(tmp_path, monkeypatch, source)
+    try:
+        monkeypatch.setenv("SDK_COMPILE_TIMEOUT", timeout)
+        monkeypatch.setattr(config, "COMPILE_TIMEOUT", 3.0)
+        monkeypatch.setattr(toolchain, "LOCK_NOTICE_S", 0.5, raising=False)
+        outcome: list[BaseException | Path] = []
+
+        def wait() -> None:
+            try:
+                outcome.append(compile_library(source))
+            except BaseException as exc:  # noqa: BLE001 - what the test looks at
+                outcome.append(exc)
+
+        start = time.monotonic()
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        waiter.join(30)
+        elapsed = time.monotonic() - start
+        assert not waiter.is_alive(), "the waiter still waits after 30 s"
+        assert _alive(compiler), "the holder's compiler ended: nothing was waited for"
+    finally:
+        _end(holder, compiler)
+    (error,) = outcome
+    assert isinstance(error, CompileError), error
+    message = str(error)
+    assert f"process {holder.pid} " in message and "lock" in message, message
+    assert "SDK_COMPILE_TIMEOUT" in message and f"kill {holder.pid}" in message, message
+    assert 3 <= elapsed < 20, elapsed
+    notices = [line for line in capfd.readouterr().err.splitlines() if "waiting" in line]
+    assert len(notices) == 1 and f"process {holder.pid} " in notices[0], notices
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_a_build_lock_removed_before_it_is_taken_is_taken_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cache clear` removes a lock file no build holds; a process that opened it just before
+    and locks it just after holds a lock no one else sees: it must notice and lock the file
+    now at the path, so that two builds of one library never run at once."""
+    import fcntl
+
+    path = tmp_path / "lib.lock"
+    flock = fcntl.flock
+    removed = []
+
+    def cleared_first(fd: int, op: int) -> None:
+        if not removed:  # `cache clear` between this process's open and its lock
+            removed.append(path.stat().st_ino)
+            path.unlink()
+        flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", cleared_first)
+    with toolchain._build_lock(path, "a test"):
+        monkeypatch.setattr(fcntl, "flock", flock)
+        assert removed, "the lock was taken without a flock"
+        other = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)  # the next process's lock
+        try:
+            with pytest.raises(BlockingIOError):
+                flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+
+
+@needs_cxx
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_killed_process_leaves_no_compiler_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed with SIGKILL mid-build (its compiler runs in a session of its own,
+    out of reach of a signal to the process's group) takes its compiler with it."""
+    import time
+
+    holder, compiler = _compiling_process(tmp_path, monkeypatch, _add_kernel("orphan"))
+    try:
+        assert _alive(compiler)
+        holder.kill()
+        holder.wait(timeout=60)
+        deadline = time.monotonic() + 5
+        while _alive(compiler) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(compiler), "the compiler outlived the process that ran it"
+    finally:
+        _end(holder, compiler)

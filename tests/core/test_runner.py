@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -290,6 +291,65 @@ def test_no_compiler_one_warning_and_the_python_program(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "WARNINGS 1" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert "Fix: install a C++ compiler" in proc.stdout
+
+
+@pytest.fixture
+def fresh_runner(monkeypatch):
+    """``native.module()`` forgets the runner this process loaded (restored after), with
+    ``SDK_RUNNER_DIR`` naming the cache it came from: loading it again is a cache hit."""
+    saved = dict(native._state)
+    monkeypatch.setenv("SDK_RUNNER_DIR", str(Path(saved["module"].__file__).parents[1]))
+    native._state.clear()
+    yield
+    native._state.clear()
+    native._state.update(saved)
+
+
+def test_an_interrupted_runner_build_is_not_remembered(fresh_runner, monkeypatch):
+    """Ctrl-C during the first build of the runner (about a minute) stops the build, and the
+    next compile builds it again: the runner is not off for the rest of the process."""
+    from sdk import toolchain
+
+    built = toolchain.compile_library
+
+    def interrupted(*args, namespace="clike", **kwargs):
+        if namespace == "runner":
+            raise KeyboardInterrupt
+        return built(*args, namespace=namespace, **kwargs)
+
+    monkeypatch.setattr(toolchain, "compile_library", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _run(lambda x: x.sin() * 2, (torch.randn(8),), "native")
+    assert native.why_not() is None
+    monkeypatch.setattr(toolchain, "compile_library", built)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = torch.randn(8)
+        out, report = _run(lambda x: x.sin() * 2, (x,), "native")
+    assert [g.runner for g in report.graphs] == ["native"], str(report)
+    torch.testing.assert_close(out, x.sin() * 2)
+
+
+def test_the_runner_dir_never_changes_the_environment(fresh_runner, monkeypatch, tmp_path):
+    """``SDK_RUNNER_DIR`` reaches the build as an argument: the process environment (which
+    other threads, a lazy backward compile, and child processes read) keeps the cache root."""
+    from sdk import toolchain
+
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    before = dict(os.environ)
+    seen = []
+    built = toolchain.compile_library
+
+    def observed(*args, **kwargs):
+        seen.append(dict(os.environ))
+        return built(*args, **kwargs)
+
+    monkeypatch.setattr(toolchain, "compile_library", observed)
+    mod = native.module()
+    assert mod is not None, native.why_not()
+    assert seen == [before]
+    assert Path(mod.__file__).parents[1] == Path(os.environ["SDK_RUNNER_DIR"])
+    assert not (tmp_path / "cache").exists()  # nothing of the runner's in the cache root
 
 
 def test_native_entry_is_what_the_toolchain_launcher_carries():

@@ -556,5 +556,32 @@ def test_cache_info_counts_leftover_temporaries(tmp_path, monkeypatch):
     assert graph_cache.clear() == 1 and not (ns / ".tmp-abc.so").exists()
 
 
+def test_cache_clear_removes_lock_files_but_not_one_a_build_holds(tmp_path):
+    """`sdk cache clear` leaves nothing of the SDK's: the build locks beside libraries go too,
+    except one that a running build holds (held here), which it keeps and says so."""
+    import fcntl
+
+    root = tmp_path / "cache"
+    env = {"SDK_CACHE_DIR": str(root)}
+    store = DiskCache("cpp", root=root)
+    store.put("a", b"payload")
+    free, held = store.path_for("a", ".lock"), store.path_for("b", ".lock")
+    free.write_bytes(b"")
+    held.write_bytes(b"")
+    fd = os.open(held, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        proc = _cli(["cache", "clear"], env)
+        assert proc.returncode == 0, proc.stderr
+        assert not free.exists() and not store.path_for("a", ".entry").exists()
+        assert held.exists(), "a lock a build holds was removed"
+        assert "removed 2 files" in proc.stdout and "kept 1 lock file" in proc.stdout, proc.stdout
+    finally:
+        os.close(fd)
+    proc = _cli(["cache", "clear"], env)
+    assert proc.returncode == 0 and "removed 1 files" in proc.stdout, proc.stdout + proc.stderr
+    assert sorted(p.name for p in (root / "cpp").iterdir()) == []
+
+
 def test_sdk_exports_the_warning():
     assert issubclass(sdk.CacheDirWarning, UserWarning)
