@@ -34,12 +34,13 @@ kernels' plugin fails, and the compile falls back as it does for any compiler er
 A compiler also dies with the process that runs it, even one killed by SIGKILL (which a
 session of its own would otherwise survive): on Linux, the compiler asks the kernel, before
 it starts (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` in a ``preexec_fn``), for a SIGKILL when its
-parent goes. Caveats: the signal comes when the parent *thread* that started it ends (the
+parent goes (through util-linux's ``setpriv --pdeathsig KILL``, else a ``preexec_fn``). Caveats: the signal comes when the parent *thread* that started it ends (the
 compile runs, and waits for the compiler, in the calling thread: fine); it reaches the
 compiler itself, not the processes it started (``cc1plus``, ``as``, ``ld``: they finish
-their step, and nothing starts the next); a ``preexec_fn`` makes ``subprocess`` fork instead
-of vfork (tens of milliseconds per compiler run in a process that has torch loaded). Where
-``prctl`` is missing (not Linux), the compiler runs without it.
+their step, and nothing starts the next); without ``setpriv``, the ``preexec_fn`` makes
+``subprocess`` fork instead of vfork (tens of milliseconds per compiler run in a process
+that has torch loaded). Where ``prctl`` is missing (not Linux), the compiler runs without
+it.
 """
 
 from __future__ import annotations
@@ -88,15 +89,16 @@ def _run(cmd: list[str], shown: str) -> subprocess.CompletedProcess:
     compiler and every process it started (its own session and process group) are killed
     and :class:`CompileError` names the limit and the variable that raises it."""
     timeout = config.compile_timeout()
+    setpriv = _setpriv()
     proc = subprocess.Popen(  # the compiler $CC/$CXX names
-        cmd,
+        [setpriv, "--pdeathsig", "KILL", "--", *cmd] if setpriv else cmd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         errors="replace",
         start_new_session=True,
-        preexec_fn=_dies_with_parent(),  # (after the new session is made)
+        preexec_fn=None if setpriv else _dies_with_parent(),  # (after the new session)
     )
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -114,6 +116,17 @@ def _run(cmd: list[str], shown: str) -> subprocess.CompletedProcess:
 
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@functools.cache
+def _setpriv() -> str | None:
+    """util-linux's ``setpriv`` (every Linux distribution's base system has it), which asks
+    for the death signal and then runs the compiler: ``subprocess`` keeps its fast vfork
+    path, where a ``preexec_fn`` forks the whole process (60-70 ms a compiler run with torch
+    loaded). None where it is missing: the ``preexec_fn`` asks instead."""
+    if not sys.platform.startswith("linux"):
+        return None
+    return shutil.which("setpriv")
 
 
 @functools.cache
