@@ -94,6 +94,19 @@ def _run(cmd: list[str], shown: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
+_ERROR_LINE = re.compile(r"\berror\b|undefined reference", re.IGNORECASE)
+
+
+def _first_error(output: str) -> str:
+    """The compiler's own first error line in ``output`` (``g++: fatal error: cannot execute
+    'as'``, ``k.c:3:5: error: ...``), else its first line that is not blank; at most 300
+    characters. The first line of a :class:`CompileError`'s message quotes it, so that a
+    warning or report that shows one line shows the cause."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    line = next((ln for ln in lines if _ERROR_LINE.search(ln)), lines[0] if lines else "")
+    return (line[:297] + "...") if len(line) > 300 else line or "(no output)"
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL ``proc``'s process group (the compiler and its children), then reap it."""
     with contextlib.suppress(ProcessLookupError):  # (every process of it already gone)
@@ -230,10 +243,11 @@ def _build(
         except CompileError as exc:
             raise CompileError(f"{exc}\nfull source: {src}") from None
         if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
+            output = proc.stderr or proc.stdout
+            tail = "\n".join(output.splitlines()[-40:])
             raise CompileError(
                 f"{_COMPILERS[language][2]} compilation failed "
-                f"(exit status {proc.returncode})."
+                f"(exit status {proc.returncode}): {_first_error(output)}"
                 f"\ncommand: {shlex.join(cmd)}\nfull source: {src}\n"
                 f"compiler output (last lines):\n{tail}"
             )

@@ -337,6 +337,8 @@ def test_compile_error_message(cache_root: Path) -> None:
     message = str(info.value)
     assert find_compiler() in message and "-fopenmp" in message  # the command
     assert "undefined_name" in message and "error" in message  # the stderr tail
+    # the first line (what a warning or one-line reason shows) quotes the compiler's error
+    assert "undefined_name" in message.splitlines()[0], message
     written = re.search(r"full source: (\S+)", message)
     assert written and Path(written.group(1)).read_text() == source
     leftovers = [*(cache_root / "cpp").glob("*.so"), *(cache_root / "cpp").glob(".tmp*")]
