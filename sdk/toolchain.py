@@ -21,6 +21,13 @@ its own ``flags`` (``FLAGS`` plus ``-std=c++17``, say) and ``namespace`` (its ca
 Processes that need the same library at once (DDP ranks, a job's workers) build it once: the
 first takes a file lock beside its cache entry, the others wait for it and load what it built.
 
+A machine without a compiler still loads what was built: each build (or verified reuse)
+also records, under a key made without the compiler (the source, flags and ``key``, and this
+host's CPU: :func:`_host_cpu`), which library it was; :func:`compile_library` and
+:func:`is_built` fall back on that record where :func:`find_compiler` finds none, and
+:func:`cache_key` on the key it last computed here. Without either, the compiler's absence is
+the error (``FileNotFoundError``, naming the fix).
+
 Every compiler run has a time limit, ``SDK_COMPILE_TIMEOUT`` seconds (default 300; 0: none).
 A compiler still running then is killed with every process it started (it runs in a session
 of its own, and the whole process group is killed), and :class:`CompileError` says so: the
@@ -170,19 +177,76 @@ def cache_key(language: str, flags: Sequence[str], *packages: str) -> str | None
     """What a plugin that builds here returns from ``sdk_cache_key``: the compiler
     (:func:`find_compiler`), its :func:`compiler_identity`, ``flags`` and the sources of
     ``packages`` (the plugin's own, ``__name__``: :func:`sdk.cache.source_digest`), hashed.
-    None when there is no compiler (the plugin's programs stay out of the whole-graph cache).
-    Computed once per process."""
+    Where there is no compiler, the key last computed on this host for the same flags and
+    sources (its cached programs still run); None where there is none either, or the
+    compiler hangs (the plugin's programs stay out of the whole-graph cache). Computed once
+    per process."""
     return _cache_key(language, tuple(flags), packages)
+
+
+#: the namespace of the keys :func:`cache_key` computed, by what they are without a compiler
+_KEYS = "toolchain"
 
 
 @functools.cache
 def _cache_key(language: str, flags: tuple[str, ...], packages: tuple[str, ...]) -> str | None:
+    sources = source_digest(*packages)
+    known = stable_hash("cache-key", language, flags, sources, _host_cpu())
     try:
         compiler = find_compiler(language)
+    except FileNotFoundError:  # no compiler: the key of the last one that had these sources
+        recorded = _cached(DiskCache(_KEYS), known)
+        return None if recorded is None else recorded.decode()
+    try:
         identity = compiler_identity(compiler, language)
-    except (FileNotFoundError, CompileError):  # no compiler, or one that hangs
+    except CompileError:  # one that hangs
         return None
-    return stable_hash(compiler, identity, flags, source_digest(*packages))
+    key = stable_hash(compiler, identity, flags, sources)
+    _record(DiskCache(_KEYS), known, key)
+    return key
+
+
+@functools.cache
+def _host_cpu() -> str:
+    """This host's CPU as far as a library built with ``-march=native`` depends on it, read
+    without a compiler: the machine, and on Linux the first processor's model and feature
+    flags (``/proc/cpuinfo``). A library built on one host is never loaded without a
+    compiler on a host whose CPU differs (a home directory shared between machines)."""
+    import platform
+
+    fields = ("vendor_id", "model name", "flags", "Features", "CPU implementer", "CPU part")
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in fields and name not in found:
+                    found[name] = " ".join(sorted(value.split()))  # (flags in any order)
+    except OSError:  # not Linux
+        pass
+    if not found:
+        found["processor"] = platform.processor()
+    return stable_hash(platform.machine(), tuple(sorted(found.items())))
+
+
+def _cached(cache: DiskCache, key: str) -> bytes | None:
+    """A 64-hex-digit record under ``key`` (see :func:`_record`), or None."""
+    try:
+        recorded = cache.get(key)
+    except OSError:  # (a cache directory refused: nothing recorded)
+        return None
+    return recorded if recorded is not None and _HEX.fullmatch(recorded) else None
+
+
+def _record(cache: DiskCache, key: str, value: str) -> None:
+    """Record ``value`` (64 hex digits) under ``key``, unless it is there already; a cache
+    that cannot be written is not an error (the record only serves a later process without
+    a compiler)."""
+    if _cached(cache, key) == value.encode():
+        return
+    with contextlib.suppress(OSError):
+        cache.put(key, value.encode())
 
 
 def _trusted_digest(path: Path) -> str | None:
@@ -202,22 +266,45 @@ def compile_library(
     """Compile ``source`` into a shared library in ``cache_dir(namespace)``, or reuse a
     verified one built from the same source, compiler, flags and ``key``.
 
+    Without a compiler, the library last built (or reused) on this host from the same
+    source, flags and ``key``, where it is still there and verified.
+
     Raises :class:`CompileError` when the compiler fails, or runs past
-    ``SDK_COMPILE_TIMEOUT`` seconds (it is killed then)."""
-    compiler = find_compiler(language)
+    ``SDK_COMPILE_TIMEOUT`` seconds (it is killed then); ``FileNotFoundError`` (naming the
+    fix) when there is no compiler and no such library."""
     flags = tuple(flags)
-    digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
     cache = DiskCache(namespace)
-    path = _verified(cache, digest_key)
-    if path is not None:
+    known = _known(source, language, flags, key)
+    try:
+        compiler = find_compiler(language)
+    except FileNotFoundError:
+        path = _built_before(cache, known)
+        if path is None:
+            raise
         return path
-    # one build per library at a time across processes (DDP ranks, test workers, a cold
-    # start's processes): the others wait for it, then load what it built
-    with _build_lock(cache.path_for(digest_key, ".lock")):
-        path = _verified(cache, digest_key)
-        if path is not None:
-            return path
-        return _build(cache, digest_key, source, compiler, language, flags)
+    digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
+    path = _verified(cache, digest_key)
+    if path is None:
+        # one build per library at a time across processes (DDP ranks, test workers, a cold
+        # start's processes): the others wait for it, then load what it built
+        with _build_lock(cache.path_for(digest_key, ".lock")):
+            path = _verified(cache, digest_key)
+            if path is None:
+                path = _build(cache, digest_key, source, compiler, language, flags)
+    _record(cache, known, digest_key)
+    return path
+
+
+def _known(source: str, language: str, flags: tuple[str, ...], key: Sequence[Any]) -> str:
+    """The key of a library's record made without a compiler: its source, language, flags,
+    the caller's ``key`` and this host's CPU (:func:`_host_cpu`)."""
+    return stable_hash("built", source, language, flags, tuple(key), _host_cpu())
+
+
+def _built_before(cache: DiskCache, known: str) -> Path | None:
+    """The verified library recorded under ``known`` (:func:`_known`), or None."""
+    digest_key = _cached(cache, known)
+    return None if digest_key is None else _verified(cache, digest_key.decode())
 
 
 def _build(
@@ -317,10 +404,13 @@ def is_built(
     key: Sequence[Any] = (),
 ) -> bool:
     """Whether :func:`compile_library` would reuse a verified build (no compiler run)."""
-    compiler = find_compiler(language)
-    digest_key = stable_hash(
-        source, compiler, compiler_identity(compiler, language), tuple(flags), *key
-    )
+    flags = tuple(flags)
+    try:
+        compiler = find_compiler(language)
+    except FileNotFoundError:
+        known = _known(source, language, flags, key)
+        return _built_before(DiskCache(namespace), known) is not None
+    digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
     return _verified(DiskCache(namespace), digest_key) is not None
 
 

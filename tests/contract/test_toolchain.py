@@ -270,7 +270,7 @@ def test_unsafe_library_or_record_is_recompiled(cache_root: Path) -> None:
     path = compile_library(source)
     os.chmod(path, 0o777)
     assert _mode(compile_library(source)) == 0o700
-    (record,) = (cache_root / "cpp").glob("*.entry")
+    record = path.with_name(path.name.split(".")[0] + ".entry")  # (the library's digest)
     record.write_bytes(b"not a record")
     assert compile_library(source) == path  # rebuilt (the build is deterministic) ...
     assert record.read_bytes() != b"not a record"  # ... and recorded again
@@ -568,3 +568,40 @@ def test_compile_timeout_default_and_off(monkeypatch: pytest.MonkeyPatch) -> Non
     assert config.compile_timeout() is None
     monkeypatch.setenv("SDK_COMPILE_TIMEOUT", "12.5")
     assert config.compile_timeout() == 12.5
+
+
+@needs_cxx
+def test_what_was_built_here_loads_without_a_compiler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_identity
+) -> None:
+    """Without a compiler, a library built earlier on this host from the same source and
+    flags is loaded (verified as ever), and the plugin's cache key is the one computed
+    then; what was never built, or was built for another CPU, is the compiler's absence."""
+    source = _add_kernel("no compiler")
+    built = compile_library(source)
+    key = toolchain.cache_key(LANGUAGE, default_flags(), "sdk.plugins.cpu_cpp")
+    assert key is not None
+    toolchain._cache_key.cache_clear()
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        find_compiler()
+    assert toolchain.is_built(
+        source, language=LANGUAGE, flags=default_flags(), namespace="cpp", key=("0",)
+    )
+    assert compile_library(source) == built
+    (add,) = compile_and_load(source, ["add"], [3])
+    x, y = torch.randn(N), torch.randn(N)
+    out = torch.empty(N)
+    add(x.data_ptr(), y.data_ptr(), out.data_ptr())
+    torch.testing.assert_close(out, x + y)
+    assert toolchain.cache_key(LANGUAGE, default_flags(), "sdk.plugins.cpu_cpp") == key
+    with pytest.raises(FileNotFoundError, match="CXX"):
+        compile_library(_add_kernel("never built"))
+    assert toolchain.cache_key(LANGUAGE, ("-O0",), "sdk.plugins.cpu_cpp") is None
+    # another CPU (a home directory shared with another machine): nothing is loaded
+    monkeypatch.setattr(toolchain, "_host_cpu", lambda: "another CPU")
+    toolchain._cache_key.cache_clear()
+    with pytest.raises(FileNotFoundError, match="CXX"):
+        compile_library(source)
+    assert toolchain.cache_key(LANGUAGE, default_flags(), "sdk.plugins.cpu_cpp") is None
