@@ -87,9 +87,17 @@ def _populate_programs(key: str, payload: bytes) -> None:
     populate(key, payload)
 
 
-# torch.compiler.load_cache_artifacts() must know the SDK's artifact type before it reads a
-# blob that holds one: registered here, at import (core.warm records the entries)
+def _populate_libraries(key: str, payload: bytes) -> None:
+    from sdk.toolchain import _populate
+
+    _populate(key, payload)
+
+
+# torch.compiler.load_cache_artifacts() must know the SDK's artifact types before it reads a
+# blob that holds one: registered here, at import (core.warm records the programs,
+# sdk.toolchain the libraries they load and the plugins' cache keys)
 _mega_cache.register("sdk_programs", _populate_programs)
+_mega_cache.register("sdk_libraries", _populate_libraries)
 
 #: Marks a plugin's hook functions: ``@sdk.hookimpl`` (or ``@sdk.hookimpl(wrapper=True)``).
 hookimpl = pluggy.HookimplMarker(_PROJECT)

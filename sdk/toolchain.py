@@ -26,7 +26,10 @@ also records, under a key made without the compiler (the source, flags and ``key
 host's CPU: :func:`_host_cpu`), which library it was; :func:`compile_library` and
 :func:`is_built` fall back on that record where :func:`find_compiler` finds none, and
 :func:`cache_key` on the key it last computed here. Without either, the compiler's absence is
-the error (``FileNotFoundError``, naming the fix).
+the error (``FileNotFoundError``, naming the fix). ``torch.compiler.save_cache_artifacts()``
+carries those libraries and keys beside the programs (artifact type ``sdk_libraries``), so
+that ``load_cache_artifacts()`` lets a machine without a compiler, whose CPU is the same, run
+them too.
 
 Every compiler run has a time limit, ``SDK_COMPILE_TIMEOUT`` seconds (default 300; 0: none).
 A compiler still running then is killed with every process it started (it runs in a session
@@ -196,13 +199,17 @@ def _cache_key(language: str, flags: tuple[str, ...], packages: tuple[str, ...])
         compiler = find_compiler(language)
     except FileNotFoundError:  # no compiler: the key of the last one that had these sources
         recorded = _cached(DiskCache(_KEYS), known)
-        return None if recorded is None else recorded.decode()
-    try:
-        identity = compiler_identity(compiler, language)
-    except CompileError:  # one that hangs
-        return None
-    key = stable_hash(compiler, identity, flags, sources)
-    _record(DiskCache(_KEYS), known, key)
+        if recorded is None:
+            return None
+        key = recorded.decode()
+    else:
+        try:
+            identity = compiler_identity(compiler, language)
+        except CompileError:  # one that hangs
+            return None
+        key = stable_hash(compiler, identity, flags, sources)
+        _record(DiskCache(_KEYS), known, key)
+    _carry(f"{_KEYS}:{known}", key.encode())
     return key
 
 
@@ -278,20 +285,27 @@ def compile_library(
     try:
         compiler = find_compiler(language)
     except FileNotFoundError:
-        path = _built_before(cache, known)
+        recorded = _cached(cache, known)
+        path = None if recorded is None else _verified(cache, recorded.decode())
         if path is None:
             raise
-        return path
-    digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
-    path = _verified(cache, digest_key)
-    if path is None:
-        # one build per library at a time across processes (DDP ranks, test workers, a cold
-        # start's processes): the others wait for it, then load what it built
-        with _build_lock(cache.path_for(digest_key, ".lock")):
-            path = _verified(cache, digest_key)
-            if path is None:
-                path = _build(cache, digest_key, source, compiler, language, flags)
-    _record(cache, known, digest_key)
+        digest_key = recorded.decode()
+    else:
+        digest_key = stable_hash(
+            source, compiler, compiler_identity(compiler, language), flags, *key
+        )
+        path = _verified(cache, digest_key)
+        if path is None:
+            # one build per library at a time across processes (DDP ranks, test workers, a
+            # cold start's processes): the others wait for it, then load what it built
+            with _build_lock(cache.path_for(digest_key, ".lock")):
+                path = _verified(cache, digest_key)
+                if path is None:
+                    path = _build(cache, digest_key, source, compiler, language, flags)
+        _record(cache, known, digest_key)
+    data = read_regular(path)
+    if data is not None:
+        _carry(f"{namespace}:{known}", digest_key.encode() + data)
     return path
 
 
@@ -305,6 +319,44 @@ def _built_before(cache: DiskCache, known: str) -> Path | None:
     """The verified library recorded under ``known`` (:func:`_known`), or None."""
     digest_key = _cached(cache, known)
     return None if digest_key is None else _verified(cache, digest_key.decode())
+
+
+#: the artifact type of libraries and keys in torch's MegaCache
+_ARTIFACT = "sdk_libraries"
+
+
+def _carry(key: str, content: bytes) -> None:
+    """Record a library (``namespace:known``, its digest key then its bytes) or a plugin's
+    cache key (``toolchain:known``) for the next ``save_cache_artifacts()``."""
+    from sdk.core.adapters import mega_cache
+
+    mega_cache.record(_ARTIFACT, key, content)
+
+
+def _populate(key: str, content: bytes) -> None:
+    """One ``sdk_libraries`` entry of a blob ``load_cache_artifacts()`` reads (see
+    :func:`_carry`), into this user's cache: a library under its digest key (verified as any
+    other, its record made here), and what it was built from (:func:`_known`, which holds the
+    CPU it was built for) or the cache key, for a process without a compiler. An entry that
+    is not well-formed is ignored."""
+    namespace, _, known = key.partition(":")
+    if not _HEX.fullmatch(known.encode()) or not re.fullmatch(r"[a-z0-9_-]+", namespace):
+        return
+    if namespace == _KEYS:
+        if _HEX.fullmatch(content):
+            _record(DiskCache(_KEYS), known, content.decode())
+        return
+    digest_key, data = content[:64], content[64:]
+    if not _HEX.fullmatch(digest_key) or not data:
+        return
+    cache = DiskCache(namespace)
+    digest = hashlib.sha256(data).hexdigest()
+    path = cache.path_for(digest_key.decode(), f".{digest[:16]}.so")
+    if _trusted_digest(path) != digest:
+        write_atomic(path, data)
+        os.chmod(path, 0o700)  # (as a library built here)
+    cache.put(digest_key.decode(), digest.encode())
+    _record(cache, known, digest_key.decode())
 
 
 def _build(

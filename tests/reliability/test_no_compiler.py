@@ -19,14 +19,19 @@ from pathlib import Path
 import pytest
 
 #: The training step, in a process of its own: ``argv[1]`` "same" or "other" (its head
-#: computes something else: those graphs are not in the cache). Prints its warnings and
-#: reports as one JSON line, then the report's text.
+#: computes something else: those graphs are not in the cache); ``argv[2]``, if given, a file
+#: to load MegaCache artifacts from first ("load:PATH") or to save them to after ("save:PATH").
+#: Prints its warnings and reports as one JSON line, then the report's text.
 STEP = textwrap.dedent(
     """
     import copy, json, sys, warnings
     import torch, sdk
     warnings.simplefilter("always")
     other = sys.argv[1] == "other"
+    artifacts = sys.argv[2] if len(sys.argv) > 2 else ""
+    if artifacts.startswith("load:"):
+        with open(artifacts[5:], "rb") as f:
+            assert torch.compiler.load_cache_artifacts(f.read()) is not None
     torch.manual_seed(0)
     body = torch.nn.Sequential(
         torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU()
@@ -52,6 +57,9 @@ STEP = textwrap.dedent(
     for p, q in zip([*body.parameters(), *head.parameters()],
                     [*eager_body.parameters(), *eager_head.parameters()]):
         torch.testing.assert_close(p.grad, q.grad)
+    if artifacts.startswith("save:"):
+        with open(artifacts[5:], "wb") as f:
+            f.write(torch.compiler.save_cache_artifacts()[0])
     print(json.dumps({
         "warnings": [f"{w.category.__name__}: {w.message}" for w in caught],
         "graphs": [
@@ -142,3 +150,17 @@ def test_a_graph_not_in_the_cache_runs_in_aten_with_one_warning(warm: Path, tmp_
         assert len(reasons) == 1, text
         assert "cannot compile" in reasons.pop(), text
     assert text.count("no-such-g++") <= 2, text  # the reason once per graph at most
+
+
+def test_programs_received_through_mega_cache_run_without_a_compiler(tmp_path: Path) -> None:
+    """``save_cache_artifacts()`` carries the kernels' libraries and the plugin's cache key
+    with the programs: a machine with empty caches and no compiler (of the same CPU) that
+    loads them runs the step compiled, without a warning."""
+    blob = tmp_path / "artifacts.bin"
+    _run(STEP, {**os.environ, **_caches(tmp_path / "sender")}, "same", f"save:{blob}")
+    env = {**os.environ, **_caches(tmp_path / "receiver"), **_no_compiler(tmp_path)}
+    out, text = _run(STEP, env, "same", f"load:{blob}")
+    assert out["warnings"] == [], text
+    assert all(not g["fallbacks"] for g in out["graphs"]), text
+    assert sum(g["kernels"] for g in out["graphs"]) >= 3, text
+    assert all(g["cache"] == "hit" for g in out["graphs"] if g["kernels"]), text
