@@ -50,7 +50,7 @@ from .adapters.torch_private import concrete_graph
 from .guards import spec_of
 from .lowering import refusal
 from .partition import Claimant, Plan, partition
-from .registry import strict
+from .registry import CannotCompile, strict
 from .session import CompileSession
 from .stages import build
 from .subgraph_io import (
@@ -353,11 +353,14 @@ def _compile_partition(
                 f"sdk:{plugin} could not compile partition {graph_name} and strict mode "
                 f"(options fallback=False or debug) is on: {describe(exc)}"
             ) from exc
-        reason = describe(exc, one_line=True)
-        note = f"sdk:{plugin} failed: {reason}"
+        cannot = isinstance(exc, CannotCompile)
+        reason = str(exc) if cannot else describe(exc, one_line=True)
+        note = reason if cannot else f"sdk:{plugin} failed: {reason}"
     ops = [fallback.op_name(n.target) for n in fallback.aten_calls(sub)]
     went_to = f"sdk:{later[0]}" if later else "ATen"
-    session.registry.warn_fallback(plugin, reason, ops, went_to)
+    session.registry.warn_fallback(
+        plugin, reason, ops, went_to, f"partition {graph_name}", cannot_compile=cannot
+    )
     if later:
         s = session.peer(later[0]).narrowed(tuple(later[1:]))
         c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
@@ -389,6 +392,8 @@ def _graph_compile(
                 s, c, sub, fn, doc.get("preallocated", False), dict(doc.get("aliases", [])), dead
             )
             return _on_device(fn, s.info.device_types, c.device_type, sub), "hit"
+    if s.cannot_compile:
+        raise CannotCompile(c.plugin, s.cannot_compile)
     result = s.hooks.sdk_compile_subgraph(ctx=c, gm=copy_graph(sub), example_inputs=inputs)
     if not isinstance(result, CompiledSubgraph):
         raise TypeError(
@@ -549,7 +554,12 @@ class _PerShape:
                 raise
             ops = [fallback.op_name(n.target) for n in fallback.aten_calls(graph)]
             self._s.registry.warn_fallback(
-                self._c.plugin, f"shapes {specs}: {describe(exc, one_line=True)}", ops, "ATen"
+                self._c.plugin,
+                f"shapes {specs}: {describe(exc, one_line=True)}",
+                ops,
+                "ATen",
+                f"partition {self._c.graph_name} for shapes {specs}",
+                cannot_compile=isinstance(exc, CannotCompile),
             )
             self._c.note(
                 f"sdk:{self._c.plugin} failed for shapes {specs}: "

@@ -129,6 +129,9 @@ class Session:
         self.hooks = _Hooks(reg, plugin)
         #: why the plugin cannot compile this Dynamo graph at all (a preparation hook raised)
         self.broken: str | None = None
+        #: why the plugin cannot compile on this machine, though it runs what the caches
+        #: hold (its status answered sdk.CompileUnavailable): a miss goes to the chain or ATen
+        self.cannot_compile: str | None = reg.compile_status(plugin)
         # read now: a backward graph compiles later, in autograd's thread
         self.sinks = _collectors.get()
         self._peers: dict[str, Session] = {plugin: self}

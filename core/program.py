@@ -51,7 +51,7 @@ from .memory import (
     step_reads,
     step_writes,
 )
-from .registry import observe
+from .registry import CannotCompile, observe
 from .scheduler import Decision, Scheduler, _Builder, kernel_name
 from .session import CompileSession
 from .wrapper import _PUBLIC_FUNCTIONS, Wrapper, _qualname, _runner, _WrapperWriter, inputs_written
@@ -208,7 +208,7 @@ def _build(
         rendered.append(f"sdk:{ctx.plugin} rendered {len(sources)} kernels")
     with logs.stage(_log, "compile", ctx.graph_name) as built:
         compiling = time.perf_counter()
-        fns = _compile(session, ctx, sources)
+        fns = _compile(session, ctx, sources, building=True)
         compiling = time.perf_counter() - compiling
         built.append(f"sdk:{ctx.plugin} compiled {len(fns)} kernels")
     with logs.stage(_log, "measure", ctx.graph_name) as measured:
@@ -408,10 +408,19 @@ def _is(step: Kernel | ExternNode, ops: frozenset) -> bool:
 
 
 def _compile(
-    session: CompileSession, ctx: CompileContext, sources: list[KernelSource]
+    session: CompileSession,
+    ctx: CompileContext,
+    sources: list[KernelSource],
+    *,
+    building: bool = False,
 ) -> list[Callable]:
+    """The plugin's callables of ``sources``; ``building``: they are new (not a cache hit's,
+    which the plugin loads from its own cache), so a plugin that cannot compile here is not
+    asked (:class:`~core.registry.CannotCompile`)."""
     if not sources:
         return []
+    if building and session.cannot_compile:
+        raise CannotCompile(ctx.plugin, session.cannot_compile)
     fns = session.hooks.sdk_compile_kernels(ctx=ctx, sources=sources)
     if fns is None or len(fns) != len(sources):
         raise PluginFailure(

@@ -32,6 +32,7 @@ from sdk.errors import (
 from sdk.plugin import (
     SUPPORTED_HOOK_APIS,
     CompileContext,
+    CompileUnavailable,
     PluginInfo,
     PluginKind,
     Preferences,
@@ -65,7 +66,11 @@ class PluginRecord:
     faults: dict[str, str] = field(default_factory=dict)
     #: the reasons a :class:`sdk.PluginFallbackWarning` was given for (once each)
     fallbacks_warned: set[str] = field(default_factory=set)
+    #: whether the one warning of a compile it cannot do here was given (see
+    #: :meth:`Registry.compile_status`)
+    cannot_compile_warned: bool = False
     _status: str | None = field(default=None, repr=False)
+    _compile_status: str | None = field(default=None, repr=False)
     _status_checked: bool = field(default=False, repr=False)
 
     @property
@@ -240,8 +245,18 @@ class Registry:
                     f"sdk_plugin_status raised: {describe(exc, one_line=True)}; fix that hook "
                     f"or reinstall {rec.distribution}"
                 )
+            if isinstance(rec._status, CompileUnavailable):  # usable: it runs what is cached
+                rec._compile_status, rec._status = str(rec._status), None
             rec._status_checked = True
         return rec._status
+
+    def compile_status(self, name: str) -> str | None:
+        """None when the usable plugin ``name`` can compile here, else why not (and the fix):
+        its ``sdk_plugin_status`` answered :class:`sdk.CompileUnavailable`. Such a plugin
+        runs the programs the caches hold; a graph or partition that needs a compile goes to
+        the chain or ATen (:class:`CannotCompile`)."""
+        self.status(name)
+        return self.record(name)._compile_status
 
     def record(self, name: str) -> PluginRecord:
         try:
@@ -335,13 +350,24 @@ class Registry:
         return fault
 
     def warn_fallback(
-        self, name: str, reason: str, ops: list[str], went_to: str, what: str = "a partition"
+        self,
+        name: str,
+        reason: str,
+        ops: list[str],
+        went_to: str,
+        what: str = "a partition",
+        *,
+        cannot_compile: bool = False,
     ) -> None:
         """Plugin ``name`` failed to compile ``what`` (a chain's partition, or a kernel-level
         plugin's whole graph: "graph g1_forward") of ``ops`` for ``reason``, which runs in
         ``went_to`` instead: a :class:`sdk.PluginFallbackWarning`, once per plugin and
-        reason."""
+        reason. ``cannot_compile``: ``what`` needed a compile the plugin cannot do here
+        (:class:`CannotCompile`): one warning per process for all of those."""
         rec = self.records[name]
+        if cannot_compile:
+            self._warn_cannot_compile(rec, ops, went_to, what)
+            return
         if reason in rec.fallbacks_warned:
             return
         rec.fallbacks_warned.add(reason)
@@ -357,11 +383,41 @@ class Registry:
             stacklevel=3,
         )
 
+    def _warn_cannot_compile(
+        self, rec: PluginRecord, ops: list[str], went_to: str, what: str
+    ) -> None:
+        if rec.cannot_compile_warned:
+            return
+        rec.cannot_compile_warned = True
+        shown = ", ".join(ops[:8]) + (f" and {len(ops) - 8} more" if len(ops) > 8 else "")
+        warnings.warn(
+            f"SDK plugin {rec.name!r} ({rec.distribution} {rec.dist_version}) cannot compile "
+            f"on this machine: {(rec._compile_status or '').rstrip('.')}. What the caches hold still runs "
+            f"compiled, but {what} of {len(ops)} op(s) ({shown}) is not there and runs in "
+            f"{went_to} instead, as does every other graph or partition of this process "
+            "that needs a compile (sdk.explain lists each, with this reason). This warning "
+            "is given once per process (silence it with warnings.filterwarnings('ignore', "
+            "category=sdk.PluginFallbackWarning))",
+            PluginFallbackWarning,
+            stacklevel=4,
+        )
+
     def _observers(self, hook: str) -> list[str]:
         """The available plugins that implement ``hook``, in pluggy's call order."""
         impls = reversed(getattr(self.pm.hook, hook).get_hookimpls())
         names = dict.fromkeys(i.plugin_name for i in impls if i.plugin_name != _CORE)
         return [n for n in names if self.status(n) is None]
+
+
+class CannotCompile(RuntimeError):
+    """A graph or partition needs a compile, and its plugin cannot compile here
+    (:meth:`Registry.compile_status`): raised by the core instead of calling the plugin's
+    compile hook; the graph goes to the chain or ATen, with this message as the reason."""
+
+    def __init__(self, plugin: str, why: str) -> None:
+        super().__init__(
+            f"not in the cache, and sdk:{plugin} cannot compile on this machine: {why}"
+        )
 
 
 def observe(

@@ -40,6 +40,9 @@ class CompileSession(Protocol):
     hooks: Hooks
     #: why the plugin cannot compile this Dynamo graph at all (a preparation hook raised)
     broken: str | None
+    #: why the plugin cannot compile on this machine (None: it can); it runs what the caches
+    #: hold, and a graph or partition that needs a compile goes to the chain or ATen
+    cannot_compile: str | None
     #: the ops the plugin keeps whole (and those their derivatives call)
     kept: frozenset[Any]
     #: the explain() collectors every GraphReport of this compile lands in

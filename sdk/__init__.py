@@ -49,6 +49,7 @@ from sdk.plugin import (
     ClaimGroups,
     CompileContext,
     CompiledSubgraph,
+    CompileUnavailable,
     CoreOptions,
     GraphPass,
     KernelChoices,
@@ -86,9 +87,17 @@ def _populate_programs(key: str, payload: bytes) -> None:
     populate(key, payload)
 
 
-# torch.compiler.load_cache_artifacts() must know the SDK's artifact type before it reads a
-# blob that holds one: registered here, at import (core.warm records the entries)
+def _populate_libraries(key: str, payload: bytes) -> None:
+    from sdk.toolchain import _populate
+
+    _populate(key, payload)
+
+
+# torch.compiler.load_cache_artifacts() must know the SDK's artifact types before it reads a
+# blob that holds one: registered here, at import (core.warm records the programs,
+# sdk.toolchain the libraries they load and the plugins' cache keys)
 _mega_cache.register("sdk_programs", _populate_programs)
+_mega_cache.register("sdk_libraries", _populate_libraries)
 
 #: Marks a plugin's hook functions: ``@sdk.hookimpl`` (or ``@sdk.hookimpl(wrapper=True)``).
 hookimpl = pluggy.HookimplMarker(_PROJECT)
@@ -111,9 +120,11 @@ def backend(name: str, **options: Any) -> Any:
 def list_plugins() -> list[dict[str, Any]]:
     """Every discovered plugin: name, version, distribution, devices, kind, status.
 
-    status is "ok", "unavailable: <why and the fix>", or "faulty: <hooks that raised in this
-    process>" for a usable plugin whose observers or wrapper raised (compiles went on
-    without them; ``sdk.explain`` shows where).
+    status is "ok", "unavailable: <why and the fix>", "cached programs only: <why it cannot
+    compile here and the fix>" (its status answered :class:`sdk.CompileUnavailable`: what
+    the caches hold runs, the rest in ATen), or "faulty: <hooks that raised in this process>"
+    for a usable plugin whose observers or wrapper raised (compiles went on without them;
+    ``sdk.explain`` shows where).
     """
     from sdk.core.registry import registry
 
@@ -128,7 +139,12 @@ def list_plugins() -> list[dict[str, Any]]:
                 "distribution": f"{rec.distribution} {rec.dist_version}",
                 "devices": ",".join(info.device_types) if info else "?",
                 "kind": info.kind.value if info else "?",
-                "status": _status_text(rec.name, reg.status(key), rec.faults),
+                "status": _status_text(
+                    rec.name,
+                    reg.status(key),
+                    rec.faults,
+                    reg.compile_status(key) if rec.loaded else None,
+                ),
             }
         )
     return rows
@@ -143,11 +159,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _status_text(name: str, why: str | None, faults: dict[str, str]) -> str:
-    """ "ok", "unavailable: why", or "faulty: ..." for a usable plugin whose hooks raised in
-    this process (compiles go on without those hooks)."""
+def _status_text(
+    name: str, why: str | None, faults: dict[str, str], cannot_compile: str | None = None
+) -> str:
+    """ "ok", "unavailable: why", "cached programs only: why" or "faulty: ..." for a usable
+    plugin whose hooks raised in this process (compiles go on without those hooks)."""
     if why is not None:
         return f"unavailable: {why}"
+    if cannot_compile is not None:
+        return f"cached programs only: {cannot_compile}"
     if not faults:
         return "ok"
     raised = "; ".join(f"{hook} raised {error}" for hook, error in faults.items())
@@ -160,6 +180,7 @@ __all__ = [
     "Capability",
     "ClaimGroups",
     "CompileContext",
+    "CompileUnavailable",
     "CompiledSubgraph",
     "CoreOptions",
     "ExplainReport",

@@ -168,8 +168,11 @@ def sdk_plugin_status() -> str | None:
 
     :return: ``None`` when usable, else the reason it is not *and the fix*, e.g.
         ``"no CUDA device visible (torch.cuda.is_available() is False); run on a
-        GPU machine or set TRITON_INTERPRET=1 to run kernels on CPU tensors"``.
-        Stops at first non-None result.
+        GPU machine or set TRITON_INTERPRET=1 to run kernels on CPU tensors"``. Where it
+        runs but cannot compile here (no compiler), that reason as an
+        :class:`sdk.CompileUnavailable`: the plugin stays usable, the programs the caches
+        hold run, and a graph or partition that needs a compile runs in the chain or ATen,
+        with one warning per process. Stops at first non-None result.
     :raises: an exception makes the plugin unavailable, with the error as the reason.
 
     API version: 1.

@@ -422,6 +422,30 @@ def retired_fix(retired: Any, *, upgrade: bool = True) -> str:
     return "; ".join(parts)
 
 
+class CompileUnavailable(str):
+    """An answer of ``sdk_plugin_status``: the plugin runs here, but cannot compile (no
+    compiler, a toolchain that is not installed), and this is why, with the fix::
+
+        @sdk.hookimpl
+        def sdk_plugin_status():
+            try:
+                sdk.toolchain.find_compiler("c")
+            except FileNotFoundError as exc:
+                return sdk.CompileUnavailable(str(exc))
+            return None
+
+    The plugin stays usable: every graph (and partition) whose program is in the caches runs
+    compiled (the whole-graph cache; ``sdk_compile_kernels`` is still called on a hit, to
+    load the kernels its own cache keeps, and ``sdk_load_subgraph`` for a partition), and
+    one that needs a compile runs in the next plugin of ``options["chain"]``, else ATen, with
+    this reason in ``sdk.explain`` and one :class:`sdk.PluginFallbackWarning` per process.
+    For that, ``sdk_cache_key`` must answer without the compiler (the key it answered when
+    the programs were compiled: :func:`sdk.toolchain.cache_key` does). A ``str``, so that
+    whatever reads the answer as a plain reason still can."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class Support:
     """Answer of ``sdk_op_support`` (and of ``sdk_claim_nodes``, per node or per group): may this op go

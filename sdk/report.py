@@ -279,6 +279,34 @@ class GraphReport:
             return f"{took} (cache hit; cold compile took {self.cold_compile_seconds:.2f}s)"
         return f"{took} (program from the graph cache)"
 
+    def _fallback_lines(self, shown: dict[str, str]) -> list[str]:
+        """The fallbacks, one entry per reason: the reason once, with the ops it sent to
+        ATen (a compiler error that failed the graph's kernels gives every op of it the same
+        reason), its further lines indented. A reason of several lines whose first line
+        ``shown`` holds (printed whole for an earlier graph) is given by that line only."""
+        groups: dict[str, list[FallbackReport]] = {}
+        for f in self.fallbacks:
+            groups.setdefault(f.reason, []).append(f)
+        lines = []
+        for reason, group in groups.items():
+            first, *rest = reason.splitlines() or [""]
+            if len(group) == 1:
+                lines.append(f"  fallback {group[0].op} ({group[0].node}): {first}")
+            else:
+                nodes: dict[str, list[str]] = {}
+                for f in group:
+                    nodes.setdefault(f.op, []).extend([f.node] if f.node else [])
+                ops = ", ".join(f"{op} ({', '.join(n)})" if n else op for op, n in nodes.items())
+                lines += [f"  fallback of {len(group)} ops: {first}", f"    ops: {ops}"]
+            if rest and first in shown:
+                lines[-1 if len(group) == 1 else -2] += (
+                    f" (the rest as for graph {shown[first]} above)"
+                )
+            elif rest:
+                shown[first] = self.name
+                lines += [f"    {ln}" for ln in rest]
+        return lines
+
     def _split_headline(self) -> str:
         plugins = ", ".join(dict.fromkeys(f"sdk:{p.compiled_by}" for p in self.partitions))
         return (
@@ -290,8 +318,15 @@ class GraphReport:
         )
 
     def __str__(self) -> str:
+        return self.text({})
+
+    def text(self, shown: dict[str, str]) -> str:
+        """What ``str()`` gives; ``shown``: the first lines of the fallback reasons of several
+        lines printed whole so far, each with its graph's name (an :class:`ExplainReport`
+        passes one for all its graphs, so that a compiler error that sent several graphs to
+        ATen is printed whole once), filled in here."""
         if self.partitions or self.placements:
-            return "\n".join([self._split_headline(), *self._detail_lines()])
+            return "\n".join([self._split_headline(), *self._detail_lines(shown)])
         lines = [
             f"graph {self.name} [{self.kind}] by sdk:{self.plugin}: {self.aten_ops} ATen calls, "
             f"{len(self.kernels)} kernels, {len(self.externs)} externs, "
@@ -303,9 +338,9 @@ class GraphReport:
             + (f", {self.runner.replace(': ', ' program (', 1)})" if ": " in self.runner else "")
             + (", native runner" if self.runner == "native" else "")
         ]
-        return "\n".join(lines + self._detail_lines())
+        return "\n".join(lines + self._detail_lines(shown))
 
-    def _detail_lines(self) -> list[str]:
+    def _detail_lines(self, shown: dict[str, str]) -> list[str]:
         lines = []
         for k in self.kernels:
             lines.append(f"  kernel {k.name}: {', '.join(k.ops)}")
@@ -313,8 +348,7 @@ class GraphReport:
             lines.append(
                 f"  extern {e.op} ({e.node})" + (f" by sdk:{e.plugin}" if e.plugin else "")
             )
-        for f in self.fallbacks:
-            lines.append(f"  fallback {f.op} ({f.node}): {f.reason}")
+        lines += self._fallback_lines(shown)
         if self.passes:
             lines.append(f"  passes: {', '.join(str(p) for p in self.passes)}")
         if self.stage_seconds:
@@ -394,4 +428,5 @@ class ExplainReport:
         )
         lines = [head, *([self.compile_note] if self.compile_note else [])]
         lines += [f"  {b}" for b in self.breaks]
-        return "\n".join([*lines, *(str(g) for g in self.graphs)])
+        shown: dict[str, str] = {}  # (a compiler error is printed whole once)
+        return "\n".join([*lines, *(g.text(shown) for g in self.graphs)])

@@ -26,6 +26,16 @@ gives up with a :class:`CompileError` naming that process after ``SDK_COMPILE_TI
 seconds, or the default 300 when that is 0: 0 lifts the limit on a compiler run, never the
 wait on another process, which may be stopped or hung.
 
+A machine without a compiler still loads what was built: each build (or verified reuse)
+also records, under a key made without the compiler (the source, flags and ``key``, and this
+host's CPU: :func:`_host_cpu`), which library it was; :func:`compile_library` and
+:func:`is_built` fall back on that record where :func:`find_compiler` finds none, and
+:func:`cache_key` on the key it last computed here. Without either, the compiler's absence is
+the error (``FileNotFoundError``, naming the fix). ``torch.compiler.save_cache_artifacts()``
+carries those libraries and keys beside the programs (artifact type ``sdk_libraries``), so
+that ``load_cache_artifacts()`` lets a machine without a compiler, whose CPU is the same, run
+them too.
+
 Every compiler run has a time limit, ``SDK_COMPILE_TIMEOUT`` seconds (default 300; 0: none).
 A compiler still running then is killed with every process it started (it runs in a session
 of its own, and the whole process group is killed), and :class:`CompileError` says so: the
@@ -159,6 +169,19 @@ def _dies_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
+_ERROR_LINE = re.compile(r"\berror\b|undefined reference", re.IGNORECASE)
+
+
+def _first_error(output: str) -> str:
+    """The compiler's own first error line in ``output`` (``g++: fatal error: cannot execute
+    'as'``, ``k.c:3:5: error: ...``), else its first line that is not blank; at most 300
+    characters. The first line of a :class:`CompileError`'s message quotes it, so that a
+    warning or report that shows one line shows the cause."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip()]
+    line = next((ln for ln in lines if _ERROR_LINE.search(ln)), lines[0] if lines else "")
+    return (line[:297] + "...") if len(line) > 300 else line or "(no output)"
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL ``proc``'s process group (the compiler and its children), then reap it."""
     with contextlib.suppress(ProcessLookupError):  # (every process of it already gone)
@@ -222,19 +245,80 @@ def cache_key(language: str, flags: Sequence[str], *packages: str) -> str | None
     """What a plugin that builds here returns from ``sdk_cache_key``: the compiler
     (:func:`find_compiler`), its :func:`compiler_identity`, ``flags`` and the sources of
     ``packages`` (the plugin's own, ``__name__``: :func:`sdk.cache.source_digest`), hashed.
-    None when there is no compiler (the plugin's programs stay out of the whole-graph cache).
-    Computed once per process."""
+    Where there is no compiler, the key last computed on this host for the same flags and
+    sources (its cached programs still run); None where there is none either, or the
+    compiler hangs (the plugin's programs stay out of the whole-graph cache). Computed once
+    per process."""
     return _cache_key(language, tuple(flags), packages)
+
+
+#: the namespace of the keys :func:`cache_key` computed, by what they are without a compiler
+_KEYS = "toolchain"
 
 
 @functools.cache
 def _cache_key(language: str, flags: tuple[str, ...], packages: tuple[str, ...]) -> str | None:
+    sources = source_digest(*packages)
+    known = stable_hash("cache-key", language, flags, sources, _host_cpu())
     try:
         compiler = find_compiler(language)
-        identity = compiler_identity(compiler, language)
-    except (FileNotFoundError, CompileError):  # no compiler, or one that hangs
+    except FileNotFoundError:  # no compiler: the key of the last one that had these sources
+        recorded = _cached(DiskCache(_KEYS), known)
+        if recorded is None:
+            return None
+        key = recorded.decode()
+    else:
+        try:
+            identity = compiler_identity(compiler, language)
+        except CompileError:  # one that hangs
+            return None
+        key = stable_hash(compiler, identity, flags, sources)
+        _record(DiskCache(_KEYS), known, key)
+    _carry(f"{_KEYS}:{known}", key.encode())
+    return key
+
+
+@functools.cache
+def _host_cpu() -> str:
+    """This host's CPU as far as a library built with ``-march=native`` depends on it, read
+    without a compiler: the machine, and on Linux the first processor's model and feature
+    flags (``/proc/cpuinfo``). A library built on one host is never loaded without a
+    compiler on a host whose CPU differs (a home directory shared between machines)."""
+    import platform
+
+    fields = ("vendor_id", "model name", "flags", "Features", "CPU implementer", "CPU part")
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in fields and name not in found:
+                    found[name] = " ".join(sorted(value.split()))  # (flags in any order)
+    except OSError:  # not Linux
+        pass
+    if not found:
+        found["processor"] = platform.processor()
+    return stable_hash(platform.machine(), tuple(sorted(found.items())))
+
+
+def _cached(cache: DiskCache, key: str) -> bytes | None:
+    """A 64-hex-digit record under ``key`` (see :func:`_record`), or None."""
+    try:
+        recorded = cache.get(key)
+    except OSError:  # (a cache directory refused: nothing recorded)
         return None
-    return stable_hash(compiler, identity, flags, source_digest(*packages))
+    return recorded if recorded is not None and _HEX.fullmatch(recorded) else None
+
+
+def _record(cache: DiskCache, key: str, value: str) -> None:
+    """Record ``value`` (64 hex digits) under ``key``, unless it is there already; a cache
+    that cannot be written is not an error (the record only serves a later process without
+    a compiler)."""
+    if _cached(cache, key) == value.encode():
+        return
+    with contextlib.suppress(OSError):
+        cache.put(key, value.encode())
 
 
 def _trusted_digest(path: Path) -> str | None:
@@ -257,24 +341,92 @@ def compile_library(
     a cache root of the caller's own instead of the SDK's (:func:`sdk.cache.cache_dir`'s
     ``root``; the native runner's ``$SDK_RUNNER_DIR``).
 
+    Without a compiler, the library last built (or reused) on this host from the same
+    source, flags and ``key``, where it is still there and verified.
+
     Raises :class:`CompileError` when the compiler fails, or runs past
     ``SDK_COMPILE_TIMEOUT`` seconds (it is killed then), or another process builds the same
-    library for longer than that (see the module's docstring)."""
-    compiler = find_compiler(language)
+    library for longer than that (see the module's docstring); ``FileNotFoundError`` (naming
+    the fix) when there is no compiler and no such library."""
     flags = tuple(flags)
-    digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
     cache = DiskCache(namespace, root=cache_root)
-    path = _verified(cache, digest_key)
-    if path is not None:
-        return path
-    # one build per library at a time across processes (DDP ranks, test workers, a cold
-    # start's processes): the others wait for it, then load what it built
-    src = cache.path_for(digest_key, _COMPILERS[language][3])
-    with _build_lock(cache.path_for(digest_key, ".lock"), f"{src} with {compiler}"):
+    known = _known(source, language, flags, key)
+    try:
+        compiler = find_compiler(language)
+    except FileNotFoundError:
+        recorded = _cached(cache, known)
+        path = None if recorded is None else _verified(cache, recorded.decode())
+        if path is None:
+            raise
+        digest_key = recorded.decode()
+    else:
+        digest_key = stable_hash(
+            source, compiler, compiler_identity(compiler, language), flags, *key
+        )
         path = _verified(cache, digest_key)
-        if path is not None:
-            return path
-        return _build(cache, digest_key, source, compiler, language, flags)
+        if path is None:
+            # one build per library at a time across processes (DDP ranks, test workers, a
+            # cold start's processes): the others wait for it, then load what it built
+            src = cache.path_for(digest_key, _COMPILERS[language][3])
+            with _build_lock(cache.path_for(digest_key, ".lock"), f"{src} with {compiler}"):
+                path = _verified(cache, digest_key)
+                if path is None:
+                    path = _build(cache, digest_key, source, compiler, language, flags)
+        _record(cache, known, digest_key)
+    data = read_regular(path)
+    if data is not None:
+        _carry(f"{namespace}:{known}", digest_key.encode() + data)
+    return path
+
+
+def _known(source: str, language: str, flags: tuple[str, ...], key: Sequence[Any]) -> str:
+    """The key of a library's record made without a compiler: its source, language, flags,
+    the caller's ``key`` and this host's CPU (:func:`_host_cpu`)."""
+    return stable_hash("built", source, language, flags, tuple(key), _host_cpu())
+
+
+def _built_before(cache: DiskCache, known: str) -> Path | None:
+    """The verified library recorded under ``known`` (:func:`_known`), or None."""
+    digest_key = _cached(cache, known)
+    return None if digest_key is None else _verified(cache, digest_key.decode())
+
+
+#: the artifact type of libraries and keys in torch's MegaCache
+_ARTIFACT = "sdk_libraries"
+
+
+def _carry(key: str, content: bytes) -> None:
+    """Record a library (``namespace:known``, its digest key then its bytes) or a plugin's
+    cache key (``toolchain:known``) for the next ``save_cache_artifacts()``."""
+    from sdk.core.adapters import mega_cache
+
+    mega_cache.record(_ARTIFACT, key, content)
+
+
+def _populate(key: str, content: bytes) -> None:
+    """One ``sdk_libraries`` entry of a blob ``load_cache_artifacts()`` reads (see
+    :func:`_carry`), into this user's cache: a library under its digest key (verified as any
+    other, its record made here), and what it was built from (:func:`_known`, which holds the
+    CPU it was built for) or the cache key, for a process without a compiler. An entry that
+    is not well-formed is ignored."""
+    namespace, _, known = key.partition(":")
+    if not _HEX.fullmatch(known.encode()) or not re.fullmatch(r"[a-z0-9_-]+", namespace):
+        return
+    if namespace == _KEYS:
+        if _HEX.fullmatch(content):
+            _record(DiskCache(_KEYS), known, content.decode())
+        return
+    digest_key, data = content[:64], content[64:]
+    if not _HEX.fullmatch(digest_key) or not data:
+        return
+    cache = DiskCache(namespace)
+    digest = hashlib.sha256(data).hexdigest()
+    path = cache.path_for(digest_key.decode(), f".{digest[:16]}.so")
+    if _trusted_digest(path) != digest:
+        write_atomic(path, data)
+        os.chmod(path, 0o700)  # (as a library built here)
+    cache.put(digest_key.decode(), digest.encode())
+    _record(cache, known, digest_key.decode())
 
 
 def _build(
@@ -300,10 +452,11 @@ def _build(
         except CompileError as exc:
             raise CompileError(f"{exc}\nfull source: {src}") from None
         if proc.returncode != 0:
-            tail = "\n".join((proc.stderr or proc.stdout).splitlines()[-40:])
+            output = proc.stderr or proc.stdout
+            tail = "\n".join(output.splitlines()[-40:])
             raise CompileError(
                 f"{_COMPILERS[language][2]} compilation failed "
-                f"(exit status {proc.returncode})."
+                f"(exit status {proc.returncode}): {_first_error(output)}"
                 f"\ncommand: {shlex.join(cmd)}\nfull source: {src}\n"
                 f"compiler output (last lines):\n{tail}"
             )
@@ -467,11 +620,15 @@ def is_built(
     cache_root: str | os.PathLike[str] | None = None,
 ) -> bool:
     """Whether :func:`compile_library` would reuse a verified build (no compiler run)."""
-    compiler = find_compiler(language)
-    digest_key = stable_hash(
-        source, compiler, compiler_identity(compiler, language), tuple(flags), *key
-    )
-    return _verified(DiskCache(namespace, root=cache_root), digest_key) is not None
+    flags = tuple(flags)
+    cache = DiskCache(namespace, root=cache_root)
+    try:
+        compiler = find_compiler(language)
+    except FileNotFoundError:
+        known = _known(source, language, flags, key)
+        return _built_before(cache, known) is not None
+    digest_key = stable_hash(source, compiler, compiler_identity(compiler, language), flags, *key)
+    return _verified(cache, digest_key) is not None
 
 
 def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:

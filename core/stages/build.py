@@ -26,7 +26,7 @@ from ..adapters import torch_private as tp
 from ..guards import Specializing, TensorSpec, size_bindings, spec_of
 from ..ir.index import size_hints
 from ..lowering.layouts import TRACED_STRIDES
-from ..registry import observe
+from ..registry import CannotCompile, observe
 from ..session import CompileSession
 from . import wrap
 from .job import Built, Job
@@ -215,8 +215,9 @@ def _build_variant(
         keys[specs] = part.key
         return fn
     errors = [session.broken] if session.broken else []
-    # (plugin, one-line reason) of each plugin that failed this graph: warned about
-    failed = [(ctx.plugin, session.broken.splitlines()[0])] if session.broken else []
+    # (plugin, one-line reason, whether it could not compile here) of each plugin that failed
+    # this graph: warned about
+    failed = [(ctx.plugin, session.broken.splitlines()[0], False)] if session.broken else []
     for plugin in (ctx.plugin, *session.options.chain):
         if plugin == ctx.plugin and session.broken:
             continue
@@ -239,7 +240,7 @@ def _build_variant(
                 graph = peer.redecomposed(c, common() if common is not None else gm)
                 if peer.broken:
                     errors.append(peer.broken)
-                    failed.append((plugin, peer.broken.splitlines()[0]))
+                    failed.append((plugin, peer.broken.splitlines()[0], False))
                     continue
             fn, part = program.build_program(
                 peer, c, graph, specs, key=key if plugin == ctx.plugin else None
@@ -249,8 +250,12 @@ def _build_variant(
         except Exception as exc:  # noqa: BLE001 - recorded, then the next in the chain
             if session.options.debug:
                 raise
-            errors.append(f"sdk:{plugin} failed: {describe(exc)}")
-            failed.append((plugin, describe(exc, one_line=True)))
+            if isinstance(exc, CannotCompile):  # (not in the cache)
+                errors.append(str(exc))
+                failed.append((plugin, str(exc), True))
+            else:
+                errors.append(f"sdk:{plugin} failed: {describe(exc)}")
+                failed.append((plugin, describe(exc, one_line=True), False))
             continue
         fill(report, plugin, part)
         if failed:  # (no call with the graph where nothing failed: the walk, tests/walk.py)
@@ -264,6 +269,20 @@ def _build_variant(
             keys[specs] = part.key
         announce(session, c, report)
         return fn
+    return _in_aten(session, ctx, gm, report, errors, failed)
+
+
+def _in_aten(
+    session: CompileSession,
+    ctx: CompileContext,
+    gm: torch.fx.GraphModule,
+    report: GraphReport,
+    errors: list[str],
+    failed: list[tuple[str, str, bool]],
+) -> Callable:
+    """``gm`` run op by op in ATen, where no plugin of the chain compiled it (``errors``:
+    why not, each plugin's; ``failed``: what to warn about); an error with
+    ``fallback=False``."""
     if not session.options.fallback:
         raise SDKError(
             f"graph {ctx.graph_name} could not be compiled and options['fallback'] is "
@@ -290,15 +309,18 @@ def _warn_fell_back(
     session: CompileSession,
     ctx: CompileContext,
     gm: torch.fx.GraphModule,
-    failed: list[tuple[str, str]],
+    failed: list[tuple[str, str, bool]],
     went_to: str,
 ) -> None:
     """A :class:`sdk.PluginFallbackWarning` for each plugin that failed to compile the
     graph ``gm``, which ``went_to`` runs instead (once per plugin and reason, as a chain's
-    partitions are warned about: :meth:`core.registry.Registry.warn_fallback`)."""
+    partitions are warned about: :meth:`core.registry.Registry.warn_fallback`; once per
+    process for a plugin that cannot compile here)."""
     ops = [fallback.op_name(n.target) for n in fallback.aten_calls(gm)]
-    for plugin, reason in failed:
-        session.registry.warn_fallback(plugin, reason, ops, went_to, f"graph {ctx.graph_name}")
+    for plugin, reason, cannot in failed:
+        session.registry.warn_fallback(
+            plugin, reason, ops, went_to, f"graph {ctx.graph_name}", cannot_compile=cannot
+        )
 
 
 def fill(report: GraphReport, plugin: str, part: Any) -> None:

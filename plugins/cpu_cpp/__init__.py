@@ -32,12 +32,14 @@ def sdk_plugin_info() -> sdk.PluginInfo:
 
 @sdk.hookimpl
 def sdk_plugin_status() -> str | None:
+    """Usable wherever its built kernels load (ctypes); without a compiler it runs what the
+    caches hold (:class:`sdk.CompileUnavailable`), and sends the rest to ATen."""
     from . import toolchain
 
     try:
         sdk.toolchain.find_compiler(toolchain.LANGUAGE)
     except FileNotFoundError as e:
-        return str(e)
+        return sdk.CompileUnavailable(str(e))
     return None
 
 

@@ -85,6 +85,9 @@ CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
         }
     ),
     "sdk/plugin.py": frozenset({"sdk.core.config"}),
+    # the libraries it builds and the plugins' cache keys, recorded for torch's
+    # save_cache_artifacts() (a machine without a compiler runs what it receives)
+    "sdk/toolchain.py": frozenset({"sdk.core.adapters.mega_cache"}),
     # sdk.cache.fresh_directories sets the cache variables (the environment is set only
     # through core/config.py); sdk.cache.cold_compiles switches torch's caches off (private
     # torch config, through the adapter)

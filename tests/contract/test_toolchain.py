@@ -271,7 +271,7 @@ def test_unsafe_library_or_record_is_recompiled(cache_root: Path) -> None:
     path = compile_library(source)
     os.chmod(path, 0o777)
     assert _mode(compile_library(source)) == 0o700
-    (record,) = (cache_root / "cpp").glob("*.entry")
+    record = path.with_name(path.name.split(".")[0] + ".entry")  # (the library's digest)
     record.write_bytes(b"not a record")
     assert compile_library(source) == path  # rebuilt (the build is deterministic) ...
     assert record.read_bytes() != b"not a record"  # ... and recorded again
@@ -338,6 +338,8 @@ def test_compile_error_message(cache_root: Path) -> None:
     message = str(info.value)
     assert find_compiler() in message and "-fopenmp" in message  # the command
     assert "undefined_name" in message and "error" in message  # the stderr tail
+    # the first line (what a warning or one-line reason shows) quotes the compiler's error
+    assert "undefined_name" in message.splitlines()[0], message
     written = re.search(r"full source: (\S+)", message)
     assert written and Path(written.group(1)).read_text() == source
     leftovers = [*(cache_root / "cpp").glob("*.so"), *(cache_root / "cpp").glob(".tmp*")]
@@ -707,3 +709,40 @@ def test_a_killed_process_leaves_no_compiler_running(
         assert not _alive(compiler), "the compiler outlived the process that ran it"
     finally:
         _end(holder, compiler)
+
+
+@needs_cxx
+def test_what_was_built_here_loads_without_a_compiler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_identity
+) -> None:
+    """Without a compiler, a library built earlier on this host from the same source and
+    flags is loaded (verified as ever), and the plugin's cache key is the one computed
+    then; what was never built, or was built for another CPU, is the compiler's absence."""
+    source = _add_kernel("no compiler")
+    built = compile_library(source)
+    key = toolchain.cache_key(LANGUAGE, default_flags(), "sdk.plugins.cpu_cpp")
+    assert key is not None
+    toolchain._cache_key.cache_clear()
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        find_compiler()
+    assert toolchain.is_built(
+        source, language=LANGUAGE, flags=default_flags(), namespace="cpp", key=("0",)
+    )
+    assert compile_library(source) == built
+    (add,) = compile_and_load(source, ["add"], [3])
+    x, y = torch.randn(N), torch.randn(N)
+    out = torch.empty(N)
+    add(x.data_ptr(), y.data_ptr(), out.data_ptr())
+    torch.testing.assert_close(out, x + y)
+    assert toolchain.cache_key(LANGUAGE, default_flags(), "sdk.plugins.cpu_cpp") == key
+    with pytest.raises(FileNotFoundError, match="CXX"):
+        compile_library(_add_kernel("never built"))
+    assert toolchain.cache_key(LANGUAGE, ("-O0",), "sdk.plugins.cpu_cpp") is None
+    # another CPU (a home directory shared with another machine): nothing is loaded
+    monkeypatch.setattr(toolchain, "_host_cpu", lambda: "another CPU")
+    toolchain._cache_key.cache_clear()
+    with pytest.raises(FileNotFoundError, match="CXX"):
+        compile_library(source)
+    assert toolchain.cache_key(LANGUAGE, default_flags(), "sdk.plugins.cpu_cpp") is None

@@ -166,3 +166,28 @@ def test_each_graph_reports_its_compile_stages_and_their_times(seeded, graph_rep
     line = next(ln for ln in str(forward).splitlines() if ln.strip().startswith("stages:"))
     assert line.strip().startswith("stages: aot ") and ", build " in line and ", wrap " in line
     assert "stages: " in str(sdk.explain(compiled, x))
+
+
+def test_a_reason_shared_by_many_fallbacks_is_printed_once():
+    """A compiler error sends every op of a graph to ATen with one reason of several lines:
+    the report prints it once per graph with the ops it hit, and a later graph of the same
+    report whose reason opens with the same line refers to it instead of printing it again."""
+    error = "sdk:x failed: CompileError: compilation failed: fatal error\ncommand: cc a.c"
+    other = error.replace("a.c", "b.c")  # (another graph's source file, the same error)
+    forward = sdk.GraphReport("g0_forward", "forward", "x", aten_ops=3)
+    forward.fallbacks[:] = [
+        sdk.FallbackReport("aten.mm.default", error, "mm"),
+        sdk.FallbackReport("aten.mm.default", error, "mm_1"),
+        sdk.FallbackReport("aten.relu.default", error, "relu"),
+        sdk.FallbackReport("aten.nonzero.default", "no lowering", "nonzero"),
+    ]
+    backward = sdk.GraphReport("g0_backward", "backward", "x", aten_ops=1)
+    backward.fallbacks[:] = [sdk.FallbackReport("aten.mm.default", other, "mm_2")]
+    text = str(sdk.ExplainReport(graphs=[forward, backward]))
+    assert text.count("fatal error") == 2 and text.count("command:") == 1, text
+    assert "  fallback of 3 ops: sdk:x failed" in text, text
+    assert "    ops: aten.mm.default (mm, mm_1), aten.relu.default (relu)" in text, text
+    assert "  fallback aten.nonzero.default (nonzero): no lowering" in text, text
+    assert "(the rest as for graph g0_forward above)" in text, text
+    alone = str(backward)  # printed on its own, a graph's report has the reason whole
+    assert "command: cc b.c" in alone, alone
