@@ -6,7 +6,8 @@ how long that cold compile took: a hit's report shows it) is stored in ``DiskCac
 of everything that changes it:
 
 * the graph's code and the bytes of its constant tensors, and the input layouts;
-* the compile's options, graph kind and device type;
+* the compile's options, graph kind and device type, and whether
+  ``torch.use_deterministic_algorithms`` is on (what an empty tensor holds);
 * the codegen plugin's name, version and ``sdk_cache_key`` answer (its compiler, device
   model, own source); a plugin that answers None is never cached;
 * the SDK's version and a digest of its own source files, torch's version.
@@ -114,6 +115,8 @@ def graph_key(
         repr(specs),
         ctx.core_options.hash(),
         ctx.plugin_options.hash(),
+        # what an empty tensor holds (core/lowering/elementwise.py: uninitialized)
+        torch.are_deterministic_algorithms_enabled(),
     )
 
 

@@ -21,7 +21,10 @@ with pickle into its own directory (``$TORCHINDUCTOR_CACHE_DIR/aotautograd``); t
 it only where that directory is private to the user and its parents safe, checked at each
 compile, and torch reads an entry only after every directory from ``/`` down and the entry
 file are checked at that lookup (:mod:`core.adapters.aot_cache`); the SDK says why not once
-per cause otherwise (:class:`sdk.CacheDirWarning`).
+per cause otherwise (:class:`sdk.CacheDirWarning`). An entry whose bytes do not match the
+digest torch named it by (a flipped bit anywhere in it: torch's own data as well as the
+recipe) is removed at that lookup, with one such warning naming it: a miss, compiled afresh
+and stored again, where torch would have loaded it and failed at the first call.
 
 ``torch.compiler.save_cache_artifacts()`` carries the SDK's program entries with torch's
 (artifact type ``sdk_programs``, registered by ``import sdk``), so ``load_cache_artifacts()``
@@ -156,7 +159,8 @@ def _torch_dir_refused() -> str | None:
 
 def lookup_refused(why: str) -> None:
     """A lookup of torch's AOTAutograd cache read nothing (an entry or directory of the
-    lookup not safe to unpickle): a miss, and one ``CacheDirWarning`` per cause."""
+    lookup not safe to unpickle), or skipped an entry (corrupt, or not a pickle: removed):
+    a miss, and one ``CacheDirWarning`` per cause."""
     _warn_once(f"torch's AOTAutograd cache: no warm start from it: {why}")
 
 

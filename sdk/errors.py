@@ -34,7 +34,8 @@ class PluginHookError(SDKError):
 
 class CacheDirWarning(UserWarning):
     """The cache directory was refused (not private, not a directory, ...); the process
-    caches in a private temporary directory instead. Says which, why and the fix."""
+    caches in a private temporary directory instead. Says which, why and the fix. Also: an
+    entry of torch's AOTAutograd cache was corrupt and removed (a miss, stored again)."""
 
 
 class PluginHookWarning(UserWarning):

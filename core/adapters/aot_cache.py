@@ -20,7 +20,13 @@ compile looks an entry up, torch's read of the local entries
 directory from ``/`` down to the key's and every entry file is opened without following
 links and checked on the open descriptor (:func:`read_private_entries`), and only the bytes
 read through it are unpickled, so nothing can be swapped in between the check and the read.
-A lookup that fails the check is a miss, reported once per cause (``on_refused``).
+A lookup that fails the check is a miss, reported once per cause (``on_refused``). Torch
+names each entry by the digest of its bytes (``sha256_hash(content)``, when it writes it);
+an entry whose bytes do not match its name (a flipped bit, a truncated file), or that does not
+unpickle, is never handed to torch: it is removed (through the checked directory), reported
+(``on_refused``, naming it), and the lookup goes on: a miss, so torch compiles afresh and
+stores the entry again (torch itself would load a changed entry, and fail at the first call
+of the compiled function in every later process).
 
 The backward is compiled with the forward (``force_non_lazy_backward_lowering``) while the
 cache is on: torch saves the entry when both are compiled, and only a save inside the
@@ -50,6 +56,7 @@ try:
         BypassAOTAutogradCache,
     )
     from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+    from torch._inductor.codecache import sha256_hash
     from torch._inductor.output_code import OutputCode
 except ImportError as exc:  # a torch without these: no AOTAutograd cache for the SDK
     _UNSUPPORTED = f"this torch has no AOTAutograd cache for other compilers ({exc})"
@@ -165,8 +172,8 @@ def _open_dir(root: str, parts: list[str]) -> int | None:
             os.close(fd)
 
 
-def read_private_entries(root: str, parts: list[str]) -> list[bytes]:
-    """The bytes of every entry file (names not starting with ``.``, sorted) of the
+def read_private_entries(root: str, parts: list[str]) -> list[tuple[str, bytes]]:
+    """The name and bytes of every entry file (names not starting with ``.``, sorted) of the
     directory ``root/parts...``; ``root`` is torch's cache root. Raises :class:`_Refused`
     (a ``str()`` that says why) unless every directory, from ``/`` down, and every file is
     safe (see :func:`_check`); an entry that is not a regular file is refused too."""
@@ -191,12 +198,33 @@ def read_private_entries(root: str, parts: list[str]) -> list[bytes]:
                     raise _Refused(f"{path} is not a regular file")
                 _check(path, st, private=True)
                 with os.fdopen(os.dup(efd), "rb") as f:
-                    out.append(f.read())
+                    out.append((name, f.read()))
             finally:
                 os.close(efd)
     finally:
         os.close(fd)
     return out
+
+
+def intact(name: str, content: bytes) -> bool:
+    """Whether ``content`` is what torch wrote under ``name``: torch names each entry by the
+    digest of its bytes (``AOTAutogradCache._write_to_local_cache``)."""
+    return name == sha256_hash(content)
+
+
+def _remove(root: str, parts: list[str], name: str) -> str:
+    """Remove the entry ``name`` of ``root/parts...`` (through the checked directory, as
+    it was read); what became of it, for the report."""
+    try:
+        fd = _open_dir(root, parts)
+        if fd is not None:
+            try:
+                os.unlink(name, dir_fd=fd)
+            finally:
+                os.close(fd)
+    except (_Refused, OSError) as exc:
+        return f"not removed ({exc})"
+    return "removed"
 
 
 def refused(path: str) -> str | None:
@@ -234,7 +262,7 @@ def _candidates(cls: Any, local: bool, remote_cache: Any, key: str) -> Iterator[
         subdir = cls._get_tmp_dir_for_key(key)
         root = torch_cache_dir()
         rel = os.path.relpath(subdir, root)
-        contents: list[bytes] = []
+        contents: list[tuple[str, bytes]] = []
         if rel.startswith(os.pardir):
             on_refused(f"{subdir} is not under torch's cache root {root}; {_fix()}")
         else:
@@ -244,15 +272,32 @@ def _candidates(cls: Any, local: bool, remote_cache: Any, key: str) -> Iterator[
                 on_refused(f"{exc}; {_fix()}")
             except OSError as exc:
                 on_refused(f"{subdir} is not readable ({exc.strerror or exc}); {_fix()}")
-        for content in contents:
-            try:
-                entry = pickle.loads(content)
-            except Exception:  # noqa: BLE001 - as torch does: a bad entry is skipped
-                _log.warning("AOTAutograd cache unable to load an entry", exc_info=True)
+        for name, content in contents:
+            entry, why = _load(name, content)
+            if why:
+                path = os.path.join(subdir, name)
+                done = _remove(root, rel.split(os.sep), name)
+                on_refused(
+                    f"the entry {path} {why}: {done}, not used (the graph is compiled "
+                    "afresh and stored again, unless another entry serves it)"
+                )
                 continue
             yield entry, content, True
     if remote_cache:
         yield from _original_candidates.__get__(None, cls)(False, remote_cache, key)
+
+
+def _load(name: str, content: bytes) -> tuple[Any, str | None]:
+    """The entry torch stored as ``name``, unpickled, or why it cannot be used."""
+    if not intact(name, content):
+        return None, (
+            f"is corrupt: its {len(content)} bytes do not match the digest torch named it by"
+        )
+    try:
+        return pickle.loads(content), None
+    except Exception as exc:  # noqa: BLE001 - torch skips such an entry, and keeps it
+        _log.debug("AOTAutograd cache entry %s does not load", name, exc_info=True)
+        return None, f"does not load ({type(exc).__name__}: {exc})"
 
 
 def _hook() -> None:
@@ -274,7 +319,8 @@ def _unbound(cls: Any, name: str) -> Any:
 def caching(tag: str, on_refused: Callable[[str], None]) -> Iterator[None]:
     """Within the block, AOTAutograd looks up and saves results of serialisable compilers
     (:func:`serializable`), under keys that include ``tag``; it reads only entries that
-    pass :func:`read_private_entries` (else a miss, and ``on_refused(why)``)."""
+    pass :func:`read_private_entries` (else a miss, and ``on_refused(why)``), and of those
+    only the intact ones that unpickle (another is removed, and ``on_refused(why)``)."""
     _hook()
     token = _on_refused.set(on_refused)
     try:

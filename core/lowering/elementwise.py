@@ -441,7 +441,9 @@ def _full(L: Lowerer, *args: Any, **kw: Any) -> Any:
     target = L._fx.target
     val = L.meta()
     fill: Any = 0
-    if target in (aten.full.default, aten.full_like.default, aten.fill.Scalar):
+    if target in _EMPTY:
+        fill = uninitialized(L, val.dtype)
+    elif target in (aten.full.default, aten.full_like.default, aten.fill.Scalar):
         fill = args[1]
     elif target is aten.new_full.default:
         fill = args[2]
@@ -452,6 +454,42 @@ def _full(L: Lowerer, *args: Any, **kw: Any) -> Any:
     if isinstance(fill, TensorValue):
         raise Unsupported("fill with a tensor value")
     return L.pointwise(shape_of(val), val.dtype, lambda idx: Const(fill, val.dtype))
+
+
+#: ``sdk.explain``'s note on a graph compiled with empty tensors under deterministic mode
+DETERMINISTIC_EMPTY = (
+    "torch.use_deterministic_algorithms(True): torch.empty and its family hold what eager "
+    "fills them with where read or returned (NaN, or the dtype's largest value)"
+)
+_EMPTY = (
+    aten.empty.memory_format,
+    aten.empty_like.default,
+    aten.empty_strided.default,
+    aten.new_empty.default,
+    aten.new_empty_strided.default,
+)
+
+
+def uninitialized(L: Lowerer, dtype: torch.dtype) -> Any:
+    """What an empty tensor (``torch.empty`` and its family) holds where it is read or
+    returned. Under ``torch.use_deterministic_algorithms(True)`` what eager fills it with
+    (``torch.utils.deterministic.fill_uninitialized_memory``, aten's
+    ``fill_empty_deterministic_``): NaN for floating and complex dtypes, the dtype's largest
+    value otherwise (True for bool). Else 0: any value would do, and the kernel that writes
+    it costs the same. Decided at compile time: Dynamo guards on the deterministic mode (a
+    change recompiles) and the whole-graph cache's key holds it. The fill is made under
+    deterministic mode whether or not ``fill_uninitialized_memory`` is set (Dynamo does not
+    guard on that flag, so it could change under a compiled graph; with it off any value
+    is right, NaN as well), and an empty whose values are all written before anything reads
+    them is no kernel at all, in either mode."""
+    if not torch.are_deterministic_algorithms_enabled():
+        return 0
+    L.ctx.note(DETERMINISTIC_EMPTY)
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype is torch.bool:
+        return True
+    return torch.iinfo(dtype).max
 
 
 @register(aten.fill.Tensor)

@@ -435,3 +435,158 @@ def test_a_private_entry_still_hits_through_the_checked_read(caches):
     _train()
     report, _, warned = _train_again()
     assert {g.warm for g in report.graphs} == {"hit"} and not warned, (str(report), warned)
+
+
+# -- a corrupt entry of torch's is a miss, removed, and stored again -------------------------
+
+CORRUPT_CHILD = textwrap.dedent(
+    r"""
+    import copy, json, warnings
+    import torch
+    import sdk
+    from sdk.core import pipeline
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    eager = copy.deepcopy(model)
+    x = torch.randn(5, 6)
+    reports = []
+    token = pipeline.collect_reports(reports)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            torch.compile(model, backend="sdk:cpu_cpp")(x).square().mean().backward()
+            error = None
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+    pipeline.stop_collecting(token)
+    info = {
+        "warm": [r.warm for r in reports],
+        "error": error,
+        "warnings": [f"{w.category.__name__}: {w.message}" for w in seen],
+    }
+    if error is None:
+        eager(x).square().mean().backward()
+        info["max_error"] = max(
+            (p.grad - q.grad).abs().max().item()
+            for p, q in zip(model.parameters(), eager.parameters(), strict=True)
+        )
+    print("INFO " + json.dumps(info))
+    """
+)
+
+
+def _corrupt_run(root):
+    env = {
+        **os.environ,
+        "SDK_CACHE_DIR": str(root / "sdk"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "SDK_GRAPH_CACHE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", CORRUPT_CHILD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("INFO "))
+    return json.loads(line[5:])
+
+
+def _torch_entries(root):
+    return sorted(
+        p
+        for p in (root / "inductor" / "aotautograd").rglob("*")
+        if p.is_file() and not p.name.startswith(".")
+    )
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """A cold process's caches: one Dynamo graph, its forward and backward in one entry."""
+    root = tmp_path_factory.mktemp("corrupt") / "cold"
+    info = _corrupt_run(root)
+    assert info["warm"] == ["miss", "miss"] and not info["warnings"], info
+    assert info["max_error"] < 1e-6, info
+    assert len(_torch_entries(root)) == 1
+    return root
+
+
+def _op_after(data: bytes, field: str, opcode: str) -> int:
+    """The position of the first ``opcode`` after the string ``field`` in the pickle."""
+    import pickletools
+
+    seen = False
+    for op, arg, pos in pickletools.genops(data):
+        if op.name == opcode and seen:
+            return pos
+        seen = seen or (isinstance(arg, str) and arg == field)
+    raise AssertionError(f"no {opcode} after {field!r}")
+
+
+#: one flipped bit in torch's own wrapper data of the entry (not the SDK's recipe): where,
+#: and what torch made of it before (the first call failed, in every later process too)
+FLIPS = {
+    # "AssertionError: expected 1 outputs, got 0" at the first call
+    "num_forward_returns": lambda d: _op_after(d, "num_forward_returns", "BININT1") + 1,
+    # the forward's outputs taken for the wrong ones: a broadcast error in the backward
+    "num_forward": lambda d: _op_after(d, "num_forward", "BININT1") + 1,
+    # "expected 2 outputs, got 1"
+    "num_mutated_inp_runtime_indices": lambda d: (
+        _op_after(d, "num_mutated_inp_runtime_indices", "BININT1") + 1
+    ),
+    # not a pickle any more (torch skipped it, logging, and kept it for ever)
+    "an opcode": lambda d: _op_after(d, "output_info", "APPEND"),
+}
+
+
+@pytest.mark.parametrize("where", FLIPS)
+def test_a_flipped_bit_in_torch_s_entry_is_a_miss_then_stored_again(tmp_path, stored, where):
+    root = tmp_path / "caches"
+    shutil.copytree(stored, root)
+    (entry,) = _torch_entries(root)
+    data = bytearray(entry.read_bytes())
+    data[FLIPS[where](bytes(data))] ^= 1
+    entry.write_bytes(bytes(data))
+
+    second = _corrupt_run(root)
+    assert second["error"] is None and second["max_error"] < 1e-6, second
+    assert second["warm"] == ["miss", "miss"], second  # compiled afresh
+    (warned,) = second["warnings"]  # exactly one, naming the entry and what was done
+    assert entry.name in warned and "removed" in warned, warned
+    assert not entry.exists() or entry.read_bytes() != bytes(data), "the corrupt entry stays"
+
+    third = _corrupt_run(root)  # warm again, with nothing to say
+    assert third["warm"] == ["hit", "hit"] and not third["warnings"], third
+    assert third["error"] is None and third["max_error"] < 1e-6, third
+
+
+def test_torch_names_each_entry_by_the_digest_of_its_bytes(stored):
+    """What the check of an entry's bytes relies on (torch's _write_to_local_cache)."""
+    from torch._inductor.codecache import sha256_hash
+
+    (entry,) = _torch_entries(stored)
+    assert entry.name == sha256_hash(entry.read_bytes())
+
+
+def test_an_intact_entry_that_does_not_unpickle_is_removed_and_the_good_one_hits(caches):
+    from torch._inductor.codecache import sha256_hash
+
+    _train()
+    planted = []
+    for key_dir in _key_dirs(caches / "inductor"):  # (the step's graphs: one entry each)
+        # named as torch names it (intact), and read first (torch reads them sorted, up to
+        # the first that serves the graph)
+        first = min(p.name for p in key_dir.iterdir())
+        junk = next(j for i in range(1000) if sha256_hash(j := b"junk %d" % i) < first)
+        planted.append(key_dir / sha256_hash(junk))
+        planted[-1].write_bytes(junk)
+    report, _, warned = _train_again()
+    assert len(warned) == len(planted), warned  # one per entry, naming it
+    for path, message in zip(sorted(planted), sorted(warned), strict=True):
+        assert str(path) in message and "does not load" in message and "removed" in message
+        assert not path.exists()
+    assert {g.warm for g in report.graphs} == {"hit"}, str(report)
