@@ -173,7 +173,8 @@ class _Verifier:
         elif kind not in _TYPES:
             raise _Invalid(f"{f.name}: {kind} is not a field of the runner's form")
         elif not _TYPES[kind](x):
-            raise _Invalid(f"{f.name} is not a {kind}: {_short(x)}")
+            a = "an" if kind[0] in "aeiou" else "a"
+            raise _Invalid(f"{f.name} is a {type(x).__name__} {_short(x)}, not {a} {kind}")
 
     def variant(self, f: isa.Field, variants: tuple[isa.Variant, ...], x: Any) -> None:
         if not isinstance(x, tuple) or not x or type(x[0]) is not int:
