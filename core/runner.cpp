@@ -391,8 +391,9 @@ class Program {
           s.sizes = ints(t[F::EMPTY::sizes]);
           s.strides = ints(t[F::EMPTY::strides]);
           auto dtype = torch::python::detail::py_object_to_dtype(t[F::EMPTY::dtype]);
-          s.options =
-              at::TensorOptions().dtype(dtype).device(t[F::EMPTY::device].cast<std::string>());
+          // (parsed here: TensorOptions::device is noexcept, a c10::Error in it terminates)
+          const c10::Device device(t[F::EMPTY::device].cast<std::string>());
+          s.options = at::TensorOptions().dtype(dtype).device(device);
           // the device's allocator straight (what torch's empty_strided_cuda does after its
           // device guard, and Inductor's _empty_strided_<device>): no dispatch, about 2 us
           // less a buffer on an H100 host; taken where the device is the current one
