@@ -9,7 +9,7 @@
 // from it the header spliced in below, inside the anonymous namespace (`python -m
 // sdk.core.native --isa` prints it): the enums (each member with its fields and what it does),
 // the version, the launch-argument cap, each opcode's field layout and field positions
-// (isa::field::EMPTY::sizes), which the decoder (Program's constructor) and the Verifier read.
+// (isa::field::EMPTY::sizes), which the decoder (Program::decode) and the Verifier read.
 //
 // A program is verified whole when it is loaded (Program's constructor), before any step is
 // decoded or can run: the whole-graph cache on disk is a trust boundary, and execute() indexes
@@ -17,7 +17,9 @@
 // field counts and kinds, every slot in range and written before it is read, strides one
 // per size, dims within the strides, a LAUNCH within kMaxLaunchArgs, one RETURN, last; and
 // the ISA version the program was written for. Any violation: std::invalid_argument (a
-// ValueError in Python) naming the step and the problem, and no Program.
+// ValueError in Python) naming the step and the problem, and no Program. What the decoder
+// then refuses (an op's schema: its name, its argument count, a constant of another type)
+// is a std::invalid_argument naming the step too.
 
 #include <torch/extension.h>
 
@@ -369,104 +371,16 @@ class Program {
                                   std::to_string(kVersion) + " (core/isa.py)");
     }
     Verifier(n_slots).program(steps);  // before any step is decoded: see Verifier
-    for (const auto& h : steps) {
-      py::tuple t = h.cast<py::tuple>();
-      Step s;
-      s.op = t[0].cast<int>();
-      switch (s.op) {
-        case INPUT:
-          s.dst = t[F::INPUT::dst].cast<int>();
-          s.src = t[F::INPUT::index].cast<int>();
-          break;
-        case CONST:
-          s.dst = t[F::CONST::dst].cast<int>();
-          s.tensor = THPVariable_Unpack(t[F::CONST::tensor].ptr());
-          break;
-        case ALIAS:
-          s.dst = t[F::ALIAS::dst].cast<int>();
-          s.src = t[F::ALIAS::src].cast<int>();
-          break;
-        case EMPTY: {
-          s.dst = t[F::EMPTY::dst].cast<int>();
-          s.sizes = ints(t[F::EMPTY::sizes]);
-          s.strides = ints(t[F::EMPTY::strides]);
-          auto dtype = torch::python::detail::py_object_to_dtype(t[F::EMPTY::dtype]);
-          // (parsed here: TensorOptions::device is noexcept, a c10::Error in it terminates)
-          const c10::Device device(t[F::EMPTY::device].cast<std::string>());
-          s.options = at::TensorOptions().dtype(dtype).device(device);
-          // the device's allocator straight (what torch's empty_strided_cuda does after its
-          // device guard, and Inductor's _empty_strided_<device>): no dispatch, about 2 us
-          // less a buffer on an H100 host; taken where the device is the current one
-          const c10::Device dev = s.options.device();
-          if (c10::impl::hasDeviceGuardImpl(dev.type())) {
-            try {
-              s.allocator = c10::GetAllocator(dev.type());
-            } catch (const c10::Error&) {
-              s.allocator = nullptr;  // (no allocator registered: the dispatcher's path)
-            }
-          }
-          s.keys = c10::DispatchKeySet(c10::computeDispatchKey(dtype, at::kStrided, dev));
-          s.scalar_type = dtype;
-          break;
-        }
-        case VIEW:
-          s.dst = t[F::VIEW::dst].cast<int>();
-          s.src = t[F::VIEW::src].cast<int>();
-          s.sizes = ints(t[F::VIEW::sizes]);
-          s.strides = ints(t[F::VIEW::strides]);
-          s.offset = t[F::VIEW::offset].cast<int64_t>();
-          break;
-        case AS_STRIDED:
-          s.dst = t[F::AS_STRIDED::dst].cast<int>();
-          s.src = t[F::AS_STRIDED::src].cast<int>();
-          s.sizes = ints(t[F::AS_STRIDED::sizes]);
-          s.strides = ints(t[F::AS_STRIDED::strides]);
-          s.offset = t[F::AS_STRIDED::offset].cast<int64_t>();
-          s.relative = t[F::AS_STRIDED::relative].cast<bool>();
-          break;
-        case LAUNCH:
-          s.fn = reinterpret_cast<void*>(t[F::LAUNCH::address].cast<std::uintptr_t>());
-          s.slots = t[F::LAUNCH::slots].cast<std::vector<int>>();
-          s.sizes = ints(t[F::LAUNCH::sizes]);
-          s.checked = t[F::LAUNCH::checked].cast<bool>();
-          s.error = py::reinterpret_borrow<py::object>(t[F::LAUNCH::error]);
-          s.state = reinterpret_cast<void*>(t[F::LAUNCH::state].cast<std::uintptr_t>());
-          s.python = py::reinterpret_borrow<py::object>(t[F::LAUNCH::function]);
-          break;
-        case LAUNCH_PY:
-          s.python = py::reinterpret_borrow<py::object>(t[F::LAUNCH_PY::function]);
-          s.slots = t[F::LAUNCH_PY::slots].cast<std::vector<int>>();
-          s.sizes = ints(t[F::LAUNCH_PY::sizes]);
-          break;
-        case CALL:
-          build_call(s, t);
-          break;
-        case RESTRIDE:
-          s.dst = t[F::RESTRIDE::slot].cast<int>();
-          s.dims = ints(t[F::RESTRIDE::dims]);
-          s.strides = ints(t[F::RESTRIDE::strides]);
-          break;
-        case FREE:
-          s.dst = t[F::FREE::slot].cast<int>();
-          break;
-        case WRITES:
-          s.dims = ints(t[F::WRITES::positions]);  // the graph inputs written by now
-          break;
-        case RETURN:
-          for (const auto& item : t[F::RETURN::items]) {
-            py::tuple it = item.cast<py::tuple>();
-            if (it[0].cast<int>() == ITEM_SLOT) {
-              s.items.emplace_back(it[1].cast<int>(), -1);
-            } else {
-              s.items.emplace_back(-1, static_cast<int>(s.constants.size()));
-              s.constants.push_back(py::reinterpret_borrow<py::object>(it[1]));
-            }
-          }
-          break;
-        default:
-          throw std::invalid_argument("sdk runner: unknown opcode " + std::to_string(s.op));
+    for (size_t i = 0; i < steps.size(); ++i) {
+      py::tuple t = steps[i].cast<py::tuple>();
+      try {
+        steps_.push_back(decode(t));
+      } catch (const std::exception& e) {
+        // what the decoder refuses past the verifier (an op's schema: its name, the count
+        // of its arguments, a constant its type does not take), as the verifier's refusals
+        throw std::invalid_argument("sdk runner: step " + std::to_string(i) + " (" +
+                                    kOps[t[0].cast<int>()].name + "): " + e.what());
       }
-      steps_.push_back(std::move(s));
     }
   }
 
@@ -476,6 +390,7 @@ class Program {
   // it), 1: sizes (an input handed whole to library calls), 2: sizes, strides, storage
   // offset and device; aligned: the data pointer a multiple of 16 bytes.
   void set_guard(const py::list& specs) {
+
     std::vector<Guard> guards;
     for (const auto& h : specs) {
       py::tuple t = h.cast<py::tuple>();
@@ -585,14 +500,114 @@ class Program {
     return true;
   }
 
-  void build_call(Step& s, const py::tuple& t) {
+  // One step of a verified program, decoded: its fields by their positions in the layout.
+  static Step decode(const py::tuple& t) {
+    Step s;
+    s.op = t[0].cast<int>();
+    switch (s.op) {
+      case INPUT:
+        s.dst = t[F::INPUT::dst].cast<int>();
+        s.src = t[F::INPUT::index].cast<int>();
+        break;
+      case CONST:
+        s.dst = t[F::CONST::dst].cast<int>();
+        s.tensor = THPVariable_Unpack(t[F::CONST::tensor].ptr());
+        break;
+      case ALIAS:
+        s.dst = t[F::ALIAS::dst].cast<int>();
+        s.src = t[F::ALIAS::src].cast<int>();
+        break;
+      case EMPTY: {
+        s.dst = t[F::EMPTY::dst].cast<int>();
+        s.sizes = ints(t[F::EMPTY::sizes]);
+        s.strides = ints(t[F::EMPTY::strides]);
+        auto dtype = torch::python::detail::py_object_to_dtype(t[F::EMPTY::dtype]);
+        // (parsed here: TensorOptions::device is noexcept, a c10::Error in it terminates)
+        const c10::Device device(t[F::EMPTY::device].cast<std::string>());
+        s.options = at::TensorOptions().dtype(dtype).device(device);
+        // the device's allocator straight (what torch's empty_strided_cuda does after its
+        // device guard, and Inductor's _empty_strided_<device>): no dispatch, about 2 us
+        // less a buffer on an H100 host; taken where the device is the current one
+        const c10::Device dev = s.options.device();
+        if (c10::impl::hasDeviceGuardImpl(dev.type())) {
+          try {
+            s.allocator = c10::GetAllocator(dev.type());
+          } catch (const c10::Error&) {
+            s.allocator = nullptr;  // (no allocator registered: the dispatcher's path)
+          }
+        }
+        s.keys = c10::DispatchKeySet(c10::computeDispatchKey(dtype, at::kStrided, dev));
+        s.scalar_type = dtype;
+        break;
+      }
+      case VIEW:
+        s.dst = t[F::VIEW::dst].cast<int>();
+        s.src = t[F::VIEW::src].cast<int>();
+        s.sizes = ints(t[F::VIEW::sizes]);
+        s.strides = ints(t[F::VIEW::strides]);
+        s.offset = t[F::VIEW::offset].cast<int64_t>();
+        break;
+      case AS_STRIDED:
+        s.dst = t[F::AS_STRIDED::dst].cast<int>();
+        s.src = t[F::AS_STRIDED::src].cast<int>();
+        s.sizes = ints(t[F::AS_STRIDED::sizes]);
+        s.strides = ints(t[F::AS_STRIDED::strides]);
+        s.offset = t[F::AS_STRIDED::offset].cast<int64_t>();
+        s.relative = t[F::AS_STRIDED::relative].cast<bool>();
+        break;
+      case LAUNCH:
+        s.fn = reinterpret_cast<void*>(t[F::LAUNCH::address].cast<std::uintptr_t>());
+        s.slots = t[F::LAUNCH::slots].cast<std::vector<int>>();
+        s.sizes = ints(t[F::LAUNCH::sizes]);
+        s.checked = t[F::LAUNCH::checked].cast<bool>();
+        s.error = py::reinterpret_borrow<py::object>(t[F::LAUNCH::error]);
+        s.state = reinterpret_cast<void*>(t[F::LAUNCH::state].cast<std::uintptr_t>());
+        s.python = py::reinterpret_borrow<py::object>(t[F::LAUNCH::function]);
+        break;
+      case LAUNCH_PY:
+        s.python = py::reinterpret_borrow<py::object>(t[F::LAUNCH_PY::function]);
+        s.slots = t[F::LAUNCH_PY::slots].cast<std::vector<int>>();
+        s.sizes = ints(t[F::LAUNCH_PY::sizes]);
+        break;
+      case CALL:
+        build_call(s, t);
+        break;
+      case RESTRIDE:
+        s.dst = t[F::RESTRIDE::slot].cast<int>();
+        s.dims = ints(t[F::RESTRIDE::dims]);
+        s.strides = ints(t[F::RESTRIDE::strides]);
+        break;
+      case FREE:
+        s.dst = t[F::FREE::slot].cast<int>();
+        break;
+      case WRITES:
+        s.dims = ints(t[F::WRITES::positions]);  // the graph inputs written by now
+        break;
+      case RETURN:
+        for (const auto& item : t[F::RETURN::items]) {
+          py::tuple it = item.cast<py::tuple>();
+          if (it[0].cast<int>() == ITEM_SLOT) {
+            s.items.emplace_back(it[1].cast<int>(), -1);
+          } else {
+            s.items.emplace_back(-1, static_cast<int>(s.constants.size()));
+            s.constants.push_back(py::reinterpret_borrow<py::object>(it[1]));
+          }
+        }
+        break;
+      default:
+        throw std::invalid_argument("unknown opcode " + std::to_string(s.op));
+    }
+    return s;
+  }
+
+  static void build_call(Step& s, const py::tuple& t) {
     auto name = t[F::CALL::name].cast<std::string>();
     auto overload = t[F::CALL::overload].cast<std::string>();
     s.handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
     const auto& schema = s.handle->schema();
     py::sequence args = t[F::CALL::args].cast<py::sequence>();
     if (args.size() != schema.arguments().size()) {
-      throw std::invalid_argument("sdk runner: " + name + "." + overload + " takes " +
+      throw std::invalid_argument(name + "." + overload + " takes " +
                                   std::to_string(schema.arguments().size()) +
                                   " arguments, the program gives " + std::to_string(args.size()));
     }
@@ -623,14 +638,14 @@ class Program {
           break;
         case DEFAULT:
           if (!formal.default_value()) {
-            throw std::invalid_argument("sdk runner: " + name + " argument " + formal.name() +
+            throw std::invalid_argument(name + " argument " + formal.name() +
                                         " has no default");
           }
           arg.value = *formal.default_value();
           arg.kind = VALUE;
           break;
         default:
-          throw std::invalid_argument("sdk runner: unknown argument kind");
+          throw std::invalid_argument("unknown argument kind");
       }
       s.args.push_back(std::move(arg));
     }

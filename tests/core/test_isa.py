@@ -60,6 +60,24 @@ def test_both_verifiers_refuse_each_violation_naming_step_and_problem(program, n
         native.module().Program(program, n_slots, lambda positions: None, isa.VERSION)
 
 
+@pytest.mark.parametrize(
+    "call,says",
+    [
+        (("aten::relu", "", [(st.SLOT, 0), (st.SLOT, 0)]), "aten::relu. takes 1 arguments"),
+        (("aten::narrow", "", [(st.SLOT, 0), (st.VALUE, 2**70), (st.VALUE, 0), (st.VALUE, 1)]), ""),
+        (("aten::no_such_op", "", []), "no_such_op"),
+    ],
+    ids=["argument count", "an int over 64 bits", "unknown op"],
+)
+def test_what_an_ops_schema_refuses_is_a_value_error_naming_the_step(call, says):
+    """Past the verifier (which knows no schema), the decoder's refusals name the step too,
+    as a ValueError (an int over 64 bits was an OverflowError of the conversion)."""
+    program = [(I, 0, 0), (st.CALL, *call, [1], False), (RET, [(0, 1)])]
+    st.check(program, 2)
+    with pytest.raises(ValueError, match=r"sdk runner: step 1 \(call\): .*" + says):
+        native.module().Program(program, 2, lambda positions: None, isa.VERSION)
+
+
 def test_the_runner_refuses_a_program_of_another_isa_version():
     good = [(I, 0, 0), END]
     st.check(good, 1)
