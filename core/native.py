@@ -15,6 +15,7 @@ import importlib.machinery
 import importlib.util
 import sys
 import sysconfig
+import textwrap
 import threading
 import warnings
 from collections.abc import Callable
@@ -24,8 +25,8 @@ from typing import Any
 
 import torch
 
-from . import config
-from .steps import MAX_LAUNCH_ARGS, check
+from . import config, isa
+from .steps import check
 
 _MODULE_NAME = "_sdk_runner"
 _lock = threading.Lock()
@@ -36,7 +37,7 @@ def _call_c() -> str:
     """``call_c``: one direct call per arity (pointers and int64 sizes travel in the same
     registers on the 64-bit ABIs the toolchain builds for)."""
     lines = ["int64_t call_c(void* f, const I* a, size_t n, bool checked) {", "  switch (n) {"]
-    for n in range(MAX_LAUNCH_ARGS + 1):
+    for n in range(isa.MAX_LAUNCH_ARGS + 1):
         params = ", ".join(["I"] * n)
         args = ", ".join(f"a[{i}]" for i in range(n))
         lines += [
@@ -49,9 +50,102 @@ def _call_c() -> str:
     return "\n".join(["namespace {", *lines, "}", "}  // namespace"])
 
 
+def isa_header() -> str:
+    """The runner's C++ header of the program ISA (core/isa.py): the opcode and argument
+    enums, the version, the launch-argument cap, and each opcode's field layout (kinds,
+    names, positions), which the runner's decoder and its verifier read."""
+    width = max(len(fields) for rows in _layouts().values() for _, fields, _ in rows)
+    lines = [
+        "// ---- the program ISA: generated from core/isa.py by core/native.py's isa_header ----",
+        "namespace isa {",
+        f"constexpr int kVersion = {isa.VERSION};",
+        f"constexpr int kMaxLaunchArgs = {isa.MAX_LAUNCH_ARGS};",
+        *_enum("Opcode", [(op.name, op.number, _signature(op), op.doc) for op in isa.OPCODES]),
+        "// CALL's arguments (a tuple each: the kind, then its fields)",
+        *_enum("ArgKind", [(v.name, v.tag, _signature(v), v.doc) for v in isa.ARG_KINDS]),
+        "// RETURN's items (a tuple each: the kind, then its fields)",
+        *_enum(
+            "ItemKind", [(f"ITEM_{v.name}", v.tag, _signature(v), v.doc) for v in isa.ITEM_KINDS]
+        ),
+        "// what a field holds (core/isa.py says what each is, and what the verifiers check)",
+        "enum Kind : int {",
+        *(f"  {_kind(k)} = {i}," for i, k in enumerate(isa.KINDS)),
+        "};",
+        f"constexpr int kMaxFields = {width};",
+        "// one opcode's (or tagged tuple's) fields after its tag: their kinds, their names, and",
+        "// whether the field counts towards kMaxLaunchArgs",
+        "struct Layout {",
+        "  const char* name;",
+        "  int n;",
+        "  Kind kinds[kMaxFields];",
+        "  const char* fields[kMaxFields];",
+        "  bool capped[kMaxFields];",
+        "};",
+    ]
+    for table, layouts in _layouts().items():
+        lines.append(f"constexpr Layout {table}[] = {{")
+        lines += [f"    {_layout(name, fields, capped)}," for name, fields, capped in layouts]
+        lines.append("};")
+    lines.append("// each field's position in its step's tuple (the opcode is at 0)")
+    lines.append("namespace field {")
+    for op in isa.OPCODES:
+        where = ", ".join(f"{f.name} = {i}" for i, f in enumerate(op.fields, 1))
+        lines.append(f"namespace {op.name} {{ constexpr int {where}; }}")
+    lines += ["}  // namespace field", "}  // namespace isa", "// ---- (end of the ISA) ----"]
+    return "\n".join(lines)
+
+
+def _layouts() -> dict[str, list[tuple[str, tuple[isa.Field, ...], tuple[str, ...]]]]:
+    """The layout tables, each indexed by number: kOps by opcode, kArgs and kItems by tag."""
+    tables = {
+        "kOps": [(op.number, op.text, op.fields, op.capped) for op in isa.OPCODES],
+        "kArgs": [(v.tag, v.name, v.fields, ()) for v in isa.ARG_KINDS],
+        "kItems": [(v.tag, v.name, v.fields, ()) for v in isa.ITEM_KINDS],
+    }
+    out = {}
+    for table, rows in tables.items():
+        rows = sorted(rows)
+        if [r[0] for r in rows] != list(range(len(rows))):
+            raise ValueError(f"core/isa.py: the numbers of {table} are not 0, 1, 2, ...")
+        out[table] = [r[1:] for r in rows]
+    return out
+
+
+def _enum(name: str, members: list[tuple[str, int, str, str]]) -> list[str]:
+    """An enum, each member with its fields and what it does as a comment."""
+    lines = [f"enum {name} : int {{"]
+    for member, number, signature, doc in members:
+        lines += [f"  // {line}" for line in textwrap.wrap(f"{signature}: {doc}", 94)]
+        lines.append(f"  {member} = {number},")
+    return [*lines, "};"]
+
+
+def _signature(op: isa.Opcode | isa.Variant) -> str:
+    return "(" + ", ".join(f.name for f in op.fields) + ")"
+
+
+def _kind(kind: str) -> str:
+    return "K_" + kind.upper().replace(" ", "_")
+
+
+def _layout(name: str, fields: tuple[isa.Field, ...], capped: tuple[str, ...]) -> str:
+    def braced(items: list[str]) -> str:
+        return "{" + ", ".join(items) + "}"
+
+    return braced(
+        [
+            f'"{name}"',
+            str(len(fields)),
+            braced([_kind(f.kind) for f in fields]),
+            braced([f'"{f.name}"' for f in fields]),
+            braced(["true" if f.name in capped else "false" for f in fields]),
+        ]
+    )
+
+
 def source() -> str:
     text = (Path(__file__).with_name("runner.cpp")).read_text()
-    return text.replace("@CALL_C@", _call_c())
+    return text.replace("@ISA@", isa_header()).replace("@CALL_C@", _call_c())
 
 
 def _flags() -> tuple[str, ...]:
@@ -137,10 +231,20 @@ def _load() -> ModuleType:
     return mod
 
 
-def program(steps: list[tuple], n_slots: int, mark_writes: Callable[[], None]) -> Any | None:
-    """The runner's program for ``steps`` (checked first), or None without a runner."""
+def program(
+    steps: list[tuple], n_slots: int, mark_writes: Callable[[], None], version: int = isa.VERSION
+) -> Any | None:
+    """The runner's program for ``steps``, written for ISA ``version``, or None without a
+    runner. Checked twice before any step runs: by :func:`core.steps.check`, then by the
+    runner's own verifier as it loads the program (a ``ValueError`` from either)."""
     mod = module()
     if mod is None:
         return None
     check(steps, n_slots)
-    return mod.Program(steps, n_slots, mark_writes)
+    return mod.Program(steps, n_slots, mark_writes, version)
+
+
+if __name__ == "__main__":  # python -m sdk.core.native --isa: the generated header
+    if sys.argv[1:] != ["--isa"]:
+        raise SystemExit("usage: python -m sdk.core.native --isa")
+    print(isa_header())

@@ -488,6 +488,7 @@ def _entry(
             "steps": None if wrapper.steps is None else enc(wrapper.steps),
             "n_slots": wrapper.n_slots,
             "native_why": wrapper.native_why,
+            "isa": wrapper.isa_version,  # the ISA version the steps were written for
         },
         "sources": [
             {
@@ -571,6 +572,7 @@ def load_program(
             steps=None if w["steps"] is None else dec(w["steps"]),
             n_slots=w["n_slots"],
             native_why=w["native_why"],
+            isa_version=w.get("isa", 0),  # (0: written before versions: the runner refuses it)
         )
         fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
         parts = ProgramParts(

@@ -10,9 +10,10 @@ library function, a collective, an input that is not a tensor) stays Python, and
 runner. (A per-call RNG seed and an input's device copy are library calls: ``randint``,
 ``_to_copy``.)
 
-Each step is a plain tuple, opcode first (``core/runner.cpp`` lists them); :func:`check`
-verifies a list before the runner gets it (every slot written before it is read, opcodes and
-argument kinds known), :func:`describe` prints it for ``sdk.explain``.
+Each step is a plain tuple, opcode first; ``core/isa.py`` declares every opcode and its
+fields once, and this module's constants, :func:`check` (the verifier, driven by the fields'
+kinds) and :func:`describe` (``sdk.explain``'s program) come from that table, as does the
+runner's own verifier (``core/runner.cpp``).
 """
 
 from __future__ import annotations
@@ -22,31 +23,18 @@ from typing import Any
 
 import torch
 
-INPUT, CONST, ALIAS, EMPTY, VIEW, AS_STRIDED, LAUNCH, CALL, RESTRIDE, FREE, WRITES, RETURN = range(
-    12
-)
-#: (the runner's form of a LAUNCH whose kernel has no C entry point: Python launches it)
-LAUNCH_PY = 12
-NAMES = (
-    "input",
-    "const",
-    "alias",
-    "empty",
-    "view",
-    "as_strided",
-    "launch",
-    "call",
-    "restride",
-    "free",
-    "writes",
-    "return",
-    "launch (Python)",
-)
-#: argument kinds of a CALL: a slot's tensor, a constant, a Tensor[] of slots, a Tensor?[]
-#: of slots (-1: None), the schema's default, a Python number where the schema takes a Tensor
-SLOT, VALUE, TENSORS, OPTIONAL_TENSORS, DEFAULT, NUMBER = range(6)
-#: the most pointer and size arguments one launch may take (core/runner.cpp's call_c)
-MAX_LAUNCH_ARGS = 96
+from . import isa
+
+#: the opcodes by name (INPUT, CONST, ALIAS, EMPTY, VIEW, AS_STRIDED, LAUNCH, CALL, RESTRIDE,
+#: FREE, WRITES, RETURN, LAUNCH_PY) and CALL's argument kinds (SLOT, VALUE, TENSORS,
+#: OPTIONAL_TENSORS, DEFAULT, NUMBER), as core/isa.py declares them
+globals().update({op.name: op.number for op in isa.OPCODES})
+globals().update({v.name: v.tag for v in isa.ARG_KINDS})
+#: each opcode's name in sdk.explain's program, by number
+NAMES = tuple(op.text for op in sorted(isa.OPCODES, key=lambda op: op.number))
+MAX_LAUNCH_ARGS = isa.MAX_LAUNCH_ARGS
+_BY_NUMBER = {op.number: op for op in isa.OPCODES}
+_RETURN = next(op for op in isa.OPCODES if op.name == "RETURN")
 
 
 class NotNative(Exception):
@@ -87,70 +75,184 @@ class Steps:
             self.why = why
 
 
-def check(steps: list[tuple], n_slots: int) -> None:
-    """Raise ``ValueError`` naming the first step that reads a slot no earlier step wrote,
-    or has an unknown opcode or argument kind; the runner trusts what passes."""
-    written: set[int] = set()
+class _Invalid(Exception):
+    """What is wrong with one step (check adds which step)."""
 
-    def reads(i: int, slot: int) -> None:
-        if not 0 <= slot < n_slots or slot not in written:
-            raise ValueError(f"step {i} ({describe_step(steps[i])}) reads slot {slot} unwritten")
 
+_INT64 = (-(1 << 63), 1 << 63)
+_INDEX_END = 1 << 31  # an input position, a slot count: a C++ int
+_POINTER_END = 1 << 64
+
+
+def check(steps: Any, n_slots: Any) -> None:
+    """Raise ``ValueError`` naming the first step of the runner's form (core/isa.py's
+    ``fields``) that the runner must not run: an unknown opcode, a field count or kind
+    other than the opcode's, a slot out of range or read before a step wrote it, a LAUNCH
+    over ``MAX_LAUNCH_ARGS``, strides not one per size, a return before the end or none.
+    The runner's own verifier (core/runner.cpp, from the same table) checks the same when
+    it loads a program; this one names the problem in Python first."""
+    if type(n_slots) is not int or not 0 <= n_slots < _INDEX_END:
+        raise ValueError(f"invalid program: {n_slots!r} slots")
+    if not isinstance(steps, list):
+        raise ValueError(f"invalid program: the steps are a {type(steps).__name__}, not a list")
+    v = _Verifier(n_slots)
     for i, s in enumerate(steps):
-        op = s[0]
-        if op in (INPUT, CONST, EMPTY):
-            written.add(s[1])
-        elif op in (ALIAS, VIEW, AS_STRIDED):
-            reads(i, s[2])
-            written.add(s[1])
-        elif op in (LAUNCH, LAUNCH_PY):
-            for slot in s[2]:
-                reads(i, slot)
-            if len(s[2]) + len(s[3]) > MAX_LAUNCH_ARGS:
-                raise ValueError(f"step {i}: more than {MAX_LAUNCH_ARGS} launch arguments")
-        elif op == CALL:
-            for arg in s[3]:
-                kind = arg[0]
-                if kind == SLOT:
-                    reads(i, arg[1])
-                elif kind in (TENSORS, OPTIONAL_TENSORS):
-                    for slot in arg[1]:
-                        if slot >= 0 or kind == TENSORS:
-                            reads(i, slot)
-                elif kind not in (VALUE, DEFAULT, NUMBER):
-                    raise ValueError(f"step {i}: unknown argument kind {kind}")
-            written.update(o for o in s[4] if o >= 0)
-        elif op in (RESTRIDE, FREE):
-            reads(i, s[1])
-            if op == FREE:
-                written.discard(s[1])
-        elif op == RETURN:
-            for kind, value in s[1]:
-                if kind == 0:
-                    reads(i, value)
-        elif op != WRITES:
-            raise ValueError(f"step {i}: unknown opcode {op}")
-    if not steps or steps[-1][0] != RETURN:
-        raise ValueError("the program does not end with a return")
+        try:
+            v.step(s)
+            if v.op is _RETURN and i != len(steps) - 1:
+                raise _Invalid("a return before the last step")
+        except _Invalid as exc:
+            raise ValueError(
+                f"invalid program: step {i} ({describe_step(s, runner=True)}): {exc}"
+            ) from None
+    if not steps or v.op is not _RETURN:
+        raise ValueError("invalid program: the program does not end with a return")
 
 
-def describe_step(s: tuple) -> str:
-    op, rest = s[0], s[1:]
-    name = NAMES[op] if 0 <= op < len(NAMES) else f"op{op}"
-    if op == LAUNCH:  # (LAUNCH, kernel function, slots, sizes, kernel name)
-        slots = ", ".join(f"%{x}" for x in rest[1])
-        return f"launch {rest[3] if len(rest) > 3 else '?'}({slots})"
-    if op == CALL:  # (CALL, OpOverload, args, outs, multi)
-        args = ", ".join(_arg_text(a) for a in rest[1])
-        outs = ", ".join("_" if o < 0 else f"%{o}" for o in rest[2])
-        return f"{outs or '_'} = {rest[0]}({args})"
-    if op == CONST:
-        return f"%{rest[0]} = constant {rest[1]}"
-    if op == INPUT:
-        return f"%{rest[0]} = input {rest[1]}"
-    if op in (ALIAS, VIEW, AS_STRIDED, EMPTY):
-        return f"%{rest[0]} = {name} " + ", ".join(_value_text(v) for v in rest[1:])
-    return f"{name} " + ", ".join(_value_text(v) for v in rest)
+class _Verifier:
+    """:func:`check`'s walk: each step's fields by their kinds, over the slots written so far."""
+
+    def __init__(self, n_slots: int) -> None:
+        self.n_slots = n_slots
+        self.written: set[int] = set()
+        self.op: isa.Opcode | None = None
+
+    def step(self, s: Any) -> None:
+        if not isinstance(s, tuple) or not s:
+            raise _Invalid("a step is a tuple, its opcode first")
+        op = _BY_NUMBER.get(s[0]) if type(s[0]) is int else None
+        if op is None:
+            raise _Invalid(f"unknown opcode {s[0]!r}")
+        self.op = op
+        if len(s) != 1 + len(op.fields):
+            raise _Invalid(f"{len(s) - 1} fields; {op.text} takes {len(op.fields)}")
+        self.writes: list[int] = []
+        self.frees: list[int] = []
+        for f, x in zip(op.fields, s[1:]):
+            self.field(f, x)
+        values = {f.kind: x for f, x in zip(op.fields, s[1:])}
+        strides = values.get(isa.STRIDES)
+        if isa.SIZES in values and strides is not None and len(strides) != len(values[isa.SIZES]):
+            raise _Invalid(f"{len(values[isa.SIZES])} sizes but {len(strides)} strides")
+        for d in values.get(isa.DIMS, ()):
+            if d >= len(strides or ()):
+                raise _Invalid(f"dimension {d} of {len(strides or ())} strides")
+        capped = sum(len(x) for f, x in zip(op.fields, s[1:]) if f.name in op.capped)
+        if capped > isa.MAX_LAUNCH_ARGS:
+            raise _Invalid(f"{capped} launch arguments, more than {isa.MAX_LAUNCH_ARGS}")
+        self.written.difference_update(self.frees)
+        self.written.update(self.writes)
+
+    def field(self, f: isa.Field, x: Any) -> None:
+        kind = f.kind
+        if kind in _LISTS:
+            if not isinstance(x, (list, tuple)):
+                raise _Invalid(f"{f.name} is a {type(x).__name__}, not a list")
+            for y in x:
+                self.one(f, _LISTS[kind], y)
+        else:
+            self.one(f, kind, x)
+
+    def one(self, f: isa.Field, kind: str, x: Any) -> None:
+        """One value of field ``f`` (one item of a list field), of ``kind``."""
+        if kind in _SLOTS:
+            if kind in (_OUT, _OPTIONAL) and type(x) is int and x == -1:
+                return
+            slot = _integer(f, x, 0, self.n_slots)
+            if kind in (_OUT, isa.SLOT_WRITE):
+                self.writes.append(slot)
+                return
+            if slot not in self.written:
+                raise _Invalid(f"{f.name}: reads slot {slot} unwritten")
+            if kind == isa.SLOT_FREE:
+                self.frees.append(slot)
+        elif kind in _RANGES:
+            _integer(f, x, *_RANGES[kind])
+        elif kind in isa.VARIANTS:
+            self.variant(f, isa.VARIANTS[kind], x)
+        elif kind not in _TYPES:
+            raise _Invalid(f"{f.name}: {kind} is not a field of the runner's form")
+        elif not _TYPES[kind](x):
+            a = "an" if kind[0] in "aeiou" else "a"
+            raise _Invalid(f"{f.name} is a {type(x).__name__} {_short(x)}, not {a} {kind}")
+
+    def variant(self, f: isa.Field, variants: tuple[isa.Variant, ...], x: Any) -> None:
+        if not isinstance(x, tuple) or not x or type(x[0]) is not int:
+            raise _Invalid(f"{f.name}: {_short(x)} is not a tuple, its tag first")
+        v = next((v for v in variants if v.tag == x[0]), None)
+        if v is None:
+            raise _Invalid(f"{f.name}: unknown tag {x[0]}")
+        if len(x) != 1 + len(v.fields):
+            raise _Invalid(f"{f.name}: {v.name} takes {len(v.fields)} fields, not {len(x) - 1}")
+        for g, y in zip(v.fields, x[1:]):
+            self.field(isa.Field(f"{f.name} {g.name}", g.kind), y)
+
+
+def _integer(f: isa.Field, x: Any, low: int, end: int) -> int:
+    if type(x) is not int:
+        raise _Invalid(f"{f.name} is a {type(x).__name__}, not an int")
+    if not low <= x < end:
+        raise _Invalid(f"{f.name}: {x} out of range [{low}, {end})")
+    return x
+
+
+def _device(x: Any) -> bool:
+    if not isinstance(x, str):
+        return False
+    try:
+        torch.device(x)
+    except RuntimeError:
+        return False
+    return True
+
+
+_OUT, _OPTIONAL = "slot out", "optional slot read"  # one item of SLOT_OUTS, OPTIONAL_SLOTS_READ
+#: a list kind -> the kind of its items
+_LISTS = {
+    isa.SLOT_OUTS: _OUT,
+    isa.SLOTS_READ: isa.SLOT_READ,
+    isa.OPTIONAL_SLOTS_READ: _OPTIONAL,
+    isa.POSITIONS: isa.INDEX,
+    isa.SIZES: "size",
+    isa.STRIDES: isa.INT,
+    isa.DIMS: isa.INDEX,
+    isa.ARGS: isa.ARGS,
+    isa.ITEMS: isa.ITEMS,
+}
+_SLOTS = {isa.SLOT_WRITE, isa.SLOT_READ, isa.SLOT_FREE, _OUT, _OPTIONAL}
+#: an int kind -> its range [low, end)
+_RANGES = {
+    isa.INDEX: (0, _INDEX_END),
+    "size": (0, _INT64[1]),
+    isa.INT: _INT64,
+    isa.ADDRESS: (1, _POINTER_END),
+    isa.STATE: (0, _POINTER_END),
+}
+_TYPES: dict[str, Any] = {
+    isa.BOOL: lambda x: type(x) is bool,
+    isa.DTYPE: lambda x: isinstance(x, torch.dtype),
+    isa.DEVICE: _device,
+    isa.TENSOR: lambda x: isinstance(x, torch.Tensor),
+    isa.NAME: lambda x: isinstance(x, str),
+    isa.FUNCTION: callable,
+    isa.ERROR: lambda x: x is None or callable(x),
+    isa.VALUE: lambda x: True,
+    isa.NUMBER: lambda x: isinstance(x, (int, float)),
+}
+
+
+def describe_step(s: Any, runner: bool = False) -> str:
+    """One step, as ``sdk.explain`` prints it (the wrapper's form, by its opcode's ``show``);
+    ``runner``: a step of the runner's form, each field by name."""
+    op = _BY_NUMBER.get(s[0]) if isinstance(s, tuple) and s and type(s[0]) is int else None
+    if op is None:
+        return _short(s)
+    fields = op.fields if runner else (op.written or op.fields)
+    if len(s) != 1 + len(fields):
+        return f"{op.text} " + ", ".join(_short(x) for x in s[1:])
+    if runner:
+        return f"{op.text} " + ", ".join(f"{f.name}={_short(x)}" for f, x in zip(fields, s[1:]))
+    return op.show.format(**{f.name: _text(f.kind, x) for f, x in zip(fields, s[1:])})
 
 
 def describe(steps: list[tuple]) -> str:
@@ -159,15 +261,36 @@ def describe(steps: list[tuple]) -> str:
     return "\n".join(f"{i:4d}  {describe_step(s)}" for i, s in enumerate(steps))
 
 
-def _arg_text(arg: tuple) -> str:
-    kind = arg[0]
-    if kind == SLOT:
-        return f"%{arg[1]}"
-    if kind == DEFAULT:
-        return "<default>"
-    if kind in (TENSORS, OPTIONAL_TENSORS):
-        return "[" + ", ".join("None" if s < 0 else f"%{s}" for s in arg[1]) + "]"
-    return _value_text(arg[1])
+def _text(kind: str, x: Any) -> str:
+    """A field's value as ``describe_step`` prints it: slots as ``%N``."""
+    if kind in (isa.SLOT_WRITE, isa.SLOT_READ, isa.SLOT_FREE):
+        return f"%{x}"
+    if kind in (isa.SLOT_OUTS, isa.SLOTS_READ, isa.OPTIONAL_SLOTS_READ):
+        empty = "_" if kind == isa.SLOT_OUTS else ""
+        return ", ".join("_" if s < 0 else f"%{s}" for s in x) or empty
+    if kind in isa.VARIANTS:
+        return ", ".join(_variant_text(isa.VARIANTS[kind], item) for item in x)
+    if kind in (isa.KERNEL, isa.FUNCTION):
+        return getattr(x, "__name__", repr(x))
+    if kind in (isa.OP, isa.NAME, isa.CONST_NAME):
+        return str(x)
+    return _value_text(x)
+
+
+def _variant_text(variants: tuple[isa.Variant, ...], item: tuple) -> str:
+    v = next((v for v in variants if v.tag == item[0]), None)
+    if v is None or not v.fields:
+        return "<default>" if v is not None else _short(item)
+    f, x = v.fields[0], item[1]
+    if f.kind in (isa.SLOTS_READ, isa.OPTIONAL_SLOTS_READ):
+        return "[" + ", ".join("None" if s < 0 else f"%{s}" for s in x) + "]"
+    return _text(f.kind, x)
+
+
+def _short(x: Any) -> str:
+    """A value in an error message: a tensor by its shape, at most 80 characters."""
+    text = _value_text(x) if not isinstance(x, tuple) or len(x) < 20 else f"({len(x)} items)"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _value_text(v: Any) -> str:

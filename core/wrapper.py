@@ -21,6 +21,7 @@ import torch.fx
 from sdk.errors import SDKError
 from sdk.report import ExternReport
 
+from . import isa
 from . import steps as st
 from .adapters.torch_private import buffer_ops
 from .fallback import op_name
@@ -63,6 +64,8 @@ class Wrapper:
     steps: list[tuple] | None = None
     n_slots: int = 0
     native_why: str | None = None
+    #: the ISA version (core/isa.py) the steps were written for: the runner refuses another
+    isa_version: int = isa.VERSION
 
     def materialize(self, graph_name: str, runner: str = "python") -> Callable:
         """The program as a function ``call(args)``: with ``runner="native"``, the native
@@ -129,7 +132,7 @@ class Wrapper:
                 out.append((op, step[1], self.constants[step[2]]))
             else:
                 out.append(step)
-        made = native.program(out, self.n_slots, _mark_writes)
+        made = native.program(out, self.n_slots, _mark_writes, self.isa_version)
         if made is not None:  # what each step is, for its host time (Program.step_ns)
             made.step_kinds = tuple(_kind_of(s) for s in out)
         return made
