@@ -18,7 +18,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any, ClassVar
 
-from sdk.subgraph import ClaimGroups, CompiledSubgraph  # noqa: F401  (graph-level values)
+from sdk.subgraph import (  # noqa: F401  (graph-level values; Support: a plugin's answer)
+    ClaimGroups,
+    CompiledSubgraph,
+    Support,
+)
 
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
@@ -420,26 +424,6 @@ def retired_fix(retired: Any, *, upgrade: bool = True) -> str:
     if upgrade:
         parts.append('then declare hook_api=6 (docs/vendor-guide.md, "Versioning")')
     return "; ".join(parts)
-
-
-@dataclass(frozen=True)
-class Support:
-    """Answer of ``sdk_op_support`` (and of ``sdk_claim_nodes``, per node or per group): may this op go
-    into a generated kernel (or this plugin's partition)? ``Support.yes()``, or
-    ``Support.no(reason)``: the reason is what ``sdk.explain`` shows for the op."""
-
-    ok: bool
-    reason: str = ""
-
-    @classmethod
-    def yes(cls) -> Support:
-        return cls(True)
-
-    @classmethod
-    def no(cls, reason: str) -> Support:
-        if not reason:
-            raise ValueError("a refusal needs a reason")
-        return cls(False, reason)
 
 
 def environment_variable(name: str) -> str | None:

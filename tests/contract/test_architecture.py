@@ -14,8 +14,7 @@ The rules (CONTRIBUTING.md, "Architecture rules"):
   adapter modules listed in :data:`ADAPTERS`;
 * environment variables are read (or set) only in ``core/config.py``;
 * the core names no device and no plugin: capabilities are declared by plugins;
-* the core's modules import one another without a cycle, a function-level import included
-  (one under ``if TYPE_CHECKING:`` never runs and does not count).
+* the core's modules import one another without a cycle (``test_import_graph.py``).
 
 and issue 38's size limits over ``core/``, ``sdk/``, ``plugins/`` and ``tools/``: no module over
 800 lines, no function over 100 (:func:`oversized`).
@@ -588,106 +587,6 @@ def test_a_plugin_or_the_core_in_prose_passes():
     src = '"""Runs on cuda through cudagraphs."""\ndef f():\n    """On the cpu."""\n'
     assert _rules("core/pipeline.py", src) == []
     assert _rules("plugins/cpu_cpp/x.py", "x = 'cpu'") == []
-
-
-# -- the core's import graph ---------------------------------------------------------------
-
-
-def _module_name(rel: str) -> str:
-    """The installed module of a source file: core/ir/index.py -> sdk.core.ir.index."""
-    stem = rel.removesuffix(".py").rsplit("/", 1)[-1]
-    return ".".join(_module_of(rel) + ([] if stem == "__init__" else [stem]))
-
-
-def _type_checking_only(tree: ast.AST) -> set[int]:
-    """ids of the imports under ``if TYPE_CHECKING:``, which never run."""
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return out
-
-
-def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
-    """Module -> the modules among ``sources`` (rel path -> source) it imports. Every import
-    counts, a function-level one too: deferring an import does not remove the dependency."""
-    modules = {_module_name(rel): rel for rel in sources}
-    graph: dict[str, set[str]] = {}
-    for rel, source in sources.items():
-        me = _module_name(rel)
-        tree = ast.parse(source, filename=rel)
-        skip = _type_checking_only(tree)
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in skip:
-                continue
-            for mod, name in _imported_modules(node, rel):
-                # `from . import x` names the module x; `from .x import y` names x
-                target = ".".join(mod + [name]) if name else ".".join(mod)
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != me:
-                    graph.setdefault(me, set()).add(target)
-    return graph
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle of ``graph`` (its modules in order, the first repeated), or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(m: str) -> list[str] | None:
-        state[m] = 1
-        path.append(m)
-        for n in sorted(graph.get(m, ())):
-            if state.get(n) == 1:
-                return path[path.index(n) :] + [n]
-            if n not in state and (found := visit(n)):
-                return found
-        path.pop()
-        state[m] = 2
-        return None
-
-    for m in sorted(graph):
-        if m not in state and (found := visit(m)):
-            return found
-    return None
-
-
-def test_the_core_has_no_import_cycle():
-    """Two core modules that import each other (even inside a function) cannot be read, tested
-    or moved apart: the shared piece belongs in a module both can import."""
-    core = {
-        p.relative_to(ROOT).as_posix(): p.read_text() for p in sorted((ROOT / "core").rglob("*.py"))
-    }
-    graph = import_graph(core)
-    assert "sdk.core.adapters.torch_private" in graph["sdk.core.lowering.lowerer"]  # it reads
-    cycle = find_cycle(graph)
-    assert cycle is None, "import cycle in core/: " + " -> ".join(cycle or [])
-
-
-def test_an_import_cycle_is_caught_even_through_a_function_level_import():
-    sources = {
-        "core/a.py": "from .b import g\n",
-        "core/b.py": "def g():\n    from .a import f\n",
-    }
-    assert find_cycle(import_graph(sources)) == ["sdk.core.a", "sdk.core.b", "sdk.core.a"]
-    sources["core/pkg/__init__.py"] = "from . import c\n"
-    sources["core/pkg/c.py"] = "from .. import a\n"
-    sources["core/b.py"] = "from .pkg import c\n"
-    assert find_cycle(import_graph(sources)) == [
-        "sdk.core.a",
-        "sdk.core.b",
-        "sdk.core.pkg.c",
-        "sdk.core.a",
-    ]
-
-
-def test_an_import_only_for_type_checking_is_no_cycle():
-    sources = {
-        "core/a.py": "from .b import g\n",
-        "core/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n",
-    }
-    assert find_cycle(import_graph(sources)) is None
 
 
 # -- sizes (issue 38) ---------------------------------------------------------------------
