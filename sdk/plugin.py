@@ -188,10 +188,10 @@ class Preferences:
     #: epilogue); a product the plugin's ``sdk_extern`` takes stays whole. The core's graph
     #: pass ``mm_bias_into_kernel`` does it
     mm_bias_in_kernel: bool = False
-    #: transcendental functions (sin, exp, erf, ...) cost about as much as a load (a GPU's
-    #: special-function units): the core may recompute a value that uses them at every point
-    #: of a larger reader that broadcasts it. Without it that value is stored once (the rotary
-    #: embedding's cos/sin, read over every head)
+    #: transcendental functions (``sdk.ir.TRANSCENDENTAL``: sin, exp, erf, ...) cost about as
+    #: much as a load (a GPU's special-function units): the core may recompute a value that
+    #: uses them at every point of a larger reader that broadcasts it. Without it that value
+    #: is stored once (the rotary embedding's cos/sin, read over every head)
     cheap_transcendentals: bool = False
 
     def __post_init__(self) -> None:

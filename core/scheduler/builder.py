@@ -20,6 +20,7 @@ import torch
 from sdk.plugin import Capability, CompileContext
 
 from ..ir.expr import (
+    TRANSCENDENTAL,
     Expr,
     IndexValue,
     Load,
@@ -378,38 +379,6 @@ class _Builder:
                 )
 
 
-_EXPENSIVE = frozenset(
-    {
-        "exp",
-        "exp2",
-        "expm1",
-        "log",
-        "log2",
-        "log10",
-        "log1p",
-        "tanh",
-        "sigmoid",
-        "erf",
-        "erfc",
-        "pow",
-        "sin",
-        "cos",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "sinh",
-        "cosh",
-        "asinh",
-        "acosh",
-        "atanh",
-        "atan2",
-        "sqrt",
-        "rsqrt",
-    }
-)
-
-
 def _coefficients(index: Any, vars: tuple) -> dict[Any, Any] | None:
     """A linear index's coefficient of each of ``vars`` it uses, where they are distinct
     (None where it is not linear in them, or two share one)."""
@@ -428,7 +397,8 @@ def _coefficients(index: Any, vars: tuple) -> dict[Any, Any] | None:
 
 
 def _expensive(e: Expr) -> bool:
-    return any(isinstance(n, Op) and n.name in _EXPENSIVE for n in walk([e]))
+    """Whether ``e`` computes an op that costs far more than a load (``sdk.ir``'s table)."""
+    return any(isinstance(n, Op) and n.name in TRANSCENDENTAL for n in walk([e]))
 
 
 def _uses(e: Expr, syms: tuple) -> bool:

@@ -4,7 +4,9 @@ Kernels (:class:`Kernel`, :class:`Stage`, :class:`Store`, :class:`Reduction`,
 :class:`BufferArg`, :class:`Layout`) are what ``sdk_render_kernel`` receives.
 Scalar expressions (:class:`Const`, :class:`Load`, :class:`Op`,
 :class:`IndexValue`, :class:`LocalRef`) form each kernel's body; :data:`OPS`
-is the closed op vocabulary and :data:`REDUCTIONS` the reduction ops.
+is the closed op vocabulary, :data:`REDUCTIONS` the reduction ops and
+:data:`TRANSCENDENTAL` the ops that cost far more than a load (the scheduler stores what
+they compute rather than recompute it).
 A plugin's ``sdk_lower_op`` builds nodes with :class:`LoweringBuilder` from
 :class:`TensorValue` inputs; ``sdk_can_fuse`` receives :class:`FusionGroup` s.
 Indices are sympy expressions over :func:`var` symbols using
@@ -30,6 +32,7 @@ from .expr import (
     OPS,
     PREDICATES,
     REDUCTIONS,
+    TRANSCENDENTAL,
     Const,
     Expr,
     IndexValue,
@@ -93,6 +96,7 @@ __all__ = [
     "OPS",
     "PREDICATES",
     "REDUCTIONS",
+    "TRANSCENDENTAL",
     "BufferArg",
     "Const",
     "Expr",
