@@ -58,9 +58,9 @@ _MARKER_TMP = ".tmp-tag-"
 def _root() -> tuple[Path, bool]:
     """The cache root, and whether it is the default one: ``$SDK_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/torch-backend-sdk``, else ``~/.cache/torch-backend-sdk`` (read
-    through :mod:`core.config`). Raises :class:`CacheDirRefused` where a home directory is
+    through :mod:`sdk._config`). Raises :class:`CacheDirRefused` where a home directory is
     needed and cannot be determined."""
-    from .config import env
+    from sdk._config import env
 
     e = env()
     if e.cache_dir:

@@ -32,11 +32,11 @@ from typing import Any
 
 import torch
 
+from sdk._config import env
 from sdk.plugin import CoreOptions, PluginOptions
 
 from .adapters import torch_private as tp
 from .cache import DiskCache, cache_dir, check_part, own_name, source_digest, stable_hash
-from .config import env
 
 FORMAT = 1
 NAMESPACE = "programs"

@@ -25,7 +25,8 @@ from typing import Any
 
 import torch
 
-from . import config
+from sdk import _config as config
+
 from .steps import MAX_LAUNCH_ARGS, check
 
 _MODULE_NAME = "_sdk_runner"

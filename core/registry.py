@@ -19,6 +19,7 @@ from typing import Any
 
 import pluggy
 
+from sdk import _config as config
 from sdk import hookspecs
 from sdk.errors import (
     PluginFallbackWarning,
@@ -38,8 +39,6 @@ from sdk.plugin import (
     retired_fix,
 )
 from sdk.report import HookFault
-
-from . import config
 
 ENTRY_POINT_GROUP = "sdk.plugins"
 hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT)

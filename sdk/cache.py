@@ -37,7 +37,7 @@ def fresh_directories() -> dict[str, str]:
     removing them is the caller's."""
     import tempfile
 
-    from sdk.core import config
+    from sdk import _config as config
 
     dirs = {}
     for var in CACHE_VARIABLES:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any, ClassVar
 
+from sdk import _config
 from sdk.subgraph import (  # noqa: F401  (graph-level values; Support: a plugin's answer)
     ClaimGroups,
     CompiledSubgraph,
@@ -429,10 +430,8 @@ def retired_fix(retired: Any, *, upgrade: bool = True) -> str:
 def environment_variable(name: str) -> str | None:
     """The environment variable ``name`` now, or None when unset: a plugin's own switches
     (``TRITON_INTERPRET``, a compiler path) read through the SDK's one reader of the
-    environment, ``sdk.core.config``."""
-    from sdk.core import config
-
-    return config.variable(name)
+    environment, ``sdk._config``."""
+    return _config.variable(name)
 
 
 def _removed_verdict() -> type[Support]:

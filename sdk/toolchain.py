@@ -45,8 +45,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sdk import _config as config
 from sdk.cache import DiskCache, make_room, read_regular, source_digest, stable_hash, write_atomic
-from sdk.core import config
 
 #: Default flags: optimized, position independent, OpenMP, this host's vector units; no
 #: -ffast-math (it folds isnan away and reassociates reductions: torch's semantics break).

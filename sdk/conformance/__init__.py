@@ -678,6 +678,6 @@ def implements(plugin: str, hook: str) -> bool:
 
 def environ(**values: str) -> contextlib.AbstractContextManager[None]:
     """Set environment variables for the block (the SDK reads them when it needs them)."""
-    from sdk.core import config
+    from sdk import _config as config
 
     return config.overridden(**values)

@@ -12,7 +12,7 @@ The rules (CONTRIBUTING.md, "Architecture rules"):
   core only what :data:`TOOLS_TO_CORE` lists;
 * private torch APIs (``torch._dynamo``, ``torch._C``, ``torch._ops``, ...) appear only in the
   adapter modules listed in :data:`ADAPTERS`;
-* environment variables are read (or set) only in ``core/config.py``;
+* environment variables are read (or set) only in ``sdk/_config.py``;
 * the core names no device and no plugin: capabilities are declared by plugins;
 * the core's modules import one another without a cycle (``test_import_graph.py``).
 
@@ -58,8 +58,7 @@ ADAPTERS = {
 #: (``import sdk`` does not run it): file -> the core modules or names it may import. The
 #: documented entries: ``sdk.backend`` and ``sdk.list_plugins`` (sdk/__init__.py),
 #: ``sdk.explain``, the ``torch_dynamo_backends`` entry points (sdk/backends.py), the CLI, the
-#: conformance suite (a plugin's test harness drives a compile) and
-#: ``sdk.plugin.environment_variable`` (the one reader of the environment is core/config.py).
+#: conformance suite (a plugin's test harness drives a compile).
 CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
     "sdk/__init__.py": frozenset(
         {"sdk.core.pipeline.Backend", "sdk.core.registry.registry", "sdk.core.warm.populate"}
@@ -80,23 +79,18 @@ CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
             "sdk.core.oplist",
             "sdk.core.pipeline.Session",
             "sdk.core.registry.registry",
-            "sdk.core.config",
         }
     ),
-    "sdk/plugin.py": frozenset({"sdk.core.config"}),
-    # sdk.cache.fresh_directories sets the cache variables (the environment is set only
-    # through core/config.py); sdk.cache.cold_compiles switches torch's caches off (private
-    # torch config, through the adapter)
-    "sdk/cache.py": frozenset({"sdk.core.config", "sdk.core.adapters.torch_private"}),
+    # sdk.cache.cold_compiles switches torch's caches off (private torch config, through the
+    # adapter)
+    "sdk/cache.py": frozenset({"sdk.core.adapters.torch_private"}),
     "sdk/conformance/__init__.py": frozenset(
         {
             "sdk.core.registry",
             "sdk.core.adapters.torch_private",
             "sdk.core.pipeline",
-            "sdk.core.config",
         }
     ),
-    "sdk/conformance/pytest_plugin.py": frozenset({"sdk.core.config"}),
     "sdk/conformance/suite.py": frozenset({"sdk.core.pipeline"}),
     # the public IR names that carry core logic (the lowering builder and its library ops,
     # the scheduler's fusion groups) or a private torch type, through the module's
@@ -128,8 +122,6 @@ CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
     "sdk/__init__.py": frozenset({"sdk.core.adapters.logs", "sdk.core.adapters.mega_cache"}),
     # storage use counts and aliases: private torch, through the adapter
     "sdk/runtime.py": frozenset({"sdk.core.adapters.torch_private"}),
-    # the compiler's environment variables (CC, CXX), read in core/config.py
-    "sdk/toolchain.py": frozenset({"sdk.core.config"}),
     # sdk.cache re-exports the disk cache the core keeps its programs in
     "sdk/cache.py": frozenset({"sdk.core.cache"}),
 }
@@ -141,9 +133,10 @@ CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
 TOOLS_TO_CORE: dict[str, frozenset[str]] = {}
 
 
-#: The one module that reads the environment (CONTRIBUTING.md: "the core reads environment
-#: variables only in core/config.py"); sdk/ and plugins/ go through ``sdk.plugin.environment_variable``.
-CONFIG = "core/config.py"
+#: The one module that reads the environment (CONTRIBUTING.md: "environment variables are read
+#: only in sdk/_config.py"), in the contract package, which the core and the contract's own
+#: modules both import; plugins/ go through ``sdk.plugin.environment_variable``.
+CONFIG = "sdk/_config.py"
 
 #: torch's device types (``torch.device(...).type``) and the words a backend is called by.
 DEVICES = frozenset(
@@ -564,7 +557,7 @@ def test_environment_outside_config_is_caught(rel, source):
 
 
 def test_config_reads_the_environment():
-    assert _rules("core/config.py", "import os\nos.environ.get('X')") == []
+    assert _rules("sdk/_config.py", "import os\nos.environ.get('X')") == []
 
 
 @pytest.mark.parametrize(

@@ -558,7 +558,7 @@ def test_a_bad_compile_timeout_names_the_variable(
 
 
 def test_compile_timeout_default_and_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sdk.core import config
+    from sdk import _config as config
 
     monkeypatch.delenv("SDK_COMPILE_TIMEOUT", raising=False)
     assert config.compile_timeout() == 300
