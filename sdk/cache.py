@@ -14,7 +14,7 @@ refused. A refused cache directory warns once (:class:`sdk.CacheDirWarning`) and
 in a private temporary directory instead.
 """
 
-from sdk.core.cache import (
+from sdk._diskcache import (
     CacheDirRefused,
     DiskCache,
     cache_dir,

@@ -122,8 +122,6 @@ CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
     "sdk/__init__.py": frozenset({"sdk.core.adapters.logs", "sdk.core.adapters.mega_cache"}),
     # storage use counts and aliases: private torch, through the adapter
     "sdk/runtime.py": frozenset({"sdk.core.adapters.torch_private"}),
-    # sdk.cache re-exports the disk cache the core keeps its programs in
-    "sdk/cache.py": frozenset({"sdk.core.cache"}),
 }
 
 #: What the tools (tools/, installed as sdk.tools) import of the core, each with why. Empty:

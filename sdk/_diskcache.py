@@ -1,4 +1,5 @@
-"""The per-user on-disk cache every plugin uses (public as :mod:`sdk.cache`).
+"""The per-user on-disk cache every plugin uses (public as :mod:`sdk.cache`), in the contract
+package: the core keeps its programs in it too (core/graph_cache.py), and depends on it here.
 
 Layout: one root directory (see :func:`_root`) holding the marker file
 ``CACHEDIR.TAG`` (see :data:`MARKER`) and one sub-directory per namespace. Every
