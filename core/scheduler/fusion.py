@@ -19,8 +19,9 @@ from sdk.plugin import Capability, CompileContext, KernelLimits, Support
 from ..ir.expr import Expr, Load, loads
 from ..ir.graph import ExternNode, Node
 from ..ir.index import numel_hint
+from ..ir.kernel import FusionGroup
 from .builder import _Builder, _NotFusable
-from .groups import Decision, FusionGroup, Group, _merged_space, _space
+from .groups import Decision, Group, _merged_space, _space
 from .inline import inline_producers
 
 

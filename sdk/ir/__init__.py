@@ -41,7 +41,7 @@ from .expr import (
     Op,
     walk,
 )
-from .graph import TensorValue
+from .graph import LIBRARY_OPS, LoweringBuilder, TensorValue
 from .index import (
     MIN_SIZE,
     FloorDiv,
@@ -61,6 +61,7 @@ from .index import (
 )
 from .kernel import (
     BufferArg,
+    FusionGroup,
     IRCheckError,
     Kernel,
     Layout,
@@ -72,17 +73,10 @@ from .kernel import (
 
 
 def __getattr__(name: str) -> Any:
-    """The public names that carry the core's logic (the lowering builder and its library
-    ops, the scheduler's fusion groups) or a private torch type (``OpOverload``, through the
-    core's adapter), imported on first use: ``from sdk import ir`` imports no core module."""
+    """``OpOverload``: torch's type of an ATen op, a private torch name (the core's adapter
+    provides it), looked up on first use."""
     if name == "OpOverload":
         from sdk.core.adapters.torch_private import OpOverload as value
-    elif name == "LIBRARY_OPS":
-        from sdk.core.lowering import LIBRARY_OPS as value
-    elif name == "LoweringBuilder":
-        from sdk.core.lowering import LoweringBuilder as value
-    elif name == "FusionGroup":
-        from sdk.core.scheduler import FusionGroup as value
     else:
         raise AttributeError(f"module 'sdk.ir' has no attribute {name!r}")
     globals()[name] = value

@@ -386,3 +386,14 @@ def subs_index(root: Expr, mapping: dict[sympy.Symbol, sympy.Expr]) -> Expr:
 
 def loads(root: Expr) -> list[Load]:
     return [n for n in walk([root]) if isinstance(n, Load)]
+
+
+def cast(e: Expr, dtype: torch.dtype) -> Expr:
+    """``e`` as a value of ``dtype``: itself if it has that dtype, a constant converted, else
+    the op ``cast`` (``LoweringBuilder.cast``)."""
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        return Const(e.value if dtype != torch.bool else bool(e.value), dtype)
+    # fp32 -> bf16 -> fp32 is not an identity; keep it (stores round on purpose)
+    return Op("cast", (e,), dtype)

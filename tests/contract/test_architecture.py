@@ -92,17 +92,8 @@ CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
         }
     ),
     "sdk/conformance/suite.py": frozenset({"sdk.core.pipeline"}),
-    # the public IR names that carry core logic (the lowering builder and its library ops,
-    # the scheduler's fusion groups) or a private torch type, through the module's
-    # __getattr__ on first use
-    "sdk/ir/__init__.py": frozenset(
-        {
-            "sdk.core.adapters.torch_private.OpOverload",
-            "sdk.core.lowering.LIBRARY_OPS",
-            "sdk.core.lowering.LoweringBuilder",
-            "sdk.core.scheduler.FusionGroup",
-        }
-    ),
+    # a private torch type, through the module's __getattr__ on first use
+    "sdk/ir/__init__.py": frozenset({"sdk.core.adapters.torch_private.OpOverload"}),
     # a torch.SymInt's sympy expression and hint (only while the core traces): private torch
     "sdk/ir/index.py": frozenset(
         {
