@@ -40,7 +40,7 @@ from sdk.plugin import (
 )
 from sdk.report import HookFault
 
-ENTRY_POINT_GROUP = "sdk.plugins"
+ENTRY_POINT_GROUP = hookspecs.ENTRY_POINT_GROUP
 hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT)
 
 

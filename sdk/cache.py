@@ -52,9 +52,9 @@ def cold_compiles() -> None:
     graph cache, AOTAutograd's cache), which would otherwise turn a cold compile into a cache
     load: what a benchmark of compile times wants (with :func:`fresh_directories` before each
     compile, and :func:`sdk.reset`)."""
-    from sdk.core.adapters import torch_private as tp
+    from sdk._seams import private_torch
 
-    tp.configure_for_benchmark()
+    private_torch().configure_for_benchmark()
 
 
 __all__ = [

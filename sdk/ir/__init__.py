@@ -74,12 +74,12 @@ from .kernel import (
 
 def __getattr__(name: str) -> Any:
     """``OpOverload``: torch's type of an ATen op, a private torch name (the core's adapter
-    provides it), looked up on first use."""
-    if name == "OpOverload":
-        from sdk.core.adapters.torch_private import OpOverload as value
-    else:
+    provides it, through sdk._seams), looked up on first use."""
+    if name != "OpOverload":
         raise AttributeError(f"module 'sdk.ir' has no attribute {name!r}")
-    globals()[name] = value
+    from sdk._seams import private_torch
+
+    value = globals()[name] = private_torch().OpOverload
     return value
 
 

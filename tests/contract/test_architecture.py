@@ -6,8 +6,9 @@ The rules (CONTRIBUTING.md, "Architecture rules"):
 * a built-in plugin imports only the public ``sdk`` API: no ``sdk.core``, no other plugin, no
   underscore module or name;
 * the contract package (``sdk/``) imports the core only where :data:`CONTRACT_TO_CORE` says:
-  inside the functions of its entries (``sdk.backend``, ``sdk.explain``, the CLI, ...), and at
-  import only what :data:`CONTRACT_AT_IMPORT` lists (debt, each with why);
+  inside the functions of its entries (``sdk.backend``, ``sdk.explain``, the CLI), and at
+  import only what :data:`CONTRACT_AT_IMPORT` lists, each with why (and only in the seams
+  ``test_import_graph.py`` names);
 * the tools (``tools/``, installed as ``sdk.tools``) import public ``sdk`` names, and of the
   core only what :data:`TOOLS_TO_CORE` lists;
 * private torch APIs (``torch._dynamo``, ``torch._C``, ``torch._ops``, ...) appear only in the
@@ -55,15 +56,14 @@ ADAPTERS = {
 }
 
 #: Where the contract package (sdk/) reaches into the core, through a function-level import
-#: (``import sdk`` does not run it): file -> the core modules or names it may import. The
-#: documented entries: ``sdk.backend`` and ``sdk.list_plugins`` (sdk/__init__.py),
-#: ``sdk.explain``, the ``torch_dynamo_backends`` entry points (sdk/backends.py), the CLI, the
-#: conformance suite (a plugin's test harness drives a compile).
+#: (``import sdk`` does not run it): file -> the core modules or names it may import. Only its
+#: entries, in the seams ``test_import_graph.CONTRACT_SEAMS`` names (issue 48): ``sdk.backend``
+#: and ``sdk.list_plugins`` (sdk/__init__.py), ``sdk.explain`` and the command line. The
+#: contract's other modules reach the core through ``sdk._seams``, which the core fills in.
 CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
     "sdk/__init__.py": frozenset(
         {"sdk.core.pipeline.Backend", "sdk.core.registry.registry", "sdk.core.warm.populate"}
     ),
-    "sdk/backends.py": frozenset({"sdk.core.adapters.torch_private"}),
     "sdk/explain.py": frozenset(
         {
             "sdk.core.pipeline",
@@ -81,38 +81,18 @@ CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
             "sdk.core.registry.registry",
         }
     ),
-    # sdk.cache.cold_compiles switches torch's caches off (private torch config, through the
-    # adapter)
-    "sdk/cache.py": frozenset({"sdk.core.adapters.torch_private"}),
-    "sdk/conformance/__init__.py": frozenset(
-        {
-            "sdk.core.registry",
-            "sdk.core.adapters.torch_private",
-            "sdk.core.pipeline",
-        }
-    ),
-    "sdk/conformance/suite.py": frozenset({"sdk.core.pipeline"}),
-    # a private torch type, through the module's __getattr__ on first use
-    "sdk/ir/__init__.py": frozenset({"sdk.core.adapters.torch_private.OpOverload"}),
-    # a torch.SymInt's sympy expression and hint (only while the core traces): private torch
-    "sdk/ir/index.py": frozenset(
-        {
-            "sdk.core.adapters.torch_private.sym_size",
-            "sdk.core.adapters.torch_private.size_hint_of",
-        }
-    ),
 }
 
 #: Where the contract package imports the core when it is imported: file -> core modules or
-#: names. Debt (issue 38: the contract's types belong to the contract, the core depends on
-#: them), each with why it is still here.
+#: names, each with why.
 CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
     # registered with torch at ``import sdk``: TORCH_LOGS=sdk before torch parses the variable;
     # the SDK's MegaCache artifact type before the user's load_cache_artifacts() (a blob with a
-    # type torch does not know is dropped whole; docs/user-guide.md: "import sdk before loading")
-    "sdk/__init__.py": frozenset({"sdk.core.adapters.logs", "sdk.core.adapters.mega_cache"}),
-    # storage use counts and aliases: private torch, through the adapter
-    "sdk/runtime.py": frozenset({"sdk.core.adapters.torch_private"}),
+    # type torch does not know is dropped whole; docs/user-guide.md: "import sdk before loading");
+    # and the core's side of sdk._seams, installed before any module of the contract needs it
+    "sdk/__init__.py": frozenset(
+        {"sdk.core.adapters.logs", "sdk.core.adapters.mega_cache", "sdk.core.seams"}
+    ),
 }
 
 #: What the tools (tools/, installed as sdk.tools) import of the core, each with why. Empty:

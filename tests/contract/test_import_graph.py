@@ -7,7 +7,11 @@
   (two modules whose types name each other cannot be read or moved apart either: the shared
   piece belongs in a module both import). The contract's entries (``sdk.backend``, ...)
   import the core inside their functions, and the core imports the contract: those cycles
-  are the design, not module-level ones.
+  are the design, not module-level ones;
+* the contract reaches the core only at a few named seams (:data:`CONTRACT_SEAMS`, at most
+  :data:`MAX_SEAMS`): no other file of ``sdk/`` imports ``sdk.core``, however spelt. The
+  contract's other modules need the core only through ``sdk._seams``, interfaces the core
+  fills in when ``import sdk`` imports it.
 
 Read with :mod:`ast`, as ``test_architecture.py`` reads the tree; each check has a
 self-test that feeds it a violating snippet.
@@ -17,7 +21,28 @@ from __future__ import annotations
 
 import ast
 
-from tests.contract.test_architecture import ROOT, _imported_modules, _in_functions, _module_of
+import pytest
+
+from tests.contract.test_architecture import (
+    CONTRACT_AT_IMPORT,
+    CONTRACT_TO_CORE,
+    ROOT,
+    _dotted,
+    _imported_modules,
+    _in_functions,
+    _module_of,
+)
+
+#: The files of the contract package (sdk/) that import the core, each with why: its entries.
+#: A file not named here that imports ``sdk.core`` fails :func:`test_the_contract_reaches_the_core_only_at_its_seams`.
+CONTRACT_SEAMS: dict[str, str] = {
+    "sdk/__init__.py": "``import sdk`` installs the core's side of sdk._seams and registers "
+    "with torch's logs and MegaCache; sdk.backend and sdk.list_plugins",
+    "sdk/explain.py": "sdk.explain, sdk.collect_reports and sdk.reset: what the core compiled",
+    "sdk/cli.py": "the command line (``python -m sdk``): ``ops``, ``cache``",
+}
+#: issue 48: the contract depends on the core at no more seams than this
+MAX_SEAMS = 3
 
 
 def _module_name(rel: str) -> str:
@@ -142,3 +167,77 @@ def test_an_import_only_for_type_checking_is_a_cycle_too():
         "sdk.core.passes.products",
         "sdk.core.passes",
     ]
+
+
+# -- the contract's seams into the core ----------------------------------------------------
+
+
+def _names_the_core(parts: list[str]) -> bool:
+    return parts[:2] == ["sdk", "core"] or parts[:1] == ["core"]
+
+
+def imports_of_the_core(rel: str, source: str) -> list[int]:
+    """Lines where the sdk/ file ``rel`` imports the core: an import statement however spelt
+    (``from sdk.core``, ``import sdk.core``, ``from sdk import core``, ``from .core``, at
+    module level or in a function), ``sdk.core`` used as an attribute, or
+    ``importlib.import_module``/``__import__`` of a ``"sdk.core..."`` string."""
+    lines = []
+    for node in ast.walk(ast.parse(source, filename=rel)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(
+                _names_the_core(mod + ([name] if name and name != "*" else []))
+                for mod, name in _imported_modules(node, rel)
+            ):
+                lines.append(node.lineno)
+        elif (isinstance(node, ast.Attribute) and _dotted(node) == ["sdk", "core"]) or (
+            isinstance(node, ast.Call)
+            and (_dotted(node.func) or [""])[-1] in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and _names_the_core(str(node.args[0].value).split("."))
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_contract_reaches_the_core_only_at_its_seams():
+    found = {
+        rel: lines
+        for rel, source in _tree("sdk").items()
+        if (lines := imports_of_the_core(rel, source))
+    }
+    assert "sdk/__init__.py" in found  # it did read the tree
+    others = {rel: lines for rel, lines in found.items() if rel not in CONTRACT_SEAMS}
+    assert not others, (
+        "sdk/ files that import the core outside its seams (CONTRACT_SEAMS): "
+        + ", ".join(f"{rel} (lines {lines})" for rel, lines in sorted(others.items()))
+        + "; define what the contract needs in sdk/, or reach the core through sdk._seams"
+    )
+    assert len(CONTRACT_SEAMS) <= MAX_SEAMS, sorted(CONTRACT_SEAMS)
+    assert set(found) == set(CONTRACT_SEAMS), "a seam that no longer imports the core leaves"
+    assert set(CONTRACT_TO_CORE) | set(CONTRACT_AT_IMPORT) <= set(CONTRACT_SEAMS)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from sdk.core import pipeline",
+        "def f():\n    from sdk.core.registry import registry\n",
+        "import sdk.core.adapters.torch_private",
+        "from sdk import core",
+        "from ..core import config",  # from sdk/ir/x.py: sdk.core
+        "import sdk\nsdk.core.pipeline.Backend",
+        "import importlib\nimportlib.import_module('sdk.core.registry')",
+        "__import__('sdk.core')",
+    ],
+)
+def test_an_import_of_the_core_is_found_however_spelt(source):
+    assert imports_of_the_core("sdk/ir/x.py", source), source
+
+
+def test_the_contract_importing_itself_is_no_import_of_the_core():
+    source = (
+        "import sdk\nfrom sdk import _seams, ir\nfrom . import expr\nfrom sdk.ir import Kernel\n"
+        "import importlib.util\nimportlib.util.find_spec('sdk.core')\n"
+    )
+    assert imports_of_the_core("sdk/ir/x.py", source) == []
