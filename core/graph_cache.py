@@ -14,7 +14,7 @@ of everything that changes it:
 
 A hit rebuilds the wrapper and compiles the stored kernel sources through the plugin (whose
 binary cache makes that a load): lowering, scheduling and rendering are skipped. The entry's
-sha256 and key are checked by :class:`~core.cache.DiskCache`; an entry of another format, or
+sha256 and key are checked by :class:`~sdk.cache.DiskCache`; an entry of another format, or
 one that cannot be decoded here (an op this torch lacks), reads as a miss and is rebuilt.
 Off with ``SDK_GRAPH_CACHE=0`` or the ``cache=False`` option.
 """
@@ -33,10 +33,8 @@ from typing import Any
 
 import torch
 
-from sdk.plugin import CoreOptions, PluginOptions
-
-from .adapters import torch_private as tp
-from .cache import (
+from sdk._config import env
+from sdk._diskcache import (
     DiskCache,
     cache_dir,
     check_part,
@@ -45,7 +43,9 @@ from .cache import (
     source_digest,
     stable_hash,
 )
-from .config import env
+from sdk.plugin import CoreOptions, PluginOptions
+
+from .adapters import torch_private as tp
 
 FORMAT = 1
 NAMESPACE = "programs"
@@ -359,7 +359,7 @@ def info(namespace: str | None = None) -> dict[str, Any]:
     temporary files (those of running compiles, and leftovers of killed ones). Raises
     ``ValueError`` for a namespace that is not a plain name, :class:`~sdk.cache.CacheDirRefused`
     for a cache directory that may not be used (not private, or not an SDK cache: see
-    :func:`~core.cache.cache_dir`)."""
+    :func:`~sdk.cache.cache_dir`)."""
     if namespace is not None:
         check_part(namespace)
     root = cache_dir(strict=True)
@@ -385,13 +385,13 @@ def info(namespace: str | None = None) -> dict[str, Any]:
 
 def clear(namespace: str | None = None, in_use: list[Any] | None = None) -> int:
     """Delete the entries (of one namespace, or all), the build locks beside libraries but
-    those a running build holds (:func:`~core.cache.remove_lock`; their paths are appended
+    those a running build holds (:func:`~sdk._diskcache.remove_lock`; their paths are appended
     to ``in_use``), and the temporary files that killed processes left (older than
     :data:`STALE_AFTER_S`: a running compile's own are kept, so clearing never pulls a file
     from under it); returns how many went. Only what the
     SDK writes goes: in a cache root that holds the SDK's marker (anything else is refused,
-    see :func:`~core.cache.cache_dir`), files of the current user whose names are the SDK's
-    own (:func:`~core.cache.own_name`, or ``.tmp-*``); anything else is left alone. Raises
+    see :func:`~sdk.cache.cache_dir`), files of the current user whose names are the SDK's
+    own (:func:`~sdk.cache.own_name`, or ``.tmp-*``); anything else is left alone. Raises
     ``ValueError`` for a namespace that is not a plain name,
     :class:`~sdk.cache.CacheDirRefused` for a cache directory that may not be used."""
     if namespace is not None:

@@ -25,7 +25,9 @@ from typing import Any
 
 import torch
 
-from . import config, isa
+from sdk import _config as config
+
+from . import isa
 from .steps import check
 
 _MODULE_NAME = "_sdk_runner"

@@ -4,7 +4,7 @@
 both end here. An unknown option or mode raises and lists the known ones. :func:`resolve`
 parses them once per compile into two frozen objects: the core's :class:`sdk.CoreOptions`
 (with the environment's ``SDK_DEBUG`` and ``SDK_GRAPH_CACHE`` folded in, read through
-:mod:`core.config`) and the plugin's own :class:`sdk.PluginOptions`. Everything after reads
+:mod:`sdk._config`) and the plugin's own :class:`sdk.PluginOptions`. Everything after reads
 those by attribute; this module is the only one of the core that reads options by name
 (``tests/core/test_options.py`` holds the core to that).
 """
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from sdk import _config as config
 from sdk.errors import OptionError
 from sdk.plugin import (
     Capability,
@@ -24,8 +25,6 @@ from sdk.plugin import (
     PluginKind,
     PluginOptions,
 )
-
-from . import config
 
 CORE_OPTIONS: dict[str, OptionSpec] = {
     "fallback": OptionSpec(

@@ -319,7 +319,7 @@ def _schedule(
             name = f"{base}_{i}"
         used_names.add(name)
         origins = tuple(dict.fromkeys(o for n in step.members for o in n.origins))
-        program.append(_Builder(sched, step).kernel(name, stored, layouts, origins))
+        program.append(_Builder(sched.ctx, step).kernel(name, stored, layouts, origins))
     return L, sched, outputs, layouts, program
 
 

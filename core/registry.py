@@ -19,6 +19,7 @@ from typing import Any
 
 import pluggy
 
+from sdk import _config as config
 from sdk import hookspecs
 from sdk.errors import (
     PluginFallbackWarning,
@@ -40,9 +41,7 @@ from sdk.plugin import (
 )
 from sdk.report import HookFault
 
-from . import config
-
-ENTRY_POINT_GROUP = "sdk.plugins"
+ENTRY_POINT_GROUP = hookspecs.ENTRY_POINT_GROUP
 hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT)
 
 

@@ -48,12 +48,12 @@ from typing import Any
 
 import torch
 
+from sdk._diskcache import DiskCache, stable_hash
 from sdk.errors import SDKError, describe
 from sdk.plugin import CompileContext, CoreOptions, KernelChoices, KernelSource
 from sdk.report import HookFault, KernelChoiceReport
 
 from .adapters import torch_private as tp
-from .cache import DiskCache, stable_hash
 from .ir.index import is_static
 from .ir.kernel import Kernel
 from .session import CompileSession

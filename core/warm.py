@@ -43,12 +43,12 @@ from typing import Any
 
 import torch
 
+from sdk._diskcache import DiskCache, stable_hash
 from sdk.errors import describe
 
 from . import fallback, graph_cache
 from .adapters import aot_cache, mega_cache
 from .adapters import torch_private as tp
-from .cache import DiskCache, stable_hash
 from .session import CompileSession
 
 #: the artifact type of the SDK's program entries in torch's MegaCache

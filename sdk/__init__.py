@@ -26,6 +26,10 @@ import pluggy
 # (first: a clear error where the checkout is imported uninstalled, see sdk/_checkout.py)
 from sdk import _checkout  # noqa: F401
 
+# installs the core's side of sdk._seams, what the contract's own modules need of the core
+# (before any of them runs; it imports no torch)
+from sdk.core import seams as _core_seams  # noqa: F401
+
 # next: registers TORCH_LOGS=sdk before anything here imports torch (which parses TORCH_LOGS)
 from sdk.core.adapters import logs as _logs  # noqa: F401
 from sdk.core.adapters import mega_cache as _mega_cache

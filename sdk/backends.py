@@ -24,6 +24,8 @@ import time
 from importlib.metadata import EntryPoint
 from typing import Any
 
+from sdk._seams import private_torch
+
 #: how long a load waits for the lookup before it to register the backend (a lookup
 #: registers right after its load returns; this bounds the wait if it never does)
 _HANDOVER_TIMEOUT_S = 10.0
@@ -47,8 +49,7 @@ def __getattr__(name: str) -> Any:
             fn = _backends[name] = backend(name)
         if entry_point is None:  # an attribute read, not a Dynamo lookup
             return fn
-        from sdk.core.adapters import torch_private as tp
-
+        tp = private_torch()  # (Dynamo's registry of backends: private torch)
         key = f"sdk:{name}"
         if name in _in_flight:
             deadline = time.monotonic() + _HANDOVER_TIMEOUT_S

@@ -15,7 +15,7 @@ refused. A refused cache directory warns once (:class:`sdk.CacheDirWarning`) and
 in a private temporary directory instead.
 """
 
-from sdk.core.cache import (
+from sdk._diskcache import (
     CacheDirRefused,
     DiskCache,
     cache_dir,
@@ -38,7 +38,7 @@ def fresh_directories() -> dict[str, str]:
     removing them is the caller's."""
     import tempfile
 
-    from sdk.core import config
+    from sdk import _config as config
 
     dirs = {}
     for var in CACHE_VARIABLES:
@@ -53,9 +53,9 @@ def cold_compiles() -> None:
     graph cache, AOTAutograd's cache), which would otherwise turn a cold compile into a cache
     load: what a benchmark of compile times wants (with :func:`fresh_directories` before each
     compile, and :func:`sdk.reset`)."""
-    from sdk.core.adapters import torch_private as tp
+    from sdk._seams import private_torch
 
-    tp.configure_for_benchmark()
+    private_torch().configure_for_benchmark()
 
 
 __all__ = [

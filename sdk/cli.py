@@ -183,7 +183,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     import pytest
 
     from sdk import SDKError, conformance
-    from sdk.core import config
+    from sdk import _config as config
 
     try:  # an unknown or unavailable plugin: one line now, not after pytest has started
         for name in args.plugins:

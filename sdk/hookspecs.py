@@ -132,6 +132,9 @@ if TYPE_CHECKING:
 
 PROJECT = "sdk"
 hookspec = pluggy.HookspecMarker(PROJECT)
+#: The entry-point group a plugin's wheel names the module of its hooks under
+#: (``[project.entry-points."sdk.plugins"]`` in its pyproject.toml)
+ENTRY_POINT_GROUP = "sdk.plugins"
 
 
 # ---------------------------------------------------------------------------

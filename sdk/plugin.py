@@ -18,7 +18,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any, ClassVar
 
-from sdk.subgraph import ClaimGroups, CompiledSubgraph  # noqa: F401  (graph-level values)
+from sdk import _config
+from sdk.subgraph import (  # noqa: F401  (graph-level values; Support: a plugin's answer)
+    ClaimGroups,
+    CompiledSubgraph,
+    Support,
+)
 
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
@@ -184,10 +189,10 @@ class Preferences:
     #: epilogue); a product the plugin's ``sdk_extern`` takes stays whole. The core's graph
     #: pass ``mm_bias_into_kernel`` does it
     mm_bias_in_kernel: bool = False
-    #: transcendental functions (sin, exp, erf, ...) cost about as much as a load (a GPU's
-    #: special-function units): the core may recompute a value that uses them at every point
-    #: of a larger reader that broadcasts it. Without it that value is stored once (the rotary
-    #: embedding's cos/sin, read over every head)
+    #: transcendental functions (``sdk.ir.TRANSCENDENTAL``: sin, exp, erf, ...) cost about as
+    #: much as a load (a GPU's special-function units): the core may recompute a value that
+    #: uses them at every point of a larger reader that broadcasts it. Without it that value
+    #: is stored once (the rotary embedding's cos/sin, read over every head)
     cheap_transcendentals: bool = False
 
     def __post_init__(self) -> None:
@@ -446,33 +451,11 @@ class CompileUnavailable(str):
     __slots__ = ()
 
 
-@dataclass(frozen=True)
-class Support:
-    """Answer of ``sdk_op_support`` (and of ``sdk_claim_nodes``, per node or per group): may this op go
-    into a generated kernel (or this plugin's partition)? ``Support.yes()``, or
-    ``Support.no(reason)``: the reason is what ``sdk.explain`` shows for the op."""
-
-    ok: bool
-    reason: str = ""
-
-    @classmethod
-    def yes(cls) -> Support:
-        return cls(True)
-
-    @classmethod
-    def no(cls, reason: str) -> Support:
-        if not reason:
-            raise ValueError("a refusal needs a reason")
-        return cls(False, reason)
-
-
 def environment_variable(name: str) -> str | None:
     """The environment variable ``name`` now, or None when unset: a plugin's own switches
     (``TRITON_INTERPRET``, a compiler path) read through the SDK's one reader of the
-    environment, ``sdk.core.config``."""
-    from sdk.core import config
-
-    return config.variable(name)
+    environment, ``sdk._config``."""
+    return _config.variable(name)
 
 
 def _removed_verdict() -> type[Support]:

@@ -13,7 +13,6 @@ wrapper keeps (CUDA graphs replay into the same memory every time).
 
 from __future__ import annotations
 
-import functools
 import sys
 import weakref
 from collections import Counter
@@ -22,14 +21,14 @@ from typing import Any
 
 import torch
 
+from sdk._seams import PrivateTorch, private_torch
 
-@functools.cache
-def _tp() -> Any:
-    """The adapter over private torch, imported at first use: a wrapper plugin imports this
-    module when it is discovered (`python -m sdk list` too), and the adapter pulls in sympy."""
-    from sdk.core.adapters import torch_private
 
-    return torch_private
+def _tp() -> PrivateTorch:
+    """The private torch APIs of steps and storages (the core's adapter provides them; it is
+    imported at first use: a wrapper plugin imports this module when it is discovered,
+    `python -m sdk list` too, and the adapter pulls in sympy)."""
+    return private_torch()
 
 
 __all__ = ["Outputs", "mark_step_called", "step_token"]

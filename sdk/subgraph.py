@@ -1,17 +1,36 @@
 """The values a graph-level plugin (``PluginKind.GRAPH``) exchanges with the core:
 :class:`CompiledSubgraph` (what ``sdk_compile_subgraph`` returns: the partition's callable,
 its artifact, its output buffers) and :class:`ClaimGroups` (the plugin's own partitions, an
-answer of ``sdk_claim_nodes``). Both are also names of :mod:`sdk.plugin` and of ``sdk``.
+answer of ``sdk_claim_nodes``), and :class:`Support`, a plugin's answer for one op or node
+(of any plugin: ``sdk_op_support`` too), defined here because ``ClaimGroups`` holds some. All
+three are also names of :mod:`sdk.plugin` and of ``sdk``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from sdk.plugin import Support
+
+@dataclass(frozen=True)
+class Support:
+    """Answer of ``sdk_op_support`` (and of ``sdk_claim_nodes``, per node or per group): may this op go
+    into a generated kernel (or this plugin's partition)? ``Support.yes()``, or
+    ``Support.no(reason)``: the reason is what ``sdk.explain`` shows for the op."""
+
+    ok: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls) -> Support:
+        return cls(True)
+
+    @classmethod
+    def no(cls, reason: str) -> Support:
+        if not reason:
+            raise ValueError("a refusal needs a reason")
+        return cls(False, reason)
 
 
 @dataclass(frozen=True)

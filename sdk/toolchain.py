@@ -74,8 +74,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sdk import _config as config
 from sdk.cache import DiskCache, make_room, read_regular, source_digest, stable_hash, write_atomic
-from sdk.core import config
 
 #: Default flags: optimized, position independent, OpenMP, this host's vector units; no
 #: -ffast-math (it folds isnan away and reassociates reductions: torch's semantics break).
@@ -398,9 +398,9 @@ _ARTIFACT = "sdk_libraries"
 def _carry(key: str, content: bytes) -> None:
     """Record a library (``namespace:known``, its digest key then its bytes) or a plugin's
     cache key (``toolchain:known``) for the next ``save_cache_artifacts()``."""
-    from sdk.core.adapters import mega_cache
+    from sdk._seams import record_cache_artifact
 
-    mega_cache.record(_ARTIFACT, key, content)
+    record_cache_artifact(_ARTIFACT, key, content)
 
 
 def _populate(key: str, content: bytes) -> None:
@@ -505,7 +505,7 @@ def _take_lock(fcntl: Any, path: Path) -> tuple[int, bool] | None:
     """The lock file's descriptor, and whether it is locked (False: the file system has no
     locks); None where no lock file can be opened. A lock file that ``cache clear`` removed
     between this process's open and its lock (it removes only those no one holds:
-    :func:`sdk.core.cache.remove_lock`) is opened again, so that every holder's file is
+    :func:`sdk._diskcache.remove_lock`) is opened again, so that every holder's file is
     the one at the path."""
     start = time.monotonic()
     while True:

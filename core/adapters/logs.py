@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 
-from sdk.core import config
+from sdk import _config as config
 
 #: the name ``TORCH_LOGS`` takes, and the logger it sets (the SDK's loggers are below it)
 NAME = "sdk"

@@ -30,11 +30,12 @@ from sdk.report import ExternReport, FallbackReport
 
 from ..adapters.torch_private import aten, saved_for_backward, sym_size
 from ..fallback import op_name
-from ..ir.expr import Const, Expr, IndexValue, Op, subs_index
+from ..ir.expr import Const, Expr, IndexValue, cast, subs_index
 from ..ir.graph import (
     ComputedView,
     ExternNode,
     Index,
+    LoweringBuilder,
     Node,
     ScalarValue,
     StorageView,
@@ -89,15 +90,6 @@ def origins_of(n: torch.fx.Node) -> tuple[str, ...]:
 
 def upcast(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
-
-
-def cast(e: Expr, dtype: torch.dtype) -> Expr:
-    if e.dtype == dtype:
-        return e
-    if isinstance(e, Const):
-        return Const(e.value if dtype != torch.bool else bool(e.value), dtype)
-    # fp32 -> bf16 -> fp32 is not an identity; keep it (stores round on purpose)
-    return Op("cast", (e,), dtype)
 
 
 def size_value(n: Any, dtype: torch.dtype) -> Expr:
@@ -663,48 +655,6 @@ class Lowerer:
         if isinstance(value, ScalarValue):
             return ScalarValue(value.expr, sizes)
         return _IndexedView(value, sizes, reindex)
-
-
-class LoweringBuilder:
-    """What a plugin's ``sdk_lower_op`` builds IR with (public as ``sdk.ir.LoweringBuilder``).
-
-    ``out`` is the fake tensor the op produces (shape, dtype, strides); each
-    builder method adds a node to the graph being lowered and returns its
-    :class:`TensorValue`. Read inputs with ``value.load(index)``; an index is a
-    tuple of sympy expressions, one per dimension.
-    """
-
-    def __init__(self, lowerer: Lowerer) -> None:
-        self._L = lowerer
-
-    @property
-    def out(self) -> Any:
-        return self._L.meta()
-
-    def pointwise(
-        self, sizes: tuple[int, ...], dtype: torch.dtype, fn: Callable[[Index], Expr]
-    ) -> TensorValue:
-        """``out[i] = fn(i)`` over ``sizes``."""
-        return self._L.pointwise(tuple(sizes), dtype, fn)
-
-    def reduction(
-        self,
-        sizes: tuple[int, ...],
-        reduced: tuple[int, ...],
-        op: str,
-        dtype: torch.dtype,
-        fn: Callable[[Index, Index], Expr],
-    ) -> TensorValue:
-        """``out[i] = op over r of fn(i, r)``; ``op`` is one of ``sdk.ir.REDUCTIONS``."""
-        return self._L.reduction(tuple(sizes), tuple(reduced), op, dtype, fn)
-
-    def extern(self, target: Any, args: tuple, kwargs: dict | None = None) -> Any:
-        """Run ``target`` (an ATen op) through ATen on these arguments, as a library call."""
-        return self._L.extern(target, tuple(args), dict(kwargs or {}))
-
-    @staticmethod
-    def cast(e: Expr, dtype: torch.dtype) -> Expr:
-        return cast(e, dtype)
 
 
 class _IndexedView(TensorValue):

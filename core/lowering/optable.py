@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..adapters.torch_private import OpOverloadPacket, aten, defined_op
+from ..ir.graph import LIBRARY_OPS
 
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
 
@@ -19,22 +20,11 @@ LOWERINGS: dict[Any, Callable[..., Any]] = {}
 #: :data:`LOWERINGS` once its op exists, so the SDK itself never pays for that import.
 _LATE: dict[str, Callable[..., Any]] = {}
 
-#: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose.
-EXTERN_OPS = {
-    aten.mm.default,
-    aten.bmm.default,
-    aten.addmm.default,
+#: Library ops: run through ATen (cuBLAS, oneDNN, cuDNN, flash attention...) on purpose: the
+#: library calls a plugin may take over (``sdk.ir.LIBRARY_OPS``; aten.convolution is lowered by
+#: _convolution, which makes the call), and these.
+EXTERN_OPS = (LIBRARY_OPS - {aten.convolution.default}) | {
     aten._addmm_activation.default,  # relu(addmm(...)) as one call: core/passes/products.py
-    aten.baddbmm.default,
-    aten.convolution_backward.default,  # aten.convolution: see _convolution
-    aten._scaled_dot_product_flash_attention.default,
-    aten._scaled_dot_product_flash_attention_backward.default,
-    aten._scaled_dot_product_efficient_attention.default,
-    aten._scaled_dot_product_efficient_attention_backward.default,
-    aten._scaled_dot_product_cudnn_attention.default,
-    aten._scaled_dot_product_cudnn_attention_backward.default,
-    aten._scaled_dot_product_flash_attention_for_cpu.default,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
     aten.max_pool2d_with_indices_backward.default,  # the forward: _max_pool2d
     aten._adaptive_avg_pool2d_backward.default,  # the forward: _adaptive_avg_pool2d
     aten.avg_pool2d.default,
@@ -48,21 +38,6 @@ EXTERN_OPS = {
     aten._embedding_bag.default,
     aten.upsample_nearest2d.default,
 }
-
-#: The library calls a plugin may run through its own library (``sdk_extern``): matrix
-#: products, convolutions and attention, forward and backward. Every other op of
-#: :data:`EXTERN_OPS` runs through ATen.
-LIBRARY_OPS = frozenset(
-    {
-        aten.mm.default,
-        aten.bmm.default,
-        aten.addmm.default,
-        aten.baddbmm.default,
-        aten.convolution.default,
-        aten.convolution_backward.default,
-    }
-    | {op for op in EXTERN_OPS if "_scaled_dot_product_" in str(op)}
-)
 
 #: Library ops whose functional form copies its first argument and then updates the copy in
 #: place, as the in-place form does to the argument itself. Where that argument is a

@@ -27,15 +27,7 @@ from sdk.report import HookFault, PassReport
 
 from ..registry import Registry, strict
 from . import convolution, products
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What the core's passes read beside the graph: the call nodes the plugin's
-    ``sdk_extern`` answered for (by name), and the plugin's hook callers."""
-
-    taken: frozenset[str]
-    hooks: Any
+from .needs import Needs
 
 
 @dataclass(frozen=True)

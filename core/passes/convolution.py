@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.fx
 
@@ -11,10 +9,8 @@ from sdk.plugin import CompileContext
 
 from ..adapters.torch_private import aten
 from ..lowering import ORIGINS, origins_of, refusal
+from .needs import Needs
 from .products import _is_tensor
-
-if TYPE_CHECKING:
-    from . import Needs
 
 
 def has_convolution_with_bias(graph: torch.fx.Graph) -> bool:

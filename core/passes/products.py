@@ -3,7 +3,7 @@ call, and its bias into the generated kernel that reads it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.fx
@@ -12,9 +12,7 @@ from sdk.plugin import CompileContext
 
 from ..adapters.torch_private import aten, has_kernel
 from ..lowering import ORIGINS, origins_of
-
-if TYPE_CHECKING:
-    from . import Needs
+from .needs import Needs
 
 _SCALES = {"beta", "alpha"}
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)

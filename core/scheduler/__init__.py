@@ -28,9 +28,10 @@ import).
 
 from __future__ import annotations
 
+from ..ir.kernel import FusionGroup
 from .builder import _Builder, _loop_order, kernel_name
 from .fusion import Scheduler
-from .groups import Decision, FusionGroup, Group
+from .groups import Decision, Group
 
 __all__ = [
     "Decision",

@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sympy
 import torch
 
-from sdk.plugin import Capability
+from sdk.plugin import Capability, CompileContext
 
 from ..ir.expr import (
+    TRANSCENDENTAL,
     Expr,
     IndexValue,
     Load,
@@ -37,19 +38,16 @@ from ..lowering import cast, reshape_reindex
 from .groups import Group, _fits, _squeeze
 from .inline import _value_at
 
-if TYPE_CHECKING:
-    from .fusion import Scheduler
-
 
 class _NotFusable(Exception):
     pass
 
 
 class _Builder:
-    """Turns a group into one kernel."""
+    """Turns a group into one kernel, for the compile ``ctx`` (the plugin's capabilities)."""
 
-    def __init__(self, sched: Scheduler, group: Group) -> None:
-        self.s, self.g = sched, group
+    def __init__(self, ctx: CompileContext, group: Group) -> None:
+        self.ctx, self.g = ctx, group
         self.xs = tuple(var(f"x{i}") for i in range(len(group.X)))
         self.rs = tuple(var(f"r{i}") for i in range(len(group.R)))
         self.members = {n.name: n for n in group.members}
@@ -320,7 +318,7 @@ class _Builder:
                 stage.stores.append(
                     Store(n.name, layouts[n.name].linear(self.store_index(n)), value)
                 )
-        if self.s.ctx.has(Capability.STORE_THEN_LOAD):
+        if self.ctx.has(Capability.STORE_THEN_LOAD):
             self._reuse_across_stages(inner, layouts)
         stages: list[Stage] = []
         top = max(list(inner) + list(outer) + [-1])
@@ -381,38 +379,6 @@ class _Builder:
                 )
 
 
-_EXPENSIVE = frozenset(
-    {
-        "exp",
-        "exp2",
-        "expm1",
-        "log",
-        "log2",
-        "log10",
-        "log1p",
-        "tanh",
-        "sigmoid",
-        "erf",
-        "erfc",
-        "pow",
-        "sin",
-        "cos",
-        "tan",
-        "asin",
-        "acos",
-        "atan",
-        "sinh",
-        "cosh",
-        "asinh",
-        "acosh",
-        "atanh",
-        "atan2",
-        "sqrt",
-        "rsqrt",
-    }
-)
-
-
 def _coefficients(index: Any, vars: tuple) -> dict[Any, Any] | None:
     """A linear index's coefficient of each of ``vars`` it uses, where they are distinct
     (None where it is not linear in them, or two share one)."""
@@ -431,7 +397,8 @@ def _coefficients(index: Any, vars: tuple) -> dict[Any, Any] | None:
 
 
 def _expensive(e: Expr) -> bool:
-    return any(isinstance(n, Op) and n.name in _EXPENSIVE for n in walk([e]))
+    """Whether ``e`` computes an op that costs far more than a load (``sdk.ir``'s table)."""
+    return any(isinstance(n, Op) and n.name in TRANSCENDENTAL for n in walk([e]))
 
 
 def _uses(e: Expr, syms: tuple) -> bool:

@@ -19,8 +19,9 @@ from sdk.plugin import Capability, CompileContext, KernelLimits, Support
 from ..ir.expr import Expr, Load, loads
 from ..ir.graph import ExternNode, Node
 from ..ir.index import numel_hint
+from ..ir.kernel import FusionGroup
 from .builder import _Builder, _NotFusable
-from .groups import Decision, FusionGroup, Group, _merged_space, _space
+from .groups import Decision, Group, _merged_space, _space
 from .inline import inline_producers
 
 
@@ -230,7 +231,7 @@ class Scheduler:
         trial = Group(
             -1, sorted(members, key=lambda n: self.index[id(n)]), *space, min(a.order, b.order)
         )
-        builder = _Builder(self, trial)
+        builder = _Builder(self.ctx, trial)
         try:
             levels = builder.levels()
         except _NotFusable as exc:
@@ -401,7 +402,7 @@ class Scheduler:
         """``g`` as the plugin sees it, its inputs and outputs those of its own kernel."""
         view = self._views.get(g.id)
         if view is None:
-            view = self._views[g.id] = self._view(g, _Builder(self, g))
+            view = self._views[g.id] = self._view(g, _Builder(self.ctx, g))
         return view
 
     def _view(self, g: Group, builder: _Builder) -> FusionGroup:

@@ -15,49 +15,6 @@ from dataclasses import dataclass
 from ..ir.graph import Node
 
 
-@dataclass(frozen=True)
-class FusionGroup:
-    """What the plugin's ``sdk_can_fuse`` sees of a group of nodes that would become one
-    kernel (public, read-only).
-
-    ``first`` and ``second`` are the two groups as they are now, each as its own kernel;
-    ``merged`` is the kernel fusing them would make. A group's buffers are named as in the
-    kernel's ``Kernel.args`` (graph inputs ``arg<i>``, computed buffers ``buf<i>``, library
-    call results ``ext<i>``, constants ``const<i>``).
-    """
-
-    #: the group's nodes' buffer names joined by "+" (as in ``explain``'s refusals)
-    name: str
-    #: the ATen nodes the group computes, as "node_name: aten.op.overload", graph order
-    origins: tuple[str, ...]
-    #: the outer (parallel) iteration space, size-1 dimensions dropped; symbolic sizes
-    #: are sympy expressions
-    sizes: tuple[int, ...]
-    #: the inner (reduction) iteration space; () for a pointwise group
-    reduction_sizes: tuple[int, ...]
-    #: how many of its nodes are reductions
-    num_reductions: int
-    #: how many lowered nodes it holds (an ATen op may lower to several)
-    num_nodes: int
-    #: the distinct buffers the kernel reads from memory, sorted by name: graph inputs,
-    #: constants and what other kernels or library calls produce. What one member
-    #: computes for another is not read from memory and is not here
-    inputs: tuple[str, ...] = ()
-    #: the distinct buffers the kernel writes: what later kernels, library calls or the
-    #: graph's outputs need (a buffer only its own group reads is not stored)
-    outputs: tuple[str, ...] = ()
-
-    @property
-    def is_reduction(self) -> bool:
-        return self.num_reductions > 0
-
-    @property
-    def buffers(self) -> int:
-        """Distinct buffers the kernel takes (its pointer arguments): inputs and outputs,
-        one that is both counted once."""
-        return len(set(self.inputs) | set(self.outputs))
-
-
 @dataclass(eq=False)
 class Group:
     id: int

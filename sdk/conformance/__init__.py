@@ -46,6 +46,8 @@ from typing import Any
 import torch
 
 import sdk
+from sdk._seams import Plugins, plugins, plugins_from, private_torch
+from sdk.hookspecs import ENTRY_POINT_GROUP
 
 #: Inductor's tolerances (torch/_inductor tests, torch.testing defaults; bf16 looser).
 TOL = {
@@ -80,10 +82,9 @@ DEFAULT_OPS = QUICK_OPS + (
 # -- plugins and devices -------------------------------------------------------------
 
 
-def registry() -> Any:
-    from sdk.core.registry import registry as reg
-
-    return reg()
+def registry() -> Plugins:
+    """The installed plugins this process uses now (the core's registry)."""
+    return plugins()
 
 
 #: The plugins that compile graphs: kernel-level (CODEGEN) and graph-level (GRAPH) ones.
@@ -232,19 +233,15 @@ def seed_of(*parts: Any) -> int:
 
 
 def reset() -> None:
-    from sdk.core.adapters.torch_private import reset_dynamo
-
-    reset_dynamo()
+    sdk.reset()
 
 
 # -- OpInfo ------------------------------------------------------------------------------
 
 
 def op_db() -> list[Any]:
-    from sdk.core.adapters.torch_private import opinfo_db
-
     try:
-        db = opinfo_db()
+        db = private_torch().opinfo_db()
     except ImportError as exc:  # expecttest is torch's test-only dependency
         raise ImportError(
             f"the OpInfo checks need torch's test database, which failed to import ({exc}); "
@@ -338,9 +335,7 @@ def run_opinfo_case(
 
 def _describe(sample: Any) -> str:
     """A sample's shapes, for a failure message."""
-    from sdk.core.adapters.torch_private import tree_flatten
-
-    flat, _ = tree_flatten((sample.input, sample.args, sample.kwargs))
+    flat, _ = private_torch().tree_flatten((sample.input, sample.args, sample.kwargs))
     return ", ".join(
         f"{tuple(x.shape)}" if isinstance(x, torch.Tensor) else repr(x)[:20] for x in flat
     )
@@ -349,16 +344,15 @@ def _describe(sample: Any) -> str:
 def _run_sample(plugin: str, op: Any, name: str, sample: Any, grad: bool, seed: int) -> bool:
     import pytest
 
-    from sdk.core.adapters.torch_private import tree_flatten, tree_unflatten
-
-    flat, spec = tree_flatten((sample.input, sample.args, sample.kwargs))
+    tp = private_torch()
+    flat, spec = tp.tree_flatten((sample.input, sample.args, sample.kwargs))
     where = [i for i, x in enumerate(flat) if isinstance(x, torch.Tensor)]
 
     def fn(*ts: torch.Tensor) -> Any:
         vals = list(flat)
         for i, t in zip(where, ts):
             vals[i] = t
-        inp, args, kwargs = tree_unflatten(vals, spec)
+        inp, args, kwargs = tp.tree_unflatten(vals, spec)
         return op(inp, *args, **kwargs)
 
     ins = [flat[i] for i in where]
@@ -368,16 +362,11 @@ def _run_sample(plugin: str, op: Any, name: str, sample: Any, grad: bool, seed: 
         pytest.skip(f"eager cannot run the sample: {type(exc).__name__}: {exc}"[:300])
     if expected is None:
         pytest.skip(f"{name}: no differentiable output or input in the sample")
-    from sdk.core import pipeline
-
     reset()
     compiled = torch.compile(fn, backend=sdk.backend(plugin), dynamic=False)
-    graphs: list[sdk.GraphReport] = []
-    token = pipeline.collect_reports(graphs)
-    try:
+    with sdk.collect_reports() as compiled_now:
         actual, _ = run_both(fn, ins, compiled, grad, seed)
-    finally:
-        pipeline.stop_collecting(token)
+    graphs = compiled_now.graphs
     assert actual is not None, "the compiled function has no gradient where eager has one"
     if name.startswith(("empty", "new_empty")):  # uninitialized memory: layouts only
         actual = [t.new_zeros(t.shape) for t in actual]
@@ -658,16 +647,13 @@ def registry_with(plugin: str, module: types.ModuleType) -> Iterator[Any]:
     """The installed plugins, with ``plugin``'s hooks served by ``module``, process-wide."""
     from importlib.metadata import EntryPoint, entry_points
 
-    from sdk.core.registry import ENTRY_POINT_GROUP, Registry, set_registry
-
     sys.modules[module.__name__] = module
     eps = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name != plugin]
     eps.append(EntryPoint(plugin, module.__name__, ENTRY_POINT_GROUP))
-    previous = set_registry(Registry(eps))
     try:
-        yield registry()
+        with plugins_from(eps) as reg:
+            yield reg
     finally:
-        set_registry(previous)
         sys.modules.pop(module.__name__, None)
         reset()
 
@@ -678,6 +664,6 @@ def implements(plugin: str, hook: str) -> bool:
 
 def environ(**values: str) -> contextlib.AbstractContextManager[None]:
     """Set environment variables for the block (the SDK reads them when it needs them)."""
-    from sdk.core import config
+    from sdk import _config as config
 
     return config.overridden(**values)

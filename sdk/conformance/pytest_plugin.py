@@ -98,7 +98,7 @@ def _configure(config: pytest.Config, names: list[str], C: Any) -> None:
     )
     # programs compiled by earlier runs must not answer: the suite checks this plugin's
     # kernels as they are now (the cache checks turn the cache on in a private directory)
-    from sdk.core import config as env
+    from sdk import _config as env
 
     _STATE["saved_env"] = env.set_variables(SDK_GRAPH_CACHE="0")
     suite = os.path.join(os.path.dirname(__file__), "suite.py")
@@ -114,7 +114,7 @@ def sdk_samples(request: pytest.FixtureRequest) -> int:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if "plugins" in _STATE:
-        from sdk.core import config as env
+        from sdk import _config as env
 
         env.set_variables(**_STATE["saved_env"])
         _STATE.clear()

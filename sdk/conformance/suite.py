@@ -288,8 +288,6 @@ def test_sizes_dynamic(sdk_plugin: str, sdk_device: str) -> None:
     """``dynamic=True`` over three sizes of a dimension, forward and backward, is right; a
     plugin declaring ``Capability.SYMBOLIC_SIZES`` compiles one program for all of them
     (``GraphReport.sizes`` "symbolic: ...", not "per shape: why")."""
-    from sdk.core import pipeline
-
     symbolic = sdk.Capability.SYMBOLIC_SIZES in C.require(sdk_plugin).capabilities
     C.reset()
     compiled = torch.compile(rows, backend=sdk.backend(sdk_plugin), dynamic=True)
@@ -297,11 +295,9 @@ def test_sizes_dynamic(sdk_plugin: str, sdk_device: str) -> None:
     w = _rand(24, device=sdk_device, grad=True)
     for n in (5, 9, 13):
         x = _rand(n, 24, device=sdk_device, grad=True)
-        token = pipeline.collect_reports(graphs)
-        try:
+        with sdk.collect_reports() as compiled_now:
             actual, expected = C.run_both(rows, [x, w], compiled, True, C.seed_of(n))
-        finally:
-            pipeline.stop_collecting(token)
+        graphs += compiled_now.graphs
         C.assert_close(actual, expected, f"output or gradient (size {n})")
     if not symbolic or C.graph_level(sdk_plugin):
         pytest.skip(

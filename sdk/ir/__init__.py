@@ -4,7 +4,9 @@ Kernels (:class:`Kernel`, :class:`Stage`, :class:`Store`, :class:`Reduction`,
 :class:`BufferArg`, :class:`Layout`) are what ``sdk_render_kernel`` receives.
 Scalar expressions (:class:`Const`, :class:`Load`, :class:`Op`,
 :class:`IndexValue`, :class:`LocalRef`) form each kernel's body; :data:`OPS`
-is the closed op vocabulary and :data:`REDUCTIONS` the reduction ops.
+is the closed op vocabulary, :data:`REDUCTIONS` the reduction ops and
+:data:`TRANSCENDENTAL` the ops that cost far more than a load (the scheduler stores what
+they compute rather than recompute it).
 A plugin's ``sdk_lower_op`` builds nodes with :class:`LoweringBuilder` from
 :class:`TensorValue` inputs; ``sdk_can_fuse`` receives :class:`FusionGroup` s.
 Indices are sympy expressions over :func:`var` symbols using
@@ -30,6 +32,7 @@ from .expr import (
     OPS,
     PREDICATES,
     REDUCTIONS,
+    TRANSCENDENTAL,
     Const,
     Expr,
     IndexValue,
@@ -38,7 +41,7 @@ from .expr import (
     Op,
     walk,
 )
-from .graph import TensorValue
+from .graph import LIBRARY_OPS, LoweringBuilder, TensorValue
 from .index import (
     MIN_SIZE,
     FloorDiv,
@@ -58,6 +61,7 @@ from .index import (
 )
 from .kernel import (
     BufferArg,
+    FusionGroup,
     IRCheckError,
     Kernel,
     Layout,
@@ -69,20 +73,13 @@ from .kernel import (
 
 
 def __getattr__(name: str) -> Any:
-    """The public names that carry the core's logic (the lowering builder and its library
-    ops, the scheduler's fusion groups) or a private torch type (``OpOverload``, through the
-    core's adapter), imported on first use: ``from sdk import ir`` imports no core module."""
-    if name == "OpOverload":
-        from sdk.core.adapters.torch_private import OpOverload as value
-    elif name == "LIBRARY_OPS":
-        from sdk.core.lowering import LIBRARY_OPS as value
-    elif name == "LoweringBuilder":
-        from sdk.core.lowering import LoweringBuilder as value
-    elif name == "FusionGroup":
-        from sdk.core.scheduler import FusionGroup as value
-    else:
+    """``OpOverload``: torch's type of an ATen op, a private torch name (the core's adapter
+    provides it, through sdk._seams), looked up on first use."""
+    if name != "OpOverload":
         raise AttributeError(f"module 'sdk.ir' has no attribute {name!r}")
-    globals()[name] = value
+    from sdk._seams import private_torch
+
+    value = globals()[name] = private_torch().OpOverload
     return value
 
 
@@ -93,6 +90,7 @@ __all__ = [
     "OPS",
     "PREDICATES",
     "REDUCTIONS",
+    "TRANSCENDENTAL",
     "BufferArg",
     "Const",
     "Expr",

@@ -129,10 +129,19 @@ CAST_VIA: dict[torch.dtype, torch.dtype] = {
     torch.uint8: torch.int64,
 }
 
-#: Ops that cost far more than a load where they are a math-library call, even a
-#: vectorized one, and about as much where hardware units compute them. The scheduler
-#: stores a value computed with them rather than recompute it at every point of a larger
-#: reader, unless the plugin declares ``Preferences.cheap_transcendentals``.
+#: The ops that cost far more than a load: the SDK's one table of what an op costs
+#: (``sdk.ir.TRANSCENDENTAL``, for plugins to read too). Each is a math-library call on a
+#: CPU (libm, or libmvec's vector variants) and a libdevice call or a sequence of
+#: special-function instructions on a GPU. The scheduler keeps a value computed with one of
+#: them rather than recompute it: stored once instead of recomputed at every point of a
+#: larger reader that broadcasts it, unless the plugin declares
+#: ``Preferences.cheap_transcendentals``; and, with ``Capability.STORE_THEN_LOAD``, stored by
+#: one stage of a kernel and loaded back by the next (a softmax's exp). ``sqrt`` and
+#: ``rsqrt`` are not here: each is a hardware instruction, on CPUs (x86's ``sqrtps``, Arm's
+#: ``fsqrt``; ``rsqrt`` is that and a division) and on GPUs (``MUFU.RSQ``, a multiply or a
+#: few FMAs more for an IEEE-rounded ``sqrt``), and costs less than a store and a load back
+#: (BatchNorm's per-channel ``rsqrt(var + eps) * weight`` is recomputed in the kernel that
+#: broadcasts it over the activation, as Inductor does).
 TRANSCENDENTAL: frozenset[str] = frozenset(
     {
         "exp",
@@ -377,3 +386,14 @@ def subs_index(root: Expr, mapping: dict[sympy.Symbol, sympy.Expr]) -> Expr:
 
 def loads(root: Expr) -> list[Load]:
     return [n for n in walk([root]) if isinstance(n, Load)]
+
+
+def cast(e: Expr, dtype: torch.dtype) -> Expr:
+    """``e`` as a value of ``dtype``: itself if it has that dtype, a constant converted, else
+    the op ``cast`` (``LoweringBuilder.cast``)."""
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Const):
+        return Const(e.value if dtype != torch.bool else bool(e.value), dtype)
+    # fp32 -> bf16 -> fp32 is not an identity; keep it (stores round on purpose)
+    return Op("cast", (e,), dtype)

@@ -6,6 +6,9 @@ output buffer in *logical* coordinates), or one :class:`ExternNode` (a library
 call run through ATen). The scheduler later decides which nodes share a kernel
 and which buffers are ever written to memory.
 
+A plugin's ``sdk_lower_op`` builds nodes through a :class:`LoweringBuilder`; a library call
+of :data:`LIBRARY_OPS` may run through the plugin's own library (``sdk_extern``).
+
 Tensor values:
 
 * :class:`StorageView` reads a buffer that lives in memory with a known
@@ -20,12 +23,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import sympy
 import torch
 
-from .expr import Expr, Load, Op
+from .expr import Expr, Load, Op, cast
 from .index import static, var
 from .kernel import Layout
 
@@ -219,3 +222,92 @@ class ExternNode:
 
 def fresh_vars(prefix: str, n: int) -> tuple[sympy.Symbol, ...]:
     return tuple(var(f"{prefix}{i}") for i in range(n))
+
+
+_aten = torch.ops.aten
+
+#: The library calls a plugin may run through its own library (``sdk_extern``): matrix
+#: products, convolutions and attention, forward and backward. The core runs every other
+#: library call through ATen.
+LIBRARY_OPS = frozenset(
+    {
+        _aten.mm.default,
+        _aten.bmm.default,
+        _aten.addmm.default,
+        _aten.baddbmm.default,
+        _aten.convolution.default,
+        _aten.convolution_backward.default,
+        _aten._scaled_dot_product_flash_attention.default,
+        _aten._scaled_dot_product_flash_attention_backward.default,
+        _aten._scaled_dot_product_efficient_attention.default,
+        _aten._scaled_dot_product_efficient_attention_backward.default,
+        _aten._scaled_dot_product_cudnn_attention.default,
+        _aten._scaled_dot_product_cudnn_attention_backward.default,
+        _aten._scaled_dot_product_flash_attention_for_cpu.default,
+        _aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+    }
+)
+
+
+class Lowering(Protocol):
+    """What a :class:`LoweringBuilder` builds with: the core's lowering of one graph, which
+    adds each node to the graph being lowered."""
+
+    def meta(self) -> Any: ...
+
+    def pointwise(
+        self, sizes: tuple[Any, ...], dtype: torch.dtype, fn: Callable[[Index], Expr]
+    ) -> TensorValue: ...
+
+    def reduction(
+        self,
+        sizes: tuple[Any, ...],
+        reduced: tuple[Any, ...],
+        op: str,
+        dtype: torch.dtype,
+        fn: Callable[[Index, Index], Expr],
+    ) -> TensorValue: ...
+
+    def extern(self, target: Any, args: tuple, kwargs: dict[str, Any]) -> Any: ...
+
+
+class LoweringBuilder:
+    """What a plugin's ``sdk_lower_op`` builds IR with (public as ``sdk.ir.LoweringBuilder``).
+
+    ``out`` is the fake tensor the op produces (shape, dtype, strides); each
+    builder method adds a node to the graph being lowered and returns its
+    :class:`TensorValue`. Read inputs with ``value.load(index)``; an index is a
+    tuple of sympy expressions, one per dimension.
+    """
+
+    def __init__(self, lowering: Lowering) -> None:
+        self._L = lowering
+
+    @property
+    def out(self) -> Any:
+        return self._L.meta()
+
+    def pointwise(
+        self, sizes: tuple[int, ...], dtype: torch.dtype, fn: Callable[[Index], Expr]
+    ) -> TensorValue:
+        """``out[i] = fn(i)`` over ``sizes``."""
+        return self._L.pointwise(tuple(sizes), dtype, fn)
+
+    def reduction(
+        self,
+        sizes: tuple[int, ...],
+        reduced: tuple[int, ...],
+        op: str,
+        dtype: torch.dtype,
+        fn: Callable[[Index, Index], Expr],
+    ) -> TensorValue:
+        """``out[i] = op over r of fn(i, r)``; ``op`` is one of ``sdk.ir.REDUCTIONS``."""
+        return self._L.reduction(tuple(sizes), tuple(reduced), op, dtype, fn)
+
+    def extern(self, target: Any, args: tuple, kwargs: dict | None = None) -> Any:
+        """Run ``target`` (an ATen op) through ATen on these arguments, as a library call."""
+        return self._L.extern(target, tuple(args), dict(kwargs or {}))
+
+    @staticmethod
+    def cast(e: Expr, dtype: torch.dtype) -> Expr:
+        return cast(e, dtype)

@@ -18,6 +18,8 @@ from typing import Any
 import sympy
 import torch
 
+from sdk._seams import private_torch
+
 from .symbols import FloorDiv, Mod, size_var, var  # noqa: F401 - size_var, var: exported here
 
 # -- symbolic sizes -------------------------------------------------------------------
@@ -49,9 +51,7 @@ def static(x: Any) -> Any:
     if isinstance(x, sympy.Expr):
         return int(x) if x.is_Integer else x
     if isinstance(x, torch.SymInt):  # (only while the core traces: its adapter reads it)
-        from sdk.core.adapters.torch_private import sym_size
-
-        return sym_size(x)
+        return private_torch().sym_size(x)
     return int(x)
 
 
@@ -85,9 +85,7 @@ def size_hint(x: Any) -> int:
     if isinstance(x, int):
         return x
     if isinstance(x, torch.SymInt):  # a size during tracing (a plugin's decomposition)
-        from sdk.core.adapters.torch_private import size_hint_of
-
-        hint = size_hint_of(x)
+        hint = private_torch().size_hint_of(x)
         if hint is None:
             raise KeyError(f"no hint for the size {x}")
         return hint

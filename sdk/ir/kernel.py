@@ -15,6 +15,8 @@ Every load's index is in bounds at every point of its loops, whatever
 Pointwise kernel:  one stage, no inner ranges.
 Softmax row:       stage 0 reduces max, stage 1 reduces sum(exp(x - max)),
                    stage 2 stores exp(x - max) / sum; all over the same row.
+
+A :class:`FusionGroup` is what ``sdk_can_fuse`` sees of a kernel before it is built.
 """
 
 from __future__ import annotations
@@ -216,3 +218,46 @@ def check_kernel(k: Kernel) -> None:
                 fail(f"store to {s.buffer} uses {s.index.free_symbols - scope} outside its loops")
         for r in st.reductions:
             locals_[r.name] = r.dtype
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    """What the plugin's ``sdk_can_fuse`` sees of a group of nodes that would become one
+    kernel (public, read-only).
+
+    ``first`` and ``second`` are the two groups as they are now, each as its own kernel;
+    ``merged`` is the kernel fusing them would make. A group's buffers are named as in the
+    kernel's ``Kernel.args`` (graph inputs ``arg<i>``, computed buffers ``buf<i>``, library
+    call results ``ext<i>``, constants ``const<i>``).
+    """
+
+    #: the group's nodes' buffer names joined by "+" (as in ``explain``'s refusals)
+    name: str
+    #: the ATen nodes the group computes, as "node_name: aten.op.overload", graph order
+    origins: tuple[str, ...]
+    #: the outer (parallel) iteration space, size-1 dimensions dropped; symbolic sizes
+    #: are sympy expressions
+    sizes: tuple[int, ...]
+    #: the inner (reduction) iteration space; () for a pointwise group
+    reduction_sizes: tuple[int, ...]
+    #: how many of its nodes are reductions
+    num_reductions: int
+    #: how many lowered nodes it holds (an ATen op may lower to several)
+    num_nodes: int
+    #: the distinct buffers the kernel reads from memory, sorted by name: graph inputs,
+    #: constants and what other kernels or library calls produce. What one member
+    #: computes for another is not read from memory and is not here
+    inputs: tuple[str, ...] = ()
+    #: the distinct buffers the kernel writes: what later kernels, library calls or the
+    #: graph's outputs need (a buffer only its own group reads is not stored)
+    outputs: tuple[str, ...] = ()
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.num_reductions > 0
+
+    @property
+    def buffers(self) -> int:
+        """Distinct buffers the kernel takes (its pointer arguments): inputs and outputs,
+        one that is both counted once."""
+        return len(set(self.inputs) | set(self.outputs))

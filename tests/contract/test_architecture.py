@@ -6,16 +6,16 @@ The rules (CONTRIBUTING.md, "Architecture rules"):
 * a built-in plugin imports only the public ``sdk`` API: no ``sdk.core``, no other plugin, no
   underscore module or name;
 * the contract package (``sdk/``) imports the core only where :data:`CONTRACT_TO_CORE` says:
-  inside the functions of its entries (``sdk.backend``, ``sdk.explain``, the CLI, ...), and at
-  import only what :data:`CONTRACT_AT_IMPORT` lists (debt, each with why);
+  inside the functions of its entries (``sdk.backend``, ``sdk.explain``, the CLI), and at
+  import only what :data:`CONTRACT_AT_IMPORT` lists, each with why (and only in the seams
+  ``test_import_graph.py`` names);
 * the tools (``tools/``, installed as ``sdk.tools``) import public ``sdk`` names, and of the
   core only what :data:`TOOLS_TO_CORE` lists;
 * private torch APIs (``torch._dynamo``, ``torch._C``, ``torch._ops``, ...) appear only in the
   adapter modules listed in :data:`ADAPTERS`;
-* environment variables are read (or set) only in ``core/config.py``;
+* environment variables are read (or set) only in ``sdk/_config.py``;
 * the core names no device and no plugin: capabilities are declared by plugins;
-* the core's modules import one another without a cycle, a function-level import included
-  (one under ``if TYPE_CHECKING:`` never runs and does not count).
+* the core's modules import one another without a cycle (``test_import_graph.py``).
 
 and issue 38's size limits over ``core/``, ``sdk/``, ``plugins/`` and ``tools/``: no module over
 800 lines, no function over 100 (:func:`oversized`).
@@ -56,16 +56,14 @@ ADAPTERS = {
 }
 
 #: Where the contract package (sdk/) reaches into the core, through a function-level import
-#: (``import sdk`` does not run it): file -> the core modules or names it may import. The
-#: documented entries: ``sdk.backend`` and ``sdk.list_plugins`` (sdk/__init__.py),
-#: ``sdk.explain``, the ``torch_dynamo_backends`` entry points (sdk/backends.py), the CLI, the
-#: conformance suite (a plugin's test harness drives a compile) and
-#: ``sdk.plugin.environment_variable`` (the one reader of the environment is core/config.py).
+#: (``import sdk`` does not run it): file -> the core modules or names it may import. Only its
+#: entries, in the seams ``test_import_graph.CONTRACT_SEAMS`` names (issue 48): ``sdk.backend``
+#: and ``sdk.list_plugins`` (sdk/__init__.py), ``sdk.explain`` and the command line. The
+#: contract's other modules reach the core through ``sdk._seams``, which the core fills in.
 CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
     "sdk/__init__.py": frozenset(
         {"sdk.core.pipeline.Backend", "sdk.core.registry.registry", "sdk.core.warm.populate"}
     ),
-    "sdk/backends.py": frozenset({"sdk.core.adapters.torch_private"}),
     "sdk/explain.py": frozenset(
         {
             "sdk.core.pipeline",
@@ -81,61 +79,20 @@ CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
             "sdk.core.oplist",
             "sdk.core.pipeline.Session",
             "sdk.core.registry.registry",
-            "sdk.core.config",
-        }
-    ),
-    "sdk/plugin.py": frozenset({"sdk.core.config"}),
-    # the libraries it builds and the plugins' cache keys, recorded for torch's
-    # save_cache_artifacts() (a machine without a compiler runs what it receives)
-    "sdk/toolchain.py": frozenset({"sdk.core.adapters.mega_cache"}),
-    # sdk.cache.fresh_directories sets the cache variables (the environment is set only
-    # through core/config.py); sdk.cache.cold_compiles switches torch's caches off (private
-    # torch config, through the adapter)
-    "sdk/cache.py": frozenset({"sdk.core.config", "sdk.core.adapters.torch_private"}),
-    "sdk/conformance/__init__.py": frozenset(
-        {
-            "sdk.core.registry",
-            "sdk.core.adapters.torch_private",
-            "sdk.core.pipeline",
-            "sdk.core.config",
-        }
-    ),
-    "sdk/conformance/pytest_plugin.py": frozenset({"sdk.core.config"}),
-    "sdk/conformance/suite.py": frozenset({"sdk.core.pipeline"}),
-    # the public IR names that carry core logic (the lowering builder and its library ops,
-    # the scheduler's fusion groups) or a private torch type, through the module's
-    # __getattr__ on first use
-    "sdk/ir/__init__.py": frozenset(
-        {
-            "sdk.core.adapters.torch_private.OpOverload",
-            "sdk.core.lowering.LIBRARY_OPS",
-            "sdk.core.lowering.LoweringBuilder",
-            "sdk.core.scheduler.FusionGroup",
-        }
-    ),
-    # a torch.SymInt's sympy expression and hint (only while the core traces): private torch
-    "sdk/ir/index.py": frozenset(
-        {
-            "sdk.core.adapters.torch_private.sym_size",
-            "sdk.core.adapters.torch_private.size_hint_of",
         }
     ),
 }
 
 #: Where the contract package imports the core when it is imported: file -> core modules or
-#: names. Debt (issue 38: the contract's types belong to the contract, the core depends on
-#: them), each with why it is still here.
+#: names, each with why.
 CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
     # registered with torch at ``import sdk``: TORCH_LOGS=sdk before torch parses the variable;
     # the SDK's MegaCache artifact type before the user's load_cache_artifacts() (a blob with a
-    # type torch does not know is dropped whole; docs/user-guide.md: "import sdk before loading")
-    "sdk/__init__.py": frozenset({"sdk.core.adapters.logs", "sdk.core.adapters.mega_cache"}),
-    # storage use counts and aliases: private torch, through the adapter
-    "sdk/runtime.py": frozenset({"sdk.core.adapters.torch_private"}),
-    # the compiler's environment variables (CC, CXX), read in core/config.py
-    "sdk/toolchain.py": frozenset({"sdk.core.config"}),
-    # sdk.cache re-exports the disk cache the core keeps its programs in
-    "sdk/cache.py": frozenset({"sdk.core.cache"}),
+    # type torch does not know is dropped whole; docs/user-guide.md: "import sdk before loading");
+    # and the core's side of sdk._seams, installed before any module of the contract needs it
+    "sdk/__init__.py": frozenset(
+        {"sdk.core.adapters.logs", "sdk.core.adapters.mega_cache", "sdk.core.seams"}
+    ),
 }
 
 #: What the tools (tools/, installed as sdk.tools) import of the core, each with why. Empty:
@@ -145,9 +102,10 @@ CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
 TOOLS_TO_CORE: dict[str, frozenset[str]] = {}
 
 
-#: The one module that reads the environment (CONTRIBUTING.md: "the core reads environment
-#: variables only in core/config.py"); sdk/ and plugins/ go through ``sdk.plugin.environment_variable``.
-CONFIG = "core/config.py"
+#: The one module that reads the environment (CONTRIBUTING.md: "environment variables are read
+#: only in sdk/_config.py"), in the contract package, which the core and the contract's own
+#: modules both import; plugins/ go through ``sdk.plugin.environment_variable``.
+CONFIG = "sdk/_config.py"
 
 #: torch's device types (``torch.device(...).type``) and the words a backend is called by.
 DEVICES = frozenset(
@@ -568,7 +526,7 @@ def test_environment_outside_config_is_caught(rel, source):
 
 
 def test_config_reads_the_environment():
-    assert _rules("core/config.py", "import os\nos.environ.get('X')") == []
+    assert _rules("sdk/_config.py", "import os\nos.environ.get('X')") == []
 
 
 @pytest.mark.parametrize(
@@ -591,106 +549,6 @@ def test_a_plugin_or_the_core_in_prose_passes():
     src = '"""Runs on cuda through cudagraphs."""\ndef f():\n    """On the cpu."""\n'
     assert _rules("core/pipeline.py", src) == []
     assert _rules("plugins/cpu_cpp/x.py", "x = 'cpu'") == []
-
-
-# -- the core's import graph ---------------------------------------------------------------
-
-
-def _module_name(rel: str) -> str:
-    """The installed module of a source file: core/ir/index.py -> sdk.core.ir.index."""
-    stem = rel.removesuffix(".py").rsplit("/", 1)[-1]
-    return ".".join(_module_of(rel) + ([] if stem == "__init__" else [stem]))
-
-
-def _type_checking_only(tree: ast.AST) -> set[int]:
-    """ids of the imports under ``if TYPE_CHECKING:``, which never run."""
-    out = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return out
-
-
-def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
-    """Module -> the modules among ``sources`` (rel path -> source) it imports. Every import
-    counts, a function-level one too: deferring an import does not remove the dependency."""
-    modules = {_module_name(rel): rel for rel in sources}
-    graph: dict[str, set[str]] = {}
-    for rel, source in sources.items():
-        me = _module_name(rel)
-        tree = ast.parse(source, filename=rel)
-        skip = _type_checking_only(tree)
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in skip:
-                continue
-            for mod, name in _imported_modules(node, rel):
-                # `from . import x` names the module x; `from .x import y` names x
-                target = ".".join(mod + [name]) if name else ".".join(mod)
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != me:
-                    graph.setdefault(me, set()).add(target)
-    return graph
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle of ``graph`` (its modules in order, the first repeated), or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(m: str) -> list[str] | None:
-        state[m] = 1
-        path.append(m)
-        for n in sorted(graph.get(m, ())):
-            if state.get(n) == 1:
-                return path[path.index(n) :] + [n]
-            if n not in state and (found := visit(n)):
-                return found
-        path.pop()
-        state[m] = 2
-        return None
-
-    for m in sorted(graph):
-        if m not in state and (found := visit(m)):
-            return found
-    return None
-
-
-def test_the_core_has_no_import_cycle():
-    """Two core modules that import each other (even inside a function) cannot be read, tested
-    or moved apart: the shared piece belongs in a module both can import."""
-    core = {
-        p.relative_to(ROOT).as_posix(): p.read_text() for p in sorted((ROOT / "core").rglob("*.py"))
-    }
-    graph = import_graph(core)
-    assert "sdk.core.adapters.torch_private" in graph["sdk.core.lowering.lowerer"]  # it reads
-    cycle = find_cycle(graph)
-    assert cycle is None, "import cycle in core/: " + " -> ".join(cycle or [])
-
-
-def test_an_import_cycle_is_caught_even_through_a_function_level_import():
-    sources = {
-        "core/a.py": "from .b import g\n",
-        "core/b.py": "def g():\n    from .a import f\n",
-    }
-    assert find_cycle(import_graph(sources)) == ["sdk.core.a", "sdk.core.b", "sdk.core.a"]
-    sources["core/pkg/__init__.py"] = "from . import c\n"
-    sources["core/pkg/c.py"] = "from .. import a\n"
-    sources["core/b.py"] = "from .pkg import c\n"
-    assert find_cycle(import_graph(sources)) == [
-        "sdk.core.a",
-        "sdk.core.b",
-        "sdk.core.pkg.c",
-        "sdk.core.a",
-    ]
-
-
-def test_an_import_only_for_type_checking_is_no_cycle():
-    sources = {
-        "core/a.py": "from .b import g\n",
-        "core/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n",
-    }
-    assert find_cycle(import_graph(sources)) is None
 
 
 # -- sizes (issue 38) ---------------------------------------------------------------------

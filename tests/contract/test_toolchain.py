@@ -561,7 +561,7 @@ def test_a_bad_compile_timeout_names_the_variable(
 
 
 def test_compile_timeout_default_and_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sdk.core import config
+    from sdk import _config as config
 
     monkeypatch.delenv("SDK_COMPILE_TIMEOUT", raising=False)
     assert config.compile_timeout() == 300
@@ -623,7 +623,7 @@ def test_a_waiter_on_a_build_lock_says_who_holds_it_and_gives_up(
     import threading
     import time
 
-    from sdk.core import config
+    from sdk import _config as config
 
     source = _add_kernel(f"held{timeout}")
     holder, compiler = _compiling_process(tmp_path, monkeypatch, source)

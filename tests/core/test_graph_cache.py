@@ -148,7 +148,7 @@ def test_entries_hold_no_pickle(cache_on):
     (entry,) = (cache_on / graph_cache.NAMESPACE).iterdir()
     data = entry.read_bytes()
     assert b"\x80\x04\x95" not in data and b"\x80\x05\x95" not in data  # pickle protocols 4/5
-    from sdk.core import cache
+    from sdk import _diskcache as cache
 
     pos = len(cache._MAGIC)
     key_len = int.from_bytes(data[pos : pos + 4], "little")

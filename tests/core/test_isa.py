@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import sdk
-from sdk.core import cache, graph_cache, isa, native
+from sdk import _diskcache as cache
+from sdk.core import graph_cache, isa, native
 from sdk.core import steps as st
 
 ROOT = Path(__file__).resolve().parents[2]

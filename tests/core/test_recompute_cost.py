@@ -73,3 +73,21 @@ def test_cos_is_recomputed_only_where_transcendentals_are_cheap(plugin):
     else:
         # computed once over (tokens, dims), in a kernel that does not rotate
         assert len(with_cos) == 1 and not rotating, [kern.ops for kern in with_cos]
+
+
+@pytest.mark.parametrize(("op", "kernels"), [(torch.rsqrt, 1), (torch.cos, 2)])
+def test_a_broadcast_rsqrt_is_recomputed_even_where_transcendentals_are_not_cheap(op, kernels):
+    """BatchNorm's per-channel ``rsqrt(var + eps) * weight`` over (N, C, H, W) on cpu_cpp
+    (no ``cheap_transcendentals``): rsqrt is a hardware instruction, not in
+    ``sdk.ir.TRANSCENDENTAL``, so it is recomputed in the one kernel that scales; a cos there
+    is computed once per channel, in a kernel of its own."""
+
+    def scale(x: torch.Tensor, var: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x * (op(var + 1e-5) * w).view(1, -1, 1, 1)
+
+    x, var, w = torch.randn(2, 8, 5, 5), torch.rand(8), torch.randn(8)
+    report = sdk.explain(scale, x, var, w, backend="sdk:cpu_cpp", fallback=False)
+    [graph] = report.graphs
+    assert len(graph.kernels) == kernels, [kern.ops for kern in graph.kernels]
+    compiled = torch.compile(scale, backend="sdk:cpu_cpp")
+    torch.testing.assert_close(compiled(x, var, w), scale(x, var, w))

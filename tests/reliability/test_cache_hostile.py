@@ -151,7 +151,7 @@ def test_a_refused_cache_dir_warns_once_and_still_generates_kernels(tmp_path, ca
 
 def _marked(root: Path) -> Path:
     """``root`` made a cache by the SDK (new, so adopted: it holds the SDK's marker)."""
-    from sdk.core.config import overridden
+    from sdk._config import overridden
 
     with overridden(SDK_CACHE_DIR=str(root)):
         cache_dir(strict=True)

@@ -1,4 +1,5 @@
-"""The per-user on-disk cache every plugin uses (public as :mod:`sdk.cache`).
+"""The per-user on-disk cache every plugin uses (public as :mod:`sdk.cache`), in the contract
+package: the core keeps its programs in it too (core/graph_cache.py), and depends on it here.
 
 Layout: one root directory (see :func:`_root`) holding the marker file
 ``CACHEDIR.TAG`` (see :data:`MARKER`) and one sub-directory per namespace. Every
@@ -59,9 +60,9 @@ def _root(given: str | os.PathLike[str] | None = None) -> tuple[Path, bool]:
     """The cache root, and whether it is the default one: ``given`` (a caller's own root,
     such as the native runner's ``$SDK_RUNNER_DIR``), else ``$SDK_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/torch-backend-sdk``, else ``~/.cache/torch-backend-sdk`` (read
-    through :mod:`core.config`). Raises :class:`CacheDirRefused` where a home directory is
+    through :mod:`sdk._config`). Raises :class:`CacheDirRefused` where a home directory is
     needed and cannot be determined."""
-    from .config import env
+    from sdk._config import env
 
     e = env()
     configured = os.fspath(given) if given else e.cache_dir

@@ -1,4 +1,8 @@
-"""Every environment variable the SDK reads, read in this one place.
+"""Every environment variable the SDK reads, read in this one place: in the contract package,
+which the core depends on, so that the contract's own readers (``sdk.toolchain``'s compiler,
+``sdk.cache``'s directories, ``sdk.plugin.environment_variable``) need not import the core
+(issue 48). Not public API: a plugin reads its variables through
+``sdk.plugin.environment_variable``.
 
 The core's own variables are the typed fields of :class:`Env`. The public layer and plugins
 read theirs (a compiler path, a vendor's switch) through :func:`variable`, and set them for a
