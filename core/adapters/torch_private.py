@@ -44,6 +44,7 @@ from .dynamo import (  # noqa: F401
     run_with,
     user_error,
 )
+from .foreach import foreach_decompositions
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -102,6 +103,8 @@ def default_decompositions() -> dict[Any, Callable[..., Any]]:
 def _default_decompositions() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA_DECOMPOSED))
+    # each multi-tensor op as its per-tensor op, once per list element
+    table.update(foreach_decompositions())
     for op in _NOT_DECOMPOSED:
         table.pop(op, None)
     return table
