@@ -73,6 +73,8 @@ _EXTRA_DECOMPOSED = [
         "gelu",
         "std",
         "native_dropout",
+        # gradient clipping's norms (_foreach_norm's per-tensor op): a reduction of pointwise math
+        "linalg_vector_norm",
         # every batch-norm entry point, as Inductor does: some mutate running stats
         "native_batch_norm",
         "_native_batch_norm_legit",

@@ -33,7 +33,6 @@ POSITIVE = {"log", "log10", "log2", "log1p", "sqrt", "rsqrt", "pow", "acos", "as
 NOT_LOWERED = {
     "aten.lgamma.default",
     "aten.linalg__powsum.default",
-    "aten.linalg_vector_norm.default",
     "aten.mm.default",  # a library call
 }
 

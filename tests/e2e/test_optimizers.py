@@ -51,6 +51,16 @@ def test_foreach_step_runs_in_generated_kernels(name):
     _whole([g for graphs in out.per_step for g in graphs])
 
 
+@pytest.mark.parametrize("where", WHERE)
+def test_foreach_gradient_clipping_matches_eager(where):
+    """``clip_grad_norm_(foreach=True)`` (``_foreach_norm`` and ``_foreach_mul``) before a
+    foreach Adam step: it clips (the gradients' norm is above 0.05 here), and nothing runs
+    through ATen; compiled alone, the clipping and the step run whole in generated kernels
+    (in a training step the matrix products are library calls)."""
+    out = run_both("adam", BACKEND, where=where, foreach=True, clip=0.05)
+    _whole([g for graphs in out.per_step for g in graphs], generated=where == "alone")
+
+
 @pytest.mark.parametrize(
     ("name", "where"),
     [("sgd_momentum", "step"), ("adam", "alone"), ("adamw", "step"), ("adagrad", "alone")],
