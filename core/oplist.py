@@ -287,6 +287,10 @@ _SAMPLES: dict[str, Callable[[], tuple[list[Any], dict[str, Any]]]] = {
     "aten.clamp.default": lambda: ([_meta(2, 3), 0.0, 1.0], {}),
     "aten.clamp.Tensor": lambda: ([_meta(2, 3), _meta(2, 3), _meta(2, 3)], {}),
     "aten.constant_pad_nd.default": lambda: ([_meta(2, 3), [1, 1], 0.0], {}),
+    # one value per list element in a 1-d tensor
+    "aten._foreach_addcdiv.Tensor": lambda: ([[_meta(2, 3)] * 2] * 3 + [_meta(2)], {}),
+    "aten._foreach_addcmul.Tensor": lambda: ([[_meta(2, 3)] * 2] * 3 + [_meta(2)], {}),
+    "aten._foreach_mm.default": lambda: ([[_meta(2, 3)] * 2, [_meta(3, 2)] * 2], {}),
     "aten.gather.default": lambda: ([_meta(2, 3), 1, _index(2, 2)], {}),
     "aten.max_pool2d_with_indices.default": lambda: ([_meta(1, 2, 4, 4), [2, 2], [2, 2]], {}),
     "aten.permute.default": lambda: ([_meta(2, 3), [1, 0]], {}),
@@ -367,6 +371,8 @@ def _sample(type_name: str, name: str) -> Any:
         return [0] if "dim" in name else [1]
     if type_name in ("float", "number"):
         return 1.0
+    if type_name == "List[number]":  # one per element of a List[Tensor]'s sample
+        return [1.0, 1.0]
     if type_name == "bool":
         return False
     raise TypeError(f"no sample for an argument {name} of type {type_name}")

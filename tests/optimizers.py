@@ -8,7 +8,9 @@ one runs compiled, the other eagerly. ``where="alone"`` compiles ``opt.step`` by
 gradients come from an eager backward); ``where="step"`` compiles the whole training step:
 forward, backward, ``opt.step()`` and ``opt.zero_grad()`` in one function. After each step
 the loss and every parameter must match eager (``torch.testing.assert_close``'s defaults),
-and after the last step every tensor of the optimizers' state as well.
+and after the last step every tensor of the optimizers' state as well. ``clip``: the
+gradients are clipped to that total norm before each ``opt.step()``
+(``clip_grad_norm_(foreach=True)``), compiled with it.
 """
 
 from __future__ import annotations
@@ -91,11 +93,27 @@ class Twin:
     step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor | None] = field(init=False)
 
 
-def _train_step(twin: Twin) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+def _clipped(twin: Twin, clip: float | None, opt_step: Callable[[], Any]) -> Callable[[], Any]:
+    """``opt_step`` after ``clip_grad_norm_`` (multi-tensor) where ``clip`` is given."""
+    if clip is None:
+        return opt_step
+
+    def step() -> Any:
+        nn.utils.clip_grad_norm_(twin.model.parameters(), clip, foreach=True)
+        return opt_step()
+
+    return step
+
+
+def _train_step(
+    twin: Twin, clip: float | None = None
+) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    opt_step = _clipped(twin, clip, twin.opt.step)
+
     def train(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = nn.functional.mse_loss(twin.model(x), y)
         loss.backward()
-        twin.opt.step()
+        opt_step()
         twin.opt.zero_grad()
         return loss
 
@@ -135,6 +153,7 @@ def run_both(
     steps: int = 3,
     scheduler: Callable[[O.Optimizer], O.lr_scheduler.LRScheduler] | None = None,
     tensor_lr: bool = False,
+    clip: float | None = None,
     **options: Any,
 ) -> Outcome:
     """Train the twins ``steps`` steps, compiled with ``backend`` and eagerly, comparing them
@@ -146,10 +165,11 @@ def run_both(
         twins.append(Twin(m, opt, scheduler(opt) if scheduler else None))
     got, want = twins
     if where == "alone":
-        got.step = _alone_step(got, torch.compile(got.opt.step, backend=backend))
+        opt_step = torch.compile(_clipped(got, clip, got.opt.step), backend=backend)
+        got.step = _alone_step(got, opt_step)
     else:
-        got.step = torch.compile(_train_step(got), backend=backend)
-    want.step = _alone_step(want, want.opt.step)
+        got.step = torch.compile(_train_step(got, clip), backend=backend)
+    want.step = _alone_step(want, _clipped(want, clip, want.opt.step))
     torch.manual_seed(1)
     batches = [(torch.randn(6, 8, device=device), torch.randn(6, 2, device=device))]
     batches += [(torch.randn(6, 8, device=device), torch.randn(6, 2, device=device))]

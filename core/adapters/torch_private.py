@@ -44,6 +44,7 @@ from .dynamo import (  # noqa: F401
     run_with,
     user_error,
 )
+from .foreach import foreach_decompositions
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -72,6 +73,8 @@ _EXTRA_DECOMPOSED = [
         "gelu",
         "std",
         "native_dropout",
+        # gradient clipping's norms (_foreach_norm's per-tensor op): a reduction of pointwise math
+        "linalg_vector_norm",
         # every batch-norm entry point, as Inductor does: some mutate running stats
         "native_batch_norm",
         "_native_batch_norm_legit",
@@ -102,6 +105,8 @@ def default_decompositions() -> dict[Any, Callable[..., Any]]:
 def _default_decompositions() -> dict[Any, Callable[..., Any]]:
     table = dict(core_aten_decompositions())
     table.update(get_decompositions(_EXTRA_DECOMPOSED))
+    # each multi-tensor op as its per-tensor op, once per list element
+    table.update(foreach_decompositions())
     for op in _NOT_DECOMPOSED:
         table.pop(op, None)
     return table

@@ -53,6 +53,9 @@ ADAPTERS = {
     # torch's log registry (TORCH_LOGS=sdk): registered by ``import sdk``, before torch parses
     # the variable where it can
     "core/adapters/logs.py",
+    # the multi-tensor ops (aten._foreach_*) found in torch's operator registry, and their
+    # decompositions; torch_private adds them to the default table
+    "core/adapters/foreach.py",
 }
 
 #: Where the contract package (sdk/) reaches into the core, through a function-level import

@@ -31,6 +31,36 @@ def test_optimizer_matches_eager(name, foreach, where):
     assert out.counts[2] == 0, [g.name for g in out.per_step[2]]
 
 
+def _whole(graphs, generated: bool = True) -> None:
+    """No op of these graphs ran through ATen; ``generated``: every op ran in a generated
+    kernel (no library call either), and the native runner ran each graph."""
+    assert graphs
+    for g in graphs:
+        assert not g.fallbacks, str(g)
+        if generated:
+            assert g.generated_fraction == 1.0, str(g)
+            assert g.runner == "native", str(g)
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd_momentum"])
+def test_foreach_step_runs_in_generated_kernels(name):
+    """The multi-tensor ops of a foreach step (``_foreach_addcdiv``, ``_foreach_lerp``, ...)
+    are decomposed per tensor: the step graphs run whole in generated kernels, by the native
+    runner (no op returning a list of tensors is left, which only the Python program runs)."""
+    out = run_both(name, BACKEND, foreach=True)
+    _whole([g for graphs in out.per_step for g in graphs])
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_foreach_gradient_clipping_matches_eager(where):
+    """``clip_grad_norm_(foreach=True)`` (``_foreach_norm`` and ``_foreach_mul``) before a
+    foreach Adam step: it clips (the gradients' norm is above 0.05 here), and nothing runs
+    through ATen; compiled alone, the clipping and the step run whole in generated kernels
+    (in a training step the matrix products are library calls)."""
+    out = run_both("adam", BACKEND, where=where, foreach=True, clip=0.05)
+    _whole([g for graphs in out.per_step for g in graphs], generated=where == "alone")
+
+
 @pytest.mark.parametrize(
     ("name", "where"),
     [("sgd_momentum", "step"), ("adam", "alone"), ("adamw", "step"), ("adagrad", "alone")],
