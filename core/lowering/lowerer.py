@@ -64,9 +64,8 @@ from .layouts import (
 )
 from .optable import (
     EXTERN_OPS,
-    LOWERINGS,
     Unsupported,
-    resolve_late,
+    lowering_for,
 )
 
 #: Loop variables that pointwise values are compared in (common subexpressions).
@@ -120,7 +119,6 @@ def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
         return f"a size ({val}) that is not known when compiling"
     if n.target in EXTERN_OPS:
         return None
-    resolve_late()
     elsewhere = foreign_device(n, ctx.device_type)
     if elsewhere is not None:
         return elsewhere
@@ -129,7 +127,7 @@ def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
         return verdict.reason or "refused by its sdk_op_support"
     if not _tensor_meta_ok(n):
         return "complex, sparse or quantized dtype"
-    if n.target not in LOWERINGS:
+    if lowering_for(n.target) is None:
         return "no IR lowering for this op"
     return None
 
@@ -151,7 +149,6 @@ class Lowerer:
         exceeds the plugin's ``sdk_kernel_limits``); ``vendor``: see :attr:`vendor`;
         ``channels_last``: :func:`channels_last_wanted` of the graph, where decided already
         (on the graph before the passes rewrote it), else decided here."""
-        resolve_late()
         self.gm, self.specs, self.ctx, self.hooks = gm, specs, ctx, hooks
         self.refused = refused or {}
         #: call node name -> (its call's id, the plugin's own function: ``sdk_extern``)
@@ -353,7 +350,7 @@ class Lowerer:
             if foreign_device(n, self.ctx.device_type) is not None:
                 return self.extern(target, args, kwargs)  # (on another device: ATen's, as is)
             # a library call; a lowering of it (if any) prepares its operands' layouts
-            fn = LOWERINGS.get(target)
+            fn = lowering_for(target)
             return fn(self, *args, **kwargs) if fn else self.extern(target, args, kwargs)
         elsewhere = foreign_device(n, self.ctx.device_type)
         if elsewhere is not None:
@@ -372,7 +369,7 @@ class Lowerer:
         )
         if override is not None:
             return override
-        fn = LOWERINGS.get(target)
+        fn = lowering_for(target)
         if fn is None:
             return self.extern(target, args, kwargs, reason="no IR lowering for this op")
         mark = len(self.nodes)

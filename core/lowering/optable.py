@@ -96,9 +96,23 @@ def register(*ops: Any) -> Callable:
     return deco
 
 
+def lowering_for(op: Any) -> Callable[..., Any] | None:
+    """The lowering of ``op``: from :data:`LOWERINGS`, or a late one whose op this is (the op
+    exists: the graph calls it), entered in the table on this first use."""
+    fn = LOWERINGS.get(op)
+    if fn is None and isinstance(op, torch._ops.OpOverload):
+        late = _LATE.pop(
+            f"{op.namespace}::{op.overloadpacket._qualified_op_name.split('::')[1]}", None
+        )
+        if late is not None:
+            register(op.overloadpacket)(late)
+            fn = LOWERINGS.get(op)
+    return fn
+
+
 def resolve_late() -> None:
-    """Move each late lowering whose op torch now defines into :data:`LOWERINGS` (called
-    before a graph is lowered or asked about: the graph's ops exist by then)."""
+    """Move each late lowering whose op torch now defines into :data:`LOWERINGS` (for a
+    listing of every op: :func:`lowering_for` finds a graph's own ops without this)."""
     for qualname in list(_LATE):
         packet = defined_op(qualname)
         if packet is not None:
