@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ..adapters.torch_private import OpOverloadPacket, aten, defined_op
+from ..adapters.torch_private import OpOverload, OpOverloadPacket, aten, defined_op
 from ..ir.graph import LIBRARY_OPS
 
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
@@ -100,7 +100,7 @@ def lowering_for(op: Any) -> Callable[..., Any] | None:
     """The lowering of ``op``: from :data:`LOWERINGS`, or a late one whose op this is (the op
     exists: the graph calls it), entered in the table on this first use."""
     fn = LOWERINGS.get(op)
-    if fn is None and isinstance(op, torch._ops.OpOverload):
+    if fn is None and isinstance(op, OpOverload):
         late = _LATE.pop(
             f"{op.namespace}::{op.overloadpacket._qualified_op_name.split('::')[1]}", None
         )
