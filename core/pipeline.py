@@ -21,13 +21,14 @@ from typing import Any
 
 import torch
 
-from sdk.errors import SDKError, describe
+from sdk.errors import SDKError
 from sdk.plugin import CompileContext, CoreOptions, PluginKind, PluginOptions
 from sdk.report import GraphBreak, GraphReport
 
 from . import arguments, fallback, records, warm
 from . import options as opts
 from .adapters import torch_private as tp
+from .hooks import HookFailed, PluginHooks
 from .registry import Registry, registry
 from .stages import aot, build, partition, wrap
 from .stages.job import Job
@@ -126,7 +127,7 @@ class Session:
         self.options: CoreOptions = resolved.core
         self.plugin_options: PluginOptions = resolved.plugin
         self.explicit_wrappers = "wrappers" in options
-        self.hooks = _Hooks(reg, plugin)
+        self.hooks = PluginHooks(reg, plugin)
         #: why the plugin cannot compile this Dynamo graph at all (a preparation hook raised)
         self.broken: str | None = None
         #: why the plugin cannot compile on this machine, though it runs what the caches
@@ -300,58 +301,6 @@ class Session:
         session.sinks = self.sinks  # (the backward compiles in autograd's thread)
         session._chain_state = self._chain_state  # it compiles graphs this compile traced
         return session
-
-
-class HookFailed(RuntimeError):
-    """A compile hook of the codegen plugin raised: the compile falls back (chain, ATen),
-    with the plugin and the hook in the reason. The plugin's error is the ``__cause__``."""
-
-
-#: The hooks that build what runs (callables, compiled artifacts): the core calls them
-#: outside the compile's fake mode, so that a tensor they make (a constant, a traced or
-#: exported example) is a real one. The other compile hooks run inside it (they read
-#: ``node.meta["val"]``, fake tensors, and make nothing). ``sdk/hookspecs.py`` says which.
-REAL_MODE_HOOKS = frozenset(
-    {"sdk_extern", "sdk_compile_kernels", "sdk_compile_subgraph", "sdk_load_subgraph"}
-)
-
-
-class _Hooks:
-    """Hook callers that reach the compile's codegen plugin only."""
-
-    def __init__(self, reg: Registry, plugin: str) -> None:
-        self._reg, self._plugin, self._cache = reg, plugin, {}
-
-    def __getattr__(self, hook: str) -> Callable:
-        caller = self._cache.get(hook)
-        if caller is None:
-            caller = self._reg.caller(hook, [self._plugin])
-            caller = self._cache[hook] = self._naming(hook, caller)
-        return caller
-
-    def implements(self, hook: str) -> bool:
-        """Whether the plugin has a hookimpl of ``hook`` (so the core can skip preparing
-        what only that hook would read)."""
-        return bool(self._reg.caller(hook, [self._plugin]).get_hookimpls())
-
-    def _naming(self, hook: str, caller: Callable) -> Callable:
-        """``caller``, whose errors say which plugin and hook raised (an SDKError is the
-        plugin saying so on purpose, and goes through as it is)."""
-
-        real = hook in REAL_MODE_HOOKS
-
-        def call(**kwargs: Any) -> Any:
-            try:
-                if real:
-                    with tp.real_mode():
-                        return caller(**kwargs)
-                return caller(**kwargs)
-            except SDKError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - named, then handled as before
-                raise HookFailed(f"sdk:{self._plugin} {hook} raised {describe(exc)}") from exc
-
-        return call
 
 
 def collect_reports(sink: list[GraphReport]) -> contextvars.Token:
