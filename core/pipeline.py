@@ -31,6 +31,7 @@ from .adapters import torch_private as tp
 from .hooks import HookFailed, PluginHooks
 from .registry import Registry, registry
 from .stages import aot, build, partition, wrap
+from .stages.capture import Capture
 from .stages.job import Job
 
 #: explain() collectors: every GraphReport compiled while one is active lands in it.
@@ -136,20 +137,12 @@ class Session:
         # read now: a backward graph compiles later, in autograd's thread
         self.sinks = _collectors.get()
         self._peers: dict[str, Session] = {plugin: self}
-        #: AOTAutograd's cache for this Dynamo graph (core.warm): the key's tag, or None
-        self.cache_tag: str | None = None
-        self.warm = "off"
         #: this plugin's own decomposition table once built, and the ops it keeps whole
         self._own: dict[Any, Callable] | None = None
         self.kept: frozenset[Any] = frozenset()
         #: shared by this session, its peers and its narrowed copies: the backend plugin's
         #: session ("root") and the table AOTAutograd traced with ("common", see table)
         self._chain_state: dict[str, Any] = {"root": self}
-        #: set by the AOT stage: this Dynamo graph's number, when AOTAutograd began, and
-        #: how long it took to hand the core its first ATen graph (until a report takes it)
-        self.graph_id = -1
-        self.captured = 0.0
-        self.aot_seconds: float | None = None
         #: why Dynamo ended this graph, where a graph break did (its forward or inference
         #: graph's report says so)
         self.graph_break: GraphBreak | None = None
@@ -276,23 +269,28 @@ class Session:
         *,
         recipe: warm.Recipe | None = None,
         parameters: Mapping[int, Any] | None = None,
+        capture: Capture | None = None,
     ) -> Callable:
         """``gm`` compiled: split between the plugins of the chain (the partition stage), or
         whole by this session's plugin (the build stage); then wrapped (the wrap stage).
         ``recipe`` is filled with what a later process needs to restore the result;
         ``parameters``: the inputs that are the model's parameters and buffers (frozen
-        parameters)."""
+        parameters); ``capture``: the Dynamo graph it came from (the AOT stage's)."""
         recipe = recipe or warm.Recipe(ctx.graph_kind, ctx.device_type)
         arguments.numbers_as_tensors(gm)  # (before the fallback or the recipe takes gm)
         ctx = dataclasses.replace(ctx, written_inputs=fallback.written_inputs(gm))
-        job = Job(ctx, gm, example_inputs, recipe, parameters=dict(parameters or {}))
+        job = Job(
+            ctx, gm, example_inputs, recipe, parameters=dict(parameters or {}), capture=capture
+        )
         built = partition.run(self, job) or build.run(self, job)
         return wrap.finish(self, built)
 
-    def restore_aten_graph(self, state: dict[str, Any], graph: Callable) -> Callable:
+    def restore_aten_graph(
+        self, state: dict[str, Any], graph: Callable, *, capture: Capture
+    ) -> Callable:
         """What :meth:`compile_aten_graph` made, in a later process, from its recipe (the
-        AOT stage's warm restore, :func:`core.stages.aot.restore`)."""
-        return aot.restore(self, state, graph)
+        AOT stage's warm restore of ``capture``'s graph, :func:`core.stages.aot.restore`)."""
+        return aot.restore(self, capture, state, graph)
 
     def _chained(self, plugin: str) -> Session:
         session = Session(
