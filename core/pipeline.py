@@ -21,15 +21,17 @@ from typing import Any
 
 import torch
 
-from sdk.errors import SDKError, describe
+from sdk.errors import SDKError
 from sdk.plugin import CompileContext, CoreOptions, PluginKind, PluginOptions
 from sdk.report import GraphBreak, GraphReport
 
 from . import arguments, fallback, records, warm
 from . import options as opts
 from .adapters import torch_private as tp
+from .hooks import HookFailed, PluginHooks
 from .registry import Registry, registry
 from .stages import aot, build, partition, wrap
+from .stages.capture import Capture
 from .stages.job import Job
 
 #: explain() collectors: every GraphReport compiled while one is active lands in it.
@@ -126,7 +128,7 @@ class Session:
         self.options: CoreOptions = resolved.core
         self.plugin_options: PluginOptions = resolved.plugin
         self.explicit_wrappers = "wrappers" in options
-        self.hooks = _Hooks(reg, plugin)
+        self.hooks = PluginHooks(reg, plugin)
         #: why the plugin cannot compile this Dynamo graph at all (a preparation hook raised)
         self.broken: str | None = None
         #: why the plugin cannot compile on this machine, though it runs what the caches
@@ -135,20 +137,12 @@ class Session:
         # read now: a backward graph compiles later, in autograd's thread
         self.sinks = _collectors.get()
         self._peers: dict[str, Session] = {plugin: self}
-        #: AOTAutograd's cache for this Dynamo graph (core.warm): the key's tag, or None
-        self.cache_tag: str | None = None
-        self.warm = "off"
         #: this plugin's own decomposition table once built, and the ops it keeps whole
         self._own: dict[Any, Callable] | None = None
         self.kept: frozenset[Any] = frozenset()
         #: shared by this session, its peers and its narrowed copies: the backend plugin's
         #: session ("root") and the table AOTAutograd traced with ("common", see table)
         self._chain_state: dict[str, Any] = {"root": self}
-        #: set by the AOT stage: this Dynamo graph's number, when AOTAutograd began, and
-        #: how long it took to hand the core its first ATen graph (until a report takes it)
-        self.graph_id = -1
-        self.captured = 0.0
-        self.aot_seconds: float | None = None
         #: why Dynamo ended this graph, where a graph break did (its forward or inference
         #: graph's report says so)
         self.graph_break: GraphBreak | None = None
@@ -275,23 +269,28 @@ class Session:
         *,
         recipe: warm.Recipe | None = None,
         parameters: Mapping[int, Any] | None = None,
+        capture: Capture | None = None,
     ) -> Callable:
         """``gm`` compiled: split between the plugins of the chain (the partition stage), or
         whole by this session's plugin (the build stage); then wrapped (the wrap stage).
         ``recipe`` is filled with what a later process needs to restore the result;
         ``parameters``: the inputs that are the model's parameters and buffers (frozen
-        parameters)."""
+        parameters); ``capture``: the Dynamo graph it came from (the AOT stage's)."""
         recipe = recipe or warm.Recipe(ctx.graph_kind, ctx.device_type)
         arguments.numbers_as_tensors(gm)  # (before the fallback or the recipe takes gm)
         ctx = dataclasses.replace(ctx, written_inputs=fallback.written_inputs(gm))
-        job = Job(ctx, gm, example_inputs, recipe, parameters=dict(parameters or {}))
+        job = Job(
+            ctx, gm, example_inputs, recipe, parameters=dict(parameters or {}), capture=capture
+        )
         built = partition.run(self, job) or build.run(self, job)
         return wrap.finish(self, built)
 
-    def restore_aten_graph(self, state: dict[str, Any], graph: Callable) -> Callable:
+    def restore_aten_graph(
+        self, state: dict[str, Any], graph: Callable, *, capture: Capture
+    ) -> Callable:
         """What :meth:`compile_aten_graph` made, in a later process, from its recipe (the
-        AOT stage's warm restore, :func:`core.stages.aot.restore`)."""
-        return aot.restore(self, state, graph)
+        AOT stage's warm restore of ``capture``'s graph, :func:`core.stages.aot.restore`)."""
+        return aot.restore(self, capture, state, graph)
 
     def _chained(self, plugin: str) -> Session:
         session = Session(
@@ -300,58 +299,6 @@ class Session:
         session.sinks = self.sinks  # (the backward compiles in autograd's thread)
         session._chain_state = self._chain_state  # it compiles graphs this compile traced
         return session
-
-
-class HookFailed(RuntimeError):
-    """A compile hook of the codegen plugin raised: the compile falls back (chain, ATen),
-    with the plugin and the hook in the reason. The plugin's error is the ``__cause__``."""
-
-
-#: The hooks that build what runs (callables, compiled artifacts): the core calls them
-#: outside the compile's fake mode, so that a tensor they make (a constant, a traced or
-#: exported example) is a real one. The other compile hooks run inside it (they read
-#: ``node.meta["val"]``, fake tensors, and make nothing). ``sdk/hookspecs.py`` says which.
-REAL_MODE_HOOKS = frozenset(
-    {"sdk_extern", "sdk_compile_kernels", "sdk_compile_subgraph", "sdk_load_subgraph"}
-)
-
-
-class _Hooks:
-    """Hook callers that reach the compile's codegen plugin only."""
-
-    def __init__(self, reg: Registry, plugin: str) -> None:
-        self._reg, self._plugin, self._cache = reg, plugin, {}
-
-    def __getattr__(self, hook: str) -> Callable:
-        caller = self._cache.get(hook)
-        if caller is None:
-            caller = self._reg.caller(hook, [self._plugin])
-            caller = self._cache[hook] = self._naming(hook, caller)
-        return caller
-
-    def implements(self, hook: str) -> bool:
-        """Whether the plugin has a hookimpl of ``hook`` (so the core can skip preparing
-        what only that hook would read)."""
-        return bool(self._reg.caller(hook, [self._plugin]).get_hookimpls())
-
-    def _naming(self, hook: str, caller: Callable) -> Callable:
-        """``caller``, whose errors say which plugin and hook raised (an SDKError is the
-        plugin saying so on purpose, and goes through as it is)."""
-
-        real = hook in REAL_MODE_HOOKS
-
-        def call(**kwargs: Any) -> Any:
-            try:
-                if real:
-                    with tp.real_mode():
-                        return caller(**kwargs)
-                return caller(**kwargs)
-            except SDKError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - named, then handled as before
-                raise HookFailed(f"sdk:{self._plugin} {hook} raised {describe(exc)}") from exc
-
-        return call
 
 
 def collect_reports(sink: list[GraphReport]) -> contextvars.Token:

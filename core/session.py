@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sdk.report import GraphBreak, GraphReport
 
     from .registry import Registry
+    from .stages.capture import Capture
 
 
 class Hooks(Protocol):
@@ -47,14 +48,6 @@ class CompileSession(Protocol):
     kept: frozenset[Any]
     #: the explain() collectors every GraphReport of this compile lands in
     sinks: tuple[list[GraphReport], ...]
-    cache_tag: str | None
-    warm: str
-    graph_id: int
-    #: when the AOT stage handed the Dynamo graph to AOTAutograd (``time.perf_counter()``)
-    captured: float
-    #: AOTAutograd's time until the first ATen graph of this Dynamo graph reached the
-    #: core (None before, or once a report took it)
-    aot_seconds: float | None
     graph_break: GraphBreak | None
 
     @property
@@ -84,4 +77,6 @@ class CompileSession(Protocol):
         self, ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list[Any], **kw: Any
     ) -> Callable: ...
 
-    def restore_aten_graph(self, state: dict[str, Any], graph: Callable) -> Callable: ...
+    def restore_aten_graph(
+        self, state: dict[str, Any], graph: Callable, *, capture: Capture
+    ) -> Callable: ...

@@ -55,9 +55,10 @@ from .session import CompileSession
 ARTIFACT = "sdk_programs"
 FORMAT = 2
 
-#: the Session of the Dynamo graph being compiled (a cache hit restores its programs)
-current: contextvars.ContextVar[CompileSession | None] = contextvars.ContextVar(
-    "sdk_warm_session", default=None
+#: the Dynamo graph being compiled: its session's ``restore_aten_graph``, bound to the
+#: graph's capture (a cache hit restores its programs through it)
+current: contextvars.ContextVar[Callable[[dict[str, Any], Callable], Callable] | None] = (
+    contextvars.ContextVar("sdk_warm_session", default=None)
 )
 
 
@@ -261,14 +262,14 @@ def restore(state: dict[str, Any]) -> Callable:
     """The compiled callable of a stored recipe, in a later process (torch calls this on a
     cache hit, inside the compile of the Dynamo graph). Raises where it cannot; torch then
     compiles afresh."""
-    session = current.get()
-    if session is None:
+    restore_aten_graph = current.get()
+    if restore_aten_graph is None:
         raise RuntimeError("an SDK program restored outside an SDK compile")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         got = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise ValueError(f"recipe format {got}, not {FORMAT}")
     _check_vouched(state)  # before any of it is used
-    return session.restore_aten_graph(state, _GraphLoader(state["graph"]))
+    return restore_aten_graph(state, _GraphLoader(state["graph"]))
 
 
 class _GraphLoader:

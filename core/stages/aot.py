@@ -6,6 +6,7 @@ start, :mod:`core.warm`), each ATen graph's program restored (:func:`restore`)."
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import time
@@ -22,6 +23,7 @@ from .. import logs, passes, program, warm
 from ..adapters import torch_private as tp
 from ..session import CompileSession
 from . import build, wrap
+from .capture import Capture
 from .job import Built
 
 _log = logging.getLogger(__name__)
@@ -32,21 +34,22 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
     """The Dynamo graph through AOTAutograd (or restored from its cache, :func:`restore`),
     each ATen graph AOTAutograd makes handed to ``session.compile_aten_graph``."""
     device = _device_type(example_inputs, session.info.device_types) or session.info.device_types[0]
-    session.graph_id = next(_graph_ids)
-    ctx = session.context("inference", f"g{session.graph_id}", device)
-    session.cache_tag, session.warm = warm.cache_tag(session, ctx)
+    graph_id = next(_graph_ids)
+    ctx = session.context("inference", f"g{graph_id}", device)
+    tag, cache = warm.cache_tag(session, ctx)
     _log.debug(
         "capture g%d: Dynamo graph of %d nodes, %d inputs on %s, for sdk:%s; AOTAutograd's "
         "cache %s",
-        session.graph_id,
+        graph_id,
         len(gm.graph.nodes),
         len(example_inputs),
         device,
         session.info.name,
-        session.warm,
+        cache,
     )
-    session.captured = time.perf_counter()
-    token = warm.current.set(session)  # a cache hit restores the programs through it
+    capture = Capture(graph_id, tag, cache, time.perf_counter())
+    # a cache hit restores the programs through it
+    token = warm.current.set(functools.partial(session.restore_aten_graph, capture=capture))
     # a graph-level plugin that asks for frozen parameters: which inputs are the model's
     # parameters and buffers (weakly: a replaced weight must not stay alive for this)
     dynamo_inputs = _model_state(gm, example_inputs) if _freezes(session) else None
@@ -54,12 +57,12 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
         compiled = tp.aot_compile(
             gm,
             example_inputs,
-            forward=_aten_compiler(session, "forward", device),
-            backward=_aten_compiler(session, "backward", device),
-            inference=_aten_compiler(session, "inference", device, dynamo_inputs),
+            forward=_aten_compiler(session, capture, "forward", device),
+            backward=_aten_compiler(session, capture, "backward", device),
+            inference=_aten_compiler(session, capture, "inference", device, dynamo_inputs),
             # built only if AOTAutograd traces (not on a hit of its cache)
             decompositions=tp.LazyTable(lambda: session.table(ctx)),
-            cache_tag=session.cache_tag,
+            cache_tag=capture.cache_tag,
             on_cache_refused=warm.lookup_refused,
             # writes into inputs stay in the graph for the core's programs to do in
             # their kernels (core/lowering/mutation.py); a graph-level plugin and a
@@ -72,8 +75,8 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
         warm.current.reset(token)
     _log.debug(
         "aot g%d: AOTAutograd and the compile of each graph it made (%.3fs)",
-        session.graph_id,
-        time.perf_counter() - session.captured,
+        graph_id,
+        time.perf_counter() - capture.captured,
     )
     return compiled
 
@@ -99,7 +102,11 @@ def _model_state(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[An
 
 
 def _aten_compiler(
-    session: CompileSession, kind: str, device: str, dynamo_inputs: list[Any] | None = None
+    session: CompileSession,
+    capture: Capture,
+    kind: str,
+    device: str,
+    dynamo_inputs: list[Any] | None = None,
 ) -> Callable:
     def compile_aten(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         params = (
@@ -109,39 +116,43 @@ def _aten_compiler(
         )
         ctx = session.context(
             kind,
-            f"g{session.graph_id}_{kind}",
+            f"g{capture.graph_id}_{kind}",
             _device_type(example_inputs, session.info.device_types) or device,
         )
-        took = time.perf_counter() - session.captured
+        took = time.perf_counter() - capture.captured
         if kind != "backward":  # (a backward graph comes with its forward, or later)
-            session.aot_seconds = took
+            capture.aot_seconds = took
         _log.debug(
             "aot %s: ATen graph of %d nodes from AOTAutograd (%.3fs after capture)",
             ctx.graph_name,
             len(gm.graph.nodes),
             took,
         )
-        if session.cache_tag is None:
-            return session.compile_aten_graph(ctx, gm, example_inputs, parameters=params)
+        if capture.cache_tag is None:
+            return session.compile_aten_graph(
+                ctx, gm, example_inputs, parameters=params, capture=capture
+            )
         recipe = warm.Recipe(kind, ctx.device_type)
         compiled = session.compile_aten_graph(
-            ctx, gm, example_inputs, recipe=recipe, parameters=params
+            ctx, gm, example_inputs, recipe=recipe, parameters=params, capture=capture
         )
         return warm.output_code(compiled, recipe, gm)
 
     return compile_aten
 
 
-def restore(session: CompileSession, state: dict[str, Any], graph: Callable) -> Callable:
+def restore(
+    session: CompileSession, capture: Capture, state: dict[str, Any], graph: Callable
+) -> Callable:
     """What ``compile_aten_graph`` made, in a later process, from its recipe
     (:mod:`core.warm`): each stored variant's program from the whole-graph cache, other
     variants built from the stored ATen graph (``graph()``) when their inputs come."""
     start = time.perf_counter()
     kind = state["kind"]
     if kind != "backward":
-        session.aot_seconds = start - session.captured
+        capture.aot_seconds = start - capture.captured
     ctx = dataclasses.replace(
-        session.context(kind, f"g{session.graph_id}_{kind}", state["device_type"]),
+        session.context(kind, f"g{capture.graph_id}_{kind}", state["device_type"]),
         written_inputs=frozenset(state["written_inputs"]),
     )
     report = GraphReport(name=ctx.graph_name, kind=kind, plugin=ctx.plugin, notes=ctx.notes)
@@ -193,7 +204,7 @@ def restore(session: CompileSession, state: dict[str, Any], graph: Callable) -> 
         else:
             made = build.Specializing(rebuild, first, dynamo_guarded=guarded)
         detail.append(f"{len(state['variants'])} stored variant(s) of sdk:{ctx.plugin}")
-    return wrap.finish(session, Built(ctx, graph, made, report, start))
+    return wrap.finish(session, Built(ctx, graph, made, report, start, capture=capture))
 
 
 def _device_type(inputs: list[Any], declared: tuple[str, ...]) -> str | None:

@@ -43,7 +43,9 @@ def run(session: CompileSession, job: Job) -> Built:
     report = GraphReport(
         name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin, notes=ctx.notes
     )
-    report.warm = "miss" if session.cache_tag and not whole else session.warm
+    capture = job.capture
+    # (a chain's partition: not in AOTAutograd's cache on its own)
+    report.warm = "off" if capture is None else "miss" if capture.cache_tag else capture.warm
     report.aten_ops = len(fallback.aten_calls(gm))
     recipe.report = report
     start = time.perf_counter()
@@ -79,7 +81,9 @@ def run(session: CompileSession, job: Job) -> Built:
             recipe.guarded = False  # (each variant checks its whole layout)
             program = _LazySpecializing(build, recipe)
     recipe.program = program
-    return Built(ctx, gm, program, report, start, wrap=not whole, recipe=recipe)
+    return Built(
+        ctx, gm, program, report, start, wrap=not whole, recipe=recipe, capture=job.capture
+    )
 
 
 def compile_partition(

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from sdk.report import GraphReport
 
     from ..warm import Recipe
+    from .capture import Capture
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class Job:
     #: the graph inputs that are the model's parameters and buffers (not written by the
     #: graph), ``{input index: tensor}``
     parameters: Mapping[int, Any] = field(default_factory=dict)
+    #: the Dynamo graph this ATen graph came from (None: a chain's partition)
+    capture: Capture | None = None
 
 
 @dataclass(frozen=True)
@@ -46,3 +49,5 @@ class Built:
     start: float  # when its compile began (GraphReport.compile_seconds)
     wrap: bool = True
     recipe: Recipe | None = None
+    #: the Dynamo graph it came from (None: a chain's partition)
+    capture: Capture | None = None

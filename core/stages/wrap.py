@@ -40,9 +40,9 @@ def finish(session: CompileSession, built: Built) -> Callable:
             detail.append(f"wrapped by {', '.join(report.wrappers) or 'no wrapper plugin'}")
         if ctx.graph_kind != "backward":
             report.graph_break = session.graph_break
-            if session.aot_seconds is not None:  # (the first graph AOTAutograd made)
-                report.stage_seconds["aot"] = session.aot_seconds
-                session.aot_seconds = None
+            took = built.capture.take_aot_seconds() if built.capture else None
+            if took is not None:  # (the first graph AOTAutograd made)
+                report.stage_seconds["aot"] = took
     report.compile_seconds += time.perf_counter() - built.start
     for sink in session.sinks:
         sink.append(report)

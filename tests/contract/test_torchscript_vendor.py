@@ -278,7 +278,7 @@ def test_the_docs_say_which_hooks_see_fake_tensors():
     import re
 
     import sdk.hookspecs
-    from sdk.core.pipeline import REAL_MODE_HOOKS
+    from sdk.core.hooks import REAL_MODE_HOOKS
 
     doc = sdk.hookspecs.__doc__.split("Fake tensors and real ones", 1)[1]
     outside = doc.split("are called *outside* that mode", 1)[0]

@@ -191,3 +191,29 @@ def test_a_reason_shared_by_many_fallbacks_is_printed_once():
     assert "(the rest as for graph g0_forward above)" in text, text
     alone = str(backward)  # printed on its own, a graph's report has the reason whole
     assert "command: cc b.c" in alone, alone
+
+
+def test_interleaved_compiles_each_report_their_own_aot_stage(seeded, graph_reports):
+    """Per-graph state (issue 48) lives with each Dynamo graph, not on a shared session: two
+    models compiled in one thread, forwards first and backwards later (in the other order),
+    each forward reports its own AOTAutograd time, each backward none, and a backward is
+    named after its own forward's Dynamo graph."""
+    a, b = models.mlp(16, 32, 4), models.mlp(8, 8, 2, layernorm=True)
+    xa, xb = torch.randn(4, 16), torch.randn(4, 8)
+    ca, cb = torch.compile(a, backend=BACKEND), torch.compile(b, backend=BACKEND)
+    ya, yb = ca(xa), cb(xb)
+    torch.testing.assert_close(ya, a(xa))
+    torch.testing.assert_close(yb, b(xb))
+    yb.sum().backward()
+    ya.sum().backward()
+    forwards = [g for g in graph_reports if g.kind == "forward"]
+    backwards = [g for g in graph_reports if g.kind == "backward"]
+    assert len(forwards) == len(backwards) == 2, [g.name for g in graph_reports]
+    assert [g.name.split("_")[0] for g in backwards] == [
+        g.name.split("_")[0] for g in reversed(forwards)
+    ]
+    for g in forwards:
+        assert g.stage_seconds["aot"] >= 0
+        line = next(ln for ln in str(g).splitlines() if ln.strip().startswith("stages:"))
+        assert line.strip().startswith("stages: aot "), line
+    assert all("aot" not in g.stage_seconds for g in backwards)
