@@ -216,3 +216,14 @@ def _same_state(got: O.Optimizer, want: O.Optimizer) -> None:
 
 def _params(opt: O.Optimizer) -> list[torch.Tensor]:
     return [p for g in opt.param_groups for p in g["params"]]
+
+
+def counting(asked: dict[str, int], key: str, compile_fn: Callable) -> Callable:
+    """``compile_fn`` as a backend that counts in ``asked[key]`` each graph it is asked to
+    compile."""
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        asked[key] += 1
+        return compile_fn(gm, example_inputs)
+
+    return backend

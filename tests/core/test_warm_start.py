@@ -290,16 +290,18 @@ FLIP_CHILD = textwrap.dedent(
 )
 
 
-def _flip_run(tmp_path, mode):
+def _child_info(root, code, *args):
+    """Run ``code`` in a fresh process over the caches under ``root`` (the whole-graph cache
+    on) and return the JSON it prints after ``INFO ``."""
     env = {
         **os.environ,
-        "SDK_CACHE_DIR": str(tmp_path / "sdk"),
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "SDK_CACHE_DIR": str(root / "sdk"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
         "SDK_GRAPH_CACHE": "1",
         "OMP_NUM_THREADS": "1",
     }
     proc = subprocess.run(
-        [sys.executable, "-c", FLIP_CHILD, mode],
+        [sys.executable, "-c", code, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -308,6 +310,10 @@ def _flip_run(tmp_path, mode):
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("INFO "))
     return json.loads(line[5:])
+
+
+def _flip_run(tmp_path, mode):
+    return _child_info(tmp_path, FLIP_CHILD, mode)
 
 
 def test_a_flipped_bit_in_the_stored_aten_graph_is_a_miss_not_a_wrong_result(tmp_path):
@@ -477,23 +483,7 @@ CORRUPT_CHILD = textwrap.dedent(
 
 
 def _corrupt_run(root):
-    env = {
-        **os.environ,
-        "SDK_CACHE_DIR": str(root / "sdk"),
-        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-        "SDK_GRAPH_CACHE": "1",
-        "OMP_NUM_THREADS": "1",
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", CORRUPT_CHILD],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("INFO "))
-    return json.loads(line[5:])
+    return _child_info(root, CORRUPT_CHILD)
 
 
 def _torch_entries(root):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 import sdk
-from tests.optimizers import OPTIMIZERS, WHERE, lambda_lr, run_both, step_lr
+from tests.optimizers import OPTIMIZERS, WHERE, counting, lambda_lr, run_both, step_lr
 
 BACKEND = "sdk:cpu_cpp"
 
@@ -101,15 +101,8 @@ def test_float_lr_with_scheduler_recompiles_as_aot_eager():
 
     asked = {"sdk": 0, "aot_eager": 0}
 
-    def counting(key, compile_fn):
-        def backend(gm, example_inputs):
-            asked[key] += 1
-            return compile_fn(gm, example_inputs)
-
-        return backend
-
-    out = run_both("sgd", counting("sdk", sdk.backend("cpu_cpp")), scheduler=step_lr)
+    out = run_both("sgd", counting(asked, "sdk", sdk.backend("cpu_cpp")), scheduler=step_lr)
     assert out.counts == [1, 1, 1], out.counts  # one program per value of lr
     sdk.reset()
-    run_both("sgd", counting("aot_eager", aot_eager), scheduler=step_lr)
+    run_both("sgd", counting(asked, "aot_eager", aot_eager), scheduler=step_lr)
     assert asked["sdk"] == asked["aot_eager"], asked

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import sdk
-from tests.optimizers import CAPTURABLE, OPTIMIZERS, WHERE, lambda_lr, run_both, step_lr
+from tests.optimizers import CAPTURABLE, OPTIMIZERS, WHERE, counting, lambda_lr, run_both, step_lr
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -67,19 +67,12 @@ def test_scheduler_compiles_as_inductor(name, tensor_lr):
 
     asked = {"sdk": 0, "inductor": 0}
 
-    def counting(key, compile_fn):
-        def backend(gm, example_inputs):
-            asked[key] += 1
-            return compile_fn(gm, example_inputs)
-
-        return backend
-
     kw = {"scheduler": step_lr, "steps": 4, "tensor_lr": tensor_lr, "foreach": True}
     if tensor_lr and name == "adam":
         kw["capturable"] = True
-    out = run_both(name, counting("sdk", sdk.backend("cuda_triton")), "cuda", **kw)
+    out = run_both(name, counting(asked, "sdk", sdk.backend("cuda_triton")), "cuda", **kw)
     if tensor_lr:
         assert out.counts[2:] == [0, 0], out.counts
     sdk.reset()
-    run_both(name, counting("inductor", compile_fx), "cuda", **kw)
+    run_both(name, counting(asked, "inductor", compile_fx), "cuda", **kw)
     assert asked["sdk"] == asked["inductor"], asked
