@@ -158,3 +158,138 @@ def test_the_shim_that_loads_records_compiles(cache):
     lib = toolchain.load_library(path)
     for name in ("sdk_triton_init", "sdk_triton_launch", "sdk_triton_context"):
         assert getattr(lib, name)
+
+
+# -- the shim's loading, against a driver of the test's own --------------------------------
+
+#: the driver entry points the shim finds with dlsym, recording what they were asked: a
+#: cubin is accepted when it starts with ELF's magic, its function is "k"; the context
+#: current is the test's to set
+FAKE_DRIVER = r"""
+#include <stdint.h>
+#include <string.h>
+void* current;
+int loads, launches, set_attributes, last_threads, last_shared;
+intptr_t last_params[4];
+int cuCtxGetCurrent(void** c) { *c = current; return 0; }
+int cuCtxGetDevice(int* d) { *d = 0; return 0; }
+int cuModuleLoadData(void** m, const void* image) {
+  ++loads;
+  if (memcmp(image, "\x7f" "ELF", 4) != 0) return 200; /* CUDA_ERROR_INVALID_IMAGE */
+  *m = (void*)0x10;
+  return 0;
+}
+int cuModuleGetFunction(void** f, void* m, const char* name) {
+  if (strcmp(name, "k") != 0) return 500;
+  *f = (void*)0x20;
+  return 0;
+}
+int cuFuncGetAttribute(int* v, int attribute, void* f) { *v = attribute == 0 ? 1024 : 0; return 0; }
+int cuFuncSetAttribute(void* f, int attribute, int value) { ++set_attributes; return 0; }
+int cuFuncSetCacheConfig(void* f, int config) { return 0; }
+int cuDeviceGetAttribute(int* v, int attribute, int device) {
+  *v = attribute == 97 ? 232448 : 0; /* an H100's opt-in shared memory per block */
+  return 0;
+}
+int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned tx, unsigned ty,
+                   unsigned tz, unsigned shared, void* stream, void** params, void** extra) {
+  ++launches;
+  last_threads = tx;
+  last_shared = shared;
+  for (int i = 0; i < 4; ++i) last_params[i] = *(intptr_t*)params[i]; /* the test's 2 + 2 */
+  return 0;
+}
+"""
+
+SHIM_CHILD = r"""
+import ctypes, json, sys
+from sdk.plugins.cuda_triton import native, records
+
+fake = ctypes.CDLL("libcuda.so.1")
+assert native._shim() is not None
+lib = native._shim()
+out = {}
+
+
+def launch(n, args, ctx):
+    ctypes.c_void_p.in_dll(fake, "current").value = ctx
+    ptrs = (ctypes.c_int64 * len(args))(*args)
+    return lib.sdk_triton_launch(ctypes.addressof(n.state), None, ptrs, len(args))
+
+
+def count(name):
+    return ctypes.c_int.in_dll(fake, name).value
+
+
+rec = records.KernelRecord(
+    name="k", cubin=b"\x7fELF" + b"\0" * 60, threads=128, num_warps=4, shared=65536, extra=2,
+    grid=(4, 1, 1), signature=("*fp32", "*fp32"), aligned=(True, False), arch=90,
+    triton="x", hash="h",
+)
+n = native.Native("k", (4, 1, 1), 2)
+out["adopted"] = n.adopt(rec)
+out["no_context"] = launch(n, [4096, 8192], 0)  # nothing current: nothing loaded
+out["first"] = launch(n, [4096, 8193], 0x100)  # loads in context 0x100, then launches
+out["second"] = launch(n, [8192, 3], 0x100)
+out["other_context"] = launch(n, [4096, 8192], 0x200)
+out["unaligned"] = launch(n, [4100, 8192], 0x100)  # Triton took argument 0 as aligned
+out["loads"], out["launches"] = count("loads"), count("launches")
+out["set_attributes"] = count("set_attributes")  # shared memory over 48 KB opted in
+out["threads"], out["shared"] = count("last_threads"), count("last_shared")
+out["params"] = list((ctypes.c_int64 * 4).in_dll(fake, "last_params"))
+out["from_record"] = n.from_record
+
+bad = native.Native("k", (4, 1, 1), 2)
+bad.adopt(records.KernelRecord(**{**rec.__dict__, "cubin": b"not a cubin", "shared": 0}))
+out["bad_first"] = launch(bad, [4096, 8192], 0x100)
+out["bad_again"] = launch(bad, [4096, 8192], 0x100)  # not loaded again
+out["bad_loads"] = count("loads") - out["loads"]
+out["bad_status"] = bad.state.status
+out["bad_from_record"] = bad.from_record
+print("INFO " + json.dumps(out))
+"""
+
+
+def test_the_shim_loads_a_record_once_in_the_current_context(tmp_path):
+    """The shim against a driver of the test's own (named libcuda.so.1, found first): the
+    record's cubin is loaded at the first launch with a context current, in that context,
+    once; launches then pass the record's threads, shared memory and NULL scratch pointers;
+    another context or an unaligned pointer Triton took as aligned is NOT_NATIVE (Triton's
+    path); a cubin the driver refuses is tried once, then NOT_NATIVE with its status."""
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from sdk import toolchain
+
+    built = toolchain.compile_library(
+        FAKE_DRIVER, language="c", flags=("-O0", "-shared", "-fPIC"), namespace="test-fake-cuda"
+    )
+    libdir = tmp_path / "lib"
+    libdir.mkdir()
+    shutil.copy(built, libdir / "libcuda.so.1")
+    env = {
+        **os.environ,
+        "LD_LIBRARY_PATH": f"{libdir}:{os.environ.get('LD_LIBRARY_PATH', '')}",
+        "SDK_CACHE_DIR": str(tmp_path / "sdk"),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", SHIM_CHILD], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("INFO "))[5:])
+    not_native = native.NOT_NATIVE
+    assert got["adopted"]
+    assert got["no_context"] == not_native
+    assert (got["first"], got["second"]) == (0, 0)
+    assert (got["other_context"], got["unaligned"]) == (not_native, not_native)
+    assert (got["loads"], got["launches"]) == (1, 2)
+    assert got["set_attributes"] == 1
+    assert (got["threads"], got["shared"]) == (128, 65536)
+    assert got["params"] == [8192, 3, 0, 0]  # the kernel's two, then two NULL scratch pointers
+    assert got["from_record"]
+    assert (got["bad_first"], got["bad_again"]) == (not_native, not_native)
+    assert got["bad_loads"] == 1 and got["bad_status"] == -200
+    assert not got["bad_from_record"]
