@@ -250,7 +250,7 @@ print("INFO " + json.dumps(out))
 """
 
 
-def test_the_shim_loads_a_record_once_in_the_current_context(tmp_path):
+def test_the_shim_loads_a_record_once_in_the_current_context(cache, tmp_path):
     """The shim against a driver of the test's own (named libcuda.so.1, found first): the
     record's cubin is loaded at the first launch with a context current, in that context,
     once; launches then pass the record's threads, shared memory and NULL scratch pointers;
