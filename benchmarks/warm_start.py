@@ -117,6 +117,12 @@ def child(backend: str, device: str, size: str, profile: int) -> None:
     for label, name in PHASES.items():
         out[label] = sum(metrics.get(name, ()))
     out["sdk compile"] = sum(spent) if backend.startswith("sdk:") else None
+    if backend == "sdk:cuda_triton":
+        # the kernels launched from their records (cubins through the driver) and the times a
+        # kernel went through Triton's JIT path
+        from sdk.plugins.cuda_triton import native
+
+        out["kernels"] = native.counts()
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -223,6 +229,15 @@ def main() -> None:
             f"sdk warm vs cold: loss {r['loss']:.6f} vs {cold['loss']:.6f}, "
             + ("bit-equal" if _equal(r, cold) else f"not bit-equal, max abs difference {diff:.3g}")
         )
+    for label in (f"{sdk} cold", f"{sdk} warm"):
+        counts = [r["kernels"] for r in rows[label] if r.get("kernels")]
+        if counts:
+            print(
+                f"{label}: kernels loaded from records "
+                + "/".join(str(c["record"]) for c in counts)
+                + ", through Triton's JIT "
+                + "/".join(str(c["triton"]) for c in counts)
+            )
     if len(warm_runs) > 1:
         same = all(_equal(r, warm_runs[0]) for r in warm_runs[1:])
         print("sdk warm vs warm: " + ("bit-equal" if same else "not bit-equal"))

@@ -139,7 +139,13 @@ def sdk_cache_key(ctx: sdk.CompileContext) -> str | None:
     """Triton's version, the device model (or the interpreter) and this plugin's sources."""
     if interpreting():
         return _cache_key("interpreter")
-    index = torch.cuda.current_device()
+    return device_cache_key(torch.cuda.current_device())
+
+
+@functools.cache
+def device_cache_key(index: int) -> str:
+    """:func:`sdk_cache_key` for CUDA device ``index``: Triton's version, the device's model
+    and capability, CUDA's version and this plugin's sources."""
     name = torch.cuda.get_device_name(index)
     return _cache_key(f"{name}|{torch.cuda.get_device_capability(index)}|{torch.version.cuda}")
 

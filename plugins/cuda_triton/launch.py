@@ -43,6 +43,7 @@ interpreter nothing is offered, so nothing is timed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import logging
 import sys
@@ -55,7 +56,7 @@ import torch
 import sdk
 from sdk.cache import cache_dir, stable_hash, write_atomic
 
-from . import heuristics, interpreting
+from . import heuristics, interpreting, records
 
 _MODULES: dict[tuple[str, bool], ModuleType] = {}
 _log = logging.getLogger(__name__)
@@ -156,20 +157,28 @@ def kernel_call(
     constexprs: dict[str, int],
     options: dict[str, Any],
     nargs: int | None = None,
+    *,
+    entry: bool = True,
+    record_key: str | None = None,
+    record: records.KernelRecord | None = None,
 ) -> Callable[..., None]:
     """``fn(*args)`` launching ``jit_fn`` on ``grid`` with fixed constexprs and options.
 
     ``fn.path()`` says which launch path the next call takes ("portable" or "fast"). With
-    ``nargs`` (the kernel's tensor count), on a GPU, ``fn.native`` is its entry for the SDK's
-    native runner (:mod:`.native`), ready from its first launch on.
+    ``nargs`` (the kernel's argument count), on a GPU, the kernel has a state in the shim
+    (:mod:`.native`) and, with ``entry``, ``fn.native`` is its entry for the SDK's native
+    runner, ready from its first launch on. With ``record`` (the kernel's
+    :class:`~.records.KernelRecord`), the shim loads its cubin at the first launch, from the
+    runner or from ``fn``, and Triton is the fallback; without it, the first launch through
+    Triton stores the kernel's record under ``record_key``.
     """
-    portable = jit_fn[grid]
     kw = {**constexprs, **options}
     if interpreting() or not torch.cuda.is_available():
         import numpy as np
 
         from .interp import checking_bounds
 
+        portable = jit_fn[grid]
         name, asserts = getattr(jit_fn, "__name__", "kernel"), bool(kw.get("debug"))
 
         def interpreted(*args: Any) -> None:
@@ -180,12 +189,24 @@ def kernel_call(
         interpreted.path = lambda: "portable"  # type: ignore[attr-defined]
         return interpreted
     consts = tuple(constexprs.values())
-    state: dict[str, Any] = {"fast": None, "tried": False}
     native = None
     if nargs is not None:
         from .native import Native
 
-        native = Native(getattr(jit_fn, "__name__", "kernel"), grid, nargs)
+        name = getattr(jit_fn, "__name__", "kernel")
+        native = Native(name, grid, nargs, entry=entry, record_key=record_key)
+        if record is not None and not native.adopt(record):
+            record = None
+    state: dict[str, Any] = {
+        "fast": native.launch if native is not None and record is not None else None,
+        "tried": False,
+        "portable": None,
+    }
+
+    def portable() -> Any:
+        if state["portable"] is None:
+            state["portable"] = jit_fn[grid]  # (a lazy kernel's module is imported here)
+        return state["portable"]
 
     def call(*args: Any) -> None:
         fast = state["fast"]
@@ -197,20 +218,45 @@ def kernel_call(
                 state["fast"] = None  # refused before launching: stay portable
         if not state["tried"]:
             state["tried"] = True
-            compiled = portable(*args, **kw)
+            records.count_triton_jit()
+            compiled = portable()(*args, **kw)
             state["fast"] = _fast(compiled, grid, consts)
             if native is not None and state["fast"] is not None:
-                native.fill(compiled, len(args))
+                native.fill(compiled, args)
             return
-        portable(*args, **kw)
+        portable()(*args, **kw)
 
     call.path = lambda: "fast" if state["fast"] is not None else "portable"  # type: ignore[attr-defined]
     if native is not None and native.entry is not None:
         call.native = native.entry  # type: ignore[attr-defined]
+    if native is not None:
         call.native_state = native  # type: ignore[attr-defined]
-    # compile without launching: Triton takes dtypes for pointer arguments
-    call.warmup = lambda dtypes: jit_fn.warmup(*dtypes, grid=grid, **kw)  # type: ignore[attr-defined]
+
+    def warmup(dtypes: list[Any]) -> Any:
+        """Compile without launching (Triton takes dtypes for pointer arguments)."""
+        records.count_triton_jit()
+        return jit_fn.warmup(*dtypes, grid=grid, **kw)
+
+    call.warmup = warmup  # type: ignore[attr-defined]
     return call
+
+
+class _LazyJit:
+    """A kernel's ``@triton.jit`` function, its module imported at first use: a kernel
+    launched from its record never needs it."""
+
+    def __init__(self, source: str, fn: str) -> None:
+        self.source, self.__name__ = source, fn
+
+    @functools.cached_property
+    def fn(self) -> Any:
+        return getattr(load_module(self.source), self.__name__)
+
+    def __getitem__(self, grid: Any) -> Any:
+        return self.fn[grid]
+
+    def warmup(self, *args: Any, **kw: Any) -> Any:
+        return self.fn.warmup(*args, **kw)
 
 
 # ---------------------------------------------------------------------------
@@ -265,6 +311,7 @@ class _Variant:
         if key in self.fast:
             self.jit_fn[grid](*args, **self.kw)
             return
+        records.count_triton_jit()
         compiled = self.jit_fn[grid](*args, **self.kw)
         self.fast[key] = _direct(compiled, self.consts)
 
@@ -386,20 +433,34 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
     grid = _grid(meta["grid"], consts)
     if 0 in grid:
         return lambda *args: None
-    mod = load_module(src.source)
-    split = meta["mode"] == "split"
-    nargs = None if split else len(meta["args"])
-    main = kernel_call(getattr(mod, src.entry), grid, consts, opts, nargs)
     dtypes = [getattr(torch, dt) for _name, _storage, dt, _role in meta["args"]]
     if meta["mode"] != "split":
-        main.precompile = lambda: [main.warmup(dtypes)]  # type: ignore[attr-defined]
+        ((key, rec),) = _records(src.source, [(src.entry, grid, {**consts, **opts})], dtypes)
+        jit = _LazyJit(src.source, src.entry)
+        if rec is None:
+            jit.fn  # noqa: B018 - imported now where the kernel compiles through Triton
+        main = kernel_call(jit, grid, consts, opts, len(dtypes), record_key=key, record=rec)
+        if rec is None:
+            main.precompile = lambda: [main.warmup(dtypes)]  # type: ignore[attr-defined]
         return main
     pre_meta = meta["pre"]
     pconsts, popts = _split_config(meta, cfg["pre"], pre_meta["constexprs"])
-    pre = kernel_call(
-        getattr(mod, pre_meta["fn"]), _grid(pre_meta["grid"], pconsts), pconsts, popts
-    )
+    pgrid = _grid(pre_meta["grid"], pconsts)
     specs = [(int(n), getattr(torch, dt)) for n, dt in meta["scratch"]]
+    both = dtypes + [dt for _n, dt in specs]
+    (pkey, prec), (key, rec) = _records(
+        src.source,
+        [(pre_meta["fn"], pgrid, {**pconsts, **popts}), (src.entry, grid, {**consts, **opts})],
+        both,
+    )
+    pjit, jit = _LazyJit(src.source, pre_meta["fn"]), _LazyJit(src.source, src.entry)
+    if prec is None or rec is None:
+        jit.fn  # noqa: B018 - as above
+    # (the runner launches the pair through Python: the kernels' states have no entry)
+    pre = kernel_call(
+        pjit, pgrid, pconsts, popts, len(both), entry=False, record_key=pkey, record=prec
+    )
+    main = kernel_call(jit, grid, consts, opts, len(both), entry=False, record_key=key, record=rec)
     scratch: dict[Any, list[torch.Tensor]] = {}
 
     def launch(*args: torch.Tensor) -> None:
@@ -410,9 +471,29 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
         pre(*args, *bufs)
         main(*args, *bufs)
 
-    both = dtypes + [dt for _n, dt in specs]
-    launch.precompile = lambda: [pre.warmup(both), main.warmup(both)]  # type: ignore[attr-defined]
+    cold = [k for k, r in ((pre, prec), (main, rec)) if r is None]
+    launch.precompile = lambda: [k.warmup(both) for k in cold]  # type: ignore[attr-defined]
     return launch
+
+
+def _records(
+    source: str, kernels: list[tuple[str, tuple[int, int, int], dict[str, Any]]], dtypes: list
+) -> list[tuple[str | None, records.KernelRecord | None]]:
+    """Each kernel's record key and record (:mod:`.records`) on the current CUDA device;
+    ``(None, None)`` each under the interpreter or without a GPU."""
+    if interpreting() or not torch.cuda.is_available():
+        return [(None, None)] * len(kernels)
+    from . import device_cache_key
+
+    index = torch.cuda.current_device()
+    device = records.device_key(device_cache_key(index))
+    major, minor = torch.cuda.get_device_capability(index)
+    names = tuple(str(dt).removeprefix("torch.") for dt in dtypes)
+    out = []
+    for fn, grid, kw in kernels:
+        key = records.key(source, fn, kw, grid, names, device)
+        out.append((key, records.load(key, major * 10 + minor)))
+    return out
 
 
 def kernel_choices(src: sdk.KernelSource, many: bool = False) -> sdk.KernelChoices | None:
