@@ -12,7 +12,7 @@ the 20 values of n in ``SIZES``.
    for that size alone (``dynamic=False`` after a Dynamo reset), interleaved in rounds,
    median ms; Inductor with ``dynamic=True`` and eager beside them in the same rounds.
 
-    python benchmarks/dynamic_shapes.py [--plugin cpu_cpp] [--json out.json]
+    python benchmarks/dynamic_shapes.py [--plugin cpu_cpp] [--json out.json] [--lengths 12]
 """
 
 from __future__ import annotations
@@ -120,12 +120,27 @@ def time_call(fn: Callable, args: tuple, dev: str, reps: int) -> float:
     return statistics.median(samples)
 
 
+def steady_sizes(spec: str, lengths: int | None) -> list[int]:
+    """The n of the steady-state rows: ``--lengths K`` sizes of SIZES from n = 8 on, else the
+    ``--steady`` list."""
+    if lengths is not None:
+        return [n for n in SIZES if n >= 8][:lengths]
+    return [int(n) for n in spec.split(",")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--plugin", default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default=None, help="comma-separated workloads")
+    ap.add_argument("--steady", default="8,33,200", help="comma-separated n of the steady rows")
+    ap.add_argument(
+        "--lengths",
+        type=int,
+        default=None,
+        help="instead of --steady: the first K of SIZES from n = 8 on (issue 48: 12)",
+    )
     a = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     plugin = a.plugin or ("cuda_triton" if dev == "cuda" else "cpu_cpp")
@@ -175,7 +190,7 @@ def main() -> None:
             "graph_sizes": sizes,
             "steady": [],
         }
-        for n in (8, 33, 200):
+        for n in steady_sizes(a.steady, a.lengths):
             args = make(n)
             tp.reset_dynamo()
             static = torch.compile(fn, backend=sdk.backend(plugin), dynamic=False)
@@ -214,6 +229,13 @@ def main() -> None:
                 f"{s['sdk_static']:.4f} ms (x{s['symbolic_over_static']}), inductor dynamic "
                 f"{s['inductor_dynamic']:.4f} ms, eager {s['eager']:.4f} ms{dev_txt}; host "
                 f"{ho['sdk_symbolic']:.4f} vs {ho['sdk_static']:.4f} ms"
+            )
+        ratios = [s["symbolic_over_static"] for s in row["steady"]]
+        if ratios:
+            row["geomean_symbolic_over_static"] = round(statistics.geometric_mean(ratios), 3)
+            print(
+                f"  over {len(ratios)} lengths: symbolic/static geomean "
+                f"{row['geomean_symbolic_over_static']}, worst {max(ratios)}"
             )
     if a.json:
         with open(a.json, "w") as f:
