@@ -240,7 +240,7 @@ def test_a_warm_program_from_the_graph_cache_runs_native(tmp_path, monkeypatch):
 
 
 def test_runner_option_is_checked():
-    with pytest.raises(OptionError, match="'native' or 'python'"):
+    with pytest.raises(OptionError, match="'native', 'python' or 'check'"):
         sdk.backend("cpu_cpp", runner="fast")
 
 
