@@ -161,22 +161,34 @@ def _launch(d: _Decoder, function: Callable, slots: list, sizes: list, **_: Any)
     """The kernel through its Python function: ``function(tensors..., sizes...)`` (the
     runner's form's C entry point, error and state, where given, are the runner's)."""
     sizes = tuple(sizes)
-    if len(slots) == 1 and not sizes:
-        (only,) = slots
-
-        def run(s: list, a: Any) -> None:
-            function(s[only])
-
-    elif slots and not sizes:
-        get = itemgetter(*slots)
-
-        def run(s: list, a: Any) -> None:
-            function(*get(s))
-
-    else:
+    if sizes or not 0 < len(slots) <= 4:
 
         def run(s: list, a: Any) -> None:
             function(*[s[i] for i in slots], *sizes)
+
+    elif len(slots) == 1:
+        (t0,) = slots
+
+        def run(s: list, a: Any) -> None:
+            function(s[t0])
+
+    elif len(slots) == 2:
+        t0, t1 = slots
+
+        def run(s: list, a: Any) -> None:
+            function(s[t0], s[t1])
+
+    elif len(slots) == 3:
+        t0, t1, t2 = slots
+
+        def run(s: list, a: Any) -> None:
+            function(s[t0], s[t1], s[t2])
+
+    else:
+        t0, t1, t2, t3 = slots
+
+        def run(s: list, a: Any) -> None:
+            function(s[t0], s[t1], s[t2], s[t3])
 
     return run
 
@@ -192,7 +204,7 @@ def _call(d: _Decoder, op: Any, args: list, outs: list, multi: bool) -> Run:
         raise ValueError(f"{op}: {len(args)} arguments, the schema takes {len(schema.arguments)}")
     pos: list = []
     kw: dict[str, Any] = {}
-    fills: list[tuple[Any, Callable[[list], Any]]] = []  # (position or name, getter)
+    fills: list[tuple[Any, Any]] = []  # (position or name, a slot or a getter)
     by_name = False
     for arg, formal in zip(args, schema.arguments):
         if arg[0] == st.DEFAULT:
@@ -201,39 +213,48 @@ def _call(d: _Decoder, op: Any, args: list, outs: list, multi: bool) -> Run:
             by_name = True
             continue
         by_name = by_name or formal.kwarg_only
-        where = formal.name if by_name else len(pos)
         value, get = _ARGS[arg[0]](*arg[1:])
         if by_name:
             kw[formal.name] = value
         else:
             pos.append(value)
         if get is not None:
-            fills.append((where, get))
+            fills.append((formal.name if by_name else len(pos) - 1, get))
     fn: Any = op
     public = _PUBLIC_FUNCTIONS.get(str(op))
     if public is not None and set(kw) <= public[1] and all(a[0] != st.NUMBER for a in args):
         fn = getattr(torch, public[0])
     store = _results(schema, outs, multi)
-    pos_fills = [(w, g) for w, g in fills if type(w) is int]
-    kw_fills = [(w, g) for w, g in fills if type(w) is str]
+    # positional slots, positional getters, keyword fills (a slot or a getter)
+    slots = [(w, g) for w, g in fills if type(w) is int and type(g) is int]
+    gets = [(w, g) for w, g in fills if type(w) is int and type(g) is not int]
+    named = [(w, g) for w, g in fills if type(w) is str]
+    if not gets and not named and not kw:
+
+        def run(s: list, a: Any) -> None:
+            p = pos.copy()
+            for i, j in slots:
+                p[i] = s[j]
+            store(s, fn(*p))
+
+        return run
 
     def run(s: list, a: Any) -> None:
         p = pos.copy()
-        for i, get in pos_fills:
+        for i, j in slots:
+            p[i] = s[j]
+        for i, get in gets:
             p[i] = get(s)
-        if kw_fills:
-            k = kw.copy()
-            for name, get in kw_fills:
-                k[name] = get(s)
-            store(s, fn(*p, **k))
-        else:
-            store(s, fn(*p, **kw))
+        k = kw.copy()
+        for name, get in named:
+            k[name] = s[get] if type(get) is int else get(s)
+        store(s, fn(*p, **k))
 
     return run
 
 
 def _arg_slot(slot: int) -> tuple:
-    return None, itemgetter(slot)
+    return None, slot  # (read straight from the slots)
 
 
 def _arg_tensors(slots: list) -> tuple:
@@ -249,7 +270,7 @@ def _arg_value(value: Any) -> tuple:
 
 
 #: each CALL argument kind (core/isa.py's ARG_KINDS, by tag): (a constant, None) or (None,
-#: a getter of the value from the slots). NUMBER: the Python number, which the op's schema
+#: its slot, or a getter of the value from the slots). NUMBER: the Python number, which the op's schema
 #: conversion makes a wrapped-number tensor of, as the runner does
 _ARGS: dict[int, Callable[..., tuple]] = {
     st.SLOT: _arg_slot,
@@ -290,11 +311,14 @@ def _results(schema: Any, outs: list, multi: bool) -> Callable[[list, Any], None
 def _restride(d: _Decoder, slot: int, dims: list, strides: list) -> Run:
     """slots[slot] copied into these strides where one of its dims has others."""
     strides = tuple(strides)
-    checked = tuple((k, strides[k]) for k in dims)
+    if not dims:
+        return lambda s, a: None
+    pick = itemgetter(*dims)  # (one dim: the stride itself, else a tuple of them)
+    want = pick(strides)
 
     def run(s: list, a: Any) -> None:
         t = s[slot]
-        if t is not None and any(t.stride(k) != n for k, n in checked):
+        if t is not None and pick(t.stride()) != want:
             out = torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
             out.copy_(t)
             s[slot] = out
@@ -333,6 +357,58 @@ def _return(d: _Decoder, items: list) -> Callable[[list], tuple]:
     return ret
 
 
+def _without_aliases(steps: list[tuple]) -> list[tuple[int, tuple]]:
+    """``steps`` (each with its index) less each ALIAS whose two slots nothing changes from there on (no step
+    writes, frees or restrides either): the later steps read the source's slot instead.
+    One closure call less per alias (a memory plan's reuse of a buffer is one)."""
+    last: dict[int, int] = {}  # slot -> the last step that changes it
+    for i, step in enumerate(steps):
+        for slot in _changed(step):
+            last[slot] = i
+    same: dict[int, int] = {}
+    out = []
+    for i, step in enumerate(steps):
+        if step[0] == st.ALIAS:
+            dst, src = step[1], same.get(step[2], step[2])
+            if last.get(dst) == i and last.get(src, -1) < i:
+                same[dst] = src
+                continue
+        out.append((i, _slots_mapped(step, same) if same else step))
+    return out
+
+
+def _changed(step: tuple) -> list[int]:
+    """The slots a step writes, frees or (RESTRIDE) replaces."""
+    if step[0] == st.RESTRIDE:
+        return [step[1]]
+    out: list[int] = []
+    for f, x in zip(_FIELDS[step[0]], step[1:]):
+        if f.kind in (isa.SLOT_WRITE, isa.SLOT_FREE):
+            out.append(x)
+        elif f.kind == isa.SLOT_OUTS:
+            out += [y for y in x if y >= 0]
+    return out
+
+
+def _slots_mapped(step: tuple, same: dict[int, int]) -> tuple:
+    """``step`` with each slot it names mapped by ``same`` (through its fields' kinds)."""
+    return (step[0], *(_mapped(f.kind, x, same) for f, x in zip(_FIELDS[step[0]], step[1:])))
+
+
+def _mapped(kind: str, x: Any, same: dict[int, int]) -> Any:
+    if kind in (isa.SLOT_WRITE, isa.SLOT_READ, isa.SLOT_FREE):
+        return same.get(x, x)
+    if kind in (isa.SLOT_OUTS, isa.SLOTS_READ, isa.OPTIONAL_SLOTS_READ):
+        return [same.get(y, y) for y in x]
+    if kind in isa.VARIANTS:
+        tags = {v.tag: v.fields for v in isa.VARIANTS[kind]}
+        return [(t[0], *(_mapped(g.kind, y, same) for g, y in zip(tags[t[0]], t[1:]))) for t in x]
+    return x
+
+
+#: each opcode's fields in the interpreted form (the wrapper's), by opcode number
+_FIELDS = {op.number: op.written or op.fields for op in isa.OPCODES}
+
 #: each opcode's maker and its fields' names in the interpreted form, by opcode number
 _TABLE: dict[int, tuple[Callable[..., Any], tuple[str, ...]]] = {
     op.number: (_MAKERS[op.name], tuple(f.name for f in (op.written or op.fields)))
@@ -354,7 +430,8 @@ def program(
     segments: list[tuple[tuple[Run, ...], tuple[int, ...] | None]] = []
     runs: list[Run] = []
     written = None
-    for i, step in enumerate(steps[:-1]):
+    *body, (_, last) = _without_aliases(steps)
+    for i, step in body:
         make, names = _TABLE[step[0]]
         try:
             made = make(d, **dict(zip(names, step[1:])))
@@ -368,7 +445,7 @@ def program(
         else:
             runs.append(made)
     segments.append((tuple(runs), written))
-    ret = _return(d, steps[-1][1])
+    ret = _return(d, last[1])
     segments = [seg for seg in segments if seg[0]]
 
     def call(args: Any) -> tuple:
