@@ -422,9 +422,16 @@ def program(
     constants: dict[str, torch.Tensor],
     device: torch.device,
     mark_writes: Callable[[list[int]], None],
+    version: int = isa.VERSION,
 ) -> Callable[[Any], tuple]:
-    """``call(args)`` executing ``steps`` (the wrapper's form), checked first
-    (:func:`core.steps.check`, a ``ValueError`` naming the step) and decoded once."""
+    """``call(args)`` executing ``steps`` (the wrapper's form, written for ISA ``version``),
+    checked first (:func:`core.steps.check`, a ``ValueError`` naming the step) and decoded
+    once."""
+    if version != isa.VERSION:
+        raise ValueError(
+            f"the program was written for ISA version {version}, this interpreter runs "
+            f"version {isa.VERSION} (core/isa.py)"
+        )
     st.check(steps, n_slots, form="written")
     d = _Decoder(constants, device)
     segments: list[tuple[tuple[Run, ...], tuple[int, ...] | None]] = []

@@ -90,6 +90,7 @@ class Wrapper:
                     self.constants,
                     torch.device(self.device),
                     _mark_writes,
+                    self.isa_version,
                 )
             if native is not None:
                 native.steps = self.steps
