@@ -69,8 +69,9 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         "native",
         "what runs each compiled program: 'native', the SDK's C++ runner (built once per "
         "machine; one Python->C++ crossing per call) where the program's steps allow it and "
-        "it builds, else the Python program; 'python', always the generated Python program "
-        "(the reference)",
+        "it builds, else the Python program (the interpreter of the same steps); 'python', "
+        "always the Python program; 'check', the runner and the interpreter both on every "
+        "call, compared bit for bit (a debugging mode: about twice the work per call)",
         str,
     ),
     "channels_last": OptionSpec(
@@ -144,9 +145,9 @@ def resolve(
     for key in ("wrappers", "chain"):
         merged[key] = tuple(merged[key])
     _check_chain(info.name, merged["chain"])
-    if merged["runner"] not in ("native", "python"):
+    if merged["runner"] not in ("native", "python", "check"):
         raise OptionError(
-            f"option 'runner' for sdk:{info.name} must be 'native' or 'python', got "
+            f"option 'runner' for sdk:{info.name} must be 'native', 'python' or 'check', got "
             f"{merged['runner']!r}"
         )
     if merged["min_partition_size"] < 1:

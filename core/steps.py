@@ -84,9 +84,10 @@ _INDEX_END = 1 << 31  # an input position, a slot count: a C++ int
 _POINTER_END = 1 << 64
 
 
-def check(steps: Any, n_slots: Any) -> None:
+def check(steps: Any, n_slots: Any, form: str = "runner") -> None:
     """Raise ``ValueError`` naming the first step of the runner's form (core/isa.py's
-    ``fields``) that the runner must not run: an unknown opcode, a field count or kind
+    ``fields``; ``form="written"``: the wrapper's form, which core/interp.py runs) that the
+    runner must not run: an unknown opcode, a field count or kind
     other than the opcode's, a slot out of range or read before a step wrote it, a LAUNCH
     over ``MAX_LAUNCH_ARGS``, strides not one per size, a return before the end or none.
     The runner's own verifier (core/runner.cpp, from the same table) checks the same when
@@ -95,7 +96,7 @@ def check(steps: Any, n_slots: Any) -> None:
         raise ValueError(f"invalid program: {n_slots!r} slots")
     if not isinstance(steps, list):
         raise ValueError(f"invalid program: the steps are a {type(steps).__name__}, not a list")
-    v = _Verifier(n_slots)
+    v = _Verifier(n_slots, form == "runner")
     for i, s in enumerate(steps):
         try:
             v.step(s)
@@ -103,7 +104,7 @@ def check(steps: Any, n_slots: Any) -> None:
                 raise _Invalid("a return before the last step")
         except _Invalid as exc:
             raise ValueError(
-                f"invalid program: step {i} ({describe_step(s, runner=True)}): {exc}"
+                f"invalid program: step {i} ({describe_step(s, runner=v.runner)}): {exc}"
             ) from None
     if not steps or v.op is not _RETURN:
         raise ValueError("invalid program: the program does not end with a return")
@@ -112,8 +113,8 @@ def check(steps: Any, n_slots: Any) -> None:
 class _Verifier:
     """:func:`check`'s walk: each step's fields by their kinds, over the slots written so far."""
 
-    def __init__(self, n_slots: int) -> None:
-        self.n_slots = n_slots
+    def __init__(self, n_slots: int, runner: bool = True) -> None:
+        self.n_slots, self.runner = n_slots, runner
         self.written: set[int] = set()
         self.op: isa.Opcode | None = None
 
@@ -124,20 +125,21 @@ class _Verifier:
         if op is None:
             raise _Invalid(f"unknown opcode {s[0]!r}")
         self.op = op
-        if len(s) != 1 + len(op.fields):
-            raise _Invalid(f"{len(s) - 1} fields; {op.text} takes {len(op.fields)}")
+        fields = op.fields if self.runner else (op.written or op.fields)
+        if len(s) != 1 + len(fields):
+            raise _Invalid(f"{len(s) - 1} fields; {op.text} takes {len(fields)}")
         self.writes: list[int] = []
         self.frees: list[int] = []
-        for f, x in zip(op.fields, s[1:]):
+        for f, x in zip(fields, s[1:]):
             self.field(f, x)
-        values = {f.kind: x for f, x in zip(op.fields, s[1:])}
+        values = {f.kind: x for f, x in zip(fields, s[1:])}
         strides = values.get(isa.STRIDES)
         if isa.SIZES in values and strides is not None and len(strides) != len(values[isa.SIZES]):
             raise _Invalid(f"{len(values[isa.SIZES])} sizes but {len(strides)} strides")
         for d in values.get(isa.DIMS, ()):
             if d >= len(strides or ()):
                 raise _Invalid(f"dimension {d} of {len(strides or ())} strides")
-        capped = sum(len(x) for f, x in zip(op.fields, s[1:]) if f.name in op.capped)
+        capped = sum(len(x) for f, x in zip(fields, s[1:]) if f.name in op.capped)
         if capped > isa.MAX_LAUNCH_ARGS:
             raise _Invalid(f"{capped} launch arguments, more than {isa.MAX_LAUNCH_ARGS}")
         self.written.difference_update(self.frees)
@@ -170,7 +172,7 @@ class _Verifier:
             _integer(f, x, *_RANGES[kind])
         elif kind in isa.VARIANTS:
             self.variant(f, isa.VARIANTS[kind], x)
-        elif kind not in _TYPES:
+        elif kind not in _TYPES or (self.runner and kind in _WRITTEN):
             raise _Invalid(f"{f.name}: {kind} is not a field of the runner's form")
         elif not _TYPES[kind](x):
             a = "an" if kind[0] in "aeiou" else "a"
@@ -238,7 +240,12 @@ _TYPES: dict[str, Any] = {
     isa.ERROR: lambda x: x is None or callable(x),
     isa.VALUE: lambda x: True,
     isa.NUMBER: lambda x: isinstance(x, (int, float)),
+    # the wrapper's form only
+    isa.OP: lambda x: hasattr(x, "_schema"),
+    isa.CONST_NAME: lambda x: isinstance(x, str),
+    isa.KERNEL: callable,
 }
+_WRITTEN = {isa.OP, isa.CONST_NAME, isa.KERNEL}
 
 
 def describe_step(s: Any, runner: bool = False) -> str:

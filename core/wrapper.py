@@ -21,11 +21,12 @@ import torch.fx
 from sdk.errors import SDKError
 from sdk.report import ExternReport
 
-from . import isa
+from . import crosscheck, interp, isa
 from . import steps as st
 from .adapters.torch_private import buffer_ops
 from .fallback import op_name
 from .guards import TensorSpec, is_symbolic, size_bindings
+from .interp import _PUBLIC_FUNCTIONS
 from .ir.graph import ExternNode, StorageView
 from .ir.index import is_static, print_size, print_sizes, static
 from .ir.kernel import Kernel, Layout
@@ -68,9 +69,43 @@ class Wrapper:
     isa_version: int = isa.VERSION
 
     def materialize(self, graph_name: str, runner: str = "python") -> Callable:
-        """The program as a function ``call(args)``: with ``runner="native"``, the native
-        runner's (core/native.py) where the program has steps and the runner builds, else
-        the Python source's."""
+        """The program as a function ``call(args)``. With steps: the native runner's program
+        (core/native.py) with ``runner="native"`` where the runner builds and takes them,
+        else the step interpreter's (core/interp.py); ``runner="check"``: both, each call
+        compared bit for bit (core/crosscheck.py). Without steps: the Python source's."""
+        if self.steps is None:
+            call = self._source_call(graph_name)
+        else:
+            native = None
+            if runner in ("native", "check"):
+                try:
+                    native = self._native()
+                except Exception as exc:  # noqa: BLE001 - the interpreter runs, with the reason
+                    self.native_why = f"the runner refused the program: {type(exc).__name__}: {exc}"
+            call = native
+            if native is None or runner == "check":
+                call = interp.program(
+                    self.steps,
+                    self.n_slots,
+                    self.constants,
+                    torch.device(self.device),
+                    _mark_writes,
+                    self.isa_version,
+                )
+            if native is not None:
+                native.steps = self.steps
+                if runner == "check":
+                    call = crosscheck.cross_checked(
+                        native, call, torch.device(self.device), graph_name
+                    )
+        # what the per-call guard must check (guards.make_check): only sizes of inputs
+        # nothing bakes the layout of; only alignment where Dynamo already guards layouts
+        call.layout_free = self.layout_free
+        call.kernel_read = self.kernel_read
+        return call
+
+    def _source_call(self, graph_name: str) -> Callable:
+        """The Python source's ``call`` (a program with no steps)."""
         device = torch.device(self.device)
         empty, empty_fast, view, is_current = buffer_ops(device)
         env: dict[str, Any] = {
@@ -94,23 +129,9 @@ class Wrapper:
                 env[f"{name}_src"] = _OnDevice(t, moved, name)
         env.update(self.named)
         exec(compile(self.source, f"<sdk wrapper {graph_name}>", "exec"), env)  # noqa: S102
-        call = env["call"]
-        if runner == "native" and self.steps is not None:
-            try:
-                native = self._native(moved)
-            except Exception as exc:  # noqa: BLE001 - the Python program runs, with the reason
-                native = None
-                self.native_why = f"the runner refused the program: {type(exc).__name__}: {exc}"
-            if native is not None:
-                call = native  # the runner's program, called as call(args)
-                call.steps = self.steps
-        # what the per-call guard must check (guards.make_check): only sizes of inputs
-        # nothing bakes the layout of; only alignment where Dynamo already guards layouts
-        call.layout_free = self.layout_free
-        call.kernel_read = self.kernel_read
-        return call
+        return env["call"]
 
-    def _native(self, moved: dict[str, Any]) -> Any | None:
+    def _native(self) -> Any | None:
         """The runner's program for :attr:`steps` (kernels by their C entry points, ops by
         schema name, constants by value), or None where the runner cannot be built."""
         from . import native
@@ -609,20 +630,6 @@ class _WrapperWriter:
         )
 
 
-#: ATen ops whose public ``torch`` function runs the same overload with less per-call host
-#: work than calling the ``OpOverload`` (its schema-driven argument conversion costs about
-#: 6 us more per call on an H100 host: a graph with 60 convolutions pays 0.4 ms a call).
-#: The keyword arguments each function takes by the schema's names.
-_PUBLIC_FUNCTIONS: dict[str, tuple[str, frozenset[str]]] = {
-    "aten.convolution.default": ("convolution", frozenset()),
-    "aten.mm.default": ("mm", frozenset()),
-    "aten.bmm.default": ("bmm", frozenset()),
-    "aten.addmm.default": ("addmm", frozenset({"beta", "alpha"})),
-    "aten.baddbmm.default": ("baddbmm", frozenset({"beta", "alpha"})),
-    "aten._addmm_activation.default": ("_addmm_activation", frozenset({"beta", "alpha"})),
-}
-
-
 #: the number types a library call may return beside its tensors (unread: see _call_step)
 _NUMBER_RETURNS = frozenset({"int", "SymInt", "float", "bool", "Scalar"})
 
@@ -657,6 +664,8 @@ def _inputs_written_by(step: Kernel | ExternNode, written: dict[str, str]) -> se
 
 def _runner(fn: Callable, wrapper: Wrapper) -> str:
     """GraphReport.runner for a materialized program."""
+    if hasattr(fn, "cross_checked"):
+        return "check: the native runner against the step interpreter, bit for bit"
     if hasattr(fn, "steps"):
         return "native"
     if wrapper.native_why:

@@ -17,6 +17,7 @@ from sdk.report import GraphReport
 
 from .. import fallback, logs
 from .. import options as opts
+from ..crosscheck import RunnerMismatch
 from ..registry import Registry, observe, strict
 from ..session import CompileSession
 from ..wrapper import inputs_written
@@ -126,8 +127,8 @@ class _RunTimeFallback:
         if self._eager is None:
             try:
                 return self._program(*args)  # as the caller called it: no per-call copy
-            except torch.OutOfMemoryError:
-                raise
+            except (torch.OutOfMemoryError, RunnerMismatch):
+                raise  # (a mismatch of runner='check' is the SDK's defect: never hidden)
             except Exception as exc:  # noqa: BLE001 - see the class doc
                 return self._give_way(exc, _unboxed(args))
         return self._eager(_unboxed(args))

@@ -1,8 +1,10 @@
-"""The native runner (core/runner.cpp) against the Python program it replaces, bit for bit.
+"""The native runner (core/runner.cpp) against the step interpreter (core/interp.py, the
+Python executor of the same steps), bit for bit.
 
-Each graph is compiled twice, ``options={"runner": "python"}`` (the reference) and
-``"native"`` (the default), and run on the same fresh random inputs: outputs, gradients and
-buffers written in place must be equal bit for bit, and ``sdk.explain`` must say which ran.
+Each graph is compiled twice, ``options={"runner": "python"}`` (the interpreter, the
+reference) and ``"native"`` (the default), and run on the same fresh random inputs: outputs,
+gradients and buffers written in place must be equal bit for bit, and ``sdk.explain`` must
+say which ran. (tests/core/test_interp.py runs more graphs with ``runner="check"``.)
 """
 
 from __future__ import annotations
@@ -119,6 +121,10 @@ def test_kernel_suite_graphs_bit_for_bit(name, build):
         compiled = torch.compile(case.target, backend=sdk.backend("cpu_cpp", runner=runner))
         got[runner] = [t for _, t in case.outputs(case.step(compiled))]
     _same(got["python"], got["native"])
+    torch.manual_seed(0)
+    case = build(torch.device("cpu"))
+    want = [t for _, t in case.outputs(case.step(case.target))]
+    torch.testing.assert_close(got["python"], want, rtol=1e-4, atol=1e-4)  # and eager's
 
 
 @pytest.mark.parametrize("case", [_mlp, _convnet, _gpt2], ids=["mlp", "convnet", "gpt2"])
@@ -130,7 +136,8 @@ def test_training_steps_bit_for_bit_and_explain_says_native(case):
     assert report.graphs and all(g.runner == "native" for g in report.graphs), [
         (g.name, g.runner) for g in report.graphs
     ]
-    assert all(g.runner.startswith("python") for g in ref_report.graphs)
+    # (every graph has steps: the interpreter ran them, not a source)
+    assert all(g.runner == "python: runner=python" for g in ref_report.graphs)
     assert "native runner" in str(report)
     assert " = input 0" in report.graphs[0].program  # the program as data
 
@@ -240,7 +247,7 @@ def test_a_warm_program_from_the_graph_cache_runs_native(tmp_path, monkeypatch):
 
 
 def test_runner_option_is_checked():
-    with pytest.raises(OptionError, match="'native' or 'python'"):
+    with pytest.raises(OptionError, match="'native', 'python' or 'check'"):
         sdk.backend("cpu_cpp", runner="fast")
 
 

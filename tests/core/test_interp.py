@@ -1,0 +1,295 @@
+"""The step interpreter (core/interp.py): the Python executor of the native runner's steps.
+
+Hand-written programs run through both executors, bit for bit; compiled graphs of every
+kind run with ``options={"runner": "check"}`` (core/crosscheck.py), which runs each call
+through the runner and the interpreter on copies of the inputs and raises on any
+difference, and the results are compared with eager.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import sdk
+from sdk.core import crosscheck, interp, isa, native
+from sdk.core import steps as st
+from sdk.core.wrapper import Wrapper, _mark_writes, inputs_written
+from tests import models
+
+aten = torch.ops.aten
+needs_runner = pytest.mark.skipif(
+    native.module() is None, reason=f"the native runner does not build here: {native.why_not()}"
+)
+
+
+def _both(steps, n_slots, constants=None):
+    """The interpreter's and the runner's programs of ``steps`` (the wrapper's form)."""
+    w = Wrapper("", {}, constants or {}, (), "cpu", frozenset(), frozenset(), steps=steps)
+    w.n_slots = n_slots
+    mine = interp.program(steps, n_slots, w.constants, torch.device("cpu"), _mark_writes)
+    return mine, w._native()
+
+
+def _bits(a, b):
+    assert type(a) is type(b)
+    if not isinstance(a, torch.Tensor):
+        assert a == b
+        return
+    assert (a.dtype, a.shape, a.stride(), a.storage_offset()) == (
+        b.dtype,
+        b.shape,
+        b.stride(),
+        b.storage_offset(),
+    )
+    assert torch.equal(crosscheck._bits(a), crosscheck._bits(b))
+
+
+# every opcode and argument kind the wrapper writes, by hand: slots 0, 1 inputs (x (4, 6)
+# float, i (3,) int64), 2 a constant
+_PROGRAM = [
+    (st.INPUT, 0, 0),
+    (st.INPUT, 1, 1),
+    (st.CONST, 2, "c"),
+    (st.EMPTY, 3, [8], [1], torch.float32, "cpu"),
+    (st.VIEW, 4, 3, [2, 3], [3, 1], 2),  # storage reinterpreted at +2, no view record
+    (st.CALL, aten.fill_.Scalar, [(st.SLOT, 3), (st.VALUE, 0.5)], [], False),
+    (st.AS_STRIDED, 5, 0, [3, 2], [1, 6], 1, True),  # relative to x's offset
+    (st.AS_STRIDED, 6, 0, [2], [7], 0, False),  # absolute: the diagonal
+    (st.CALL, aten.add.Tensor, [(st.SLOT, 5), (st.NUMBER, 2), (st.DEFAULT,)], [7], False),
+    (st.CALL, aten.add.Tensor, [(st.SLOT, 1), (st.NUMBER, 2.5), (st.VALUE, 3)], [8], False),
+    (st.CALL, aten.split.Tensor, [(st.SLOT, 0), (st.VALUE, 2), (st.VALUE, 1)], [9, -1, 10], True),
+    (st.CALL, aten.max.dim, [(st.SLOT, 0), (st.VALUE, 1), (st.DEFAULT,)], [11, 12], True),
+    (st.CALL, aten.cat.default, [(st.TENSORS, [9, 10]), (st.VALUE, 1)], [13], False),
+    (
+        st.CALL,
+        aten.index.Tensor,
+        [(st.SLOT, 0), (st.OPTIONAL_TENSORS, [-1, 1])],
+        [14],
+        False,
+    ),
+    (st.RESTRIDE, 13, [0, 1], [1, 4]),  # (4, 4) row-major into column-major
+    (st.ALIAS, 15, 13),
+    (st.FREE, 13),
+    (st.CALL, aten.mul.Tensor, [(st.SLOT, 2), (st.SLOT, 15)], [16], False),
+    (st.WRITES, [0]),
+    (st.CALL, aten.mul_.Scalar, [(st.SLOT, 0), (st.VALUE, 3)], [], False),
+    (
+        st.RETURN,
+        [(0, 4), (0, 6), (0, 7), (0, 8), (0, 11), (0, 12), (0, 14), (0, 15), (0, 16), (1, 7)],
+    ),
+]
+
+
+@needs_runner
+def test_every_opcode_as_the_runner_runs_it_bit_for_bit():
+    const = {"c": torch.randn(4, 4)}
+    mine, theirs = _both(_PROGRAM, 17, const)
+
+    def args():
+        torch.manual_seed(0)
+        return [torch.randn(4, 6), torch.tensor([0, 3, 1])]
+
+    a, b = args(), args()
+    got, want = mine(a), theirs(b)
+    assert len(got) == len(want) == 10
+    for x, y in zip(got, want, strict=True):
+        _bits(x, y)
+    for x, y in zip(a, b, strict=True):
+        _bits(x, y)
+    assert got[0]._base is None  # VIEW: no view record
+    assert got[1]._base is a[0]  # AS_STRIDED: a real view
+    assert got[3].dtype == torch.float32  # an int tensor + 2.5: a wrapped number (as eager)
+    assert got[7].stride() == (1, 4)  # restrided
+    torch.testing.assert_close(got[2], a[0].as_strided((3, 2), (1, 6), 1) / 3 + 2)
+
+
+@needs_runner
+def test_a_failure_after_a_write_marks_the_written_inputs_in_both():
+    program = [
+        (st.INPUT, 0, 0),
+        (st.INPUT, 1, 1),
+        (st.INPUT, 2, 2),
+        (st.CALL, aten.add_.Scalar, [(st.SLOT, 0), (st.VALUE, 1), (st.DEFAULT,)], [], False),
+        (st.WRITES, [0]),
+        (
+            st.CALL,
+            aten.index_select.default,
+            [(st.SLOT, 1), (st.VALUE, 0), (st.SLOT, 2)],
+            [3],
+            False,
+        ),
+        (st.RETURN, [(0, 3)]),
+    ]
+    for fn in _both(program, 4):
+        state, table = torch.zeros(4), torch.randn(5, 3)
+        inputs_written()
+        fn([state, table, torch.tensor([0, 1])])
+        assert inputs_written() == ()  # a call that returned marks nothing
+        with pytest.raises(IndexError, match="out of range"):
+            fn([state, table, torch.tensor([0, 7])])
+        assert inputs_written() == (0,)
+        torch.testing.assert_close(state, torch.full((4,), 2.0))
+
+
+def test_steps_are_checked_before_any_runs():
+    bad = [(st.INPUT, 0, 0), (st.RETURN, [(0, 5)])]
+    with pytest.raises(ValueError, match=r"step 1 .*out of range"):
+        interp.program(bad, 2, {}, torch.device("cpu"), _mark_writes)
+    good = [(st.INPUT, 0, 0), (st.RETURN, [(0, 0)])]
+    with pytest.raises(ValueError, match="written for ISA version"):
+        interp.program(good, 1, {}, torch.device("cpu"), _mark_writes, isa.VERSION + 1)
+    with pytest.raises(ValueError, match="constant 'nope'"):
+        program = [(st.CONST, 0, "nope"), (st.RETURN, [(0, 0)])]
+        interp.program(program, 1, {}, torch.device("cpu"), _mark_writes)
+
+
+def test_an_alias_is_dropped_only_where_neither_slot_changes_later():
+    x = torch.randn(3)
+    kept = [
+        (st.INPUT, 0, 0),
+        (st.ALIAS, 1, 0),
+        (st.FREE, 0),  # the source slot freed: the alias must keep the tensor
+        (st.RETURN, [(0, 1)]),
+    ]
+    assert [s[0] for _, s in interp._without_aliases(kept)].count(st.ALIAS) == 1
+    assert interp.program(kept, 2, {}, torch.device("cpu"), _mark_writes)([x])[0] is x
+    dropped = [(st.INPUT, 0, 0), (st.ALIAS, 1, 0), (st.RETURN, [(0, 1)])]
+    assert [s for _, s in interp._without_aliases(dropped)][-1] == (st.RETURN, [(0, 0)])
+
+
+# ---- compiled graphs under runner="check": runner and interpreter equal, both right ----
+
+
+def _checked(fn, *args, explained=None, **options):
+    """``fn(*args)`` compiled with runner="check"; ``sdk.explain`` runs ``explained`` (a
+    copy of ``fn`` with state of its own), else ``fn`` on copies of the args."""
+    torch._dynamo.reset()
+    backend = sdk.backend("cpu_cpp", runner="check", cache=False, **options)
+    report = sdk.explain(explained or fn, *copy.deepcopy(args), backend=backend)
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend=backend)(*args)
+    assert report.graphs and all(g.runner.startswith("check") for g in report.graphs), [
+        g.runner for g in report.graphs
+    ]
+    return out
+
+
+def _training(model, x):
+    def step(x):
+        loss = model(x).float().pow(2).mean()
+        loss.backward()
+        return loss.detach()
+
+    return step
+
+
+@needs_runner
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: (models.mlp(32, 64, 8, layernorm=True, seed=0), torch.randn(16, 32)),
+        lambda: (
+            models.convnet(3, 8, 16, padding=(1, 0), maxpool_after=(0,), seed=0).train(),
+            torch.randn(4, 3, 16, 16),
+        ),
+    ],
+    ids=["mlp", "convnet"],
+)
+def test_training_steps_cross_checked(build):
+    model, x = build()
+    ref, other = copy.deepcopy(model), copy.deepcopy(model)
+    loss = _checked(_training(model, x), x, explained=_training(other, x))
+    want = _training(ref, x)(x)
+    torch.testing.assert_close(loss, want)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    for b, c in zip(model.buffers(), ref.buffers(), strict=True):
+        torch.testing.assert_close(b, c)  # BatchNorm's running statistics: written in place
+
+
+@needs_runner
+def test_in_place_inputs_views_and_multi_output_calls_cross_checked():
+    def f(buf, idx, x):
+        buf.add_(1)
+        y = x.t()[1:] * 2  # a view of an input at an offset
+        buf[idx] = y.sum(1)[: idx.numel()]  # index_put_ into the input
+        a, b = torch.topk(x, 2, dim=1)  # a library call of two outputs
+        parts = torch.split(x @ x.t(), 2)  # a list of views of one result
+        return y, buf.view(2, -1), a, b, parts[1], x[1:3]
+
+    def args():
+        torch.manual_seed(1)
+        return torch.randn(8), torch.tensor([0, 3, 5]), torch.randn(6, 5)
+
+    a, b = args(), args()
+    got = _checked(f, *a)
+    want = f(*b)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(a, b)
+
+
+@needs_runner
+def test_dropout_cross_checked_same_seed_same_bits():
+    def f(x, w):
+        return (torch.nn.functional.dropout(x @ w, 0.5, training=True) + 1).relu()
+
+    x, w = torch.randn(16, 32), torch.randn(32, 32)
+    torch.manual_seed(7)
+    first = _checked(f, x, w)
+    after = torch.rand(4)
+    torch.manual_seed(7)
+    second = _checked(f, x, w)
+    assert torch.equal(first, second) and torch.equal(after, torch.rand(4))
+    assert (first == 0).any()
+
+
+@needs_runner
+def test_an_op_chain_unfused_and_a_warm_start_cross_checked(tmp_path, monkeypatch):
+    """A chain of pointwise ops, one kernel each (the memory plan reuses buffers: ALIAS
+    steps, which the interpreter drops), and a program from the whole-graph cache."""
+
+    def f(x):
+        h = torch.nn.functional.gelu(x @ x.t())
+        for k in range(4):
+            h = (h * 1.5 + k).sin().relu() * h
+        return h.softmax(-1).sum(0), h.amax(1)
+
+    x = torch.randn(8, 8)
+    torch.testing.assert_close(_checked(f, x, fusion=False), f(x))
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    backend = sdk.backend("cpu_cpp", runner="check")
+    for cache in ("stored", "hit"):
+        torch._dynamo.reset()
+        report = sdk.explain(f, x, backend=backend)
+        assert [g.cache for g in report.graphs] == [cache]
+        assert report.graphs[0].runner.startswith("check")
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(f, backend=backend)(x), f(x))
+
+
+@needs_runner
+def test_the_check_raises_on_a_difference(monkeypatch):
+    """An interpreter that drifted (its first output one ulp off) is caught, by name, and
+    not hidden by the fallback to ATen."""
+    real = interp.program
+
+    def drifted(*args, **kwargs):
+        call = real(*args, **kwargs)
+
+        def off(inputs):
+            out = call(inputs)
+            return (torch.nextafter(out[0], out[0] + 1), *out[1:])
+
+        return off
+
+    monkeypatch.setattr(interp, "program", drifted)
+    torch._dynamo.reset()
+    f = torch.compile(
+        lambda x: x.sin() * 2, backend=sdk.backend("cpu_cpp", runner="check", cache=False)
+    )
+    with pytest.raises(crosscheck.RunnerMismatch, match="output 0: the bits differ"):
+        f(torch.randn(8))
