@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -393,3 +394,102 @@ def test_the_runner_checks_a_backward_graphs_inputs_and_respecializes(specializa
         len(p.variants) for p in specializations
     ]
     assert all(type(fn).__name__ == "Program" for fn in backward[0].variants.values())
+
+
+# ---- symbolic sizes (dynamic=True): sizes in the runner's registers ----
+
+
+def _symbolic(fn, calls, reports):
+    """``fn`` compiled with ``dynamic=True`` per runner, called on each of ``calls`` (fresh
+    inputs per call, the same for both runners), compared with eager and bit for bit
+    between the runners: the reports of the graphs the native run compiled (``reports``:
+    the graph_reports fixture's list)."""
+    results = {}
+    for runner in ("python", "native"):
+        torch._dynamo.reset()
+        start = len(reports)
+        backend = sdk.backend("cpu_cpp", runner=runner, cache=False)
+        compiled = torch.compile(fn, backend=backend, dynamic=True)
+        results[runner] = [compiled(*make()) for make in calls]
+    for make, got in zip(calls, results["native"], strict=True):
+        torch.testing.assert_close(got, fn(*make()))
+    _same(results["python"], results["native"])
+    return reports[start:]
+
+
+def _fresh(*shapes, seed=0):
+    def make():
+        torch.manual_seed(seed)
+        return tuple(torch.randn(s) if isinstance(s, tuple) else s for s in shapes)
+
+    return make
+
+
+SYMBOLIC = {
+    # a view of symbolic sizes (x's length in a register, n // 4 computed by EXPR)
+    "view": (lambda x, y: (x.view(-1, 4) * y).sum(1), [_fresh((n, 8), (4,)) for n in (8, 12, 20)]),
+    # a reduction over a symbolic length: the kernel takes its sizes as arguments
+    "softmax": (
+        lambda x: torch.softmax(x * 2, -1).sum(0),
+        [_fresh((b, t)) for b, t in ((3, 7), (5, 9), (2, 33))],
+    ),
+    # a slice, a transpose and a copy: offsets and strides over the sizes
+    "slice": (lambda x: x[1:].t().contiguous() + 1, [_fresh((n, 6)) for n in (5, 9)]),
+    # a library call given a symbolic size (topk's k: a REG argument), a size returned
+    "topk": (
+        lambda x: (torch.topk(x, x.shape[1] // 2).values * 2, x.shape[0] * x.shape[1]),
+        [_fresh((b, t)) for b, t in ((3, 8), (4, 10))],
+    ),
+}
+
+
+def _one_program_on_the_runner(graphs) -> None:
+    """Every graph compiled once for every size, and run by the native runner, its sizes
+    read into registers (``r0 = input ...``)."""
+    text = "\n".join(str(g) for g in graphs)
+    assert graphs and all(g.runner == "native" for g in graphs), text
+    assert all("sizes symbolic" in str(g) for g in graphs), text
+    assert all(re.search(r"r\d+ = input \d", g.program) for g in graphs), text
+
+
+@pytest.mark.parametrize("name", sorted(SYMBOLIC))
+def test_symbolic_sizes_run_native_bit_for_bit(name, graph_reports):
+    """Graphs compiled for symbolic sizes (``dynamic=True``) run on the runner: every
+    length gives the Python program's bits and eager's values."""
+    fn, calls = SYMBOLIC[name]
+    _one_program_on_the_runner(_symbolic(fn, calls, graph_reports))
+
+
+def test_an_int_input_runs_native(graph_reports):
+    """An int graph input (which the SDK specializes on: a variant per value) no longer
+    keeps the program off the runner."""
+    fn = lambda x, n: x.reshape(n, -1).sum(1) * n  # noqa: E731
+    graphs = _symbolic(fn, [_fresh((12, 3), n) for n in (4, 6)], graph_reports)
+    assert graphs and all(g.runner == "native" for g in graphs), [g.runner for g in graphs]
+
+
+def test_symbolic_training_returns_sizes_for_the_backward_natively(graph_reports):
+    """A training step with ``dynamic=True``: the forward returns symbolic sizes that the
+    backward takes as int inputs; both graphs run on the runner, gradients bit for bit."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16))
+    got = {}
+    for runner in ("python", "native"):
+        torch._dynamo.reset()
+        start = len(graph_reports)
+        m = copy.deepcopy(model)
+        h = torch.compile(
+            m, backend=sdk.backend("cpu_cpp", runner=runner, cache=False), dynamic=True
+        )
+        got[runner] = []
+        for n in (3, 5, 9):
+            torch.manual_seed(n)
+            x = torch.randn(n, 8, requires_grad=True)
+            out = h(x)
+            got[runner] += [out, *torch.autograd.grad(out.pow(2).sum(), [x, m[0].weight])]
+    _same(got["python"], got["native"])
+    torch.manual_seed(9)
+    torch.testing.assert_close(got["native"][-3], model(torch.randn(9, 8)))
+    graphs = graph_reports[start:]
+    assert len(graphs) == 2, [g.name for g in graphs]  # the forward and the backward
+    _one_program_on_the_runner(graphs)
+    assert re.search(r"return .*r\d+", graphs[0].program), graphs[0].program  # a size out
