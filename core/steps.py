@@ -3,12 +3,14 @@
 :class:`_WrapperWriter <core.program._WrapperWriter>` writes each program twice: as Python
 source (the reference, ``options={"runner": "python"}``) and, where every step has a native
 form, as a :class:`Steps` list that the native runner (``core/runner.cpp``, built by
-:mod:`core.native`) executes with one Python->C++ crossing per call. A program with a step
-the runner cannot take (a symbolic size, a constant copied to the device, a plugin's own
-library function, a collective, an input that is not a tensor) stays Python, and
-``Steps.why`` says why; a kernel with no C entry point is launched through Python from the
-runner. (A per-call RNG seed and an input's device copy are library calls: ``randint``,
-``_to_copy``.)
+:mod:`core.native`) executes with one Python->C++ crossing per call (written by
+:mod:`core.stepwriter`). Symbolic sizes are int64 registers (read from the inputs,
+computed by EXPR); a kernel with no C entry point, and a plugin's own library function
+(``sdk_extern``, CALL_PY), are called through Python from the runner; collectives and their
+waits are ATen calls. A program with a step the runner still cannot take (a kernel of more
+than ``MAX_LAUNCH_ARGS`` arguments, an argument of a type no schema converts) stays Python,
+and ``Steps.why`` says why. (A per-call RNG seed and an input's device copy are library
+calls: ``randint``, ``_to_copy``; a host constant's device copy is made once, at load.)
 
 Each step is a plain tuple, opcode first; ``core/isa.py`` declares every opcode and its
 fields once, and this module's constants, :func:`check` (the verifier, driven by the fields'
@@ -26,8 +28,9 @@ import torch
 from . import isa
 
 #: the opcodes by name (INPUT, CONST, ALIAS, EMPTY, VIEW, AS_STRIDED, LAUNCH, CALL, RESTRIDE,
-#: FREE, WRITES, RETURN, LAUNCH_PY) and CALL's argument kinds (SLOT, VALUE, TENSORS,
-#: OPTIONAL_TENSORS, DEFAULT, NUMBER), as core/isa.py declares them
+#: FREE, WRITES, RETURN, LAUNCH_PY, INPUT_SIZE, INPUT_INT, EXPR, CALL_PY) and CALL's argument
+#: kinds (SLOT, VALUE, TENSORS, OPTIONAL_TENSORS, DEFAULT, NUMBER, REG, INTS), as
+#: core/isa.py declares them
 globals().update({op.name: op.number for op in isa.OPCODES})
 globals().update({v.name: v.tag for v in isa.ARG_KINDS})
 #: RETURN's items, EXPR's terms and CALL_PY's output specs: ITEM_SLOT, ..., TERM_LIT, ...,
