@@ -23,7 +23,7 @@ from sdk.report import ExternReport
 
 from . import isa
 from . import steps as st
-from .adapters.torch_private import buffer_ops
+from .adapters.torch_private import buffer_ops, real_mode
 from .fallback import op_name
 from .guards import is_symbolic, size_bindings
 from .ir.graph import ExternNode, StorageView
@@ -128,8 +128,10 @@ class Wrapper:
                 out.append((op, schema.name, schema.overload_name, *step[2:]))
             elif op == st.CONST:
                 tensor = self.constants[step[2]]
-                if step[3]:  # the device copy, made once and kept (as _OnDevice keeps it)
-                    tensor = _OnDevice(tensor, moved, step[2]).get(torch.device(self.device))
+                if step[3]:  # the device copy, made once and kept (as _OnDevice keeps it);
+                    # made now, outside the compile's fake mode (a real tensor, not a fake one)
+                    with real_mode():
+                        tensor = _OnDevice(tensor, moved, step[2]).get(torch.device(self.device))
                 out.append((op, step[1], tensor))
             elif op == st.CALL_PY:  # the plugin's function, by its name in ``named``
                 out.append((op, self.named[step[1]], *step[2:], _vendor_result))
