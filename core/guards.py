@@ -73,14 +73,23 @@ def size_bindings(specs: Sequence[InputSpec]) -> dict[sympy.Symbol, str]:
     """Where each size symbol's value is read at run time: ``args[i]`` (an int input) or
     ``args[i].size(d)``, the first input that has it as a whole size. Raises TypeError
     when a symbol appears only inside larger expressions (nothing to read it from)."""
-    where: dict[sympy.Symbol, str] = {}
+    return {
+        sym: f"args[{i}]" if d is None else f"args[{i}].size({d})"
+        for sym, (i, d) in size_sources(specs).items()
+    }
+
+
+def size_sources(specs: Sequence[InputSpec]) -> dict[sympy.Symbol, tuple[int, int | None]]:
+    """:func:`size_bindings` as data: each size symbol's input position, and the dimension
+    whose size it is (None: the input is the int itself)."""
+    where: dict[sympy.Symbol, tuple[int, int | None]] = {}
     for i, spec in enumerate(specs):
         if isinstance(spec, sympy.Symbol):
-            where.setdefault(spec, f"args[{i}]")
+            where.setdefault(spec, (i, None))
         elif isinstance(spec, TensorSpec):
             for d, sz in enumerate(spec.sizes):
                 if isinstance(sz, sympy.Symbol):
-                    where.setdefault(sz, f"args[{i}].size({d})")
+                    where.setdefault(sz, (i, d))
     used = size_symbols(
         *(
             x

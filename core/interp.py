@@ -27,7 +27,7 @@ import torch
 
 from . import isa
 from . import steps as st
-from .adapters.torch_private import buffer_ops
+from .adapters.torch_private import buffer_ops, real_mode
 
 #: ATen ops whose public ``torch`` function runs the same overload with less per-call host
 #: work than calling the ``OpOverload`` (its schema-driven argument conversion costs about
@@ -50,10 +50,44 @@ class _Decoder:
     """What the makers share while one program is decoded: its constants, and the buffer
     constructors of each device its EMPTY steps name (core/adapters' ``buffer_ops``)."""
 
-    def __init__(self, constants: dict[str, torch.Tensor], device: torch.device) -> None:
-        self.constants = constants
+    def __init__(
+        self,
+        constants: dict[str, torch.Tensor],
+        device: torch.device,
+        n_slots: int,
+        named: dict[str, Any],
+        check_result: Callable[..., tuple] | None,
+    ) -> None:
+        self.constants, self.device = constants, device
         self._ops: dict[str, tuple] = {}
         self.view = buffer_ops(device)[2]
+        #: registers live after the slots, in the same list: register r is s[base + r]
+        self.base = n_slots
+        self.named, self.check_result = named, check_result
+        self.moved: dict[str, torch.Tensor] = {}  # constants' device copies, made once
+
+    def operands(self, xs: list) -> tuple[tuple | None, Callable[[list], tuple] | None]:
+        """A list of size operands (an int, or ``(r,)`` register r): ``(the tuple, None)``
+        where all are literals, else ``(None, a getter of the tuple from the slots)``."""
+        if all(type(x) is int for x in xs):
+            return tuple(xs), None
+        regs = [(k, self.base + x[0]) for k, x in enumerate(xs) if type(x) is not int]
+        template = [x if type(x) is int else 0 for x in xs]
+
+        def get(s: list) -> tuple:
+            out = template.copy()
+            for k, r in regs:
+                out[k] = s[r]
+            return tuple(out)
+
+        return None, get
+
+    def operand(self, x: Any) -> tuple[int | None, Callable[[list], int] | None]:
+        """One operand, as :meth:`operands`."""
+        if type(x) is int:
+            return x, None
+        r = self.base + x[0]
+        return None, lambda s: s[r]
 
     def buffer_ops(self, device: str) -> tuple:
         ops = self._ops.get(device)
@@ -82,10 +116,15 @@ def _input(d: _Decoder, dst: int, index: int) -> Run:
 
 
 @_maker("CONST")
-def _const(d: _Decoder, dst: int, name: str) -> Run:
+def _const(d: _Decoder, dst: int, name: str, on_device: bool = False) -> Run:
+    """A constant; a host constant's device copy is made once, here (as the runner makes it
+    when the program is loaded), outside any fake mode of the compile."""
     if name not in d.constants:
         raise ValueError(f"the program reads constant {name!r}, which the graph has not")
     tensor = d.constants[name]
+    if on_device:
+        with real_mode():
+            tensor = d.moved.setdefault(name, tensor.to(d.device).contiguous())
 
     def run(s: list, a: Any) -> None:
         s[dst] = tensor
@@ -106,7 +145,17 @@ def _empty(d: _Decoder, dst: int, sizes: list, strides: list, dtype: Any, device
     """The device's fast allocator where it allocates on this device (the current one, as
     the runner checks per EMPTY), else ``torch.empty_strided``."""
     empty, fast, _, is_current = d.buffer_ops(device)
-    sizes, strides = tuple(sizes), tuple(strides)
+    (sizes, get_sizes), (strides, get_strides) = d.operands(sizes), d.operands(strides)
+    if get_sizes or get_strides:
+        sizes_of = get_sizes or (lambda s: sizes)
+        strides_of = get_strides or (lambda s: strides)
+        pick = (lambda: fast if is_current() else empty) if fast and is_current else None
+        chosen = fast or empty
+
+        def run(s: list, a: Any) -> None:
+            s[dst] = (pick() if pick else chosen)(sizes_of(s), strides_of(s), dtype)
+
+        return run
     if fast is None:
 
         def run(s: list, a: Any) -> None:
@@ -128,7 +177,18 @@ def _empty(d: _Decoder, dst: int, sizes: list, strides: list, dtype: Any, device
 @_maker("VIEW")
 def _view(d: _Decoder, dst: int, src: int, sizes: list, strides: list, offset: int) -> Run:
     """src's storage reinterpreted, the offset relative to src's, with no view record."""
-    view, sizes, strides = d.view, tuple(sizes), tuple(strides)
+    view = d.view
+    (sizes, get_sizes), (strides, get_strides) = d.operands(sizes), d.operands(strides)
+    offset, get_offset = d.operand(offset)
+    if get_sizes or get_strides or get_offset:
+        sizes_of = get_sizes or (lambda s: sizes)
+        strides_of = get_strides or (lambda s: strides)
+        offset_of = get_offset or (lambda s: offset)
+
+        def run_symbolic(s: list, a: Any) -> None:
+            s[dst] = view(s[src], sizes_of(s), strides_of(s), offset_of(s))
+
+        return run_symbolic
 
     def run(s: list, a: Any) -> None:
         s[dst] = view(s[src], sizes, strides, offset)
@@ -140,7 +200,20 @@ def _view(d: _Decoder, dst: int, src: int, sizes: list, strides: list, offset: i
 def _as_strided(
     d: _Decoder, dst: int, src: int, sizes: list, strides: list, offset: int, relative: bool
 ) -> Run:
-    as_strided, sizes, strides = torch.as_strided, tuple(sizes), tuple(strides)
+    as_strided = torch.as_strided
+    (sizes, get_sizes), (strides, get_strides) = d.operands(sizes), d.operands(strides)
+    offset, get_offset = d.operand(offset)
+    if get_sizes or get_strides or get_offset:
+        sizes_of = get_sizes or (lambda s: sizes)
+        strides_of = get_strides or (lambda s: strides)
+        offset_of = get_offset or (lambda s: offset)
+
+        def run_symbolic(s: list, a: Any) -> None:
+            t = s[src]
+            base = t.storage_offset() if relative else 0
+            s[dst] = as_strided(t, sizes_of(s), strides_of(s), base + offset_of(s))
+
+        return run_symbolic
     if relative:
 
         def run(s: list, a: Any) -> None:
@@ -160,7 +233,13 @@ def _as_strided(
 def _launch(d: _Decoder, function: Callable, slots: list, sizes: list, **_: Any) -> Run:
     """The kernel through its Python function: ``function(tensors..., sizes...)`` (the
     runner's form's C entry point, error and state, where given, are the runner's)."""
-    sizes = tuple(sizes)
+    sizes, get_sizes = d.operands(sizes)
+    if get_sizes is not None:
+
+        def run_symbolic(s: list, a: Any) -> None:
+            function(*[s[i] for i in slots], *get_sizes(s))
+
+        return run_symbolic
     if sizes or not 0 < len(slots) <= 4:
 
         def run(s: list, a: Any) -> None:
@@ -213,7 +292,7 @@ def _call(d: _Decoder, op: Any, args: list, outs: list, multi: bool) -> Run:
             by_name = True
             continue
         by_name = by_name or formal.kwarg_only
-        value, get = _ARGS[arg[0]](*arg[1:])
+        value, get = _ARGS[arg[0]](d, *arg[1:])
         if by_name:
             kw[formal.name] = value
         else:
@@ -253,20 +332,30 @@ def _call(d: _Decoder, op: Any, args: list, outs: list, multi: bool) -> Run:
     return run
 
 
-def _arg_slot(slot: int) -> tuple:
+def _arg_slot(d: _Decoder, slot: int) -> tuple:
     return None, slot  # (read straight from the slots)
 
 
-def _arg_tensors(slots: list) -> tuple:
+def _arg_tensors(d: _Decoder, slots: list) -> tuple:
     return None, lambda s: [s[i] for i in slots]
 
 
-def _arg_optional_tensors(slots: list) -> tuple:
+def _arg_optional_tensors(d: _Decoder, slots: list) -> tuple:
     return None, lambda s: [None if i < 0 else s[i] for i in slots]
 
 
-def _arg_value(value: Any) -> tuple:
+def _arg_value(d: _Decoder, value: Any) -> tuple:
     return value, None
+
+
+def _arg_reg(d: _Decoder, reg: int) -> tuple:
+    r = d.base + reg
+    return None, lambda s: s[r]
+
+
+def _arg_ints(d: _Decoder, values: list) -> tuple:
+    fixed, get = d.operands(values)
+    return (list(fixed), None) if get is None else (None, lambda s: list(get(s)))
 
 
 #: each CALL argument kind (core/isa.py's ARG_KINDS, by tag): (a constant, None) or (None,
@@ -278,6 +367,8 @@ _ARGS: dict[int, Callable[..., tuple]] = {
     st.TENSORS: _arg_tensors,
     st.OPTIONAL_TENSORS: _arg_optional_tensors,
     st.NUMBER: _arg_value,
+    st.REG: _arg_reg,
+    st.INTS: _arg_ints,
 }
 
 
@@ -307,10 +398,140 @@ def _results(schema: Any, outs: list, multi: bool) -> Callable[[list, Any], None
     return store
 
 
+@_maker("INPUT_SIZE")
+def _input_size(d: _Decoder, reg: int, index: int, which: int, dim: int) -> Run:
+    """A register from the input's size(dim) (which 0), stride(dim) (1) or storage offset (2)."""
+    r = d.base + reg
+    if which == 0:
+
+        def run(s: list, a: Any) -> None:
+            s[r] = a[index].size(dim)
+
+    elif which == 1:
+
+        def run(s: list, a: Any) -> None:
+            s[r] = a[index].stride(dim)
+
+    elif which == 2:
+
+        def run(s: list, a: Any) -> None:
+            s[r] = a[index].storage_offset()
+
+    else:
+        raise ValueError(f"input size kind {which} (0 size, 1 stride, 2 storage offset)")
+    return run
+
+
+@_maker("INPUT_INT")
+def _input_int(d: _Decoder, reg: int, index: int) -> Run:
+    r = d.base + reg
+
+    def run(s: list, a: Any) -> None:
+        v = a[index]
+        if type(v) is not int:
+            raise TypeError(f"sdk runner: graph input {index} is not an int")
+        s[r] = v
+
+    return run
+
+
+@_maker("EXPR")
+def _expr(d: _Decoder, reg: int, terms: list) -> Run:
+    """The postfix terms' value (Python's ``//`` and ``%``, as the runner computes them)."""
+    r, base = d.base + reg, d.base
+    code = [
+        (t[0], t[1] + base if t[0] == st.TERM_REG else (t[1] if len(t) > 1 else 0)) for t in terms
+    ]
+    binary = {
+        st.TERM_ADD: lambda x, y: x + y,
+        st.TERM_MUL: lambda x, y: x * y,
+        st.TERM_FLOORDIV: lambda x, y: x // y,
+        st.TERM_MOD: lambda x, y: x % y,
+    }
+
+    def run(s: list, a: Any) -> None:
+        stack: list[int] = []
+        for kind, x in code:
+            if kind == st.TERM_LIT:
+                stack.append(x)
+            elif kind == st.TERM_REG:
+                stack.append(s[x])
+            elif kind == st.TERM_NEG:
+                stack[-1] = -stack[-1]
+            else:
+                y = stack.pop()
+                stack[-1] = binary[kind](stack[-1], y)
+        s[r] = stack[0]
+
+    return run
+
+
+@_maker("CALL_PY")
+def _call_py(
+    d: _Decoder,
+    function: str,
+    args: list,
+    names: list,
+    outs: list,
+    multi: bool,
+    specs: list,
+    who: str,
+) -> Run:
+    """A plugin's own library function, by its name in the program's table, its result
+    checked as the runner checks it (the wrapper's ``_vendor_result``)."""
+    fn, check = d.named.get(function), d.check_result
+    if fn is None or check is None:
+        raise ValueError(f"the program calls plugin function {function!r}, which it has not")
+    made = [_ARGS[arg[0]](d, *arg[1:]) for arg in args]
+    n_pos = len(args) - len(names)
+    values = [v for v, _ in made]
+    gets = [(k, g) for k, (_, g) in enumerate(made) if g is not None]
+    layouts = []
+    for spec in specs:
+        if spec[0] == st.SPEC_ANY:
+            layouts.append(None)
+        else:
+            layouts.append((d.operands(spec[1]), d.operands(spec[2]), spec[3], spec[4]))
+
+    def run(s: list, a: Any) -> None:
+        v = values.copy()
+        for k, g in gets:
+            v[k] = s[g] if type(g) is int else g(s)
+        out_specs = tuple(
+            None
+            if lay is None
+            else (
+                lay[0][0] if lay[0][1] is None else lay[0][1](s),
+                lay[1][0] if lay[1][1] is None else lay[1][1](s),
+                lay[2],
+                lay[3],
+            )
+            for lay in layouts
+        )
+        result = fn(*v[:n_pos], **dict(zip(names, v[n_pos:])))
+        checked = check(result, out_specs, multi, who)
+        for k, o in enumerate(outs):
+            if o >= 0 and k < len(checked):
+                s[o] = checked[k] if isinstance(checked[k], torch.Tensor) else None
+
+    return run
+
+
 @_maker("RESTRIDE")
 def _restride(d: _Decoder, slot: int, dims: list, strides: list) -> Run:
     """slots[slot] copied into these strides where one of its dims has others."""
-    strides = tuple(strides)
+    fixed, get_strides = d.operands(strides)
+    if get_strides is not None and dims:
+
+        def run_symbolic(s: list, a: Any) -> None:
+            t, want = s[slot], get_strides(s)
+            if t is not None and any(t.stride(k) != want[k] for k in dims):
+                out = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
+                out.copy_(t)
+                s[slot] = out
+
+        return run_symbolic
+    strides = fixed or ()
     if not dims:
         return lambda s, a: None
     pick = itemgetter(*dims)  # (one dim: the stride itself, else a tuple of them)
@@ -342,11 +563,13 @@ def _writes(d: _Decoder, positions: list) -> tuple[int, ...]:
 
 @_maker("RETURN")
 def _return(d: _Decoder, items: list) -> Callable[[list], tuple]:
-    """The outputs as a tuple: a slot's tensor (None where undefined), or a value as is."""
-    slots = [(k, item[1]) for k, item in enumerate(items) if item[0] == 0]
-    if len(slots) == len(items) > 1:
+    """The outputs as a tuple: a slot's tensor (None where undefined), a register's value
+    (a size, as an int), or a value as is."""
+    slots = [(k, item[1]) for k, item in enumerate(items) if item[0] == st.ITEM_SLOT]
+    slots += [(k, d.base + item[1]) for k, item in enumerate(items) if item[0] == st.ITEM_REG]
+    if len(slots) == len(items) > 1 and all(item[0] == st.ITEM_SLOT for item in items):
         return itemgetter(*(slot for _, slot in slots))
-    template = [item[1] if item[0] != 0 else None for item in items]
+    template = [item[1] if item[0] == st.ITEM_VALUE else None for item in items]
 
     def ret(s: list) -> tuple:
         out = template.copy()
@@ -423,6 +646,9 @@ def program(
     device: torch.device,
     mark_writes: Callable[[list[int]], None],
     version: int = isa.VERSION,
+    n_regs: int = 0,
+    named: dict[str, Any] | None = None,
+    check_result: Callable[..., tuple] | None = None,
 ) -> Callable[[Any], tuple]:
     """``call(args)`` executing ``steps`` (the wrapper's form, written for ISA ``version``),
     checked first (:func:`core.steps.check`, a ``ValueError`` naming the step) and decoded
@@ -432,8 +658,8 @@ def program(
             f"the program was written for ISA version {version}, this interpreter runs "
             f"version {isa.VERSION} (core/isa.py)"
         )
-    st.check(steps, n_slots, form="written")
-    d = _Decoder(constants, device)
+    st.check(steps, n_slots, n_regs, form="written")
+    d = _Decoder(constants, device, n_slots, named or {}, check_result)
     segments: list[tuple[tuple[Run, ...], tuple[int, ...] | None]] = []
     runs: list[Run] = []
     written = None
@@ -454,9 +680,10 @@ def program(
     segments.append((tuple(runs), written))
     ret = _return(d, last[1])
     segments = [seg for seg in segments if seg[0]]
+    size = n_slots + n_regs  # the slots, then the registers
 
     def call(args: Any) -> tuple:
-        s = [None] * n_slots
+        s = [None] * size
         for runs, written in segments:
             try:
                 for run in runs:

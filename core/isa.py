@@ -1,7 +1,10 @@
 """The program ISA: every opcode of a compiled graph's program (core/steps.py), declared once.
 
-A program is a list of steps over numbered slots (tensors); each step is a tuple, its opcode
-first, then its fields in the order :data:`OPCODES` gives them. Everything else is derived
+A program is a list of steps over numbered slots (tensors) and numbered registers (int64: the
+sizes of a graph compiled for symbolic sizes, read from its inputs and computed by EXPR); each
+step is a tuple, its opcode first, then its fields in the order :data:`OPCODES` gives them.
+A size, stride or offset field holds an *operand*: an int literal, or a register as a
+one-item tuple ``(r,)`` (a tuple, not a negative int: strides and offsets may be negative). Everything else is derived
 from this table:
 
 * ``core/steps.py``: the constants the writer uses (``INPUT``, ``CONST``, ..., ``NAMES``,
@@ -31,7 +34,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 #: the version of this table; the runner refuses a program written for another
-VERSION = 1
+VERSION = 2
 #: the most pointer and size arguments one LAUNCH may take (the runner's call_c has one
 #: direct call per arity up to this)
 MAX_LAUNCH_ARGS = 96
@@ -45,8 +48,11 @@ SLOTS_READ = "slot list read"  # a list of slots read
 OPTIONAL_SLOTS_READ = "optional slot list read"  # a list of slots read, or -1 (None)
 INDEX = "index"  # an int in [0, 2**31): a graph input's position
 POSITIONS = "positions"  # a list of indexes: graph inputs' positions
-SIZES = "sizes"  # a list of int64 >= 0
-STRIDES = "strides"  # a list of int64; as many as the step's sizes, where it has sizes
+REG_WRITE = "register write"  # a register in range; written from this step on
+REG_READ = "register read"  # a register in range that an earlier step wrote
+SIZES = "sizes"  # a list of operands: int64 >= 0, or (r,) a register read
+STRIDES = "strides"  # a list of operands: int64, or (r,); as many as the step's sizes
+OFFSET = "offset"  # an operand: an int64, or (r,) a register read
 DIMS = "dims"  # a list of ints, each an index into the step's strides
 INT = "int"  # an int64
 BOOL = "bool"
@@ -62,10 +68,15 @@ VALUE = "value"  # any Python object (converted by the op's schema, or returned 
 NUMBER = "number"  # a Python int, float or bool
 ARGS = "args"  # CALL's arguments: a list of tuples, each tagged by ARG_KINDS
 ITEMS = "items"  # RETURN's items: a list of tuples, each tagged by ITEM_KINDS
+TERMS = "terms"  # EXPR's postfix terms: a list of tuples, each tagged by TERM_KINDS
+SPECS = "specs"  # CALL_PY's outputs as checked: a list of tuples, each tagged by SPEC_KINDS
+NAMES = "names"  # a list of str
 # the wrapper's form only (Wrapper._native turns them into the runner's)
 OP = "op"  # an ATen OpOverload (the runner's form: its schema name and overload name)
 CONST_NAME = "constant name"  # a graph constant's name (the runner's form: the tensor)
 KERNEL = "kernel"  # a compiled kernel's function (the runner's form: its C entry point)
+VENDOR = "vendor function"  # a plugin's function's name in the wrapper's ``named`` and
+#: ``vendor`` (the runner's form: the function)
 
 #: every kind, in the order of the C++ enum (``isa::Kind``)
 KINDS = (
@@ -77,8 +88,11 @@ KINDS = (
     OPTIONAL_SLOTS_READ,
     INDEX,
     POSITIONS,
+    REG_WRITE,
+    REG_READ,
     SIZES,
     STRIDES,
+    OFFSET,
     DIMS,
     INT,
     BOOL,
@@ -94,9 +108,13 @@ KINDS = (
     NUMBER,
     ARGS,
     ITEMS,
+    TERMS,
+    SPECS,
+    NAMES,
     OP,
     CONST_NAME,
     KERNEL,
+    VENDOR,
 )
 
 
@@ -126,6 +144,8 @@ class Variant(NamedTuple):
     name: str
     fields: tuple[Field, ...]
     doc: str
+    #: a term of EXPR: how many values it pops off the stack (it pushes one)
+    pops: int = 0
 
 
 F = Field
@@ -146,9 +166,10 @@ OPCODES: tuple[Opcode, ...] = (
         "CONST",
         "const",
         (_DST, F("tensor", TENSOR)),
-        doc="slots[dst] = a constant tensor of the graph",
-        written=(_DST, F("name", CONST_NAME)),
-        show="{dst} = constant {name}",
+        doc="slots[dst] = a constant tensor of the graph (a host constant's device copy is "
+        "made once, when the program is loaded, as the Python program's _OnDevice keeps it)",
+        written=(_DST, F("name", CONST_NAME), F("on_device", BOOL)),
+        show="{dst} = constant {name}, device copy {on_device}",
     ),
     Opcode(
         2,
@@ -170,7 +191,7 @@ OPCODES: tuple[Opcode, ...] = (
         4,
         "VIEW",
         "view",
-        (_DST, _SRC, *_LAYOUT, F("offset", INT)),
+        (_DST, _SRC, *_LAYOUT, F("offset", OFFSET)),
         doc="slots[dst] = src's storage reinterpreted, offset relative to src's (no view record)",
         show="{dst} = view {src}, {sizes}, {strides}, {offset}",
     ),
@@ -178,7 +199,7 @@ OPCODES: tuple[Opcode, ...] = (
         5,
         "AS_STRIDED",
         "as_strided",
-        (_DST, _SRC, *_LAYOUT, F("offset", INT), F("relative", BOOL)),
+        (_DST, _SRC, *_LAYOUT, F("offset", OFFSET), F("relative", BOOL)),
         doc="slots[dst] = torch.as_strided(src, ...), a real view; offset relative to src's "
         "where relative",
         show="{dst} = as_strided {src}, {sizes}, {strides}, {offset}, {relative}",
@@ -196,7 +217,8 @@ OPCODES: tuple[Opcode, ...] = (
             F("state", STATE),
             F("function", FUNCTION),
         ),
-        doc="a kernel's C function (sdk.NativeEntry): state 0: f(pointers..., sizes...), its "
+        doc="a kernel's C function (sdk.NativeEntry): state 0: f(pointers..., sizes...) (its "
+        "size arguments as int64), its "
         "int result nonzero on failure where checked; else f(state, stream, args, nargs), "
         "which returns -2 (NOT_NATIVE) to have function launched by Python; a failure "
         "raises error() (a RuntimeError without it)",
@@ -261,6 +283,62 @@ OPCODES: tuple[Opcode, ...] = (
         "function(tensors..., sizes...), the GIL taken",
         show="launch (Python) {function}({slots})",
     ),
+    Opcode(
+        13,
+        "INPUT_SIZE",
+        "input size",
+        (F("reg", REG_WRITE), F("index", INDEX), F("which", INDEX), F("dim", INDEX)),
+        doc="regs[reg] = the tensor graph input at index's size(dim) (which 0), stride(dim) "
+        "(which 1) or storage offset (which 2: dim unused)",
+        show="{reg} = input {index} {which}[{dim}]",
+    ),
+    Opcode(
+        14,
+        "INPUT_INT",
+        "input int",
+        (F("reg", REG_WRITE), F("index", INDEX)),
+        doc="regs[reg] = the graph input at index, an int (a symbolic size Dynamo passes)",
+        show="{reg} = input {index}",
+    ),
+    Opcode(
+        15,
+        "EXPR",
+        "expr",
+        (F("reg", REG_WRITE), F("terms", TERMS)),
+        doc="regs[reg] = the postfix expression's value over int64 literals and registers "
+        "(TERM_KINDS: the arithmetic of sympy size expressions, floor division and modulo "
+        "as Python's; a division by zero raises)",
+        show="{reg} = {terms}",
+    ),
+    Opcode(
+        16,
+        "CALL_PY",
+        "call (Python)",
+        (
+            F("function", FUNCTION),
+            F("args", ARGS),
+            F("names", NAMES),
+            F("outs", SLOT_OUTS),
+            F("multi", BOOL),
+            F("specs", SPECS),
+            F("who", NAME),
+            F("check", FUNCTION),
+        ),
+        doc="a plugin's own library function (sdk_extern), the GIL taken: function(args...), "
+        "the last len(names) arguments by those keywords; its result checked by "
+        "check(result, specs, multi, who) (the wrapper's _vendor_result: each tensor's "
+        "shape, dtype and device, put in the spec's strides), the checked values into outs",
+        written=(
+            F("function", VENDOR),
+            F("args", ARGS),
+            F("names", NAMES),
+            F("outs", SLOT_OUTS),
+            F("multi", BOOL),
+            F("specs", SPECS),
+            F("who", NAME),
+        ),
+        show="{outs} = {function}({args}) (Python)",
+    ),
 )
 
 #: CALL's arguments, one per schema argument in order
@@ -276,13 +354,38 @@ ARG_KINDS: tuple[Variant, ...] = (
         (F("value", NUMBER),),
         "a Python number where the schema takes a Tensor (a wrapped number)",
     ),
+    Variant(6, "REG", (F("reg", REG_READ),), "a register's value: an int (a SymInt)"),
+    Variant(7, "INTS", (F("values", STRIDES),), "a list of operands: an int[] (a SymInt[])"),
 )
 
 #: RETURN's items, one per graph output
 ITEM_KINDS: tuple[Variant, ...] = (
     Variant(0, "SLOT", (F("slot", SLOT_READ),), "a slot's tensor (None where it is undefined)"),
     Variant(1, "VALUE", (F("value", VALUE),), "a Python object, returned as is"),
+    Variant(2, "REG", (F("reg", REG_READ),), "a register's value, as an int (a symbolic size)"),
+)
+
+#: EXPR's terms, in postfix order: each pushes one value, after popping ``pops``
+TERM_KINDS: tuple[Variant, ...] = (
+    Variant(0, "LIT", (F("value", INT),), "an int64 literal"),
+    Variant(1, "REG", (F("reg", REG_READ),), "a register's value"),
+    Variant(2, "ADD", (), "a + b", pops=2),
+    Variant(3, "MUL", (), "a * b", pops=2),
+    Variant(4, "FLOORDIV", (), "a // b (Python's: rounded towards -inf)", pops=2),
+    Variant(5, "MOD", (), "a % b (Python's: the sign of b)", pops=2),
+    Variant(6, "NEG", (), "-a", pops=1),
+)
+
+#: CALL_PY's outputs, one per output of the op
+SPEC_KINDS: tuple[Variant, ...] = (
+    Variant(0, "ANY", (), "not a tensor the graph reads (returned as is)"),
+    Variant(
+        1,
+        "TENSOR",
+        (F("sizes", SIZES), F("strides", STRIDES), F("dtype", DTYPE), F("device", DEVICE)),
+        "a tensor of these sizes, dtype and device type, put in these strides",
+    ),
 )
 
 #: the tagged lists: a field of this kind holds tuples of these variants
-VARIANTS = {ARGS: ARG_KINDS, ITEMS: ITEM_KINDS}
+VARIANTS = {ARGS: ARG_KINDS, ITEMS: ITEM_KINDS, TERMS: TERM_KINDS, SPECS: SPEC_KINDS}

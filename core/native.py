@@ -69,6 +69,18 @@ def isa_header() -> str:
         *_enum(
             "ItemKind", [(f"ITEM_{v.name}", v.tag, _signature(v), v.doc) for v in isa.ITEM_KINDS]
         ),
+        "// EXPR's terms (a tuple each: the kind, then its fields), in postfix order",
+        *_enum(
+            "TermKind", [(f"TERM_{v.name}", v.tag, _signature(v), v.doc) for v in isa.TERM_KINDS]
+        ),
+        "// how many values each term pops off the stack (each pushes one)",
+        "constexpr int kTermPops[] = {"
+        + ", ".join(str(v.pops) for v in sorted(isa.TERM_KINDS))
+        + "};",
+        "// CALL_PY's output specs (a tuple each: the kind, then its fields)",
+        *_enum(
+            "SpecKind", [(f"SPEC_{v.name}", v.tag, _signature(v), v.doc) for v in isa.SPEC_KINDS]
+        ),
         "// what a field holds (core/isa.py says what each is, and what the verifiers check)",
         "enum Kind : int {",
         *(f"  {_kind(k)} = {i}," for i, k in enumerate(isa.KINDS)),
@@ -103,6 +115,8 @@ def _layouts() -> dict[str, list[tuple[str, tuple[isa.Field, ...], tuple[str, ..
         "kOps": [(op.number, op.text, op.fields, op.capped) for op in isa.OPCODES],
         "kArgs": [(v.tag, v.name, v.fields, ()) for v in isa.ARG_KINDS],
         "kItems": [(v.tag, v.name, v.fields, ()) for v in isa.ITEM_KINDS],
+        "kTerms": [(v.tag, v.name, v.fields, ()) for v in isa.TERM_KINDS],
+        "kSpecs": [(v.tag, v.name, v.fields, ()) for v in isa.SPEC_KINDS],
     }
     out = {}
     for table, rows in tables.items():
@@ -234,16 +248,21 @@ def _load() -> ModuleType:
 
 
 def program(
-    steps: list[tuple], n_slots: int, mark_writes: Callable[[], None], version: int = isa.VERSION
+    steps: list[tuple],
+    n_slots: int,
+    mark_writes: Callable[[], None],
+    version: int = isa.VERSION,
+    n_regs: int = 0,
 ) -> Any | None:
-    """The runner's program for ``steps``, written for ISA ``version``, or None without a
-    runner. Checked twice before any step runs: by :func:`core.steps.check`, then by the
-    runner's own verifier as it loads the program (a ``ValueError`` from either)."""
+    """The runner's program for ``steps`` (over ``n_slots`` slots and ``n_regs`` registers),
+    written for ISA ``version``, or None without a runner. Checked twice before any step
+    runs: by :func:`core.steps.check`, then by the runner's own verifier as it loads the
+    program (a ``ValueError`` from either)."""
     mod = module()
     if mod is None:
         return None
-    check(steps, n_slots)
-    return mod.Program(steps, n_slots, mark_writes, version)
+    check(steps, n_slots, n_regs)
+    return mod.Program(steps, n_slots, mark_writes, version, n_regs)
 
 
 if __name__ == "__main__":  # python -m sdk.core.native --isa: the generated header

@@ -487,6 +487,7 @@ def _entry(
             # the program as data (core/steps.py), for the native runner
             "steps": None if wrapper.steps is None else enc(wrapper.steps),
             "n_slots": wrapper.n_slots,
+            "n_regs": wrapper.n_regs,
             "native_why": wrapper.native_why,
             "isa": wrapper.isa_version,  # the ISA version the steps were written for
         },
@@ -571,6 +572,7 @@ def load_program(
             {k: v["v"] for k, v in w["named"].items() if v["t"] == "vendor"},
             steps=None if w["steps"] is None else dec(w["steps"]),
             n_slots=w["n_slots"],
+            n_regs=w.get("n_regs", 0),
             native_why=w["native_why"],
             isa_version=w.get("isa", 0),  # (0: written before versions: the runner refuses it)
         )

@@ -51,19 +51,61 @@ namespace {
 using namespace isa;
 namespace F = isa::field;
 
+// A size, stride or offset list: int literals, some replaced at run time by registers'
+// values (a graph of symbolic sizes). Decoded from operands: an int, or (r,) a register.
+struct Ops {
+  std::vector<int64_t> v;                 // the literals (0 where a register goes)
+  std::vector<std::pair<size_t, int>> regs;  // (position, register)
+
+  // the values for this call: the literals themselves where no register is read
+  const std::vector<int64_t>& get(const std::vector<int64_t>& R, std::vector<int64_t>& tmp) const {
+    if (regs.empty()) return v;
+    tmp = v;
+    for (const auto& [i, r] : regs) tmp[i] = R[r];
+    return tmp;
+  }
+};
+
+// one operand: a literal, or (r,) a register (reg set, literal 0)
+std::pair<int64_t, int> operand(const py::handle& h) {
+  if (PyTuple_Check(h.ptr())) return {0, py::reinterpret_borrow<py::tuple>(h)[0].cast<int>()};
+  return {h.cast<int64_t>(), -1};
+}
+
+Ops operands(const py::handle& h) {
+  Ops o;
+  for (const auto& x : h) {
+    auto [v, r] = operand(x);
+    if (r >= 0) o.regs.emplace_back(o.v.size(), r);
+    o.v.push_back(v);
+  }
+  return o;
+}
+
 struct Arg {
   int kind = SLOT;
-  int slot = -1;
+  int slot = -1;  // SLOT; REG: the register
   c10::IValue value;
   std::vector<int> slots;
+  Ops ints;       // INTS
+  py::object py;  // CALL_PY's VALUE: the object as is
+};
+
+struct Spec {  // CALL_PY's output: any value, or a tensor of this layout, dtype and device
+  bool tensor = false;
+  Ops sizes, strides;
+  py::object dtype, device;
 };
 
 struct Step {
   int op = 0;
-  int dst = -1;
-  int src = -1;
-  std::vector<int64_t> sizes, strides, dims;
+  int dst = -1;  // a slot; INPUT_SIZE, INPUT_INT, EXPR: the register written
+  int src = -1;  // a slot; INPUT_SIZE, INPUT_INT: the graph input's position
+  Ops sizes, strides;
+  std::vector<int64_t> dims;
   int64_t offset = 0;
+  int offset_reg = -1;  // VIEW, AS_STRIDED: the register of the offset, or -1 (offset)
+  int which = 0;        // INPUT_SIZE: 0 size(dims[0]), 1 stride(dims[0]), 2 storage offset
   bool relative = false;
   at::TensorOptions options;
   c10::Allocator* allocator = nullptr;  // EMPTY: the device's allocator, where registered
@@ -81,12 +123,45 @@ struct Step {
   std::optional<c10::OperatorHandle> handle;
   std::vector<Arg> args;
   std::vector<int> outs;
-  // RETURN: (slot, -1) or (-1, index into constants)
+  // RETURN: (ITEM_SLOT, slot), (ITEM_VALUE, index into constants) or (ITEM_REG, register)
   std::vector<std::pair<int, int>> items;
   std::vector<py::object> constants;
+  // EXPR: the postfix terms, (kind, literal or register); the stack depth they need
+  std::vector<std::pair<int, int64_t>> terms;
+  size_t depth = 0;
+  // CALL_PY: the keyword names of the last arguments, the outputs' specs, who for errors
+  py::object names, who;
+  std::vector<Spec> specs;
 };
 
 using I = std::intptr_t;
+
+// the deepest EXPR stack the runner evaluates (a size expression is a few terms deep)
+constexpr size_t kMaxDepth = 64;
+
+// One call's graph inputs: the tensors (undefined where an input is another value), and the
+// ints among the others (a size Dynamo passes as a Python int), by position
+struct Inputs {
+  std::vector<at::Tensor> tensors;
+  std::vector<std::optional<int64_t>> ints;  // empty where every input is a tensor
+
+  const at::Tensor& tensor(int i) const {
+    const at::Tensor& t = tensors.at(i);
+    if (!t.defined()) {
+      throw std::invalid_argument("sdk runner: graph input " + std::to_string(i) +
+                                  " is not a tensor");
+    }
+    return t;
+  }
+
+  int64_t integer(int i) const {
+    if (static_cast<size_t>(i) >= ints.size() || !ints[i]) {
+      throw std::invalid_argument("sdk runner: graph input " + std::to_string(i) +
+                                  " is not an int");
+    }
+    return *ints[i];
+  }
+};
 
 // what a state-convention kernel function returns when the runner must launch it by Python
 constexpr int64_t kNotNative = -2;
@@ -112,12 +187,17 @@ std::vector<int64_t> ints(const py::handle& h) { return h.cast<std::vector<int64
 // core/steps.py's check walks core/isa.py's table; the two must agree on every program.
 class Verifier {
  public:
-  explicit Verifier(int n_slots) : n_slots_(n_slots) {
+  Verifier(int n_slots, int n_regs) : n_slots_(n_slots), n_regs_(n_regs) {
     if (n_slots < 0) {
       throw std::invalid_argument("sdk runner: invalid program: " + std::to_string(n_slots) +
                                   " slots");
     }
+    if (n_regs < 0) {
+      throw std::invalid_argument("sdk runner: invalid program: " + std::to_string(n_regs) +
+                                  " registers");
+    }
     written_.assign(n_slots, false);
+    regs_written_.assign(n_regs, false);
   }
 
   void program(const py::list& steps) {
@@ -154,8 +234,10 @@ class Verifier {
     }
     writes_.clear();
     frees_.clear();
+    reg_writes_.clear();
     Py_ssize_t sizes = -1, strides = -1, capped = 0;
     std::vector<int64_t> dims;
+    PyObject* terms = nullptr;
     for (int k = 0; k < layout.n; ++k) {
       PyObject* x = PyTuple_GET_ITEM(s, k + 1);
       field(layout.fields[k], layout.kinds[k], x);
@@ -163,11 +245,10 @@ class Verifier {
       if (kind == K_SIZES) sizes = PySequence_Size(x);
       if (kind == K_STRIDES) strides = PySequence_Size(x);
       if (kind == K_DIMS) dims = ints(x);
+      if (kind == K_TERMS) terms = x;
       if (layout.capped[k]) capped += PySequence_Size(x);
     }
-    if (sizes >= 0 && strides >= 0 && sizes != strides) {
-      fail(std::to_string(sizes) + " sizes but " + std::to_string(strides) + " strides");
-    }
+    one_stride_per_size(sizes, strides);
     const Py_ssize_t n_strides = std::max<Py_ssize_t>(strides, 0);
     for (int64_t d : dims) {
       if (d >= n_strides) {
@@ -178,8 +259,31 @@ class Verifier {
       fail(std::to_string(capped) + " launch arguments, more than " +
            std::to_string(kMaxLaunchArgs));
     }
+    if (terms != nullptr) one_value_left(terms);
     for (int slot : frees_) written_[slot] = false;
     for (int slot : writes_) written_[slot] = true;
+    for (int r : reg_writes_) regs_written_[r] = true;
+  }
+
+  void one_stride_per_size(Py_ssize_t sizes, Py_ssize_t strides) const {
+    if (sizes >= 0 && strides >= 0 && sizes != strides) {
+      fail(std::to_string(sizes) + " sizes but " + std::to_string(strides) + " strides");
+    }
+  }
+
+  // EXPR's postfix terms (each checked): no term pops more than the stack holds, one left
+  void one_value_left(PyObject* terms) const {
+    py::sequence seq = py::reinterpret_borrow<py::sequence>(terms);
+    int64_t depth = 0;
+    for (size_t k = 0; k < seq.size(); ++k) {
+      const int pops = kTermPops[py::tuple(seq[k])[0].cast<int>()];
+      if (depth < pops) {
+        fail("terms: term " + std::to_string(k) + " pops " + std::to_string(pops) +
+             " values of " + std::to_string(depth));
+      }
+      depth += 1 - pops;
+    }
+    if (depth != 1) fail("terms: " + std::to_string(depth) + " values left, not 1");
   }
 
   // a field of `kind`: a list of items (each checked as its item kind), or one value
@@ -191,7 +295,10 @@ class Verifier {
       case K_OPTIONAL_SLOT_LIST_READ: item = K_OPTIONAL_SLOT_LIST_READ; break;
       case K_POSITIONS: item = K_INDEX; break;
       case K_SIZES: item = K_SIZES; break;
-      case K_STRIDES: item = K_INT; break;
+      case K_STRIDES: item = K_STRIDES; break;
+      case K_NAMES: item = K_NAME; break;
+      case K_TERMS: item = K_TERMS; break;
+      case K_SPECS: item = K_SPECS; break;
       case K_DIMS: item = K_INDEX; break;
       case K_ARGS: item = K_ARGS; break;
       case K_ITEMS: item = K_ITEMS; break;
@@ -229,8 +336,20 @@ class Verifier {
       case K_INDEX:
         integer(x, name, 0, INT_MAX);
         return;
-      case K_SIZES:  // an item of the list: a size
+      case K_REGISTER_WRITE:
+        reg_writes_.push_back(static_cast<int>(integer(x, name, 0, n_regs_ - 1LL)));
+        return;
+      case K_REGISTER_READ:
+        reg_read(x, name);
+        return;
+      case K_SIZES:  // an item of the list: a size operand
+        if (is_register(x)) return reg_read(PyTuple_GET_ITEM(x, 0), name);
         integer(x, name, 0, LLONG_MAX);
+        return;
+      case K_STRIDES:  // an item of the list: an int operand
+      case K_OFFSET:
+        if (is_register(x)) return reg_read(PyTuple_GET_ITEM(x, 0), name);
+        integer(x, name, LLONG_MIN, LLONG_MAX);
         return;
       case K_INT:
         integer(x, name, LLONG_MIN, LLONG_MAX);
@@ -277,6 +396,12 @@ class Verifier {
       case K_ITEMS:
         variant(name, x, kItems, std::size(kItems));
         return;
+      case K_TERMS:
+        variant(name, x, kTerms, std::size(kTerms));
+        return;
+      case K_SPECS:
+        variant(name, x, kSpecs, std::size(kSpecs));
+        return;
       default:
         fail(name + ": not a field of the runner's form");
     }
@@ -292,9 +417,21 @@ class Verifier {
       fail(name + ": " + layout.name + " takes " + std::to_string(layout.n) + " fields, not " +
            std::to_string(PyTuple_GET_SIZE(x) - 1));
     }
+    Py_ssize_t sizes = -1, strides = -1;
     for (int k = 0; k < layout.n; ++k) {
-      field(name + " " + layout.fields[k], layout.kinds[k], PyTuple_GET_ITEM(x, k + 1));
+      PyObject* y = PyTuple_GET_ITEM(x, k + 1);
+      field(name + " " + layout.fields[k], layout.kinds[k], y);
+      if (layout.kinds[k] == K_SIZES) sizes = PySequence_Size(y);
+      if (layout.kinds[k] == K_STRIDES) strides = PySequence_Size(y);
     }
+    one_stride_per_size(sizes, strides);
+  }
+
+  static bool is_register(PyObject* x) { return PyTuple_Check(x) && PyTuple_GET_SIZE(x) == 1; }
+
+  void reg_read(PyObject* x, const std::string& name) {
+    const int64_t r = integer(x, name, 0, n_regs_ - 1LL);
+    if (!regs_written_[r]) fail(name + ": reads register " + std::to_string(r) + " unwritten");
   }
 
   int64_t tag(PyObject* x, const std::string& name, size_t count) {
@@ -353,9 +490,9 @@ class Verifier {
     return s;
   }
 
-  int n_slots_;
-  std::vector<bool> written_;
-  std::vector<int> writes_, frees_;
+  int n_slots_, n_regs_;
+  std::vector<bool> written_, regs_written_;
+  std::vector<int> writes_, frees_, reg_writes_;
   size_t step_ = 0;
   int op_ = -1;
 };
@@ -363,14 +500,15 @@ class Verifier {
 class Program {
  public:
   // `version`: the ISA version the program was written for (core/isa.py's VERSION)
-  Program(const py::list& steps, int n_slots, py::object mark_writes, int version)
-      : n_slots_(n_slots), mark_writes_(std::move(mark_writes)) {
+  // `n_regs`: the int64 registers the steps use (the sizes of a graph of symbolic sizes)
+  Program(const py::list& steps, int n_slots, py::object mark_writes, int version, int n_regs)
+      : n_slots_(n_slots), n_regs_(n_regs), mark_writes_(std::move(mark_writes)) {
     if (version != kVersion) {
       throw std::invalid_argument("sdk runner: the program was written for ISA version " +
                                   std::to_string(version) + ", this runner runs version " +
                                   std::to_string(kVersion) + " (core/isa.py)");
     }
-    Verifier(n_slots).program(steps);  // before any step is decoded: see Verifier
+    Verifier(n_slots, n_regs).program(steps);  // before any step is decoded: see Verifier
     for (size_t i = 0; i < steps.size(); ++i) {
       py::tuple t = steps[i].cast<py::tuple>();
       try {
@@ -410,16 +548,31 @@ class Program {
   // Inputs that break the guard run nothing: the call answers NotImplemented and the caller
   // (core/guards.py's Specializing) compiles a variant for them.
   py::object run(const py::sequence& args) {
-    std::vector<at::Tensor> in;
-    in.reserve(args.size());
+    Inputs in;
+    in.tensors.reserve(args.size());
     for (const auto& a : args) {  // (a list from AOTAutograd, a tuple from a wrapper)
-      if (!THPVariable_Check(a.ptr())) {
-        throw std::invalid_argument("sdk runner: a graph input is not a tensor");
+      PyObject* o = a.ptr();
+      if (THPVariable_Check(o)) {
+        in.tensors.push_back(THPVariable_Unpack(o));
+        continue;
       }
-      in.push_back(THPVariable_Unpack(a.ptr()));
+      // another value (an int size, a float, None: the program reads only ints, by INPUT_INT)
+      in.tensors.emplace_back();
+      if (in.ints.empty()) in.ints.assign(args.size(), std::nullopt);
+      if (PyLong_Check(o) && !PyBool_Check(o)) {
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow == 0 && !(v == -1 && PyErr_Occurred())) {
+          in.ints[in.tensors.size() - 1] = v;
+        }
+        PyErr_Clear();
+      }
     }
-    if (guarded_ && !fits(in)) return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+    if (guarded_ && !fits(in.tensors)) {
+      return py::reinterpret_borrow<py::object>(Py_NotImplemented);
+    }
     std::vector<at::Tensor> slots(n_slots_);
+    std::vector<int64_t> regs(n_regs_);
     const Step* ret = nullptr;
     const Step* written = nullptr;  // the last WRITES passed: the inputs written by then
     size_t i = 0;
@@ -437,13 +590,13 @@ class Program {
         }
         if (timed_) {
           auto t0 = std::chrono::steady_clock::now();
-          execute(s, in, slots);
+          execute(s, in, slots, regs);
           step_ns_[i] += std::chrono::duration<double, std::nano>(
                              std::chrono::steady_clock::now() - t0)
                              .count();
           continue;
         }
-        execute(s, in, slots);
+        execute(s, in, slots, regs);
       }
     } catch (py::error_already_set&) {
       if (written != nullptr) mark_writes_(py::cast(written->dims));
@@ -455,12 +608,14 @@ class Program {
     if (ret == nullptr) throw std::logic_error("sdk runner: the program has no RETURN");
     py::tuple out(ret->items.size());
     for (size_t k = 0; k < ret->items.size(); ++k) {
-      auto [slot, c] = ret->items[k];
-      if (slot >= 0) {
-        const at::Tensor& t = slots[slot];
+      auto [kind, x] = ret->items[k];
+      if (kind == ITEM_SLOT) {
+        const at::Tensor& t = slots[x];
         out[k] = t.defined() ? py::reinterpret_steal<py::object>(THPVariable_Wrap(t)) : py::none();
+      } else if (kind == ITEM_REG) {
+        out[k] = py::int_(regs[x]);
       } else {
-        out[k] = ret->constants[c];
+        out[k] = ret->constants[x];
       }
     }
     return out;
@@ -519,8 +674,8 @@ class Program {
         break;
       case EMPTY: {
         s.dst = t[F::EMPTY::dst].cast<int>();
-        s.sizes = ints(t[F::EMPTY::sizes]);
-        s.strides = ints(t[F::EMPTY::strides]);
+        s.sizes = operands(t[F::EMPTY::sizes]);
+        s.strides = operands(t[F::EMPTY::strides]);
         auto dtype = torch::python::detail::py_object_to_dtype(t[F::EMPTY::dtype]);
         // (parsed here: TensorOptions::device is noexcept, a c10::Error in it terminates)
         const c10::Device device(t[F::EMPTY::device].cast<std::string>());
@@ -543,22 +698,22 @@ class Program {
       case VIEW:
         s.dst = t[F::VIEW::dst].cast<int>();
         s.src = t[F::VIEW::src].cast<int>();
-        s.sizes = ints(t[F::VIEW::sizes]);
-        s.strides = ints(t[F::VIEW::strides]);
-        s.offset = t[F::VIEW::offset].cast<int64_t>();
+        s.sizes = operands(t[F::VIEW::sizes]);
+        s.strides = operands(t[F::VIEW::strides]);
+        std::tie(s.offset, s.offset_reg) = operand(t[F::VIEW::offset]);
         break;
       case AS_STRIDED:
         s.dst = t[F::AS_STRIDED::dst].cast<int>();
         s.src = t[F::AS_STRIDED::src].cast<int>();
-        s.sizes = ints(t[F::AS_STRIDED::sizes]);
-        s.strides = ints(t[F::AS_STRIDED::strides]);
-        s.offset = t[F::AS_STRIDED::offset].cast<int64_t>();
+        s.sizes = operands(t[F::AS_STRIDED::sizes]);
+        s.strides = operands(t[F::AS_STRIDED::strides]);
+        std::tie(s.offset, s.offset_reg) = operand(t[F::AS_STRIDED::offset]);
         s.relative = t[F::AS_STRIDED::relative].cast<bool>();
         break;
       case LAUNCH:
         s.fn = reinterpret_cast<void*>(t[F::LAUNCH::address].cast<std::uintptr_t>());
         s.slots = t[F::LAUNCH::slots].cast<std::vector<int>>();
-        s.sizes = ints(t[F::LAUNCH::sizes]);
+        s.sizes = operands(t[F::LAUNCH::sizes]);
         s.checked = t[F::LAUNCH::checked].cast<bool>();
         s.error = py::reinterpret_borrow<py::object>(t[F::LAUNCH::error]);
         s.state = reinterpret_cast<void*>(t[F::LAUNCH::state].cast<std::uintptr_t>());
@@ -567,7 +722,7 @@ class Program {
       case LAUNCH_PY:
         s.python = py::reinterpret_borrow<py::object>(t[F::LAUNCH_PY::function]);
         s.slots = t[F::LAUNCH_PY::slots].cast<std::vector<int>>();
-        s.sizes = ints(t[F::LAUNCH_PY::sizes]);
+        s.sizes = operands(t[F::LAUNCH_PY::sizes]);
         break;
       case CALL:
         build_call(s, t);
@@ -575,7 +730,7 @@ class Program {
       case RESTRIDE:
         s.dst = t[F::RESTRIDE::slot].cast<int>();
         s.dims = ints(t[F::RESTRIDE::dims]);
-        s.strides = ints(t[F::RESTRIDE::strides]);
+        s.strides = operands(t[F::RESTRIDE::strides]);
         break;
       case FREE:
         s.dst = t[F::FREE::slot].cast<int>();
@@ -586,13 +741,41 @@ class Program {
       case RETURN:
         for (const auto& item : t[F::RETURN::items]) {
           py::tuple it = item.cast<py::tuple>();
-          if (it[0].cast<int>() == ITEM_SLOT) {
-            s.items.emplace_back(it[1].cast<int>(), -1);
-          } else {
-            s.items.emplace_back(-1, static_cast<int>(s.constants.size()));
+          const int kind = it[0].cast<int>();
+          if (kind == ITEM_VALUE) {
+            s.items.emplace_back(kind, static_cast<int>(s.constants.size()));
             s.constants.push_back(py::reinterpret_borrow<py::object>(it[1]));
+          } else {
+            s.items.emplace_back(kind, it[1].cast<int>());
           }
         }
+        break;
+      case INPUT_SIZE:
+        s.dst = t[F::INPUT_SIZE::reg].cast<int>();
+        s.src = t[F::INPUT_SIZE::index].cast<int>();
+        s.which = t[F::INPUT_SIZE::which].cast<int>();
+        if (s.which > 2) throw std::invalid_argument("which is 0, 1 or 2");
+        s.dims = {t[F::INPUT_SIZE::dim].cast<int64_t>()};
+        break;
+      case INPUT_INT:
+        s.dst = t[F::INPUT_INT::reg].cast<int>();
+        s.src = t[F::INPUT_INT::index].cast<int>();
+        break;
+      case EXPR: {
+        s.dst = t[F::EXPR::reg].cast<int>();
+        int64_t depth = 0;
+        for (const auto& item : t[F::EXPR::terms]) {
+          py::tuple it = item.cast<py::tuple>();
+          const int kind = it[0].cast<int>();
+          s.terms.emplace_back(kind, it.size() > 1 ? it[1].cast<int64_t>() : 0);
+          depth += 1 - kTermPops[kind];
+          s.depth = std::max(s.depth, static_cast<size_t>(depth));
+        }
+        if (s.depth > kMaxDepth) throw std::invalid_argument("an expression over 64 deep");
+        break;
+      }
+      case CALL_PY:
+        build_call_py(s, t);
         break;
       default:
         throw std::invalid_argument("unknown opcode " + std::to_string(s.op));
@@ -636,6 +819,12 @@ class Program {
         case OPTIONAL_TENSORS:
           arg.slots = a[1].cast<std::vector<int>>();
           break;
+        case REG:
+          arg.slot = a[1].cast<int>();
+          break;
+        case INTS:
+          arg.ints = operands(a[1]);
+          break;
         case DEFAULT:
           if (!formal.default_value()) {
             throw std::invalid_argument(name + " argument " + formal.name() +
@@ -653,10 +842,79 @@ class Program {
     s.relative = t[F::CALL::multi].cast<bool>();  // multi: the op returns several values
   }
 
-  void execute(const Step& s, const std::vector<at::Tensor>& in, std::vector<at::Tensor>& slots) {
+  // CALL_PY: the plugin's function, its arguments as Python values (no schema converts
+  // them), the keyword names of the last ones, the checker and the outputs' specs
+  static void build_call_py(Step& s, const py::tuple& t) {
+    s.python = py::reinterpret_borrow<py::object>(t[F::CALL_PY::function]);
+    s.error = py::reinterpret_borrow<py::object>(t[F::CALL_PY::check]);
+    s.who = py::reinterpret_borrow<py::object>(t[F::CALL_PY::who]);
+    s.names = py::tuple(t[F::CALL_PY::names].cast<py::sequence>());
+    for (const auto& h : t[F::CALL_PY::args]) {
+      py::tuple a = h.cast<py::tuple>();
+      Arg arg;
+      arg.kind = a[0].cast<int>();
+      switch (arg.kind) {
+        case SLOT:
+        case REG:
+          arg.slot = a[1].cast<int>();
+          break;
+        case VALUE:
+          arg.py = py::reinterpret_borrow<py::object>(a[1]);
+          break;
+        case TENSORS:
+        case OPTIONAL_TENSORS:
+          arg.slots = a[1].cast<std::vector<int>>();
+          break;
+        case INTS:
+          arg.ints = operands(a[1]);
+          break;
+        default:
+          throw std::invalid_argument("a plugin function's argument of kind " +
+                                      std::to_string(arg.kind) + " (no schema to convert it)");
+      }
+      s.args.push_back(std::move(arg));
+    }
+    if (py::len(s.names) > s.args.size()) {
+      throw std::invalid_argument("more keyword names than arguments");
+    }
+    for (const auto& h : t[F::CALL_PY::specs]) {
+      py::tuple sp = h.cast<py::tuple>();
+      Spec spec;
+      spec.tensor = sp[0].cast<int>() == SPEC_TENSOR;
+      if (spec.tensor) {
+        spec.sizes = operands(sp[1]);
+        spec.strides = operands(sp[2]);
+        spec.dtype = sp[3];
+        spec.device = sp[4];
+      }
+      s.specs.push_back(std::move(spec));
+    }
+    s.outs = t[F::CALL_PY::outs].cast<std::vector<int>>();
+    s.relative = t[F::CALL_PY::multi].cast<bool>();  // multi: the function returns several
+  }
+
+  void execute(const Step& s, const Inputs& in, std::vector<at::Tensor>& slots,
+               std::vector<int64_t>& regs) {
+    std::vector<int64_t> size_tmp, stride_tmp;  // sizes and strides that read registers
     switch (s.op) {
       case INPUT:
-        slots[s.dst] = in.at(s.src);
+        slots[s.dst] = in.tensor(s.src);
+        return;
+      case INPUT_SIZE: {
+        const at::Tensor& t = in.tensor(s.src);
+        regs[s.dst] = s.which == 0   ? t.size(s.dims[0])
+                      : s.which == 1 ? t.stride(s.dims[0])
+                                     : t.storage_offset();
+        return;
+      }
+      case INPUT_INT:
+        regs[s.dst] = in.integer(s.src);
+        return;
+      case EXPR:
+        regs[s.dst] = evaluate(s, regs);
+        return;
+      case CALL_PY:
+        call_python(s, slots, regs);
         return;
       case CONST:
         slots[s.dst] = s.tensor;
@@ -669,27 +927,32 @@ class Program {
         if (s.allocator != nullptr &&
             (dev.is_cpu() || !dev.has_index() ||
              c10::impl::getDeviceGuardImpl(dev.type())->getDevice() == dev)) {
-          slots[s.dst] = at::detail::empty_strided_generic(s.sizes, s.strides, s.allocator,
-                                                           s.keys, s.scalar_type);
+          slots[s.dst] = at::detail::empty_strided_generic(
+              s.sizes.get(regs, size_tmp), s.strides.get(regs, stride_tmp), s.allocator, s.keys,
+              s.scalar_type);
         } else {
-          slots[s.dst] = at::empty_strided(s.sizes, s.strides, s.options);
+          slots[s.dst] = at::empty_strided(s.sizes.get(regs, size_tmp),
+                                           s.strides.get(regs, stride_tmp), s.options);
         }
         return;
       }
       case VIEW:
-        slots[s.dst] = reinterpret(slots[s.src], s.sizes, s.strides, s.offset);
+        slots[s.dst] = reinterpret(slots[s.src], s.sizes.get(regs, size_tmp),
+                                   s.strides.get(regs, stride_tmp), offset_of(s, regs));
         return;
       case AS_STRIDED: {
         const at::Tensor& src = slots[s.src];
-        int64_t offset = s.relative ? src.storage_offset() + s.offset : s.offset;
-        slots[s.dst] = at::as_strided(src, s.sizes, s.strides, offset);
+        const int64_t delta = offset_of(s, regs);
+        int64_t offset = s.relative ? src.storage_offset() + delta : delta;
+        slots[s.dst] = at::as_strided(src, s.sizes.get(regs, size_tmp), s.strides.get(regs, stride_tmp),
+                                      offset);
         return;
       }
       case LAUNCH: {
         I a[kMaxLaunchArgs];
         size_t n = 0;
         for (int slot : s.slots) a[n++] = reinterpret_cast<I>(slots[slot].data_ptr());
-        for (int64_t v : s.sizes) a[n++] = static_cast<I>(v);
+        for (int64_t v : s.sizes.get(regs, size_tmp)) a[n++] = static_cast<I>(v);
         int64_t failed;
         if (s.state != nullptr) {
           // f(state, stream, args, nargs): the current stream of the first tensor's device
@@ -706,7 +969,7 @@ class Program {
           failed = call_c(s.fn, a, n, s.checked);
         }
         if (failed == kNotNative) {
-          launch_python(s, slots);
+          launch_python(s, slots, regs);
           return;
         }
         if (failed != 0) {
@@ -738,6 +1001,14 @@ class Program {
             case VALUE:
               stack.push_back(a.value);
               break;
+            case REG:
+              stack.emplace_back(regs[a.slot]);
+              break;
+            case INTS: {
+              std::vector<int64_t> tmp;
+              stack.emplace_back(c10::List<int64_t>(a.ints.get(regs, tmp)));
+              break;
+            }
             case TENSORS: {
               c10::List<at::Tensor> list;
               list.reserve(a.slots.size());
@@ -772,10 +1043,11 @@ class Program {
       case RESTRIDE: {
         at::Tensor& t = slots[s.dst];
         if (!t.defined()) return;
+        const std::vector<int64_t>& want = s.strides.get(regs, stride_tmp);
         for (size_t k = 0; k < s.dims.size(); ++k) {
           int64_t d = s.dims[k];
-          if (t.stride(d) != s.strides[d]) {
-            at::Tensor out = at::empty_strided(t.sizes(), s.strides, t.options());
+          if (t.stride(d) != want[d]) {
+            at::Tensor out = at::empty_strided(t.sizes(), want, t.options());
             out.copy_(t);
             t = out;
             return;
@@ -787,25 +1059,134 @@ class Program {
         slots[s.dst] = at::Tensor();
         return;
       case LAUNCH_PY:
-        launch_python(s, slots);
+        launch_python(s, slots, regs);
         return;
       default:
         throw std::logic_error("sdk runner: unexpected opcode " + std::to_string(s.op));
     }
   }
 
-  static void launch_python(const Step& s, const std::vector<at::Tensor>& slots) {
+  static void launch_python(const Step& s, const std::vector<at::Tensor>& slots,
+                            const std::vector<int64_t>& regs) {
     py::gil_scoped_acquire gil;
-    py::tuple args(s.slots.size() + s.sizes.size());
+    std::vector<int64_t> tmp;
+    const std::vector<int64_t>& sizes = s.sizes.get(regs, tmp);
+    py::tuple args(s.slots.size() + sizes.size());
     size_t k = 0;
     for (int slot : s.slots) {
       args[k++] = py::reinterpret_steal<py::object>(THPVariable_Wrap(slots[slot]));
     }
-    for (int64_t v : s.sizes) args[k++] = py::int_(v);
+    for (int64_t v : sizes) args[k++] = py::int_(v);
     s.python(*args);
   }
 
-  int n_slots_;
+  static int64_t offset_of(const Step& s, const std::vector<int64_t>& regs) {
+    return s.offset_reg >= 0 ? regs[s.offset_reg] : s.offset;
+  }
+
+  // EXPR: the postfix terms over a stack (its depth checked at decode); // and % as Python's
+  static int64_t evaluate(const Step& s, const std::vector<int64_t>& regs) {
+    int64_t stack[kMaxDepth];
+    size_t n = 0;
+    for (const auto& [kind, x] : s.terms) {
+      if (kind == TERM_LIT) {
+        stack[n++] = x;
+        continue;
+      }
+      if (kind == TERM_REG) {
+        stack[n++] = regs[x];
+        continue;
+      }
+      if (kind == TERM_NEG) {
+        stack[n - 1] = -stack[n - 1];
+        continue;
+      }
+      const int64_t b = stack[--n], a = stack[n - 1];
+      int64_t& out = stack[n - 1];
+      switch (kind) {
+        case TERM_ADD: out = a + b; break;
+        case TERM_MUL: out = a * b; break;
+        default: {  // TERM_FLOORDIV, TERM_MOD
+          if (b == 0) {
+            py::gil_scoped_acquire gil;
+            PyErr_SetString(PyExc_ZeroDivisionError, "integer division or modulo by zero");
+            throw py::error_already_set();
+          }
+          int64_t q = a / b, r = a % b;
+          if (r != 0 && ((r < 0) != (b < 0))) {
+            q -= 1;
+            r += b;
+          }
+          out = kind == TERM_FLOORDIV ? q : r;
+        }
+      }
+    }
+    return stack[0];
+  }
+
+  // CALL_PY: the plugin's function called with its arguments, its result checked (the
+  // wrapper's _vendor_result: its errors name the function and what it returned), the
+  // checked tensors into the outputs' slots
+  static void call_python(const Step& s, std::vector<at::Tensor>& slots,
+                          const std::vector<int64_t>& regs) {
+    py::gil_scoped_acquire gil;
+    const size_t n_kw = py::len(s.names), n_pos = s.args.size() - n_kw;
+    py::tuple pos(n_pos);
+    py::dict kw;
+    std::vector<int64_t> tmp;
+    for (size_t k = 0; k < s.args.size(); ++k) {
+      const Arg& a = s.args[k];
+      py::object v;
+      switch (a.kind) {
+        case SLOT:
+          v = wrap(slots[a.slot]);
+          break;
+        case REG:
+          v = py::int_(regs[a.slot]);
+          break;
+        case VALUE:
+          v = a.py;
+          break;
+        case INTS:
+          v = py::cast(a.ints.get(regs, tmp));
+          break;
+        default: {  // TENSORS, OPTIONAL_TENSORS
+          py::list list;
+          for (int slot : a.slots) list.append(slot < 0 ? py::none() : wrap(slots[slot]));
+          v = list;
+        }
+      }
+      if (k < n_pos) {
+        pos[k] = v;
+      } else {
+        kw[py::tuple(s.names)[k - n_pos]] = v;
+      }
+    }
+    py::object result = s.python(*pos, **kw);
+    py::tuple specs(s.specs.size());
+    for (size_t k = 0; k < s.specs.size(); ++k) {
+      const Spec& sp = s.specs[k];
+      if (!sp.tensor) {
+        specs[k] = py::none();
+        continue;
+      }
+      std::vector<int64_t> a, b;
+      specs[k] = py::make_tuple(py::tuple(py::cast(sp.sizes.get(regs, a))),
+                                py::tuple(py::cast(sp.strides.get(regs, b))), sp.dtype, sp.device);
+    }
+    py::tuple checked = s.error(result, specs, py::bool_(s.relative), s.who);
+    for (size_t k = 0; k < s.outs.size() && k < checked.size(); ++k) {
+      if (s.outs[k] < 0) continue;
+      PyObject* o = checked[k].ptr();
+      slots[s.outs[k]] = THPVariable_Check(o) ? THPVariable_Unpack(o) : at::Tensor();
+    }
+  }
+
+  static py::object wrap(const at::Tensor& t) {
+    return t.defined() ? py::reinterpret_steal<py::object>(THPVariable_Wrap(t)) : py::none();
+  }
+
+  int n_slots_, n_regs_;
   py::object mark_writes_;
   std::vector<Step> steps_;
   std::vector<Guard> guards_;
@@ -835,7 +1216,8 @@ PYBIND11_MODULE(SDK_RUNNER_MODULE, m) {
     }
   };
   py::class_<Program>(m, "Program", py::dynamic_attr())
-      .def(py::init<const py::list&, int, py::object, int>())
+      .def(py::init<const py::list&, int, py::object, int, int>(), py::arg("steps"),
+           py::arg("n_slots"), py::arg("mark_writes"), py::arg("version"), py::arg("n_regs") = 0)
       .def("__len__", &Program::size)
       .def("guard", &Program::set_guard)
       .def("time_steps", &Program::set_timed)

@@ -3,12 +3,14 @@
 :class:`_WrapperWriter <core.program._WrapperWriter>` writes each program twice: as Python
 source (the reference, ``options={"runner": "python"}``) and, where every step has a native
 form, as a :class:`Steps` list that the native runner (``core/runner.cpp``, built by
-:mod:`core.native`) executes with one Python->C++ crossing per call. A program with a step
-the runner cannot take (a symbolic size, a constant copied to the device, a plugin's own
-library function, a collective, an input that is not a tensor) stays Python, and
-``Steps.why`` says why; a kernel with no C entry point is launched through Python from the
-runner. (A per-call RNG seed and an input's device copy are library calls: ``randint``,
-``_to_copy``.)
+:mod:`core.native`) executes with one Python->C++ crossing per call (written by
+:mod:`core.stepwriter`). Symbolic sizes are int64 registers (read from the inputs,
+computed by EXPR); a kernel with no C entry point, and a plugin's own library function
+(``sdk_extern``, CALL_PY), are called through Python from the runner; collectives and their
+waits are ATen calls. A program with a step the runner still cannot take (a kernel of more
+than ``MAX_LAUNCH_ARGS`` arguments, an argument of a type no schema converts) stays Python,
+and ``Steps.why`` says why. (A per-call RNG seed and an input's device copy are library
+calls: ``randint``, ``_to_copy``; a host constant's device copy is made once, at load.)
 
 Each step is a plain tuple, opcode first; ``core/isa.py`` declares every opcode and its
 fields once, and this module's constants, :func:`check` (the verifier, driven by the fields'
@@ -26,10 +28,16 @@ import torch
 from . import isa
 
 #: the opcodes by name (INPUT, CONST, ALIAS, EMPTY, VIEW, AS_STRIDED, LAUNCH, CALL, RESTRIDE,
-#: FREE, WRITES, RETURN, LAUNCH_PY) and CALL's argument kinds (SLOT, VALUE, TENSORS,
-#: OPTIONAL_TENSORS, DEFAULT, NUMBER), as core/isa.py declares them
+#: FREE, WRITES, RETURN, LAUNCH_PY, INPUT_SIZE, INPUT_INT, EXPR, CALL_PY) and CALL's argument
+#: kinds (SLOT, VALUE, TENSORS, OPTIONAL_TENSORS, DEFAULT, NUMBER, REG, INTS), as
+#: core/isa.py declares them
 globals().update({op.name: op.number for op in isa.OPCODES})
 globals().update({v.name: v.tag for v in isa.ARG_KINDS})
+#: RETURN's items, EXPR's terms and CALL_PY's output specs: ITEM_SLOT, ..., TERM_LIT, ...,
+#: SPEC_ANY, SPEC_TENSOR
+globals().update({f"ITEM_{v.name}": v.tag for v in isa.ITEM_KINDS})
+globals().update({f"TERM_{v.name}": v.tag for v in isa.TERM_KINDS})
+globals().update({f"SPEC_{v.name}": v.tag for v in isa.SPEC_KINDS})
 #: each opcode's name in sdk.explain's program, by number
 NAMES = tuple(op.text for op in sorted(isa.OPCODES, key=lambda op: op.number))
 MAX_LAUNCH_ARGS = isa.MAX_LAUNCH_ARGS
@@ -48,6 +56,17 @@ class Steps:
     steps: list[tuple] = field(default_factory=list)
     slots: dict[str, int] = field(default_factory=dict)  # buffer name -> slot
     why: str | None = None
+    #: what each register holds (a size symbol, an expression over them) -> register
+    regs: dict[Any, int] = field(default_factory=dict)
+
+    def reg(self, key: Any) -> tuple[int, bool]:
+        """The register that holds ``key``, and whether it is new (then a step must write
+        it before any step reads it)."""
+        r = self.regs.get(key)
+        if r is not None:
+            return r, False
+        r = self.regs[key] = len(self.regs)
+        return r, True
 
     def slot(self, name: str) -> int:
         """The slot of buffer ``name``, given one on first use."""
@@ -84,19 +103,22 @@ _INDEX_END = 1 << 31  # an input position, a slot count: a C++ int
 _POINTER_END = 1 << 64
 
 
-def check(steps: Any, n_slots: Any, form: str = "runner") -> None:
+def check(steps: Any, n_slots: Any, n_regs: Any = 0, form: str = "runner") -> None:
     """Raise ``ValueError`` naming the first step of the runner's form (core/isa.py's
     ``fields``; ``form="written"``: the wrapper's form, which core/interp.py runs) that the
-    runner must not run: an unknown opcode, a field count or kind
-    other than the opcode's, a slot out of range or read before a step wrote it, a LAUNCH
-    over ``MAX_LAUNCH_ARGS``, strides not one per size, a return before the end or none.
+    runner must not run: an unknown opcode, a field count or kind other than the opcode's, a
+    slot or register out of range or read before a step wrote it, a LAUNCH over
+    ``MAX_LAUNCH_ARGS``, strides not one per size, an EXPR whose terms do not leave one
+    value, a return before the end or none.
     The runner's own verifier (core/runner.cpp, from the same table) checks the same when
     it loads a program; this one names the problem in Python first."""
     if type(n_slots) is not int or not 0 <= n_slots < _INDEX_END:
         raise ValueError(f"invalid program: {n_slots!r} slots")
+    if type(n_regs) is not int or not 0 <= n_regs < _INDEX_END:
+        raise ValueError(f"invalid program: {n_regs!r} registers")
     if not isinstance(steps, list):
         raise ValueError(f"invalid program: the steps are a {type(steps).__name__}, not a list")
-    v = _Verifier(n_slots, form == "runner")
+    v = _Verifier(n_slots, n_regs, form == "runner")
     for i, s in enumerate(steps):
         try:
             v.step(s)
@@ -113,9 +135,10 @@ def check(steps: Any, n_slots: Any, form: str = "runner") -> None:
 class _Verifier:
     """:func:`check`'s walk: each step's fields by their kinds, over the slots written so far."""
 
-    def __init__(self, n_slots: int, runner: bool = True) -> None:
-        self.n_slots, self.runner = n_slots, runner
+    def __init__(self, n_slots: int, n_regs: int = 0, runner: bool = True) -> None:
+        self.n_slots, self.n_regs, self.runner = n_slots, n_regs, runner
         self.written: set[int] = set()
+        self.regs_written: set[int] = set()
         self.op: isa.Opcode | None = None
 
     def step(self, s: Any) -> None:
@@ -130,20 +153,23 @@ class _Verifier:
             raise _Invalid(f"{len(s) - 1} fields; {op.text} takes {len(fields)}")
         self.writes: list[int] = []
         self.frees: list[int] = []
+        self.reg_writes: list[int] = []
         for f, x in zip(fields, s[1:]):
             self.field(f, x)
         values = {f.kind: x for f, x in zip(fields, s[1:])}
         strides = values.get(isa.STRIDES)
-        if isa.SIZES in values and strides is not None and len(strides) != len(values[isa.SIZES]):
-            raise _Invalid(f"{len(values[isa.SIZES])} sizes but {len(strides)} strides")
+        _one_stride_per_size(values)
         for d in values.get(isa.DIMS, ()):
             if d >= len(strides or ()):
                 raise _Invalid(f"dimension {d} of {len(strides or ())} strides")
         capped = sum(len(x) for f, x in zip(fields, s[1:]) if f.name in op.capped)
         if capped > isa.MAX_LAUNCH_ARGS:
             raise _Invalid(f"{capped} launch arguments, more than {isa.MAX_LAUNCH_ARGS}")
+        if isa.TERMS in values:
+            _one_value_left(values[isa.TERMS])
         self.written.difference_update(self.frees)
         self.written.update(self.writes)
+        self.regs_written.update(self.reg_writes)
 
     def field(self, f: isa.Field, x: Any) -> None:
         kind = f.kind
@@ -168,6 +194,15 @@ class _Verifier:
                 raise _Invalid(f"{f.name}: reads slot {slot} unwritten")
             if kind == isa.SLOT_FREE:
                 self.frees.append(slot)
+        elif kind == isa.REG_WRITE:
+            self.reg_writes.append(_integer(f, x, 0, self.n_regs))
+        elif kind == isa.REG_READ:
+            self.register(f, x)
+        elif kind in _OPERANDS:
+            if isinstance(x, tuple) and len(x) == 1:
+                self.register(f, x[0])
+            else:
+                _integer(f, x, *_RANGES[_OPERANDS[kind]])
         elif kind in _RANGES:
             _integer(f, x, *_RANGES[kind])
         elif kind in isa.VARIANTS:
@@ -177,6 +212,11 @@ class _Verifier:
         elif not _TYPES[kind](x):
             a = "an" if kind[0] in "aeiou" else "a"
             raise _Invalid(f"{f.name} is a {type(x).__name__} {_short(x)}, not {a} {kind}")
+
+    def register(self, f: isa.Field, x: Any) -> None:
+        r = _integer(f, x, 0, self.n_regs)
+        if r not in self.regs_written:
+            raise _Invalid(f"{f.name}: reads register {r} unwritten")
 
     def variant(self, f: isa.Field, variants: tuple[isa.Variant, ...], x: Any) -> None:
         if not isinstance(x, tuple) or not x or type(x[0]) is not int:
@@ -188,6 +228,30 @@ class _Verifier:
             raise _Invalid(f"{f.name}: {v.name} takes {len(v.fields)} fields, not {len(x) - 1}")
         for g, y in zip(v.fields, x[1:]):
             self.field(isa.Field(f"{f.name} {g.name}", g.kind), y)
+        _one_stride_per_size({g.kind: y for g, y in zip(v.fields, x[1:])})
+
+
+def _one_stride_per_size(values: dict[str, Any]) -> None:
+    """A step's (or a tagged tuple's) strides, one per size where it has both."""
+    sizes, strides = values.get(isa.SIZES), values.get(isa.STRIDES)
+    if sizes is not None and strides is not None and len(strides) != len(sizes):
+        raise _Invalid(f"{len(sizes)} sizes but {len(strides)} strides")
+
+
+_POPS = {v.tag: v.pops for v in isa.TERM_KINDS}
+
+
+def _one_value_left(terms: list[tuple]) -> None:
+    """EXPR's postfix terms (each already checked): no term pops more values than the
+    stack holds, and one value is left."""
+    depth = 0
+    for k, t in enumerate(terms):
+        pops = _POPS[t[0]]
+        if depth < pops:
+            raise _Invalid(f"terms: term {k} pops {pops} values of {depth}")
+        depth += 1 - pops
+    if depth != 1:
+        raise _Invalid(f"terms: {depth} values left, not 1")
 
 
 def _integer(f: isa.Field, x: Any, low: int, end: int) -> int:
@@ -215,12 +279,17 @@ _LISTS = {
     isa.SLOTS_READ: isa.SLOT_READ,
     isa.OPTIONAL_SLOTS_READ: _OPTIONAL,
     isa.POSITIONS: isa.INDEX,
-    isa.SIZES: "size",
-    isa.STRIDES: isa.INT,
+    isa.SIZES: "size operand",
+    isa.STRIDES: "int operand",
+    isa.NAMES: isa.NAME,
     isa.DIMS: isa.INDEX,
     isa.ARGS: isa.ARGS,
     isa.ITEMS: isa.ITEMS,
+    isa.TERMS: isa.TERMS,
+    isa.SPECS: isa.SPECS,
 }
+#: an operand kind (an int literal of its range, or a register as (r,)) -> the int kind
+_OPERANDS = {"size operand": "size", "int operand": isa.INT, isa.OFFSET: isa.INT}
 _SLOTS = {isa.SLOT_WRITE, isa.SLOT_READ, isa.SLOT_FREE, _OUT, _OPTIONAL}
 #: an int kind -> its range [low, end)
 _RANGES = {
@@ -244,8 +313,9 @@ _TYPES: dict[str, Any] = {
     isa.OP: lambda x: hasattr(x, "_schema"),
     isa.CONST_NAME: lambda x: isinstance(x, str),
     isa.KERNEL: callable,
+    isa.VENDOR: lambda x: isinstance(x, str),
 }
-_WRITTEN = {isa.OP, isa.CONST_NAME, isa.KERNEL}
+_WRITTEN = {isa.OP, isa.CONST_NAME, isa.KERNEL, isa.VENDOR}
 
 
 def describe_step(s: Any, runner: bool = False) -> str:
@@ -275,13 +345,58 @@ def _text(kind: str, x: Any) -> str:
     if kind in (isa.SLOT_OUTS, isa.SLOTS_READ, isa.OPTIONAL_SLOTS_READ):
         empty = "_" if kind == isa.SLOT_OUTS else ""
         return ", ".join("_" if s < 0 else f"%{s}" for s in x) or empty
+    if kind in (isa.REG_WRITE, isa.REG_READ):
+        return f"r{x}"
+    if kind in (isa.SIZES, isa.STRIDES):
+        return "(" + ", ".join(_operand_text(y) for y in x) + ")"
+    if kind == isa.OFFSET:
+        return _operand_text(x)
+    if kind == isa.TERMS:
+        return _terms_text(x)
+    if kind == isa.SPECS:
+        return ", ".join(_spec_text(y) for y in x)
     if kind in isa.VARIANTS:
         return ", ".join(_variant_text(isa.VARIANTS[kind], item) for item in x)
     if kind in (isa.KERNEL, isa.FUNCTION):
         return getattr(x, "__name__", repr(x))
-    if kind in (isa.OP, isa.NAME, isa.CONST_NAME):
+    if kind in (isa.OP, isa.NAME, isa.CONST_NAME, isa.VENDOR):
         return str(x)
     return _value_text(x)
+
+
+def _operand_text(x: Any) -> str:
+    return f"r{x[0]}" if isinstance(x, tuple) and len(x) == 1 else _value_text(x)
+
+
+_INFIX = {"ADD": "+", "MUL": "*", "FLOORDIV": "//", "MOD": "%"}
+
+
+def _terms_text(terms: Any) -> str:
+    """EXPR's postfix terms as an infix expression (``(r0 * 4) // r1``)."""
+    stack: list[str] = []
+    names = {v.tag: v.name for v in isa.TERM_KINDS}
+    try:
+        for t in terms:
+            name = names[t[0]]
+            if name == "LIT":
+                stack.append(str(t[1]))
+            elif name == "REG":
+                stack.append(f"r{t[1]}")
+            elif name == "NEG":
+                stack.append(f"-{stack.pop()}")
+            else:
+                b, a = stack.pop(), stack.pop()
+                stack.append(f"({a} {_INFIX[name]} {b})")
+    except (KeyError, IndexError, TypeError):
+        return _short(terms)
+    return stack[0][1:-1] if len(stack) == 1 and stack[0].startswith("(") else ", ".join(stack)
+
+
+def _spec_text(spec: Any) -> str:
+    if isinstance(spec, tuple) and len(spec) == 5:
+        _, sizes, strides, dtype, device = spec
+        return f"{_text(isa.SIZES, sizes)}/{_text(isa.STRIDES, strides)} {dtype} {device}"
+    return "any"
 
 
 def _variant_text(variants: tuple[isa.Variant, ...], item: tuple) -> str:
@@ -289,6 +404,8 @@ def _variant_text(variants: tuple[isa.Variant, ...], item: tuple) -> str:
     if v is None or not v.fields:
         return "<default>" if v is not None else _short(item)
     f, x = v.fields[0], item[1]
+    if f.kind == isa.STRIDES:  # an int[] of operands
+        return "[" + ", ".join(_operand_text(y) for y in x) + "]"
     if f.kind in (isa.SLOTS_READ, isa.OPTIONAL_SLOTS_READ):
         return "[" + ", ".join("None" if s < 0 else f"%{s}" for s in x) + "]"
     return _text(f.kind, x)

@@ -23,9 +23,9 @@ from sdk.report import ExternReport
 
 from . import crosscheck, interp, isa
 from . import steps as st
-from .adapters.torch_private import buffer_ops
+from .adapters.torch_private import buffer_ops, real_mode
 from .fallback import op_name
-from .guards import TensorSpec, is_symbolic, size_bindings
+from .guards import is_symbolic, size_bindings
 from .interp import _PUBLIC_FUNCTIONS
 from .ir.graph import ExternNode, StorageView
 from .ir.index import is_static, print_size, print_sizes, static
@@ -33,17 +33,14 @@ from .ir.kernel import Kernel, Layout
 from .lowering import (
     COLLECTIVE_OPS,
     SEED_BUFFER,
-    WAIT_OPS,
     Lowerer,
 )
 from .memory import (
-    Alias,
-    Carve,
     Entry,
-    Free,
     plan_memory,
     source_line,
 )
+from .stepwriter import SEED_HIGH, StepWriter
 
 
 @dataclass
@@ -64,6 +61,7 @@ class Wrapper:
     #: constants by name), or None with the reason in ``native_why``
     steps: list[tuple] | None = None
     n_slots: int = 0
+    n_regs: int = 0  # the steps' int64 registers (sizes of a graph of symbolic sizes)
     native_why: str | None = None
     #: the ISA version (core/isa.py) the steps were written for: the runner refuses another
     isa_version: int = isa.VERSION
@@ -91,6 +89,9 @@ class Wrapper:
                     torch.device(self.device),
                     _mark_writes,
                     self.isa_version,
+                    n_regs=self.n_regs,
+                    named=self.named,
+                    check_result=_vendor_result,
                 )
             if native is not None:
                 native.steps = self.steps
@@ -137,6 +138,7 @@ class Wrapper:
         from . import native
 
         out: list[tuple] = []
+        moved: dict[str, Any] = {}  # the constants' device copies, made once
         for step in self.steps or ():
             op = step[0]
             if op == st.LAUNCH:
@@ -150,10 +152,17 @@ class Wrapper:
                 schema = step[1]._schema
                 out.append((op, schema.name, schema.overload_name, *step[2:]))
             elif op == st.CONST:
-                out.append((op, step[1], self.constants[step[2]]))
+                tensor = self.constants[step[2]]
+                if step[3]:  # the device copy, made once and kept (as _OnDevice keeps it);
+                    # made now, outside the compile's fake mode (a real tensor, not a fake one)
+                    with real_mode():
+                        tensor = _OnDevice(tensor, moved, step[2]).get(torch.device(self.device))
+                out.append((op, step[1], tensor))
+            elif op == st.CALL_PY:  # the plugin's function, by its name in ``named``
+                out.append((op, self.named[step[1]], *step[2:], _vendor_result))
             else:
                 out.append(step)
-        made = native.program(out, self.n_slots, _mark_writes, self.isa_version)
+        made = native.program(out, self.n_slots, _mark_writes, self.isa_version, n_regs=self.n_regs)
         if made is not None:  # what each step is, for its host time (Program.step_ns)
             made.step_kinds = tuple(_kind_of(s) for s in out)
         return made
@@ -206,8 +215,9 @@ class _WrapperWriter:
             a.name for k in program if isinstance(k, Kernel) for a in k.args if a.role != "in"
         }
         self.lines = ["def call(args):"]
-        #: the same program as data, for the native runner (None-free: ``why`` says when not)
-        self.steps = st.Steps()
+        #: the same program as data, for the native runner (``why`` says when it has none)
+        self.sw = StepWriter(L, layouts, self.placed, self.input_names, self.copy_of)
+        self.steps = self.sw.steps
 
     def write(self) -> Wrapper:
         """The wrapper: its prologue, each step between the memory plan's lines, the return."""
@@ -239,52 +249,7 @@ class _WrapperWriter:
         """The memory plan's entries (allocations, frees), as lines and as steps."""
         for e in entries:
             self.lines.append("    " + source_line(e))
-            self._native(self._plan_step, e)
-
-    def _native(self, record: Callable[..., None], *args: Any) -> None:
-        """``record(*args)`` adds the steps of what was just written; a part with no native
-        form leaves the program to Python, with the reason."""
-        if self.steps.why is not None:
-            return
-        try:
-            record(*args)
-        except st.NotNative as exc:
-            self.steps.refuse(str(exc))
-
-    def _plan_step(self, e: Entry) -> None:
-        S = self.steps
-        if isinstance(e, Alias):
-            src = S.read(e.src)
-            S.add(st.ALIAS, S.slot(e.dst), src)
-        elif isinstance(e, Free):
-            S.add(st.FREE, S.read(e.buffer))
-        elif isinstance(e, Carve):
-            lay = e.layout
-            src = S.read(e.src)
-            S.add(st.VIEW, S.slot(e.dst), src, *_ints(lay.sizes, lay.strides), _int(lay.offset))
-        else:
-            lay = e.layout
-            sizes, strides = _ints(lay.sizes, lay.strides)
-            if lay.offset == 0:
-                S.add(st.EMPTY, S.slot(e.dst), sizes, strides, lay.dtype, str(self.L.device))
-                return
-            flat = S.temp()
-            S.add(st.EMPTY, flat, [_int(lay.storage_size)], [1], lay.dtype, str(self.L.device))
-            S.add(st.VIEW, S.slot(e.dst), flat, sizes, strides, _int(lay.offset))
-
-    def _view_step(self, buf: str, layout: Layout, *, result: bool = False) -> int:
-        """The steps of :meth:`_restrided`: a slot holding that view of ``buf``."""
-        S = self.steps
-        src, out = S.read(buf), S.temp()
-        sizes, strides = _ints(layout.sizes, layout.strides)
-        delta = static(sympy.expand(sympy.sympify(layout.offset) - self.layouts[buf].offset))
-        if buf in self.placed and not result:
-            S.add(st.VIEW, out, src, sizes, strides, _int(delta))
-        elif buf in self.input_names:
-            S.add(st.AS_STRIDED, out, src, sizes, strides, _int(delta), True)
-        else:
-            S.add(st.AS_STRIDED, out, src, sizes, strides, _int(layout.offset), False)
-        return out
+            self.sw.record(self.sw.plan, e)
 
     def _const(self, x: Any) -> str:
         """The name the source calls ``x`` by (an object it cannot spell: a kernel, an op, a
@@ -304,21 +269,6 @@ class _WrapperWriter:
             return [f"    {dev} = {host}_src.get(_dev)"]
         return [f"    {dev} = {host}.to(_dev).contiguous()"]
 
-    def _device_copy_step(self, host: str) -> None:
-        """:meth:`_device_copy`'s step: ATen's ``_to_copy`` to the graph's device,
-        contiguous, as ``host.to(_dev).contiguous()`` makes it."""
-        S = self.steps
-        args = [
-            (st.SLOT, S.read(host)),
-            (st.DEFAULT,),  # dtype
-            (st.DEFAULT,),  # layout
-            (st.VALUE, torch.device(self.L.device)),
-            (st.DEFAULT,),  # pin_memory
-            (st.DEFAULT,),  # non_blocking
-            (st.VALUE, torch.contiguous_format),
-        ]
-        S.add(st.CALL, torch.ops.aten._to_copy.default, args, [S.slot(self.copy_of[host])], False)
-
     def _prologue(self) -> None:
         """Everything before the first step: the allocator, the inputs (and their device
         copies), the RNG seed, and the size symbols' values for this call."""
@@ -327,46 +277,29 @@ class _WrapperWriter:
         if empty_fast is not None and is_current is not None:
             # the fast allocator allocates on the current device: another may be current
             lines.append("    _empty = _empty_fast if _is_current() else _empty_any")
-        S = self.steps
+        sw = self.sw
         for i, (name, _spec) in enumerate(L.inputs):
             if name:
                 lines.append(f"    {name} = args[{i}]")
-                S.add(st.INPUT, S.slot(name), i)
+                sw.record(sw.input, name, i)
                 copy = self._device_copy(name)
                 lines += copy
                 if copy:
-                    self._device_copy_step(name)
+                    sw.record(sw.device_copy, name)
         for name in L.constants:
-            S.add(st.CONST, S.slot(name), name)
+            sw.record(sw.constant, name)
             copy = self._device_copy(name)
             lines += copy
             if copy:
-                S.refuse("a host constant is copied to the device")
+                sw.record(sw.constant_copy, name)
         if L.needs_seed:
             lines.append(f"    {SEED_BUFFER} = _seed(_dev)")
-            # _make_seed's draw as a library call: the same op from the same generator
-            S.add(
-                st.CALL,
-                torch.ops.aten.randint.low,
-                [
-                    (st.VALUE, 0),
-                    (st.VALUE, SEED_HIGH),
-                    (st.VALUE, [1]),
-                    (st.VALUE, torch.int64),
-                    (st.DEFAULT,),  # layout
-                    (st.VALUE, torch.device(L.device)),
-                    (st.DEFAULT,),  # pin_memory
-                ],
-                [S.slot(SEED_BUFFER)],
-                False,
-            )
-        if any(not isinstance(spec, TensorSpec) for _, spec in L.inputs):
-            S.refuse("a graph input is not a tensor")
+            sw.record(sw.seed)
         if is_symbolic(L.specs):
-            S.refuse("symbolic sizes")
             # the size symbols' values, read from the inputs (the guard checked they fit)
             for sym, src in size_bindings(L.specs).items():
                 lines.append(f"    {sym.name} = {src}")
+            sw.record(sw.bind_sizes)
 
     def _restrided(self, buf: str, layout: Layout, *, result: bool = False) -> str:
         """A view of ``buf``. An intermediate is reinterpreted in place (no autograd view
@@ -411,18 +344,7 @@ class _WrapperWriter:
         fname = self._const(fn)
         call_args = [a.name for a in step.args] + [s.name for s in step.size_args]
         self.lines.append(f"    {fname}({', '.join(call_args)})")
-        self._native(self._launch_step, step, fn)
-
-    def _launch_step(self, step: Kernel, fn: Callable) -> None:
-        """A kernel's launch; one without a C entry point (``sdk.NativeEntry``) is launched
-        through Python by the runner (its entry point may also come later: the runner
-        program is made when the program is loaded, after the plugin loaded its kernels)."""
-        if step.size_args:
-            raise st.NotNative("symbolic sizes")
-        if len(step.args) > st.MAX_LAUNCH_ARGS:
-            raise st.NotNative(f"kernel {step.name}: {len(step.args)} arguments")
-        S = self.steps
-        S.add(st.LAUNCH, fn, [S.read(a.name) for a in step.args], [], step.name)
+        self.sw.record(self.sw.launch, step, fn)
 
     def _call_extern(self, i: int, step: ExternNode) -> None:
         """A library call, or its in-place form where the memory plan chose one (the report
@@ -434,9 +356,8 @@ class _WrapperWriter:
             L.externs[at] = ExternReport(op_name(in_place), L.externs[at].node)
         if step.vendor is not None:
             self._call_vendor(step)
-            self.steps.refuse("a library call through the plugin's own function (sdk_extern)")
             return
-        self._native(self._call_step, step, in_place)
+        self.sw.record(self.sw.call, step, in_place)
         op = self._const(_callable(step) if in_place is None else in_place)
         call_args = ", ".join(self._arg(a) for a in step.args)
         kw = ", ".join(f"{k}={self._arg(v)}" for k, v in step.kwargs.items())
@@ -451,57 +372,6 @@ class _WrapperWriter:
         else:
             self.lines.append(f"    {names[0]} = {call}")
         self._check_extern_outputs(step)
-
-    def _call_step(self, step: ExternNode, in_place: Any) -> None:
-        """A library call as a CALL step: the ATen overload, one argument per schema argument
-        (views made into slots of their own first), the slots of its outputs."""
-        op = step.target if in_place is None else in_place
-        if step.target in COLLECTIVE_OPS or step.target in WAIT_OPS:
-            raise st.NotNative(f"a collective ({op_name(step.target)})")
-        schema = getattr(op, "_schema", None)
-        if schema is None:
-            raise st.NotNative(f"{op!r} is not an ATen op")
-        for k, r in enumerate(schema.returns):
-            kind = str(r.type)
-            if kind in ("Tensor", "Tensor?", "Tensor[]"):
-                continue
-            # a number beside the tensors (the sizes cuDNN's attention returns), which the
-            # graph does not read: the runner drops it, as the Python program does
-            read = k < len(step.outputs) and bool(step.outputs[k])
-            if kind not in _NUMBER_RETURNS or read:
-                raise st.NotNative(f"{op_name(op)} returns a {kind}")
-        args = []
-        for i, formal in enumerate(schema.arguments):
-            if i < len(step.args) and not formal.kwarg_only:
-                args.append(self._arg_step(step.args[i], formal))
-            elif formal.name in step.kwargs:
-                args.append(self._arg_step(step.kwargs[formal.name], formal))
-            elif formal.has_default_value():
-                args.append((st.DEFAULT,))
-            else:
-                raise st.NotNative(f"{op_name(op)}: argument {formal.name} not given")
-        S = self.steps
-        outs = [] if in_place is not None else [S.slot(o[0]) if o else -1 for o in step.outputs]
-        S.add(st.CALL, op, args, outs, bool(step.multi_output))
-
-    def _arg_step(self, x: Any, formal: Any) -> tuple:
-        """One argument of a CALL step."""
-        S = self.steps
-        if isinstance(x, StorageView):
-            if x.layout == self.layouts[x.buffer]:
-                return (st.SLOT, S.read(x.buffer))
-            return (st.SLOT, self._view_step(x.buffer, x.layout))
-        kind = str(formal.type)
-        if kind in ("Tensor", "Tensor?", "Optional[Tensor]") and isinstance(x, (bool, int, float)):
-            return (st.NUMBER, x)
-        if isinstance(x, (list, tuple)) and kind in ("Tensor[]", "List[Tensor]"):
-            return (st.TENSORS, [self._arg_step(y, formal)[1] for y in x])
-        if isinstance(x, (list, tuple)) and kind in ("Tensor?[]", "List[Optional[Tensor]]"):
-            return (
-                st.OPTIONAL_TENSORS,
-                [-1 if y is None else self._arg_step(y, formal)[1] for y in x],
-            )
-        return (st.VALUE, _plain(x))
 
     def _call_vendor(self, step: ExternNode) -> None:
         """A library call through the plugin's own function (``sdk_extern``), named once per
@@ -536,9 +406,13 @@ class _WrapperWriter:
             f"    {', '.join(names)}{',' if len(names) == 1 else ''} = "
             f"_vendor_result({call}, {specs}, {multi}, {who!r})"
         )
+        self.sw.record(self.sw.vendor, step, op, who)
         for out in step.outputs:  # host outputs: the device copy
             if out and out[0] in self.copy_of:
-                self.lines += self._device_copy(out[0])
+                copy = self._device_copy(out[0])
+                self.lines += copy
+                if copy:
+                    self.sw.record(self.sw.device_copy, out[0])
 
     def _check_extern_outputs(self, step: ExternNode) -> None:
         """After a library call: copy its host outputs to the device, and give each output
@@ -549,7 +423,7 @@ class _WrapperWriter:
                 copy = self._device_copy(out[0])
                 lines += copy
                 if copy:
-                    self._device_copy_step(out[0])
+                    self.sw.record(self.sw.device_copy, out[0])
                 continue
             if not out or out[0] not in self.read:
                 continue  # unused (an attention op may even return None for it)
@@ -565,11 +439,7 @@ class _WrapperWriter:
                 want = ", ".join(print_size(lay.strides[d]) for d in dims)
                 lines.append(f"    if {name} is not None and ({got},) != ({want},):")
                 lines.append(f"        {name} = _restride({name}, {print_sizes(lay.strides)})")
-                self._native(self._restride_step, name, dims, lay)
-
-    def _restride_step(self, name: str, dims: list[int], lay: Layout) -> None:
-        S = self.steps
-        S.add(st.RESTRIDE, S.read(name), dims, [_int(x) for x in lay.strides])
+                self.sw.record(self.sw.restride, name, dims, lay)
 
     def _return_outputs(self) -> None:
         """The return: each graph output as a buffer, a view of one, a size or a constant."""
@@ -587,22 +457,7 @@ class _WrapperWriter:
             else:
                 rets.append(self._const(buf))
         self.lines.append(f"    return ({', '.join(rets)}{',' if len(rets) == 1 else ''})")
-        self._native(self._return_step)
-
-    def _return_step(self) -> None:
-        S, items = self.steps, []
-        for kind, buf, layout in self.outputs:
-            if kind == "buf":
-                items.append((0, S.read(buf)))
-            elif kind == "view":
-                base = self.layouts[buf]
-                slot = S.read(buf) if layout == base else self._view_step(buf, layout, result=True)
-                items.append((0, slot))
-            elif isinstance(buf, sympy.Expr):
-                items.append((1, _int(buf)))
-            else:
-                items.append((1, buf))
-        S.add(st.RETURN, items)
+        self.sw.record(self.sw.returns, self.outputs)
 
     def _wrapper(self) -> Wrapper:
         """The source with what it names, and what the per-call guard needs: the inputs
@@ -626,12 +481,9 @@ class _WrapperWriter:
             ),
             steps=None if self.steps.why is not None else self.steps.steps,
             n_slots=len(self.steps.slots),
+            n_regs=len(self.steps.regs),
             native_why=self.steps.why,
         )
-
-
-#: the number types a library call may return beside its tensors (unread: see _call_step)
-_NUMBER_RETURNS = frozenset({"int", "SymInt", "float", "bool", "Scalar"})
 
 
 #: per thread: whether the program running (or the one that just raised) has begun writing
@@ -678,37 +530,11 @@ def _runner(fn: Callable, wrapper: Wrapper) -> str:
     return f"python: {'the native runner could not be built' if why else 'runner=python'}"
 
 
-def _int(x: Any) -> int:
-    """A size as an int; a symbolic one has no native form."""
-    if isinstance(x, int):
-        return x
-    if is_static(x):
-        return int(static(x))
-    raise st.NotNative("symbolic sizes")
-
-
-def _ints(sizes: Any, strides: Any) -> tuple[list[int], list[int]]:
-    return [_int(x) for x in sizes], [_int(x) for x in strides]
-
-
 def _kind_of(step: tuple) -> str:
     """A runner step's kind: its opcode's name, an ATen op's name for a library call."""
     if step[0] == st.CALL:
         return f"call {step[1]}.{step[2]}" if step[2] else f"call {step[1]}"
     return st.NAMES[step[0]]
-
-
-def _plain(x: Any) -> Any:
-    """A constant argument the runner converts by the schema's type, or NotNative."""
-    if isinstance(x, (list, tuple)):
-        return [_plain(y) for y in x]
-    if isinstance(x, sympy.Expr):
-        return _int(x)
-    if x is None or isinstance(
-        x, (bool, int, float, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
-    ):
-        return x
-    raise st.NotNative(f"an argument of type {type(x).__name__}")
 
 
 def _callable(step: ExternNode) -> Any:
@@ -760,10 +586,6 @@ def _vendor_result(result: Any, specs: tuple, multi: bool, who: str) -> tuple:
             t = _restride(t, tuple(strides))
         checked.append(t)
     return tuple(checked)
-
-
-#: the seeds a program draws per call are in [0, SEED_HIGH)
-SEED_HIGH = 2**62
 
 
 def _make_seed(device: torch.device) -> torch.Tensor:

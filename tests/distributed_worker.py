@@ -163,6 +163,8 @@ def collectives(rank, dev, backend):
             torch.testing.assert_close(a, b)
     (graph,) = report.graphs
     assert not graph.fallbacks, str(report)
+    # the collectives and their waits are the runner's calls through the dispatcher too
+    assert graph.runner == "native", graph.runner
     ops = {e.op.split(".")[1] for e in graph.externs}
     assert {
         "all_reduce",

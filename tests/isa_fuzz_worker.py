@@ -29,53 +29,66 @@ import torch
 import sdk
 from sdk.core import isa, native
 from sdk.core import steps as st
+from sdk.core.wrapper import _vendor_result
 
 
-def programs() -> list[tuple[list, int]]:
-    """The runner's programs of a few small graphs (forward and backward), as the wrapper
-    hands them to ``native.program``."""
-    seen: list[tuple[list, int]] = []
+def programs() -> list[tuple[list, int, int]]:
+    """The runner's programs of a few small graphs (forward and backward, static and
+    symbolic sizes), as the wrapper hands them to ``native.program``: (steps, slots,
+    registers)."""
+    seen: list[tuple[list, int, int]] = []
     real = native.program
 
-    def record(steps: list, n_slots: int, *args: Any) -> Any:
-        seen.append((steps, n_slots))
-        return real(steps, n_slots, *args)
+    def record(steps: list, n_slots: int, *args: Any, n_regs: int = 0) -> Any:
+        seen.append((steps, n_slots, n_regs))
+        return real(steps, n_slots, *args, n_regs=n_regs)
 
     native.program = record
     try:
-        for fn, args in _graphs():
+        for fn, args, dynamic in _graphs():
             torch._dynamo.reset()
-            compiled = torch.compile(fn, backend=sdk.backend("cpu_cpp", cache=False))
+            backend = sdk.backend("cpu_cpp", cache=False)
+            compiled = torch.compile(fn, backend=backend, dynamic=dynamic)
             out = compiled(*args)
             loss = sum(o.float().sum() for o in out if isinstance(o, torch.Tensor) and o.grad_fn)
             if isinstance(loss, torch.Tensor):
                 loss.backward()
     finally:
         native.program = real
-    return [*seen, (_written_by_hand(), 4)]
+    return [*seen, (_written_by_hand(), 5, 3)]
 
 
 def _add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> None:
     torch.add(a, b, out=out)
 
 
+def _neg(t: torch.Tensor) -> torch.Tensor:
+    return -t
+
+
 def _written_by_hand() -> list:
     """A valid program with the opcodes the graphs above do not use: CONST, FREE, LAUNCH_PY,
-    and a RETURN of a Python value."""
+    INPUT_SIZE, CALL_PY, a RETURN of a Python value and of a register. Run on
+    ``[x, n]`` (x of 4 elements): ``-(cat([x, x + 1]) * 2), None, n``."""
     I, S = st.SLOT, st.TENSORS
+    spec = (st.SPEC_TENSOR, [(1,)], [1], torch.float32, "cpu")
     return [
         (st.INPUT, 0, 0),
         (st.CONST, 1, torch.ones(4)),
-        (st.EMPTY, 2, [4], [1], torch.float32, "cpu"),
+        (st.INPUT_SIZE, 0, 0, 0, 0),
+        (st.INPUT_INT, 2, 1),
+        (st.EXPR, 1, [(st.TERM_LIT, 2), (st.TERM_REG, 0), (st.TERM_MUL,)]),
+        (st.EMPTY, 2, [(0,)], [1], torch.float32, "cpu"),
         (st.LAUNCH_PY, _add, [0, 1, 2], []),
         (st.CALL, "aten::cat", "", [(S, [0, 2]), (st.VALUE, 0)], [3], False),
         (st.FREE, 2),
         (st.CALL, "aten::mul", "Tensor", [(I, 3), (st.NUMBER, 2.0)], [2], False),
-        (st.RETURN, [(0, 2), (1, None)]),
+        (st.CALL_PY, _neg, [(I, 2)], [], [4], False, [spec], "_neg", _vendor_result),
+        (st.RETURN, [(st.ITEM_SLOT, 4), (st.ITEM_VALUE, None), (st.ITEM_REG, 2)]),
     ]
 
 
-def _graphs() -> list[tuple[Callable, tuple]]:
+def _graphs() -> list[tuple[Callable, tuple, bool]]:
     def writes_and_views(buf, idx, x):
         buf.add_(1)  # a graph input written in place: WRITES
         y = x.t()[1:] * 2  # a view of an input at an offset
@@ -89,9 +102,12 @@ def _graphs() -> list[tuple[Callable, tuple]]:
     def dropout(x):
         return torch.nn.functional.dropout(x, 0.5, training=True).relu() + 1
 
+    def symbolic(x, y):  # sizes in registers: a view, a kernel's size arguments, a size out
+        return (x.view(-1, 4) * y).sum(1), x[1:].t().contiguous(), x.shape[0] * 2
+
     torch.manual_seed(0)
     return [
-        (writes_and_views, (torch.randn(8), torch.tensor([0, 3, 5]), torch.randn(6, 5))),
+        (writes_and_views, (torch.randn(8), torch.tensor([0, 3, 5]), torch.randn(6, 5)), False),
         (
             mlp,
             (
@@ -99,8 +115,10 @@ def _graphs() -> list[tuple[Callable, tuple]]:
                 torch.randn(8, 16, requires_grad=True),
                 torch.randn(24, 4, requires_grad=True),
             ),
+            False,
         ),
-        (dropout, (torch.randn(16, 8),)),
+        (dropout, (torch.randn(16, 8),), False),
+        (symbolic, (torch.randn(6, 8, requires_grad=True), torch.randn(4)), True),
     ]
 
 
@@ -138,11 +156,20 @@ def _flip(rng: random.Random, v: int) -> int:
     return v ^ (1 << bit) if rng.random() < 0.9 else -v - 1
 
 
-_OTHERS = ["x", None, 1.5, True, [], (), [0], -1, 2**70, torch.float32]
+_OTHERS = ["x", None, 1.5, True, [], (), [0], (0,), (5,), -1, 2**70, torch.float32]
 
 
-def mutate(rng: random.Random, steps: list, n_slots: int) -> tuple[list, int, str]:
-    """One random mutation of a program: (steps, n_slots, what was done)."""
+def mutate(
+    rng: random.Random, steps: list, n_slots: int, n_regs: int
+) -> tuple[list, int, int, str]:
+    """One random mutation of a program: (steps, n_slots, n_regs, what was done)."""
+    if rng.random() < 0.05:
+        return steps, n_slots, max(0, n_regs - rng.randrange(1, 3)), "registers"
+    steps, n_slots, what = _mutate(rng, steps, n_slots)
+    return steps, n_slots, n_regs, what
+
+
+def _mutate(rng: random.Random, steps: list, n_slots: int) -> tuple[list, int, str]:
     places = _places(steps)
     ints = [p for p in places if type(_get(steps, p)) is int]
     kind = rng.choice(
@@ -184,16 +211,18 @@ def _step(message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def verdicts(mod: Any, steps: list, n_slots: int) -> tuple[str | None, str | None, bool]:
+def verdicts(
+    mod: Any, steps: list, n_slots: int, n_regs: int
+) -> tuple[str | None, str | None, bool]:
     """(steps.check's refusal, the runner's refusal, whether the runner's verifier said it),
     None where one accepted."""
     try:
-        st.check(steps, n_slots)
+        st.check(steps, n_slots, n_regs)
         python = None
     except ValueError as exc:
         python = str(exc)
     try:
-        mod.Program(steps, n_slots, lambda positions: None, isa.VERSION)
+        mod.Program(steps, n_slots, lambda positions: None, isa.VERSION, n_regs)
         runner = None
     except ValueError as exc:  # std::invalid_argument: the verifier's, or the decoder's
         runner = str(exc)
@@ -208,19 +237,20 @@ def fuzz(seed: int, mutations: int) -> dict[str, Any]:
     rng = random.Random(seed)
     counts = {"both refused": 0, "both accepted": 0, "decoder refused": 0}
     problems: list[str] = []
-    for steps, n_slots in corpus:  # the programs as written: both accept them
-        python, runner, _ = verdicts(mod, steps, n_slots)
+    for steps, n_slots, n_regs in corpus:  # the programs as written: both accept them
+        python, runner, _ = verdicts(mod, steps, n_slots, n_regs)
         if python or runner:
             problems.append(f"an unmutated program refused: {python or runner}")
     x = torch.randn(4)  # (the one written by hand runs, as written)
-    out, none = mod.Program(_written_by_hand(), 4, lambda positions: None, isa.VERSION)([x])
-    if not (none is None and torch.equal(out, torch.cat([x, x + 1]) * 2)):
-        problems.append(f"the program written by hand returned {out}, {none}")
+    hand = mod.Program(_written_by_hand(), 5, lambda positions: None, isa.VERSION, 3)
+    out, none, n = hand([x, 5])
+    if not (none is None and n == 5 and torch.equal(out, -(torch.cat([x, x + 1]) * 2))):
+        problems.append(f"the program written by hand returned {out}, {none}, {n}")
     for k in range(mutations):
-        steps, n_slots = corpus[k % len(corpus)]
-        mutant, slots, what = mutate(rng, steps, n_slots)
+        steps, n_slots, n_regs = corpus[k % len(corpus)]
+        mutant, slots, regs, what = mutate(rng, steps, n_slots, n_regs)
         try:
-            python, runner, verified = verdicts(mod, mutant, slots)
+            python, runner, verified = verdicts(mod, mutant, slots, regs)
         except Exception as exc:  # noqa: BLE001 - any other exception: a disagreement to report
             problems.append(f"mutation {k} ({what}): {type(exc).__name__}: {exc}"[:400])
             continue
@@ -234,7 +264,7 @@ def fuzz(seed: int, mutations: int) -> dict[str, Any]:
             problems.append(f"mutation {k} ({what}): steps.check: {python}; runner: {runner}"[:600])
     return {
         "programs": len(corpus),
-        "opcodes": sorted({st.NAMES[s[0]] for steps, _ in corpus for s in steps}),
+        "opcodes": sorted({st.NAMES[s[0]] for steps, _, _ in corpus for s in steps}),
         "counts": counts,
         "problems": problems,
     }

@@ -44,7 +44,7 @@ BAD = [
     ("null address", [(I, 0, 0), (st.LAUNCH, 0, [0], [], False, None, 0, len), END], 1, r"step 1\b.*address"),
     ("return not last", [(I, 0, 0), END, (I, 1, 0), END], 2, r"step 1\b.*a return before the last step"),
     ("no return", [(I, 0, 0)], 1, r"the program does not end with a return"),
-    ("unknown opcode", [(I, 0, 0), (13, 0), END], 1, r"step 1\b.*unknown opcode"),
+    ("unknown opcode", [(I, 0, 0), (99, 0), END], 1, r"step 1\b.*unknown opcode"),
     ("field missing", [(I, 0), END], 1, r"step 0\b.*1 fields; input takes 2"),
     ("a bool for a slot", [(I, True, 0), END], 1, r"step 0\b.*dst is a bool, not an int"),
     ("a step not a tuple", [[I, 0, 0], END], 1, r"step 0\b.*a step is a tuple"),

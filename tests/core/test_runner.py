@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -220,12 +221,20 @@ def test_a_graph_that_draws_random_numbers_runs_native_with_the_same_bits():
 
 
 def test_steps_the_runner_cannot_take_stay_python_and_say_why():
+    """A kernel of more arguments than the runner's direct calls take (MAX_LAUNCH_ARGS):
+    the graph runs its Python program, and sdk.explain says why."""
+
+    def f(*xs):
+        return torch.stack(xs).sum(0)
+
+    xs = [torch.randn(4) for _ in range(st.MAX_LAUNCH_ARGS + 4)]
     torch._dynamo.reset()
     backend = sdk.backend("cpu_cpp", runner="native", cache=False)
-    f = torch.compile(lambda x: (x * 2).sum(0), backend=backend, dynamic=True)
-    torch.testing.assert_close(f(torch.ones(3, 4)), torch.full((4,), 6.0))
-    report = sdk.explain(lambda x: (x * 2).sum(0), torch.ones(3, 4), backend=backend)
-    assert report.graphs
+    torch.testing.assert_close(torch.compile(f, backend=backend)(*xs), f(*xs))
+    report = sdk.explain(f, *xs, backend=backend)
+    runners = [g.runner for g in report.graphs]
+    assert any(re.fullmatch(r"python: kernel k_\w+: \d+ arguments", r) for r in runners), runners
+    assert "arguments)" in str(report)  # the graph's line says which program and why
 
 
 def test_a_warm_program_from_the_graph_cache_runs_native(tmp_path, monkeypatch):
@@ -400,3 +409,224 @@ def test_the_runner_checks_a_backward_graphs_inputs_and_respecializes(specializa
         len(p.variants) for p in specializations
     ]
     assert all(type(fn).__name__ == "Program" for fn in backward[0].variants.values())
+
+
+# ---- symbolic sizes (dynamic=True): sizes in the runner's registers ----
+
+
+def _symbolic(fn, calls, reports):
+    """``fn`` compiled with ``dynamic=True`` per runner, called on each of ``calls`` (fresh
+    inputs per call, the same for both runners), compared with eager and bit for bit
+    between the runners: the reports of the graphs the native run compiled (``reports``:
+    the graph_reports fixture's list)."""
+    results = {}
+    for runner in ("python", "native"):
+        torch._dynamo.reset()
+        start = len(reports)
+        backend = sdk.backend("cpu_cpp", runner=runner, cache=False)
+        compiled = torch.compile(fn, backend=backend, dynamic=True)
+        results[runner] = [compiled(*make()) for make in calls]
+    for make, got in zip(calls, results["native"], strict=True):
+        torch.testing.assert_close(got, fn(*make()))
+    _same(results["python"], results["native"])
+    return reports[start:]
+
+
+def _fresh(*shapes, seed=0):
+    def make():
+        torch.manual_seed(seed)
+        return tuple(torch.randn(s) if isinstance(s, tuple) else s for s in shapes)
+
+    return make
+
+
+SYMBOLIC = {
+    # a view of symbolic sizes (x's length in a register, n // 4 computed by EXPR)
+    "view": (lambda x, y: (x.view(-1, 4) * y).sum(1), [_fresh((n, 8), (4,)) for n in (8, 12, 20)]),
+    # a reduction over a symbolic length: the kernel takes its sizes as arguments
+    "softmax": (
+        lambda x: torch.softmax(x * 2, -1).sum(0),
+        [_fresh((b, t)) for b, t in ((3, 7), (5, 9), (2, 33))],
+    ),
+    # a slice, a transpose and a copy: offsets and strides over the sizes
+    "slice": (lambda x: x[1:].t().contiguous() + 1, [_fresh((n, 6)) for n in (5, 9)]),
+    # a library call given a symbolic size (topk's k: a REG argument), a size returned
+    "topk": (
+        lambda x: (torch.topk(x, x.shape[1] // 2).values * 2, x.shape[0] * x.shape[1]),
+        [_fresh((b, t)) for b, t in ((3, 8), (4, 10))],
+    ),
+}
+
+
+def _one_program_on_the_runner(graphs) -> None:
+    """Every graph compiled once for every size, and run by the native runner, its sizes
+    read into registers (``r0 = input ...``)."""
+    text = "\n".join(str(g) for g in graphs)
+    assert graphs and all(g.runner == "native" for g in graphs), text
+    assert all("sizes symbolic" in str(g) for g in graphs), text
+    assert all(re.search(r"r\d+ = input \d", g.program) for g in graphs), text
+
+
+@pytest.mark.parametrize("name", sorted(SYMBOLIC))
+def test_symbolic_sizes_run_native_bit_for_bit(name, graph_reports):
+    """Graphs compiled for symbolic sizes (``dynamic=True``) run on the runner: every
+    length gives the Python program's bits and eager's values."""
+    fn, calls = SYMBOLIC[name]
+    _one_program_on_the_runner(_symbolic(fn, calls, graph_reports))
+
+
+def test_an_int_input_runs_native(graph_reports):
+    """An int graph input (which the SDK specializes on: a variant per value) no longer
+    keeps the program off the runner."""
+    fn = lambda x, n: x.reshape(n, -1).sum(1) * n  # noqa: E731
+    graphs = _symbolic(fn, [_fresh((12, 3), n) for n in (4, 6)], graph_reports)
+    assert graphs and all(g.runner == "native" for g in graphs), [g.runner for g in graphs]
+
+
+def test_symbolic_training_returns_sizes_for_the_backward_natively(graph_reports):
+    """A training step with ``dynamic=True``: the forward returns symbolic sizes that the
+    backward takes as int inputs; both graphs run on the runner, gradients bit for bit."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.LayerNorm(16))
+    got = {}
+    for runner in ("python", "native"):
+        torch._dynamo.reset()
+        start = len(graph_reports)
+        m = copy.deepcopy(model)
+        h = torch.compile(
+            m, backend=sdk.backend("cpu_cpp", runner=runner, cache=False), dynamic=True
+        )
+        got[runner] = []
+        for n in (3, 5, 9):
+            torch.manual_seed(n)
+            x = torch.randn(n, 8, requires_grad=True)
+            out = h(x)
+            got[runner] += [out, *torch.autograd.grad(out.pow(2).sum(), [x, m[0].weight])]
+    _same(got["python"], got["native"])
+    torch.manual_seed(9)
+    torch.testing.assert_close(got["native"][-3], model(torch.randn(9, 8)))
+    graphs = graph_reports[start:]
+    assert len(graphs) == 2, [g.name for g in graphs]  # the forward and the backward
+    _one_program_on_the_runner(graphs)
+    assert re.search(r"return .*r\d+", graphs[0].program), graphs[0].program  # a size out
+
+
+# ---- the plugin's own library functions (sdk_extern): CALL_PY ----
+
+VENDOR = """
+import torch
+
+import sdk
+import sdk.cache
+from sdk.plugins import cpu_cpp
+from sdk.plugins.cpu_cpp import sdk_compile_kernels, sdk_render_kernel  # noqa: F401
+
+CALLS = []
+MODE = {"answer": "right"}
+
+
+@sdk.hookimpl
+def sdk_plugin_info():
+    return sdk.PluginInfo(
+        name="vmm", version="0.1", hook_api=4, device_types=("cpu",),
+        capabilities=frozenset({
+            sdk.Capability.REDUCTIONS, sdk.Capability.MULTI_STAGE, sdk.Capability.STORE_THEN_LOAD,
+            sdk.Capability.SYMBOLIC_SIZES,
+        }),
+        description="cpu_cpp's kernels, its own matrix product",
+    )
+
+
+@sdk.hookimpl
+def sdk_cache_key(ctx):
+    return cpu_cpp.sdk_cache_key(ctx) + sdk.cache.source_digest(__name__)
+
+
+def mm(a, b):
+    CALLS.append(tuple(a.shape))
+    return (a.double() @ b.double()).float()
+
+
+def mm_transposed(a, b):
+    return (a @ b).t().contiguous()
+
+
+@sdk.hookimpl
+def sdk_extern(ctx, op, node):
+    if op == torch.ops.aten.mm.default:
+        return mm if MODE["answer"] == "right" else mm_transposed
+    return None
+"""
+
+
+@pytest.fixture
+def vmm(make_plugin, fake_dist, use_registry):
+    module = make_plugin(VENDOR, head=False)
+    use_registry(fake_dist("vmm-sdk-plugin", {"vmm": module}))
+    return __import__(module)
+
+
+def _product(x, w):
+    return torch.nn.functional.gelu(x @ w).sum(1)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic"])
+def test_a_plugins_own_library_function_runs_on_the_runner(vmm, graph_reports, dynamic):
+    """A library call through the plugin's function (``sdk_extern``) is a CALL_PY step:
+    the runner calls the function (the GIL taken) and checks its result as the Python
+    program does; with symbolic sizes the checked layout is read from registers."""
+    results = {}
+    for runner in ("python", "native"):
+        torch._dynamo.reset()
+        start = len(graph_reports)
+        backend = sdk.backend("vmm", runner=runner, cache=False)
+        compiled = torch.compile(_product, backend=backend, dynamic=dynamic)
+        results[runner] = []
+        for n in (6, 10):
+            torch.manual_seed(n)
+            x, w = torch.randn(n, 8), torch.randn(8, 4)
+            results[runner].append(compiled(x, w))
+            torch.testing.assert_close(results[runner][-1], _product(x, w))
+    _same(results["python"], results["native"])
+    graphs = graph_reports[start:]
+    assert graphs and all(g.runner == "native" for g in graphs), [g.runner for g in graphs]
+    assert any("(Python)" in g.program for g in graphs), graphs[0].program
+    assert (6, 8) in vmm.CALLS and (10, 8) in vmm.CALLS
+
+
+def test_a_plugins_function_that_returns_a_wrong_shape_is_named_by_the_runner(vmm):
+    """The runner checks what the plugin's function returned as the Python program does:
+    an SDKError naming the function, what it returned and what the op gives."""
+    x, w = torch.randn(4, 6), torch.randn(6, 3)
+    torch._dynamo.reset()
+    backend = sdk.backend("vmm", fallback=False, cache=False)
+    assert sdk.explain(lambda x, w: x @ w, x, w, backend=backend).graphs[0].runner == "native"
+    vmm.MODE["answer"] = "wrong"
+    torch._dynamo.reset()
+    with pytest.raises(sdk.SDKError) as exc:
+        torch.compile(lambda x, w: x @ w, backend=backend)(x, w)
+    msg = str(exc.value)
+    assert "sdk:vmm's sdk_extern function for aten.mm.default (node mm)" in msg, msg
+    assert "shape (3, 4)" in msg and "shape (4, 3)" in msg, msg
+
+
+def test_a_host_constants_device_copy_is_made_once_and_kept_by_the_runner():
+    """A constant on another device than the graph's (a CPU scalar of a GPU graph) is copied
+    once and kept, as the Python program's ``_OnDevice`` keeps it: the runner's program
+    holds the copy (CONST of the copy, made when the program is loaded), the same tensor
+    the Python program hands out. (On a CPU-only machine the graph's device is the CPU: the
+    copy is the constant itself; the GPU suite has real copies.)"""
+    from sdk.core.wrapper import Wrapper
+
+    const = torch.arange(4.0)
+    source = "def call(args):\n    const0_dev = const0_src.get(_dev)\n    return (const0_dev,)"
+    steps = [(st.CONST, 0, "const0", False), (st.CONST, 1, "const0", True), (st.RETURN, [(0, 1)])]
+    wrapper = Wrapper(
+        source, {}, {"const0": const}, ("const0",), "cpu", frozenset(), frozenset(), steps=steps
+    )
+    wrapper.n_slots = 2
+    native_call = wrapper.materialize("g", runner="native")
+    python_call = wrapper.materialize("g", runner="python")
+    assert hasattr(native_call, "steps") and not hasattr(python_call, "steps")
+    (first,), (again,) = native_call([]), native_call([])
+    assert first is again and torch.equal(first, python_call([])[0])
+    assert "constant const0, device copy True" in st.describe(steps)
