@@ -19,7 +19,9 @@ class CppOptions:
     #: added after the compiler flags cpu_cpp builds with (``toolchain.default_flags``);
     #: the whole-graph cache keys on them, as on every option
     extra_flags: tuple[str, ...] = sdk.option(
-        (), "C++ compiler flags added after cpu_cpp's own (e.g. ('-fno-unroll-loops',))"
+        (),
+        "C++ compiler flags added after cpu_cpp's own (e.g. ('-fno-unroll-loops',))",
+        examples=(("-fno-unroll-loops",),),
     )
 
 

@@ -129,3 +129,31 @@ def test_the_driver_names_a_stage_that_makes_the_wrong_artifact():
     )
     with pytest.raises(ValueError, match="build stage late asked for 'later' again"):
         build_stages.run(None, _ctx(), _A(0), table)
+
+
+def test_an_op_over_the_kernel_limits_alone_is_lowered_again_around(
+    make_plugin, fake_dist, use_registry
+):
+    from tests.contract.test_kernel_limits import VENDOR, _fn, _inputs
+
+    mod = make_plugin(VENDOR, name="narrow", head=False)
+    use_registry(fake_dist("narrow-sdk-plugin", {"narrow": mod}))
+    torch._dynamo.reset()
+    seen: list[tuple[str, object]] = []
+    args = _inputs()
+    compiled = torch.compile(_fn, backend=sdk.backend("narrow", cache=False))
+    with (
+        build_stages.inspecting(lambda s, a, t: seen.append((s, a))),
+        sdk.collect_reports() as report,
+    ):
+        out = compiled(*args)
+    torch.testing.assert_close(out, _fn(*args))
+    # where(cond, x, c) alone takes 4 buffers of 3: the schedule stage sends it to ATen and
+    # the driver lowers the graph again around it
+    again = [a for s, a in seen if isinstance(a, build_stages.Again)]
+    assert [a.stage for a in again] == ["lower"], seen
+    names = [s for s, _ in seen]
+    assert names == ["passes", "lower", "schedule", "lower", "schedule", *BUILD[3:]], names
+    (graph,) = report.graphs
+    assert any("sdk_kernel_limits" in f.reason for f in graph.fallbacks), str(report)
+    assert graph.build_stages["lower"] > 0 and list(graph.build_stages) == BUILD
