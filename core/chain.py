@@ -322,7 +322,7 @@ def _compile_partition(
                     _frozen_compile,
                     s,
                     c,
-                    s.redecomposed(c, graph),
+                    build.redecomposed(s, c, graph),
                     placeholder_vals(graph),
                     frozen,
                     dead,
@@ -333,11 +333,18 @@ def _compile_partition(
     try:
         if frozen:
             fn = Frozen(
-                _frozen_compile, s, c, s.redecomposed(c, sub), inputs, frozen, dead, tell=ctx.note
+                _frozen_compile,
+                s,
+                c,
+                build.redecomposed(s, c, sub),
+                inputs,
+                frozen,
+                dead,
+                tell=ctx.note,
             )
             cache = "off: frozen parameters (their values are not in the key)"
             return fn, plugin, cache, "; ".join([fn.note, *c.notes])
-        fn, cache = _graph_compile(s, c, s.redecomposed(c, sub), inputs, dead=dead)
+        fn, cache = _graph_compile(s, c, build.redecomposed(s, c, sub), inputs, dead=dead)
         return fn, plugin, cache, "; ".join(c.notes)
     except SDKError:
         raise

@@ -199,7 +199,7 @@ def for_peer(info: PluginInfo, core: CoreOptions) -> Resolved:
 
 def _plugin_options(info: PluginInfo, values: Mapping[str, Any]) -> PluginOptions:
     try:
-        return PluginOptions.of(info.name, values)
+        return PluginOptions.of(info.name, values, info.options_class)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
 

@@ -222,7 +222,7 @@ class Session:
         """The table AOTAutograd traces with: this plugin's own; with a chain, only what
         every plugin of the chain decomposes alike, so that no plugin's decompositions or
         kept ops reach another's graph: each plugin's compile then decomposes the graph
-        further by its own table (:meth:`redecomposed`)."""
+        further by its own table (:func:`core.stages.build.redecomposed`)."""
         state = self._chain_state
         if "common" not in state:
             root = state["root"]
@@ -244,13 +244,6 @@ class Session:
         if own is common:
             return set()
         return {op for op, fn in own.items() if common.get(op) is not fn}
-
-    def redecomposed(self, ctx: CompileContext, gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-        """``gm`` (traced with :meth:`table`) decomposed by this plugin's own table: the ops
-        another plugin of the chain keeps, which this one decomposes. ``gm`` itself when
-        there is nothing to decompose (always, without a chain)."""
-        extra = self.decomposes(ctx)
-        return tp.decompose(gm, self.own_table(ctx), extra) if extra else gm
 
     # -- compile ------------------------------------------------------------
 
@@ -280,7 +273,13 @@ class Session:
         arguments.numbers_as_tensors(gm)  # (before the fallback or the recipe takes gm)
         ctx = dataclasses.replace(ctx, written_inputs=fallback.written_inputs(gm))
         job = Job(
-            ctx, gm, example_inputs, recipe, parameters=dict(parameters or {}), capture=capture
+            ctx,
+            gm,
+            example_inputs,
+            recipe,
+            parameters=dict(parameters or {}),
+            capture=capture,
+            aten_ops=len(fallback.aten_calls(gm)),
         )
         built = partition.run(self, job) or build.run(self, job)
         return wrap.finish(self, built)

@@ -1,11 +1,12 @@
-"""Build the executable program of one ATen graph variant.
+"""The executable program of one ATen graph variant: from the whole-graph cache where it is
+there, else built and stored there.
 
-lowering -> scheduling -> kernels -> the plugin renders and compiles them ->
-memory planning -> a generated Python function that allocates buffers,
-launches kernels and externs in order, frees what is dead, and returns the
-outputs. That function's per-call work is the launches and allocations only.
-The wrapper's writer (and the program as data for the native runner) is
-core/wrapper.py; this module builds programs and stores and loads them.
+The build is :mod:`core.build_stages`, a table of named stages run by one driver: graph
+passes -> lowering -> scheduling -> the plugin renders and compiles the kernels -> kernel
+choices measured -> the program (memory planning and a generated Python function that
+allocates buffers, launches kernels and externs in order, frees what is dead and returns
+the outputs; its writer, and the program as data for the native runner, is core/wrapper.py).
+This module looks programs up, has them built, and stores and loads them.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.fx
@@ -23,67 +22,34 @@ from sdk.plugin import CompileContext, KernelSource
 from sdk.report import (
     ExternReport,
     FallbackReport,
-    HookFault,
     KernelChoiceReport,
     KernelReport,
     PassReport,
 )
 
-from . import graph_cache, logs, passes, tune, warm
+from . import build_stages, graph_cache, logs, passes, warm
 from . import steps as st
-from .adapters.torch_private import report_output_strides
+from .build_stages.artifacts import PluginFailure, ProgramParts
+from .build_stages.assemble import announce_kernels
+from .build_stages.compile import compile_sources
 from .fallback import op_name
-from .ir.graph import ComputedView, ExternNode, TensorValue
-from .ir.kernel import Kernel, Layout, check_kernel
-from .lowering import (
-    COLLECTIVE_OPS,
-    LIBRARY_OPS,
-    SEED_BUFFER,
-    WAIT_OPS,
-    Lowerer,
-    _dense,
-    channels_last_wanted,
-    same_strides,
-    shape_of,
-    strides_of,
-)
-from .memory import (
-    step_reads,
-    step_writes,
-)
-from .registry import CannotCompile, observe
-from .scheduler import Decision, Scheduler, _Builder, kernel_name
+from .lowering import LIBRARY_OPS
+from .scheduler import Decision
 from .session import CompileSession
-from .wrapper import _PUBLIC_FUNCTIONS, Wrapper, _qualname, _runner, _WrapperWriter, inputs_written
+from .wrapper import _PUBLIC_FUNCTIONS, Wrapper, _qualname, _runner, inputs_written
 
 #: (the wrapper's names, importable from here as before)
-__all__ = ["_PUBLIC_FUNCTIONS", "build_program", "inputs_written", "load_program", "vendor_externs"]
+__all__ = [
+    "_PUBLIC_FUNCTIONS",
+    "PluginFailure",
+    "ProgramParts",
+    "build_program",
+    "inputs_written",
+    "load_program",
+    "vendor_externs",
+]
 
 _log = logging.getLogger(__name__)
-
-
-class PluginFailure(RuntimeError):
-    """The plugin could not produce the graph's kernels: the pipeline falls back."""
-
-
-@dataclass
-class ProgramParts:
-    kernels: list[KernelReport] = field(default_factory=list)
-    externs: list[ExternReport] = field(default_factory=list)
-    fallbacks: list[FallbackReport] = field(default_factory=list)
-    views: set[str] = field(default_factory=set)
-    decisions: list[Decision] = field(default_factory=list)
-    wrapper_source: str = ""
-    runner: str = ""  # GraphReport.runner
-    program: str = ""  # GraphReport.program
-    cache: str = ""  # GraphReport.cache
-    #: a program from the whole-graph cache: what building it took when it was stored
-    cold_seconds: float = 0.0
-    key: str | None = None  # the program's key in the whole-graph cache, where it is there
-    hook_faults: list[HookFault] = field(default_factory=list)  # observers, passes that raised
-    passes: list[PassReport] = field(default_factory=list)  # GraphReport.passes
-    choices: list[KernelChoiceReport] = field(default_factory=list)  # GraphReport.choices
-    tuning: str = ""  # GraphReport.tuning
 
 
 def build_program(
@@ -107,7 +73,9 @@ def build_program(
     if hit is not None:
         return hit
     notes = len(ctx.notes)
-    fn, parts, wrapper, sources, fns = _build(session, ctx, gm, specs, vendor, plan, start)
+    built = build_stages.run(session, ctx, build_stages.Graph(gm, specs, vendor, plan, start))
+    fn, parts, wrapper = built.fn, built.parts, built.wrapper
+    sources, fns = built.compiled.sources, built.compiled.fns
     parts.cache = why or "stored"
     if key is not None:
         with logs.stage(_log, "store", ctx.graph_name) as stored:
@@ -146,289 +114,6 @@ def vendor_externs(
             )
         out[n.name] = (f"{i}:{op_name(n.target)}", fn)
     return out
-
-
-def _build(
-    session: CompileSession,
-    ctx: CompileContext,
-    gm: torch.fx.GraphModule,
-    specs: tuple,
-    vendor: dict[str, tuple[str, Callable]] | None = None,
-    plan: passes.Plan | None = None,
-    start: float | None = None,
-) -> tuple[Callable, ProgramParts, Wrapper, list[KernelSource], list[Callable]]:
-    """``start``: when the variant's compile began (``time.perf_counter()``), the base of the
-    automatic budget for measuring kernel choices (default: now)."""
-    start = time.perf_counter() if start is None else start
-    # decided on the graph as AOTAutograd made it (its size counts), before the passes
-    layout = channels_last_wanted(gm, ctx)
-    faults: list[HookFault] = []
-    ran: list[PassReport] = []
-    if plan is not None:
-        with logs.stage(_log, "passes", ctx.graph_name) as done:
-            gm, ran, faults = passes.run(plan, gm, ctx, session.registry)
-            done.append(passes.summary(ran))
-    refused: dict[str, str] = {}
-    while True:
-        L, sched, outputs, layouts, program = _schedule(
-            session, ctx, gm, specs, refused, vendor, layout
-        )
-        over = _over_limits(ctx, sched.limits, program)
-        if not over:
-            break
-        # an ATen op whose kernel exceeds the plugin's limits on its own (fusion never
-        # does): it runs in ATen, and the graph is lowered again around it
-        fresh = {k: v for k, v in over.items() if k not in refused}
-        if not fresh:
-            raise PluginFailure(f"kernels over sdk:{ctx.plugin}'s sdk_kernel_limits: {over}")
-        refused.update(fresh)
-
-    if L.free_outputs:
-        report_output_strides(
-            [
-                _strides(outputs[i], layouts) if i in L.free_outputs else None
-                for i in range(len(outputs))
-            ]
-        )
-    program = overlap_communication(program)
-    kernels = [k for k in program if isinstance(k, Kernel)]
-    debug = session.debug
-    sources = []
-    with logs.stage(_log, "codegen", ctx.graph_name) as rendered:
-        for k in kernels:
-            if debug:
-                check_kernel(k)
-            src = session.hooks.sdk_render_kernel(ctx=ctx, kernel=k)
-            if src is None:
-                raise PluginFailure(
-                    f"sdk:{ctx.plugin} rendered nothing for kernel {k.name} "
-                    "(its sdk_render_kernel returned None)"
-                )
-            sources.append(src)
-        rendered.append(f"sdk:{ctx.plugin} rendered {len(sources)} kernels")
-    with logs.stage(_log, "compile", ctx.graph_name) as built:
-        compiling = time.perf_counter()
-        fns = _compile(session, ctx, sources, building=True)
-        compiling = time.perf_counter() - compiling
-        built.append(f"sdk:{ctx.plugin} compiled {len(fns)} kernels")
-    with logs.stage(_log, "measure", ctx.graph_name) as measured:
-        sources, fns, choices, tuning = tune.choose(
-            session, ctx, kernels, sources, fns, time.perf_counter() - start, faults, compiling
-        )
-        measured.append(tuning or "nothing measured")
-
-    compiled = dict(zip((k.name for k in kernels), fns))
-    with logs.stage(_log, "wrap", ctx.graph_name) as wrapped:
-        wrapper = _WrapperWriter(L, program, compiled, outputs, layouts).write()
-        fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
-        wrapped.append(f"Python wrapper of {len(wrapper.source.splitlines())} lines")
-    parts = ProgramParts(
-        runner=_runner(fn, wrapper),
-        program=st.describe(wrapper.steps) if wrapper.steps is not None else "",
-        kernels=[
-            KernelReport(k.name, ctx.plugin, k.origins, s.source, *_kernel_io(k))
-            for k, s in zip(kernels, sources)
-        ],
-        externs=L.externs,
-        fallbacks=L.fallbacks,
-        views=L.views,
-        decisions=sched.decisions,
-        wrapper_source=wrapper.source,
-        hook_faults=faults,
-        passes=ran,
-        choices=choices,
-        tuning=tuning,
-    )
-    _announce_kernels(session, ctx, sources, parts)
-    return fn, parts, wrapper, sources, fns
-
-
-def _strides(entry: tuple, layouts: dict[str, Layout]) -> tuple[int, ...] | None:
-    """The strides a graph output of this plan entry (see :func:`_plan_outputs`) leaves in."""
-    kind, name, layout = entry
-    if kind == "view":
-        return tuple(layout.strides)
-    if kind == "buf" and name in layouts:
-        return tuple(layouts[name].strides)
-    return None
-
-
-def _schedule(
-    session: CompileSession,
-    ctx: CompileContext,
-    gm: torch.fx.GraphModule,
-    specs: tuple,
-    refused: dict,
-    vendor: dict[str, tuple[str, Callable]] | None = None,
-    layout: tuple[bool, str] | None = None,
-) -> tuple[Lowerer, Scheduler, list, dict[str, Layout], list[Kernel | ExternNode]]:
-    """Lower ``gm`` (the ATen nodes of ``refused`` run in ATen, for its reason) and
-    schedule it into kernels and library calls, in program order; with the outputs' plan.
-    ``layout``: whether activations are channels-last (see ``Lowerer``)."""
-    with logs.stage(_log, "lower", ctx.graph_name) as lowered:
-        L = Lowerer(
-            gm, specs, ctx, session.hooks, refused=refused, vendor=vendor, channels_last=layout
-        )
-        L.run()
-        lowered.append(
-            f"{len(gm.graph.nodes)} FX nodes -> {len(L.nodes)} IR nodes, "
-            f"{len(L.externs)} library calls, {len(L.fallbacks)} fallbacks, {len(L.views)} views"
-        )
-    outputs, keep = _plan_outputs(L)
-    with logs.stage(_log, "schedule", ctx.graph_name) as scheduled:
-        sched = Scheduler(L.nodes, ctx, session.hooks, keep, fusion=ctx.core_options.fusion)
-        steps = sched.run()
-        fused = sum(d.fused for d in sched.decisions)
-        scheduled.append(
-            f"{len(steps)} steps, {fused} fusions made, {len(sched.decisions) - fused} refused"
-        )
-
-    layouts: dict[str, Layout] = {}
-    for name, spec in L.inputs:
-        if name:
-            layouts[name] = Layout(
-                spec.sizes, spec.strides, spec.offset, spec.dtype, spec.device.type
-            )
-    for n in L.nodes:
-        if isinstance(n, ExternNode):
-            layouts.update({o[0]: o[1] for o in n.outputs if o})
-        else:
-            layouts[n.name] = n.layout
-    for name, t in L.constants.items():
-        layouts[name] = Layout(
-            tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype, t.device.type
-        )
-    for dev_name, (_host, dev_layout) in L.host.items():
-        layouts[dev_name] = dev_layout
-    layouts[SEED_BUFFER] = Layout((1,), (1,), 0, torch.int64, ctx.device_type)
-
-    owner = sched._owner()
-    program: list[Kernel | ExternNode] = []
-    used_names: set[str] = set()
-    for step in steps:
-        if isinstance(step, ExternNode):
-            program.append(step)
-            continue
-        stored = sched.stored(step, owner)
-        if not stored:
-            continue  # nothing outside the group needs it: dead
-        name = kernel_name(step)
-        base, i = name, 0
-        while name in used_names:
-            i += 1
-            name = f"{base}_{i}"
-        used_names.add(name)
-        origins = tuple(dict.fromkeys(o for n in step.members for o in n.origins))
-        program.append(_Builder(sched.ctx, step).kernel(name, stored, layouts, origins))
-    return L, sched, outputs, layouts, program
-
-
-def _kernel_io(k: Kernel) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The buffers kernel ``k`` reads and those it writes."""
-    return (
-        tuple(a.name for a in k.args if a.role in ("in", "inout")),
-        tuple(a.name for a in k.args if a.role in ("out", "inout")),
-    )
-
-
-def _over_limits(
-    ctx: CompileContext, limits: Any, program: list[Kernel | ExternNode]
-) -> dict[str, str]:
-    """ATen node name -> why it runs in ATen, for each ATen node of a kernel over the
-    plugin's ``sdk_kernel_limits`` (only a kernel of one unsplittable op can be)."""
-    if limits is None:
-        return {}
-    out: dict[str, str] = {}
-    for k in program:
-        if not isinstance(k, Kernel):
-            continue
-        ins, outs = _kernel_io(k)
-        over = limits.exceeded(len(ins), len(outs), len(set(ins) | set(outs)))
-        if over is None:
-            continue
-        why = (
-            f"its kernel alone would take {over} (sdk:{ctx.plugin}'s sdk_kernel_limits); "
-            "raise the limit or decompose the op into smaller ones to compile it"
-        )
-        names = [o.split(": ", 1)[0] for o in k.origins if ": aten." in o or ": prims." in o]
-        if not names:
-            raise PluginFailure(f"kernel {k.name} ({', '.join(k.origins)}): {why}")
-        out.update(dict.fromkeys(names, why))
-    return out
-
-
-def _announce_kernels(
-    session: CompileSession, ctx: CompileContext, sources: list[KernelSource], parts: ProgramParts
-) -> None:
-    for src in sources:
-        observe(session.registry, ctx, parts.hook_faults, "sdk_on_kernel_compiled", source=src)
-
-
-def _touches(step: Kernel | ExternNode) -> set[str]:
-    return step_reads(step) | set(step_writes(step))
-
-
-def overlap_communication(program: list[Kernel | ExternNode]) -> list[Kernel | ExternNode]:
-    """Computation between a collective and its wait overlaps the communication: each
-    collective moves up to just after the last step that writes what it reads, then each
-    wait down to just before the first step that reads what it returns (the program's
-    outputs are read at its end). Collectives keep their order among themselves, and so do
-    waits; every rank runs the same program, so the collectives start in one order on all
-    ranks."""
-    out = list(program)
-    for i in range(len(out)):
-        step = out[i]
-        if isinstance(step, ExternNode) and step.target in COLLECTIVE_OPS:
-            ins = step_reads(step)
-            j = i
-            while (
-                j > 0
-                and not (set(step_writes(out[j - 1])) & ins)
-                and not _is(out[j - 1], COLLECTIVE_OPS)
-            ):
-                j -= 1
-            out.insert(j, out.pop(i))
-    for i in range(len(out) - 1, -1, -1):
-        step = out[i]
-        if isinstance(step, ExternNode) and step.target in WAIT_OPS:
-            made = _touches(step)  # the wait returns (an alias of) its input
-            j = i
-            while (
-                j + 1 < len(out)
-                and not (_touches(out[j + 1]) & made)
-                and not _is(out[j + 1], WAIT_OPS)
-            ):
-                j += 1
-            out.insert(j, out.pop(i))
-    return out
-
-
-def _is(step: Kernel | ExternNode, ops: frozenset) -> bool:
-    return isinstance(step, ExternNode) and step.target in ops
-
-
-def _compile(
-    session: CompileSession,
-    ctx: CompileContext,
-    sources: list[KernelSource],
-    *,
-    building: bool = False,
-) -> list[Callable]:
-    """The plugin's callables of ``sources``; ``building``: they are new (not a cache hit's,
-    which the plugin loads from its own cache), so a plugin that cannot compile here is not
-    asked (:class:`~core.registry.CannotCompile`)."""
-    if not sources:
-        return []
-    if building and session.cannot_compile:
-        raise CannotCompile(ctx.plugin, session.cannot_compile)
-    fns = session.hooks.sdk_compile_kernels(ctx=ctx, sources=sources)
-    if fns is None or len(fns) != len(sources):
-        raise PluginFailure(
-            f"sdk:{ctx.plugin} compiled {0 if fns is None else len(fns)} "
-            f"of {len(sources)} kernels; sdk_compile_kernels must return "
-            "one callable per source"
-        )
-    return list(fns)
 
 
 # -- the whole-graph cache (core/graph_cache.py) ---------------------------------
@@ -555,7 +240,7 @@ def load_program(
             KernelSource(s["name"], s["language"], s["source"], s["entry"], dec(s["meta"]))
             for s in doc["sources"]
         ]
-        fns = _compile(session, ctx, sources)
+        fns = compile_sources(session, ctx, sources)
     except Exception:  # noqa: BLE001 - an entry this code cannot read or build is a miss
         return None
     try:
@@ -610,52 +295,6 @@ def load_program(
         return None
     for note in doc["notes"]:
         ctx.note(note)
-    _announce_kernels(session, ctx, sources, parts)
+    announce_kernels(session, ctx, sources, parts.hook_faults)
     warm.record(key, data)
     return fn, parts
-
-
-def _plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
-    """How each graph output is produced, and the computed buffers that must be stored."""
-    plan, keep = [], set()
-    returned: set[str] = set()
-    for i, (v, meta) in enumerate(zip(L.outputs, L.output_metas)):
-        st = v.storage if isinstance(v, TensorValue) else None
-        if st is not None and st.buffer in L.merged and st.buffer in returned:
-            # two graph nodes of equal values became one node: each output gets its own
-            v = L.pointwise(v.sizes, v.dtype, v.load, cse=False)
-        if st is not None:
-            returned.add(st.buffer)
-        if (
-            L.channels_last
-            and i not in L.free_outputs
-            and isinstance(v, TensorValue)
-            and isinstance(meta, torch.Tensor)
-        ):
-            # a layout the core chose stays inside the graph: outputs leave in eager's
-            want = strides_of(meta)
-            st = v.storage
-            if (
-                st is not None
-                and shape_of(meta) == tuple(v.sizes)
-                and _dense(v.sizes, want)
-                and not same_strides(v.sizes, st.layout.strides, want)
-            ):
-                v = L.require_layout(v, want)
-        if isinstance(v, ComputedView) and v.reindex is None and v.sizes == v.node.sizes:
-            plan.append(("buf", v.node.name, None))
-            keep.add(v.node.name)
-        elif isinstance(v, TensorValue) and v.storage is not None:
-            st = L.on_host(v.storage)  # a host value leaves the graph as itself, as in eager
-            plan.append(("view", st.buffer, st.layout))
-            if isinstance(v, ComputedView):
-                keep.add(v.node.name)
-        elif isinstance(v, TensorValue):
-            copy = L.pointwise(v.sizes, v.dtype, v.load)
-            plan.append(("buf", copy.node.name, None))
-            keep.add(copy.node.name)
-        else:
-            plan.append(("const", v, None))
-    # the new values of inputs written in place are stored (into the inputs' memory)
-    keep |= set(L.written)
-    return plan, keep

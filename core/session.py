@@ -69,10 +69,6 @@ class CompileSession(Protocol):
 
     def decomposes(self, ctx: CompileContext) -> set[Any]: ...
 
-    def redecomposed(
-        self, ctx: CompileContext, gm: torch.fx.GraphModule
-    ) -> torch.fx.GraphModule: ...
-
     def compile_aten_graph(
         self, ctx: CompileContext, gm: torch.fx.GraphModule, example_inputs: list[Any], **kw: Any
     ) -> Callable: ...

@@ -47,6 +47,7 @@ from sdk.errors import (
 )
 from sdk.explain import collect_reports, explain, reset
 from sdk.hookspecs import PROJECT as _PROJECT
+from sdk.options import option
 from sdk.plugin import (
     HOOK_API_VERSION,
     Capability,
@@ -224,5 +225,6 @@ __all__ = [
     "explain",
     "hookimpl",
     "list_plugins",
+    "option",
     "reset",
 ]

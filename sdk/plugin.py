@@ -292,8 +292,14 @@ class PluginOptions(_Options):
     plugin: ClassVar[str] = ""
 
     @staticmethod
-    def of(plugin: str, values: Mapping[str, Any]) -> PluginOptions:
-        """``values`` as ``plugin``'s options type (one class per plugin and option names)."""
+    def of(plugin: str, values: Mapping[str, Any], declared: type | None = None) -> PluginOptions:
+        """``values`` as ``plugin``'s options type (one class per plugin and option names);
+        ``declared``: the plugin's own options dataclass (:mod:`sdk.options`), of which the
+        result is an instance."""
+        if declared is not None:
+            from sdk.options import declared_type
+
+            return declared_type(plugin, declared)(**values)
         return _options_type(plugin, tuple(sorted(values)))(**values)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -347,6 +353,9 @@ class PluginInfo:
     device_types: tuple[str, ...]
     kind: PluginKind = PluginKind.CODEGEN
     capabilities: frozenset[Capability] = frozenset()
+    #: the plugin's own options: a dict of :class:`OptionSpec` by name, or a frozen dataclass
+    #: of the plugin's (:mod:`sdk.options`), which becomes that dict (and
+    #: :attr:`options_class`): ``ctx.plugin_options`` is then an instance of it
     options: Mapping[str, OptionSpec] = field(default_factory=dict)
     description: str = ""
     #: ATen ops whose kernels on this plugin's devices may give other bits from run to run
@@ -372,10 +381,17 @@ class PluginInfo:
     #: outside the compile's fake mode (tensors it makes are real); the partition is kept out
     #: of the whole-graph cache (the values are not in its key)
     frozen_parameters: bool = False
+    #: the options dataclass the plugin declared as :attr:`options` (None: a dict of specs)
+    options_class: type | None = field(default=None, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
             raise ValueError(f"plugin name {self.name!r} must be a Python identifier")
+        if isinstance(self.options, type):
+            from sdk.options import specs_of
+
+            object.__setattr__(self, "options_class", self.options)
+            object.__setattr__(self, "options", specs_of(self.options))
         object.__setattr__(self, "kind", PluginKind(self.kind))
         object.__setattr__(self, "capabilities", self._capabilities())
         object.__setattr__(self, "device_types", tuple(self.device_types))

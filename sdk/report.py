@@ -199,6 +199,11 @@ class GraphReport:
     #: "partition" (a chain's split, its partitions' compiles included), "build" (lowering
     #: through codegen, every variant built so far), "wrap" (the wrapper plugins)
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    #: the build stage's own stages and what each took, in seconds, in the order they ran
+    #: (``core/build_stages``: "passes", "lower", "schedule", "render", "compile",
+    #: "measure", "program"), every variant built so far; empty where nothing was built (a
+    #: hit of the whole-graph cache, a warm start, a graph split between a chain's plugins)
+    build_stages: dict[str, float] = field(default_factory=dict)
     #: a forward or inference graph that ended where Dynamo broke the graph: why (Dynamo's
     #: reason, and the user's line); None when the graph ended at the function's return
     graph_break: GraphBreak | None = None
@@ -353,6 +358,9 @@ class GraphReport:
             lines.append(f"  passes: {', '.join(str(p) for p in self.passes)}")
         if self.stage_seconds:
             lines.append(f"  stages: {self.stages_line()}")
+        if self.build_stages:
+            shown = ", ".join(f"{s} {t:.3f}s" for s, t in self.build_stages.items())
+            lines.append(f"  build stages: {shown}")
         if self.tuning:
             lines.append(f"  kernel choices: {self.tuning}")
         for c in self.choices:

@@ -183,7 +183,7 @@ def restore(
             fn = build.build_variant(
                 session,
                 ctx,
-                session.redecomposed(ctx, gm),
+                build.redecomposed(session, ctx, gm),
                 specs,
                 report,
                 keys=keys,

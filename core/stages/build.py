@@ -39,14 +39,15 @@ def run(session: CompileSession, job: Job) -> Built:
     fallback): a :class:`~core.guards.Specializing` program, one variant per input layout
     (or one for every value of the symbolic sizes), built now or at its first call."""
     ctx, recipe, whole, example_inputs = job.ctx, job.recipe, job.whole, job.example_inputs
-    as_traced, gm = job.gm, session.redecomposed(ctx, job.gm)
+    as_traced, gm = job.gm, redecomposed(session, ctx, job.gm)
     report = GraphReport(
         name=ctx.graph_name, kind=ctx.graph_kind, plugin=ctx.plugin, notes=ctx.notes
     )
     capture = job.capture
     # (a chain's partition: not in AOTAutograd's cache on its own)
     report.warm = "off" if capture is None else "miss" if capture.cache_tag else capture.warm
-    report.aten_ops = len(fallback.aten_calls(gm))
+    same = gm is as_traced and job.aten_ops is not None
+    report.aten_ops = job.aten_ops if same else len(fallback.aten_calls(gm))
     recipe.report = report
     start = time.perf_counter()
     keys = recipe.keys
@@ -86,6 +87,17 @@ def run(session: CompileSession, job: Job) -> Built:
     )
 
 
+def redecomposed(
+    session: CompileSession, ctx: CompileContext, gm: torch.fx.GraphModule
+) -> torch.fx.GraphModule:
+    """``gm`` (traced with the session's common table, :meth:`~core.session.CompileSession.table`)
+    decomposed by the session's plugin's own table: the ops another plugin of the chain
+    keeps, which this one decomposes. ``gm`` itself when there is nothing to decompose
+    (always, without a chain). The session answers for the tables; the graph is the stage's."""
+    extra = session.decomposes(ctx)
+    return tp.decompose(gm, session.own_table(ctx), extra) if extra else gm
+
+
 def compile_partition(
     session: CompileSession, ctx: CompileContext, gm: torch.fx.GraphModule, inputs: list[Any]
 ) -> tuple[Callable, GraphReport]:
@@ -94,7 +106,8 @@ def compile_partition(
     compiled it, and why the plugins before did not)."""
     ctx = dataclasses.replace(ctx, written_inputs=fallback.written_inputs(gm))
     recipe = warm.Recipe(ctx.graph_kind, ctx.device_type)
-    built = run(session, Job(ctx, gm, inputs, recipe, whole=True))
+    ops = len(fallback.aten_calls(gm))
+    built = run(session, Job(ctx, gm, inputs, recipe, whole=True, aten_ops=ops))
     return wrap.finish(session, built), built.report
 
 
@@ -201,7 +214,7 @@ def _build_variant(
 ) -> Callable:
     """Compile one variant; on failure try the chain, then the op-level fallback.
     ``common``: the variant's graph as traced, before this plugin's own decompositions
-    (:meth:`~core.session.CompileSession.redecomposed`), which each plugin of the chain decomposes by its own.
+    (:func:`redecomposed`), which each plugin of the chain decomposes by its own.
     ``per_shape_on_failure`` (a symbolic variant): raise instead, and take no op-level
     fallback that the symbolic sizes caused. ``keys`` gets the variant's key in the
     whole-graph cache (None: not a program of this session's plugin stored there);
@@ -241,7 +254,7 @@ def _build_variant(
             graph = gm
             if plugin != ctx.plugin:
                 # its own decompositions, not the failed plugin's (nor its kept ops)
-                graph = peer.redecomposed(c, common() if common is not None else gm)
+                graph = redecomposed(peer, c, common() if common is not None else gm)
                 if peer.broken:
                     errors.append(peer.broken)
                     failed.append((plugin, peer.broken.splitlines()[0], False))
@@ -347,6 +360,8 @@ def fill(report: GraphReport, plugin: str, part: Any) -> None:
     report.passes[:] = part.passes
     report.choices[:] = part.choices
     report.tuning = part.tuning
+    for stage, took in part.stage_seconds.items():  # (every variant built so far)
+        report.build_stages[stage] = report.build_stages.get(stage, 0.0) + took
 
 
 def announce(session: CompileSession, ctx: CompileContext, report: GraphReport) -> None:

@@ -35,6 +35,9 @@ class Job:
     parameters: Mapping[int, Any] = field(default_factory=dict)
     #: the Dynamo graph this ATen graph came from (None: a chain's partition)
     capture: Capture | None = None
+    #: the ATen calls of ``gm`` (views included), counted where the job was made with its
+    #: other facts (``ctx.written_inputs``); None: not counted
+    aten_ops: int | None = None
 
 
 @dataclass(frozen=True)

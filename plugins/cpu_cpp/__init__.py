@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import sdk
 import sdk.toolchain
 
 __version__ = "0.1.0"
+
+
+@dataclass(frozen=True)
+class CppOptions:
+    """cpu_cpp's own options (``torch.compile(..., options={"extra_flags": (...)})``):
+    ``ctx.plugin_options`` is one of these."""
+
+    #: added after the compiler flags cpu_cpp builds with (``toolchain.default_flags``);
+    #: the whole-graph cache keys on them, as on every option
+    extra_flags: tuple[str, ...] = sdk.option(
+        (),
+        "C++ compiler flags added after cpu_cpp's own (e.g. ('-fno-unroll-loops',))",
+        examples=(("-fno-unroll-loops",),),
+    )
 
 
 @sdk.hookimpl
@@ -27,6 +42,7 @@ def sdk_plugin_info() -> sdk.PluginInfo:
             }
         ),
         description="C++ with OpenMP, built by the system C++ compiler",
+        options=CppOptions,
     )
 
 
@@ -69,5 +85,14 @@ def sdk_compile_kernels(
     from . import render, toolchain
 
     unit = render.TARGET.unit(sources)
-    lib = sdk.toolchain.load_library(toolchain.compile_library(unit, plugin_version=__version__))
+    # (a context built by hand, in a test, may hold no options of this plugin)
+    extra = getattr(ctx.plugin_options, "extra_flags", ())
+    if any(not isinstance(f, str) for f in extra):
+        raise sdk.OptionError(
+            f"option 'extra_flags' for sdk:cpu_cpp must hold strings, got {extra!r}"
+        )
+    flags = toolchain.default_flags() + tuple(extra)
+    lib = sdk.toolchain.load_library(
+        toolchain.compile_library(unit, flags=flags, plugin_version=__version__)
+    )
     return sdk.clike.launchers(lib, sources)

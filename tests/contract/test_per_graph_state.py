@@ -112,3 +112,78 @@ def test_reading_the_session_and_writing_elsewhere_pass():
         "    other = session\n"
     )
     assert session_writes(source) == []
+
+
+#: the methods that change a container in place
+_MUTATING = frozenset(
+    {"append", "extend", "update", "add", "setdefault", "pop", "clear", "insert", "remove"}
+)
+
+
+def session_mutations(source: str) -> list[tuple[str, int]]:
+    """``(what, line)`` of each change made through a parameter annotated as a session
+    (``CompileSession`` or ``Session``, whatever its name): an assignment onto one of its
+    attributes or items (``peer.x = ...``, ``s.tables[k] = ...``), or a mutating call on one
+    (``s.notes.append(...)``)."""
+
+    def root(e: ast.expr) -> str | None:
+        while isinstance(e, ast.Attribute | ast.Subscript):
+            e = e.value
+        return e.id if isinstance(e, ast.Name) else None
+
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        params = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+        names = {
+            a.arg
+            for a in params
+            if a.annotation is not None
+            and ast.unparse(a.annotation).split(".")[-1] in ("CompileSession", "Session")
+        }
+        for node in ast.walk(fn) if names else ():
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = list(node.targets)
+            elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+                targets = [node.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute | ast.Subscript) and root(t) in names:
+                    found.append((ast.unparse(t), node.lineno))
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _MUTATING
+                and isinstance(node.func.value, ast.Attribute | ast.Subscript)
+                and root(node.func.value) in names
+            ):
+                found.append((ast.unparse(node.func), node.lineno))
+    return found
+
+
+def test_no_stage_changes_a_session_under_any_name():
+    # the stages (core/stages, and the build's, core/build_stages) and the modules they call
+    # take the session as a parameter: none changes it, whatever it calls it
+    bad = [
+        f"{path.relative_to(ROOT).as_posix()}:{line}: {what}"
+        for path in sorted((ROOT / "core").rglob("*.py"))
+        for what, line in session_mutations(path.read_text())
+    ]
+    assert not bad, bad
+
+
+def test_a_session_change_under_another_name_is_caught():
+    source = (
+        "def run(peer: CompileSession, s: core.session.Session, other):\n"
+        "    peer.graph_id = 1\n"
+        "    s.tables['x'] = 2\n"
+        "    s.notes.append('y')\n"
+        "    other.warm = 3\n"  # (not annotated: not a session parameter)
+        "    print(peer.options.fallback)\n"
+    )
+    assert sorted(w for w, _ in session_mutations(source)) == [
+        "peer.graph_id",
+        "s.notes.append",
+        "s.tables['x']",
+    ]

@@ -33,8 +33,9 @@ print("ran")
 
 #: an op cpu_cpp has no lowering for: it runs through ATen, with a reason
 FALLBACK_OP = "aten.cumprod.default"
-#: the stages ``+sdk`` times (after "capture", the Dynamo graph received)
-STAGES = ("aot", "lower", "schedule", "codegen", "compile", "wrap")
+#: the stages ``+sdk`` times (after "capture", the Dynamo graph received; the build stages
+#: of core/build_stages through their inspection hook)
+STAGES = ("aot", "passes", "lower", "schedule", "render", "compile", "measure", "program", "wrap")
 
 
 def fn(x):
