@@ -22,12 +22,13 @@ How it is measured (``python -m tests.walk`` prints it):
   ``self``, nor an object that holds the graph (a lowerer handed to each op's lowering: what
   is passed on is one node), nor a stage's working state (the scheduler's fusion groups and
   IR nodes: the schedule stage's own business until it hands over kernels);
-* the build stages' driver (``core.build_stages.run``) hands each stage's artifact to its
-  inspection hook (``core.build_stages.inspect``: the ``TORCH_LOGS=+sdk`` line, the times
-  ``sdk.explain`` reports, and any ``inspecting`` observer), which reads it and passes
-  nothing on: those calls, and all they make, are listed apart (``Walk.inspections``, one
-  stage name per call), not in the walk; counted in it, they would return to the driver's
-  file once after each stage;
+* a call from a file to a function of the same file does not enter a file: the walk is
+  where the graph crosses between files. The build stages' driver (``core.build_stages.run``)
+  hands each stage's artifact to its inspection hook (``core.build_stages.inspect``, in the
+  driver's own file: the ``TORCH_LOGS=+sdk`` line and the times ``sdk.explain`` reports);
+  those calls stay in the driver's file. Each is listed (``Walk.inspections``, one stage
+  name per call), and an observer added with ``inspecting`` in another project file would
+  count as that file's entries like any call;
 * the files those calls enter, consecutive repeats collapsed, are the walk; a file that
   appears again after another file is a return to a file already left.
 
@@ -157,7 +158,7 @@ def trace(fn: Any, *args: Any, step: Any = None) -> dict[str, Walk]:
     walks: dict[str, list[tuple[str, str]]] = {}
     inspections: dict[str, list[str]] = {}
     compiled: dict[int, Any] = {}  # id -> the compiled kernel (kept alive: ids stay unique)
-    state: dict[str, Any] = {"frame": None, "kind": None, "inspector": None}
+    state: dict[str, Any] = {"frame": None, "kind": None}
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         code = frame.f_code
@@ -168,20 +169,16 @@ def trace(fn: Any, *args: Any, step: Any = None) -> dict[str, Walk]:
                 state["frame"], state["kind"] = frame, frame.f_locals["kind"]
         elif event == "return" and frame is state["frame"]:
             state["frame"] = None  # (this ATen graph is compiled; the next may come)
-        elif event == "return" and frame is state["inspector"]:
-            state["inspector"] = None
+        if event != "call" or state["frame"] is None:
             return
-        if event != "call" or state["frame"] is None or state["inspector"] is not None:
-            return
-        if code is hook:
-            # the driver hands each stage's artifact to its inspection hook: observers,
-            # which read it and pass nothing on (listed apart, with all they call)
-            state["inspector"] = frame
+        if code is hook:  # (listed: the driver hands each stage's artifact to its hook)
             inspections.setdefault(state["kind"], []).append(frame.f_locals["stage"])
-            return
         path = code.co_filename
         if not path.startswith(PROJECT):
             return
+        caller = frame.f_back
+        if caller is not None and caller.f_code.co_filename == path:
+            return  # (a call within one file enters no file)
         if any(_carries(v, compiled) for v in _arguments(frame)):
             calls = walks.setdefault(state["kind"], [])
             calls.append((str(Path(path).relative_to(ROOT)), code.co_name))

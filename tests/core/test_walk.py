@@ -47,7 +47,7 @@ def test_a_training_graph_returns_to_a_file_already_left_at_most_6_times(walks, 
     assert entered == STAGE_FILES, walk
     assert walk.files.count("core/build_stages/__init__.py") == 1, walk
     assert walk.files.count("core/program.py") == 1, walk
-    # the inspection hook, apart from the walk: once after each stage
+    # the inspection hook, called by the driver in its own file: once after each stage
     assert walk.inspections == BUILD, walk.inspections
 
 
