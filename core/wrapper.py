@@ -364,8 +364,15 @@ class _WrapperWriter:
         call = f"{op}({call_args}{', ' if call_args and kw else ''}{kw})"
         names = [o[0] if o else "_" for o in step.outputs]
         if in_place is not None:
-            # its output is its first argument, in the layout planned for it
+            # its output is its first argument, in the layout planned for it; a host output
+            # still gets its device copy (a CPU scalar's op run in place, read on the device)
             self.lines.append(f"    {call}  # {in_place}")
+            for out in step.outputs:
+                if out and out[0] in self.copy_of:
+                    copy = self._device_copy(out[0])
+                    self.lines += copy
+                    if copy:
+                        self.sw.record(self.sw.device_copy, out[0])
             return
         if step.multi_output:
             self.lines.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = {call}")

@@ -218,7 +218,12 @@ def kernel_call(
                 state["fast"] = None  # refused before launching: stay portable
         if not state["tried"]:
             state["tried"] = True
-            records.count_triton_jit()
+            records.count_triton_jit(
+                getattr(jit_fn, "__name__", "kernel"),
+                "no shim state (nargs not given)"
+                if native is None
+                else ("no record stored" if record is None else "the record was refused"),
+            )
             compiled = portable()(*args, **kw)
             state["fast"] = _fast(compiled, grid, consts)
             if native is not None and state["fast"] is not None:
@@ -234,7 +239,7 @@ def kernel_call(
 
     def warmup(dtypes: list[Any]) -> Any:
         """Compile without launching (Triton takes dtypes for pointer arguments)."""
-        records.count_triton_jit()
+        records.count_triton_jit(getattr(jit_fn, "__name__", "kernel"), "precompiled")
         return jit_fn.warmup(*dtypes, grid=grid, **kw)
 
     call.warmup = warmup  # type: ignore[attr-defined]
@@ -311,7 +316,9 @@ class _Variant:
         if key in self.fast:
             self.jit_fn[grid](*args, **self.kw)
             return
-        records.count_triton_jit()
+        records.count_triton_jit(
+            getattr(self.jit_fn, "__name__", "kernel"), "symbolic sizes (no records)"
+        )
         compiled = self.jit_fn[grid](*args, **self.kw)
         self.fast[key] = _direct(compiled, self.consts)
 

@@ -370,13 +370,14 @@ _LOAD_ERRORS = {
 }
 
 
-def counts() -> dict[str, int]:
+def counts() -> dict[str, Any]:
     """This process's kernels by how they became launchable: ``record``, those the shim
     loaded from their record; ``triton``, the times a kernel went through Triton's JIT path
     (compiled, or found in Triton's cache and loaded)."""
     return {
         "record": sum(1 for n in list(made) if n.from_record),
         "triton": records.triton_jit_count(),
+        "triton_kernels": records.triton_jit_kernels(),  # which, and why
     }
 
 

@@ -39,6 +39,7 @@ NAMESPACE = "cuda_triton-records"
 #: Triton's cache and loaded): a precompile, a first launch through ``kernel[grid]``, a first
 #: launch of a symbolic kernel's specialization (:func:`.native.counts`)
 _triton_jit = [0]
+_triton_jit_kernels: list[str] = []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,10 +229,17 @@ def save(record_key: str, rec: KernelRecord) -> None:
         _log.info("cuda_triton: kernel record not stored: %s", exc)
 
 
-def count_triton_jit() -> None:
-    """Note one kernel taken through Triton's JIT path (see :func:`.native.counts`)."""
+def count_triton_jit(name: str, why: str) -> None:
+    """Note one kernel taken through Triton's JIT path, and why it had no record to load
+    (see :func:`.native.counts`)."""
     _triton_jit[0] += 1
+    _triton_jit_kernels.append(f"{name}: {why}")
 
 
 def triton_jit_count() -> int:
     return _triton_jit[0]
+
+
+def triton_jit_kernels() -> list[str]:
+    """Each kernel taken through Triton's JIT path in this process, and why."""
+    return list(_triton_jit_kernels)

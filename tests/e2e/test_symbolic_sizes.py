@@ -10,6 +10,8 @@ program builds.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -129,7 +131,7 @@ def test_a_plugin_without_the_capability_compiles_per_shape(plugin, graph_report
     def without(self, *args, **kwargs):
         real(self, *args, **kwargs)
         caps = self.info.capabilities - {sdk.Capability.SYMBOLIC_SIZES}
-        self.info = type(self.info)(**{**self.info.__dict__, "capabilities": caps})
+        self.info = dataclasses.replace(self.info, capabilities=caps)
 
     monkeypatch.setattr(pipeline.Session, "__init__", without)
     f = torch.compile(lambda x: x.sin() + 1, backend=sdk.backend(plugin), dynamic=True)
