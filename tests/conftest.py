@@ -51,6 +51,50 @@ def sdk_plugin_info():
 _module_ids = itertools.count()
 
 
+#: Modules whose tests share a costly module- or session-scoped fixture (processes that fill
+#: a cache, one g++ build of all the file's kernels, wheels and a venv). Under pytest-xdist
+#: (``-n auto --dist loadgroup``, pyproject's addopts) each runs on one worker, so that
+#: fixture runs once per suite, not once on each worker that drew one of its tests.
+SHARED_FIXTURE_MODULES = (
+    "tests/reliability/test_cache_hostile.py",
+    "tests/reliability/test_no_compiler.py",
+    "tests/core/test_warm_start.py",
+    "tests/contract/test_packaging.py",
+    "tests/contract/test_clike_casts.py",
+    "tests/plugins/cpu_cpp/test_cpp_render.py",
+    "tests/plugins/cpu_cpp/test_cpp_index_errors.py",
+)
+
+#: The modules of the longest single tests (``--durations``: a minute or more each on CI's
+#: two cores), collected first: a worker then starts each of them early, and the short tests
+#: fill both workers at the end, instead of one long test ending the run on one worker while
+#: the other has nothing left to do.
+LONG_TESTS_FIRST = (
+    "tests/tools/test_bench_models.py",
+    "tests/e2e/test_reproducible.py",
+    "tests/e2e/test_distributed.py",
+    "tests/contract/test_conformance.py",
+    "tests/iree/test_backend.py",
+    "tests/e2e/test_symbolic_sizes.py",
+    "tests/contract/test_scaffold.py",
+    "tests/e2e/test_backend.py",
+    "tests/tools/test_cli_startup.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # (before xdist's own hook reads the groups)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    for item in items:
+        if module(item) in SHARED_FIXTURE_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module(item)))
+    first = {m: i for i, m in enumerate(LONG_TESTS_FIRST)}
+    # stable: each module's tests stay together and in their order
+    items.sort(key=lambda item: first.get(module(item), len(first)))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _one_runner_build(tmp_path_factory: pytest.TempPathFactory) -> None:
     """One build of the native runner for the whole run (every worker and every process a

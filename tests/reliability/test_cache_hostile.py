@@ -324,21 +324,33 @@ def test_no_home_dir_warns_once_and_still_generates_kernels(tmp_path, case):
     assert "home directory" in message and "SDK_CACHE_DIR" in message, message
 
 
+def _no_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NO_HOME, in this process: HOME unset, and no passwd entry for the uid."""
+    import pwd
+
+    def _no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", _no_entry)
+
+
 @pytest.mark.parametrize("case", NO_HOME_CASES)
 @pytest.mark.parametrize("action", ["info", "clear"])
-def test_cli_cache_with_no_home_dir_prints_one_line(case, action):
+def test_cli_cache_with_no_home_dir_prints_one_line(monkeypatch, capsys, case, action):
+    # in this process, as the CLI cases above (a child per case cost ~5 CPU-seconds): an
+    # exception escaping main() fails the test, as a traceback would have
+    from sdk import cli
+
     env_over, prelude = NO_HOME_CASES[case]
-    code = prelude + f"import sys; from sdk import cli; sys.exit(cli.main(['cache', {action!r}]))"
-    run = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, **env_over},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 1, (run.stdout, run.stderr)
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), run.stderr
+    for var, value in env_over.items():
+        monkeypatch.setenv(var, value)
+    if prelude:
+        _no_home(monkeypatch)
+    assert cli.main(["cache", action]) == 1
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
     assert "home directory" in lines[0] and "SDK_CACHE_DIR" in lines[0]
 
 
@@ -451,22 +463,27 @@ def test_cli_cache_on_a_bad_dir_prints_one_line(tmp_path, monkeypatch, capsys, m
 # -- concurrency, a racing clear, kill -9 ------------------------------------------------
 
 
-def test_eight_processes_and_a_racing_clear(tmp_path):
+def test_eight_processes_and_a_racing_clear(tmp_path, monkeypatch):
     root = tmp_path / "cache"
     env = _env(root)
     stop = time.monotonic() + 600
-    clears = []
+    clears: list[BaseException | None] = []
+    # the racer clears in this process (what `sdk cache clear` calls; a child per clear kept
+    # one of CI's two cores busy starting Python while the eight ran), once a second, about
+    # as often as those children did: each failure is kept, as the CLI would have said it
+    # on stderr with exit status 1. (Every 50 ms, a child's graph falls back to ATen whole:
+    # a defect of the cache's clear racing a compile, not fixed yet.)
+    monkeypatch.setenv("SDK_CACHE_DIR", str(root))
+    from sdk.core import graph_cache
 
     def clear_loop():
         while time.monotonic() < stop:
-            r = subprocess.run(
-                [sys.executable, "-m", "sdk", "cache", "clear"],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            clears.append(r.returncode)
+            try:
+                graph_cache.clear(in_use=[])
+                clears.append(None)
+            except BaseException as exc:  # noqa: BLE001 (kept, asserted below)
+                clears.append(exc)
+            time.sleep(1.0)
 
     racer = threading.Thread(target=clear_loop, daemon=True)
     racer.start()
@@ -486,11 +503,11 @@ def test_eight_processes_and_a_racing_clear(tmp_path):
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
         _held(json.loads(out.strip().splitlines()[-1]))
-    assert clears and all(rc == 0 for rc in clears), clears
+    assert clears and not [e for e in clears if e is not None], clears
 
 
 @pytest.mark.parametrize("after", [1.0, 3.0])
-def test_kill_9_mid_compile_then_a_rerun_holds(tmp_path, after):
+def test_kill_9_mid_compile_then_a_rerun_holds(tmp_path, monkeypatch, capsys, after):
     root = tmp_path / "cache"
     proc = subprocess.Popen(
         [sys.executable, "-c", CHILD],
@@ -516,12 +533,13 @@ def test_kill_9_mid_compile_then_a_rerun_holds(tmp_path, after):
     ]
     for t in temps:
         os.utime(t, (old, old), follow_symlinks=False)
-    env_root = {"SDK_CACHE_DIR": str(root)}
-    info = _cli(["cache", "info"], env_root)
-    assert info.returncode == 0
+    from sdk import cli  # in this process: two children cost ~5 CPU-seconds each
+
+    monkeypatch.setenv("SDK_CACHE_DIR", str(root))
+    assert cli.main(["cache", "info"]) == 0
     if temps:
-        assert "temporary" in info.stdout
-    assert _cli(["cache", "clear"], env_root).returncode == 0
+        assert "temporary" in capsys.readouterr().out
+    assert cli.main(["cache", "clear"]) == 0
     assert not [
         p
         for ns in root.iterdir()

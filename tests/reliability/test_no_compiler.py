@@ -102,11 +102,16 @@ def _no_compiler(tmp_path: Path) -> dict[str, str]:
     return {"CXX": str(tmp_path / "no-such-g++"), "PATH": str(empty)}
 
 
+#: the file, in :func:`warm`'s directory, of the MegaCache artifacts its process saved
+ARTIFACTS = "artifacts.bin"
+
+
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Caches filled by the training step in a process with a compiler."""
+    """Caches filled by the training step in a process with a compiler, and the MegaCache
+    artifacts that process saved (``ARTIFACTS`` in it; the caches' copies carry it along)."""
     root = tmp_path_factory.mktemp("warm")
-    _run(STEP, {**os.environ, **_caches(root)}, "same")
+    _run(STEP, {**os.environ, **_caches(root)}, "same", f"save:{root / ARTIFACTS}")
     return root
 
 
@@ -152,12 +157,14 @@ def test_a_graph_not_in_the_cache_runs_in_aten_with_one_warning(warm: Path, tmp_
     assert text.count("no-such-g++") <= 2, text  # the reason once per graph at most
 
 
-def test_programs_received_through_mega_cache_run_without_a_compiler(tmp_path: Path) -> None:
+def test_programs_received_through_mega_cache_run_without_a_compiler(
+    warm: Path, tmp_path: Path
+) -> None:
     """``save_cache_artifacts()`` carries the kernels' libraries and the plugin's cache key
     with the programs: a machine with empty caches and no compiler (of the same CPU) that
-    loads them runs the step compiled, without a warning."""
-    blob = tmp_path / "artifacts.bin"
-    _run(STEP, {**os.environ, **_caches(tmp_path / "sender")}, "same", f"save:{blob}")
+    loads them runs the step compiled, without a warning. (The sender is :func:`warm`'s
+    process, which saved them.)"""
+    blob = warm / ARTIFACTS
     env = {**os.environ, **_caches(tmp_path / "receiver"), **_no_compiler(tmp_path)}
     out, text = _run(STEP, env, "same", f"load:{blob}")
     assert out["warnings"] == [], text
