@@ -9,6 +9,10 @@ caller's inputs from that same state. Compared: the outputs (dtype, sizes, strid
 bits), every input storage's bytes afterwards (what each wrote in place), the
 generator's state after the call, and, where one raises, that the other raises the same.
 A difference raises :class:`RunnerMismatch` naming it; else the runner's results return.
+
+A program the runner cannot run (no steps yet: symbolic sizes, collectives; or refused)
+runs through its one executor, and ``sdk.explain`` says "not checked" and why
+(:func:`why_not`): never a silent pass.
 """
 
 from __future__ import annotations
@@ -68,6 +72,19 @@ def cross_checked(native: Callable, interpreted: Callable, device: torch.device,
 
     call.cross_checked = True  # type: ignore[attr-defined]
     return call
+
+
+def why_not(has_steps: bool, native_why: str | None) -> str:
+    """Why ``runner="check"`` runs a program through one executor only (GraphReport.runner
+    says "not checked" and this): it has no steps (``native_why``: which part has no step
+    form), the runner refused its steps, or the runner could not be built here."""
+    if not has_steps:
+        return f"no steps: {native_why}" if native_why else "no steps"
+    if native_why:
+        return native_why
+    from . import native
+
+    return f"the native runner could not be built: {native.why_not() or 'unknown'}"
 
 
 def _generator(device: torch.device) -> tuple[Callable[[], torch.Tensor], Callable]:

@@ -214,7 +214,9 @@ class GraphReport:
     wrapper: str = ""
     #: what runs the program: "native" (the SDK's C++ runner, one Python->C++ crossing per
     #: call) or "python: <why>" (the generated Python function: the runner cannot take a
-    #: step of this program, cannot be built here, or ``options={"runner": "python"}``)
+    #: step of this program, cannot be built here, or ``options={"runner": "python"}``);
+    #: with runner="check": "check: ..." (both executors, compared), or
+    #: "python: not checked by runner='check': <why>" (one executor only)
     runner: str = ""
     #: the program as data (the native runner's steps), one step per line; "" without one
     program: str = ""
