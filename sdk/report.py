@@ -137,6 +137,9 @@ class PartitionReport:
     output_bytes: int = 0
     cache: str = ""  # a graph-level plugin's artifact: "hit", "stored", "off" or why not
     note: str = ""
+    #: what runs a kernel-level plugin's program (GraphReport.runner); "" where none runs it
+    #: (a graph-level plugin's partition, or ATen's)
+    runner: str = ""
 
 
 @dataclass(frozen=True)

@@ -293,3 +293,106 @@ def test_the_check_raises_on_a_difference(monkeypatch):
     )
     with pytest.raises(crosscheck.RunnerMismatch, match="output 0: the bits differ"):
         f(torch.randn(8))
+
+
+# ---- SDK_RUNNER=check: every compile of a process under the check ----
+
+
+def test_sdk_runner_sets_the_runner_default_and_an_option_wins(monkeypatch):
+    from sdk.core.options import resolve
+    from sdk.errors import OptionError
+
+    info = sdk.PluginInfo(name="p", version="1", hook_api=4, device_types=("cpu",))
+    monkeypatch.setenv("SDK_RUNNER", "check")
+    assert resolve(info, None, {}).core.runner == "check"
+    assert resolve(info, None, {"runner": "native"}).core.runner == "native"
+    monkeypatch.setenv("SDK_RUNNER", "both")
+    with pytest.raises(OptionError, match=r"SDK_RUNNER.*'native', 'python' or 'check'.*'both'"):
+        resolve(info, None, {})
+    monkeypatch.delenv("SDK_RUNNER")
+    assert resolve(info, None, {}).core.runner == "native"
+
+
+def _mutating(buf, idx, x):
+    buf.add_(1)
+    buf[idx] = (x * 2).sum(1)[: idx.numel()]
+    return buf.view(2, -1) * x.mean()
+
+
+def _chain_f(x):
+    return torch.nn.functional.gelu(x @ x.t()).softmax(-1)
+
+
+#: the suite's kinds of graph: (name, fn, args, backend options, torch.compile's dynamic)
+_KINDS = [
+    ("training", None, (torch.randn(16, 32),), {}, None),
+    ("dynamic", _chain_f, (torch.randn(6, 5),), {}, True),
+    ("mutation", _mutating, (torch.randn(8), torch.tensor([0, 3]), torch.randn(4, 5)), {}, None),
+    ("chain", _chain_f, (torch.randn(6, 5),), {"chain": ["cuda_triton"]}, None),
+    ("warm start", _chain_f, (torch.randn(6, 5),), {"cache": True}, None),
+]
+
+
+def _fresh(fn):
+    """``fn``, or (None) a training step of a fresh MLP of its own."""
+    return fn or _training(models.mlp(32, 64, 8, layernorm=True, seed=0), None)
+
+
+def _drift(monkeypatch):
+    """The interpreter of every program materialized from now on one ulp off on its first
+    float output: what the check must catch wherever it runs."""
+    real = interp.program
+
+    def drifted(*args, **kwargs):
+        call = real(*args, **kwargs)
+
+        def off(inputs):
+            out = list(call(inputs))
+            k = next(i for i, t in enumerate(out) if t is not None and t.is_floating_point())
+            out[k] = torch.nextafter(out[k], out[k] + 1)
+            return out
+
+        return off
+
+    monkeypatch.setattr(interp, "program", drifted)
+
+
+@needs_runner
+@pytest.mark.parametrize("kind", _KINDS, ids=[k[0] for k in _KINDS])
+def test_sdk_runner_check_checks_every_kind_of_graph_or_says_why_not(kind, monkeypatch, tmp_path):
+    """Under SDK_RUNNER=check (no runner option given), each kind of the suite's graphs is
+    either checked (its report says so, its result is eager's, and an interpreter one ulp
+    off is caught) or its report says "not checked" and why: never a silent pass. Dynamic
+    graphs have no steps yet (symbolic sizes): not checked until the steps take them."""
+    name, fn, args, options, dynamic = kind
+    monkeypatch.setenv("SDK_RUNNER", "check")
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1" if options.get("cache") else "0")
+    backend = sdk.backend("cpu_cpp", **options)
+    for cache in ("stored", "hit") if options.get("cache") else ("",):
+        torch._dynamo.reset()
+        report = sdk.explain(_fresh(fn), *copy.deepcopy(args), backend=backend, dynamic=dynamic)
+        assert [g.cache for g in report.graphs] == [cache] * len(report.graphs) or not cache
+    runners = [r for g in report.graphs for r in _runners(g)]
+    assert runners and all(runners), report
+    checked = all(r.startswith("check") for r in runners)
+    if name == "dynamic":
+        assert checked or all("not checked by runner='check': " in r for r in runners), runners
+    else:
+        assert checked, runners
+    torch._dynamo.reset()
+    got = torch.compile(_fresh(fn), backend=backend, dynamic=dynamic)(*copy.deepcopy(args))
+    torch.testing.assert_close(got, _fresh(fn)(*copy.deepcopy(args)))
+    _drift(monkeypatch)
+    torch._dynamo.reset()
+    compiled = torch.compile(_fresh(fn), backend=backend, dynamic=dynamic)
+    if checked:
+        with pytest.raises(crosscheck.RunnerMismatch, match="the bits differ"):
+            compiled(*copy.deepcopy(args))
+    else:
+        compiled(*copy.deepcopy(args))  # (the interpreter alone ran: nothing to compare)
+
+
+def _runners(graph):
+    """What runs ``graph``'s programs: its own, or its chain partitions'."""
+    return [graph.runner] if graph.runner else [p.runner for p in graph.partitions]
