@@ -323,12 +323,26 @@ def _chain_f(x):
     return torch.nn.functional.gelu(x @ x.t()).softmax(-1)
 
 
+def _tanh_f(x):  # split by the chain: picky refuses tanh, cpu_cpp takes it
+    return (torch.tanh(x @ x.t()) * 2 + 1).sin().sum(1)
+
+
+#: cpu_cpp's codegen that refuses tanh (tests/core/test_chain.py's)
+_PICKY = """
+    from sdk.plugins.cpu_cpp import sdk_compile_kernels, sdk_render_kernel  # noqa: F401
+
+    @sdk.hookimpl
+    def sdk_op_support(ctx, op, node):
+        return sdk.Support.no("picky takes no tanh") if "tanh" in str(op) else None
+"""
+
+
 #: the suite's kinds of graph: (name, fn, args, backend options, torch.compile's dynamic)
 _KINDS = [
     ("training", None, (torch.randn(16, 32),), {}, None),
     ("dynamic", _chain_f, (torch.randn(6, 5),), {}, True),
     ("mutation", _mutating, (torch.randn(8), torch.tensor([0, 3]), torch.randn(4, 5)), {}, None),
-    ("chain", _chain_f, (torch.randn(6, 5),), {"chain": ["cuda_triton"]}, None),
+    ("chain", _tanh_f, (torch.randn(6, 5),), {"chain": ["cpu_cpp"]}, None),
     ("warm start", _chain_f, (torch.randn(6, 5),), {"cache": True}, None),
 ]
 
@@ -359,7 +373,9 @@ def _drift(monkeypatch):
 
 @needs_runner
 @pytest.mark.parametrize("kind", _KINDS, ids=[k[0] for k in _KINDS])
-def test_sdk_runner_check_checks_every_kind_of_graph_or_says_why_not(kind, monkeypatch, tmp_path):
+def test_sdk_runner_check_checks_every_kind_of_graph_or_says_why_not(
+    kind, monkeypatch, tmp_path, request
+):
     """Under SDK_RUNNER=check (no runner option given), each kind of the suite's graphs is
     either checked (its report says so, its result is eager's, and an interpreter one ulp
     off is caught) or its report says "not checked" and why: never a silent pass. Dynamic
@@ -368,13 +384,20 @@ def test_sdk_runner_check_checks_every_kind_of_graph_or_says_why_not(kind, monke
     monkeypatch.setenv("SDK_RUNNER", "check")
     monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("SDK_GRAPH_CACHE", "1" if options.get("cache") else "0")
-    backend = sdk.backend("cpu_cpp", **options)
+    plugin = "cpu_cpp"
+    if name == "chain":  # (a graph split in two partitions, each a program of its own)
+        make_plugin, fake_dist = (request.getfixturevalue(f) for f in ("make_plugin", "fake_dist"))
+        picky = make_plugin(_PICKY, name="picky")
+        request.getfixturevalue("use_registry")(fake_dist("acme-chain", {"picky": picky}))
+        plugin = "picky"
+    backend = sdk.backend(plugin, **options)
     for cache in ("stored", "hit") if options.get("cache") else ("",):
         torch._dynamo.reset()
         report = sdk.explain(_fresh(fn), *copy.deepcopy(args), backend=backend, dynamic=dynamic)
         assert [g.cache for g in report.graphs] == [cache] * len(report.graphs) or not cache
     runners = [r for g in report.graphs for r in _runners(g)]
     assert runners and all(runners), report
+    assert name != "chain" or len(runners) >= 2, runners  # (its partitions)
     checked = all(r.startswith("check") for r in runners)
     if name == "dynamic":
         assert checked or all("not checked by runner='check': " in r for r in runners), runners
