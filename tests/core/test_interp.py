@@ -419,3 +419,23 @@ def test_sdk_runner_check_checks_every_kind_of_graph_or_says_why_not(
 def _runners(graph):
     """What runs ``graph``'s programs: its own, or its chain partitions'."""
     return [graph.runner] if graph.runner else [p.runner for p in graph.partitions]
+
+
+@needs_runner
+def test_a_program_without_steps_is_reported_not_checked_by_name(monkeypatch):
+    """linalg.inv's error check is an effectful op (``with_effects``), which has no step yet:
+    the graph runs its Python program alone, and the report names the op, not an object's
+    address."""
+    monkeypatch.setenv("SDK_RUNNER", "check")
+
+    def f(x):
+        return torch.linalg.inv(x @ x.t() + 6 * torch.eye(6)).sin()
+
+    x = torch.randn(6, 5)
+    report = sdk.explain(f, x, backend=sdk.backend("cpu_cpp", cache=False))
+    runners = [g.runner for g in report.graphs]
+    assert runners == [
+        "python: not checked by runner='check': no steps: with_effects is not an ATen op"
+    ], runners
+    assert "python program (not checked by runner='check': no steps: with_effects" in str(report)
+    torch.testing.assert_close(torch.compile(f, backend="sdk:cpu_cpp")(x), f(x))
