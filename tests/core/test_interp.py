@@ -439,3 +439,41 @@ def test_a_program_without_steps_is_reported_not_checked_by_name(monkeypatch):
     ], runners
     assert "python program (not checked by runner='check': no steps: with_effects" in str(report)
     torch.testing.assert_close(torch.compile(f, backend="sdk:cpu_cpp")(x), f(x))
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("the __str__ of a vendor's exception raised")
+
+
+def test_the_check_compares_errors_whose_message_cannot_be_printed():
+    """Both executors raising an exception whose ``str()`` raises: the runner's own error
+    goes on (the wrap stage names it), not a ValueError from the comparison."""
+    raised = _Unprintable()
+
+    def fail(args):
+        raise raised
+
+    call = crosscheck.cross_checked(fail, lambda args: fail(args), torch.device("cpu"), "g")
+    with pytest.raises(_Unprintable) as info:
+        call([torch.ones(2)])
+    assert info.value is raised
+    other = crosscheck.cross_checked(fail, lambda args: [args[0] * 2], torch.device("cpu"), "g")
+    with pytest.raises(crosscheck.RunnerMismatch, match="raised _Unprintable: <unprintable"):
+        other([torch.ones(2)])
+
+
+def test_the_check_compares_meta_tensors_by_layout():
+    """Tensors on meta hold no bytes: their layouts are compared (a graph that moves a value
+    to meta gave way to ATen under the check: torch.equal has no meta kernel)."""
+
+    def make(shape):
+        return lambda args: [args[0].to("meta").expand(*shape)]
+
+    x = torch.randn(1, 4).to("meta")
+    same = crosscheck.cross_checked(make((3, 4)), make((3, 4)), torch.device("cpu"), "g")
+    (out,) = same([x])
+    assert out.is_meta and out.shape == (3, 4)
+    other = crosscheck.cross_checked(make((3, 4)), make((2, 4)), torch.device("cpu"), "g")
+    with pytest.raises(crosscheck.RunnerMismatch, match=r"output 0: .*native.*interpreter"):
+        other([x])
