@@ -121,11 +121,11 @@ def compile_partitioned(
         _fill_constants(work, part.name, sub)
         frozen = frozen_inputs(session, ctx, part.plugin, work, part.name, params)
         dead = dead_after(work, part.name)
-        fn, compiled_by, cache, note = _compile_partition(
+        fn, compiled_by, cache, note, runner = _compile_partition(
             session, ctx, part.plugin, part.name, sub, frozen, dead
         )
         setattr(work, part.name, _Bound(fn))
-        report.partitions.append(_describe(part, sub, compiled_by, cache, note))
+        report.partitions.append(_describe(part, sub, compiled_by, cache, note, runner))
     work.recompile()
     report.compile_seconds = time.perf_counter() - start
     forward = work.forward
@@ -290,9 +290,9 @@ def _compile_partition(
     sub: torch.fx.GraphModule,
     frozen: Mapping[int, Any] | None = None,
     dead: frozenset[int] = frozenset(),
-) -> tuple[Callable, str, str, str]:
+) -> tuple[Callable, str, str, str, str]:
     """(callable taking the partition's inputs positionally, who compiled it, cache state,
-    note): by ``plugin``, else the next kernel-level plugin of the chain, else ATen.
+    note, what runs its program: PartitionReport.runner): by ``plugin``, else the next kernel-level plugin of the chain, else ATen.
     ``frozen``: the partition's inputs ``plugin`` gets as constants (frozen parameters and
     buffers);
     ``dead``: the inputs nothing reads after the partition (an output may be written into
@@ -308,10 +308,10 @@ def _compile_partition(
     if s.info.kind == PluginKind.CODEGEN:
         fn, done = build.compile_partition(s.narrowed(tuple(later)), c, sub, inputs)
         if not done.chain_failures:
-            return _positional(fn), plugin, "", ""
+            return _positional(fn), plugin, "", "", done.runner
         # the partition went down the chain: who compiled it, and why the others did not
         by = done.plugin if done.plugin != plugin else "aten"
-        return _positional(fn), by, "", "; ".join(done.chain_failures)
+        return _positional(fn), by, "", "; ".join(done.chain_failures), done.runner
     if not c.has(Capability.SYMBOLIC_SIZES) and not all(is_static(x) for x in inputs):
         # a graph-level plugin that does not declare symbolic sizes gets concrete ones
         make = None
@@ -329,7 +329,7 @@ def _compile_partition(
                     tell=ctx.note,
                 )
 
-        return _outside_modes(_PerShape(s, c, sub, make)), plugin, "per shape", ""
+        return _outside_modes(_PerShape(s, c, sub, make)), plugin, "per shape", "", ""
     try:
         if frozen:
             fn = Frozen(
@@ -343,9 +343,9 @@ def _compile_partition(
                 tell=ctx.note,
             )
             cache = "off: frozen parameters (their values are not in the key)"
-            return fn, plugin, cache, "; ".join([fn.note, *c.notes])
+            return fn, plugin, cache, "; ".join([fn.note, *c.notes]), ""
         fn, cache = _graph_compile(s, c, build.redecomposed(s, c, sub), inputs, dead=dead)
-        return fn, plugin, cache, "; ".join(c.notes)
+        return fn, plugin, cache, "; ".join(c.notes), ""
     except SDKError:
         raise
     except Exception as exc:  # noqa: BLE001 - this partition goes to the next plugin
@@ -354,7 +354,7 @@ def _compile_partition(
                 f"sdk:{plugin} refused symbolic sizes ({describe(exc, one_line=True)}): "
                 "compiled per shape"
             )
-            return _outside_modes(_PerShape(s, c, sub)), plugin, "per shape", note
+            return _outside_modes(_PerShape(s, c, sub)), plugin, "per shape", note, ""
         if strict(c):
             raise LoweringError(
                 f"sdk:{plugin} could not compile partition {graph_name} and strict mode "
@@ -372,10 +372,10 @@ def _compile_partition(
         s = session.peer(later[0]).narrowed(tuple(later[1:]))
         c = s.context(ctx.graph_kind, graph_name, ctx.device_type)
         c.note(note)
-        fn, _ = build.compile_partition(s, c, sub, inputs)
-        return _positional(fn), later[0], "", note
+        fn, done = build.compile_partition(s, c, sub, inputs)
+        return _positional(fn), later[0], "", note, done.runner
     run, _ = fallback.whole_graph(sub, note)
-    return lambda *args: run(list(args)), "aten", "", note
+    return lambda *args: run(list(args)), "aten", "", note, ""
 
 
 def _graph_compile(
@@ -617,12 +617,23 @@ def _describe(
     compiled_by: str,
     cache: str,
     note: str,
+    runner: str = "",
 ) -> PartitionReport:
     ins, in_bytes = _crossing(placeholder_vals(sub))
     outs, out_bytes = _crossing(output_vals(sub))
     nodes = tuple(f"{n.name}: {fallback.op_name(n.target)}" for n in fallback.aten_calls(sub))
     return PartitionReport(
-        part.name, part.plugin, compiled_by, nodes, ins, in_bytes, outs, out_bytes, cache, note
+        part.name,
+        part.plugin,
+        compiled_by,
+        nodes,
+        ins,
+        in_bytes,
+        outs,
+        out_bytes,
+        cache,
+        note,
+        runner,
     )
 
 

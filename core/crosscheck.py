@@ -6,9 +6,14 @@ The interpreter runs first, on a copy of the inputs (each input storage copied w
 sizes, strides, storage offsets, alignment and the aliasing between inputs are the
 caller's), from the device generator's state at the call; the runner then runs on the
 caller's inputs from that same state. Compared: the outputs (dtype, sizes, strides and
-bits), every input storage's bytes afterwards (what each wrote in place), the
-generator's state after the call, and, where one raises, that the other raises the same.
+bits; a meta tensor's layout only), every input storage's bytes afterwards (what each
+wrote in place), the generator's state after the call, and, where one raises, that the
+other raises the same (type and message).
 A difference raises :class:`RunnerMismatch` naming it; else the runner's results return.
+
+A program the runner cannot run (no steps yet: symbolic sizes, collectives; or refused)
+runs through its one executor, and ``sdk.explain`` says "not checked" and why
+(:func:`why_not`): never a silent pass.
 """
 
 from __future__ import annotations
@@ -39,23 +44,23 @@ def cross_checked(native: Callable, interpreted: Callable, device: torch.device,
         try:
             got = native(args)
         except Exception as exc:
-            if failed is None or (type(exc), str(exc)) != (type(failed), str(failed)):
+            if failed is None or _error(exc) != _error(failed):
                 raise RunnerMismatch(
                     f"sdk runner check, graph {name}: the native runner raised "
-                    f"{type(exc).__name__}: {exc}; the interpreter "
-                    + (f"raised {type(failed).__name__}: {failed}" if failed else "did not")
+                    f"{_error(exc)}; the interpreter "
+                    + (f"raised {_error(failed)}" if failed else "did not")
                 ) from exc
             raise
         if failed is not None:
             raise RunnerMismatch(
                 f"sdk runner check, graph {name}: the interpreter raised "
-                f"{type(failed).__name__}: {failed}; the native runner did not"
+                f"{_error(failed)}; the native runner did not"
             ) from failed
         if got is NotImplemented:  # (the runner's own guard: never set in this mode)
             return got
         _compare(name, "output", want, got)
         for k, (whole, copy) in enumerate(storages):
-            if not torch.equal(whole, copy):
+            if not whole.is_meta and not torch.equal(whole, copy):
                 raise RunnerMismatch(
                     f"sdk runner check, graph {name}: input storage {k}: the bytes the two "
                     "left in it differ"
@@ -68,6 +73,19 @@ def cross_checked(native: Callable, interpreted: Callable, device: torch.device,
 
     call.cross_checked = True  # type: ignore[attr-defined]
     return call
+
+
+def why_not(has_steps: bool, native_why: str | None) -> str:
+    """Why ``runner="check"`` runs a program through one executor only (GraphReport.runner
+    says "not checked" and this): it has no steps (``native_why``: which part has no step
+    form), the runner refused its steps, or the runner could not be built here."""
+    if not has_steps:
+        return f"no steps: {native_why}" if native_why else "no steps"
+    if native_why:
+        return native_why
+    from . import native
+
+    return f"the native runner could not be built: {native.why_not() or 'unknown'}"
 
 
 def _generator(device: torch.device) -> tuple[Callable[[], torch.Tensor], Callable]:
@@ -122,7 +140,19 @@ def _differs(a: Any, b: Any) -> str:
     layout = (a.dtype, a.shape, a.stride(), a.device)
     if layout != (b.dtype, b.shape, b.stride(), b.device):
         return f"{(b.dtype, b.shape, b.stride(), b.device)} (native) != {layout} (interpreter)"
+    if a.is_meta:  # (no bytes: the layout is all there is)
+        return ""
     return "" if torch.equal(_bits(a), _bits(b)) else "the bits differ"
+
+
+def _error(exc: BaseException) -> str:
+    """``exc``'s type and message, for comparing and naming; an exception whose ``str()``
+    raises (a vendor's) is "<unprintable TYPE>", as Python's traceback prints it."""
+    try:
+        said = str(exc)
+    except Exception:  # noqa: BLE001 - the message is the exception's own defect
+        said = f"<unprintable {type(exc).__name__}>"
+    return f"{type(exc).__name__}: {said}"
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

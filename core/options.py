@@ -3,7 +3,7 @@
 ``torch.compile(..., mode=..., options={...})`` and ``sdk.backend(name, **options)``
 both end here. An unknown option or mode raises and lists the known ones. :func:`resolve`
 parses them once per compile into two frozen objects: the core's :class:`sdk.CoreOptions`
-(with the environment's ``SDK_DEBUG`` and ``SDK_GRAPH_CACHE`` folded in, read through
+(with the environment's ``SDK_DEBUG``, ``SDK_GRAPH_CACHE`` and ``SDK_RUNNER`` folded in, read through
 :mod:`sdk._config`) and the plugin's own :class:`sdk.PluginOptions`. Everything after reads
 those by attribute; this module is the only one of the core that reads options by name
 (``tests/core/test_options.py`` holds the core to that).
@@ -71,7 +71,8 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         "machine; one Python->C++ crossing per call) where the program's steps allow it and "
         "it builds, else the Python program (the interpreter of the same steps); 'python', "
         "always the Python program; 'check', the runner and the interpreter both on every "
-        "call, compared bit for bit (a debugging mode: about twice the work per call)",
+        "call, compared bit for bit (a debugging mode: about twice the work per call); "
+        "SDK_RUNNER sets the default",
         str,
     ),
     "channels_last": OptionSpec(
@@ -91,6 +92,10 @@ MODES: dict[str, dict[str, Any]] = {
     "max-autotune": {"autotune": True, "wrappers": (Capability.GRAPH_CAPTURE,)},
     "max-autotune-no-cudagraphs": {"autotune": True},
 }
+
+
+#: the values of the ``runner`` option (and of SDK_RUNNER, its default)
+RUNNERS = ("native", "python", "check")
 
 
 class Resolved(NamedTuple):
@@ -118,14 +123,18 @@ def resolve(
 ) -> Resolved:
     """Defaults, then the mode's options, then the explicit ones; all validated, and parsed
     into the typed pair. ``env`` (default: read now) adds ``SDK_DEBUG`` and
-    ``SDK_GRAPH_CACHE``."""
+    ``SDK_GRAPH_CACHE``, and ``SDK_RUNNER`` as the ``runner`` option's default."""
     known = known_options(info)
     mode = mode or "default"
     if mode not in MODES:
         raise OptionError(
             f"unknown mode {mode!r} for sdk:{info.name}; known modes: {', '.join(MODES)}"
         )
+    env = config.env() if env is None else env
     merged = {k: spec.default for k, spec in known.items()}
+    if env.runner is not None:
+        _check_runner(info.name, env.runner, "the environment variable SDK_RUNNER")
+        merged["runner"] = env.runner
     merged.update(MODES[mode])
     for key, value in (options or {}).items():
         if key not in known:
@@ -145,11 +154,7 @@ def resolve(
     for key in ("wrappers", "chain"):
         merged[key] = tuple(merged[key])
     _check_chain(info.name, merged["chain"])
-    if merged["runner"] not in ("native", "python", "check"):
-        raise OptionError(
-            f"option 'runner' for sdk:{info.name} must be 'native', 'python' or 'check', got "
-            f"{merged['runner']!r}"
-        )
+    _check_runner(info.name, merged["runner"], "option 'runner'")
     if merged["min_partition_size"] < 1:
         raise OptionError(
             f"option 'min_partition_size' for sdk:{info.name} must be at least 1, got "
@@ -161,7 +166,6 @@ def resolve(
             f"option 'tune_budget_s' for sdk:{info.name} must be a number of seconds >= 0 "
             f"(0: measure nothing) or None (automatic), got {budget!r}"
         )
-    env = config.env() if env is None else env
     core = CoreOptions(
         **{
             **{k: merged[k] for k in CORE_OPTIONS},
@@ -170,6 +174,14 @@ def resolve(
         }
     )
     return Resolved(core, _plugin_options(info, {k: merged[k] for k in info.options}))
+
+
+def _check_runner(backend: str, runner: str, what: str) -> None:
+    if runner not in RUNNERS:
+        raise OptionError(
+            f"{what} for sdk:{backend} must be 'native', 'python' or 'check', got {runner!r}"
+            + (" (unset it for the default, 'native')" if what.startswith("the env") else "")
+        )
 
 
 def _check_chain(backend: str, chain: tuple[Any, ...]) -> None:

@@ -221,7 +221,7 @@ class StepWriter:
         op = step.target if in_place is None else in_place
         schema = getattr(op, "_schema", None)
         if schema is None:
-            raise st.NotNative(f"{op!r} is not an ATen op")
+            raise st.NotNative(f"{getattr(op, '__name__', repr(op))} is not an ATen op")
         for k, r in enumerate(schema.returns):
             kind = str(r.type)
             if kind in ("Tensor", "Tensor?", "Tensor[]"):

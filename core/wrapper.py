@@ -99,6 +99,8 @@ class Wrapper:
                     call = crosscheck.cross_checked(
                         native, call, torch.device(self.device), graph_name
                     )
+        if runner == "check" and not hasattr(call, "cross_checked"):
+            call.not_checked = crosscheck.why_not(self.steps is not None, self.native_why)
         # what the per-call guard must check (guards.make_check): only sizes of inputs
         # nothing bakes the layout of; only alignment where Dynamo already guards layouts
         call.layout_free = self.layout_free
@@ -525,6 +527,8 @@ def _runner(fn: Callable, wrapper: Wrapper) -> str:
     """GraphReport.runner for a materialized program."""
     if hasattr(fn, "cross_checked"):
         return "check: the native runner against the step interpreter, bit for bit"
+    if getattr(fn, "not_checked", None):
+        return f"python: not checked by runner='check': {fn.not_checked}"
     if hasattr(fn, "steps"):
         return "native"
     if wrapper.native_why:

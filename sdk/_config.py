@@ -40,6 +40,9 @@ class Env:
     #: SDK_GRAPH_CACHE=0: keep compiled programs out of the whole-graph cache (default on);
     #: folded into ``sdk.CoreOptions.cache`` by core.options.resolve
     graph_cache: bool = True
+    #: SDK_RUNNER: the default of the ``runner`` option ("native", "python" or "check"; an
+    #: option given to the compile wins); folded in by core.options.resolve
+    runner: str | None = None
 
 
 def env() -> Env:
@@ -53,6 +56,7 @@ def env() -> Env:
         cache_dir=e.get("SDK_CACHE_DIR") or None,
         xdg_cache_home=e.get("XDG_CACHE_HOME") or None,
         graph_cache=e.get("SDK_GRAPH_CACHE", "1") not in ("0", "false", "False", "off"),
+        runner=e.get("SDK_RUNNER", "").strip() or None,
     )
 
 

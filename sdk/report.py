@@ -137,6 +137,9 @@ class PartitionReport:
     output_bytes: int = 0
     cache: str = ""  # a graph-level plugin's artifact: "hit", "stored", "off" or why not
     note: str = ""
+    #: what runs a kernel-level plugin's program (GraphReport.runner); "" where none runs it
+    #: (a graph-level plugin's partition, or ATen's)
+    runner: str = ""
 
 
 @dataclass(frozen=True)
@@ -219,7 +222,9 @@ class GraphReport:
     wrapper: str = ""
     #: what runs the program: "native" (the SDK's C++ runner, one Python->C++ crossing per
     #: call) or "python: <why>" (the generated Python function: the runner cannot take a
-    #: step of this program, cannot be built here, or ``options={"runner": "python"}``)
+    #: step of this program, cannot be built here, or ``options={"runner": "python"}``);
+    #: with runner="check": "check: ..." (both executors, compared), or
+    #: "python: not checked by runner='check': <why>" (one executor only)
     runner: str = ""
     #: the program as data (the native runner's steps), one step per line; "" without one
     program: str = ""

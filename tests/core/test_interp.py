@@ -343,3 +343,187 @@ def test_the_check_raises_on_a_difference(monkeypatch):
     )
     with pytest.raises(crosscheck.RunnerMismatch, match="output 0: the bits differ"):
         f(torch.randn(8))
+
+
+# ---- SDK_RUNNER=check: every compile of a process under the check ----
+
+
+def test_sdk_runner_sets_the_runner_default_and_an_option_wins(monkeypatch):
+    from sdk.core.options import resolve
+    from sdk.errors import OptionError
+
+    info = sdk.PluginInfo(name="p", version="1", hook_api=4, device_types=("cpu",))
+    monkeypatch.setenv("SDK_RUNNER", "check")
+    assert resolve(info, None, {}).core.runner == "check"
+    assert resolve(info, None, {"runner": "native"}).core.runner == "native"
+    monkeypatch.setenv("SDK_RUNNER", "both")
+    with pytest.raises(OptionError, match=r"SDK_RUNNER.*'native', 'python' or 'check'.*'both'"):
+        resolve(info, None, {})
+    monkeypatch.delenv("SDK_RUNNER")
+    assert resolve(info, None, {}).core.runner == "native"
+
+
+def _mutating(buf, idx, x):
+    buf.add_(1)
+    buf[idx] = (x * 2).sum(1)[: idx.numel()]
+    return buf.view(2, -1) * x.mean()
+
+
+def _chain_f(x):
+    return torch.nn.functional.gelu(x @ x.t()).softmax(-1)
+
+
+def _tanh_f(x):  # split by the chain: picky refuses tanh, cpu_cpp takes it
+    return (torch.tanh(x @ x.t()) * 2 + 1).sin().sum(1)
+
+
+#: cpu_cpp's codegen that refuses tanh (tests/core/test_chain.py's)
+_PICKY = """
+    from sdk.plugins.cpu_cpp import sdk_compile_kernels, sdk_render_kernel  # noqa: F401
+
+    @sdk.hookimpl
+    def sdk_op_support(ctx, op, node):
+        return sdk.Support.no("picky takes no tanh") if "tanh" in str(op) else None
+"""
+
+
+#: the suite's kinds of graph: (name, fn, args, backend options, torch.compile's dynamic)
+_KINDS = [
+    ("training", None, (torch.randn(16, 32),), {}, None),
+    ("dynamic", _chain_f, (torch.randn(6, 5),), {}, True),
+    ("mutation", _mutating, (torch.randn(8), torch.tensor([0, 3]), torch.randn(4, 5)), {}, None),
+    ("chain", _tanh_f, (torch.randn(6, 5),), {"chain": ["cpu_cpp"]}, None),
+    ("warm start", _chain_f, (torch.randn(6, 5),), {"cache": True}, None),
+]
+
+
+def _fresh(fn):
+    """``fn``, or (None) a training step of a fresh MLP of its own."""
+    return fn or _training(models.mlp(32, 64, 8, layernorm=True, seed=0), None)
+
+
+def _drift(monkeypatch):
+    """The interpreter of every program materialized from now on one ulp off on its first
+    float output: what the check must catch wherever it runs."""
+    real = interp.program
+
+    def drifted(*args, **kwargs):
+        call = real(*args, **kwargs)
+
+        def off(inputs):
+            out = list(call(inputs))
+            k = next(i for i, t in enumerate(out) if t is not None and t.is_floating_point())
+            out[k] = torch.nextafter(out[k], out[k] + 1)
+            return out
+
+        return off
+
+    monkeypatch.setattr(interp, "program", drifted)
+
+
+@needs_runner
+@pytest.mark.parametrize("kind", _KINDS, ids=[k[0] for k in _KINDS])
+def test_sdk_runner_check_checks_every_kind_of_graph_or_says_why_not(
+    kind, monkeypatch, tmp_path, request
+):
+    """Under SDK_RUNNER=check (no runner option given), each kind of the suite's graphs is
+    either checked (its report says so, its result is eager's, and an interpreter one ulp
+    off is caught) or its report says "not checked" and why: never a silent pass. Dynamic
+    graphs have no steps yet (symbolic sizes): not checked until the steps take them."""
+    name, fn, args, options, dynamic = kind
+    monkeypatch.setenv("SDK_RUNNER", "check")
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1" if options.get("cache") else "0")
+    plugin = "cpu_cpp"
+    if name == "chain":  # (a graph split in two partitions, each a program of its own)
+        make_plugin, fake_dist = (request.getfixturevalue(f) for f in ("make_plugin", "fake_dist"))
+        picky = make_plugin(_PICKY, name="picky")
+        request.getfixturevalue("use_registry")(fake_dist("acme-chain", {"picky": picky}))
+        plugin = "picky"
+    backend = sdk.backend(plugin, **options)
+    for cache in ("stored", "hit") if options.get("cache") else ("",):
+        torch._dynamo.reset()
+        report = sdk.explain(_fresh(fn), *copy.deepcopy(args), backend=backend, dynamic=dynamic)
+        assert [g.cache for g in report.graphs] == [cache] * len(report.graphs) or not cache
+    runners = [r for g in report.graphs for r in _runners(g)]
+    assert runners and all(runners), report
+    assert name != "chain" or len(runners) >= 2, runners  # (its partitions)
+    checked = all(r.startswith("check") for r in runners)
+    if name == "dynamic":
+        assert checked or all("not checked by runner='check': " in r for r in runners), runners
+    else:
+        assert checked, runners
+    torch._dynamo.reset()
+    got = torch.compile(_fresh(fn), backend=backend, dynamic=dynamic)(*copy.deepcopy(args))
+    torch.testing.assert_close(got, _fresh(fn)(*copy.deepcopy(args)))
+    _drift(monkeypatch)
+    torch._dynamo.reset()
+    compiled = torch.compile(_fresh(fn), backend=backend, dynamic=dynamic)
+    if checked:
+        with pytest.raises(crosscheck.RunnerMismatch, match="the bits differ"):
+            compiled(*copy.deepcopy(args))
+    else:
+        compiled(*copy.deepcopy(args))  # (the interpreter alone ran: nothing to compare)
+
+
+def _runners(graph):
+    """What runs ``graph``'s programs: its own, or its chain partitions'."""
+    return [graph.runner] if graph.runner else [p.runner for p in graph.partitions]
+
+
+@needs_runner
+def test_a_program_without_steps_is_reported_not_checked_by_name(monkeypatch):
+    """linalg.inv's error check is an effectful op (``with_effects``), which has no step yet:
+    the graph runs its Python program alone, and the report names the op, not an object's
+    address."""
+    monkeypatch.setenv("SDK_RUNNER", "check")
+
+    def f(x):
+        return torch.linalg.inv(x @ x.t() + 6 * torch.eye(6)).sin()
+
+    x = torch.randn(6, 5)
+    report = sdk.explain(f, x, backend=sdk.backend("cpu_cpp", cache=False))
+    runners = [g.runner for g in report.graphs]
+    assert runners == [
+        "python: not checked by runner='check': no steps: with_effects is not an ATen op"
+    ], runners
+    assert "python program (not checked by runner='check': no steps: with_effects" in str(report)
+    torch.testing.assert_close(torch.compile(f, backend="sdk:cpu_cpp")(x), f(x))
+
+
+class _Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("the __str__ of a vendor's exception raised")
+
+
+def test_the_check_compares_errors_whose_message_cannot_be_printed():
+    """Both executors raising an exception whose ``str()`` raises: the runner's own error
+    goes on (the wrap stage names it), not a ValueError from the comparison."""
+    raised = _Unprintable()
+
+    def fail(args):
+        raise raised
+
+    call = crosscheck.cross_checked(fail, lambda args: fail(args), torch.device("cpu"), "g")
+    with pytest.raises(_Unprintable) as info:
+        call([torch.ones(2)])
+    assert info.value is raised
+    other = crosscheck.cross_checked(fail, lambda args: [args[0] * 2], torch.device("cpu"), "g")
+    with pytest.raises(crosscheck.RunnerMismatch, match="raised _Unprintable: <unprintable"):
+        other([torch.ones(2)])
+
+
+def test_the_check_compares_meta_tensors_by_layout():
+    """Tensors on meta hold no bytes: their layouts are compared (a graph that moves a value
+    to meta gave way to ATen under the check: torch.equal has no meta kernel)."""
+
+    def make(shape):
+        return lambda args: [args[0].to("meta").expand(*shape)]
+
+    x = torch.randn(1, 4).to("meta")
+    same = crosscheck.cross_checked(make((3, 4)), make((3, 4)), torch.device("cpu"), "g")
+    (out,) = same([x])
+    assert out.is_meta and out.shape == (3, 4)
+    other = crosscheck.cross_checked(make((3, 4)), make((2, 4)), torch.device("cpu"), "g")
+    with pytest.raises(crosscheck.RunnerMismatch, match=r"output 0: .*native.*interpreter"):
+        other([x])

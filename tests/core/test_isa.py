@@ -142,10 +142,11 @@ def test_a_cached_program_neither_executor_takes_is_a_miss(tmp_path, monkeypatch
 
     x, w = torch.randn(8, 16), torch.randn(16, 4)
     torch._dynamo.reset()
-    assert sdk.explain(f, x, w, backend="sdk:cpu_cpp").graphs[0].runner == "native"
+    native = sdk.backend("cpu_cpp", runner="native")  # (pinned: SDK_RUNNER may say otherwise)
+    assert sdk.explain(f, x, w, backend=native).graphs[0].runner == "native"
     assert _rewrite_entries(tmp_path / "cache", edit) == 1
     torch._dynamo.reset()
-    (graph,) = sdk.explain(f, x, w, backend="sdk:cpu_cpp").graphs
+    (graph,) = sdk.explain(f, x, w, backend=native).graphs
     assert graph.cache == "stored" and graph.runner == "native", (graph.cache, graph.runner)
     torch._dynamo.reset()
     torch.testing.assert_close(torch.compile(f, backend="sdk:cpu_cpp")(x, w), f(x, w))

@@ -248,7 +248,7 @@ def test_a_warm_program_from_the_graph_cache_runs_native(tmp_path, monkeypatch):
     reports = []
     for _ in range(2):
         torch._dynamo.reset()
-        reports.append(sdk.explain(f, x, w, backend=sdk.backend("cpu_cpp")))
+        reports.append(sdk.explain(f, x, w, backend=sdk.backend("cpu_cpp", runner="native")))
     assert reports[1].graphs[0].cache == "hit"
     assert reports[1].graphs[0].runner == "native"
     torch._dynamo.reset()

@@ -160,7 +160,8 @@ def test_every_foreach_op_compiled_matches_eager(dtype):
     assert len(report.graphs) == 1, str(report)
     left = {f.op for f in report.fallbacks}
     assert left <= NOT_LOWERED, left - NOT_LOWERED
-    assert report.graphs[0].runner == "native", report.graphs[0].runner
+    runner = report.graphs[0].runner  # (SDK_RUNNER=check: the runner runs it, and is checked)
+    assert runner == "native" or runner.startswith("check"), runner
 
 
 def _opinfo_samples():

@@ -39,7 +39,8 @@ def _whole(graphs, generated: bool = True) -> None:
         assert not g.fallbacks, str(g)
         if generated:
             assert g.generated_fraction == 1.0, str(g)
-            assert g.runner == "native", str(g)
+            # (SDK_RUNNER=check: the runner runs it, checked against the interpreter)
+            assert g.runner == "native" or g.runner.startswith("check"), str(g)
 
 
 @pytest.mark.parametrize("name", ["adam", "sgd_momentum"])
