@@ -27,8 +27,9 @@ needs_runner = pytest.mark.skipif(
 
 def _both(steps, n_slots, constants=None, n_regs=0, named=None):
     """The interpreter's and the runner's programs of ``steps`` (the wrapper's form)."""
-    w = Wrapper("", named or {}, constants or {}, (), "cpu", frozenset(), frozenset(), steps=steps)
-    w.n_slots, w.n_regs = n_slots, n_regs
+    w = Wrapper(
+        steps, n_slots, n_regs, named or {}, constants or {}, "cpu", frozenset(), frozenset()
+    )
     mine = interp.program(
         steps,
         n_slots,
