@@ -237,7 +237,7 @@ def test_steps_the_runner_cannot_take_run_in_the_interpreter_and_say_why():
     why = rf"python: kernel k_\w+: \d+ arguments, over the runner's {st.MAX_LAUNCH_ARGS}"
     assert any(re.fullmatch(why, r) for r in runners), runners
     assert f"over the runner's {st.MAX_LAUNCH_ARGS})" in str(report)  # which program and why
-    big = [g for g in report.graphs if g.runner.startswith("python")][0]
+    big = next(g for g in report.graphs if g.runner.startswith("python"))
     launch = next(ln for ln in big.program.splitlines() if "launch k_" in ln)
     assert launch.count("%") > st.MAX_LAUNCH_ARGS, launch
 
