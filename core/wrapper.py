@@ -53,8 +53,12 @@ class Wrapper:
     kernel_read: frozenset[int]
     #: the names in ``named`` of the plugin's own library functions, and their calls
     vendor: dict[str, str] = field(default_factory=dict)
-    #: why the native runner cannot take the steps (the interpreter runs them), or None
+    #: why the native runner cannot take the steps, known when they were written (the
+    #: interpreter runs them; the whole-graph cache keeps it), or None
     native_why: str | None = None
+    #: why the runner refused the steps when they were loaded here (not kept: another
+    #: process tries the runner again)
+    refused: str | None = None
     #: the ISA version (core/isa.py) the steps were written for: the runner refuses another
     isa_version: int = isa.VERSION
 
@@ -68,7 +72,7 @@ class Wrapper:
             try:
                 native = self._native()
             except Exception as exc:  # noqa: BLE001 - the interpreter runs, with the reason
-                self.native_why = f"the runner refused the program: {type(exc).__name__}: {exc}"
+                self.refused = f"the runner refused the program: {type(exc).__name__}: {exc}"
         call = native
         if native is None or runner == "check":
             call = interp.program(
@@ -371,8 +375,8 @@ def _runner(fn: Callable, wrapper: Wrapper) -> str:
         return "check: the native runner against the step interpreter, bit for bit"
     if hasattr(fn, "steps"):
         return "native"
-    if wrapper.native_why:
-        return f"python: {wrapper.native_why}"
+    if wrapper.native_why or wrapper.refused:
+        return f"python: {wrapper.native_why or wrapper.refused}"
     from . import native
 
     why = native.why_not()

@@ -201,7 +201,7 @@ def test_a_library_call_that_also_returns_a_number_runs_native():
 
 def test_a_graph_that_draws_random_numbers_runs_native_with_the_same_bits():
     """The per-call seed is drawn by a library call (randint from the device's generator),
-    as the Python program draws it: under one manual_seed both runners give equal bits."""
+    as the step interpreter draws it: under one manual_seed both runners give equal bits."""
 
     def with_dropout(x, w):
         return (torch.nn.functional.dropout(x @ w, 0.5, training=True) + 1).relu()
@@ -475,7 +475,7 @@ def _one_program_on_the_runner(graphs) -> None:
 @pytest.mark.parametrize("name", sorted(SYMBOLIC))
 def test_symbolic_sizes_run_native_bit_for_bit(name, graph_reports):
     """Graphs compiled for symbolic sizes (``dynamic=True``) run on the runner: every
-    length gives the Python program's bits and eager's values."""
+    length gives the step interpreter's bits and eager's values."""
     fn, calls = SYMBOLIC[name]
     _one_program_on_the_runner(_symbolic(fn, calls, graph_reports))
 
@@ -599,7 +599,7 @@ def test_a_plugins_own_library_function_runs_on_the_runner(vmm, graph_reports, d
 
 
 def test_a_plugins_function_that_returns_a_wrong_shape_is_named_by_the_runner(vmm):
-    """The runner checks what the plugin's function returned as the Python program does:
+    """The runner checks what the plugin's function returned as the step interpreter does:
     an SDKError naming the function, what it returned and what the op gives."""
     x, w = torch.randn(4, 6), torch.randn(6, 3)
     torch._dynamo.reset()
