@@ -47,7 +47,8 @@ from sdk.plugin import CoreOptions, PluginOptions
 
 from .adapters import torch_private as tp
 
-FORMAT = 1
+#: the entries' layout: 2 since a program is its steps alone (no Python source)
+FORMAT = 2
 NAMESPACE = "programs"
 #: constant tensors larger than this (in all) keep a program out of the cache
 MAX_CONSTANT_BYTES = 64 << 20

@@ -3,8 +3,12 @@
 :func:`program` turns a program's steps (core/steps.py) into ``call(args)``, which executes
 them as the native runner (core/runner.cpp) does, step for step: the same allocations,
 views, launches and library calls in the same order, so the two give equal bits. It runs
-where the runner does not: ``options={"runner": "python"}``, and wherever the runner cannot
-be built.
+where the runner does not: ``options={"runner": "python"}``, wherever the runner cannot be
+built, and a program with a step the runner cannot take (``Wrapper.native_why``: a kernel
+of more than ``MAX_LAUNCH_ARGS`` arguments, which the interpreter has no limit on; a library
+call with no CALL form, written as a CALL_PY of a Python function). There is no other form
+of a program: what the interpreter runs is the reference the runner is checked against
+(``options={"runner": "check"}``).
 
 It interprets the wrapper's form of a step (core/isa.py's ``written``: kernels as their
 Python functions, ops as ``OpOverload``, constants by name), the form the wrapper writes and
@@ -511,8 +515,8 @@ def _call_py(
         result = fn(*v[:n_pos], **dict(zip(names, v[n_pos:])))
         checked = check(result, out_specs, multi, who)
         for k, o in enumerate(outs):
-            if o >= 0 and k < len(checked):
-                s[o] = checked[k] if isinstance(checked[k], torch.Tensor) else None
+            if o >= 0 and k < len(checked):  # (a number a later step reads, as it is)
+                s[o] = checked[k]
 
     return run
 

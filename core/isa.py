@@ -20,10 +20,11 @@ source text whose content hash keys its build cache, so a runner built from anot
 cannot be loaded by mistake, and there is no second copy that could fall out of date (no
 test needed to catch a stale one). ``python -m sdk.core.native --isa`` prints it.
 
-Two forms of a step: the runner's (``fields``), which ``runner.cpp`` decodes and both
-verifiers check, and the wrapper's (``written``, where it differs), which the wrapper writes
-and the whole-graph cache keeps: kernels as their functions, ops as ``OpOverload``, constants
-by name. ``Wrapper._native`` turns one into the other.
+The steps are a program's only form (the wrapper emits nothing else). Two forms of a step:
+the runner's (``fields``), which ``runner.cpp`` decodes and both verifiers check, and the
+wrapper's (``written``, where it differs), which the wrapper writes, the whole-graph cache
+keeps and the step interpreter (core/interp.py) runs: kernels as their functions, ops as
+``OpOverload``, constants by name. ``Wrapper._native`` turns one into the other.
 
 Change an opcode here (and its decoding and execution in ``runner.cpp``), then bump
 :data:`VERSION`: a program written for another version is refused at load.

@@ -26,7 +26,6 @@ import sympy
 
 from .ir.expr import Load, walk
 from .ir.graph import ExternNode, StorageView
-from .ir.index import print_size, print_sizes
 from .ir.kernel import Kernel, Layout
 from .lowering import COLLECTIVE_OPS, IN_PLACE_FORMS
 
@@ -62,24 +61,6 @@ class Free:
 
 
 Entry = Alias | Carve | Allocate | Free
-
-
-def source_line(e: Entry) -> str:
-    """The entry as a line of the Python program."""
-    if isinstance(e, Alias):
-        return f"{e.dst} = {e.src}"
-    if isinstance(e, Free):
-        return f"del {e.buffer}"
-    lay = e.layout
-    sizes, strides = print_sizes(lay.sizes), print_sizes(lay.strides)
-    if isinstance(e, Carve):
-        return f"{e.dst} = _view({e.src}, {sizes}, {strides}, {print_size(lay.offset)})"
-    if lay.offset != 0:
-        return (
-            f"{e.dst} = _view(_empty(({print_size(lay.storage_size)},), (1,), {lay.dtype}), "
-            f"{sizes}, {strides}, {print_size(lay.offset)})"
-        )
-    return f"{e.dst} = _empty({sizes}, {strides}, {lay.dtype})"
 
 
 @dataclass

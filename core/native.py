@@ -204,7 +204,7 @@ def module() -> ModuleType | None:
             _state["why"] = f"{type(exc).__name__}: {exc}"
             warnings.warn(
                 "sdk: the native runner could not be built, so compiled graphs run through "
-                f"their Python programs (slower per call): {str(exc).splitlines()[0][:300]}. "
+                f"the step interpreter (slower per call): {str(exc).splitlines()[0][:300]}. "
                 "Fix: install a C++ compiler (g++ or clang++; or set CXX) and a torch with "
                 "its C++ headers (torch/include), or pass options={'runner': 'python'} to "
                 "silence this.",

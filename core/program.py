@@ -3,9 +3,9 @@ there, else built and stored there.
 
 The build is :mod:`core.build_stages`, a table of named stages run by one driver: graph
 passes -> lowering -> scheduling -> the plugin renders and compiles the kernels -> kernel
-choices measured -> the program (memory planning and a generated Python function that
-allocates buffers, launches kernels and externs in order, frees what is dead and returns
-the outputs; its writer, and the program as data for the native runner, is core/wrapper.py).
+choices measured -> the program (memory planning and the program's steps, which allocate
+buffers, launch kernels and externs in order, free what is dead and return the outputs: its
+writer is core/wrapper.py; the native runner and the step interpreter run them).
 This module looks programs up, has them built, and stores and loads them.
 """
 
@@ -33,10 +33,11 @@ from .build_stages.artifacts import PluginFailure, ProgramParts
 from .build_stages.assemble import announce_kernels
 from .build_stages.compile import compile_sources
 from .fallback import op_name
+from .interp import _PUBLIC_FUNCTIONS
 from .lowering import LIBRARY_OPS
 from .scheduler import Decision
 from .session import CompileSession
-from .wrapper import _PUBLIC_FUNCTIONS, Wrapper, _qualname, _runner, inputs_written
+from .wrapper import Wrapper, _qualname, _runner, inputs_written
 
 #: (the wrapper's names, importable from here as before)
 __all__ = [
@@ -158,23 +159,21 @@ def _entry(
     enc = graph_cache.Encoder(fns)
     doc = {
         "wrapper": {
-            "source": wrapper.source,
-            # the plugin's own library functions by call node: asked again on a hit
+            # the program (core/steps.py)
+            "steps": enc(wrapper.steps),
+            "n_slots": wrapper.n_slots,
+            "n_regs": wrapper.n_regs,
+            "native_why": wrapper.native_why,
+            "isa": wrapper.isa_version,  # the ISA version the steps were written for
+            # the Python functions CALL_PY steps call; the plugin's own library functions by call node: asked again on a hit
             "named": {
                 k: {"t": "vendor", "v": wrapper.vendor[k]} if k in wrapper.vendor else enc(v)
                 for k, v in wrapper.named.items()
             },
             "constants": {k: enc.tensor(t) for k, t in wrapper.constants.items()},
-            "on_device": list(wrapper.on_device),
             "device": wrapper.device,
             "layout_free": sorted(wrapper.layout_free),
             "kernel_read": sorted(wrapper.kernel_read),
-            # the program as data (core/steps.py), for the native runner
-            "steps": None if wrapper.steps is None else enc(wrapper.steps),
-            "n_slots": wrapper.n_slots,
-            "n_regs": wrapper.n_regs,
-            "native_why": wrapper.native_why,
-            "isa": wrapper.isa_version,  # the ISA version the steps were written for
         },
         "sources": [
             {
@@ -247,19 +246,17 @@ def load_program(
         dec.kernels = fns
         w = doc["wrapper"]
         wrapper = Wrapper(
-            w["source"],
+            dec(w["steps"]),
+            w["n_slots"],
+            w["n_regs"],
             {k: answers[v["v"]] if v["t"] == "vendor" else dec(v) for k, v in w["named"].items()},
             {k: dec.tensor(v["v"]) for k, v in w["constants"].items()},
-            tuple(w["on_device"]),
             w["device"],
             frozenset(w["layout_free"]),
             frozenset(w["kernel_read"]),
             {k: v["v"] for k, v in w["named"].items() if v["t"] == "vendor"},
-            steps=None if w["steps"] is None else dec(w["steps"]),
-            n_slots=w["n_slots"],
-            n_regs=w.get("n_regs", 0),
             native_why=w["native_why"],
-            isa_version=w.get("isa", 0),  # (0: written before versions: the runner refuses it)
+            isa_version=w["isa"],
         )
         fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
         parts = ProgramParts(
@@ -271,9 +268,8 @@ def load_program(
             fallbacks=[FallbackReport(*f) for f in doc["fallbacks"]],
             views=set(doc["views"]),
             decisions=[Decision(*d) for d in doc["decisions"]],
-            wrapper_source=wrapper.source,
             runner=_runner(fn, wrapper),
-            program=st.describe(wrapper.steps) if wrapper.steps is not None else "",
+            program=st.describe(wrapper.steps),
             cache="hit",
             cold_seconds=float(doc.get("compile_seconds", 0.0)),
             key=key,

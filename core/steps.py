@@ -1,16 +1,17 @@
 """A compiled graph's program as data: the steps of one call, over numbered slots.
 
-:class:`_WrapperWriter <core.program._WrapperWriter>` writes each program twice: as Python
-source (the reference, ``options={"runner": "python"}``) and, where every step has a native
-form, as a :class:`Steps` list that the native runner (``core/runner.cpp``, built by
-:mod:`core.native`) executes with one Python->C++ crossing per call (written by
-:mod:`core.stepwriter`). Symbolic sizes are int64 registers (read from the inputs,
-computed by EXPR); a kernel with no C entry point, and a plugin's own library function
-(``sdk_extern``, CALL_PY), are called through Python from the runner; collectives and their
-waits are ATen calls. A program with a step the runner still cannot take (a kernel of more
-than ``MAX_LAUNCH_ARGS`` arguments, an argument of a type no schema converts) stays Python,
-and ``Steps.why`` says why. (A per-call RNG seed and an input's device copy are library
-calls: ``randint``, ``_to_copy``; a host constant's device copy is made once, at load.)
+:class:`_WrapperWriter <core.wrapper._WrapperWriter>` writes each program once, as a
+:class:`Steps` list (written by :mod:`core.stepwriter`), which two executors run: the native
+runner (``core/runner.cpp``, built by :mod:`core.native`), with one Python->C++ crossing per
+call, and the step interpreter (:mod:`core.interp`: ``options={"runner": "python"}``, and
+wherever the runner cannot be built or cannot take the program). Symbolic sizes are int64
+registers (read from the inputs, computed by EXPR); a kernel with no C entry point, and a
+plugin's own library function (``sdk_extern``, CALL_PY), are called through Python from the
+runner; collectives and their waits are ATen calls. A program with a step the runner cannot
+take (a kernel of more than ``MAX_LAUNCH_ARGS`` arguments, a library call with no CALL form,
+written as a CALL_PY of a Python function) runs in the interpreter, and ``Steps.why`` says
+why. (A per-call RNG seed and an input's device copy are library calls: ``randint``,
+``_to_copy``; a host constant's device copy is made once, at load.)
 
 Each step is a plain tuple, opcode first; ``core/isa.py`` declares every opcode and its
 fields once, and this module's constants, :func:`check` (the verifier, driven by the fields'
@@ -46,12 +47,15 @@ _RETURN = next(op for op in isa.OPCODES if op.name == "RETURN")
 
 
 class NotNative(Exception):
-    """A step the runner has no form for; the message says which and why."""
+    """A part of a program with no step of the form tried (the step writer then writes
+    another, or, where none exists, the program cannot be written); the message says which
+    and why."""
 
 
 @dataclass
 class Steps:
-    """A program's steps, or why it has none (``why``): the Python program runs then."""
+    """A program's steps, and why the native runner cannot take them (``why``; None where it
+    can): the step interpreter runs them then."""
 
     steps: list[tuple] = field(default_factory=list)
     slots: dict[str, int] = field(default_factory=dict)  # buffer name -> slot
@@ -108,7 +112,7 @@ def check(steps: Any, n_slots: Any, n_regs: Any = 0, form: str = "runner") -> No
     ``fields``; ``form="written"``: the wrapper's form, which core/interp.py runs) that the
     runner must not run: an unknown opcode, a field count or kind other than the opcode's, a
     slot or register out of range or read before a step wrote it, a LAUNCH over
-    ``MAX_LAUNCH_ARGS``, strides not one per size, an EXPR whose terms do not leave one
+    ``MAX_LAUNCH_ARGS`` (the runner's form only), strides not one per size, an EXPR whose terms do not leave one
     value, a return before the end or none.
     The runner's own verifier (core/runner.cpp, from the same table) checks the same when
     it loads a program; this one names the problem in Python first."""
@@ -163,7 +167,7 @@ class _Verifier:
             if d >= len(strides or ()):
                 raise _Invalid(f"dimension {d} of {len(strides or ())} strides")
         capped = sum(len(x) for f, x in zip(fields, s[1:]) if f.name in op.capped)
-        if capped > isa.MAX_LAUNCH_ARGS:
+        if self.runner and capped > isa.MAX_LAUNCH_ARGS:  # (the interpreter has no limit)
             raise _Invalid(f"{capped} launch arguments, more than {isa.MAX_LAUNCH_ARGS}")
         if isa.TERMS in values:
             _one_value_left(values[isa.TERMS])

@@ -1,13 +1,18 @@
-"""The program as data, written step by step beside its Python source (core/wrapper.py).
+"""The program as data: the steps of one program, written part by part (core/wrapper.py).
 
 :class:`StepWriter` holds the :class:`~core.steps.Steps` of one program and adds the steps of
 each part the wrapper writes (the inputs, the memory plan's entries, a launch, a library
-call, the return), in the same order as the source's lines. Sizes that are symbolic (a graph
-compiled with ``dynamic=True``) become registers: read from the inputs where the source binds
-its size symbols (INPUT_SIZE, INPUT_INT), computed by EXPR where a size is an expression
-over them, and each size, stride or offset field takes the register as an operand ``(r,)``.
-A part with no native form raises :class:`~core.steps.NotNative`, which leaves the program
-to Python with the reason (:meth:`StepWriter.record`).
+call, the return), in program order. Sizes that are symbolic (a graph compiled with
+``dynamic=True``) become registers: read from the inputs (INPUT_SIZE, INPUT_INT), computed
+by EXPR where a size is an expression over them, and each size, stride or offset field
+takes the register as an operand ``(r,)``.
+
+Every graph gets steps. A step the native runner cannot take (a kernel of more than
+``MAX_LAUNCH_ARGS`` arguments) is still written, with the reason in ``Steps.why``: the step
+interpreter (core/interp.py) runs the program then. A library call with no CALL form (not
+an ATen op, an argument no schema converts, a number result the graph reads) becomes a
+CALL_PY of a Python function that rebuilds its arguments (:class:`Packed`), which only the
+interpreter runs (the reason is in ``Steps.why`` too).
 """
 
 from __future__ import annotations
@@ -37,11 +42,12 @@ _BINARY = {sympy.Add: st.TERM_ADD, sympy.Mul: st.TERM_MUL}
 
 
 class StepWriter:
-    """The steps of one program, in the order the wrapper writes its source.
+    """The steps of one program, in program order.
 
     ``layouts``: every buffer's planned layout; ``placed``: buffers whose storage offset at
     run time is their layout's; ``input_names``: the graph inputs' buffers; ``copy_of``:
-    host value -> its device copy's buffer."""
+    host value -> its device copy's buffer; ``name``: the name a CALL_PY step calls a
+    Python function by (the program's ``named`` table)."""
 
     def __init__(
         self,
@@ -50,26 +56,17 @@ class StepWriter:
         placed: set[str],
         input_names: set[str],
         copy_of: dict[str, str],
+        name: Callable[[Any], str],
     ) -> None:
         self.L, self.layouts, self.placed = L, layouts, placed
-        self.input_names, self.copy_of = input_names, copy_of
+        self.input_names, self.copy_of, self.name = input_names, copy_of, name
         self.steps = st.Steps()
-
-    def record(self, part: Callable[..., None], *args: Any) -> None:
-        """``part(*args)`` adds the steps of what the source just wrote; a part with no
-        native form leaves the program to Python, with the reason."""
-        if self.steps.why is not None:
-            return
-        try:
-            part(*args)
-        except st.NotNative as exc:
-            self.steps.refuse(str(exc))
 
     # ---- sizes: literals, or registers ----
 
     def bind_sizes(self) -> None:
-        """Each size symbol into a register, read where the source binds it
-        (guards.size_bindings): an input's size, or an int input."""
+        """Each size symbol into a register, read from where guards.size_sources finds
+        it: an input's size, or an int input."""
         S = self.steps
         for sym, (index, dim) in size_sources(self.L.specs).items():
             r, _ = S.reg(sym)
@@ -208,9 +205,9 @@ class StepWriter:
         entry point may also come later: the runner program is made when the program is
         loaded, after the plugin loaded its kernels)."""
         n = len(step.args) + len(step.size_args)
-        if n > st.MAX_LAUNCH_ARGS:
-            raise st.NotNative(f"kernel {step.name}: {n} arguments")
         S = self.steps
+        if n > st.MAX_LAUNCH_ARGS:  # (the interpreter has no such limit)
+            S.refuse(f"kernel {step.name}: {n} arguments, over the runner's {st.MAX_LAUNCH_ARGS}")
         sizes = self.operands(step.size_args)
         S.add(st.LAUNCH, fn, [S.read(a.name) for a in step.args], sizes, step.name)
 
@@ -219,6 +216,17 @@ class StepWriter:
         (views made into slots of their own first), the slots of its outputs. A collective
         and its wait are ATen ops too (``_c10d_functional``), called in the program's order."""
         op = step.target if in_place is None else in_place
+        try:
+            args, outs = self._call_form(step, op, in_place)
+        except st.NotNative as exc:  # no CALL form: a Python call, which the interpreter runs
+            self.steps.refuse(str(exc))
+            outs = [] if in_place is not None else self._outs(step)
+            self.python_call(op, step, outs, [(st.SPEC_ANY,)] * len(outs), op_name(op))
+            return
+        self.steps.add(st.CALL, op, args, outs, bool(step.multi_output))
+
+    def _call_form(self, step: ExternNode, op: Any, in_place: Any) -> tuple[list, list]:
+        """A CALL step's arguments and output slots, or NotNative."""
         schema = getattr(op, "_schema", None)
         if schema is None:
             raise st.NotNative(f"{getattr(op, '__name__', repr(op))} is not an ATen op")
@@ -241,9 +249,28 @@ class StepWriter:
                 args.append((st.DEFAULT,))
             else:
                 raise st.NotNative(f"{op_name(op)}: argument {formal.name} not given")
-        S = self.steps
-        outs = [] if in_place is not None else [S.slot(o[0]) if o else -1 for o in step.outputs]
-        S.add(st.CALL, op, args, outs, bool(step.multi_output))
+        return args, [] if in_place is not None else self._outs(step)
+
+    def _outs(self, step: ExternNode) -> list[int]:
+        return [self.steps.slot(o[0]) if o else -1 for o in step.outputs]
+
+    def python_call(self, fn: Any, step: ExternNode, outs: list, specs: list, who: str) -> None:
+        """``fn(*step.args, **step.kwargs)`` as a CALL_PY step of the interpreter's: each
+        tensor, size and value of the arguments (however nested) passed on its own, and
+        :class:`Packed` rebuilding the arguments around them."""
+        leaves: list = []
+        shape = _flatten((list(step.args), dict(step.kwargs)), leaves)
+        args = [self._leaf(x) for x in leaves]
+        name = self.name(Packed(fn, shape))
+        multi = bool(step.multi_output)
+        self.steps.add(st.CALL_PY, name, args, [], outs, multi, specs, who)
+
+    def _leaf(self, x: Any) -> tuple:
+        if isinstance(x, StorageView):
+            return self._arg(x, "Tensor")
+        if isinstance(x, sympy.Expr):
+            return (st.REG, self.operand(x)[0]) if not is_static(x) else (st.VALUE, int(static(x)))
+        return (st.VALUE, x)
 
     def _arg(self, x: Any, kind: str) -> tuple:
         """One argument of a CALL step, for a schema argument of type ``kind``."""
@@ -273,13 +300,11 @@ class StepWriter:
             return (st.INTS, self.operands(x))
         return None
 
-    def vendor(self, step: ExternNode, name: str, who: str) -> None:
+    def vendor(self, step: ExternNode, name: str, fn: Callable, who: str) -> None:
         """A library call through the plugin's own function (``named[name]``) as a CALL_PY
-        step: its arguments as the source passes them, each output checked against the
-        op's layout (the source's ``_vendor_result``), host outputs copied to the device."""
+        step: each output checked against the op's layout (the wrapper's ``_vendor_result``).
+        ``fn``: the function, for an argument of no CALL_PY form (:meth:`python_call`)."""
         S = self.steps
-        args = [self._vendor_arg(a) for a in step.args]
-        args += [self._vendor_arg(v) for v in step.kwargs.values()]
         specs = []
         for out in step.outputs:
             if not out:
@@ -288,11 +313,18 @@ class StepWriter:
             lay = out[1]
             sizes, strides = self.operands(lay.sizes), self.operands(lay.strides)
             specs.append((st.SPEC_TENSOR, sizes, strides, lay.dtype, lay.device))
-        outs = [S.slot(o[0]) if o else -1 for o in step.outputs]
+        try:
+            args = [self._vendor_arg(a) for a in step.args]
+            args += [self._vendor_arg(v) for v in step.kwargs.values()]
+        except st.NotNative as exc:  # its arguments rebuilt in Python: the interpreter's
+            S.refuse(str(exc))
+            self.python_call(fn, step, self._outs(step), specs, who)
+            return
+        outs = self._outs(step)
         S.add(st.CALL_PY, name, args, list(step.kwargs), outs, bool(step.multi_output), specs, who)
 
     def _vendor_arg(self, x: Any) -> tuple:
-        """One argument of a plugin's function, as the source's ``_arg`` passes it."""
+        """One argument of a plugin's function: a tensor, a size, a list of either, a value."""
         if isinstance(x, StorageView):
             return self._arg(x, "Tensor")
         number = self._number(x, list)  # (a tuple stays a tuple: see below)
@@ -326,6 +358,41 @@ class StepWriter:
             else:
                 items.append((st.ITEM_VALUE, buf))
         S.add(st.RETURN, items)
+
+
+class Packed:
+    """A Python call whose arguments a CALL_PY step passes flattened: ``fn`` called with
+    them rebuilt (``shape``: :func:`_flatten`'s), positional then by name."""
+
+    def __init__(self, fn: Any, shape: Any) -> None:
+        self.fn, self.shape = fn, shape
+        self.__name__ = getattr(fn, "__name__", type(fn).__name__)
+
+    def __call__(self, *leaves: Any) -> Any:
+        args, kwargs = _rebuild(self.shape, iter(leaves))
+        return self.fn(*args, **kwargs)
+
+
+_LEAF = object()
+
+
+def _flatten(x: Any, leaves: list) -> Any:
+    """``x``'s structure (lists, tuples, dicts) with each other value appended to ``leaves``."""
+    if isinstance(x, (list, tuple)):
+        return (type(x), [_flatten(y, leaves) for y in x])
+    if isinstance(x, dict):
+        return (dict, {k: _flatten(y, leaves) for k, y in x.items()})
+    leaves.append(x)
+    return _LEAF
+
+
+def _rebuild(shape: Any, leaves: Any) -> Any:
+    if shape is _LEAF:
+        return next(leaves)
+    kind, inner = shape
+    if kind is dict:
+        return {k: _rebuild(y, leaves) for k, y in inner.items()}
+    return kind(_rebuild(y, leaves) for y in inner)
 
 
 def _holds(x: Any, pred: Callable[[Any], bool]) -> bool:

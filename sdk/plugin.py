@@ -261,7 +261,7 @@ class CoreOptions(_Options):
     min_partition_size: int = 1
     autotune: bool = False
     cache: bool = True
-    #: "native" (the SDK's C++ runner where it builds) or "python" (the generated program)
+    #: "native" (the SDK's C++ runner where it builds) or "python" (the step interpreter)
     runner: str = "native"
     channels_last: bool | None = None
     #: seconds each compiled graph variant may spend measuring the kernel choices its plugin
@@ -762,7 +762,7 @@ class NativeEntry:
 
     A state-convention function may return ``NativeEntry.NOT_NATIVE`` (-2) when it cannot
     launch now (not loaded yet, another context current): the runner then calls the
-    :data:`KernelFn` itself, with the GIL, as the Python program would.
+    :data:`KernelFn` itself, with the GIL, as the step interpreter does.
 
     When it failed, the runner raises ``error()`` (an exception instance, built with the
     GIL held), or a ``RuntimeError`` with the status without ``error``. The function must be

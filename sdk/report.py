@@ -218,15 +218,15 @@ class GraphReport:
     #: decompositions and the compile skipped), "miss" (compiled; torch stores the result if
     #: it can), or "off: <why>"
     warm: str = ""
-    #: the generated Python function that runs the kernels and library calls, in order
-    wrapper: str = ""
     #: what runs the program: "native" (the SDK's C++ runner, one Python->C++ crossing per
-    #: call) or "python: <why>" (the generated Python function: the runner cannot take a
-    #: step of this program, cannot be built here, or ``options={"runner": "python"}``);
+    #: call) or "python: <why>" (the step interpreter, core/interp.py: the runner cannot take
+    #: a step of this program, cannot be built here, or ``options={"runner": "python"}``);
     #: with runner="check": "check: ..." (both executors, compared), or
     #: "python: not checked by runner='check': <why>" (one executor only)
     runner: str = ""
-    #: the program as data (the native runner's steps), one step per line; "" without one
+    #: the program: its steps (kernel launches and library calls in order, over the memory
+    #: plan), one per line, as both the native runner and the interpreter run them; "" where
+    #: the graph has no program of the SDK's (it runs in ATen)
     program: str = ""
     #: sizes: "static"; "symbolic: s0, s1" (one program for every value of those sizes);
     #: or "per shape: <why not symbolic>" (a variant compiled for each concrete shape)

@@ -173,15 +173,16 @@ def collectives(rank, dev, backend):
         "wait_tensor",
     } <= ops, ops
     if dev.type == "cpu":
-        lines = graph.wrapper.splitlines()
-        z_kernel = next(i for i, line in enumerate(lines) if re.search(r"_c\d+\(arg2,", line))
-        starts = [
-            i
-            for i, line in enumerate(lines)
-            if re.search(r"= _c\d+\(buf\d+, ", line) and "_empty" not in line
-        ]
-        waits = [i for i, line in enumerate(lines) if re.search(r"= _c\d+\(ext\d+\)$", line)]
-        assert len(waits) == 3 and starts and max(starts) < z_kernel < min(waits), graph.wrapper
+        # the program's steps: the kernel of z (input 2) between the collectives and waits
+        lines = graph.program.splitlines()
+        z = re.search(r"(%\d+) = input 2$", graph.program, re.M).group(1)
+        z_kernel = next(i for i, ln in enumerate(lines) if re.search(rf"launch \w+\({z}[,)]", ln))
+        collective = (
+            r"= _c10d_functional\.(all_reduce|all_gather_into_tensor|reduce_scatter_tensor)\."
+        )
+        starts = [i for i, ln in enumerate(lines) if re.search(collective, ln)]
+        waits = [i for i, ln in enumerate(lines) if "= _c10d_functional.wait_tensor." in ln]
+        assert len(waits) == 3 and starts and max(starts) < z_kernel < min(waits), graph.program
     return "ok"
 
 

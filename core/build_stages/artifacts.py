@@ -137,7 +137,6 @@ class ProgramParts:
     fallbacks: list[FallbackReport] = field(default_factory=list)
     views: set[str] = field(default_factory=set)
     decisions: list[Decision] = field(default_factory=list)
-    wrapper_source: str = ""
     runner: str = ""  # GraphReport.runner
     program: str = ""  # GraphReport.program
     cache: str = ""  # GraphReport.cache
@@ -155,8 +154,8 @@ class ProgramParts:
 
 @dataclass
 class Program:
-    """The variant's program: the generated wrapper, the callable that runs it, and what
-    its build reports."""
+    """The variant's program: its steps (:class:`~core.wrapper.Wrapper`), the callable that
+    runs them, and what its build reports."""
 
     compiled: Compiled
     wrapper: Wrapper
@@ -164,8 +163,7 @@ class Program:
     parts: ProgramParts
 
     def summary(self) -> str:
-        lines = len(self.wrapper.source.splitlines())
-        return f"Python wrapper of {lines} lines, runner {self.parts.runner}"
+        return f"{len(self.wrapper.steps)} steps, runner {self.parts.runner}"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The ``program`` stage: the wrapper that runs the kernels and library calls in order (memory
-planned, the program as data for the native runner: :mod:`core.wrapper`), made callable, with
+"""The ``program`` stage: the program's steps, which run the kernels and library calls in
+order over the memory plan (:mod:`core.wrapper`), made callable, with
 what the variant's build reports; the observers told of each compiled kernel."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def run(session: CompileSession, ctx: CompileContext, compiled: Compiled) -> Pro
     fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
     parts = ProgramParts(
         runner=_runner(fn, wrapper),
-        program=st.describe(wrapper.steps) if wrapper.steps is not None else "",
+        program=st.describe(wrapper.steps),
         kernels=[
             KernelReport(k.name, ctx.plugin, k.origins, s.source, *kernel_io(k))
             for k, s in zip(rendered.kernels, compiled.sources)
@@ -35,7 +35,6 @@ def run(session: CompileSession, ctx: CompileContext, compiled: Compiled) -> Pro
         fallbacks=L.fallbacks,
         views=L.views,
         decisions=scheduled.scheduler.decisions,
-        wrapper_source=wrapper.source,
         hook_faults=graph.faults,
         passes=graph.passes,
         choices=compiled.choices,

@@ -354,7 +354,6 @@ def fill(report: GraphReport, plugin: str, part: Any) -> None:
     report.plugin = plugin
     report.cache = part.cache
     report.cold_compile_seconds = part.cold_seconds if part.cache == "hit" else 0.0
-    report.wrapper = part.wrapper_source
     report.runner, report.program = part.runner, part.program
     report.hook_faults.extend(part.hook_faults)
     report.passes[:] = part.passes

@@ -27,8 +27,9 @@ needs_runner = pytest.mark.skipif(
 
 def _both(steps, n_slots, constants=None, n_regs=0, named=None):
     """The interpreter's and the runner's programs of ``steps`` (the wrapper's form)."""
-    w = Wrapper("", named or {}, constants or {}, (), "cpu", frozenset(), frozenset(), steps=steps)
-    w.n_slots, w.n_regs = n_slots, n_regs
+    w = Wrapper(
+        steps, n_slots, n_regs, named or {}, constants or {}, "cpu", frozenset(), frozenset()
+    )
     mine = interp.program(
         steps,
         n_slots,
@@ -527,3 +528,63 @@ def test_the_check_compares_meta_tensors_by_layout():
     other = crosscheck.cross_checked(make((3, 4)), make((2, 4)), torch.device("cpu"), "g")
     with pytest.raises(crosscheck.RunnerMismatch, match=r"output 0: .*native.*interpreter"):
         other([x])
+
+
+def _sum_into(*bufs):
+    """A kernel of any arity: the last buffer := the sum of the others."""
+    bufs[-1].copy_(torch.stack(bufs[:-1]).sum(0))
+
+
+def _joined(pair, opts):
+    """A library function whose arguments no CALL step passes (a tuple of tensors inside a
+    list, a dict), returning a tensor and a number."""
+    return torch.cat(pair, dim=opts["dim"]) * opts["k"], len(pair)
+
+
+def test_a_program_the_runner_cannot_take_is_still_steps_the_interpreter_runs():
+    """A program is always steps: a LAUNCH over the runner's argument cap and a Python call
+    with nested arguments (stepwriter.Packed: a CALL_PY of the leaves) run in the
+    interpreter (the runner not tried: ``native_why`` says why), with the same results as
+    the Python calls themselves."""
+    from sdk.core.stepwriter import Packed, _flatten
+
+    n = isa.MAX_LAUNCH_ARGS + 4
+    leaves: list = []
+    shape = _flatten(([("a", "b")], {"opts": {"dim": "d", "k": 2.0}}), leaves)
+    assert leaves == ["a", "b", "d", 2.0]
+    steps = [(st.INPUT, k, k) for k in range(n)]
+    steps += [
+        (st.EMPTY, n, [3], [1], torch.float32, "cpu"),
+        (st.LAUNCH, _sum_into, list(range(n + 1)), [], "k_sum"),
+        (
+            st.CALL_PY,
+            "_c0",
+            [(st.SLOT, n), (st.SLOT, 0), (st.VALUE, 0), (st.VALUE, 2.0)],
+            [],
+            [n + 1, n + 2],
+            True,
+            [(st.SPEC_ANY,), (st.SPEC_ANY,)],
+            "the test's _joined",
+        ),
+        (st.RETURN, [(st.ITEM_SLOT, n + 1), (st.ITEM_SLOT, n + 2)]),
+    ]
+    why = f"kernel k_sum: {n} arguments, over the runner's {isa.MAX_LAUNCH_ARGS}"
+    w = Wrapper(
+        steps,
+        n + 3,
+        0,
+        {"_c0": Packed(_joined, shape)},
+        {},
+        "cpu",
+        frozenset(),
+        frozenset(),
+        native_why=why,
+    )
+    call = w.materialize("g", runner="native")
+    assert getattr(call, "interpreted", False) and w.native_why == why
+    xs = [torch.randn(3) for _ in range(n)]
+    out, count = call(xs)
+    total = torch.stack(xs).sum(0)
+    torch.testing.assert_close(out, torch.cat((total, xs[0])) * 2.0)
+    assert count == 2  # a number result, as the function returned it
+    st.check(steps, n + 3, form="written")  # (the interpreter has no cap)

@@ -617,7 +617,7 @@ def test_a_channels_last_backward_is_one_program_with_torchs_autograd_cache_on_o
             torch._dynamo.reset()
             report = sdk.explain(f, x, *params, backend="sdk:cpu_cpp", channels_last=True)
         bwd = next(g for g in report.graphs if g.kind == "backward")
-        programs[on] = (bwd.wrapper, [(k.nodes, k.source) for k in bwd.kernels])
+        programs[on] = (bwd.program, [(k.nodes, k.source) for k in bwd.kernels])
     assert programs[True] == programs[False], "torch's AOTAutograd cache made another program"
 
 

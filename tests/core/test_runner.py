@@ -201,7 +201,7 @@ def test_a_library_call_that_also_returns_a_number_runs_native():
 
 def test_a_graph_that_draws_random_numbers_runs_native_with_the_same_bits():
     """The per-call seed is drawn by a library call (randint from the device's generator),
-    as the Python program draws it: under one manual_seed both runners give equal bits."""
+    as the step interpreter draws it: under one manual_seed both runners give equal bits."""
 
     def with_dropout(x, w):
         return (torch.nn.functional.dropout(x @ w, 0.5, training=True) + 1).relu()
@@ -220,9 +220,10 @@ def test_a_graph_that_draws_random_numbers_runs_native_with_the_same_bits():
     assert (outs["native"][0] == 0).any()  # dropout dropped something
 
 
-def test_steps_the_runner_cannot_take_stay_python_and_say_why():
+def test_steps_the_runner_cannot_take_run_in_the_interpreter_and_say_why():
     """A kernel of more arguments than the runner's direct calls take (MAX_LAUNCH_ARGS):
-    the graph runs its Python program, and sdk.explain says why."""
+    the program is still steps (a LAUNCH of them all), the step interpreter runs them, and
+    sdk.explain says why."""
 
     def f(*xs):
         return torch.stack(xs).sum(0)
@@ -233,8 +234,12 @@ def test_steps_the_runner_cannot_take_stay_python_and_say_why():
     torch.testing.assert_close(torch.compile(f, backend=backend)(*xs), f(*xs))
     report = sdk.explain(f, *xs, backend=backend)
     runners = [g.runner for g in report.graphs]
-    assert any(re.fullmatch(r"python: kernel k_\w+: \d+ arguments", r) for r in runners), runners
-    assert "arguments)" in str(report)  # the graph's line says which program and why
+    why = rf"python: kernel k_\w+: \d+ arguments, over the runner's {st.MAX_LAUNCH_ARGS}"
+    assert any(re.fullmatch(why, r) for r in runners), runners
+    assert f"over the runner's {st.MAX_LAUNCH_ARGS})" in str(report)  # which program and why
+    big = next(g for g in report.graphs if g.runner.startswith("python"))
+    launch = next(ln for ln in big.program.splitlines() if "launch k_" in ln)
+    assert launch.count("%") > st.MAX_LAUNCH_ARGS, launch
 
 
 def test_a_warm_program_from_the_graph_cache_runs_native(tmp_path, monkeypatch):
@@ -470,7 +475,7 @@ def _one_program_on_the_runner(graphs) -> None:
 @pytest.mark.parametrize("name", sorted(SYMBOLIC))
 def test_symbolic_sizes_run_native_bit_for_bit(name, graph_reports):
     """Graphs compiled for symbolic sizes (``dynamic=True``) run on the runner: every
-    length gives the Python program's bits and eager's values."""
+    length gives the step interpreter's bits and eager's values."""
     fn, calls = SYMBOLIC[name]
     _one_program_on_the_runner(_symbolic(fn, calls, graph_reports))
 
@@ -594,7 +599,7 @@ def test_a_plugins_own_library_function_runs_on_the_runner(vmm, graph_reports, d
 
 
 def test_a_plugins_function_that_returns_a_wrong_shape_is_named_by_the_runner(vmm):
-    """The runner checks what the plugin's function returned as the Python program does:
+    """The runner checks what the plugin's function returned as the step interpreter does:
     an SDKError naming the function, what it returned and what the op gives."""
     x, w = torch.randn(4, 6), torch.randn(6, 3)
     torch._dynamo.reset()
@@ -611,19 +616,14 @@ def test_a_plugins_function_that_returns_a_wrong_shape_is_named_by_the_runner(vm
 
 def test_a_host_constants_device_copy_is_made_once_and_kept_by_the_runner():
     """A constant on another device than the graph's (a CPU scalar of a GPU graph) is copied
-    once and kept, as the Python program's ``_OnDevice`` keeps it: the runner's program
-    holds the copy (CONST of the copy, made when the program is loaded), the same tensor
-    the Python program hands out. (On a CPU-only machine the graph's device is the CPU: the
+    once and kept: the runner's program holds the copy (CONST of the copy, made when the
+    program is loaded), the same tensor the step interpreter hands out. (On a CPU-only machine the graph's device is the CPU: the
     copy is the constant itself; the GPU suite has real copies.)"""
     from sdk.core.wrapper import Wrapper
 
     const = torch.arange(4.0)
-    source = "def call(args):\n    const0_dev = const0_src.get(_dev)\n    return (const0_dev,)"
     steps = [(st.CONST, 0, "const0", False), (st.CONST, 1, "const0", True), (st.RETURN, [(0, 1)])]
-    wrapper = Wrapper(
-        source, {}, {"const0": const}, ("const0",), "cpu", frozenset(), frozenset(), steps=steps
-    )
-    wrapper.n_slots = 2
+    wrapper = Wrapper(steps, 2, 0, {}, {"const0": const}, "cpu", frozenset(), frozenset())
     native_call = wrapper.materialize("g", runner="native")
     python_call = wrapper.materialize("g", runner="python")
     assert hasattr(native_call, "steps") and not hasattr(python_call, "steps")

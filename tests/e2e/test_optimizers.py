@@ -47,7 +47,7 @@ def _whole(graphs, generated: bool = True) -> None:
 def test_foreach_step_runs_in_generated_kernels(name):
     """The multi-tensor ops of a foreach step (``_foreach_addcdiv``, ``_foreach_lerp``, ...)
     are decomposed per tensor: the step graphs run whole in generated kernels, by the native
-    runner (no op returning a list of tensors is left, which only the Python program runs)."""
+    runner (no op returning a list of tensors is left, which only the step interpreter runs)."""
     out = run_both(name, BACKEND, foreach=True)
     _whole([g for graphs in out.per_step for g in graphs])
 
