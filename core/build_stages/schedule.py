@@ -22,7 +22,16 @@ from .artifacts import Again, Lowered, PluginFailure, Scheduled, kernel_io
 
 def run(session: CompileSession, ctx: CompileContext, lowered: Lowered) -> Scheduled | Again:
     L = lowered.lowerer
-    sched = Scheduler(L.nodes, ctx, session.hooks, lowered.keep, fusion=ctx.core_options.fusion)
+    sched = Scheduler(
+        L.nodes,
+        ctx,
+        session.hooks,
+        lowered.keep,
+        fusion=ctx.core_options.fusion,
+        # a host value's device copy is made right after the call that returns the value:
+        # its readers come after that call (a fused kernel ran before it, on a GPU)
+        copies={dev: host.buffer for dev, (host, _) in L.host.items()},
+    )
     groups = sched.run()
     owner = sched._owner()
     steps: list[Kernel | ExternNode] = []

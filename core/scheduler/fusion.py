@@ -33,9 +33,16 @@ class Scheduler:
         hooks: Any,
         keep: set[str],
         fusion: bool = True,
+        copies: dict[str, str] | None = None,
     ) -> None:
-        """``keep``: buffers that must be in memory (graph outputs)."""
+        """``keep``: buffers that must be in memory (graph outputs); ``copies``: buffers
+        made from another as the library call that makes that one returns (a host value's
+        device copy, ``Lowerer.host``), which their readers read after that call."""
         self.ctx, self.hooks, self.keep, self.fusion = ctx, hooks, set(keep), fusion
+        #: buffer -> the copies made of it right after the library call that returns it
+        self._copies: dict[str, list[str]] = {}
+        for copy, source in (copies or {}).items():
+            self._copies.setdefault(source, []).append(copy)
         self.limits = kernel_limits(ctx, hooks)
         #: whether the plugin has an sdk_can_fuse to ask (else no views are built for it)
         self._asks = getattr(hooks, "implements", lambda hook: True)("sdk_can_fuse")
@@ -337,7 +344,8 @@ class Scheduler:
                         edges.setdefault(produced[buf], set()).add(key)
                 for out in st.outputs:
                     if out:
-                        produced[out[0]] = key
+                        for buf in (out[0], *self._copies.get(out[0], ())):
+                            produced[buf] = key
         for g in self.groups:
             for n in g.members:
                 for buf in n.reads:
@@ -361,7 +369,8 @@ class Scheduler:
             if isinstance(s, ExternNode):
                 for out in s.outputs:
                     if out:
-                        produced_by[out[0]] = s
+                        for buf in (out[0], *self._copies.get(out[0], ())):
+                            produced_by[buf] = s
         deps: dict[int, set[int]] = {}
         readers_of: dict[str, list[Any]] = {}  # (of the inputs written in place)
         for it in items:
