@@ -68,7 +68,6 @@ class _Decoder:
         #: registers live after the slots, in the same list: register r is s[base + r]
         self.base = n_slots
         self.named, self.check_result = named, check_result
-        self.moved: dict[str, torch.Tensor] = {}  # constants' device copies, made once
 
     def operands(self, xs: list) -> tuple[tuple | None, Callable[[list], tuple] | None]:
         """A list of size operands (an int, or ``(r,)`` register r): ``(the tuple, None)``
@@ -86,12 +85,10 @@ class _Decoder:
 
         return None, get
 
-    def operand(self, x: Any) -> tuple[int | None, Callable[[list], int] | None]:
-        """One operand, as :meth:`operands`."""
-        if type(x) is int:
-            return x, None
-        r = self.base + x[0]
-        return None, lambda s: s[r]
+    def at_call(self, xs: list) -> Callable[[list], tuple]:
+        """A getter of the operands' tuple from the slots, whether or not one is a register."""
+        fixed, get = self.operands(xs)
+        return get or (lambda s: fixed)
 
     def buffer_ops(self, device: str) -> tuple:
         ops = self._ops.get(device)
@@ -127,13 +124,24 @@ def _const(d: _Decoder, dst: int, name: str, on_device: bool = False) -> Run:
         raise ValueError(f"the program reads constant {name!r}, which the graph has not")
     tensor = d.constants[name]
     if on_device:
-        with real_mode():
-            tensor = d.moved.setdefault(name, tensor.to(d.device).contiguous())
+        tensor = device_copy(tensor, d.device)
 
     def run(s: list, a: Any) -> None:
         s[dst] = tensor
 
     return run
+
+
+def _static(*operand_lists: list) -> bool:
+    """Whether every operand is a literal (no register)."""
+    return all(type(x) is int for xs in operand_lists for x in xs)
+
+
+def device_copy(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host constant's copy on the graph's device, as both executors make it once, when the
+    program is loaded: contiguous, and real (outside any fake mode of the compile)."""
+    with real_mode():
+        return tensor.to(device).contiguous()
 
 
 @_maker("ALIAS")
@@ -149,10 +157,8 @@ def _empty(d: _Decoder, dst: int, sizes: list, strides: list, dtype: Any, device
     """The device's fast allocator where it allocates on this device (the current one, as
     the runner checks per EMPTY), else ``torch.empty_strided``."""
     empty, fast, _, is_current = d.buffer_ops(device)
-    (sizes, get_sizes), (strides, get_strides) = d.operands(sizes), d.operands(strides)
-    if get_sizes or get_strides:
-        sizes_of = get_sizes or (lambda s: sizes)
-        strides_of = get_strides or (lambda s: strides)
+    if not _static(sizes, strides):
+        sizes_of, strides_of = d.at_call(sizes), d.at_call(strides)
         pick = (lambda: fast if is_current() else empty) if fast and is_current else None
         chosen = fast or empty
 
@@ -160,6 +166,7 @@ def _empty(d: _Decoder, dst: int, sizes: list, strides: list, dtype: Any, device
             s[dst] = (pick() if pick else chosen)(sizes_of(s), strides_of(s), dtype)
 
         return run
+    sizes, strides = tuple(sizes), tuple(strides)
     if fast is None:
 
         def run(s: list, a: Any) -> None:
@@ -182,17 +189,15 @@ def _empty(d: _Decoder, dst: int, sizes: list, strides: list, dtype: Any, device
 def _view(d: _Decoder, dst: int, src: int, sizes: list, strides: list, offset: int) -> Run:
     """src's storage reinterpreted, the offset relative to src's, with no view record."""
     view = d.view
-    (sizes, get_sizes), (strides, get_strides) = d.operands(sizes), d.operands(strides)
-    offset, get_offset = d.operand(offset)
-    if get_sizes or get_strides or get_offset:
-        sizes_of = get_sizes or (lambda s: sizes)
-        strides_of = get_strides or (lambda s: strides)
-        offset_of = get_offset or (lambda s: offset)
+    if not _static(sizes, strides, [offset]):
+        sizes_of, strides_of = d.at_call(sizes), d.at_call(strides)
+        offset_of = d.at_call([offset])
 
         def run_symbolic(s: list, a: Any) -> None:
-            s[dst] = view(s[src], sizes_of(s), strides_of(s), offset_of(s))
+            s[dst] = view(s[src], sizes_of(s), strides_of(s), offset_of(s)[0])
 
         return run_symbolic
+    sizes, strides = tuple(sizes), tuple(strides)
 
     def run(s: list, a: Any) -> None:
         s[dst] = view(s[src], sizes, strides, offset)
@@ -205,19 +210,17 @@ def _as_strided(
     d: _Decoder, dst: int, src: int, sizes: list, strides: list, offset: int, relative: bool
 ) -> Run:
     as_strided = torch.as_strided
-    (sizes, get_sizes), (strides, get_strides) = d.operands(sizes), d.operands(strides)
-    offset, get_offset = d.operand(offset)
-    if get_sizes or get_strides or get_offset:
-        sizes_of = get_sizes or (lambda s: sizes)
-        strides_of = get_strides or (lambda s: strides)
-        offset_of = get_offset or (lambda s: offset)
+    if not _static(sizes, strides, [offset]):
+        sizes_of, strides_of = d.at_call(sizes), d.at_call(strides)
+        offset_of = d.at_call([offset])
 
         def run_symbolic(s: list, a: Any) -> None:
             t = s[src]
             base = t.storage_offset() if relative else 0
-            s[dst] = as_strided(t, sizes_of(s), strides_of(s), base + offset_of(s))
+            s[dst] = as_strided(t, sizes_of(s), strides_of(s), base + offset_of(s)[0])
 
         return run_symbolic
+    sizes, strides = tuple(sizes), tuple(strides)
     if relative:
 
         def run(s: list, a: Any) -> None:

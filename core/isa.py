@@ -168,7 +168,7 @@ OPCODES: tuple[Opcode, ...] = (
         "const",
         (_DST, F("tensor", TENSOR)),
         doc="slots[dst] = a constant tensor of the graph (a host constant's device copy is "
-        "made once, when the program is loaded, as the Python program's _OnDevice keeps it)",
+        "made once, when the program is loaded)",
         written=(_DST, F("name", CONST_NAME), F("on_device", BOOL)),
         show="{dst} = constant {name}, device copy {on_device}",
     ),

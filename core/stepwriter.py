@@ -125,7 +125,8 @@ class StepWriter:
         self.steps.add(st.CONST, self.steps.slot(name), name, False)
 
     def constant_copy(self, host: str) -> None:
-        """A host constant's device copy: made once, kept by the program (``_OnDevice``)."""
+        """A host constant's device copy: made once, when the program is loaded, and kept
+        (``interp.device_copy``)."""
         self.steps.add(st.CONST, self.steps.slot(self.copy_of[host]), host, True)
 
     def device_copy(self, host: str) -> None:

@@ -22,7 +22,6 @@ from sdk.report import ExternReport
 
 from . import crosscheck, interp, isa
 from . import steps as st
-from .adapters.torch_private import real_mode
 from .fallback import op_name
 from .guards import is_symbolic
 from .ir.graph import ExternNode, StorageView
@@ -104,7 +103,6 @@ class Wrapper:
         from . import native
 
         out: list[tuple] = []
-        moved: dict[str, Any] = {}  # the constants' device copies, made once
         for step in self.steps:
             op = step[0]
             if op == st.LAUNCH:
@@ -119,10 +117,8 @@ class Wrapper:
                 out.append((op, schema.name, schema.overload_name, *step[2:]))
             elif op == st.CONST:
                 tensor = self.constants[step[2]]
-                if step[3]:  # the device copy, made once and kept (as _OnDevice keeps it);
-                    # made now, outside the compile's fake mode (a real tensor, not a fake one)
-                    with real_mode():
-                        tensor = _OnDevice(tensor, moved, step[2]).get(torch.device(self.device))
+                if step[3]:  # its device copy, made once, now
+                    tensor = interp.device_copy(tensor, torch.device(self.device))
                 out.append((op, step[1], tensor))
             elif op == st.CALL_PY:  # the plugin's function, by its name in ``named``
                 out.append((op, self.named[step[1]], *step[2:], _vendor_result))
@@ -273,15 +269,7 @@ class _WrapperWriter:
             self._call_vendor(step)
             return
         self.sw.call(step, in_place)
-        if in_place is None:
-            self._check_extern_outputs(step)
-            return
-        # an in-place call's output is its first argument, in the layout planned for it; a
-        # host output still gets its device copy (a CPU scalar's op run in place, read on
-        # the device: a compiled Adam step with a float lr read it unbound)
-        for out in step.outputs:
-            if out and out[0] in self.copy_of:
-                self._device_copy(out[0])
+        self._check_extern_outputs(step, in_place=in_place is not None)
 
     def _call_vendor(self, step: ExternNode) -> None:
         """A library call through the plugin's own function (``sdk_extern``), named once per
@@ -301,14 +289,15 @@ class _WrapperWriter:
             if out and out[0] in self.copy_of:
                 self._device_copy(out[0])
 
-    def _check_extern_outputs(self, step: ExternNode) -> None:
+    def _check_extern_outputs(self, step: ExternNode, in_place: bool = False) -> None:
         """After a library call: copy its host outputs to the device, and give each output
-        read later the strides the kernels index it with (the op may have chosen others)."""
+        read later the strides the kernels index it with (the op may have chosen others; an
+        in-place call's output is its first argument, in the layout planned for it)."""
         for out in step.outputs:
             if out and out[0] in self.copy_of:
                 self._device_copy(out[0])
                 continue
-            if not out or out[0] not in self.read:
+            if in_place or not out or out[0] not in self.read:
                 continue  # unused (an attention op may even return None for it)
             if step.target in COLLECTIVE_OPS:
                 continue  # not ready until its wait: the wait's output is checked
@@ -442,19 +431,6 @@ def _vendor_result(result: Any, specs: tuple, multi: bool, who: str) -> tuple:
             t = _restride(t, tuple(strides))
         checked.append(t)
     return tuple(checked)
-
-
-class _OnDevice:
-    """A constant from another device (a CPU scalar), copied to the graph's device once."""
-
-    def __init__(self, tensor: torch.Tensor, cache: dict[str, Any], name: str) -> None:
-        self.tensor, self.cache, self.name = tensor, cache, name
-
-    def get(self, device: torch.device) -> torch.Tensor:
-        t = self.cache.get(self.name)
-        if t is None:
-            t = self.cache[self.name] = self.tensor.to(device).contiguous()
-        return t
 
 
 def _restride(t: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:

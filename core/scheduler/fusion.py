@@ -342,16 +342,18 @@ class Scheduler:
                         edges.setdefault(owner[buf].id, set()).add(key)
                     elif buf in produced:
                         edges.setdefault(produced[buf], set()).add(key)
-                for out in st.outputs:
-                    if out:
-                        for buf in (out[0], *self._copies.get(out[0], ())):
-                            produced[buf] = key
+                for buf in self._made_by(st):
+                    produced[buf] = key
         for g in self.groups:
             for n in g.members:
                 for buf in n.reads:
                     if buf in produced:
                         edges.setdefault(produced[buf], set()).add(g.id)
         return edges
+
+    def _made_by(self, step: ExternNode) -> list[str]:
+        """The buffers a library call makes: its outputs, and their copies (``copies``)."""
+        return [b for out in step.outputs if out for b in (out[0], *self._copies.get(out[0], ()))]
 
     def _merge(self, a: Group, b: Group) -> Group:
         X, R = _merged_space(a, b)
@@ -367,10 +369,8 @@ class Scheduler:
         produced_by: dict[str, Any] = dict(owner)
         for s in self.steps:
             if isinstance(s, ExternNode):
-                for out in s.outputs:
-                    if out:
-                        for buf in (out[0], *self._copies.get(out[0], ())):
-                            produced_by[buf] = s
+                for buf in self._made_by(s):
+                    produced_by[buf] = s
         deps: dict[int, set[int]] = {}
         readers_of: dict[str, list[Any]] = {}  # (of the inputs written in place)
         for it in items:
