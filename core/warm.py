@@ -191,6 +191,11 @@ class Recipe:
         """Plain data (and the pickled ATen graph); raises ``aot_cache.Uncacheable``."""
         if self.refused:
             raise aot_cache.Uncacheable(self.refused)
+        why = aot_cache.unkeyed_guard()
+        if why:
+            if self.report is not None:
+                self.report.notes.append(f"not stored for a warm start: {why}")
+            raise aot_cache.Uncacheable(why)
         if self.fallback is not None and self.fallback._eager is not None:
             raise aot_cache.Uncacheable("the program failed when run; ATen runs the graph")
         program = getattr(self.program, "_inner", self.program)

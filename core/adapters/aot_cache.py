@@ -384,6 +384,32 @@ class SDKOutputCode(OutputCode):  # type: ignore[misc,valid-type]
         pass
 
 
+def unkeyed_guard() -> str | None:
+    """Why the compile being saved must not be: a guard it added over a value that torch's
+    entry does not key, or None.
+
+    A Python float that Dynamo passes in as a 0-d tensor becomes a symbol read from it
+    (``_local_scalar_dense``); where the trace needs its value (an op's scalar argument:
+    ``add(..., alpha=-lr)``), torch specializes it with a ShapeEnv guard and the program
+    holds the constant. AOTAutograd's entry keeps only the guards over its inputs' sizes
+    (``get_pruned_guards``) and its key is the Dynamo graph, the same for every value, so
+    the next value would load the program made for the first one and compute with it,
+    silently (pytorch/pytorch#197889; Inductor does too). Such a compile is not stored: each
+    value compiles again, as with the cache off."""
+    from torch._guards import TracingContext
+    from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+    tc = TracingContext.try_get()
+    shape_env = tc.fake_mode.shape_env if tc is not None and tc.fake_mode is not None else None
+    for guard in getattr(shape_env, "guards", ()):
+        if any(not symbol_is_type(s, SymT.SIZE) for s in guard.expr.free_symbols):
+            return (
+                f"the compile specialized a value that the cache key does not hold "
+                f"({guard.expr}; pytorch/pytorch#197889)"
+            )
+    return None
+
+
 def _boxed(fn: Callable[..., Any]) -> Callable[[list[Any]], Any]:
     """``fn`` taking its inputs as one list (AOTAutograd's boxed convention)."""
     if getattr(fn, "_boxed_call", False):

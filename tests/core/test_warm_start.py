@@ -219,6 +219,29 @@ def test_a_program_gone_from_the_sdk_cache_is_rebuilt_under_the_recipes_key(cach
     _bit_equal(grads, grads3)
 
 
+def test_a_float_the_compile_specialized_is_not_served_to_another_value(caches):
+    """A Python float Dynamo passes in as a tensor, once its value changed, and that the
+    trace specializes (an op's scalar argument): torch's AOTAutograd entry does not key the
+    value, so storing it would serve the next value the first one's program, silently
+    (Inductor does, pytorch/pytorch#197889). Not stored: every value matches eager, in this
+    process and in the next, and the report says why."""
+
+    def f(x, lr):
+        return torch._foreach_add([x], [x * 2], alpha=-lr)[0] * lr
+
+    x = torch.randn(4)
+    for process in range(2):  # (the second: the first's caches, as a later process)
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="sdk:cpu_cpp")
+        with sdk.collect_reports() as reports:
+            for lr in (0.1, 0.2, 0.3, 0.4):
+                torch.testing.assert_close(
+                    compiled(x, lr), f(x, lr), rtol=0, atol=0, msg=f"lr {lr}, {process}"
+                )
+        notes = [n for g in reports.graphs for n in g.notes if "not stored" in n]
+        assert notes and all("does not hold" in n for n in notes), [str(g) for g in reports.graphs]
+
+
 def _states(report):
     return {(g.warm, g.cache) for g in report.graphs}
 
