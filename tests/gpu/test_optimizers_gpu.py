@@ -60,9 +60,11 @@ def test_fused_optimizer_matches_eager(name, where):
 
 @pytest.mark.parametrize("tensor_lr", [False, True], ids=["float_lr", "tensor_lr"])
 @pytest.mark.parametrize("name", ["sgd_momentum", "adam"])
-def test_scheduler_compiles_as_inductor(name, tensor_lr):
-    """With ``lr`` stepped by a scheduler, the SDK is asked to compile exactly as often as
-    Inductor: once per value of a float lr, never after the second step with a tensor lr."""
+def test_scheduler_compiles_no_more_than_inductor(name, tensor_lr):
+    """With ``lr`` stepped by a scheduler, the SDK is never asked to compile more often than
+    Inductor: at most once per value of a float lr (fewer where Dynamo passes the float in
+    and the program reads it: Inductor guards on its value), never after the second step
+    with a tensor lr. ``run_both`` compares every step with eager, so a stale lr fails."""
     from torch._inductor.compile_fx import compile_fx
 
     asked = {"sdk": 0, "inductor": 0}
@@ -75,4 +77,4 @@ def test_scheduler_compiles_as_inductor(name, tensor_lr):
         assert out.counts[2:] == [0, 0], out.counts
     sdk.reset()
     run_both(name, counting(asked, "inductor", compile_fx), "cuda", **kw)
-    assert asked["sdk"] == asked["inductor"], asked
+    assert 0 < asked["sdk"] <= asked["inductor"], asked
