@@ -113,7 +113,14 @@ def child(backend: str, device: str, size: str, profile: int) -> None:
                 stats.print_callers(name)
     results = [loss, *(p.grad for p in model.parameters())]
     torch.save([t.float().cpu() for t in results], os.environ["BENCH_OUT"])
-    out = {"first": first, "loss": float(loss)}
+    from torch._dynamo.utils import counters
+
+    out = {
+        "first": first,
+        "loss": float(loss),
+        "frames": counters["stats"]["unique_graphs"],
+        "breaks": sum(counters["graph_break"].values()),
+    }
     for label, name in PHASES.items():
         out[label] = sum(metrics.get(name, ()))
     out["sdk compile"] = sum(spent) if backend.startswith("sdk:") else None
