@@ -219,10 +219,7 @@ def kernel_call(
         if not state["tried"]:
             state["tried"] = True
             records.count_triton_jit(
-                getattr(jit_fn, "__name__", "kernel"),
-                "no shim state (nargs not given)"
-                if native is None
-                else ("no record stored" if record is None else "the record was refused"),
+                getattr(jit_fn, "__name__", "kernel"), _why_triton(native, args)
             )
             compiled = portable()(*args, **kw)
             state["fast"] = _fast(compiled, grid, consts)
@@ -425,6 +422,17 @@ def symbolic_call(
     )
     call.source = source  # type: ignore[attr-defined]
     return call
+
+
+def _why_triton(native: Any, args: tuple) -> str:
+    """Why a kernel's first launch goes through Triton's JIT path."""
+    if native is None:
+        return "no shim state (nargs not given)"
+    if native.refused is not None:
+        return f"the record was refused: {native.refused}"
+    if native.record is not None:
+        return f"the record's cubin did not launch: {native.not_launched(args)}"
+    return "no record stored"
 
 
 def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callable[..., None]:

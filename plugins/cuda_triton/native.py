@@ -253,6 +253,8 @@ class Native:
         self.record: records.KernelRecord | None = None
         self._keep: list[Any] = []  # the buffers the state points into
         self._reported = False
+        #: why :meth:`adopt` refused a record (None: none refused)
+        self.refused: str | None = None
         self.entry: sdk.NativeEntry | None = None
         self.lib = lib if nargs <= 100 else None  # keeps the shim loaded while in use
         if self.lib is not None and entry:
@@ -273,11 +275,10 @@ class Native:
 
     def adopt(self, rec: records.KernelRecord) -> bool:
         """Launch from ``rec``'s cubin: the shim loads it at the first launch, in the context
-        current then. False (Triton's path stays) where the shim is missing or the record is
-        not this kernel's launch."""
-        if self.lib is None or self.state.function or self.record is not None:
-            return False
-        if rec.nargs != self.nargs or rec.grid != self.grid or rec.extra + rec.nargs > 128:
+        current then. False (Triton's path stays, :attr:`refused` says why) where the shim is
+        missing or the record is not this kernel's launch."""
+        self.refused = self._refusal(rec)
+        if self.refused is not None:
             return False
         image = ctypes.create_string_buffer(rec.cubin, len(rec.cubin))
         name = ctypes.create_string_buffer(rec.name.encode())
@@ -290,6 +291,37 @@ class Native:
         self.state.image = ctypes.addressof(image)  # last: the shim may load it from now on
         self.record = rec
         return True
+
+    def not_launched(self, args: tuple) -> str:
+        """Why the shim answered ``NOT_NATIVE`` for ``args`` (tensors or data pointers) after
+        adopting a record."""
+        if not self.state.function:
+            if self.state.status:
+                return f"its cubin did not load (CUresult {self.state.status})"
+            return "its cubin was not loaded (no CUDA context current)"
+        rec = self.record
+        if rec is not None and len(args) == len(rec.aligned):
+            for i, (a, want) in enumerate(zip(args, rec.aligned, strict=True)):
+                ptr = a.data_ptr() if isinstance(a, torch.Tensor) else a
+                if want and isinstance(ptr, int) and ptr % 16:
+                    return (
+                        f"argument {i} is not 16-byte aligned, as it was where the record "
+                        "was made (Triton compiles another variant)"
+                    )
+        return "another CUDA context than the one its cubin was loaded in"
+
+    def _refusal(self, rec: records.KernelRecord) -> str | None:
+        if self.lib is None:
+            return f"no shim for {self.nargs} arguments"
+        if self.state.function or self.record is not None:
+            return "the kernel is loaded already"
+        if rec.nargs != self.nargs:
+            return f"the record has {rec.nargs} arguments, the launch {self.nargs}"
+        if tuple(rec.grid) != tuple(self.grid):
+            return f"the record's grid is {tuple(rec.grid)}, the launch's {tuple(self.grid)}"
+        if rec.extra + rec.nargs > 128:
+            return f"{rec.nargs} arguments and {rec.extra} scratch pointers: over 128"
+        return None
 
     def fill(self, compiled: Any, args: tuple) -> None:
         """Take the kernel Triton compiled (and loaded) at its first launch with ``args``,

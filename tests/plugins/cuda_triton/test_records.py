@@ -238,6 +238,10 @@ out["set_attributes"] = count("set_attributes")  # shared memory over 48 KB opte
 out["threads"], out["shared"] = count("last_threads"), count("last_shared")
 out["params"] = list((ctypes.c_int64 * 4).in_dll(fake, "last_params"))
 out["from_record"] = n.from_record
+out["why_unaligned"] = n.not_launched((4100, 8192))
+out["why_context"] = n.not_launched((4096, 8192))
+other = native.Native("k", (8, 1, 1), 2)
+out["other_grid"] = [other.adopt(rec), other.refused]
 
 bad = native.Native("k", (4, 1, 1), 2)
 bad.adopt(records.KernelRecord(**{**rec.__dict__, "cubin": b"not a cubin", "shared": 0}))
@@ -246,6 +250,7 @@ out["bad_again"] = launch(bad, [4096, 8192], 0x100)  # not loaded again
 out["bad_loads"] = count("loads") - out["loads"]
 out["bad_status"] = bad.state.status
 out["bad_from_record"] = bad.from_record
+out["why_bad"] = bad.not_launched((4096, 8192))
 print("INFO " + json.dumps(out))
 """
 
@@ -293,3 +298,8 @@ def test_the_shim_loads_a_record_once_in_the_current_context(cache, tmp_path):
     assert (got["bad_first"], got["bad_again"]) == (not_native, not_native)
     assert got["bad_loads"] == 1 and got["bad_status"] == -200
     assert not got["bad_from_record"]
+    # what the warm-start count says of each kernel that went through Triton after all
+    assert got["why_unaligned"].startswith("argument 0 is not 16-byte aligned"), got
+    assert got["why_context"].startswith("another CUDA context"), got
+    assert got["why_bad"] == "its cubin did not load (CUresult -200)", got
+    assert got["other_grid"] == [False, "the record's grid is (4, 1, 1), the launch's (8, 1, 1)"]
