@@ -120,6 +120,54 @@ def time_call(fn: Callable, args: tuple, dev: str, reps: int) -> float:
     return statistics.median(samples)
 
 
+def steady_row(
+    n: int,
+    args: tuple,
+    fn: Callable,
+    dyn: Callable,
+    ind: Callable | None,
+    plugin: str,
+    dev: str,
+    rounds: int,
+    reps: int,
+) -> dict:
+    """One steady-state row: the symbolic program beside a static one compiled for ``args``
+    (and Inductor's dynamic one, and eager), interleaved in rounds, printed as it is made."""
+    static = torch.compile(fn, backend=sdk.backend(plugin), dynamic=False)
+    fns = {"sdk_symbolic": dyn, "sdk_static": static, "eager": fn}
+    if ind is not None:
+        fns["inductor_dynamic"] = ind
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            times[k].append(time_call(f, args, dev, reps))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    split = {k: device_and_host(fns[k], args, dev) for k in ("sdk_symbolic", "sdk_static")}
+    s = {
+        "n": n,
+        "shape": next(list(t.shape) for t in args if isinstance(t, torch.Tensor)),
+        **{k: round(v, 4) for k, v in med.items()},
+        "symbolic_over_static": round(med["sdk_symbolic"] / med["sdk_static"], 3),
+        "device_ms": {k: v[0] for k, v in split.items()},
+        "host_ms": {k: v[1] for k, v in split.items()},
+    }
+    dv, ho = s["device_ms"], s["host_ms"]
+    dev_txt = (
+        f"; device {dv['sdk_symbolic']:.4f} vs {dv['sdk_static']:.4f} ms"
+        if dv["sdk_symbolic"] is not None
+        else ""
+    )
+    ind_ms = s.get("inductor_dynamic")
+    ind_txt = f", inductor dynamic {ind_ms:.4f} ms" if ind_ms is not None else ""
+    print(
+        f"  {s['shape']!s:>12}: symbolic {s['sdk_symbolic']:.4f} ms, static "
+        f"{s['sdk_static']:.4f} ms (x{s['symbolic_over_static']}){ind_txt}, eager "
+        f"{s['eager']:.4f} ms{dev_txt}; host {ho['sdk_symbolic']:.4f} vs {ho['sdk_static']:.4f} ms",
+        flush=True,
+    )
+    return s
+
+
 def steady_sizes(spec: str, lengths: int | None) -> list[int]:
     """The n of the steady-state rows: ``--lengths K`` sizes of SIZES from n = 8 on, else the
     ``--steady`` list."""
@@ -140,6 +188,12 @@ def main() -> None:
         type=int,
         default=None,
         help="instead of --steady: the first K of SIZES from n = 8 on (issue 48: 12)",
+    )
+    ap.add_argument(
+        "--no-inductor",
+        action="store_true",
+        help="leave Inductor out of the steady rows (its dynamic compile after each reset "
+        "is most of their time; the symbolic/static ratio does not need it)",
     )
     a = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -190,46 +244,22 @@ def main() -> None:
             "graph_sizes": sizes,
             "steady": [],
         }
-        for n in steady_sizes(a.steady, a.lengths):
-            args = make(n)
-            tp.reset_dynamo()
-            static = torch.compile(fn, backend=sdk.backend(plugin), dynamic=False)
-            ind = torch.compile(fn, dynamic=True)
-            fns = {"sdk_symbolic": dyn, "sdk_static": static, "inductor_dynamic": ind, "eager": fn}
-            times: dict[str, list[float]] = {k: [] for k in fns}
-            for _ in range(a.rounds):
-                for k, f in fns.items():
-                    times[k].append(time_call(f, args, dev, reps))
-            med = {k: statistics.median(v) for k, v in times.items()}
-            split = {k: device_and_host(fns[k], args, dev) for k in ("sdk_symbolic", "sdk_static")}
-            row["steady"].append(
-                {
-                    "n": n,
-                    "shape": next(list(t.shape) for t in args if isinstance(t, torch.Tensor)),
-                    **{k: round(v, 4) for k, v in med.items()},
-                    "symbolic_over_static": round(med["sdk_symbolic"] / med["sdk_static"], 3),
-                    "device_ms": {k: v[0] for k, v in split.items()},
-                    "host_ms": {k: v[1] for k, v in split.items()},
-                }
-            )
-        rows.append(row)
         print(
             f"{name}: {row['programs_built']} programs for {len(SIZES)} sizes "
-            f"({row['first_calls_s']} s of first calls), max |diff| {worst:.2e}; {sizes}"
+            f"({row['first_calls_s']} s of first calls), max |diff| {worst:.2e}; {sizes}",
+            flush=True,
         )
-        for s in row["steady"]:
-            dv, ho = s["device_ms"], s["host_ms"]
-            dev_txt = (
-                f"; device {dv['sdk_symbolic']:.4f} vs {dv['sdk_static']:.4f} ms"
-                if dv["sdk_symbolic"] is not None
-                else ""
-            )
-            print(
-                f"  {s['shape']!s:>12}: symbolic {s['sdk_symbolic']:.4f} ms, static "
-                f"{s['sdk_static']:.4f} ms (x{s['symbolic_over_static']}), inductor dynamic "
-                f"{s['inductor_dynamic']:.4f} ms, eager {s['eager']:.4f} ms{dev_txt}; host "
-                f"{ho['sdk_symbolic']:.4f} vs {ho['sdk_static']:.4f} ms"
-            )
+        # no Dynamo reset between lengths: the symbolic program (and Inductor's dynamic
+        # one) are compiled once, as a user's are; each static one adds a cache entry
+        ind = None if a.no_inductor else torch.compile(fn, dynamic=True)
+        limits = {"recompile_limit": 256, "accumulated_recompile_limit": 4096}
+        limits = {k: v for k, v in limits.items() if hasattr(torch._dynamo.config, k)}
+        with torch._dynamo.config.patch(**limits):
+            for n in steady_sizes(a.steady, a.lengths):
+                row["steady"].append(
+                    steady_row(n, make(n), fn, dyn, ind, plugin, dev, a.rounds, reps)
+                )
+        rows.append(row)
         ratios = [s["symbolic_over_static"] for s in row["steady"]]
         if ratios:
             row["geomean_symbolic_over_static"] = round(statistics.geometric_mean(ratios), 3)

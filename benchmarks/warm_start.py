@@ -134,11 +134,17 @@ def child(backend: str, device: str, size: str, profile: int) -> None:
 
 
 def run(
-    backend: str, device: str, env: dict[str, str], size: str = "large", profile: int = 0
+    backend: str,
+    device: str,
+    env: dict[str, str],
+    size: str = "large",
+    profile: int = 0,
+    imports: bool = False,
 ) -> dict:
     env = {**env, "BENCH_OUT": os.path.join(os.path.dirname(env["SDK_CACHE_DIR"]), "out.pt")}
+    timing = ["-X", "importtime"] if imports else []
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", backend, device, size, str(profile)],
+        [sys.executable, *timing, __file__, "--child", backend, device, size, str(profile)],
         env=env,
         capture_output=True,
         text=True,
@@ -147,11 +153,37 @@ def run(
     if proc.returncode:
         raise SystemExit(f"{backend} failed:\n{proc.stderr[-3000:]}")
     if profile:
-        print(f"--- {backend}: cProfile of the first call ---\n{proc.stderr}", file=sys.stderr)
+        prof = "\n".join(x for x in proc.stderr.splitlines() if not x.startswith("import time:"))
+        print(f"--- {backend}: cProfile of the first call ---\n{prof}", file=sys.stderr)
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     import torch
 
-    return {**json.loads(line[7:]), "results": torch.load(env["BENCH_OUT"])}
+    out = {**json.loads(line[7:]), "results": torch.load(env["BENCH_OUT"])}
+    if imports:
+        out["imports"] = _import_times(proc.stderr)
+    return out
+
+
+def _import_times(stderr: str) -> dict[str, tuple[int, int]]:
+    """``-X importtime``'s lines: module -> (self us, cumulative us)."""
+    out = {}
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            own, cum, name = line[len("import time:") :].split("|")
+            if own.strip().isdigit():
+                out[name.strip()] = (int(own), int(cum))
+    return out
+
+
+def print_imports(sdk: dict, inductor: dict, top: int) -> None:
+    """The modules only one of the two warm processes imported, by their import time."""
+    for label, mine, other in (("sdk", sdk, inductor), ("Inductor", inductor, sdk)):
+        only = {m: t for m, t in mine.items() if m not in other}
+        total = sum(own for own, _cum in only.values()) / 1e6
+        print(f"imported by the {label}'s warm process only: {len(only)} modules, {total:.2f} s")
+        roots = [m for m in only if m.rpartition(".")[0] not in only]
+        for m in sorted(roots, key=lambda m: -only[m][1])[:top]:
+            print(f"  {only[m][1] / 1e6:6.3f} s  {m}")
 
 
 def main() -> None:
@@ -170,8 +202,16 @@ def main() -> None:
         type=int,
         default=0,
         metavar="N",
-        help="print cProfile's N top functions of the sdk's last warm first call (stderr); "
+        help="print cProfile's N top functions of each backend's last warm first call (stderr); "
         "BENCH_PROFILE_CALLERS=a,b also prints who called the functions matching a and b",
+    )
+    ap.add_argument(
+        "--imports",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the last warm round under -X importtime and print the N slowest imports "
+        "each backend's warm process made and the other's did not",
     )
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -215,10 +255,14 @@ def main() -> None:
             "Inductor cold": [run("inductor", device, env("inductor"), args.size)],
         }
         for i in range(args.repeat):
-            last = args.profile if i == args.repeat - 1 else 0
-            rows.setdefault(f"{sdk} warm", []).append(run(sdk, device, env("sdk"), args.size, last))
+            final = i == args.repeat - 1
+            last = args.profile if final else 0
+            imports = bool(args.imports) and final
+            rows.setdefault(f"{sdk} warm", []).append(
+                run(sdk, device, env("sdk"), args.size, last, imports)
+            )
             rows.setdefault("Inductor warm", []).append(
-                run("inductor", device, env("inductor"), args.size)
+                run("inductor", device, env("inductor"), args.size, last, imports)
             )
     name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
     if device != "cuda":
@@ -267,6 +311,8 @@ def main() -> None:
     if len(warm_runs) > 1:
         same = all(_equal(r, warm_runs[0]) for r in warm_runs[1:])
         print("sdk warm vs warm: " + ("bit-equal" if same else "not bit-equal"))
+    if args.imports:
+        print_imports(warm_runs[-1]["imports"], rows["Inductor warm"][-1]["imports"], args.imports)
 
 
 def _equal(a: dict, b: dict) -> bool:
