@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import sysconfig
 import textwrap
@@ -165,11 +166,16 @@ def source() -> str:
 
 
 def _flags() -> tuple[str, ...]:
-    from torch.utils import cpp_extension
-
-    include = [f"-I{p}" for p in cpp_extension.include_paths()]
-    include.append(f"-I{sysconfig.get_paths()['include']}")
-    lib = cpp_extension.library_paths()[0]
+    # torch's headers and libraries where torch.utils.cpp_extension finds them (its
+    # include_paths() and library_paths()), without importing it: that module imports
+    # setuptools, about a second of a warm process's first call on a GPU machine
+    root = os.path.dirname(os.path.abspath(torch.__file__))
+    include = [
+        f"-I{os.path.join(root, 'include')}",
+        f"-I{os.path.join(root, 'include', 'torch', 'csrc', 'api', 'include')}",
+        f"-I{sysconfig.get_paths()['include']}",
+    ]
+    lib = os.path.join(root, "lib")
     abi = int(torch.compiled_with_cxx11_abi())
     return (
         "-O2",

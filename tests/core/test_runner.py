@@ -630,3 +630,24 @@ def test_a_host_constants_device_copy_is_made_once_and_kept_by_the_runner():
     (first,), (again,) = native_call([]), native_call([])
     assert first is again and torch.equal(first, python_call([])[0])
     assert "constant const0, device copy True" in st.describe(steps)
+
+
+def test_loading_the_built_runner_imports_no_build_tooling():
+    """The runner's build flags name torch's headers and libraries where
+    ``torch.utils.cpp_extension`` finds them, and a process that loads the built runner does
+    not import that module (it imports setuptools: about a second of a warm start)."""
+    from torch.utils import cpp_extension
+
+    flags = native._flags()
+    assert all(f"-I{p}" in flags for p in cpp_extension.include_paths()), flags
+    assert f"-L{cpp_extension.library_paths()[0]}" in flags, flags
+    assert native.module() is not None  # built here (or found) before the child loads it
+    code = (
+        "import sys\n"
+        "from sdk.core import native\n"
+        "assert native.module() is not None\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('torch.utils.cpp_extension', "
+        "'setuptools'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
