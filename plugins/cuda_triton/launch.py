@@ -195,7 +195,7 @@ def kernel_call(
 
         name = getattr(jit_fn, "__name__", "kernel")
         native = Native(name, grid, nargs, entry=entry, record_key=record_key)
-        if record is not None and not native.adopt(record):
+        if record is not None and not native.adopt(record, torch.cuda.current_device()):
             record = None
     state: dict[str, Any] = {
         "fast": native.launch if native is not None and record is not None else None,

@@ -57,6 +57,10 @@ typedef int (*func_set_fn)(void*, int, int);
 typedef int (*cache_config_fn)(void*, int);
 typedef int (*context_device_fn)(int*);
 typedef int (*device_attribute_fn)(int*, int, int);
+typedef int (*pointer_attribute_fn)(void*, int, unsigned long long);
+typedef int (*device_get_fn)(int*, int);
+typedef int (*primary_retain_fn)(void**, int);
+typedef int (*set_context_fn)(void*);
 
 struct sdk_triton_state {
   void* function;    /* CUfunction; NULL until loaded (from the image, or through Triton) */
@@ -70,6 +74,7 @@ struct sdk_triton_state {
   int64_t status;    /* the image's load: 0 not tried, 1 loaded, else -(CUresult) or -1000-n */
   int64_t nargs;     /* the kernel's own parameters, when aligned is set */
   const unsigned char* aligned; /* per parameter: must be 16-byte aligned, or NULL */
+  int64_t device;    /* the ordinal of the device the kernel was bound for, or -1 */
 };
 
 static launch_fn launch_kernel;
@@ -81,6 +86,10 @@ static func_set_fn func_set;
 static cache_config_fn cache_config;
 static context_device_fn context_device;
 static device_attribute_fn device_attribute;
+static pointer_attribute_fn pointer_attribute;
+static device_get_fn device_get;
+static primary_retain_fn primary_retain;
+static set_context_fn set_context;
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 
 int64_t sdk_triton_init(void) {
@@ -95,6 +104,10 @@ int64_t sdk_triton_init(void) {
   cache_config = (cache_config_fn)dlsym(lib, "cuFuncSetCacheConfig");
   context_device = (context_device_fn)dlsym(lib, "cuCtxGetDevice");
   device_attribute = (device_attribute_fn)dlsym(lib, "cuDeviceGetAttribute");
+  pointer_attribute = (pointer_attribute_fn)dlsym(lib, "cuPointerGetAttribute");
+  device_get = (device_get_fn)dlsym(lib, "cuDeviceGet");
+  primary_retain = (primary_retain_fn)dlsym(lib, "cuDevicePrimaryCtxRetain");
+  set_context = (set_context_fn)dlsym(lib, "cuCtxSetCurrent");
   return launch_kernel == 0 || current_context == 0;
 }
 
@@ -142,6 +155,27 @@ static int64_t load_image(struct sdk_triton_state* s, void* context) {
   return 1;
 }
 
+#define POINTER_DEVICE_ORDINAL 9
+
+/* No context current on this thread (one CUDA's runtime has not used yet: autograd's
+   backward thread at its first kernel): the primary context of the kernel's device made
+   current, as Triton's loadBinary does, where an argument is memory of that device; else
+   NULL, and nothing changed */
+static void* primary_context(const struct sdk_triton_state* s, const intptr_t* args,
+                             int64_t n) {
+  int ordinal = -1, device = 0;
+  void* context = 0;
+  if (s->device < 0 || !pointer_attribute || !device_get || !primary_retain || !set_context)
+    return 0;
+  for (int64_t i = 0; i < n && ordinal < 0; ++i)
+    if (pointer_attribute(&ordinal, POINTER_DEVICE_ORDINAL, (unsigned long long)args[i]) != 0)
+      ordinal = -1;
+  if (ordinal != s->device) return 0;
+  if (device_get(&device, ordinal) != 0 || primary_retain(&context, device) != 0) return 0;
+  if (context == 0 || set_context(context) != 0) return 0;
+  return context;
+}
+
 int64_t sdk_triton_launch(struct sdk_triton_state* s, void* stream, const intptr_t* args,
                           int64_t n) {
   intptr_t values[128];
@@ -149,7 +183,8 @@ int64_t sdk_triton_launch(struct sdk_triton_state* s, void* stream, const intptr
   void* context = 0;
   int64_t total = n + s->extra;
   if (total > 128) return @NOT_NATIVE@;
-  if (current_context(&context) != 0 || context == 0) return @NOT_NATIVE@;
+  if (current_context(&context) != 0) return @NOT_NATIVE@;
+  if (context == 0 && (context = primary_context(s, args, n)) == 0) return @NOT_NATIVE@;
   if (__atomic_load_n(&s->function, __ATOMIC_ACQUIRE) == 0) {
     if (s->image == 0) return @NOT_NATIVE@;
     pthread_mutex_lock(&load_lock);
@@ -190,6 +225,7 @@ class _State(ctypes.Structure):
         ("status", ctypes.c_int64),
         ("nargs", ctypes.c_int64),
         ("aligned", ctypes.c_void_p),
+        ("device", ctypes.c_int64),
     ]
 
 
@@ -250,6 +286,7 @@ class Native:
         self.name, self.grid, self.nargs, self.record_key = name, tuple(grid), nargs, record_key
         self.state = _State()
         self.state.grid[:] = grid
+        self.state.device = -1
         self.record: records.KernelRecord | None = None
         self._keep: list[Any] = []  # the buffers the state points into
         self._reported = False
@@ -273,10 +310,11 @@ class Native:
         self.state.nargs = len(aligned)
         self.state.aligned = ctypes.addressof(mask)
 
-    def adopt(self, rec: records.KernelRecord) -> bool:
+    def adopt(self, rec: records.KernelRecord, device: int = -1) -> bool:
         """Launch from ``rec``'s cubin: the shim loads it at the first launch, in the context
-        current then. False (Triton's path stays, :attr:`refused` says why) where the shim is
-        missing or the record is not this kernel's launch."""
+        current then (none current: ``device``'s primary context, made current where the
+        arguments are that device's memory). False (Triton's path stays, :attr:`refused`
+        says why) where the shim is missing or the record is not this kernel's launch."""
         self.refused = self._refusal(rec)
         if self.refused is not None:
             return False
@@ -287,6 +325,7 @@ class Native:
         self.state.threads = rec.threads
         self.state.shared = rec.shared
         self.state.extra = rec.extra
+        self.state.device = device
         self.state.name = ctypes.cast(name, ctypes.c_char_p)
         self.state.image = ctypes.addressof(image)  # last: the shim may load it from now on
         self.record = rec
@@ -298,7 +337,10 @@ class Native:
         if not self.state.function:
             if self.state.status:
                 return f"its cubin did not load (CUresult {self.state.status})"
-            return "its cubin was not loaded (no CUDA context current)"
+            return (
+                "its cubin was not loaded (no CUDA context current, and no argument in "
+                f"device {self.state.device}'s memory)"
+            )
         rec = self.record
         if rec is not None and len(args) == len(rec.aligned):
             for i, (a, want) in enumerate(zip(args, rec.aligned, strict=True)):

@@ -171,8 +171,18 @@ FAKE_DRIVER = r"""
 void* current;
 int loads, launches, set_attributes, last_threads, last_shared;
 intptr_t last_params[4];
+int retains;
 int cuCtxGetCurrent(void** c) { *c = current; return 0; }
 int cuCtxGetDevice(int* d) { *d = 0; return 0; }
+/* memory at 0x100000 and up is device 1's, below it device 0's; 0x40 is no device memory */
+int cuPointerGetAttribute(void* data, int attribute, unsigned long long ptr) {
+  if (attribute != 9 || ptr == 0x40) return 1;
+  *(int*)data = ptr >= 0x100000;
+  return 0;
+}
+int cuDeviceGet(int* d, int ordinal) { *d = ordinal; return 0; }
+int cuDevicePrimaryCtxRetain(void** c, int device) { ++retains; *c = (void*)(0x300 + device); return 0; }
+int cuCtxSetCurrent(void* c) { current = c; return 0; }
 int cuModuleLoadData(void** m, const void* image) {
   ++loads;
   if (memcmp(image, "\x7f" "ELF", 4) != 0) return 200; /* CUDA_ERROR_INVALID_IMAGE */
@@ -250,6 +260,20 @@ out["bad_again"] = launch(bad, [4096, 8192], 0x100)  # not loaded again
 out["bad_loads"] = count("loads") - out["loads"]
 out["bad_status"] = bad.state.status
 out["bad_from_record"] = bad.from_record
+
+# no context current (a thread the runtime has not used): device 0's primary context made
+# current where an argument is device 0's memory, not where none is, nor for another device
+on0 = native.Native("k", (4, 1, 1), 2)
+on0.adopt(rec, 0)
+out["none_elsewhere"] = launch(on0, [0x100000, 0x100010], 0)  # device 1's memory
+out["none_elsewhere_current"] = ctypes.c_void_p.in_dll(fake, "current").value
+out["none_scalar"] = launch(on0, [0x40, 0x40], 0)
+out["none_primary"] = launch(on0, [0x40, 4096], 0)  # the second argument: device 0's
+out["primary_current"] = ctypes.c_void_p.in_dll(fake, "current").value
+out["retains"] = count("retains")
+unbound = native.Native("k", (4, 1, 1), 2)
+unbound.adopt(rec)  # no device given: never made current
+out["unbound"] = launch(unbound, [4096, 8192], 0)
 out["why_bad"] = bad.not_launched((4096, 8192))
 print("INFO " + json.dumps(out))
 """
@@ -260,7 +284,9 @@ def test_the_shim_loads_a_record_once_in_the_current_context(cache, tmp_path):
     record's cubin is loaded at the first launch with a context current, in that context,
     once; launches then pass the record's threads, shared memory and NULL scratch pointers;
     another context or an unaligned pointer Triton took as aligned is NOT_NATIVE (Triton's
-    path); a cubin the driver refuses is tried once, then NOT_NATIVE with its status."""
+    path); a cubin the driver refuses is tried once, then NOT_NATIVE with its status; with no
+    context current, the kernel's device's primary context is made current where an argument
+    is that device's memory (autograd's backward thread at its first kernel)."""
     import json
     import os
     import shutil
@@ -303,3 +329,7 @@ def test_the_shim_loads_a_record_once_in_the_current_context(cache, tmp_path):
     assert got["why_context"].startswith("another CUDA context"), got
     assert got["why_bad"] == "its cubin did not load (CUresult -200)", got
     assert got["other_grid"] == [False, "the record's grid is (4, 1, 1), the launch's (8, 1, 1)"]
+    assert (got["none_elsewhere"], got["none_scalar"]) == (not_native, not_native)
+    assert not got["none_elsewhere_current"]  # nothing made current for another device
+    assert (got["none_primary"], got["primary_current"], got["retains"]) == (0, 0x300, 1)
+    assert got["unbound"] == not_native
