@@ -44,7 +44,7 @@ from sdk.plugin import (
 )
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
-from . import fallback, graph_cache
+from . import fallback, graph_cache, isolate
 from .adapters import torch_private as tp
 from .adapters.torch_private import concrete_graph
 from .guards import spec_of
@@ -401,7 +401,10 @@ def _graph_compile(
             return _on_device(fn, s.info.device_types, c.device_type, sub), "hit"
     if s.cannot_compile:
         raise CannotCompile(c.plugin, s.cannot_compile)
-    result = s.hooks.sdk_compile_subgraph(ctx=c, gm=copy_graph(sub), example_inputs=inputs)
+    if isolate.wanted(s.info, c.core_options):  # (a crash there is this partition's fault)
+        result = isolate.compile_subgraph(s, c, sub, inputs)
+    else:
+        result = s.hooks.sdk_compile_subgraph(ctx=c, gm=copy_graph(sub), example_inputs=inputs)
     if not isinstance(result, CompiledSubgraph):
         raise TypeError(
             f"sdk:{c.plugin} sdk_compile_subgraph returned {type(result).__name__}, not an "

@@ -663,6 +663,12 @@ def sdk_compile_subgraph(
     placeholders, and this hook runs outside the compile's fake mode; it is called again
     when one of them is replaced or written in place.
 
+    With ``PluginInfo.isolate_compile`` (or the user's option ``isolate_compile=True``) the
+    hook runs in a worker process of its own (concrete sizes only): a crash there (a signal,
+    an exit) refuses the partition with the signal as its reason, and what it returns must
+    carry an ``artifact``, which ``sdk_load_subgraph`` turns into the callable in the user's
+    process (``fn`` is not used).
+
     :param ctx: the compile.
     :param gm: a self-contained GraphModule of ATen ops: its placeholders are the
         partition's inputs in order, its output is a tuple.
