@@ -342,8 +342,7 @@ def _compile_partition(
                 dead,
                 tell=ctx.note,
             )
-            cache = "off: frozen parameters (their values are not in the key)"
-            return fn, plugin, cache, "; ".join([fn.note, *c.notes]), ""
+            return fn, plugin, fn.cache, "; ".join([fn.note, *c.notes]), ""
         fn, cache = _graph_compile(s, c, build.redecomposed(s, c, sub), inputs, dead=dead)
         return fn, plugin, cache, "; ".join(c.notes), ""
     except SDKError:
@@ -384,13 +383,12 @@ def _graph_compile(
     sub: torch.fx.GraphModule,
     inputs: list[Any],
     *,
-    cached: bool = True,
     dead: frozenset[int] = frozenset(),
 ) -> tuple[Callable, str]:
     """A graph-level plugin's callable for ``sub``: from the cache, else its compiler;
     taking the partition's inputs and returning its outputs (into buffers the core
     allocates where the plugin asked, ``CompiledSubgraph.preallocated_outputs``)."""
-    key, cache = _cache_key(s, c, sub, inputs) if cached else (None, "off")
+    key, cache = _cache_key(s, c, sub, inputs)
     missed = ""
     if key is not None:
         fn, missed, doc = _load(s, c, key)
@@ -437,10 +435,10 @@ def _frozen_compile(
     sub: torch.fx.GraphModule,
     inputs: list[Any],
     dead: frozenset[int],
-) -> Callable:
-    """A partition with frozen parameters compiled (never cached: the values are not in the
-    key)."""
-    return _graph_compile(s, c, sub, inputs, cached=False, dead=dead)[0]
+) -> tuple[Callable, str]:
+    """A partition with frozen parameters compiled, and its cache state: the key holds the
+    digests of the frozen values (:func:`core.graph_cache.constant_digest`)."""
+    return _graph_compile(s, c, sub, inputs, dead=dead)
 
 
 def _cache_key(

@@ -17,7 +17,7 @@ import torch.fx
 from sdk.errors import SDKError, describe
 from sdk.plugin import CompileContext, PluginKind
 
-from . import fallback
+from . import fallback, graph_cache
 from .adapters.torch_private import fresh_result, real_mode
 from .registry import strict
 from .session import CompileSession
@@ -165,17 +165,24 @@ def frozen_inputs(
 
 
 def frozen_graph(
-    sub: torch.fx.GraphModule, values: Mapping[int, torch.Tensor]
+    sub: torch.fx.GraphModule,
+    values: Mapping[int, torch.Tensor],
+    sources: Mapping[int, torch.Tensor] | None = None,
 ) -> torch.fx.GraphModule:
     """A copy of ``sub`` whose placeholders at ``values``' positions are ``get_attr`` nodes
-    of buffers holding those values (named after the placeholders)."""
+    of buffers holding those values (named after the placeholders). ``sources``: the
+    parameters or buffers the values were taken of, whose digests (once per tensor and
+    version) key the partition in the whole-graph cache."""
     gm = copy_graph(sub)
+    gm.meta[graph_cache.CONSTANT_SOURCES] = {}
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     first = next(n for n in gm.graph.nodes if n.op != "placeholder")
     for i, value in values.items():
         place = places[i]
         attr = f"frozen_{place.name}"
         gm.register_buffer(attr, value, persistent=False)
+        if sources is not None:
+            gm.meta[graph_cache.CONSTANT_SOURCES][attr] = sources[i]
         with gm.graph.inserting_before(first):
             node = gm.graph.get_attr(attr)
         node.meta.update(place.meta)
@@ -192,7 +199,9 @@ class Frozen:
     a parameter or buffer replaced or written in place since the compile makes the partition compile
     again with the new values (outside the compile's fake mode, as at compile time). Called
     with every input of the partition; the plugin's callable gets the others.
-    ``compile(s, c, graph, inputs, dead)`` is the partition compile (:mod:`core.chain`'s)."""
+    ``compile(s, c, graph, inputs, dead) -> (callable, cache state)`` is the partition compile
+    (:mod:`core.chain`'s), which keys the whole-graph cache on the values' digests;
+    :attr:`cache` is the last compile's cache state."""
 
     def __init__(
         self,
@@ -233,8 +242,8 @@ class Frozen:
                 )
                 for i, p in zip(self._positions, params, strict=True)
             }
-            graph = frozen_graph(self._sub, values)
-            fn = self._graph_compile(
+            graph = frozen_graph(self._sub, values, dict(zip(self._positions, params)))
+            fn, self.cache = self._graph_compile(
                 self._s, self._c, graph, [self._inputs[i] for i in self._keep], self._dead
             )
         self._fn = fn

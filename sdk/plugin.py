@@ -381,8 +381,8 @@ class PluginInfo:
     #: A parameter or buffer the graph itself writes (BatchNorm's running statistics in
     #: training mode under ``no_grad``) stays an input, and forward and backward (training)
     #: graphs keep parameters and buffers as inputs. ``sdk_compile_subgraph`` is then called
-    #: outside the compile's fake mode (tensors it makes are real); the partition is kept out
-    #: of the whole-graph cache (the values are not in its key)
+    #: outside the compile's fake mode (tensors it makes are real); the whole-graph cache keys
+    #: the partition on the values' digests too (sha256, once per tensor and version)
     frozen_parameters: bool = False
     #: graph-level plugins (hook API 7): run ``sdk_compile_subgraph`` in a worker process of
     #: its own per partition, so that a compiler that crashes (a segfault, an ``abort()``)
