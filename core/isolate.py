@@ -70,9 +70,10 @@ def wanted(info: PluginInfo, options: CoreOptions) -> bool:
 
 def compile_subgraph(
     s: CompileSession, c: CompileContext, sub: torch.fx.GraphModule, inputs: list[Any]
-) -> CompiledSubgraph:
+) -> tuple[CompiledSubgraph, float]:
     """``sdk_compile_subgraph`` of ``c.plugin`` on ``sub``, run in a worker process; the
-    callable made from its artifact here by ``sdk_load_subgraph``. Raises
+    callable made from its artifact here by ``sdk_load_subgraph``, and the seconds the hook
+    took in the worker. Raises
     :class:`CompileCrashed` where the worker died, TypeError where the contract of an
     isolated compile is not kept (symbolic sizes, no artifact, no ``sdk_load_subgraph``)."""
     if not all(_static(x) for x in inputs):
@@ -110,12 +111,13 @@ def compile_subgraph(
             f"sdk:{c.plugin} sdk_load_subgraph returned None for the artifact its isolated "
             "compile made"
         )
-    return CompiledSubgraph(
+    compiled = CompiledSubgraph(
         fn=fn,
         artifact=artifact,
         preallocated_outputs=answer["preallocated"],
         aliases=answer["aliases"],
     )
+    return compiled, answer["seconds"]
 
 
 # -- the parent's side ------------------------------------------------------------------

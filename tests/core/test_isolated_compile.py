@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 
 import pytest
 import torch
@@ -151,3 +152,17 @@ def test_an_isolated_compile_without_an_artifact_falls_back_naming_the_contract(
         report = sdk.explain(fn, *_inputs(), backend=backend)
     for p in _partitions(report):
         assert p.compiled_by == "aten" and "sdk_load_subgraph turns into fn" in p.note, p.note
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_explain_shows_each_partitions_compile_time(vendor, isolate):
+    """Per partition: the seconds its compile took, and of those the plugin's
+    sdk_compile_subgraph (in the worker, where isolated: less than the whole, which starts
+    the worker)."""
+    vendor(isolate=isolate)
+    report = sdk.explain(fn, *_inputs(), backend=sdk.backend("vendorg"))
+    for p in _partitions(report):
+        assert 0 < p.plugin_seconds <= p.compile_seconds, p
+        if isolate:
+            assert p.plugin_seconds < p.compile_seconds, p
+    assert re.search(r"compiled in \d+\.\d\ds \(sdk_compile_subgraph \d+\.\d\ds\)", str(report))
