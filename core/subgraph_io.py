@@ -84,17 +84,44 @@ def buffers(
             + ", ".join(f"{o} -> input {i}" for o, i in sorted(donated.items()))
         )
 
+    # an expanded output (stride 0 over a dimension): the plugin writes a dense buffer, which
+    # is then put into that layout (a buffer of overlapping elements cannot be written)
+    expanded = {i for i, (shape, stride, _, _) in enumerate(layouts) if overlaps(shape, stride)}
+
     def into(*args: Any) -> tuple[Any, ...]:
         outs = [
             args[donated[i]]
             if i in donated
+            else torch.empty(shape, dtype=dtype, device=device)
+            if i in expanded
             else torch.empty_strided(shape, stride, dtype=dtype, device=device)
             for i, (shape, stride, dtype, device) in enumerate(layouts)
         ]
         fn(*args, *outs)
+        for i in expanded:
+            outs[i] = into_layout(outs[i], layouts[i][1])
         return tuple(outs)
 
     return into
+
+
+def overlaps(shape: Any, stride: Any) -> bool:
+    """Whether a layout has stride 0 over a dimension of more than one element (an expand):
+    several of its elements are one memory location."""
+    return any(st == 0 and sz > 1 for sz, st in zip(shape, stride, strict=False))
+
+
+def into_layout(o: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    """``o``'s values in a new tensor of strides ``stride``: one copy. An expanded layout
+    (:func:`overlaps`) gets the elements it holds only: ``o``'s first along each dimension of
+    stride 0 (an expand's are all the same)."""
+    out = torch.empty_strided(o.shape, stride, dtype=o.dtype, device=o.device)
+    if not overlaps(o.shape, stride):
+        return out.copy_(o)
+    first = tuple(slice(0, 1) if st == 0 else slice(None) for st in stride)
+    sizes = [1 if st == 0 else sz for sz, st in zip(o.shape, stride, strict=True)]
+    out.as_strided(sizes, stride).copy_(o[first])
+    return out
 
 
 def restrided(fn: Callable, vals: list[Any]) -> Callable:
@@ -117,7 +144,7 @@ def restrided(fn: Callable, vals: list[Any]) -> Callable:
             if all(a == b or d <= 1 for a, b, d in zip(o.stride(), w, o.shape, strict=False)):
                 continue
             fixed = list(outs) if fixed is None else fixed
-            fixed[i] = torch.empty_strided(o.shape, w, dtype=o.dtype, device=o.device).copy_(o)
+            fixed[i] = into_layout(o, w)
         return outs if fixed is None else tuple(fixed)
 
     return strided

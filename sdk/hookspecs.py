@@ -652,8 +652,8 @@ def sdk_compile_subgraph(
 
     The output contract: ``fn`` returns one value per output of ``gm``'s output node, each
     with the sizes, dtype, device *and strides* of its ``meta["val"]`` (dimensions of size 1
-    aside), none sharing an input's storage unless ATen's run of ``gm`` does; it writes no
-    input. Ask for ``preallocated_outputs`` to have the core allocate the outputs in that
+    aside; an expanded output, stride 0, may be dense), none sharing an input's storage
+    unless ATen's run of ``gm`` does; it writes no input. Ask for ``preallocated_outputs`` to have the core allocate the outputs in that
     layout, and declare ``aliases`` to write an output into an input the core proves dead
     (:class:`sdk.CompiledSubgraph`). The conformance kit checks all of it.
 

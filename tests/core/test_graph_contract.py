@@ -484,6 +484,40 @@ def test_a_graph_input_is_never_donated(folder):
     assert "a graph input, a view" in part.note, part.note
 
 
+def _expanded(x):
+    # the partition's output is an expand: meta["val"] has stride 0 over its first dimension
+    return x.sin()[0].expand(4, 5)
+
+
+@pytest.mark.parametrize("preallocated", [False, True])
+def test_an_expanded_output_is_given_its_layout(folder, preallocated):
+    """An output whose strides overlap (an expand, stride 0): a runtime's dense result is put
+    into that layout (its one row, not every element into one memory place), and a
+    preallocated output is a dense buffer for the plugin to write; the result has eager's
+    layout, nothing falls back (fallback=False: a fault would raise)."""
+    plugin = folder(frozen=False)
+    plugin.BREAK, plugin.PREALLOCATED = ("" if preallocated else "strides"), preallocated
+    graph = _run(_expanded, torch.randn(4, 5), fallback=False)
+    assert [p.compiled_by for p in graph.partitions] == ["folder"], str(graph)
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        out = torch.compile(_expanded, backend=sdk.backend("folder", fallback=False))(x)
+    torch.testing.assert_close(out, _expanded(x))
+    assert out.stride() == (0, 1)
+
+
+def test_the_conformance_kit_takes_a_dense_result_of_an_expanded_output(folder):
+    """(A runtime returns dense buffers: for an expand's output that is no violation.)"""
+    from sdk import conformance as C
+
+    plugin = folder(frozen=False)
+    plugin.BREAK = "strides"
+    module, violations = C.checking_outputs("folder")
+    with C.registry_with("folder", module), torch.no_grad():
+        torch.compile(_expanded, backend=sdk.backend("folder"))(torch.randn(4, 5))
+    assert plugin.partitions and violations == [], violations
+
+
 def test_aliases_without_preallocated_outputs_are_refused():
     with pytest.raises(ValueError, match="preallocated_outputs=True"):
         sdk.CompiledSubgraph(fn=lambda: None, aliases={0: 0})
