@@ -130,7 +130,14 @@ def _run(plugin: str, request: dict[str, Any]) -> dict[str, Any]:
         ask, answer, log = (os.path.join(tmp, n) for n in ("request", "answer", "output"))
         with open(ask, "wb") as f:
             pickle.dump(list(sys.path), f)
-            _Pickler(f).dump(request)
+            try:
+                _Pickler(f).dump(request)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                raise TypeError(
+                    f"sdk:{plugin} compiles in a worker process (isolate_compile), but this "
+                    f"partition's compile cannot be sent there: {describe(exc, one_line=True)}"
+                    " (an option value or a constant that cannot be pickled)"
+                ) from exc
         with open(log, "wb") as out:
             done = subprocess.run(
                 [sys.executable, "-c", _BOOT, ask, answer],
