@@ -26,6 +26,7 @@ program) and the chain is its whole-graph fallback.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -44,7 +45,7 @@ from sdk.plugin import (
 )
 from sdk.report import FallbackReport, GraphReport, OpPlacement, PartitionReport
 
-from . import fallback, graph_cache
+from . import fallback, graph_cache, isolate
 from .adapters import torch_private as tp
 from .adapters.torch_private import concrete_graph
 from .guards import spec_of
@@ -121,11 +122,13 @@ def compile_partitioned(
         _fill_constants(work, part.name, sub)
         frozen = frozen_inputs(session, ctx, part.plugin, work, part.name, params)
         dead = dead_after(work, part.name)
+        timing, began = _Timing(), time.perf_counter()
         fn, compiled_by, cache, note, runner = _compile_partition(
-            session, ctx, part.plugin, part.name, sub, frozen, dead
+            session, ctx, part.plugin, part.name, sub, frozen, dead, timing
         )
+        timing.total = time.perf_counter() - began
         setattr(work, part.name, _Bound(fn))
-        report.partitions.append(_describe(part, sub, compiled_by, cache, note, runner))
+        report.partitions.append(_describe(part, sub, compiled_by, cache, note, runner, timing))
     work.recompile()
     report.compile_seconds = time.perf_counter() - start
     forward = work.forward
@@ -290,13 +293,15 @@ def _compile_partition(
     sub: torch.fx.GraphModule,
     frozen: Mapping[int, Any] | None = None,
     dead: frozenset[int] = frozenset(),
+    timing: _Timing | None = None,
 ) -> tuple[Callable, str, str, str, str]:
     """(callable taking the partition's inputs positionally, who compiled it, cache state,
     note, what runs its program: PartitionReport.runner): by ``plugin``, else the next kernel-level plugin of the chain, else ATen.
     ``frozen``: the partition's inputs ``plugin`` gets as constants (frozen parameters and
     buffers);
     ``dead``: the inputs nothing reads after the partition (an output may be written into
-    one, ``CompiledSubgraph.aliases``)."""
+    one, ``CompiledSubgraph.aliases``);
+    ``timing``: where the plugin's own compile time goes."""
     chain = (ctx.plugin, *session.options.chain)
     later = [
         p for p in chain[chain.index(plugin) + 1 :] if session.kind_of(p) == PluginKind.CODEGEN
@@ -333,7 +338,7 @@ def _compile_partition(
     try:
         if frozen:
             fn = Frozen(
-                _frozen_compile,
+                functools.partial(_frozen_compile, timing=timing),
                 s,
                 c,
                 build.redecomposed(s, c, sub),
@@ -342,9 +347,9 @@ def _compile_partition(
                 dead,
                 tell=ctx.note,
             )
-            cache = "off: frozen parameters (their values are not in the key)"
-            return fn, plugin, cache, "; ".join([fn.note, *c.notes]), ""
-        fn, cache = _graph_compile(s, c, build.redecomposed(s, c, sub), inputs, dead=dead)
+            return fn, plugin, fn.cache, "; ".join([fn.note, *c.notes]), ""
+        graph = build.redecomposed(s, c, sub)
+        fn, cache = _graph_compile(s, c, graph, inputs, dead=dead, timing=timing)
         return fn, plugin, cache, "; ".join(c.notes), ""
     except SDKError:
         raise
@@ -384,13 +389,14 @@ def _graph_compile(
     sub: torch.fx.GraphModule,
     inputs: list[Any],
     *,
-    cached: bool = True,
     dead: frozenset[int] = frozenset(),
+    timing: _Timing | None = None,
 ) -> tuple[Callable, str]:
     """A graph-level plugin's callable for ``sub``: from the cache, else its compiler;
     taking the partition's inputs and returning its outputs (into buffers the core
-    allocates where the plugin asked, ``CompiledSubgraph.preallocated_outputs``)."""
-    key, cache = _cache_key(s, c, sub, inputs) if cached else (None, "off")
+    allocates where the plugin asked, ``CompiledSubgraph.preallocated_outputs``).
+    ``timing.plugin``: the seconds its ``sdk_compile_subgraph`` took."""
+    key, cache = _cache_key(s, c, sub, inputs)
     missed = ""
     if key is not None:
         fn, missed, doc = _load(s, c, key)
@@ -401,7 +407,14 @@ def _graph_compile(
             return _on_device(fn, s.info.device_types, c.device_type, sub), "hit"
     if s.cannot_compile:
         raise CannotCompile(c.plugin, s.cannot_compile)
-    result = s.hooks.sdk_compile_subgraph(ctx=c, gm=copy_graph(sub), example_inputs=inputs)
+    began = time.perf_counter()
+    if isolate.wanted(s.info, c.core_options):  # (a crash there is this partition's fault)
+        result, took = isolate.compile_subgraph(s, c, sub, inputs)
+    else:
+        result = s.hooks.sdk_compile_subgraph(ctx=c, gm=copy_graph(sub), example_inputs=inputs)
+        took = time.perf_counter() - began
+    if timing is not None:
+        timing.plugin += took
     if not isinstance(result, CompiledSubgraph):
         raise TypeError(
             f"sdk:{c.plugin} sdk_compile_subgraph returned {type(result).__name__}, not an "
@@ -434,10 +447,11 @@ def _frozen_compile(
     sub: torch.fx.GraphModule,
     inputs: list[Any],
     dead: frozenset[int],
-) -> Callable:
-    """A partition with frozen parameters compiled (never cached: the values are not in the
-    key)."""
-    return _graph_compile(s, c, sub, inputs, cached=False, dead=dead)[0]
+    timing: _Timing | None = None,
+) -> tuple[Callable, str]:
+    """A partition with frozen parameters compiled, and its cache state: the key holds the
+    digests of the frozen values (:func:`core.graph_cache.constant_digest`)."""
+    return _graph_compile(s, c, sub, inputs, dead=dead, timing=timing)
 
 
 def _cache_key(
@@ -579,6 +593,14 @@ class _PerShape:
 # -- glue ----------------------------------------------------------------------------
 
 
+class _Timing:
+    """Where one partition's compile spent its time: in all, and in the plugin's compile."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.plugin = 0.0
+
+
 class _Bound(torch.nn.Module):
     """A compiled partition in the outer graph's ``call_module`` slot."""
 
@@ -618,6 +640,7 @@ def _describe(
     cache: str,
     note: str,
     runner: str = "",
+    timing: _Timing | None = None,
 ) -> PartitionReport:
     ins, in_bytes = _crossing(placeholder_vals(sub))
     outs, out_bytes = _crossing(output_vals(sub))
@@ -634,6 +657,8 @@ def _describe(
         cache,
         note,
         runner,
+        timing.total if timing is not None else 0.0,
+        timing.plugin if timing is not None else 0.0,
     )
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from sdk._config import env
 from sdk._diskcache import (
@@ -90,10 +91,14 @@ def graph_key(
     if bad:
         raise Uncacheable(f"option(s) {bad} are not plain data")
     consts = []
+    sources = gm.meta.get(CONSTANT_SOURCES, {})
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             value = _attr(gm, node.target)
-            if isinstance(value, torch.Tensor):
+            source = sources.get(node.target)
+            if source is not None:
+                consts.append((node.target, constant_digest(source)))
+            elif isinstance(value, torch.Tensor):
                 consts.append((node.target, _tensor_digest(value)))
             elif isinstance(value, torch.fx.GraphModule):
                 consts.append((node.target, value.code))
@@ -126,6 +131,28 @@ def _attr(gm: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+#: ``GraphModule.meta`` key of ``{get_attr target: the tensor its constant was taken of}``: a
+#: frozen parameter or buffer (:func:`core.subgraph_io.frozen_graph`), whose digest is
+#: :func:`constant_digest`'s, computed once per tensor and version
+CONSTANT_SOURCES = "sdk_constant_sources"
+#: per tensor: ((its version, its data pointer), its digest)
+_DIGESTS = WeakIdKeyDictionary()
+
+
+def constant_digest(t: torch.Tensor) -> str:
+    """The digest a key holds of the constant taken of ``t`` (sha256 of its layout and
+    bytes), computed once per tensor: again only after ``t`` was written in place (its
+    version) or given other data."""
+    with tp.real_mode():
+        stamp = (t._version, t.data_ptr())
+        known = _DIGESTS.get(t)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        digest = _tensor_digest(t.detach())
+    _DIGESTS[t] = (stamp, digest)
+    return digest
 
 
 def _tensor_digest(t: torch.Tensor) -> str:

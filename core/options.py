@@ -82,6 +82,15 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         "with True until measured on a GPU), True always, False never",
         (bool, type(None)),
     ),
+    "isolate_compile": OptionSpec(
+        None,
+        "graph-level plugins: compile each partition (sdk_compile_subgraph) in a worker "
+        "process of its own, so that a compiler that crashes makes the partition fall back "
+        "with the signal as its reason instead of killing this process; None: as the plugin "
+        "declares (PluginInfo.isolate_compile), True: always (the plugin must return an "
+        "artifact and implement sdk_load_subgraph), False: in this process",
+        (bool, type(None)),
+    ),
 }
 
 #: torch.compile modes and the options each stands for. A capability among the wrappers stands

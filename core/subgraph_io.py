@@ -17,7 +17,7 @@ import torch.fx
 from sdk.errors import SDKError, describe
 from sdk.plugin import CompileContext, PluginKind
 
-from . import fallback
+from . import fallback, graph_cache
 from .adapters.torch_private import fresh_result, real_mode
 from .registry import strict
 from .session import CompileSession
@@ -84,17 +84,44 @@ def buffers(
             + ", ".join(f"{o} -> input {i}" for o, i in sorted(donated.items()))
         )
 
+    # an expanded output (stride 0 over a dimension): the plugin writes a dense buffer, which
+    # is then put into that layout (a buffer of overlapping elements cannot be written)
+    expanded = {i for i, (shape, stride, _, _) in enumerate(layouts) if overlaps(shape, stride)}
+
     def into(*args: Any) -> tuple[Any, ...]:
         outs = [
             args[donated[i]]
             if i in donated
+            else torch.empty(shape, dtype=dtype, device=device)
+            if i in expanded
             else torch.empty_strided(shape, stride, dtype=dtype, device=device)
             for i, (shape, stride, dtype, device) in enumerate(layouts)
         ]
         fn(*args, *outs)
+        for i in expanded:
+            outs[i] = into_layout(outs[i], layouts[i][1])
         return tuple(outs)
 
     return into
+
+
+def overlaps(shape: Any, stride: Any) -> bool:
+    """Whether a layout has stride 0 over a dimension of more than one element (an expand):
+    several of its elements are one memory location."""
+    return any(st == 0 and sz > 1 for sz, st in zip(shape, stride, strict=False))
+
+
+def into_layout(o: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    """``o``'s values in a new tensor of strides ``stride``: one copy. An expanded layout
+    (:func:`overlaps`) gets the elements it holds only: ``o``'s first along each dimension of
+    stride 0 (an expand's are all the same)."""
+    out = torch.empty_strided(o.shape, stride, dtype=o.dtype, device=o.device)
+    if not overlaps(o.shape, stride):
+        return out.copy_(o)
+    first = tuple(slice(0, 1) if st == 0 else slice(None) for st in stride)
+    sizes = [1 if st == 0 else sz for sz, st in zip(o.shape, stride, strict=True)]
+    out.as_strided(sizes, stride).copy_(o[first])
+    return out
 
 
 def restrided(fn: Callable, vals: list[Any]) -> Callable:
@@ -117,7 +144,7 @@ def restrided(fn: Callable, vals: list[Any]) -> Callable:
             if all(a == b or d <= 1 for a, b, d in zip(o.stride(), w, o.shape, strict=False)):
                 continue
             fixed = list(outs) if fixed is None else fixed
-            fixed[i] = torch.empty_strided(o.shape, w, dtype=o.dtype, device=o.device).copy_(o)
+            fixed[i] = into_layout(o, w)
         return outs if fixed is None else tuple(fixed)
 
     return strided
@@ -165,17 +192,24 @@ def frozen_inputs(
 
 
 def frozen_graph(
-    sub: torch.fx.GraphModule, values: Mapping[int, torch.Tensor]
+    sub: torch.fx.GraphModule,
+    values: Mapping[int, torch.Tensor],
+    sources: Mapping[int, torch.Tensor] | None = None,
 ) -> torch.fx.GraphModule:
     """A copy of ``sub`` whose placeholders at ``values``' positions are ``get_attr`` nodes
-    of buffers holding those values (named after the placeholders)."""
+    of buffers holding those values (named after the placeholders). ``sources``: the
+    parameters or buffers the values were taken of, whose digests (once per tensor and
+    version) key the partition in the whole-graph cache."""
     gm = copy_graph(sub)
+    gm.meta[graph_cache.CONSTANT_SOURCES] = {}
     places = [n for n in gm.graph.nodes if n.op == "placeholder"]
     first = next(n for n in gm.graph.nodes if n.op != "placeholder")
     for i, value in values.items():
         place = places[i]
         attr = f"frozen_{place.name}"
         gm.register_buffer(attr, value, persistent=False)
+        if sources is not None:
+            gm.meta[graph_cache.CONSTANT_SOURCES][attr] = sources[i]
         with gm.graph.inserting_before(first):
             node = gm.graph.get_attr(attr)
         node.meta.update(place.meta)
@@ -192,7 +226,9 @@ class Frozen:
     a parameter or buffer replaced or written in place since the compile makes the partition compile
     again with the new values (outside the compile's fake mode, as at compile time). Called
     with every input of the partition; the plugin's callable gets the others.
-    ``compile(s, c, graph, inputs, dead)`` is the partition compile (:mod:`core.chain`'s)."""
+    ``compile(s, c, graph, inputs, dead) -> (callable, cache state)`` is the partition compile
+    (:mod:`core.chain`'s), which keys the whole-graph cache on the values' digests;
+    :attr:`cache` is the last compile's cache state."""
 
     def __init__(
         self,
@@ -233,8 +269,8 @@ class Frozen:
                 )
                 for i, p in zip(self._positions, params, strict=True)
             }
-            graph = frozen_graph(self._sub, values)
-            fn = self._graph_compile(
+            graph = frozen_graph(self._sub, values, dict(zip(self._positions, params)))
+            fn, self.cache = self._graph_compile(
                 self._s, self._c, graph, [self._inputs[i] for i in self._keep], self._dead
             )
         self._fn = fn

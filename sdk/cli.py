@@ -196,7 +196,6 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     argv += [
         f"--sdk-compare={args.compare}",
         f"--sdk-opinfo={args.opinfo}",
-        "-q",
         "-p",
         "no:cacheprovider",
         "-p",
@@ -206,6 +205,10 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
     ]
+    if not any(_verbose(a) for a in args.pytest_args):  # (-- -v: each check's name)
+        argv.append("-q")
+    if args.isolate:
+        argv.append("--sdk-isolate")
     if args.device:
         argv.append(f"--sdk-device={args.device}")
     if args.samples is not None:
@@ -213,6 +216,11 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     if config.variable("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         argv += ["-p", "sdk.conformance.pytest_plugin"]
     return int(pytest.main(argv + list(args.pytest_args)))
+
+
+def _verbose(arg: str) -> bool:
+    """Whether a pytest argument asks for more output (``-v``, ``-vv``, ``--verbose``)."""
+    return arg == "--verbose" or (len(arg) > 1 and arg[0] == "-" and set(arg[1:]) == {"v"})
 
 
 def _cmd_new_plugin(args: argparse.Namespace) -> int:
@@ -425,8 +433,18 @@ def _add_conformance(sub: argparse._SubParsersAction) -> None:
     conf.add_argument(
         "--device", default=None, help="device type of the test tensors (pytest: --sdk-device)"
     )
+    conf.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run each check in a process of its own: a plugin that crashes the process (a "
+        "segfault, an abort) fails that check, named, and the run goes on (pytest: "
+        "--sdk-isolate; slower: a process per check)",
+    )
     conf.set_defaults(func=_cmd_conformance)
-    conf.epilog = "More pytest arguments go after --, e.g. -- -x -k fusion"
+    conf.epilog = (
+        "More pytest arguments go after --, e.g. -- -x -k fusion; -- -v names each check as "
+        "it starts"
+    )
 
 
 def _add_new_plugin(sub: argparse._SubParsersAction) -> None:

@@ -66,10 +66,13 @@ def describe(exc: BaseException, *, one_line: bool = False) -> str:
     its ``repr``, else ``"<unprintable TypeName>"``. Every message the SDK makes of a
     plugin's exception (fallback reasons, hook faults, warnings, ``sdk.explain``) is made
     by this, so an exception that cannot print itself is still that plugin's fault, not a
-    failure of the user's compile. ``one_line``: the message's first line only, and the first
-    line of the exception it was raised from, if any."""
+    failure of the user's compile. ``one_line``: the whole message on one line (every line
+    kept, runs of whitespace collapsed to one space: a vendor runtime's first line is often
+    only where it failed, ``Check 'false' failed at src/x.cpp:151:``, and the why follows),
+    at most :data:`ONE_LINE_LIMIT` characters (longer ends in ``...``), and so the
+    exception it was raised from, if any."""
     head = _head(exc, one_line)
-    # one_line: also the first line of the exception it was raised from (``raise ... from``),
+    # one_line: also the exception it was raised from (``raise ... from``), on one line,
     # one level deep; a message that opens with advice (torch.onnx's ConversionError) keeps
     # its cause
     cause = getattr(exc, "__cause__", None) if one_line else None
@@ -80,6 +83,18 @@ def describe(exc: BaseException, *, one_line: bool = False) -> str:
     return head
 
 
+#: the most characters :func:`describe` keeps of one exception's message on one line
+ONE_LINE_LIMIT = 1000
+
+
+def _one_line(text: str) -> str:
+    """``text`` on one line: whitespace collapsed, at most :data:`ONE_LINE_LIMIT` characters."""
+    text = " ".join(text.split())
+    if len(text) > ONE_LINE_LIMIT:
+        text = text[: ONE_LINE_LIMIT - 3].rstrip() + "..."
+    return text
+
+
 def _head(exc: BaseException, one_line: bool) -> str:
     """``describe`` of ``exc`` alone, without its cause."""
     name = _type_name(exc)
@@ -88,8 +103,8 @@ def _head(exc: BaseException, one_line: bool) -> str:
         text = _text(exc, repr)
         text = f"<unprintable {name}>" if text is None else f"<unprintable {name}: {text}>"
     text = text.strip()
-    if one_line and text:
-        text = text.splitlines()[0]
+    if one_line:
+        text = _one_line(text)
     return f"{name}: {text}" if text else name
 
 

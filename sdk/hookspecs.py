@@ -652,8 +652,8 @@ def sdk_compile_subgraph(
 
     The output contract: ``fn`` returns one value per output of ``gm``'s output node, each
     with the sizes, dtype, device *and strides* of its ``meta["val"]`` (dimensions of size 1
-    aside), none sharing an input's storage unless ATen's run of ``gm`` does; it writes no
-    input. Ask for ``preallocated_outputs`` to have the core allocate the outputs in that
+    aside; an expanded output, stride 0, may be dense), none sharing an input's storage
+    unless ATen's run of ``gm`` does; it writes no input. Ask for ``preallocated_outputs`` to have the core allocate the outputs in that
     layout, and declare ``aliases`` to write an output into an input the core proves dead
     (:class:`sdk.CompiledSubgraph`). The conformance kit checks all of it.
 
@@ -662,6 +662,12 @@ def sdk_compile_subgraph(
     ``get_attr`` constants of ``gm`` (``dict(gm.named_buffers())``, real tensors), not
     placeholders, and this hook runs outside the compile's fake mode; it is called again
     when one of them is replaced or written in place.
+
+    With ``PluginInfo.isolate_compile`` (or the user's option ``isolate_compile=True``) the
+    hook runs in a worker process of its own (concrete sizes only): a crash there (a signal,
+    an exit) refuses the partition with the signal as its reason, and what it returns must
+    carry an ``artifact``, which ``sdk_load_subgraph`` turns into the callable in the user's
+    process (``fn`` is not used).
 
     :param ctx: the compile.
     :param gm: a self-contained GraphModule of ATen ops: its placeholders are the

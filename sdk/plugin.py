@@ -268,6 +268,9 @@ class CoreOptions(_Options):
     #: offers (``sdk_kernel_choices``); None: automatic (a share of the graph's compile time,
     #: or a large budget with ``autotune``); 0: measure nothing
     tune_budget_s: float | None = None
+    #: graph-level plugins: compile each partition in a worker process (``PluginInfo.
+    #: isolate_compile``); None: as the plugin declares
+    isolate_compile: bool | None = None
 
     @property
     def strict(self) -> bool:
@@ -378,9 +381,19 @@ class PluginInfo:
     #: A parameter or buffer the graph itself writes (BatchNorm's running statistics in
     #: training mode under ``no_grad``) stays an input, and forward and backward (training)
     #: graphs keep parameters and buffers as inputs. ``sdk_compile_subgraph`` is then called
-    #: outside the compile's fake mode (tensors it makes are real); the partition is kept out
-    #: of the whole-graph cache (the values are not in its key)
+    #: outside the compile's fake mode (tensors it makes are real); the whole-graph cache keys
+    #: the partition on the values' digests too (sha256, once per tensor and version)
     frozen_parameters: bool = False
+    #: graph-level plugins (hook API 7): run ``sdk_compile_subgraph`` in a worker process of
+    #: its own per partition, so that a compiler that crashes (a segfault, an ``abort()``)
+    #: takes the worker, not the user's process: the partition then falls back (the next
+    #: plugin of the chain, else ATen) with the signal in its reason. The hook is called
+    #: there as here, on the partition's graph (its ``meta["val"]`` fake tensors of the same
+    #: layouts; concrete sizes only: a symbolic partition is compiled per shape) and must
+    #: return an ``artifact`` (bytes), which ``sdk_load_subgraph`` turns into the callable in
+    #: the user's process; ``fn`` is not used. The user's option ``isolate_compile`` overrides
+    #: this (True for any graph-level plugin, False to compile in process)
+    isolate_compile: bool = False
     #: the options dataclass the plugin declared as :attr:`options` (None: a dict of specs)
     options_class: type | None = field(default=None, init=False, compare=False, repr=False)
 

@@ -140,6 +140,12 @@ class PartitionReport:
     #: what runs a kernel-level plugin's program (GraphReport.runner); "" where none runs it
     #: (a graph-level plugin's partition, or ATen's)
     runner: str = ""
+    #: seconds the partition's compile took (a graph-level plugin's: the cache, the plugin's
+    #: compile or load, its worker process where isolated; a kernel-level plugin's build)
+    compile_seconds: float = 0.0
+    #: of those, seconds in the graph-level plugin's ``sdk_compile_subgraph`` (the vendor's
+    #: compiler; measured in its worker where isolated); 0 where it was not called (a hit)
+    plugin_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -376,6 +382,7 @@ class GraphReport:
                 f"  partition {p.name} ({by}): {len(p.nodes)} ops, in {p.inputs} tensors "
                 f"({p.input_bytes} B), out {p.outputs} tensors ({p.output_bytes} B)"
                 + (f", cache {p.cache}" if p.cache else "")
+                + _partition_time(p)
                 + (f"; {p.note}" if p.note else "")
             )
         for pl in self.placements:
@@ -391,6 +398,13 @@ class GraphReport:
         for r in self.fusion_refusals:  # the core's own refusals are many, and routine
             lines.append(f"  not fused {r.first} + {r.second}: {r.reason}")
         return lines
+
+
+def _partition_time(p: PartitionReport) -> str:
+    if p.compile_seconds <= 0:
+        return ""
+    vendor = f" (sdk_compile_subgraph {p.plugin_seconds:.2f}s)" if p.plugin_seconds > 0 else ""
+    return f", compiled in {p.compile_seconds:.2f}s{vendor}"
 
 
 @dataclass

@@ -382,6 +382,37 @@ def fake_call(like: Any, make: Callable[..., Any], *args: Any, **kwargs: Any) ->
         return make(*args, **kwargs)
 
 
+def fake_strided() -> Callable[..., torch.Tensor]:
+    """``make(sizes, strides, offset, dtype, device)``: a fake tensor of that layout, each of
+    one fresh fake mode (a graph's node values, rebuilt in another process)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    def make(sizes: Any, strides: Any, offset: int, dtype: Any, device: Any) -> torch.Tensor:
+        with mode:
+            return _strided_empty(sizes, strides, offset, dtype, device)
+
+    return make
+
+
+def _strided_empty(sizes: Any, strides: Any, offset: int, dtype: Any, device: Any) -> Any:
+    n = offset + 1 + sum((sz - 1) * st for sz, st in zip(sizes, strides) if sz > 0)
+    base = torch.empty((max(n, 1),), dtype=dtype, device=device)
+    return base.as_strided(sizes, strides, offset)
+
+
+def op_name(op: OpOverload) -> tuple[str, str, str]:
+    """``op`` by name: (namespace, op, overload), which :func:`op_by_name` turns back into it
+    in another process (torch cannot pickle an op overload)."""
+    return op.namespace, op._opname, op._overloadname
+
+
+def op_by_name(name: tuple[str, str, str]) -> OpOverload:
+    namespace, op, overload = name
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+
+
 def concrete_graph(gm: torch.fx.GraphModule, specs: tuple) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose node metadata is re-derived for inputs of these specs.
 
@@ -406,13 +437,9 @@ def concrete_graph(gm: torch.fx.GraphModule, specs: tuple) -> torch.fx.GraphModu
     with mode:
         for spec in specs:
             if hasattr(spec, "strides"):
-                n = (
-                    spec.offset
-                    + 1
-                    + sum((sz - 1) * st for sz, st in zip(spec.sizes, spec.strides) if sz > 0)
+                args.append(
+                    _strided_empty(spec.sizes, spec.strides, spec.offset, spec.dtype, spec.device)
                 )
-                base = torch.empty((max(n, 1),), dtype=spec.dtype, device=spec.device)
-                args.append(base.as_strided(spec.sizes, spec.strides, spec.offset))
             else:
                 args.append(spec)
     FakeTensorProp(new, mode).propagate_dont_convert_inputs(*args)

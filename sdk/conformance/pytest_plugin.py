@@ -9,6 +9,8 @@ device (``--sdk-compare``), and ends with a summary table a vendor can paste.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 from collections import defaultdict
@@ -55,6 +57,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"{C.DEFAULT_SAMPLES}); each compiles afresh",
     )
     group.addoption(
+        "--sdk-isolate",
+        action="store_true",
+        help="run each check in a pytest process of its own: a plugin that crashes the "
+        "process (a segfault, an abort) fails that check, named, and the run goes on",
+    )
+    # (the child process of an isolated check: which one, and where its reports go)
+    group.addoption("--sdk-case", default=None, help=argparse.SUPPRESS)
+    group.addoption("--sdk-case-reports", default=None, help=argparse.SUPPRESS)
+    group.addoption(
         "--sdk-device",
         default=None,
         metavar="TYPE",
@@ -92,6 +103,13 @@ def _configure(config: pytest.Config, names: list[str], C: Any) -> None:
     _STATE.update(
         plugins=plugins,
         device=device,
+        opinfo=config.getoption("sdk_opinfo"),
+        samples=config.getoption("sdk_samples"),
+        rootdir=str(config.rootpath),
+        case=config.getoption("sdk_case"),
+        case_reports=config.getoption("sdk_case_reports"),
+        isolate=config.getoption("sdk_isolate") and not config.getoption("sdk_case"),
+        config=config,
         results=defaultdict(lambda: defaultdict(int)),
         kernels=defaultdict(lambda: defaultdict(int)),
         failures=[],
@@ -187,6 +205,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if plugin in known and cid is not None and cid in known[plugin]:
             reason = f"sdk:{plugin}: {known[plugin][cid]}"
             item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+    if _STATE["case"] is not None:  # the child of an isolated check: that check only
+        keep = [item for item in items if item.name == _STATE["case"]]
+        config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+        items[:] = keep
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """``--sdk-isolate``: the check run in a child pytest, its reports replayed here."""
+    if not _STATE.get("isolate"):
+        return None
+    from sdk.conformance import isolated
+
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for report in isolated.run(item, _STATE):
+        item.ihook.pytest_runtest_logreport(report=report)
+        _count(item, report, [tuple(p) for p in report.user_properties])
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """The child of an isolated check: each report sent to the parent, as pytest
+    serializes reports (pytest-xdist's way)."""
+    path = _STATE.get("case_reports")
+    if path is None:
+        return
+    config = _STATE["config"]
+    data = config.hook.pytest_report_to_serializable(config=config, report=report)
+    with open(path, "a") as f:
+        f.write(json.dumps(data) + "\n")
 
 
 def _category(item: pytest.Item) -> str:
@@ -211,8 +260,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     if "plugins" not in _STATE or not hasattr(item, "callspec"):
         return
-    report = outcome.get_result()
-    plugin = item.callspec.params.get("sdk_plugin")
+    _count(item, outcome.get_result(), item.user_properties)
+
+
+def _count(item: pytest.Item, report: pytest.TestReport, properties: list) -> None:
+    """``report`` of ``item`` in the summary's cells (``properties``: the item's user
+    properties, which say whether an OpInfo case ran in generated kernels)."""
+    plugin = item.callspec.params.get("sdk_plugin") if hasattr(item, "callspec") else None
     if plugin is None:
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
@@ -221,7 +275,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
             kind = "failed"  # strict xfail that passed
         _STATE["results"][(_category(item), plugin)][kind] += 1
         if kind == "passed" and getattr(item, "originalname", "") == "test_opinfo":
-            made = ("sdk_kernels", True) in item.user_properties
+            made = ("sdk_kernels", True) in properties
             _STATE["kernels"][plugin]["passed" if made else "skipped"] += 1
         if kind == "failed":
             _STATE["failures"].append((plugin, item.name))

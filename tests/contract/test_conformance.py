@@ -144,11 +144,14 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
 #: aside) and "compiles" a partition by running its GraphModule, ``OFFSET`` added to every
 #: output (0: right). Its conformance is what is under test, not its compiler.
 GRAPH_PLUGIN = """
+import os
+
 import torch
 
 import sdk
 
 REFUSE = {refuse!r}
+CRASH = {crash!r}  # ops whose partition's compile aborts the process (a vendor's failed check)
 OFFSET = {offset!r}  # added to every output of at least OFFSET_NDIM dimensions
 OFFSET_NDIM = {offset_ndim!r}
 
@@ -178,6 +181,10 @@ def sdk_claim_nodes(ctx, gm):
 
 @sdk.hookimpl
 def sdk_compile_subgraph(ctx, gm, example_inputs):
+    if any(_name(n) in CRASH for n in gm.graph.nodes if n.op == "call_function"):
+        print("Check 'false' failed at src/compiler.cpp:151", flush=True)
+        os.abort()
+
     def run(*args):
         return [
             o + OFFSET if isinstance(o, torch.Tensor) and o.ndim >= OFFSET_NDIM else o
@@ -195,7 +202,7 @@ def graph_plugins_env(tmp_path: Path, plugins: dict[str, dict]) -> dict[str, str
     for name, fields in plugins.items():
         package = site / f"{name}_pkg"
         package.mkdir(parents=True)
-        defaults = {"name": name, "refuse": set(), "offset": 0, "offset_ndim": 0}
+        defaults = {"name": name, "refuse": set(), "crash": set(), "offset": 0, "offset_ndim": 0}
         text = GRAPH_PLUGIN.format(**{**defaults, **fields})
         (package / "__init__.py").write_text(text)
         if "known" in fields:
@@ -286,6 +293,46 @@ def test_conformance_graph_level_run_time_fault(tmp_path):
     proc = run_suite(tmp_path, env, "--sdk-plugin=rightg", "-k", "test_fault_at_run_time")
     out = proc.stdout + proc.stderr
     assert summary(out)[("faults", "rightg")] == "1/1", out[-3000:]
+
+
+def test_conformance_isolate_names_a_check_that_crashes_and_goes_on(tmp_path):
+    """A compiler that aborts in one check (mul's): with --sdk-isolate that check fails, named,
+    with the signal and the compiler's last words; the other checks run, and the summary is
+    printed."""
+    env = graph_plugins_env(tmp_path, {"crashg": {"crash": {"mul"}}})
+    proc = run_suite(
+        tmp_path, env, "--sdk-plugin=crashg", "--sdk-opinfo=add,mul", "--sdk-samples=1",
+        "--sdk-isolate", "-k", "opinfo and float32 and not fwbw",
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert summary(out)[("opinfo fw float32", "crashg")] == "1/2", out[-3000:]
+    failed = set(re.findall(r"^FAILED (\w+): (\S+)$", out, re.MULTILINE))
+    assert failed == {("crashg", "test_opinfo[crashg-mul-float32-fw]")}, out[-3000:]
+    assert (
+        "test_opinfo[crashg-mul-float32-fw]: this check crashed its process (killed by "
+        "SIGABRT (signal 6))"
+    ) in out, out[-3000:]
+    assert "Check 'false' failed at src/compiler.cpp:151" in out, out[-3000:]
+    assert proc.returncode == 1, out[-3000:]
+
+
+def test_conformance_cli_verbose_names_each_check(tmp_path):
+    """``python -m sdk conformance NAME -- -v`` prints each check's name (the CLI's own -q
+    gave way): a check that kills the process is the last name printed."""
+    env = graph_plugins_env(tmp_path, {"rightg": {}})
+    cmd = [sys.executable, "-m", "sdk", "conformance", "rightg", "--compare", "none"]
+    proc = subprocess.run(
+        [*cmd, "--opinfo", "add", "--samples", "1", "--", "-v", "-k", "opinfo and float32"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert re.search(r"test_opinfo\[rightg-add-float32-fw\] PASSED", out), out[-3000:]
+    assert proc.returncode == 0, out[-3000:]
 
 
 def test_conformance_cli_rejects_an_unknown_plugin(capsys):

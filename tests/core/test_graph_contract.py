@@ -20,10 +20,14 @@ import torch
 import sdk
 
 FOLDER = """
+    import pickle
+
     import torch
     import sdk
 
     FROZEN = {frozen!r}
+    CACHE = {cache!r}  # answers sdk_cache_key, returns its folded graph pickled as the artifact
+    loads = []         # per sdk_load_subgraph: the artifact's size
     GROUPS = None      # None: per-node claims; else fn(gm) -> sdk.ClaimGroups
     PREALLOCATED = False
     ALIASES = {{}}
@@ -92,7 +96,7 @@ FOLDER = """
             return outs
 
         if not PREALLOCATED:
-            return sdk.CompiledSubgraph(fn=run)
+            return sdk.CompiledSubgraph(fn=run, artifact=pickle.dumps(gm) if CACHE else None)
 
         n_in = len(example_inputs)
 
@@ -108,6 +112,16 @@ FOLDER = """
                 buf.copy_(out)
 
         return sdk.CompiledSubgraph(fn=into, preallocated_outputs=True, aliases=ALIASES)
+
+    @sdk.hookimpl
+    def sdk_cache_key(ctx):
+        return "folder under test" if CACHE else None
+
+    @sdk.hookimpl
+    def sdk_load_subgraph(ctx, artifact):
+        loads.append(len(artifact))
+        gm = pickle.loads(artifact)
+        return lambda *args: tuple(gm(*args))
 """
 
 
@@ -115,8 +129,9 @@ FOLDER = """
 def folder(make_plugin, fake_dist, use_registry):
     """``folder(frozen=True) -> the plugin's module``, installed as ``sdk:folder``."""
 
-    def make(frozen: bool = True, api: int = 7):
-        name = make_plugin(FOLDER.format(frozen=frozen, api=api), name="folder", head=False)
+    def make(frozen: bool = True, api: int = 7, cache: bool = False):
+        source = FOLDER.format(frozen=frozen, api=api, cache=cache)
+        name = make_plugin(source, name="folder", head=False)
         use_registry(fake_dist("acme-folder", {"folder": name}))
         return importlib.import_module(name)
 
@@ -175,6 +190,54 @@ def test_frozen_parameters_are_folded_and_recompiled_when_a_weight_changes(folde
 
     notes = _partition_notes(model, x)
     assert "frozen as constants" in notes, notes
+
+
+def test_frozen_partitions_are_cached_keyed_by_their_weights(folder, monkeypatch, tmp_path):
+    """A frozen partition is stored in the whole-graph cache: the same weights (another model
+    of the same values, compiled afresh) are a hit, loaded, not compiled; a weight changed
+    is a miss, compiled and stored; each result equals eager's."""
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    plugin = folder(frozen=True, cache=True)
+    x = torch.randn(5, 8)
+
+    def compiled(model: torch.nn.Module) -> list[str]:
+        """The cache state of each partition of a fresh compile of ``model`` (explain's), and
+        torch.compile's result (compiled again) against eager."""
+        torch._dynamo.reset()  # (else explain reports the compile before)
+        with torch.no_grad():
+            report = sdk.explain(model, x, backend=sdk.backend("folder", fallback=False))
+        _check(torch.compile(model, backend=sdk.backend("folder", fallback=False)), model, x)
+        assert "frozen as constants" in str(report), str(report)
+        return [p.cache for g in report.graphs for p in g.partitions]
+
+    assert compiled(mlp()) == ["stored"]  # (torch.compile's compile after it: a hit)
+    assert len(plugin.compiles) == 1
+    loads = len(plugin.loads)
+    assert compiled(mlp()) == ["hit"]  # the same values: loaded, not compiled
+    assert len(plugin.compiles) == 1 and len(plugin.loads) > loads
+    other = mlp()
+    with torch.no_grad():
+        other[2].bias.add_(0.5)
+    assert compiled(other) == ["stored"]  # one weight changed: a miss
+    assert len(plugin.compiles) == 2
+
+
+def test_a_frozen_value_is_digested_once_per_version(monkeypatch):
+    """The key's digest of a frozen weight is computed once per tensor (a large model's
+    weights are hashed at their first compile, not at every partition or shape) and again
+    after the weight is written in place."""
+    from sdk.core import graph_cache
+
+    hashed = []
+    real = graph_cache._tensor_digest
+    monkeypatch.setattr(graph_cache, "_tensor_digest", lambda t: hashed.append(1) or real(t))
+    w = torch.nn.Parameter(torch.randn(16, 8))
+    first = graph_cache.constant_digest(w)
+    assert graph_cache.constant_digest(w) == first and len(hashed) == 1
+    with torch.no_grad():
+        w.add_(1)
+    assert graph_cache.constant_digest(w) != first and len(hashed) == 2
 
 
 def bn_net() -> torch.nn.Module:
@@ -419,6 +482,40 @@ def test_a_graph_input_is_never_donated(folder):
     assert plugin.calls and all(c == [(True, [])] for c in plugin.calls), plugin.calls
     (part,) = graph.partitions
     assert "a graph input, a view" in part.note, part.note
+
+
+def _expanded(x):
+    # the partition's output is an expand: meta["val"] has stride 0 over its first dimension
+    return x.sin()[0].expand(4, 5)
+
+
+@pytest.mark.parametrize("preallocated", [False, True])
+def test_an_expanded_output_is_given_its_layout(folder, preallocated):
+    """An output whose strides overlap (an expand, stride 0): a runtime's dense result is put
+    into that layout (its one row, not every element into one memory place), and a
+    preallocated output is a dense buffer for the plugin to write; the result has eager's
+    layout, nothing falls back (fallback=False: a fault would raise)."""
+    plugin = folder(frozen=False)
+    plugin.BREAK, plugin.PREALLOCATED = ("" if preallocated else "strides"), preallocated
+    graph = _run(_expanded, torch.randn(4, 5), fallback=False)
+    assert [p.compiled_by for p in graph.partitions] == ["folder"], str(graph)
+    x = torch.randn(4, 5)
+    with torch.no_grad():
+        out = torch.compile(_expanded, backend=sdk.backend("folder", fallback=False))(x)
+    torch.testing.assert_close(out, _expanded(x))
+    assert out.stride() == (0, 1)
+
+
+def test_the_conformance_kit_takes_a_dense_result_of_an_expanded_output(folder):
+    """(A runtime returns dense buffers: for an expand's output that is no violation.)"""
+    from sdk import conformance as C
+
+    plugin = folder(frozen=False)
+    plugin.BREAK = "strides"
+    module, violations = C.checking_outputs("folder")
+    with C.registry_with("folder", module), torch.no_grad():
+        torch.compile(_expanded, backend=sdk.backend("folder"))(torch.randn(4, 5))
+    assert plugin.partitions and violations == [], violations
 
 
 def test_aliases_without_preallocated_outputs_are_refused():

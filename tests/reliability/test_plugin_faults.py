@@ -698,7 +698,7 @@ def test_hook_raising_keyboard_interrupt_is_not_swallowed(hook, install, seeded)
 def test_a_one_line_reason_keeps_the_cause_of_an_advice_first_message():
     """A plugin's exception raised from its cause, whose message opens with advice (as
     torch.onnx's ConversionError does): the one-line reason (fallback warnings, explain,
-    conformance failures) gives the first line of both, one cause deep."""
+    conformance failures) gives both whole on one line, one cause deep."""
     from sdk.errors import describe
 
     def raised() -> BaseException:
@@ -716,7 +716,7 @@ def test_a_one_line_reason_keeps_the_cause_of_an_advice_first_message():
 
     got = describe(raised(), one_line=True)
     assert got == (
-        "RuntimeError: Failed to convert. "
+        "RuntimeError: Failed to convert. Please report a bug. "
         "(from ValueError: No ONNX function found for prims.prod.default)"
     ), got
     assert describe(raised()).startswith("RuntimeError: Failed to convert.\nPlease report")
@@ -725,3 +725,38 @@ def test_a_one_line_reason_keeps_the_cause_of_an_advice_first_message():
         raise RuntimeError("hook raised ValueError: bad") from ValueError("bad")
     except RuntimeError as e:
         assert describe(e, one_line=True) == "RuntimeError: hook raised ValueError: bad"
+
+
+def test_a_one_line_reason_keeps_every_line_of_the_vendor_message():
+    """A vendor runtime's first line says only where it failed; the why follows. The one-line
+    reason keeps every line, whitespace collapsed, and is capped (with an ellipsis)."""
+    from sdk.errors import ONE_LINE_LIMIT, describe
+
+    vendor = RuntimeError(
+        "Check 'false' failed at src/frontend/op_table.cpp:151:\n"
+        "    FrontEnd API failed with OpConversionFailure:\n\tno conversion rule for aten::foo\n"
+    )
+    assert describe(vendor, one_line=True) == (
+        "RuntimeError: Check 'false' failed at src/frontend/op_table.cpp:151: FrontEnd API "
+        "failed with OpConversionFailure: no conversion rule for aten::foo"
+    )
+    long = describe(ValueError("x" * 5000 + "\ny"), one_line=True)
+    assert len(long) <= len("ValueError: ") + ONE_LINE_LIMIT and long.endswith("..."), long
+    assert "\n" not in long
+
+
+def test_explain_gives_the_whole_vendor_message_of_a_failed_partition(install):
+    """A graph-level plugin's compile raises a message of several lines: the partition's
+    reason in sdk.explain and the fallback warning quote all of them, on one line."""
+    install(
+        faulty_source(None, kind="GRAPH")
+        + "\n\n@sdk.hookimpl\ndef sdk_compile_subgraph(ctx, gm, example_inputs):\n"
+        "    raise RuntimeError(\"Check 'false' failed at src/plugin.cpp:151:\\n"
+        '  unsupported layout for aten::relu\\n")\n'
+    )
+    with pytest.warns(sdk.PluginFallbackWarning, match="unsupported layout for aten::relu"):
+        report = sdk.explain(fused, _x(), backend=sdk.backend("faulty"))
+    parts = [p for g in report.graphs for p in g.partitions]
+    assert parts and all(p.compiled_by == "aten" for p in parts), str(report)
+    for p in parts:
+        assert "src/plugin.cpp:151: unsupported layout for aten::relu" in p.note, p.note
