@@ -55,6 +55,7 @@ class Backend:
         rec = self.registry.require(name, COMPILERS)
         self.options = dict(options or {})
         _check_names(self.registry, name, opts.resolve(rec.info, None, self.options).core)
+        tp.locate_graph_breaks()  # each break's line, for explain and TORCH_LOGS=sdk
 
     @property
     def registry(self) -> Registry:

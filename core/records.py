@@ -19,7 +19,7 @@ import contextvars
 import itertools
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,11 +86,46 @@ def watching() -> Iterator[list[DynamoGraph]]:
         ran[:] = [r for r in ran if not (id(r) in seen or seen.add(id(r)))]
 
 
-def breaks_of(seen: list[GraphBreak], dynamo_reasons: Mapping[str, int]) -> list[GraphBreak]:
+def breaks_of(
+    seen: list[GraphBreak],
+    dynamo_reasons: Mapping[str, int],
+    sites: Sequence[tuple[str, Sequence[str]]] = (),
+) -> list[GraphBreak]:
     """The graph breaks of a run: ``seen``, those of the graphs that ended at one (with the
     user's line), then those Dynamo counted that ended no graph the SDK compiled
     (``dynamo_reasons``: Dynamo's counts by reason while the run compiled; a break before
-    which Dynamo had nothing to compile is one), with the reason alone."""
+    which Dynamo had nothing to compile is one), each at the innermost line of the user's
+    stack Dynamo logged for it (``sites``: (reason, stack) in the order logged,
+    :func:`~core.adapters.dynamo.locate_graph_breaks`). A graph that ended at a break with
+    Dynamo's raw code for a reason (``step_unsupported``: the next step could not be traced)
+    takes the reason logged with that line in its stack, counted once."""
     left = Counter(dynamo_reasons)
-    left.subtract(b.reason for b in seen)
-    return [*seen, *(GraphBreak(reason) for reason, n in left.items() for _ in range(max(n, 0)))]
+    pending = list(sites)
+
+    def take(match: Callable[[str, Sequence[str]], bool]) -> tuple[str, str] | None:
+        for i, (r, frames) in enumerate(pending):
+            if left[r] > 0 and match(r, frames):
+                del pending[i]
+                left[r] -= 1
+                return r, frames[-1] if frames else ""
+        return None
+
+    out = []
+    for b in seen:
+        if left[b.reason] > 0:
+            if take(lambda r, frames, b=b: r == b.reason and b.where in frames) is None:
+                left[b.reason] -= 1
+        else:
+            logged = take(lambda r, frames, b=b: b.where in frames)
+            if logged is not None:
+                b = GraphBreak(*logged)
+        out.append(b)
+    for reason in list(left):
+        while left[reason] > 0:
+            got = take(lambda r, frames, reason=reason: r == reason)
+            if got is None:
+                out += [GraphBreak(reason)] * left[reason]
+                left[reason] = 0
+            else:
+                out.append(GraphBreak(*got))
+    return out

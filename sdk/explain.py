@@ -57,7 +57,8 @@ def explain(
 
     fresh: list[Any] = []
     serial = records.next_serial()
-    before = tp.graph_break_reasons()
+    tp.locate_graph_breaks()
+    mark, before = tp.graph_break_mark(), tp.graph_break_reasons()
     token = pipeline.collect_reports(fresh)
     try:
         with records.watching() as ran:
@@ -77,9 +78,10 @@ def explain(
         pipeline.stop_collecting(token)
     new = sum(r.serial >= serial for r in ran)
     reasons = _diff(tp.graph_break_reasons(), before) if new else {}
+    seen = [r.graph_break for r in ran if r.graph_break]
     return ExplainReport(
         graphs=[g for r in ran for g in r.reports],
-        breaks=records.breaks_of([r.graph_break for r in ran if r.graph_break], reasons),
+        breaks=records.breaks_of(seen, reasons, tp.graph_break_sites(mark)),
         compiled_now=bool(fresh),
         compile_note=_note(why, ran, new, fresh),
         dynamo_compiles=new,
@@ -106,14 +108,17 @@ def collect_reports() -> Iterator[ExplainReport]:
     from sdk.core.adapters import torch_private as tp
 
     report = ExplainReport(compile_note="")
-    before = tp.graph_break_reasons()
+    tp.locate_graph_breaks()
+    mark, before = tp.graph_break_mark(), tp.graph_break_reasons()
     token = pipeline.collect_reports(report.graphs)
     try:
         yield report
     finally:
         pipeline.stop_collecting(token)
         seen = [g.graph_break for g in report.graphs if g.graph_break]
-        report.breaks = records.breaks_of(seen, _diff(tp.graph_break_reasons(), before))
+        report.breaks = records.breaks_of(
+            seen, _diff(tp.graph_break_reasons(), before), tp.graph_break_sites(mark)
+        )
         report.compiled_now = bool(report.graphs)
 
 

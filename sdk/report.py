@@ -168,17 +168,43 @@ class GraphBreak:
     @property
     def summary(self) -> str:
         """The reason on one line: its first line, and Dynamo's explanation where it gives
-        one ("Explanation: ...")."""
+        one ("Explanation: ..."); a raw code of Dynamo's, said in words."""
         lines = [ln.strip() for ln in self.reason.strip().splitlines() if ln.strip()]
         if not lines:
             return "(no reason given)"
+        if lines[0] in _RAW_CODES:
+            return _RAW_CODES[lines[0]]
         explained = next((ln for ln in lines[1:] if ln.startswith("Explanation:")), "")
         return lines[0] + (
             f" ({explained.removeprefix('Explanation:').strip()})" if explained else ""
         )
 
+    @property
+    def hints(self) -> list[str]:
+        """torch's advice for this break ("Hint: ..." lines), without its generic ones
+        (filing an issue)."""
+        out = []
+        for ln in self.reason.splitlines():
+            ln = ln.strip()
+            if ln.startswith("Hint:"):
+                hint = ln.removeprefix("Hint:").strip()
+                if hint and "file an issue" not in hint.lower():
+                    out.append(hint)
+        return out
+
     def __str__(self) -> str:
-        return f"graph break{f' at {self.where}' if self.where else ''}: {self.summary}"
+        hints = self.hints
+        return f"graph break{f' at {self.where}' if self.where else ''}: {self.summary}" + (
+            f"; hint: {hints[0]}" if hints else ""
+        )
+
+
+#: Dynamo's reasons that are codes, not sentences (the reason a graph ended before a step
+#: it could not trace; the break logged at the same line says which)
+_RAW_CODES = {
+    "step_unsupported": "Dynamo could not trace the next step here, so the graph ends before "
+    "it and the step runs eagerly",
+}
 
 
 @dataclass

@@ -8,7 +8,11 @@ may import either). Supported: torch 2.11 and 2.13.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
+import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -198,6 +202,70 @@ def graph_break_reasons() -> dict[str, int]:
     from torch._dynamo.utils import counters
 
     return dict(counters["graph_break"])
+
+
+_log = logging.getLogger(__name__)
+
+#: the graph breaks Dynamo logged since :func:`locate_graph_breaks`: (serial, reason, the
+#: user's stack, innermost line last), the last ``_SITES_KEPT``
+_SITES_KEPT = 4096
+_sites: collections.deque[tuple[int, str, tuple[str, ...]]] = collections.deque(maxlen=_SITES_KEPT)
+_serial = [0]
+_sites_lock = threading.Lock()
+
+
+def locate_graph_breaks() -> None:
+    """From now on in this process, note the user's line of every graph break Dynamo logs
+    (:func:`graph_break_sites`): its counters keep the reason alone, and a break before which
+    there was nothing to compile ends no graph that would carry the line. Dynamo's
+    ``log_graph_break`` is wrapped once (torch 2.13: ``InstructionTranslatorBase``); on a
+    torch without it, breaks keep their reason alone."""
+    from torch._dynamo import symbolic_convert
+
+    cls = getattr(symbolic_convert, "InstructionTranslatorBase", None)
+    original = getattr(cls, "log_graph_break", None)
+    if original is None or getattr(original, "_sdk_locating", False):
+        return
+
+    @functools.wraps(original)
+    def log_graph_break(self: Any, *args: Any, **kwargs: Any) -> Any:
+        exc = kwargs.get("exc", args[2] if len(args) > 2 else None)
+        if exc is not None and not getattr(exc, "logged", False):
+            _note_site(exc)
+        return original(self, *args, **kwargs)
+
+    log_graph_break._sdk_locating = True  # type: ignore[attr-defined]
+    cls.log_graph_break = log_graph_break  # type: ignore[union-attr]
+
+
+def _note_site(exc: Any) -> None:
+    reason = getattr(exc, "msg", None)
+    stack = getattr(exc, "real_stack", None)
+    if not isinstance(reason, str) or not stack:
+        return
+    frames = tuple(f"{fs.filename}:{fs.lineno} in {fs.name}" for fs in stack)
+    where = frames[-1]
+    with _sites_lock:
+        _serial[0] += 1
+        _sites.append((_serial[0], reason, frames))
+    if _log.isEnabledFor(logging.INFO):  # TORCH_LOGS=sdk: every break, with its line
+        from sdk.report import GraphBreak
+
+        _log.info("%s", GraphBreak(reason, where))
+
+
+def graph_break_mark() -> int:
+    """A mark for :func:`graph_break_sites`: the breaks logged after it."""
+    with _sites_lock:
+        return _serial[0]
+
+
+def graph_break_sites(since: int) -> list[tuple[str, tuple[str, ...]]]:
+    """The graph breaks logged after mark ``since`` (:func:`locate_graph_breaks`), oldest
+    first: (Dynamo's reason text, the user's stack as lines "file:line in function",
+    innermost last)."""
+    with _sites_lock:
+        return [(reason, frames) for serial, reason, frames in _sites if serial > since]
 
 
 def graph_break_of(gm: torch.fx.GraphModule) -> tuple[str, str] | None:

@@ -5,6 +5,7 @@ own reason; the records freed with Dynamo's compiled graphs."""
 from __future__ import annotations
 
 import gc
+import logging
 import weakref
 
 import torch
@@ -128,6 +129,61 @@ def test_graph_breaks_carry_dynamo_s_reason_and_the_line(capsys):
     out = capsys.readouterr().out
     assert "2 graph break(s)" in out
     assert all(str(b) in out for b in report.breaks), out
+
+
+_log = logging.getLogger("user code")
+
+
+def breaks_first(x):
+    _log.warning("before anything")  # a break with nothing traced before it: it ends no graph
+    return torch.cos(x) * 2
+
+
+def _helper_that_logs(y):
+    _log.warning("inside a helper")  # the break is here, inside the callee
+    return y
+
+
+def breaks_in_a_callee(x):
+    y = torch.sin(x) + 1
+    y = _helper_that_logs(y)
+    return torch.cos(y)
+
+
+def test_every_graph_break_has_its_line_and_torch_s_hint(caplog):
+    """A break that ends no graph the SDK compiled (nothing traced before it) still gets the
+    user's line, from what Dynamo logged; a graph that ended before a step Dynamo could not
+    trace (its raw reason ``step_unsupported``) takes the reason logged inside the callee,
+    counted once; torch's hint is printed; and ``TORCH_LOGS=sdk`` (the sdk logger at INFO)
+    has a line for each break."""
+    x = torch.rand(5)
+    with caplog.at_level(logging.INFO, logger="sdk"):
+        first = sdk.explain(breaks_first, x)
+        callee = sdk.explain(breaks_in_a_callee, x)
+    for report, line in ((first, "in breaks_first"), (callee, "in _helper_that_logs")):
+        assert report.graph_breaks >= 1, str(report)
+        for b in report.breaks:
+            assert "test_explain.py:" in b.where and b.where.endswith(line), (b.where, str(b))
+            assert "logging.Logger" in b.summary, b.summary
+            assert b.hints and "ignore_logging_functions" in str(b), str(b)
+            assert "step_unsupported" not in str(report), str(report)
+    logged = [r.getMessage() for r in caplog.records if "graph break at" in r.getMessage()]
+    assert any("in breaks_first" in m and "ignore_logging_functions" in m for m in logged), logged
+
+
+def test_a_raw_reason_takes_the_reason_logged_in_its_stack():
+    from sdk.core import records
+    from sdk.report import GraphBreak
+
+    seen = [GraphBreak("step_unsupported", "model.py:10 in forward")]
+    sites = [("Logger method", ("model.py:10 in forward", "utils.py:3 in loss"))]
+    got = records.breaks_of(seen, {"Logger method": 3}, sites)
+    assert [(b.reason, b.where) for b in got] == [
+        ("Logger method", "utils.py:3 in loss"),  # the raw code's graph, said once
+        ("Logger method", ""),  # the other two: counted, not logged with a line
+        ("Logger method", ""),
+    ]
+    assert "step_unsupported" not in str(GraphBreak("step_unsupported", "m.py:1 in f"))
 
 
 def test_the_reports_go_with_dynamo_s_compiled_graphs(seeded):
