@@ -260,7 +260,13 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="codegen plugin (default: cuda_triton on a GPU, else cpu_cpp)",
     )
     run.add_argument("--model", default="gpt2", choices=["gpt2", "mlp"])
-    run.add_argument("--steps", type=int, default=10)
+    run.add_argument(
+        "--steps",
+        type=int,
+        default=20,
+        help="timed training steps of each, compiled and eager, in 5 alternating rounds "
+        "(default 20; 0: no timing)",
+    )
     run.set_defaults(func=_cmd_run)
 
 
