@@ -591,6 +591,33 @@ def test_argmax_argmin_ties(rows, cols, mode):
     _reduce(x, ["argmax", "argmin", "max", "min"], mode, rtol=0, atol=0)
 
 
+def _chain(src: sdk.KernelSource) -> list[list[str]]:
+    """A split kernel's chain of kernels (``[fn, "pre" or "main"]``), checked against its
+    source: one ``@triton.jit`` function per kernel, and the header's line."""
+    chain = src.meta["chain"]
+    for fn, _kind in chain:
+        assert f"def {fn}(" in src.source, fn
+    assert f"# split: {len(chain)} kernels" in src.source, src.source[:2000]
+    return chain
+
+
+def test_split_softmax_is_a_chain_of_kernels():
+    """A kernel of several stages over a long row (softmax: maximum, sum of exponentials,
+    store) splits too: each stage in chunks, each reduction combined by a second kernel
+    that hands the row's value to the later kernels through scratch."""
+    x = torch.randn(4, 20000, device=DEV) * 3
+    x[1, 19990] = 30.0  # the maximum in the last chunk
+    x[2, :] = float("-inf")  # all -inf: NaN, as eager
+    x[3, 7] = float("nan")
+    y = torch.empty_like(x)
+    src = run(softmax_kernel(4, 20000), x, y)
+    assert src.meta["mode"] == "split", src.meta["mode"]
+    kinds = [kind for _fn, kind in _chain(src)]
+    assert kinds == ["pre", "main", "pre", "main", "pre"], kinds
+    assert [n for n, _dt in src.meta["scratch"]].count(4) == 2  # max and sum, per row
+    close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+
+
 def test_reductions_bf16_prod_any_all():
     x = (torch.rand(5, 300, device=DEV) * 0.2 + 0.9).to(BF16)
     _reduce(x, ["sum", "prod", "max"], "persistent", rtol=1e-4, atol=1e-4)
