@@ -601,6 +601,25 @@ def _chain(src: sdk.KernelSource) -> list[list[str]]:
     return chain
 
 
+def test_split_rows_beyond_32_rows():
+    """36 rows of 16500 elements, with the real constants: one program per row would be 36
+    programs on a GPU of 132 SMs, so the rows are cut into chunks (more than the 32 rows a
+    split took before); sums, maxima and first indices of ties across chunks are eager's."""
+    rows, cols = 36, 16500
+    x = _ties(rows, cols)
+    x[5, cols - 1] = 7.0  # the maximum in the last (partial) chunk
+    x[6, 4001] = x[6, 12000] = 8.0  # a tie across chunks
+    x[7, 3333] = x[7, 9999] = -2.0  # and of the minimum
+    reds = ["sum", "argmax", "argmin"]
+    k = reduce_kernel(f"rows_{rows}x{cols}", rows, cols, reds)
+    outs = [torch.empty(rows, device=DEV, dtype=a.layout.dtype) for a in k.args[1:]]
+    src = run(k, x, *outs)
+    assert src.meta["mode"] == "split" and src.meta["split"] >= 2, src.meta
+    assert [kind for _fn, kind in _chain(src)] == ["pre", "main"]
+    for red, out in zip(reds, outs):
+        close(out, REF[red](x), rtol=0, atol=0)
+
+
 def test_split_softmax_is_a_chain_of_kernels():
     """A kernel of several stages over a long row (softmax: maximum, sum of exponentials,
     store) splits too: each stage in chunks, each reduction combined by a second kernel
@@ -1056,3 +1075,43 @@ def test_rows_up_to_8192_are_read_in_one_chunk():
     src = run(softmax_kernel(3, 5000), x, y)
     assert src.meta["config"]["RBLOCK"] == 8192, src.meta
     close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("outer", [False, True])
+@pytest.mark.parametrize("channels", [64, 128, 256])
+def test_batchnorm_statistics_plan_split(channels, outer):
+    """BatchNorm's statistics and gradients over N*H*W = 16*56*56 elements per channel: rows
+    in NCHW, columns in channels-last (and gamma/beta's gradients). Unsplit, a channel per
+    program (rows) or a block of 16 to 32 channels (columns) would launch 4 to 256 programs
+    on a 132-SM GPU; split, the grid covers chunks x rows, about SPLIT_TARGET_PROGRAMS."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    rnumel = 16 * 56 * 56
+    p = heuristics.plan(channels, [rnumel, rnumel], True, outer=outer)
+    assert p.mode == "split", p
+    pre = p.pre_config
+    assert p.split * p.chunk >= rnumel > (p.split - 1) * p.chunk
+    assert pre["XBLOCK"] == (min(32, channels) if outer else 1), pre
+    programs = p.split * heuristics.cdiv(channels, pre["XBLOCK"])
+    assert heuristics.MIN_PROGRAMS <= programs <= 2 * heuristics.SPLIT_TARGET_PROGRAMS, programs
+    assert 2 * p.chunk * pre["XBLOCK"] >= heuristics.SPLIT_MIN_CHUNK, p
+    # the same shape where the kernel has no split form, or its sizes are symbolic: unsplit
+    assert heuristics.plan(channels, [rnumel], False, outer=outer).mode == "looped"
+    assert heuristics.plan(channels, [rnumel], True, outer=outer, looped=True).mode != "split"
+
+
+def test_split_is_kept_for_short_reductions_and_full_grids():
+    """Shapes the split leaves as they were: rows enough for the GPU (512 channels, a
+    vocabulary's rows), reductions under SPLIT_MIN_INNER (GPT-2's bias gradients: 768 to 3072
+    columns over 4096 rows, measured), columns enough for narrow tiles (8192)."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    assert heuristics.plan(512, [16 * 56 * 56], True).mode == "looped"
+    assert heuristics.plan(8192, [50257], True).mode == "looped"
+    assert heuristics.plan(200, [8192], True).mode == "looped"
+    for columns in (768, 3072):
+        p = heuristics.plan(columns, [4096], True, outer=True)
+        assert (p.mode, p.config["XBLOCK"]) == ("looped", 16), p
+    assert heuristics.plan(8192, [65536], True, outer=True).mode == "looped"
+    # few rows, long: split as before
+    assert heuristics.plan(1, [100000], True).mode == "split"
