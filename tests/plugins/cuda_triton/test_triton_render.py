@@ -637,6 +637,50 @@ def test_split_softmax_is_a_chain_of_kernels():
     close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
 
 
+def _column_sum_kernel(rows: int, cols: int) -> ir.Kernel:
+    """out[j] = sum(x[:, j]): a column reduction (the loads contiguous along j)."""
+    (j,), (r,) = V("j"), V("r")
+    X, O = lay((rows, cols)), lay((cols,))
+    red = ir.Reduction("s", "sum", ir.Load("x", X.linear((r, j)), F32), F32)
+    return ir.Kernel(
+        f"colsum_{rows}x{cols}",
+        (j,),
+        (cols,),
+        [
+            ir.Stage((r,), (rows,), [red]),
+            ir.Stage((), (), [], [ir.Store("out", O.linear((j,)), ir.LocalRef("s", F32))]),
+        ],
+        [ir.BufferArg("x", X, "in"), ir.BufferArg("out", O, "out")],
+    )
+
+
+@pytest.mark.parametrize("outer", [True, False], ids=["columns", "softmax_rows"])
+def test_split_configurations_offered_to_measure_give_the_same_values(outer, monkeypatch):
+    """Every configuration a GPU would measure for a split kernel (its first kernels' RBLOCK
+    and warps; a column reduction's XBLOCK kept) computes the same values: the chunks are
+    the source's, each a loop over RBLOCK steps. Columns: 40 of them over 4000 rows (two
+    blocks of 32 columns, the second part masked; 8 chunks of 500 rows, with a threshold
+    raised to keep the interpreter's programs few); rows: softmax's chain of five kernels."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    if outer:
+        monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER", 1024)
+        monkeypatch.setattr(heuristics, "SPLIT_MIN_CHUNK", 16384)
+        x = torch.randn(4000, 40, device=DEV)
+        src, want = render.render(_column_sum_kernel(4000, 40)), x.double().sum(0).float()
+    else:
+        x = torch.randn(2, 16400, device=DEV)
+        src, want = render.render(softmax_kernel(2, 16400)), x.softmax(-1)
+    assert src.meta["mode"] == "split", src.meta["mode"]
+    configs = heuristics.candidates(src.meta)
+    assert {c["pre"]["XBLOCK"] for c in configs} == ({32} if outer else {1}), configs
+    assert len({c["pre"]["RBLOCK"] for c in configs}) >= 3, configs
+    for cfg in configs:
+        out = torch.empty(want.shape, device=DEV)
+        launch.bind(src, cfg)(x, out)
+        close(out, want, rtol=1e-5, atol=1e-4, msg=heuristics.label(cfg))
+
+
 def test_reductions_bf16_prod_any_all():
     x = (torch.rand(5, 300, device=DEV) * 0.2 + 0.9).to(BF16)
     _reduce(x, ["sum", "prod", "max"], "persistent", rtol=1e-4, atol=1e-4)
