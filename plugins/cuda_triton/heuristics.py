@@ -22,7 +22,7 @@ Kernel shapes (:func:`plan`)
                 many rows and few reduction elements, so loads coalesce.
 ``split``       a long reduction whose unsplit grid would be too small for the GPU:
                 fewer rows than ``MIN_PROGRAMS`` (BatchNorm's statistics over NCHW:
-                64 to 512 channels, each of N*H*W elements; the sum of all elements),
+                64 to 256 channels, each of N*H*W elements; the sum of all elements),
                 or a column reduction whose narrowest tiles give fewer than that
                 (channels-last statistics, gamma/beta gradients). A first kernel
                 reduces ``SPLIT`` chunks of each row (of ``XBLOCK`` columns) into
@@ -89,7 +89,7 @@ SPLIT_RBLOCK = 2048
 #: Columns per block of a split column reduction's first kernel (128 bytes of fp32 a row),
 #: and elements per tile: [32, 128] with 8 warps. Not measured: between the tiles measured
 #: for unsplit column sums above ([32, 64] for many programs, [16, 1024] for few), each
-#: program looping over a chunk of ``SPLIT_MIN_CHUNK // XBLOCK`` rows or more.
+#: program looping over a chunk of about ``SPLIT_MIN_CHUNK // XBLOCK`` rows or more.
 SPLIT_OUTER_XBLOCK = 32
 SPLIT_OUTER_TILE = 4096
 
@@ -207,10 +207,10 @@ def plan(
     """Choose the kernel shape and its default block sizes.
 
     ``inner_numels``: the numel of every stage with inner ranges (empty for a
-    pointwise kernel); ``splittable``: the kernel has the stage form a
-    split reduction needs (static sizes, a reduction, inner ranges in its first stage, as
-    many elements in every stage with inner ranges: see :mod:`.planning`); ``looped``: a reduction's size is
-    symbolic (the numels are hints), so it must loop; ``outer``: its largest load is
+    pointwise kernel); ``splittable``: the kernel has the stage form a split reduction
+    needs (static sizes, a reduction, inner ranges in its first stage, as many elements in
+    every stage with inner ranges: see :mod:`.planning`); ``looped``: a reduction's size is
+    symbolic (the numels are hints), so it must loop (it is never split); ``outer``: its largest load is
     contiguous along the rows, not along the reduction (a column sum), so a block
     takes many rows and few reduction elements: each load instruction then reads
     consecutive addresses.
