@@ -20,9 +20,18 @@ Kernel shapes (:func:`plan`)
 ``looped`` is also the shape of a column reduction (the rows are contiguous in
                 memory, the reduction strided): ``[XBLOCK, RBLOCK]`` tiles of
                 many rows and few reduction elements, so loads coalesce.
-``split``       few rows, very long (e.g. the sum of all elements): a first
-                kernel reduces ``SPLIT`` chunks of each row into a scratch
-                buffer, a second combines the partials and runs the epilogue.
+``split``       a long reduction whose unsplit grid would be too small for the GPU:
+                fewer rows than ``MIN_PROGRAMS`` (BatchNorm's statistics over NCHW:
+                64 to 256 channels, each of N*H*W elements; the sum of all elements),
+                or a column reduction whose narrowest tiles give fewer than that
+                (channels-last statistics, gamma/beta gradients). A first kernel
+                reduces ``SPLIT`` chunks of each row (of ``XBLOCK`` columns) into
+                scratch partials, on a grid of chunks x blocks of rows; a second
+                combines the partials per row and runs the epilogue. A kernel of
+                several reduction stages (two-pass variance, BatchNorm's backward) runs
+                as a chain of such pairs, the rows' values passed on through scratch
+                (:mod:`.split`). The choice depends on ``xnumel``, ``rnumel`` and
+                ``outer`` alone.
 """
 
 from __future__ import annotations
@@ -32,11 +41,17 @@ from typing import Any
 
 #: Rows up to this many elements are reduced in one block (persistent reduction).
 PERSISTENT_MAX = 4096
-#: Split a reduction across programs when rows are at least this long ...
+#: Split a reduction across programs when rows are at least this long, and the unsplit
+#: kernel would launch fewer than ``MIN_PROGRAMS`` programs: a row reduction has one program
+#: per row (``XBLOCK=1``), a column reduction one per ``OUTER_MIN_ROWS`` columns at most.
+#: (Inductor splits where there are fewer than two outputs per SM and the reduction is over
+#: 8192 elements.) Not measured against the unsplit kernels of 33 to 263 rows (BatchNorm's
+#: 64 to 256 channels) or of few columns: the gain expected is the occupancy's, C programs
+#: each reading N*H*W elements against ``SPLIT_TARGET_PROGRAMS``.
 SPLIT_MIN_INNER = 16384
-#: ... and there are at most this many of them.
-SPLIT_MAX_OUTER = 32
-#: Each program of a split reduction reduces at least this many elements.
+#: Each program of a split reduction reduces about this many elements or more: a row of
+#: ``rnumel`` is cut into ``cdiv(rnumel * XBLOCK, SPLIT_MIN_CHUNK)`` chunks at most (a column
+#: reduction's program reduces ``XBLOCK`` columns of its chunk).
 SPLIT_MIN_CHUNK = 4096
 #: Programs a split reduction aims for (about 8 per SM of a 132-SM H100/H200).
 SPLIT_TARGET_PROGRAMS = 1024
@@ -71,6 +86,12 @@ LOOPED_RBLOCK = 4096
 LOOPED_ONE_CHUNK_MAX = 8192
 #: Chunk of the first kernel of a split reduction.
 SPLIT_RBLOCK = 2048
+#: Columns per block of a split column reduction's first kernel (128 bytes of fp32 a row),
+#: and elements per tile: [32, 128] with 8 warps. Not measured: between the tiles measured
+#: for unsplit column sums above ([32, 64] for many programs, [16, 1024] for few), each
+#: program looping over a chunk of about ``SPLIT_MIN_CHUNK // XBLOCK`` rows or more.
+SPLIT_OUTER_XBLOCK = 32
+SPLIT_OUTER_TILE = 4096
 
 
 def next_power_of_2(n: int) -> int:
@@ -130,6 +151,52 @@ def tile_2d(ynumel: int, xnumel: int, broadcast: bool = False) -> dict[str, int]
     return {"XBLOCK": xb, "YBLOCK": yb, "num_warps": warps}
 
 
+def _split_plan(xnumel: int, rnumel: int, outer: bool) -> Plan | None:
+    """The split form of a reduction of ``xnumel`` rows of ``rnumel`` elements (``outer``:
+    columns, contiguous in memory), or None where the unsplit kernel launches enough
+    programs (see :data:`SPLIT_MIN_INNER`) or the reduction is too short for two chunks.
+
+    The first kernel's grid is (chunks, blocks of ``XBLOCK`` rows): one row per program for
+    rows, [``SPLIT_OUTER_XBLOCK``, RBLOCK] tiles along the columns for a column reduction;
+    the second kernel combines ``SPLIT`` partials per row in [XBLOCK, next_power_of_2(SPLIT)]
+    blocks."""
+    if outer:
+        if cdiv(xnumel, OUTER_MIN_ROWS) >= MIN_PROGRAMS:
+            return None
+        pre_x = min(SPLIT_OUTER_XBLOCK, next_power_of_2(xnumel))
+    else:
+        if xnumel >= MIN_PROGRAMS:
+            return None
+        pre_x = 1
+    blocks = cdiv(xnumel, pre_x)
+    split = min(
+        cdiv(rnumel * pre_x, SPLIT_MIN_CHUNK), max(2, SPLIT_TARGET_PROGRAMS // max(blocks, 1))
+    )
+    if split < 2:
+        return None
+    chunk = cdiv(rnumel, split)
+    if outer:
+        rblock = min(SPLIT_OUTER_TILE // pre_x, next_power_of_2(chunk))
+        pre = {"XBLOCK": pre_x, "RBLOCK": rblock, "num_warps": 8}
+    else:
+        rblock = min(SPLIT_RBLOCK, next_power_of_2(chunk))
+        pre = {
+            "XBLOCK": 1,
+            "RBLOCK": rblock,
+            "num_warps": 16 if chunk >= 8192 else _warps(4 * rblock),
+        }
+    xblock = min(next_power_of_2(xnumel), 16)
+    return Plan(
+        "split",
+        xnumel,
+        rnumel,
+        {"XBLOCK": xblock, "num_warps": _warps(xblock * next_power_of_2(split))},
+        split=split,
+        chunk=chunk,
+        pre_config=pre,
+    )
+
+
 def plan(
     xnumel: int,
     inner_numels: list[int],
@@ -140,9 +207,10 @@ def plan(
     """Choose the kernel shape and its default block sizes.
 
     ``inner_numels``: the numel of every stage with inner ranges (empty for a
-    pointwise kernel); ``splittable``: the kernel has the one-reduction-stage
-    form a split reduction needs (see :mod:`.planning`); ``looped``: a reduction's size is
-    symbolic (the numels are hints), so it must loop; ``outer``: its largest load is
+    pointwise kernel); ``splittable``: the kernel has the stage form a split reduction
+    needs (static sizes, a reduction, inner ranges in its first stage, as many elements in
+    every stage with inner ranges: see :mod:`.planning`); ``looped``: a reduction's size is
+    symbolic (the numels are hints), so it must loop (it is never split); ``outer``: its largest load is
     contiguous along the rows, not along the reduction (a column sum), so a block
     takes many rows and few reduction elements: each load instruction then reads
     consecutive addresses.
@@ -152,6 +220,10 @@ def plan(
         warps = 8 if xnumel >= 65536 else max(1, min(4, xblock // 128))
         return Plan("pointwise", xnumel, 0, {"XBLOCK": xblock, "num_warps": warps})
     rnumel = max(inner_numels)
+    if splittable and not looped and rnumel >= SPLIT_MIN_INNER:
+        split = _split_plan(xnumel, rnumel, outer)
+        if split is not None:
+            return split
     if outer and xnumel >= 8 * OUTER_MIN_ROWS and rnumel >= 16:
         xblock = OUTER_XBLOCK
         while xblock > OUTER_MIN_ROWS and cdiv(xnumel, xblock) < MIN_PROGRAMS // 2:
@@ -159,26 +231,6 @@ def plan(
         tile = OUTER_TILE_NARROW if xblock <= OUTER_MIN_ROWS else OUTER_TILE
         rblock = min(next_power_of_2(rnumel), tile // xblock)
         return Plan("looped", xnumel, rnumel, {"XBLOCK": xblock, "RBLOCK": rblock, "num_warps": 8})
-    if splittable and xnumel <= SPLIT_MAX_OUTER and rnumel >= SPLIT_MIN_INNER:
-        split = min(cdiv(rnumel, SPLIT_MIN_CHUNK), max(2, SPLIT_TARGET_PROGRAMS // max(xnumel, 1)))
-        if split >= 2:
-            chunk = cdiv(rnumel, split)
-            rblock = min(SPLIT_RBLOCK, next_power_of_2(chunk))
-            xblock = min(next_power_of_2(xnumel), 16)
-            sblock = next_power_of_2(split)
-            return Plan(
-                "split",
-                xnumel,
-                rnumel,
-                {"XBLOCK": xblock, "num_warps": _warps(xblock * sblock)},
-                split=split,
-                chunk=chunk,
-                pre_config={
-                    "XBLOCK": 1,
-                    "RBLOCK": rblock,
-                    "num_warps": 16 if chunk >= 8192 else _warps(4 * rblock),
-                },
-            )
     if looped:
         # the reduction's size is symbolic (``rnumel`` is the compiling call's): a loop over
         # RBLOCK chunks is right for every size; blocks as a persistent kernel's would be
@@ -287,9 +339,12 @@ def candidates(meta: dict[str, Any]) -> list[dict[str, int]]:
                 for w in (4, 8, 16):
                     out.append({"XBLOCK": xb, "RBLOCK": rb, "num_warps": w})
     elif mode == "split":
-        for rb in (1024, 2048, 4096):
-            for w in (8, 16):
-                out.append({**default, "pre": {"XBLOCK": 1, "RBLOCK": rb, "num_warps": w}})
+        # (the first kernel's XBLOCK changes its grid, not its source: kept as it is)
+        xb = default["pre"]["XBLOCK"]
+        rbs = (1024, 2048, 4096) if xb == 1 else tuple(t // xb for t in (2048, 4096, 8192))
+        for rb in rbs:
+            for w in (8, 16) if xb == 1 else (4, 8):
+                out.append({**default, "pre": {"XBLOCK": xb, "RBLOCK": rb, "num_warps": w}})
     seen, uniq = set(), []
     for c in out:
         key = repr(sorted(c.items()))

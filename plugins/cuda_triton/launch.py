@@ -26,8 +26,8 @@ Triton launch hooks (profilers) are active, or another device is current, a
 call takes the portable path too. Under ``TRITON_INTERPRET=1`` only the portable path
 exists and CPU tensors are accepted.
 
-Split reductions launch two kernels and pass scratch buffers after the
-arguments; the scratch is allocated on the first call per device and reused
+Split reductions launch a chain of kernels (two for one reduction stage; see
+:mod:`.split`) and pass scratch buffers after the arguments; the scratch is allocated on the first call per device and reused
 (so one launcher must not run concurrently on two streams).
 
 Measured configurations
@@ -458,24 +458,37 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
         if rec is None:
             main.precompile = lambda: [main.warmup(dtypes)]  # type: ignore[attr-defined]
         return main
-    pre_meta = meta["pre"]
-    pconsts, popts = _split_config(meta, cfg["pre"], pre_meta["constexprs"])
-    pgrid = _grid(pre_meta["grid"], pconsts)
+    return _bind_split(src, meta, cfg, consts, opts, grid, dtypes)
+
+
+def _bind_split(
+    src: sdk.KernelSource,
+    meta: dict[str, Any],
+    cfg: dict[str, Any],
+    consts: dict[str, int],
+    opts: dict[str, Any],
+    grid: tuple[int, int, int],
+    dtypes: list[torch.dtype],
+) -> Callable[..., None]:
+    """The launcher of a split reduction's chain (:mod:`.split`): every kernel in
+    ``meta["chain"]`` order, each on the arguments then the scratch buffers."""
+    pconsts, popts = _split_config(meta, cfg["pre"], meta["pre"]["constexprs"])
+    pgrid = _grid(meta["pre"]["grid"], pconsts)
     specs = [(int(n), getattr(torch, dt)) for n, dt in meta["scratch"]]
     both = dtypes + [dt for _n, dt in specs]
-    (pkey, prec), (key, rec) = _records(
-        src.source,
-        [(pre_meta["fn"], pgrid, {**pconsts, **popts}), (src.entry, grid, {**consts, **opts})],
-        both,
-    )
-    pjit, jit = _LazyJit(src.source, pre_meta["fn"]), _LazyJit(src.source, src.entry)
-    if prec is None or rec is None:
-        jit.fn  # noqa: B018 - as above
-    # (the runner launches the pair through Python: the kernels' states have no entry)
-    pre = kernel_call(
-        pjit, pgrid, pconsts, popts, len(both), entry=False, record_key=pkey, record=prec
-    )
-    main = kernel_call(jit, grid, consts, opts, len(both), entry=False, record_key=key, record=rec)
+    launches = [
+        (fn, pgrid, pconsts, popts) if kind == "pre" else (fn, grid, consts, opts)
+        for fn, kind in meta["chain"]
+    ]
+    recs = _records(src.source, [(fn, g, {**c, **o}) for fn, g, c, o in launches], both)
+    jits = [_LazyJit(src.source, fn) for fn, _g, _c, _o in launches]
+    if any(rec is None for _key, rec in recs):
+        jits[0].fn  # noqa: B018 - imported now where a kernel compiles through Triton
+    # (the runner launches the chain through Python: the kernels' states have no entry)
+    calls = [
+        kernel_call(jit, g, c, o, len(both), entry=False, record_key=key, record=rec)
+        for jit, (_fn, g, c, o), (key, rec) in zip(jits, launches, recs)
+    ]
     scratch: dict[Any, list[torch.Tensor]] = {}
 
     def launch(*args: torch.Tensor) -> None:
@@ -483,10 +496,10 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
         bufs = scratch.get(dev)
         if bufs is None:
             bufs = scratch[dev] = [torch.empty(n, dtype=dt, device=dev) for n, dt in specs]
-        pre(*args, *bufs)
-        main(*args, *bufs)
+        for call in calls:
+            call(*args, *bufs)
 
-    cold = [k for k, r in ((pre, prec), (main, rec)) if r is None]
+    cold = [call for call, (_key, rec) in zip(calls, recs) if rec is None]
     launch.precompile = lambda: [k.warmup(both) for k in cold]  # type: ignore[attr-defined]
     return launch
 

@@ -239,15 +239,42 @@ class KernelPlan:
     # -- analysis --------------------------------------------------------
 
     def _splittable(self) -> bool:
-        """One reduction stage first (no stores), then stages without inner ranges."""
+        """Can the kernel run as a split reduction (:mod:`.split`)? Its first stage has inner
+        ranges, some stage reduces, and every stage with inner ranges covers as many
+        elements (each is cut into the same chunks)."""
         st = self.stages
         return (
             bool(st)
             and st[0].group >= 0
-            and bool(st[0].reductions)
-            and not st[0].stores
-            and all(s.group < 0 for s in st[1:])
+            and any(s.reductions for s in st)
+            and len({s.numel for s in st if s.group >= 0}) == 1
         )
+
+    def split_phases(self) -> list[tuple[int, list[int]]]:
+        """A split kernel's stages by phase: each stage with inner ranges (run in chunks by a
+        first kernel), with the stages without inner ranges after it (run per row by the
+        second kernel, which combines the partials of the first's reductions)."""
+        phases: list[tuple[int, list[int]]] = []
+        for i, st in enumerate(self.stages):
+            if st.group >= 0:
+                phases.append((i, []))
+            else:
+                phases[-1][1].append(i)
+        return phases
+
+    def local_refs(self, stages: list[int]) -> list[str]:
+        """The local variables of the reductions that ``stages`` read, in order."""
+        roots = [
+            e
+            for i in stages
+            for e in [v for _, _, v, _ in self.stages[i].reductions]
+            + [v for _, _, v in self.stages[i].stores]
+        ]
+        out: list[str] = []
+        for node in ir.walk(roots):
+            if isinstance(node, ir.LocalRef) and self.local[node.name] not in out:
+                out.append(self.local[node.name])
+        return out
 
     def _online_pairs(self) -> dict[int, int]:
         """Softmax's two passes that a looped kernel runs as one (online softmax).

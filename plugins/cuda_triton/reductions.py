@@ -8,8 +8,7 @@ Reduction kernels use ``[XBLOCK, R]`` blocks (rows on axis 0), in one of the pla
 * ``looped``: each stage with inner ranges is a loop over ``RBLOCK`` chunks that folds
   into a per-lane accumulator, reduced across lanes after the loop; softmax's ``max`` and
   ``sum(exp(v - max))`` run in one loop (online softmax);
-* ``split``: few long rows; a first kernel reduces chunks of each row to scratch
-  partials, a second combines them and runs the stages after the reduction.
+* ``split``: in :mod:`.split`, on top of this module's looped stages.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import torch
 
 from sdk import ir
 
-from . import heuristics
 from .expressions import ExpressionWriter, py_size
 from .ops import HALF_TYPES, REDUCE, cast_to, highest, lowest, tl_type
 from .planning import StagePlan
@@ -251,69 +249,4 @@ class ReductionWriter(ExpressionWriter):
             else:
                 second = self.stages[self.online[i]] if i in self.online else None
                 self._looped_stage(st, out, second=second)
-        return self.consts + out
-
-    def _split_partial(self) -> tuple[list[str], list[tuple[str, torch.dtype]]]:
-        """First kernel of a split reduction: grid (SPLIT, xnumel), partials to scratch."""
-        self._begin()
-        out: list[str] = []
-        pid = "tl.program_id(1)"
-        pid = f"{pid}.to(tl.int64)" if self.int64 else pid
-        out.append(f"xindex = {pid} + tl.full([1, 1], 0, {self.itype})")
-        out.append(f"xmask = xindex < {self.xnumel}")
-        self._decompose(out, "xindex", self.xvars)
-        out.append("split = tl.program_id(0)" + (".to(tl.int64)" if self.int64 else ""))
-        rtype = ".to(tl.int64)" if self.int64 else ""
-        out.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{rtype}")
-        self.pre = self.body = out
-        self.partial = True
-        self.rfirst = f"split * {self.plan.chunk} + rbase"
-        st = self.stages[0]
-        self._looped_stage(st, out, split=True)
-        scratch: list[tuple[str, torch.dtype]] = []
-        at = f"xindex * {self.plan.split} + split"
-        for local, op, value, dtype in st.reductions:
-            acc = self._acc_dtype(op, value, dtype)
-            if op in ("argmax", "argmin"):
-                scratch += [(f"{local}_pv", acc), (f"{local}_pi", torch.int64)]
-                out.append(f"tl.store({local}_pv + ({at}), {local}_val[:, None])")
-                out.append(f"tl.store({local}_pi + ({at}), {local}_idx[:, None])")
-            else:
-                scratch.append((f"{local}_p", acc))
-                out.append(f"tl.store({local}_p + ({at}), {local}_part)")
-        return self.consts + out, scratch
-
-    def _split_final(self, scratch: list[tuple[str, torch.dtype]]) -> list[str]:
-        """Second kernel of a split reduction: combine partials, then the epilogue stages."""
-        self._begin()
-        out: list[str] = []
-        self._xheader(out)
-        s = self.plan.split
-        sb = heuristics.next_power_of_2(s)
-        out.append(f"sindex = tl.arange(0, {sb})[None, :]")
-        out.append(f"smask = xmask & (sindex < {s})")
-        st = self.stages[0]
-        for local, op, value, dtype in st.reductions:
-            acc = self._acc_dtype(op, value, dtype)
-            at = f"xindex * {s} + sindex"
-            if op in ("argmax", "argmin"):
-                init = lowest(acc) if op == "argmax" else highest(acc)
-                helper = f"_{op}_combine"
-                self._need(helper)
-                out.append(f"{local}_v = tl.load({local}_pv + ({at}), smask, other={init})")
-                out.append(f"{local}_i = tl.load({local}_pi + ({at}), smask, other={2**62})")
-                out.append(
-                    f"{local}_rv, {local}_idx = tl.reduce(({local}_v, {local}_i), 1, {helper})"
-                )
-                out.append(self._finish(local, f"{local}_idx", op, dtype, acc))
-            else:
-                red = REDUCE[op]
-                out.append(f"{local}_v = tl.load({local}_p + ({at}), smask, other={red.init(acc)})")
-                final = red.final(acc, f"{local}_v")
-                for h in re.findall(r"\b(_[a-z_]+)\b", final):
-                    self._need(h)
-                out.append(self._finish(local, final, op, dtype, acc))
-        self.pre = self.body = out
-        for st in self.stages[1:]:
-            self._stores(st)
         return self.consts + out

@@ -9,8 +9,8 @@ cross-lane reduce), and ``HELPERS`` (small ``@triton.jit`` functions a
 kernel's source includes when it uses them). The walk of the kernel is one writer per
 kernel, built in layers, each on the one before: :mod:`.planning` (names, stages, the block
 plan, 2D tiles, index width: analysis only), :mod:`.expressions` (expressions, loads and
-stores as lines), :mod:`.reductions` (the persistent, looped, online-softmax and split
-bodies) and this module (the pointwise bodies, and the source with its launch meta).
+stores as lines), :mod:`.reductions` (the persistent, looped and online-softmax bodies),
+:mod:`.split` (the chain of kernels of a split reduction) and this module (the pointwise bodies, and the source with its launch meta).
 
 How a kernel becomes Triton (shapes are in :mod:`.heuristics`):
 
@@ -47,7 +47,7 @@ from sdk import ir
 
 from .expressions import py_size
 from .ops import HELPERS, PRELUDE
-from .reductions import ReductionWriter
+from .split import FIRST, SplitWriter
 
 
 def _json_size(x: object) -> int | str:
@@ -55,7 +55,7 @@ def _json_size(x: object) -> int | str:
     return int(x) if ir.is_static(x) else ir.print_size(x, "python")  # type: ignore[arg-type]
 
 
-class _Writer(ReductionWriter):
+class _Writer(SplitWriter):
     """Renders one kernel; one instance per kernel: the pointwise bodies, and the assembly of
     the source and its launch meta."""
 
@@ -97,6 +97,11 @@ class _Writer(ReductionWriter):
             lines.append(f"#   from {o}")
         outer = ", ".join(f"{n} < {s}" for n, s in self.xvars) or "one point"
         lines.append(f"# outer: {outer} (xnumel {self.xnumel})")
+        if self.plan.mode == "split":
+            lines.append(
+                f"# split: {len(self.chain)} kernels ({', '.join(self.chain)}), each stage "
+                f"with inner ranges in {self.plan.split} chunks of {self.plan.chunk}"
+            )
         for i, st in enumerate(self.stages):
             what = [f"{op} -> {loc}" for loc, op, _v, _d in st.reductions]
             what += [f"store {b}" for b, _i, _v in st.stores]
@@ -172,22 +177,20 @@ class _Writer(ReductionWriter):
                 fns.append(fn(name, ptrs, ["XBLOCK"], self._persistent()))
                 self.plan = looped
         else:
-            partial, scratch = self._split_partial()
-            names = [n for n, _ in scratch]
-            pname = self.name + "_partial"
+            kernels, scratch = self.split_kernels()
+            names = [n for n, _, _ in scratch]
             meta["pre"] = {
-                "fn": pname,
-                "grid": [[self.plan.split, None], [self.xnumel, None]],
+                "grid": [[self.plan.split, None], [self.xnumel, "XBLOCK"]],
                 "constexprs": ["XBLOCK", "RBLOCK"],
             }
             meta["constexprs"] = ["XBLOCK"]
-            fns.append(fn(pname, ptrs + names, meta["pre"]["constexprs"], partial))
-            fns.append(fn(self.name, ptrs + names, meta["constexprs"], self._split_final(scratch)))
+            meta["chain"] = [[name, kind] for name, kind, _ in kernels]
+            for name, kind, body in kernels:
+                consts = meta["pre"]["constexprs"] if kind == FIRST else meta["constexprs"]
+                fns.append(fn(name, ptrs + names, consts, body))
             meta["split"] = self.plan.split
             meta["chunk"] = self.plan.chunk
-            meta["scratch"] = [
-                [self.xnumel * self.plan.split, str(dt).replace("torch.", "")] for _, dt in scratch
-            ]
+            meta["scratch"] = [[n, str(dt).replace("torch.", "")] for _, n, dt in scratch]
             meta["config"]["pre"] = dict(self.plan.pre_config)
         if self.debug or self.asserts:
             meta["debug"] = True  # compile with device-side asserts
@@ -206,8 +209,10 @@ def render(kernel: ir.Kernel, *, debug: bool = False) -> sdk.KernelSource:
     (the main kernel's, in parameter order), ``grid`` (per grid axis: numel and
     the constexpr that divides it, or None), ``args`` (name, storage size,
     dtype, role), ``debug`` (compile with asserts), ``clamped`` (direct loads whose
-    index was clamped into the buffer), and for a split reduction ``pre`` (the first kernel: name,
-    grid, constexprs; its config is ``config["pre"]``) and ``scratch`` (numel,
-    dtype of each scratch buffer, passed after the arguments).
+    index was clamped into the buffer), and for a split reduction ``chain`` (its kernels'
+    functions in launch order, each ``[fn, "pre"]`` or ``[fn, "main"]``), ``pre`` (the
+    grid and constexprs of the "pre" kernels; their config is ``config["pre"]``; the
+    "main" kernels' are ``grid``, ``constexprs`` and ``config``) and ``scratch`` (numel,
+    dtype of each scratch buffer, passed after the arguments: see :mod:`.split`).
     """
     return _Writer(kernel, debug=debug).render()

@@ -591,6 +591,96 @@ def test_argmax_argmin_ties(rows, cols, mode):
     _reduce(x, ["argmax", "argmin", "max", "min"], mode, rtol=0, atol=0)
 
 
+def _chain(src: sdk.KernelSource) -> list[list[str]]:
+    """A split kernel's chain of kernels (``[fn, "pre" or "main"]``), checked against its
+    source: one ``@triton.jit`` function per kernel, and the header's line."""
+    chain = src.meta["chain"]
+    for fn, _kind in chain:
+        assert f"def {fn}(" in src.source, fn
+    assert f"# split: {len(chain)} kernels" in src.source, src.source[:2000]
+    return chain
+
+
+def test_split_rows_beyond_32_rows():
+    """36 rows of 16500 elements, with the real constants: one program per row would be 36
+    programs on a GPU of 132 SMs, so the rows are cut into chunks (more than the 32 rows a
+    split took before); sums, maxima and first indices of ties across chunks are eager's."""
+    rows, cols = 36, 16500
+    x = _ties(rows, cols)
+    x[5, cols - 1] = 7.0  # the maximum in the last (partial) chunk
+    x[6, 4001] = x[6, 12000] = 8.0  # a tie across chunks
+    x[7, 3333] = x[7, 9999] = -2.0  # and of the minimum
+    reds = ["sum", "argmax", "argmin"]
+    k = reduce_kernel(f"rows_{rows}x{cols}", rows, cols, reds)
+    outs = [torch.empty(rows, device=DEV, dtype=a.layout.dtype) for a in k.args[1:]]
+    src = run(k, x, *outs)
+    assert src.meta["mode"] == "split" and src.meta["split"] >= 2, src.meta
+    assert [kind for _fn, kind in _chain(src)] == ["pre", "main"]
+    for red, out in zip(reds, outs):
+        close(out, REF[red](x), rtol=0, atol=0)
+
+
+def test_split_softmax_is_a_chain_of_kernels():
+    """A kernel of several stages over a long row (softmax: maximum, sum of exponentials,
+    store) splits too: each stage in chunks, each reduction combined by a second kernel
+    that hands the row's value to the later kernels through scratch."""
+    x = torch.randn(4, 20000, device=DEV) * 3
+    x[1, 19990] = 30.0  # the maximum in the last chunk
+    x[2, :] = float("-inf")  # all -inf: NaN, as eager
+    x[3, 7] = float("nan")
+    y = torch.empty_like(x)
+    src = run(softmax_kernel(4, 20000), x, y)
+    assert src.meta["mode"] == "split", src.meta["mode"]
+    kinds = [kind for _fn, kind in _chain(src)]
+    assert kinds == ["pre", "main", "pre", "main", "pre"], kinds
+    assert [n for n, _dt in src.meta["scratch"]].count(4) == 2  # max and sum, per row
+    close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+
+
+def _column_sum_kernel(rows: int, cols: int) -> ir.Kernel:
+    """out[j] = sum(x[:, j]): a column reduction (the loads contiguous along j)."""
+    (j,), (r,) = V("j"), V("r")
+    X, O = lay((rows, cols)), lay((cols,))
+    red = ir.Reduction("s", "sum", ir.Load("x", X.linear((r, j)), F32), F32)
+    return ir.Kernel(
+        f"colsum_{rows}x{cols}",
+        (j,),
+        (cols,),
+        [
+            ir.Stage((r,), (rows,), [red]),
+            ir.Stage((), (), [], [ir.Store("out", O.linear((j,)), ir.LocalRef("s", F32))]),
+        ],
+        [ir.BufferArg("x", X, "in"), ir.BufferArg("out", O, "out")],
+    )
+
+
+@pytest.mark.parametrize("outer", [True, False], ids=["columns", "softmax_rows"])
+def test_split_configurations_offered_to_measure_give_the_same_values(outer, monkeypatch):
+    """Every configuration a GPU would measure for a split kernel (its first kernels' RBLOCK
+    and warps; a column reduction's XBLOCK kept) computes the same values: the chunks are
+    the source's, each a loop over RBLOCK steps. Columns: 40 of them over 4000 rows (two
+    blocks of 32 columns, the second part masked; 8 chunks of 500 rows, with a threshold
+    raised to keep the interpreter's programs few); rows: softmax's chain of five kernels."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    if outer:
+        monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER", 1024)
+        monkeypatch.setattr(heuristics, "SPLIT_MIN_CHUNK", 16384)
+        x = torch.randn(4000, 40, device=DEV)
+        src, want = render.render(_column_sum_kernel(4000, 40)), x.double().sum(0).float()
+    else:
+        x = torch.randn(2, 16400, device=DEV)
+        src, want = render.render(softmax_kernel(2, 16400)), x.softmax(-1)
+    assert src.meta["mode"] == "split", src.meta["mode"]
+    configs = heuristics.candidates(src.meta)
+    assert {c["pre"]["XBLOCK"] for c in configs} == ({32} if outer else {1}), configs
+    assert len({c["pre"]["RBLOCK"] for c in configs}) >= 3, configs
+    for cfg in configs:
+        out = torch.empty(want.shape, device=DEV)
+        launch.bind(src, cfg)(x, out)
+        close(out, want, rtol=1e-5, atol=1e-4, msg=heuristics.label(cfg))
+
+
 def test_reductions_bf16_prod_any_all():
     x = (torch.rand(5, 300, device=DEV) * 0.2 + 0.9).to(BF16)
     _reduce(x, ["sum", "prod", "max"], "persistent", rtol=1e-4, atol=1e-4)
@@ -1029,3 +1119,43 @@ def test_rows_up_to_8192_are_read_in_one_chunk():
     src = run(softmax_kernel(3, 5000), x, y)
     assert src.meta["config"]["RBLOCK"] == 8192, src.meta
     close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("outer", [False, True])
+@pytest.mark.parametrize("channels", [64, 128, 256])
+def test_batchnorm_statistics_plan_split(channels, outer):
+    """BatchNorm's statistics and gradients over N*H*W = 16*56*56 elements per channel: rows
+    in NCHW, columns in channels-last (and gamma/beta's gradients). Unsplit, a channel per
+    program (rows) or a block of 16 to 32 channels (columns) would launch 4 to 256 programs
+    on a 132-SM GPU; split, the grid covers chunks x rows, about SPLIT_TARGET_PROGRAMS."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    rnumel = 16 * 56 * 56
+    p = heuristics.plan(channels, [rnumel, rnumel], True, outer=outer)
+    assert p.mode == "split", p
+    pre = p.pre_config
+    assert p.split * p.chunk >= rnumel > (p.split - 1) * p.chunk
+    assert pre["XBLOCK"] == (min(32, channels) if outer else 1), pre
+    programs = p.split * heuristics.cdiv(channels, pre["XBLOCK"])
+    assert heuristics.MIN_PROGRAMS <= programs <= 2 * heuristics.SPLIT_TARGET_PROGRAMS, programs
+    assert 2 * p.chunk * pre["XBLOCK"] >= heuristics.SPLIT_MIN_CHUNK, p
+    # the same shape where the kernel has no split form, or its sizes are symbolic: unsplit
+    assert heuristics.plan(channels, [rnumel], False, outer=outer).mode == "looped"
+    assert heuristics.plan(channels, [rnumel], True, outer=outer, looped=True).mode != "split"
+
+
+def test_split_is_kept_for_short_reductions_and_full_grids():
+    """Shapes the split leaves as they were: rows enough for the GPU (512 channels, a
+    vocabulary's rows), reductions under SPLIT_MIN_INNER (GPT-2's bias gradients: 768 to 3072
+    columns over 4096 rows, measured), columns enough for narrow tiles (8192)."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    assert heuristics.plan(512, [16 * 56 * 56], True).mode == "looped"
+    assert heuristics.plan(8192, [50257], True).mode == "looped"
+    assert heuristics.plan(200, [8192], True).mode == "looped"
+    for columns in (768, 3072):
+        p = heuristics.plan(columns, [4096], True, outer=True)
+        assert (p.mode, p.config["XBLOCK"]) == ("looped", 16), p
+    assert heuristics.plan(8192, [65536], True, outer=True).mode == "looped"
+    # few rows, long: split as before
+    assert heuristics.plan(1, [100000], True).mode == "split"

@@ -1,0 +1,157 @@
+"""Split reductions for the Triton renderer: a reduction whose unsplit grid would be too small
+for the GPU (``split`` in :func:`.heuristics.plan`) runs as a chain of kernels, written with
+:class:`.reductions.ReductionWriter`'s looped stages.
+
+* Each stage with inner ranges is a *first* kernel on a grid of (chunks, blocks of
+  ``XBLOCK`` rows): program ``(s, b)`` runs the stage over chunk ``s`` of its rows (the
+  plan's ``chunk`` consecutive inner indices, in ``RBLOCK`` steps), as a looped kernel runs
+  the whole row, and stores each reduction's partial to scratch at ``s * xnumel + row``
+  (contiguous along the rows: a column reduction's [XBLOCK, RBLOCK] tiles run along the
+  columns, so its loads and its partials' stores coalesce). Its stores, if any, are the
+  stage's own (BatchNorm's input gradient).
+* Where that stage reduces, or stages without inner ranges follow it, a *second* kernel,
+  one program per block of rows, combines each row's ``split`` partials with the
+  reduction's own combine (a sum of the chunks' sums, a maximum of maxima, the first index
+  of argmax's best) and runs those stages.
+* A reduction that a later kernel reads (the mean in a two-pass variance, BatchNorm's sums
+  in its backward's input gradient) is stored per row to scratch by the kernel that
+  finished it, and loaded by each later kernel that reads it.
+
+The stages run in order over the whole grid: each kernel sees every earlier stage done, the
+order a one-kernel form keeps per row. The values are those of the looped form, reduced in
+another order (chunks, then partials): BatchNorm's statistics stay the IR's two passes, a
+sum, then the sum of squared deviations from the mean.
+
+BatchNorm's forward (two reductions, two epilogues) is four kernels; its backward (both sums,
+their epilogue, then the input gradient) three. The kernels all take every argument, then
+every scratch buffer (``meta["scratch"]``: numel and dtype of each), and launch in
+``meta["chain"]`` order (``[fn, "pre"]``: a first kernel, grid ``meta["pre"]["grid"]``,
+configuration ``config["pre"]``; ``[fn, "main"]``: a second, ``meta["grid"]`` and ``config``).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from . import heuristics
+from .ops import REDUCE, highest, lowest
+from .reductions import ReductionWriter
+
+#: A first kernel's chain entry, a second's.
+FIRST, SECOND = "pre", "main"
+
+
+class SplitWriter(ReductionWriter):
+    """Writes the kernels of a split reduction (see the module doc)."""
+
+    def split_kernels(
+        self,
+    ) -> tuple[list[tuple[str, str, list[str]]], list[tuple[str, int, torch.dtype]]]:
+        """The chain, in launch order: (function name, :data:`FIRST` or :data:`SECOND`,
+        body) of each kernel; and the scratch buffers: (parameter, numel, dtype)."""
+        phases = self.split_phases()
+        split, xnumel = self.plan.split, self.xnumel
+        scratch: list[tuple[str, int, torch.dtype]] = []
+        computed: dict[str, int] = {}  # a reduction's local -> its phase
+        for p, (i, _tail) in enumerate(phases):
+            for local, op, value, dtype in self.stages[i].reductions:
+                acc = self._acc_dtype(op, value, dtype)
+                if op in ("argmax", "argmin"):
+                    scratch += [(f"{local}_pv", xnumel * split, acc)]
+                    scratch += [(f"{local}_pi", xnumel * split, torch.int64)]
+                else:
+                    scratch.append((f"{local}_p", xnumel * split, acc))
+                computed[local] = p
+        # what each phase's kernels read of earlier phases' reductions
+        reads = [
+            (self.local_refs([i]), [r for r in self.local_refs(tail) if computed[r] < p])
+            for p, (i, tail) in enumerate(phases)
+        ]
+        carried = {r for first, second in reads for r in first + second}
+        dtypes = {
+            local: dtype for i, _t in phases for local, _op, _v, dtype in self.stages[i].reductions
+        }
+        scratch += [(f"{r}_row", xnumel, dtypes[r]) for r in sorted(carried)]
+        kernels: list[tuple[str, str, list[str]]] = []
+        for p, (i, tail) in enumerate(phases):
+            first, second = reads[p]
+            kernels.append((f"{self.name}_part{p}", FIRST, self._split_first(i, first)))
+            if self.stages[i].reductions or tail:
+                keep = [r for r, _o, _v, _d in self.stages[i].reductions if r in carried]
+                body = self._split_second(i, tail, second, keep)
+                kernels.append((f"{self.name}_combine{p}", SECOND, body))
+        kernels[-1] = (self.name, *kernels[-1][1:])
+        self.chain = [name for name, _k, _b in kernels]
+        return kernels, scratch
+
+    def _load_rows(self, out: list[str], locals_: list[str]) -> None:
+        """Earlier kernels' reductions that this one reads, one value per row."""
+        for local in locals_:
+            out.append(f"{local} = tl.load({local}_row + xindex, xmask, other=0)")
+
+    def _split_first(self, i: int, reads: list[str]) -> list[str]:
+        """A first kernel: stage ``i`` over one chunk of a block of rows (grid: chunks,
+        blocks), each reduction's partial to scratch."""
+        self._begin()
+        out: list[str] = []
+        self._xheader(out, pid="tl.program_id(1)")
+        to64 = ".to(tl.int64)" if self.int64 else ""
+        out.append(f"split = tl.program_id(0){to64}")
+        out.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{to64}")
+        self._load_rows(out, reads)
+        self.pre = self.body = out
+        self.partial = True
+        self.rfirst = f"split * {self.plan.chunk} + rbase"
+        st = self.stages[i]
+        self._looped_stage(st, out, split=True)
+        at = f"split * {self.xnumel} + xindex"
+        for local, op, _value, _dtype in st.reductions:
+            if op in ("argmax", "argmin"):
+                out.append(f"tl.store({local}_pv + ({at}), {local}_val[:, None], xmask)")
+                out.append(f"tl.store({local}_pi + ({at}), {local}_idx[:, None], xmask)")
+            else:
+                out.append(f"tl.store({local}_p + ({at}), {local}_part, xmask)")
+        return self.consts + out
+
+    def _split_second(
+        self, i: int, tail: list[int], reads: list[str], keep: list[str]
+    ) -> list[str]:
+        """A second kernel: combine stage ``i``'s partials per row, store the reductions
+        later kernels read (``keep``), run the stages ``tail``."""
+        self._begin()
+        out: list[str] = []
+        self._xheader(out)
+        self._load_rows(out, reads)
+        s = self.plan.split
+        st = self.stages[i]
+        if st.reductions:
+            out.append(f"sindex = tl.arange(0, {heuristics.next_power_of_2(s)})[None, :]")
+            out.append(f"smask = xmask & (sindex < {s})")
+        at = f"sindex * {self.xnumel} + xindex"
+        for local, op, value, dtype in st.reductions:
+            acc = self._acc_dtype(op, value, dtype)
+            if op in ("argmax", "argmin"):
+                init = lowest(acc) if op == "argmax" else highest(acc)
+                helper = f"_{op}_combine"
+                self._need(helper)
+                out.append(f"{local}_v = tl.load({local}_pv + ({at}), smask, other={init})")
+                out.append(f"{local}_i = tl.load({local}_pi + ({at}), smask, other={2**62})")
+                out.append(
+                    f"{local}_rv, {local}_idx = tl.reduce(({local}_v, {local}_i), 1, {helper})"
+                )
+                out.append(self._finish(local, f"{local}_idx", op, dtype, acc))
+            else:
+                red = REDUCE[op]
+                out.append(f"{local}_v = tl.load({local}_p + ({at}), smask, other={red.init(acc)})")
+                final = red.final(acc, f"{local}_v")
+                for h in re.findall(r"\b(_[a-z_]+)\b", final):
+                    self._need(h)
+                out.append(self._finish(local, final, op, dtype, acc))
+        for local in keep:
+            out.append(f"tl.store({local}_row + xindex, {local}, xmask)")
+        self.pre = self.body = out
+        for t in tail:
+            self._stores(self.stages[t])
+        return self.consts + out

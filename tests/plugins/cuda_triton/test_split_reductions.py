@@ -1,0 +1,154 @@
+"""Split reductions chosen by the reduction's shape: BatchNorm's statistics and gradients in
+NCHW (rows) and channels-last (columns), LayerNorm's gamma and beta gradients, a column sum,
+through ``torch.compile`` with the cuda_triton plugin, against eager.
+
+Without a GPU the kernels run under Triton's interpreter (conftest sets TRITON_INTERPRET=1),
+so the models are small and the split's thresholds are lowered here (``_small_split``) to
+split their reductions; tests/plugins/cuda_triton/test_triton_render.py checks that the real
+thresholds split the real shapes (BatchNorm over 16x56x56 per channel). What was split is
+read from ``sdk.explain``: a split kernel's source heads its header with ``# split: N kernels
+(names)`` and holds one ``@triton.jit`` function per kernel.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import sdk
+from tests.plugins_under_test import PLUGINS, device_of
+
+pytest.importorskip("triton")
+_TRITON = [p for p in PLUGINS if getattr(p, "values", (p,))[0] == "cuda_triton"]
+DEV = device_of("cuda_triton")
+
+
+@pytest.fixture
+def _small_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thresholds that split this file's small reductions, in a few chunks of a few loop
+    iterations each, as for a GPU of 4 SMs (the interpreter runs each program in Python)."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    monkeypatch.setattr(heuristics, "MIN_PROGRAMS", 8)
+    monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER", 256)
+    monkeypatch.setattr(heuristics, "SPLIT_MIN_CHUNK", 128)
+    monkeypatch.setattr(heuristics, "SPLIT_TARGET_PROGRAMS", 24)
+    monkeypatch.setattr(heuristics, "SPLIT_RBLOCK", 64)
+    monkeypatch.setattr(heuristics, "SPLIT_OUTER_TILE", 128)
+
+
+def _chain(source: str) -> list[str] | None:
+    """A split kernel's chain, in launch order: "pre" for a kernel over chunks of the
+    reduction (it takes RBLOCK), "main" for one that combines per row; None for a kernel
+    that is not split."""
+    m = re.search(r"^# split: (\d+) kernels \(([^)]*)\)", source, re.M)
+    if m is None:
+        assert ": split," not in source.splitlines()[0], source[:500]
+        return None
+    names = m.group(2).split(", ")
+    assert len(names) == int(m.group(1))
+    kinds = []
+    for name in names:
+        (sig,) = re.findall(rf"^def {name}\((.*)\):$", source, re.M)
+        kinds.append("pre" if "RBLOCK: tl.constexpr" in sig else "main")
+    return kinds
+
+
+def _per_row(report: sdk.ExplainReport, kind: str, xnumel: int) -> list[sdk.KernelReport]:
+    """The kernels of the ``kind`` graph that reduce, over ``xnumel`` outer points."""
+    (graph,) = [g for g in report.graphs if g.kind == kind]
+    return [
+        k
+        for k in graph.kernels
+        if f"(xnumel {xnumel})" in k.source
+        and re.search(r"^# stage \d+: r\S+ < .*-> red", k.source, re.M)
+    ]
+
+
+def _compare(module: torch.nn.Module, ref: torch.nn.Module, x: torch.Tensor, w: torch.Tensor):
+    """``(module(x) * w).sum()`` compiled against eager on ``ref`` (a copy): the loss, the
+    gradients of ``x`` and of the parameters, and the buffers (running statistics)."""
+    tol = {"rtol": 1e-4, "atol": 1e-4}
+    compiled = torch.compile(
+        lambda x, w: (module(x) * w).sum(), backend=sdk.backend("cuda_triton", fallback=False)
+    )
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compiled(x1, w), (ref(x2) * w).sum()
+    torch.testing.assert_close(got, want, **tol)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(x1.grad, x2.grad, **tol)
+    for (name, a), b in zip(module.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, **tol, msg=name)
+    for (name, a), b in zip(module.named_buffers(), ref.buffers()):
+        torch.testing.assert_close(a, b, **tol, msg=name)
+    return sdk.explain(compiled, x1, w)  # (the graphs just compiled: not compiled again)
+
+
+def _pair(cls, *args) -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(0)
+    m, ref = cls(*args).to(DEV), cls(*args).to(DEV)
+    with torch.no_grad():
+        m.weight.normal_()
+        m.bias.normal_()
+    ref.load_state_dict(m.state_dict())
+    return m, ref
+
+
+@pytest.mark.parametrize("plugin", _TRITON)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_batchnorm_training_splits_statistics_and_gradients(plugin, channels_last, _small_split):
+    """BatchNorm2d in training, forward and backward: every reduction over a channel's
+    elements in chunks (the statistics' two passes, a sum then the squared deviations: four
+    kernels; the backward's sums, then the input gradient over chunks too); the loss, the
+    running statistics and the gradients as eager's."""
+    bn, ref = _pair(torch.nn.BatchNorm2d, 6)
+    x = torch.randn(4, 6, 12, 12, device=DEV) * 2 + 1  # 576 elements per channel
+    w = torch.randn(4, 6, 12, 12, device=DEV)
+    if channels_last:
+        x, w = (t.to(memory_format=torch.channels_last) for t in (x, w))
+    report = _compare(bn, ref, x, w)
+    forward, backward = _per_row(report, "forward", 6), _per_row(report, "backward", 6)
+    assert forward and backward, [k.source[:300] for g in report.graphs for k in g.kernels]
+    assert all(_chain(k.source) is not None for k in forward + backward)
+    (stats,) = [k for k in forward if "aten.var_mean.correction" in k.ops]
+    assert _chain(stats.source) == ["pre", "main", "pre", "main"], stats.source
+    # the input gradient: stored per element by the backward's last kernel, over chunks
+    (grad,) = [k for k in backward if re.search(r"^# stage \d+: r\S+ < .*store", k.source, re.M)]
+    assert _chain(grad.source)[-1] == "pre", grad.source
+
+
+@pytest.mark.parametrize("plugin", _TRITON)
+def test_column_sum_splits_with_real_thresholds(plugin):
+    """``x.sum(0)`` over 20000 rows of 8 columns, with the real thresholds: unsplit, one
+    program of [8, RBLOCK] tiles would loop over every row; split, chunks of rows, each in
+    tiles along the columns, then one kernel sums the chunks' partials per column."""
+    x = torch.randn(20000, 8, device=DEV)
+
+    def f(x):
+        return x.sum(0)
+
+    got = torch.compile(f, backend=sdk.backend("cuda_triton", fallback=False))(x)
+    torch.testing.assert_close(got, x.double().sum(0).float(), rtol=1e-5, atol=1e-4)
+    report = sdk.explain(f, x, backend="sdk:cuda_triton", fallback=False)
+    ((k,),) = [g.kernels for g in report.graphs]
+    chain = _chain(k.source)
+    assert chain is not None and len(chain) == 2, k.source
+    assert "split * 8 + xindex" in k.source  # partials stored along the columns
+
+
+@pytest.mark.parametrize("plugin", _TRITON)
+def test_layernorm_gamma_beta_gradients_split(plugin, _small_split):
+    """LayerNorm in training over 300 rows of 20: its weight and bias gradients are column
+    sums over the rows, split into chunks of rows; the rows' statistics (300 rows of 20:
+    enough programs, short rows) are not. Values and gradients as eager's."""
+    ln, ref = _pair(torch.nn.LayerNorm, 20)
+    x, w = torch.randn(300, 20, device=DEV), torch.randn(300, 20, device=DEV)
+    report = _compare(ln, ref, x, w)
+    columns = _per_row(report, "backward", 20)
+    assert columns, [k.source[:300] for g in report.graphs for k in g.kernels]
+    assert all(_chain(k.source) == ["pre", "main"] for k in columns)
+    rows = _per_row(report, "forward", 300) + _per_row(report, "backward", 300)
+    assert rows and all(_chain(k.source) is None for k in rows)
