@@ -241,13 +241,16 @@ class KernelPlan:
     def _splittable(self) -> bool:
         """Can the kernel run as a split reduction (:mod:`.split`)? Its first stage has inner
         ranges, some stage reduces, and every stage with inner ranges covers as many
-        elements (each is cut into the same chunks)."""
+        elements (each is cut into the same chunks); not softmax's two passes."""
         st = self.stages
         return (
             bool(st)
             and st[0].group >= 0
             and any(s.reductions for s in st)
             and len({s.numel for s in st if s.group >= 0}) == 1
+            # softmax's passes stay one loop (online softmax, one kernel): as a chain they
+            # would be five launches, for rows short enough to read again from the cache
+            and not self._online_pairs()
         )
 
     def split_phases(self) -> list[tuple[int, list[int]]]:

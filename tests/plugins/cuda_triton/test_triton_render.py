@@ -620,20 +620,66 @@ def test_split_rows_beyond_32_rows():
         close(out, REF[red](x), rtol=0, atol=0)
 
 
-def test_split_softmax_is_a_chain_of_kernels():
-    """A kernel of several stages over a long row (softmax: maximum, sum of exponentials,
-    store) splits too: each stage in chunks, each reduction combined by a second kernel
-    that hands the row's value to the later kernels through scratch."""
-    x = torch.randn(4, 20000, device=DEV) * 3
-    x[1, 19990] = 30.0  # the maximum in the last chunk
-    x[2, :] = float("-inf")  # all -inf: NaN, as eager
+def _normalize_kernel(rows: int, cols: int) -> ir.Kernel:
+    """y = (x - mean) / (mean of squared deviations + 1), per row: two reduction passes and a
+    store (BatchNorm's statistics' form, over rows)."""
+    (i,) = V("i")
+    r0, r1, r2 = V("r0", "r1", "r2")
+    X, Y = lay((rows, cols)), lay((rows, cols))
+
+    def x(r):
+        return ir.Load("x", X.linear((i, r)), F32)
+
+    n = ir.Const(float(cols), F32)
+    mean = op("truediv", ir.LocalRef("s", F32), n)
+
+    def dev(r):
+        return op("sub", x(r), mean)
+
+    var = op("add", op("truediv", ir.LocalRef("q", F32), n), ir.Const(1.0, F32))
+    return ir.Kernel(
+        f"normalize_{rows}x{cols}",
+        (i,),
+        (rows,),
+        [
+            ir.Stage((r0,), (cols,), [ir.Reduction("s", "sum", x(r0), F32)]),
+            ir.Stage((r1,), (cols,), [ir.Reduction("q", "sum", op("mul", dev(r1), dev(r1)), F32)]),
+            ir.Stage(
+                (r2,), (cols,), [], [ir.Store("y", Y.linear((i, r2)), op("truediv", dev(r2), var))]
+            ),
+        ],
+        [ir.BufferArg("x", X, "in"), ir.BufferArg("y", Y, "out")],
+    )
+
+
+def _normalize_ref(x: torch.Tensor) -> torch.Tensor:
+    d = x.double() - x.double().mean(-1, keepdim=True)
+    return (d / (d.square().mean(-1, keepdim=True) + 1)).float()
+
+
+def test_split_kernel_of_several_passes_is_a_chain_of_kernels():
+    """A kernel of several stages over a long row (a sum, the sum of squared deviations from
+    its mean, a store) splits too: each stage in chunks, each reduction combined by a second
+    kernel that hands the row's value to the later kernels through scratch."""
+    x = torch.randn(4, 20000, device=DEV) * 3 + 1
+    x[1, 19990] = 30.0  # in the last chunk
     x[3, 7] = float("nan")
     y = torch.empty_like(x)
-    src = run(softmax_kernel(4, 20000), x, y)
+    src = run(_normalize_kernel(4, 20000), x, y)
     assert src.meta["mode"] == "split", src.meta["mode"]
     kinds = [kind for _fn, kind in _chain(src)]
     assert kinds == ["pre", "main", "pre", "main", "pre"], kinds
-    assert [n for n, _dt in src.meta["scratch"]].count(4) == 2  # max and sum, per row
+    assert [n for n, _dt in src.meta["scratch"]].count(4) == 2  # sum and squares, per row
+    close(y, _normalize_ref(x), rtol=1e-4, atol=1e-5)
+
+
+def test_softmax_over_few_long_rows_stays_one_online_loop():
+    """Softmax's two passes are one loop (online softmax) however few its rows: not a chain
+    of five kernels."""
+    x = torch.randn(4, 20000, device=DEV) * 3
+    y = torch.empty_like(x)
+    src = run(softmax_kernel(4, 20000), x, y)
+    assert src.meta["mode"] == "looped", src.meta["mode"]
     close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
 
 
@@ -654,13 +700,14 @@ def _column_sum_kernel(rows: int, cols: int) -> ir.Kernel:
     )
 
 
-@pytest.mark.parametrize("outer", [True, False], ids=["columns", "softmax_rows"])
+@pytest.mark.parametrize("outer", [True, False], ids=["columns", "normalize_rows"])
 def test_split_configurations_offered_to_measure_give_the_same_values(outer, monkeypatch):
     """Every configuration a GPU would measure for a split kernel (its first kernels' RBLOCK
     and warps; a column reduction's XBLOCK kept) computes the same values: the chunks are
     the source's, each a loop over RBLOCK steps. Columns: 40 of them over 4000 rows (two
     blocks of 32 columns, the second part masked; 8 chunks of 500 rows, with a threshold
-    raised to keep the interpreter's programs few); rows: softmax's chain of five kernels."""
+    raised to keep the interpreter's programs few); rows: a two-pass normalization's chain
+    of five kernels."""
     from sdk.plugins.cuda_triton import heuristics
 
     if outer:
@@ -670,7 +717,7 @@ def test_split_configurations_offered_to_measure_give_the_same_values(outer, mon
         src, want = render.render(_column_sum_kernel(4000, 40)), x.double().sum(0).float()
     else:
         x = torch.randn(2, 16400, device=DEV)
-        src, want = render.render(softmax_kernel(2, 16400)), x.softmax(-1)
+        src, want = render.render(_normalize_kernel(2, 16400)), _normalize_ref(x)
     assert src.meta["mode"] == "split", src.meta["mode"]
     configs = heuristics.candidates(src.meta)
     assert {c["pre"]["XBLOCK"] for c in configs} == ({32} if outer else {1}), configs
