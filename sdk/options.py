@@ -1,4 +1,12 @@
-"""A plugin's options declared as a dataclass of its own (issue 48).
+"""Options: the types a compile's options are parsed into, and a plugin's options declared
+as a dataclass of its own.
+
+:class:`OptionSpec` declares one option of a plugin; a compile's options are parsed once into
+:class:`CoreOptions` (the core's: ``ctx.core_options``) and a :class:`PluginOptions`
+(the plugin's own: ``ctx.plugin_options``). All are importable from ``sdk`` and
+``sdk.plugin`` too.
+
+A plugin's options declared as a dataclass of its own (issue 48):
 
 Instead of a mapping of :class:`~sdk.OptionSpec`, a plugin may give
 :attr:`PluginInfo.options <sdk.PluginInfo.options>` a frozen dataclass: each field is an
@@ -22,11 +30,132 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import keyword
 import types
 import typing
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, make_dataclass
+from typing import Any, ClassVar
 
-from sdk.plugin import RESERVED_OPTION_NAMES, OptionSpec, PluginOptions
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option a plugin accepts through ``torch.compile(options=...)``.
+
+    ``examples``: other values the option may take, which the conformance suite compiles
+    with (a ``bool`` option is tried flipped and an ``int`` one at ``default + 1`` without
+    them; an option of another type is checked only with them).
+    """
+
+    default: Any
+    doc: str
+    type: type | tuple[type, ...] = object
+    examples: tuple[Any, ...] = ()
+
+
+class _Options:
+    """What :class:`CoreOptions` and :class:`PluginOptions` share: the values as a dict, and
+    a digest of them that is the same in every process (the whole-graph cache's key holds
+    it; Python's ``hash()`` of a string changes from process to process)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The options by name (a new dict: changing it changes nothing)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}  # type: ignore[arg-type]
+
+    def hash(self) -> str:
+        """A hex digest of the options' names and values (their ``repr``), as Triton's
+        backends key their options."""
+        text = repr(sorted(self.as_dict().items()))
+        return hashlib.sha256(f"{type(self).__name__}|{text}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CoreOptions(_Options):
+    """The core's options of one compile, parsed once from ``mode=`` and ``options=`` and the
+    SDK's environment variables: ``ctx.core_options``. Read them by attribute
+    (``ctx.core_options.debug``); the core's option table (the vendor guide, "Options") says
+    what each does. ``debug`` is already the ``debug`` option or ``SDK_DEBUG=1``, and ``cache``
+    the ``cache`` option unless ``SDK_GRAPH_CACHE=0``: a plugin reads no variable for them."""
+
+    fallback: bool = True
+    fusion: bool = True
+    debug: bool = False
+    #: wrapper plugin names, or a :class:`Capability` for every wrapper that declares it
+    wrappers: tuple[Any, ...] = ()
+    chain: tuple[str, ...] = ()
+    min_partition_size: int = 1
+    autotune: bool = False
+    cache: bool = True
+    #: "native" (the SDK's C++ runner where it builds) or "python" (the step interpreter)
+    runner: str = "native"
+    channels_last: bool | None = None
+    #: seconds each compiled graph variant may spend measuring the kernel choices its plugin
+    #: offers (``sdk_kernel_choices``); None: automatic (a share of the graph's compile time,
+    #: or a large budget with ``autotune``); 0: measure nothing
+    tune_budget_s: float | None = None
+    #: graph-level plugins: compile each partition in a worker process (``PluginInfo.
+    #: isolate_compile``); None: as the plugin declares
+    isolate_compile: bool | None = None
+
+    @property
+    def strict(self) -> bool:
+        """Strict mode: ``fallback`` off or ``debug`` on. What the core otherwise recovers
+        from (a hook that raises, a partition that fails) raises instead."""
+        return not self.fallback or self.debug
+
+
+#: the names :class:`PluginOptions` keeps for itself: no plugin option may take them
+RESERVED_OPTION_NAMES = frozenset({"as_dict", "hash", "plugin"})
+
+
+@dataclass(frozen=True)
+class PluginOptions(_Options):
+    """A plugin's own options of one compile (those it declares in
+    :attr:`PluginInfo.options`), parsed once: ``ctx.plugin_options``. A frozen dataclass of
+    its own per plugin, with a field per declared option (``ctx.plugin_options.unroll``),
+    at its default unless the user gave another value. Its :meth:`hash` is part of the
+    whole-graph cache's key."""
+
+    #: the plugin whose options these are
+    plugin: ClassVar[str] = ""
+
+    @staticmethod
+    def of(plugin: str, values: Mapping[str, Any], declared: type | None = None) -> PluginOptions:
+        """``values`` as ``plugin``'s options type (one class per plugin and option names);
+        ``declared``: the plugin's own options dataclass (:mod:`sdk.options`), of which the
+        result is an instance."""
+        if declared is not None:
+            return declared_type(plugin, declared)(**values)
+        return _options_type(plugin, tuple(sorted(values)))(**values)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PluginOptions.of, (self.plugin, self.as_dict()))
+
+
+@functools.lru_cache(maxsize=256)
+def _options_type(plugin: str, names: tuple[str, ...]) -> type[PluginOptions]:
+    bad = [
+        n
+        for n in names
+        if not n.isidentifier() or keyword.iskeyword(n) or n in RESERVED_OPTION_NAMES
+    ]
+    if bad:
+        raise ValueError(
+            f"plugin {plugin!r} declares option(s) {bad}: an option's name must be a Python "
+            f"identifier, not a keyword nor one of {sorted(RESERVED_OPTION_NAMES)}; rename "
+            "them in its PluginInfo"
+        )
+    title = "".join(part.capitalize() for part in plugin.split("_")) or "Plugin"
+    cls = make_dataclass(
+        f"{title}Options",
+        [(n, Any) for n in names],
+        bases=(PluginOptions,),
+        frozen=True,
+        namespace={"plugin": plugin},
+    )
+    cls.__module__ = __name__
+    return cls
 
 
 def option(default: Any, doc: str = "", *, examples: tuple[Any, ...] = ()) -> Any:
