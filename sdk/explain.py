@@ -5,6 +5,7 @@ forget what ``torch.compile`` compiled."""
 from __future__ import annotations
 
 import contextlib
+import enum
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ def explain(
     fn: Callable[..., Any],
     *args: Any,
     backend: Any = None,
+    mode: str | None = None,
     dynamic: bool | None = None,
     **options: Any,
 ) -> ExplainReport:
@@ -36,11 +38,14 @@ def explain(
     compiled; compiled with another backend, other options, or not for these inputs).
 
     ``backend`` is ``"sdk:<plugin>"`` or an ``sdk.backend(...)``; ``options`` are the
-    backend's options (added to the backend's own). With neither, any SDK backend's graphs
-    are reported, and a compile takes the backend ``fn`` was compiled with, else
-    ``sdk:cpu_cpp``; with either, only graphs compiled with that plugin and those options
-    (defaults resolved) count. ``dynamic`` is ``torch.compile``'s (True: symbolic sizes,
-    see ``GraphReport.sizes``); given, ``explain`` compiles.
+    backend's options (added to the backend's own) and ``mode`` is ``torch.compile``'s. With
+    none of them, any SDK backend's graphs are reported, and a compile takes the backend
+    ``fn`` was compiled with (its mode and options too), else ``sdk:cpu_cpp``; with any, only
+    graphs compiled with that plugin and those options (defaults resolved, the mode's
+    included) count. Where ``fn`` was compiled with an SDK backend of the same plugin, what
+    is not given is taken from that compile: its options (under those given), and its mode
+    unless ``mode`` is given. ``dynamic`` is ``torch.compile``'s (True: symbolic sizes, see
+    ``GraphReport.sizes``); given, ``explain`` compiles.
 
     If an output needs grad, the backward runs as well (through ``torch.autograd.grad``, so
     no ``.grad`` is touched) and its graph is reported. Each graph break is reported with
@@ -52,7 +57,8 @@ def explain(
     parts = tp.compiled_parts(fn)
     original, used = parts if parts is not None else (fn, None)
     cached = tp.cached_backends(original)
-    asked = _asked(backend, options, next(filter(_is_sdk, [used, *(cached or ())]), None))
+    hint = next(filter(_is_sdk, [used, *(cached or ())]), None)
+    asked = _asked(backend, options, hint, mode)
     why, run = _plan(fn, parts is not None, used, cached, asked, dynamic)
 
     fresh: list[Any] = []
@@ -171,17 +177,18 @@ def _is_sdk(used: Any) -> bool:
     return used is not None and isinstance(used.compiler, Backend)
 
 
-def _asked(backend: Any, options: Mapping[str, Any], hint: Any) -> _Asked:
-    """What ``backend`` and ``options`` ask for; with neither, what ``hint`` (the SDK backend
-    ``fn`` was compiled with, or None) was compiled with, to compile with if explain must."""
+def _asked(backend: Any, options: Mapping[str, Any], hint: Any, mode: str | None) -> _Asked:
+    """What ``backend``, ``options`` and ``mode`` ask for; ``hint``: the SDK backend ``fn`` was
+    compiled with (or None), whose mode and options fill in what is not given for its
+    plugin, and which is compiled with if explain must and nothing is given."""
     from sdk.core import options as opts
     from sdk.core.pipeline import COMPILERS, Backend
     from sdk.core.registry import registry
 
-    if backend is None and not options:
+    own = {} if hint is None else {**hint.compiler.options, **dict(hint.options or {})}
+    if backend is None and not options and mode is None:
         if hint is None:
             return _Asked(DEFAULT_PLUGIN)
-        own = {**hint.compiler.options, **dict(hint.options or {})}
         return _Asked(hint.compiler.name, own, hint.mode)
     base: dict[str, Any] = {}
     if backend is None:
@@ -195,10 +202,14 @@ def _asked(backend: Any, options: Mapping[str, Any], hint: Any) -> _Asked:
             f"sdk.explain: backend must be 'sdk:<plugin>' or sdk.backend(...), "
             f"got {type(backend).__name__}"
         )
+    if hint is not None and hint.compiler.name == name:
+        # (what the compile of the same plugin had, unless given now)
+        base = {**own, **base}
+        mode = hint.mode if mode is None else mode
     raw = {**base, **options}
     Backend(name, raw)  # an unknown plugin or option raises here, in one line
     info = registry().require(name, COMPILERS).info
-    return _Asked(name, raw, None, opts.as_mapping(opts.resolve(info, None, raw)))
+    return _Asked(name, raw, mode, opts.as_mapping(opts.resolve(info, mode, raw)))
 
 
 def _plan(
@@ -275,8 +286,20 @@ def _differs(plugin: str, options: Mapping[str, Any], asked: _Asked) -> str:
         return f"its graphs were compiled by sdk:{plugin}, not sdk:{asked.plugin}"
     want = asked.resolved or {}
     keys = sorted(k for k in {*options, *want} if options.get(k) != want.get(k))
-    diff = ", ".join(f"{k}={options.get(k)!r} (asked: {want.get(k)!r})" for k in keys)
+    diff = ", ".join(f"{k}={_plain(options.get(k))} (asked: {_plain(want.get(k))})" for k in keys)
     return f"its graphs were compiled by sdk:{plugin} with other options: {diff}"
+
+
+def _plain(value: Any) -> str:
+    """An option's value in plain words: an enum by its value (a mode's wrappers are
+    capabilities: ``graph_capture``), a sequence by its items ("none" when empty), a
+    string unquoted."""
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, (tuple, list, frozenset, set)):
+        items = [_plain(v) for v in value]
+        return "none" if not items else items[0] if len(items) == 1 else f"[{', '.join(items)}]"
+    return str(value)
 
 
 def _note(why: str | None, ran: list[Any], new: int, fresh: list[Any]) -> str:
