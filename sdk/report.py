@@ -359,8 +359,11 @@ class GraphReport:
                 f"  extern {e.op} ({e.node})" + (f" by sdk:{e.plugin}" if e.plugin else "")
             )
         lines += self._fallback_lines(shown)
-        if self.passes:
-            lines.append(f"  passes: {', '.join(str(p) for p in self.passes)}")
+        # (a pass that found nothing to rewrite changed nothing; one the plugin turned off is
+        # its choice, which changed what the graph became)
+        changed = [p for p in self.passes if p.rewrites or p.off]
+        if changed:
+            lines.append(f"  passes: {', '.join(str(p) for p in changed)}")
         if self.stage_seconds:
             lines.append(f"  stages: {self.stages_line()}")
         if self.build_stages:
