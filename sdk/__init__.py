@@ -71,6 +71,7 @@ from sdk.plugin import (
     Support,
 )
 from sdk.report import (
+    CallCounts,
     ExplainReport,
     FallbackReport,
     GraphBreak,
@@ -182,6 +183,7 @@ def _status_text(
 __all__ = [
     "HOOK_API_VERSION",
     "CacheDirWarning",
+    "CallCounts",
     "Capability",
     "ClaimGroups",
     "CompileContext",

@@ -11,7 +11,9 @@ class KernelReport:
 
     name: str
     plugin: str
-    nodes: tuple[str, ...]  # the ATen nodes it covers, as "node_name: aten.op.overload"
+    #: the ATen nodes it covers, as "node_name: aten.op.overload"; "output: copy" is a copy
+    #: the core made (an output given its own buffer, or eager's layout), not a call of the graph
+    nodes: tuple[str, ...]
     source: str
     #: the buffers it reads and writes (``Kernel.args`` of kind "in"/"inout", and
     #: "out"/"inout"): what ``sdk.KernelLimits`` counts
@@ -175,6 +177,30 @@ class GraphBreak:
         return f"graph break{f' at {self.where}' if self.where else ''}: {self.summary}"
 
 
+@dataclass(frozen=True)
+class CallCounts:
+    """Where a graph's ATen calls went (:attr:`GraphReport.calls`), each counted once; the
+    five add up to :attr:`GraphReport.aten_ops`."""
+
+    kernels: int = 0  # inside generated kernels
+    externs: int = 0  # library calls: ATen's, or the plugin's own (``sdk_extern``)
+    fallbacks: int = 0  # run through ATen, op by op
+    #: views and aliases: index arithmetic over another buffer, no code of their own
+    views: int = 0
+    #: the rest, no code of their own either: size arithmetic of symbolic shapes, and calls
+    #: a graph pass merged into another (a ReLU into its product's library call)
+    folded: int = 0
+
+    @property
+    def with_code(self) -> int:
+        """The calls that run code: in kernels, library calls and fallbacks."""
+        return self.kernels + self.externs + self.fallbacks
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 @dataclass
 class GraphReport:
     """One graph handed to the plugin: a forward, backward or inference graph."""
@@ -265,14 +291,53 @@ class GraphReport:
         return len(self.view_nodes)
 
     @property
+    def calls(self) -> CallCounts:
+        """Where the graph's ATen calls went: in kernels, library calls, fallbacks, or no code
+        of their own (views; size arithmetic and calls merged into another)."""
+        in_kernels = {n for k in self.kernels for n in k.nodes if not n.startswith("output: ")}
+        views = len(set(self.view_nodes) - in_kernels)
+        counted = len(in_kernels) + len(self.externs) + len(self.fallbacks) + views
+        return CallCounts(
+            len(in_kernels),
+            len(self.externs),
+            len(self.fallbacks),
+            views,
+            max(self.aten_ops - counted, 0),
+        )
+
+    @property
     def generated_fraction(self) -> float:
-        """Share of the graph's ATen calls that run inside generated kernels (views included);
-        for a graph split between the plugins of a chain, inside partitions a plugin compiled."""
+        """Share of the graph's ATen calls that run code (:attr:`CallCounts.with_code`: not
+        views, not size arithmetic) that run inside generated kernels; 0.0 where none runs
+        code. For a graph split between the plugins of a chain: the share of its ATen calls
+        inside partitions a plugin compiled."""
         if self.partitions:
             inside = sum(len(p.nodes) for p in self.partitions if p.compiled_by != "aten")
             return min(inside / self.aten_ops, 1.0) if self.aten_ops else 1.0
-        covered = len({n for k in self.kernels for n in k.nodes} | set(self.view_nodes))
-        return covered / self.aten_ops if self.aten_ops else 1.0
+        calls = self.calls
+        return calls.kernels / calls.with_code if calls.with_code else 0.0
+
+    def calls_line(self) -> str:
+        """Where the ATen calls went, and the share of those that run code in generated
+        kernels: "calls: 26 in 5 kernels, 5 externs, 0 fallbacks, 35 views (no code of
+        their own); 84% of those that run code in generated kernels"."""
+        c = self.calls
+        where = (
+            f"{c.kernels} in {_n(len(self.kernels), 'kernel')}" if self.kernels else "0 in kernels"
+        )
+        free = [_n(c.views, "view")] if c.views else []
+        free += [f"{c.folded} size arithmetic or merged into another"] if c.folded else []
+        share = (
+            f"{self.generated_fraction:.0%} of those that run code in generated kernels"
+            if c.with_code
+            else "no call runs code"
+        )
+        own = "its own" if c.views + c.folded == 1 else "their own"
+        return (
+            f"calls: {where}, {_n(c.externs, 'extern')}, {_n(c.fallbacks, 'fallback')}"
+            + (f", {' and '.join(free)} (no code of {own})" if free else "")
+            + f"; {share}"
+        )
 
     def stages_line(self) -> str:
         """The stages and their times, in the order they run: "aot 0.12s, build 0.30s"."""
@@ -338,15 +403,14 @@ class GraphReport:
         if self.partitions or self.placements:
             return "\n".join([self._split_headline(), *self._detail_lines(shown)])
         lines = [
-            f"graph {self.name} [{self.kind}] by sdk:{self.plugin}: {self.aten_ops} ATen calls, "
-            f"{len(self.kernels)} kernels, {len(self.externs)} externs, "
-            f"{len(self.fallbacks)} fallbacks, {self.generated_fraction:.0%} in generated "
-            f"kernels, {self._compiled_in()}"
+            f"graph {self.name} [{self.kind}] by sdk:{self.plugin}: "
+            f"{_n(self.aten_ops, 'ATen call')}, {self._compiled_in()}"
             + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
             + (", AOTAutograd skipped (warm start)" if self.warm == "hit" else "")
             + (f", sizes {self.sizes}" if self.sizes != "static" else "")
             + (f", {self.runner.replace(': ', ' program (', 1)})" if ": " in self.runner else "")
-            + (", native runner" if self.runner == "native" else "")
+            + (", native runner" if self.runner == "native" else ""),
+            f"  {self.calls_line()}",
         ]
         return "\n".join(lines + self._detail_lines(shown))
 
@@ -430,6 +494,18 @@ class ExplainReport:
     @property
     def hook_faults(self) -> list[HookFault]:
         return [h for g in self.graphs for h in g.hook_faults]
+
+    @property
+    def generated_fraction(self) -> float | None:
+        """Over all its graphs, the share of the ATen calls that run code which run in
+        generated kernels (each graph's :attr:`GraphReport.generated_fraction`, weighted by
+        its calls that run code; a graph split by a chain by all its calls); None where no
+        graph runs code."""
+        weights = [(g.aten_ops if g.partitions else g.calls.with_code) for g in self.graphs]
+        total = sum(weights)
+        if not total:
+            return None
+        return sum(g.generated_fraction * w for g, w in zip(self.graphs, weights)) / total
 
     @property
     def nondeterministic(self) -> list[str]:

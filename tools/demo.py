@@ -8,8 +8,8 @@ weights, nothing downloaded) or a small MLP, then
    compiled and in eager mode and compares the loss, the logits and every
    parameter's gradient (max abs diff, PASS/FAIL per check);
 2. prints what the compile produced (the numbers ``sdk.explain`` reports:
-   graphs, kernels, library calls, fallbacks, share of ATen calls in generated
-   kernels);
+   graphs, kernels, library calls, fallbacks, share of the ATen calls that run
+   code in generated kernels);
 3. times ``steps`` training steps compiled and eager (median per step).
 
 The exit status is 1 if any check fails, 2 if the plugin cannot be used here.
@@ -315,14 +315,14 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
 
 def _print_explain(report: Any) -> None:
     aten = sum(g.aten_ops for g in report.graphs)
-    covered = sum(g.generated_fraction * g.aten_ops for g in report.graphs)
-    share = f"{covered / aten:.0%}" if aten else "-"
+    fraction = report.generated_fraction
+    share = f"{fraction:.0%}" if fraction is not None else "-"
     kinds = ", ".join(f"{g.name} [{g.kind}]" for g in report.graphs)
     print(
         f"what was compiled (sdk.explain's numbers): {len(report.graphs)} graph(s) ({kinds}), "
         f"{len(report.kernels)} generated kernel(s), {len(report.externs)} library call(s), "
         f"{len(report.fallbacks)} fallback(s), {report.graph_breaks} graph break(s); "
-        f"{share} of {aten} ATen calls run in generated kernels"
+        f"{aten} ATen calls, {share} of those that run code in generated kernels"
     )
     reasons: dict[str, int] = {}
     for f in report.fallbacks:
