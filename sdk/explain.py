@@ -42,10 +42,10 @@ def explain(
     none of them, any SDK backend's graphs are reported, and a compile takes the backend
     ``fn`` was compiled with (its mode and options too), else ``sdk:cpu_cpp``; with any, only
     graphs compiled with that plugin and those options (defaults resolved, the mode's
-    included) count. Where ``fn`` was compiled with an SDK backend of the same plugin, what
-    is not given is taken from that compile: its options (under those given), and its mode
-    unless ``mode`` is given. ``dynamic`` is ``torch.compile``'s (True: symbolic sizes, see
-    ``GraphReport.sizes``); given, ``explain`` compiles.
+    included) count; where ``fn`` is what ``torch.compile`` returned with an SDK backend of
+    that plugin, what it was made with fills in what is not given: its options (under those
+    given), its mode unless ``mode`` is. ``dynamic`` is ``torch.compile``'s (True: symbolic
+    sizes, see ``GraphReport.sizes``); given, ``explain`` compiles.
 
     If an output needs grad, the backward runs as well (through ``torch.autograd.grad``, so
     no ``.grad`` is touched) and its graph is reported. Each graph break is reported with
@@ -58,7 +58,7 @@ def explain(
     original, used = parts if parts is not None else (fn, None)
     cached = tp.cached_backends(original)
     hint = next(filter(_is_sdk, [used, *(cached or ())]), None)
-    asked = _asked(backend, options, hint, mode)
+    asked = _asked(backend, options, hint, mode, used if _is_sdk(used) else None)
     why, run = _plan(fn, parts is not None, used, cached, asked, dynamic)
 
     fresh: list[Any] = []
@@ -177,10 +177,13 @@ def _is_sdk(used: Any) -> bool:
     return used is not None and isinstance(used.compiler, Backend)
 
 
-def _asked(backend: Any, options: Mapping[str, Any], hint: Any, mode: str | None) -> _Asked:
+def _asked(
+    backend: Any, options: Mapping[str, Any], hint: Any, mode: str | None, made: Any
+) -> _Asked:
     """What ``backend``, ``options`` and ``mode`` ask for; ``hint``: the SDK backend ``fn`` was
-    compiled with (or None), whose mode and options fill in what is not given for its
-    plugin, and which is compiled with if explain must and nothing is given."""
+    compiled with (or None), compiled with if explain must and nothing is given; ``made``:
+    the SDK backend of what torch.compile returned (or None), whose mode and options fill
+    in what is not given for its plugin."""
     from sdk.core import options as opts
     from sdk.core.pipeline import COMPILERS, Backend
     from sdk.core.registry import registry
@@ -202,10 +205,10 @@ def _asked(backend: Any, options: Mapping[str, Any], hint: Any, mode: str | None
             f"sdk.explain: backend must be 'sdk:<plugin>' or sdk.backend(...), "
             f"got {type(backend).__name__}"
         )
-    if hint is not None and hint.compiler.name == name:
-        # (what the compile of the same plugin had, unless given now)
-        base = {**own, **base}
-        mode = hint.mode if mode is None else mode
+    if made is not None and made.compiler.name == name:
+        # (what torch.compile made it with, unless given now)
+        base = {**made.compiler.options, **dict(made.options or {}), **base}
+        mode = made.mode if mode is None else mode
     raw = {**base, **options}
     Backend(name, raw)  # an unknown plugin or option raises here, in one line
     info = registry().require(name, COMPILERS).info
