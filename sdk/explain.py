@@ -27,6 +27,7 @@ def explain(
     backend: Any = None,
     mode: str | None = None,
     dynamic: bool | None = None,
+    verbose: bool = False,
     **options: Any,
 ) -> ExplainReport:
     """Run ``fn`` once on ``args`` and report each graph an SDK backend compiled for it.
@@ -46,6 +47,11 @@ def explain(
     that plugin, what it was made with fills in what is not given: its options (under those
     given), its mode unless ``mode`` is. ``dynamic`` is ``torch.compile``'s (True: symbolic
     sizes, see ``GraphReport.sizes``); given, ``explain`` compiles.
+
+    The report prints (``str()``) in lines of at most 160 characters, a kernel's long list of
+    ATen ops shortened ("12 ops: ..., ... (9 more)"); with ``verbose`` it prints every
+    detail: all the ops, and the graph passes that rewrote nothing
+    (``report.text(verbose=True)`` too).
 
     If an output needs grad, the backward runs as well (through ``torch.autograd.grad``, so
     no ``.grad`` is touched) and its graph is reported. Each graph break is reported with
@@ -89,6 +95,7 @@ def explain(
         compiled_now=bool(fresh),
         compile_note=_note(why, ran, new, fresh),
         dynamo_compiles=new,
+        verbose=verbose,
     )
 
 

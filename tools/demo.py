@@ -461,8 +461,10 @@ def explain_model(
     target: str | None,
     inference: bool,
     options: dict[str, Any],
+    verbose: bool = False,
 ) -> int:
-    """``python -m sdk explain``: compile one step and print sdk.explain's report."""
+    """``python -m sdk explain``: compile one step and print sdk.explain's report (every
+    detail with ``verbose``)."""
     import torch
 
     import sdk
@@ -493,7 +495,7 @@ def explain_model(
     grad = torch.no_grad() if inference else contextlib.nullcontext()
     try:
         with grad:
-            report = sdk.explain(run, *args, backend=backend)
+            report = sdk.explain(run, *args, backend=backend, verbose=verbose)
     except Exception:
         # bad input (a model that fails on its own example inputs, an output with no loss)
         # fails in eager mode too: one line. A failure of the compile alone is the SDK's:

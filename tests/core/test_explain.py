@@ -148,7 +148,8 @@ def test_graph_breaks_carry_dynamo_s_reason_and_the_line(capsys):
     assert "item" in branched.reason, branched.reason
     for b in report.breaks:
         assert "test_explain.py:" in b.where and b.where.endswith("in with_breaks"), b.where
-        assert "\n" not in b.summary and b.summary in str(report)
+        assert "\n" not in b.summary and b.summary in report.text(verbose=True)
+        assert f"  graph break at {b.where}: " in str(report)  # (wrapped past 160 characters)
     again = sdk.explain(with_breaks, x)  # not compiled again: the reasons kept with the graphs
     assert not again.compiled_now, again.compile_note
     assert again.breaks == report.breaks

@@ -1,15 +1,20 @@
 """What ``sdk.explain`` prints: each graph's ATen calls add up (in kernels, library calls,
 fallbacks, and those with no code of their own), and a graph that runs no code does not
-claim its calls run in generated kernels."""
+claim its calls run in generated kernels; no line over 160 characters (a kernel's ATen ops
+counted past that), every detail with ``verbose=True``."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import torch
+from torch import nn
 
 import sdk
+from sdk import cli
 from tests import models
+
+WIDTH = 160
 
 
 def _sum(calls: sdk.CallCounts) -> int:
@@ -61,7 +66,7 @@ def test_each_graph_s_calls_add_up_and_a_graph_without_code_claims_no_kernel(see
     assert merged.calls == sdk.CallCounts(externs=2, views=2, folded=1), str(merged)
     assert merged.generated_fraction == 0.0
     line = _calls_line(merged)
-    assert "2 views and 1 size arithmetic or merged into another" in line, line
+    assert "2 views and 1 size or merged call (no code of their own)" in line, line
     assert "; 0% of those that run code in generated kernels" in line, line
 
 
@@ -76,3 +81,58 @@ def test_size_arithmetic_is_counted_as_no_code(seeded):
     assert graph.sizes.startswith("symbolic"), graph.sizes
     assert graph.calls == sdk.CallCounts(kernels=1, views=1, folded=1), str(graph)
     assert graph.aten_ops == 3, str(graph)
+
+
+def _whole(kernel: sdk.KernelReport) -> str:
+    return f"  kernel {kernel.name}: {', '.join(kernel.ops)}"
+
+
+def test_no_line_is_over_160_characters_and_verbose_prints_every_op(seeded):
+    """A transformer block and a convnet, forward and backward: fused kernels of 10 to 23
+    ATen ops printed 250 to 500 characters long."""
+    cases = (
+        (nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True), (2, 6, 32)),
+        (models.convnet(3, 8, 16, maxpool_after=(0,), seed=0), (2, 3, 16, 16)),
+    )
+    for model, shape in cases:
+        x = torch.randn(shape)
+        report = sdk.explain(model, x)
+        lines = str(report).splitlines()
+        assert max(map(len, lines)) <= WIDTH, [ln for ln in lines if len(ln) > WIDTH]
+        long = [k for k in report.kernels if len(_whole(k)) > WIDTH]
+        assert long, "the case needs kernels of long lists of ops"
+        for graph in report.graphs:
+            for k in graph.kernels:
+                (line,) = (ln for ln in str(graph).splitlines() if f" kernel {k.name}: " in ln)
+                if k in long:
+                    assert line.startswith(f"  kernel {k.name}: {len(k.ops)} ops: {k.ops[0]}, ")
+                    assert line.endswith(" more)"), line
+                else:
+                    assert line == _whole(k), line
+        assert lines[-1] == "(lists shortened: sdk.explain(..., verbose=True) prints them whole)"
+
+        verbose = sdk.explain(model, x, verbose=True)
+        assert not verbose.compiled_now, verbose.compile_note
+        full = str(verbose).splitlines()
+        assert all(_whole(k) in full for k in verbose.kernels), str(verbose)
+        assert any("relu_into_addmm: 0 rewrites" in ln for ln in full), str(verbose)
+        whole = report.text(verbose=True).splitlines()  # the same report, printed whole
+        assert all(_whole(k) in whole for k in long), whole
+
+
+def test_the_command_line_takes_verbose(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "wide_q.py").write_text(
+        "import torch\n"
+        "def f():\n"
+        "    return (lambda x: ((x.sin() * 2).cos() + 1).tanh().exp().log1p().sigmoid()\n"
+        "            .neg().abs().sqrt().relu().sum()), (torch.randn(4, 8),)\n"
+    )
+    for flags in ([], ["--verbose"]):
+        assert cli.main(["explain", "wide_q.py:f", "--inference", *flags]) == 0
+        out = capsys.readouterr().out
+        (kernel,) = (ln for ln in out.splitlines() if ln.startswith("  kernel "))
+        if flags:
+            assert len(kernel) > WIDTH and "more)" not in kernel, kernel
+        else:
+            assert max(map(len, out.splitlines())) <= WIDTH and kernel.endswith(" more)"), out
