@@ -468,7 +468,13 @@ def _add_new_plugin(sub: argparse._SubParsersAction) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line's parser. Neither building it nor ``--help`` nor ``--version``
+    imports torch (``import sdk`` does not): each command imports what it needs when it
+    runs (tests/tools/test_cli_startup.py)."""
+    from sdk import __version__
+
     parser = argparse.ArgumentParser(prog="python -m sdk", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"torch-backend-sdk {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_list(sub)
     _add_run(sub)

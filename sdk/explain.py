@@ -9,11 +9,15 @@ import enum
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from sdk.report import ExplainReport
+
+if TYPE_CHECKING:
+    import torch
+
+# (torch is imported where it is used: ``import sdk`` imports no torch, so that
+# ``python -m sdk --help`` is quick)
 
 #: the plugin explain compiles with when nothing names one
 DEFAULT_PLUGIN = "cpu_cpp"
@@ -57,6 +61,8 @@ def explain(
     no ``.grad`` is touched) and its graph is reported. Each graph break is reported with
     Dynamo's reason (``report.breaks``).
     """
+    import torch
+
     from sdk.core import pipeline, records
     from sdk.core.adapters import torch_private as tp
 
@@ -170,6 +176,8 @@ class _Asked:
         return record.registry is registry() and self.fits(record.plugin, record.options)
 
     def compile(self, original: Callable, dynamic: bool | None) -> Callable:
+        import torch
+
         from sdk.core.pipeline import Backend
 
         # a new backend object: Dynamo guards on the backend, so it traces afresh
@@ -340,6 +348,8 @@ def _diff(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
+    import torch
+
     if isinstance(x, torch.Tensor):
         return [x]
     if isinstance(x, (list, tuple)):
@@ -351,6 +361,8 @@ def _tensors(x: Any) -> list[torch.Tensor]:
 
 def _leaves(outs: list[torch.Tensor]) -> list[torch.Tensor]:
     """The leaf tensors the outputs' autograd graph accumulates into (inputs, parameters)."""
+    import torch
+
     leaves: dict[int, torch.Tensor] = {}
     seen: set[int] = set()
     stack = [t.grad_fn for t in outs if t.grad_fn is not None]

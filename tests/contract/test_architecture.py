@@ -92,9 +92,11 @@ CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
 #: Where the contract package imports the core when it is imported: file -> core modules or
 #: names, each with why.
 CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
-    # registered with torch at ``import sdk``: TORCH_LOGS=sdk before torch parses the variable;
-    # the SDK's MegaCache artifact type before the user's load_cache_artifacts() (a blob with a
-    # type torch does not know is dropped whole; docs/user-guide.md: "import sdk before loading");
+    # registered with torch by ``import sdk`` (at once where torch is imported, else right
+    # after ``import torch``: core/adapters/imports.py): TORCH_LOGS=sdk before torch parses the
+    # variable; the SDK's MegaCache artifact type before the user's load_cache_artifacts() (a
+    # blob with a type torch does not know is dropped whole; docs/user-guide.md: "import sdk
+    # before loading");
     # the core's side of sdk._seams, installed before any module of the contract needs it;
     # and every "sdk:<name>" a backend name of Dynamo's (a typo gets the SDK's error, naming
     # the installed plugins), told to Dynamo's registry when it is imported
