@@ -9,6 +9,7 @@ listed with its distribution and the reason, and never affects the others.
 
 from __future__ import annotations
 
+import difflib
 import threading
 import traceback
 import warnings
@@ -262,9 +263,11 @@ class Registry:
             return self.records[name]
         except KeyError:
             known = ", ".join(sorted(self.records)) or "none"
+            near = difflib.get_close_matches(name, list(self.records), n=1)
+            guess = f"did you mean {near[0]!r} (backend='sdk:{near[0]}')? If not, " if near else ""
             raise UnknownPluginError(
                 f"no SDK plugin named {name!r} is installed (discovered: {known}); "
-                f"install the wheel that provides it, which must declare an "
+                f"{guess}install the wheel that provides it, which must declare an "
                 f"{ENTRY_POINT_GROUP!r} entry point named {name!r}"
             ) from None
 

@@ -31,6 +31,7 @@ from sdk import _checkout  # noqa: F401
 from sdk.core import seams as _core_seams  # noqa: F401
 
 # next: registers TORCH_LOGS=sdk before anything here imports torch (which parses TORCH_LOGS)
+from sdk.core.adapters import backend_names as _backend_names
 from sdk.core.adapters import logs as _logs  # noqa: F401
 from sdk.core.adapters import mega_cache as _mega_cache
 from sdk.errors import (
@@ -71,6 +72,7 @@ from sdk.plugin import (
     Support,
 )
 from sdk.report import (
+    CallCounts,
     ExplainReport,
     FallbackReport,
     GraphBreak,
@@ -103,6 +105,11 @@ def _populate_libraries(key: str, payload: bytes) -> None:
 # sdk.toolchain the libraries they load and the plugins' cache keys)
 _mega_cache.register("sdk_programs", _populate_programs)
 _mega_cache.register("sdk_libraries", _populate_libraries)
+
+# torch.compile(backend="sdk:<name>") of a name no wheel declares (a typo, a plugin not
+# installed) raises the SDK's error, naming the installed plugins, not Dynamo's
+# InvalidBackend (when Dynamo is imported: import sdk does not import it)
+_backend_names.install()
 
 #: Marks a plugin's hook functions: ``@sdk.hookimpl`` (or ``@sdk.hookimpl(wrapper=True)``).
 hookimpl = pluggy.HookimplMarker(_PROJECT)
@@ -182,6 +189,7 @@ def _status_text(
 __all__ = [
     "HOOK_API_VERSION",
     "CacheDirWarning",
+    "CallCounts",
     "Capability",
     "ClaimGroups",
     "CompileContext",

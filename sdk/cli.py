@@ -38,7 +38,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         options["chain"] = [n.strip().removeprefix("sdk:") for n in args.chain.split(",")]
     if args.min_partition_size is not None:
         options["min_partition_size"] = args.min_partition_size
-    return explain_model(args.plugin, args.model, args.target, args.inference, options)
+    return explain_model(
+        args.plugin, args.model, args.target, args.inference, options, verbose=args.verbose
+    )
 
 
 def _bench_option_error(args: argparse.Namespace) -> str | None:
@@ -296,6 +298,12 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     explain.add_argument(
         "--inference", action="store_true", help="a forward under no_grad, not a training step"
     )
+    explain.add_argument(
+        "--verbose",
+        action="store_true",
+        help="every detail: each kernel's ATen ops in full (lines of any length), the graph "
+        "passes that rewrote nothing",
+    )
     explain.set_defaults(func=_cmd_explain)
 
 
@@ -484,7 +492,13 @@ def _add_new_plugin(sub: argparse._SubParsersAction) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line's parser. Neither building it nor ``--help`` nor ``--version``
+    imports torch (``import sdk`` does not): each command imports what it needs when it
+    runs (tests/tools/test_cli_startup.py)."""
+    from sdk import __version__
+
     parser = argparse.ArgumentParser(prog="python -m sdk", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"torch-backend-sdk {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_list(sub)
     _add_run(sub)

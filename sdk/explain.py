@@ -5,14 +5,19 @@ forget what ``torch.compile`` compiled."""
 from __future__ import annotations
 
 import contextlib
+import enum
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from sdk.report import ExplainReport
+
+if TYPE_CHECKING:
+    import torch
+
+# (torch is imported where it is used: ``import sdk`` imports no torch, so that
+# ``python -m sdk --help`` is quick)
 
 #: the plugin explain compiles with when nothing names one
 DEFAULT_PLUGIN = "cpu_cpp"
@@ -24,7 +29,9 @@ def explain(
     fn: Callable[..., Any],
     *args: Any,
     backend: Any = None,
+    mode: str | None = None,
     dynamic: bool | None = None,
+    verbose: bool = False,
     **options: Any,
 ) -> ExplainReport:
     """Run ``fn`` once on ``args`` and report each graph an SDK backend compiled for it.
@@ -36,23 +43,34 @@ def explain(
     compiled; compiled with another backend, other options, or not for these inputs).
 
     ``backend`` is ``"sdk:<plugin>"`` or an ``sdk.backend(...)``; ``options`` are the
-    backend's options (added to the backend's own). With neither, any SDK backend's graphs
-    are reported, and a compile takes the backend ``fn`` was compiled with, else
-    ``sdk:cpu_cpp``; with either, only graphs compiled with that plugin and those options
-    (defaults resolved) count. ``dynamic`` is ``torch.compile``'s (True: symbolic sizes,
-    see ``GraphReport.sizes``); given, ``explain`` compiles.
+    backend's options (added to the backend's own) and ``mode`` is ``torch.compile``'s. With
+    none of them, any SDK backend's graphs are reported, and a compile takes the backend
+    ``fn`` was compiled with (its mode and options too), else ``sdk:cpu_cpp``; with any, only
+    graphs compiled with that plugin and those options (defaults resolved, the mode's
+    included) count; where ``fn`` is what ``torch.compile`` returned with an SDK backend of
+    that plugin, what it was made with fills in what is not given: its options (under those
+    given), its mode unless ``mode`` is. ``dynamic`` is ``torch.compile``'s (True: symbolic
+    sizes, see ``GraphReport.sizes``); given, ``explain`` compiles.
+
+    The report prints (``str()``) in lines of at most 160 characters, a kernel's long list of
+    ATen ops shortened ("12 ops: ..., ... (9 more)"); with ``verbose`` it prints every
+    detail: all the ops, and the graph passes that rewrote nothing
+    (``report.text(verbose=True)`` too).
 
     If an output needs grad, the backward runs as well (through ``torch.autograd.grad``, so
     no ``.grad`` is touched) and its graph is reported. Each graph break is reported with
     Dynamo's reason (``report.breaks``).
     """
+    import torch
+
     from sdk.core import pipeline, records
     from sdk.core.adapters import torch_private as tp
 
     parts = tp.compiled_parts(fn)
     original, used = parts if parts is not None else (fn, None)
     cached = tp.cached_backends(original)
-    asked = _asked(backend, options, next(filter(_is_sdk, [used, *(cached or ())]), None))
+    hint = next(filter(_is_sdk, [used, *(cached or ())]), None)
+    asked = _asked(backend, options, hint, mode, used if _is_sdk(used) else None)
     why, run = _plan(fn, parts is not None, used, cached, asked, dynamic)
 
     fresh: list[Any] = []
@@ -85,6 +103,7 @@ def explain(
         compiled_now=bool(fresh),
         compile_note=_note(why, ran, new, fresh),
         dynamo_compiles=new,
+        verbose=verbose,
     )
 
 
@@ -162,6 +181,8 @@ class _Asked:
         return record.registry is registry() and self.fits(record.plugin, record.options)
 
     def compile(self, original: Callable, dynamic: bool | None) -> Callable:
+        import torch
+
         from sdk.core.pipeline import Backend
 
         # a new backend object: Dynamo guards on the backend, so it traces afresh
@@ -176,17 +197,21 @@ def _is_sdk(used: Any) -> bool:
     return used is not None and isinstance(used.compiler, Backend)
 
 
-def _asked(backend: Any, options: Mapping[str, Any], hint: Any) -> _Asked:
-    """What ``backend`` and ``options`` ask for; with neither, what ``hint`` (the SDK backend
-    ``fn`` was compiled with, or None) was compiled with, to compile with if explain must."""
+def _asked(
+    backend: Any, options: Mapping[str, Any], hint: Any, mode: str | None, made: Any
+) -> _Asked:
+    """What ``backend``, ``options`` and ``mode`` ask for; ``hint``: the SDK backend ``fn`` was
+    compiled with (or None), compiled with if explain must and nothing is given; ``made``:
+    the SDK backend of what torch.compile returned (or None), whose mode and options fill
+    in what is not given for its plugin."""
     from sdk.core import options as opts
     from sdk.core.pipeline import COMPILERS, Backend
     from sdk.core.registry import registry
 
-    if backend is None and not options:
+    own = {} if hint is None else {**hint.compiler.options, **dict(hint.options or {})}
+    if backend is None and not options and mode is None:
         if hint is None:
             return _Asked(DEFAULT_PLUGIN)
-        own = {**hint.compiler.options, **dict(hint.options or {})}
         return _Asked(hint.compiler.name, own, hint.mode)
     base: dict[str, Any] = {}
     if backend is None:
@@ -200,10 +225,14 @@ def _asked(backend: Any, options: Mapping[str, Any], hint: Any) -> _Asked:
             f"sdk.explain: backend must be 'sdk:<plugin>' or sdk.backend(...), "
             f"got {type(backend).__name__}"
         )
+    if made is not None and made.compiler.name == name:
+        # (what torch.compile made it with, unless given now)
+        base = {**made.compiler.options, **dict(made.options or {}), **base}
+        mode = made.mode if mode is None else mode
     raw = {**base, **options}
     Backend(name, raw)  # an unknown plugin or option raises here, in one line
     info = registry().require(name, COMPILERS).info
-    return _Asked(name, raw, None, opts.as_mapping(opts.resolve(info, None, raw)))
+    return _Asked(name, raw, mode, opts.as_mapping(opts.resolve(info, mode, raw)))
 
 
 def _plan(
@@ -280,8 +309,20 @@ def _differs(plugin: str, options: Mapping[str, Any], asked: _Asked) -> str:
         return f"its graphs were compiled by sdk:{plugin}, not sdk:{asked.plugin}"
     want = asked.resolved or {}
     keys = sorted(k for k in {*options, *want} if options.get(k) != want.get(k))
-    diff = ", ".join(f"{k}={options.get(k)!r} (asked: {want.get(k)!r})" for k in keys)
+    diff = ", ".join(f"{k}={_plain(options.get(k))} (asked: {_plain(want.get(k))})" for k in keys)
     return f"its graphs were compiled by sdk:{plugin} with other options: {diff}"
+
+
+def _plain(value: Any) -> str:
+    """An option's value in plain words: an enum by its value (a mode's wrappers are
+    capabilities: ``graph_capture``), a sequence by its items ("none" when empty), a
+    string unquoted."""
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, (tuple, list, frozenset, set)):
+        items = [_plain(v) for v in value]
+        return "none" if not items else items[0] if len(items) == 1 else f"[{', '.join(items)}]"
+    return str(value)
 
 
 def _note(why: str | None, ran: list[Any], new: int, fresh: list[Any]) -> str:
@@ -312,6 +353,8 @@ def _diff(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
+    import torch
+
     if isinstance(x, torch.Tensor):
         return [x]
     if isinstance(x, (list, tuple)):
@@ -323,6 +366,8 @@ def _tensors(x: Any) -> list[torch.Tensor]:
 
 def _leaves(outs: list[torch.Tensor]) -> list[torch.Tensor]:
     """The leaf tensors the outputs' autograd graph accumulates into (inputs, parameters)."""
+    import torch
+
     leaves: dict[int, torch.Tensor] = {}
     seen: set[int] = set()
     stack = [t.grad_fn for t in outs if t.grad_fn is not None]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
+
+#: the longest line ``sdk.explain`` prints by default: longer ones are wrapped, and long
+#: lists (a kernel's ATen ops, the ops of a fallback) shortened; ``verbose=True`` prints all
+LINE_WIDTH = 160
 
 
 @dataclass(frozen=True)
@@ -11,7 +16,9 @@ class KernelReport:
 
     name: str
     plugin: str
-    nodes: tuple[str, ...]  # the ATen nodes it covers, as "node_name: aten.op.overload"
+    #: the ATen nodes it covers, as "node_name: aten.op.overload"; "output: copy" is a copy
+    #: the core made (an output given its own buffer, or eager's layout), not a call of the graph
+    nodes: tuple[str, ...]
     source: str
     #: the buffers it reads and writes (``Kernel.args`` of kind "in"/"inout", and
     #: "out"/"inout"): what ``sdk.KernelLimits`` counts
@@ -207,6 +214,31 @@ _RAW_CODES = {
 }
 
 
+@dataclass(frozen=True)
+class CallCounts:
+    """Where a graph's ATen calls went (:attr:`GraphReport.calls`), each counted once; the
+    five add up to :attr:`GraphReport.aten_ops`."""
+
+    kernels: int = 0  # inside generated kernels
+    externs: int = 0  # library calls: ATen's, or the plugin's own (``sdk_extern``)
+    fallbacks: int = 0  # run through ATen, op by op
+    #: views and aliases: index arithmetic over another buffer, no code of their own
+    views: int = 0
+    #: the rest, no code of their own either ("size or merged calls"): size arithmetic of
+    #: symbolic shapes, and calls a graph pass merged into another (a ReLU into its
+    #: product's library call)
+    folded: int = 0
+
+    @property
+    def with_code(self) -> int:
+        """The calls that run code: in kernels, library calls and fallbacks."""
+        return self.kernels + self.externs + self.fallbacks
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 @dataclass
 class GraphReport:
     """One graph handed to the plugin: a forward, backward or inference graph."""
@@ -297,14 +329,53 @@ class GraphReport:
         return len(self.view_nodes)
 
     @property
+    def calls(self) -> CallCounts:
+        """Where the graph's ATen calls went: in kernels, library calls, fallbacks, or no code
+        of their own (views; size arithmetic and calls merged into another)."""
+        in_kernels = {n for k in self.kernels for n in k.nodes if not n.startswith("output: ")}
+        views = len(set(self.view_nodes) - in_kernels)
+        counted = len(in_kernels) + len(self.externs) + len(self.fallbacks) + views
+        return CallCounts(
+            len(in_kernels),
+            len(self.externs),
+            len(self.fallbacks),
+            views,
+            max(self.aten_ops - counted, 0),
+        )
+
+    @property
     def generated_fraction(self) -> float:
-        """Share of the graph's ATen calls that run inside generated kernels (views included);
-        for a graph split between the plugins of a chain, inside partitions a plugin compiled."""
+        """Share of the graph's ATen calls that run code (:attr:`CallCounts.with_code`: not
+        views, not size arithmetic) that run inside generated kernels; 0.0 where none runs
+        code. For a graph split between the plugins of a chain: the share of its ATen calls
+        inside partitions a plugin compiled."""
         if self.partitions:
             inside = sum(len(p.nodes) for p in self.partitions if p.compiled_by != "aten")
             return min(inside / self.aten_ops, 1.0) if self.aten_ops else 1.0
-        covered = len({n for k in self.kernels for n in k.nodes} | set(self.view_nodes))
-        return covered / self.aten_ops if self.aten_ops else 1.0
+        calls = self.calls
+        return calls.kernels / calls.with_code if calls.with_code else 0.0
+
+    def calls_line(self) -> str:
+        """Where the ATen calls went, and the share of those that run code in generated
+        kernels: "calls: 26 in 5 kernels, 5 externs, 0 fallbacks, 35 views (no code of
+        their own); 84% of those that run code in generated kernels"."""
+        c = self.calls
+        where = (
+            f"{c.kernels} in {_n(len(self.kernels), 'kernel')}" if self.kernels else "0 in kernels"
+        )
+        free = [_n(c.views, "view")] if c.views else []
+        free += [_n(c.folded, "size or merged call")] if c.folded else []
+        share = (
+            f"{self.generated_fraction:.0%} of those that run code in generated kernels"
+            if c.with_code
+            else "no call runs code"
+        )
+        own = "its own" if c.views + c.folded == 1 else "their own"
+        return (
+            f"calls: {where}, {_n(c.externs, 'extern')}, {_n(c.fallbacks, 'fallback')}"
+            + (f", {' and '.join(free)} (no code of {own})" if free else "")
+            + f"; {share}"
+        )
 
     def stages_line(self) -> str:
         """The stages and their times, in the order they run: "aot 0.12s, build 0.30s"."""
@@ -321,7 +392,7 @@ class GraphReport:
             return f"{took} (cache hit; cold compile took {self.cold_compile_seconds:.2f}s)"
         return f"{took} (program from the graph cache)"
 
-    def _fallback_lines(self, shown: dict[str, str]) -> list[str]:
+    def _fallback_lines(self, shown: dict[str, str], verbose: bool = False) -> list[str]:
         """The fallbacks, one entry per reason: the reason once, with the ops it sent to
         ATen (a compiler error that failed the graph's kernels gives every op of it the same
         reason), its further lines indented. A reason of several lines whose first line
@@ -338,8 +409,11 @@ class GraphReport:
                 nodes: dict[str, list[str]] = {}
                 for f in group:
                     nodes.setdefault(f.op, []).extend([f.node] if f.node else [])
-                ops = ", ".join(f"{op} ({', '.join(n)})" if n else op for op, n in nodes.items())
-                lines += [f"  fallback of {len(group)} ops: {first}", f"    ops: {ops}"]
+                ops = [f"{op} ({', '.join(n)})" if n else op for op, n in nodes.items()]
+                lines += [
+                    f"  fallback of {len(group)} ops: {first}",
+                    listed("    ops: ", ops, verbose, count=False),
+                ]
             if rest and first in shown:
                 lines[-1 if len(group) == 1 else -2] += (
                     f" (the rest as for graph {shown[first]} above)"
@@ -360,39 +434,48 @@ class GraphReport:
         )
 
     def __str__(self) -> str:
-        return self.text({})
+        return self.text()
 
-    def text(self, shown: dict[str, str]) -> str:
-        """What ``str()`` gives; ``shown``: the first lines of the fallback reasons of several
-        lines printed whole so far, each with its graph's name (an :class:`ExplainReport`
-        passes one for all its graphs, so that a compiler error that sent several graphs to
-        ATen is printed whole once), filled in here."""
+    def text(self, shown: dict[str, str] | None = None, *, verbose: bool = False) -> str:
+        """What ``str()`` gives: no line over :data:`LINE_WIDTH` characters, a kernel's ops
+        and a fallback's past that counted ("... (12 more)"); with ``verbose`` every detail
+        (all ops, the graph passes that rewrote nothing), however long its lines. ``shown``:
+        the first lines of the fallback reasons of several lines printed whole so far, each
+        with its graph's name (an :class:`ExplainReport` passes one for all its graphs, so
+        that a compiler error that sent several graphs to ATen is printed whole once),
+        filled in here."""
+        lines = self._lines({} if shown is None else shown, verbose)
+        return "\n".join(lines if verbose else fit(lines))
+
+    def _lines(self, shown: dict[str, str], verbose: bool) -> list[str]:
         if self.partitions or self.placements:
-            return "\n".join([self._split_headline(), *self._detail_lines(shown)])
+            return [self._split_headline(), *self._detail_lines(shown, verbose)]
         lines = [
-            f"graph {self.name} [{self.kind}] by sdk:{self.plugin}: {self.aten_ops} ATen calls, "
-            f"{len(self.kernels)} kernels, {len(self.externs)} externs, "
-            f"{len(self.fallbacks)} fallbacks, {self.generated_fraction:.0%} in generated "
-            f"kernels, {self._compiled_in()}"
+            f"graph {self.name} [{self.kind}] by sdk:{self.plugin}: "
+            f"{_n(self.aten_ops, 'ATen call')}, {self._compiled_in()}"
             + (f", wrapped by {', '.join(self.wrappers)}" if self.wrappers else "")
             + (", AOTAutograd skipped (warm start)" if self.warm == "hit" else "")
             + (f", sizes {self.sizes}" if self.sizes != "static" else "")
             + (f", {self.runner.replace(': ', ' program (', 1)})" if ": " in self.runner else "")
-            + (", native runner" if self.runner == "native" else "")
+            + (", native runner" if self.runner == "native" else ""),
+            f"  {self.calls_line()}",
         ]
-        return "\n".join(lines + self._detail_lines(shown))
+        return lines + self._detail_lines(shown, verbose)
 
-    def _detail_lines(self, shown: dict[str, str]) -> list[str]:
+    def _detail_lines(self, shown: dict[str, str], verbose: bool = False) -> list[str]:
         lines = []
         for k in self.kernels:
-            lines.append(f"  kernel {k.name}: {', '.join(k.ops)}")
+            lines.append(listed(f"  kernel {k.name}: ", k.ops, verbose))
         for e in self.externs:
             lines.append(
                 f"  extern {e.op} ({e.node})" + (f" by sdk:{e.plugin}" if e.plugin else "")
             )
-        lines += self._fallback_lines(shown)
-        if self.passes:
-            lines.append(f"  passes: {', '.join(str(p) for p in self.passes)}")
+        lines += self._fallback_lines(shown, verbose)
+        # (a pass that found nothing to rewrite changed nothing; one the plugin turned off is
+        # its choice, which changed what the graph became)
+        changed = [p for p in self.passes if p.rewrites or p.off or verbose]
+        if changed:
+            lines.append(f"  passes: {', '.join(str(p) for p in changed)}")
         if self.stage_seconds:
             lines.append(f"  stages: {self.stages_line()}")
         if self.build_stages:
@@ -447,6 +530,8 @@ class ExplainReport:
     compile_note: str = ""
     #: the Dynamo graphs the SDK compiled during the ``explain`` call
     dynamo_compiles: int = 0
+    #: ``str()`` gives every detail (``sdk.explain(..., verbose=True)``): see :meth:`text`
+    verbose: bool = False
 
     @property
     def graph_breaks(self) -> int:
@@ -469,11 +554,30 @@ class ExplainReport:
         return [h for g in self.graphs for h in g.hook_faults]
 
     @property
+    def generated_fraction(self) -> float | None:
+        """Over all its graphs, the share of the ATen calls that run code which run in
+        generated kernels (each graph's :attr:`GraphReport.generated_fraction`, weighted by
+        its calls that run code; a graph split by a chain by all its calls); None where no
+        graph runs code."""
+        weights = [(g.aten_ops if g.partitions else g.calls.with_code) for g in self.graphs]
+        total = sum(weights)
+        if not total:
+            return None
+        return sum(g.generated_fraction * w for g, w in zip(self.graphs, weights)) / total
+
+    @property
     def nondeterministic(self) -> list[str]:
         """Every graph's steps whose bits may change from run to run, with why."""
         return [f"{g.name}: {s}" for g in self.graphs for s in g.nondeterministic]
 
     def __str__(self) -> str:
+        return self.text()
+
+    def text(self, verbose: bool | None = None) -> str:
+        """The report: by default (``verbose`` None: :attr:`verbose`, False unless
+        ``explain`` was asked) no line over :data:`LINE_WIDTH` characters, long lists of ops
+        shortened, the graph passes that rewrote nothing left out; with ``verbose``, all."""
+        verbose = self.verbose if verbose is None else verbose
         head = (
             f"{len(self.graphs)} graph(s), {len(self.kernels)} kernel(s), "
             f"{len(self.fallbacks)} fallback(s), {self.graph_breaks} graph break(s)"
@@ -482,4 +586,56 @@ class ExplainReport:
         lines = [head, *([self.compile_note] if self.compile_note else [])]
         lines += [f"  {b}" for b in self.breaks]
         shown: dict[str, str] = {}  # (a compiler error is printed whole once)
-        return "\n".join([*lines, *(g.text(shown) for g in self.graphs)])
+        for g in self.graphs:
+            lines += g._lines(shown, verbose)
+        if verbose:
+            return "\n".join(lines)
+        out = fit(lines)
+        if any(_SHORTENED in ln for ln in out):
+            out.append("(lists shortened: sdk.explain(..., verbose=True) prints them whole)")
+        return "\n".join(out)
+
+
+#: how a shortened list ends: "... (12 more)"
+_SHORTENED = " more)"
+
+
+def listed(
+    prefix: str, items: tuple[str, ...] | list[str], verbose: bool, count: bool = True
+) -> str:
+    """``prefix`` and the ``items``, comma-separated; unless ``verbose``, within
+    :data:`LINE_WIDTH`: as many as fit, then how many were left out, with (``count``) their
+    number first ("12 ops: aten.mul.Tensor, aten.add.Tensor, ... (10 more)")."""
+    whole = prefix + ", ".join(items)
+    if verbose or len(whole) <= LINE_WIDTH:
+        return whole
+    head = f"{prefix}{len(items)} ops: " if count else prefix
+    shown: list[str] = []
+    for item in items:
+        rest = len(items) - len(shown) - 1
+        tail = f", ... ({rest}{_SHORTENED}" if rest else ""
+        if len(head + ", ".join([*shown, item]) + tail) > LINE_WIDTH:
+            break
+        shown.append(item)
+    left = len(items) - len(shown)
+    return f"{head}{', '.join([*shown, ''])}... ({left}{_SHORTENED}"
+
+
+def fit(lines: list[str]) -> list[str]:
+    """Each line of more than :data:`LINE_WIDTH` characters wrapped at spaces, its further
+    lines indented under its first (a word longer than a line is cut)."""
+    out = []
+    for line in lines:
+        for part in line.splitlines() or [""]:
+            if len(part) <= LINE_WIDTH:
+                out.append(part)
+                continue
+            indent = part[: len(part) - len(part.lstrip())]
+            out += textwrap.wrap(
+                part.strip(),
+                LINE_WIDTH,
+                initial_indent=indent,
+                subsequent_indent=indent + "    ",
+                break_on_hyphens=False,
+            )
+    return out

@@ -137,7 +137,8 @@ def table(rows_: list[Row]) -> tuple[str, dict[str, Any]]:
     )
     lines.append(
         "sdk graphs: g graphs, k generated kernels, x library calls (mm, conv, ...), "
-        "fb ops run through the ATen fallback, % of ATen calls in generated kernels"
+        "fb ops run through the ATen fallback, % of the ATen calls that run code in generated "
+        "kernels"
     )
     targets = {
         "limit": TARGET,

@@ -211,7 +211,8 @@ def _table(rows: list[Row], bandwidth: float | None) -> tuple[str, float | None,
     lines = _render(head, body)
     lines.append(
         "sdk graphs: g graphs, k generated kernels, x library calls (mm, conv, ...), "
-        "fb ops run through the ATen fallback, % of ATen calls in generated kernels; "
+        "fb ops run through the ATen fallback, % of the ATen calls that run code in generated "
+        "kernels; "
         "ratios < 1 mean sdk is faster"
     )
     if bandwidth:

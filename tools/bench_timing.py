@@ -275,11 +275,12 @@ def _time_interleaved(
 
 
 def _graph_summary(reports: list[Any]) -> dict[str, Any]:
-    aten = sum(g.aten_ops for g in reports)
+    import sdk
+
     try:
-        covered = sum(g.generated_fraction * g.aten_ops for g in reports)
+        fraction = sdk.ExplainReport(graphs=list(reports)).generated_fraction
     except Exception:  # noqa: BLE001 - a report format this code does not know: no share
-        aten = 0
+        fraction = None
     reasons = sorted(
         {
             f"{f.op}: {(f.reason.splitlines() or [''])[0][:200]}"
@@ -293,7 +294,7 @@ def _graph_summary(reports: list[Any]) -> dict[str, Any]:
         "externs": sum(len(g.externs) for g in reports),
         "fallbacks": sum(len(g.fallbacks) for g in reports),
         "backward_graphs": sum(g.kind == "backward" for g in reports),
-        "generated_fraction": covered / aten if aten else None,
+        "generated_fraction": fraction,
         "fallback_reasons": reasons,
     }
 

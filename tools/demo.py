@@ -8,8 +8,8 @@ weights, nothing downloaded) or a small MLP, then
    compiled and in eager mode and compares the loss, the logits and every
    parameter's gradient (max abs diff, PASS/FAIL per check);
 2. prints what the compile produced (the numbers ``sdk.explain`` reports:
-   graphs, kernels, library calls, fallbacks, share of ATen calls in generated
-   kernels);
+   graphs, kernels, library calls, fallbacks, share of the ATen calls that run
+   code in generated kernels);
 3. times ``steps`` training steps compiled and eager, in alternating rounds (median per
    step, the ratio's spread over the rounds, and whether it is within noise).
 
@@ -369,14 +369,14 @@ def run_demo(plugin: str | None, model: str, steps: int) -> int:
 
 def _print_explain(report: Any) -> None:
     aten = sum(g.aten_ops for g in report.graphs)
-    covered = sum(g.generated_fraction * g.aten_ops for g in report.graphs)
-    share = f"{covered / aten:.0%}" if aten else "-"
+    fraction = report.generated_fraction
+    share = f"{fraction:.0%}" if fraction is not None else "-"
     kinds = ", ".join(f"{g.name} [{g.kind}]" for g in report.graphs)
     print(
         f"what was compiled (sdk.explain's numbers): {len(report.graphs)} graph(s) ({kinds}), "
         f"{len(report.kernels)} generated kernel(s), {len(report.externs)} library call(s), "
         f"{len(report.fallbacks)} fallback(s), {report.graph_breaks} graph break(s); "
-        f"{share} of {aten} ATen calls run in generated kernels"
+        f"{aten} ATen calls, {share} of those that run code in generated kernels"
     )
     reasons: dict[str, int] = {}
     for f in report.fallbacks:
@@ -517,8 +517,10 @@ def explain_model(
     target: str | None,
     inference: bool,
     options: dict[str, Any],
+    verbose: bool = False,
 ) -> int:
-    """``python -m sdk explain``: compile one step and print sdk.explain's report."""
+    """``python -m sdk explain``: compile one step and print sdk.explain's report (every
+    detail with ``verbose``)."""
     import torch
 
     import sdk
@@ -549,7 +551,7 @@ def explain_model(
     grad = torch.no_grad() if inference else contextlib.nullcontext()
     try:
         with grad:
-            report = sdk.explain(run, *args, backend=backend)
+            report = sdk.explain(run, *args, backend=backend, verbose=verbose)
     except Exception:
         # bad input (a model that fails on its own example inputs, an output with no loss)
         # fails in eager mode too: one line. A failure of the compile alone is the SDK's:

@@ -8,11 +8,13 @@ lines too (each stage of a compile, timed).
 torch parses ``TORCH_LOGS`` once, at the end of ``import torch``, before ``import sdk`` could
 register the name; a name it does not know it takes for a module, which it imports with every
 subpackage (Dynamo and triton with them) from inside ``import torch``. So importing this
-module (``import sdk`` does it before anything that imports torch) runs :func:`register`: it
-imports torch with ``sdk`` left out of the variable when torch is not imported yet, then
-registers the name and has torch parse the variable again. When torch was imported first,
-its parse of the variable imported the SDK, and so this module: the logger it set up is
-the one registered, ``sdk``, and nothing is parsed again.
+module (``import sdk`` does it before anything that imports torch) runs :func:`register`:
+where the variable names ``sdk`` and torch is not imported yet, it imports torch with ``sdk``
+left out of the variable, then registers the name and has torch parse the variable again.
+When torch was imported first, its parse of the variable imported the SDK, and so this
+module: the logger it set up is the one registered, ``sdk``, and nothing is parsed again.
+Where the variable does not name ``sdk``, ``import sdk`` imports no torch: the name is
+registered once torch is imported (:mod:`.imports`), for ``torch._logging.set_logs``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 import sys
 
 from sdk import _config as config
+
+from .imports import when_imported
 
 #: the name ``TORCH_LOGS`` takes, and the logger it sets (the SDK's loggers are below it)
 NAME = "sdk"
@@ -30,6 +34,9 @@ def register() -> None:
     """Register :data:`NAME` with torch's logs; if ``TORCH_LOGS`` names it, apply it now."""
     settings = config.variable(VARIABLE)
     named = settings is not None and _names_sdk(settings)
+    if not named and "torch" not in sys.modules:
+        when_imported("torch", lambda _torch: register())  # (nothing to parse: named is False)
+        return
     if named and "torch" not in sys.modules:
         rest = ",".join(t for t in settings.split(",") if not _is_sdk(t))
         with config.overridden(**{VARIABLE: rest or None}):

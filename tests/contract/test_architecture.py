@@ -56,6 +56,9 @@ ADAPTERS = {
     # the multi-tensor ops (aten._foreach_*) found in torch's operator registry, and their
     # decompositions; torch_private adds them to the default table
     "core/adapters/foreach.py",
+    # Dynamo's registry of backend names (every "sdk:<name>" one), installed by ``import sdk``
+    # when Dynamo's registry is imported (core/adapters/imports.py tells it, importing nothing)
+    "core/adapters/backend_names.py",
 }
 
 #: Where the contract package (sdk/) reaches into the core, through a function-level import
@@ -89,12 +92,21 @@ CONTRACT_TO_CORE: dict[str, frozenset[str]] = {
 #: Where the contract package imports the core when it is imported: file -> core modules or
 #: names, each with why.
 CONTRACT_AT_IMPORT: dict[str, frozenset[str]] = {
-    # registered with torch at ``import sdk``: TORCH_LOGS=sdk before torch parses the variable;
-    # the SDK's MegaCache artifact type before the user's load_cache_artifacts() (a blob with a
-    # type torch does not know is dropped whole; docs/user-guide.md: "import sdk before loading");
-    # and the core's side of sdk._seams, installed before any module of the contract needs it
+    # registered with torch by ``import sdk`` (at once where torch is imported, else right
+    # after ``import torch``: core/adapters/imports.py): TORCH_LOGS=sdk before torch parses the
+    # variable; the SDK's MegaCache artifact type before the user's load_cache_artifacts() (a
+    # blob with a type torch does not know is dropped whole; docs/user-guide.md: "import sdk
+    # before loading");
+    # the core's side of sdk._seams, installed before any module of the contract needs it;
+    # and every "sdk:<name>" a backend name of Dynamo's (a typo gets the SDK's error, naming
+    # the installed plugins), told to Dynamo's registry when it is imported
     "sdk/__init__.py": frozenset(
-        {"sdk.core.adapters.logs", "sdk.core.adapters.mega_cache", "sdk.core.seams"}
+        {
+            "sdk.core.adapters.backend_names",
+            "sdk.core.adapters.logs",
+            "sdk.core.adapters.mega_cache",
+            "sdk.core.seams",
+        }
     ),
 }
 

@@ -8,6 +8,7 @@ import gc
 import logging
 import weakref
 
+import pytest
 import torch
 from torch import nn
 
@@ -79,6 +80,37 @@ def test_explain_of_a_compiled_function_finds_the_options_it_was_compiled_with(s
         assert [g.name for g in report.graphs] == [g.name for g in reports[0].graphs]
 
 
+def test_explain_takes_the_mode_and_the_compiled_object_s_own(seeded):
+    """``mode=`` is torch.compile's mode, not an unknown option; what torch.compile returned
+    is explained with the backend, mode and options it was made with, also where ``backend``
+    names the same plugin (a max-autotune compile was compiled a second time, the report
+    naming the mode's wrappers by an enum's repr)."""
+    x = torch.randn(4, 8)
+    fresh = sdk.explain(torch.compile(pointwise, backend=BACKEND, options={"fusion": False}), x, x)
+    assert fresh.compiled_now and len(fresh.kernels) > 1, str(fresh)  # its options: unfused
+
+    compiled = torch.compile(pointwise, backend=BACKEND, mode="max-autotune")
+    compiled(x, x)
+    graphs = tp.dynamo_graph_count()
+    for report in (
+        sdk.explain(compiled, x, x),
+        sdk.explain(compiled, x, x, backend=BACKEND),
+        sdk.explain(pointwise, x, x, backend=BACKEND, mode="max-autotune"),
+        sdk.explain(pointwise, x, x, mode="max-autotune"),
+    ):
+        assert not report.compiled_now, report.compile_note
+    assert tp.dynamo_graph_count() == graphs
+
+    other = sdk.explain(compiled, x, x, backend=BACKEND, mode="default")
+    assert other.compiled_now, other.compile_note
+    note = other.compile_note
+    assert "autotune=True (asked: False)" in note, note
+    assert "wrappers=graph_capture (asked: none)" in note, note
+    assert "Capability" not in note and "<" not in note, note
+    with pytest.raises(sdk.OptionError, match="unknown mode 'fastest'"):
+        sdk.explain(pointwise, x, x, backend=BACKEND, mode="fastest")
+
+
 def test_explain_compiles_where_it_must_and_says_why(seeded):
     def f(x):
         return torch.sin(x) * 2
@@ -117,7 +149,8 @@ def test_graph_breaks_carry_dynamo_s_reason_and_the_line(capsys):
     assert "item" in branched.reason, branched.reason
     for b in report.breaks:
         assert "test_explain.py:" in b.where and b.where.endswith("in with_breaks"), b.where
-        assert "\n" not in b.summary and b.summary in str(report)
+        assert "\n" not in b.summary and b.summary in report.text(verbose=True)
+        assert f"  graph break at {b.where}: " in str(report)  # (wrapped past 160 characters)
     again = sdk.explain(with_breaks, x)  # not compiled again: the reasons kept with the graphs
     assert not again.compiled_now, again.compile_note
     assert again.breaks == report.breaks

@@ -1,7 +1,8 @@
 """Real models through the SDK against eager: forward, loss and gradients.
 
 HF transformers' GPT-2 (two layers, random weights from a config, no
-download): at least 90 % of its ATen calls must run in generated kernels.
+download): at least 90 % of its ATen calls must run in generated kernels or need no code
+(views, size arithmetic), none through the ATen fallback.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ def test_gpt2_forward_backward_matches_eager(plugin, graph_reports):
     # model a second time: under Triton's interpreter that is half a minute)
     report = "\n".join(map(str, graph_reports))
     assert {"forward", "backward"} <= {g.kind for g in graph_reports}, report
+    calls = [g.calls for g in graph_reports]
     total = sum(g.aten_ops for g in graph_reports)
-    covered = sum(g.generated_fraction * g.aten_ops for g in graph_reports)
-    assert covered / total >= 0.9, f"{covered / total:.1%} in generated kernels\n{report}"
+    covered = sum(c.kernels + c.views + c.folded for c in calls)  # the rest: library calls
+    assert not any(c.fallbacks for c in calls), report
+    assert covered / total >= 0.9, (
+        f"{covered / total:.1%} in generated kernels or no code\n{report}"
+    )

@@ -74,9 +74,39 @@ def test_the_user_sees_a_short_error():
     assert len(err) <= 15, run.stderr  # was 30 lines of Dynamo's frames and a wrapped error
 
 
-def test_an_unknown_backend_name_fails_at_torch_compile():
-    with pytest.raises(Exception, match="sdk:nope"):
-        torch.compile(lambda x: x, backend="sdk:nope")
+@pytest.mark.parametrize(
+    ("name", "near"), [("sdk:cpu_cp", "cpu_cpp"), ("sdk:cpu-cpp", "cpu_cpp"), ("sdk:nope", None)]
+)
+def test_an_unknown_backend_name_fails_at_torch_compile_naming_the_installed_plugins(name, near):
+    """A typo, or a plugin not installed: no wheel declares the name, and Dynamo raised its
+    own InvalidBackend, naming no plugin; Dynamo's lookup now loads the SDK's answer."""
+    with pytest.raises(sdk.UnknownPluginError) as info:
+        torch.compile(lambda x: x, backend=name)
+    message = str(info.value)
+    assert f"no SDK plugin named {name[4:]!r} is installed (discovered: " in message, message
+    assert all(p["name"] in message for p in sdk.list_plugins()), message
+    if near:
+        assert f"did you mean {near!r} (backend='sdk:{near}')?" in message, message
+    else:
+        assert "did you mean" not in message, message
+
+
+def test_a_mistyped_backend_name_in_a_new_process_gets_the_sdk_s_error():
+    """``import sdk`` imports no Dynamo: its registry of names learns the SDK's when Dynamo
+    is imported, later; a declared name still compiles."""
+    code = (
+        "import sys, torch, sdk\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "f = torch.compile(torch.sin, backend='sdk:cpu_cpp')\n"
+        "x = torch.randn(3)\n"
+        "torch.testing.assert_close(f(x), torch.sin(x))\n"
+        "torch.compile(torch.sin, backend='sdk:cpu_cp')\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("sdk.errors.UnknownPluginError: no SDK plugin named 'cpu_cp'"), last
+    assert "did you mean 'cpu_cpp'" in last and "InvalidBackend" not in run.stderr, run.stderr
 
 
 # -- tensors on a device the plugin does not declare -----------------------------------------

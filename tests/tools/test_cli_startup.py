@@ -1,7 +1,8 @@
 """Commands that compile nothing start without Dynamo: ``import sdk``, ``python -m sdk list``,
 ``cache info``, ``new-plugin`` (importing ``torch._dynamo`` costs seconds of CPU before the
-first line prints). The backends still load by their entry point without ``import sdk``.
-Each case runs in a fresh process: this one has Dynamo loaded."""
+first line prints); ``python -m sdk --help`` and ``--version`` without torch at all. The
+backends still load by their entry point without ``import sdk``. Each case runs in a fresh
+process: this one has Dynamo loaded."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 import subprocess
 import sys
 import textwrap
+
+import sdk
 
 #: modules a command that compiles nothing must not import
 HEAVY = ("torch._dynamo", "torch._inductor", "torch._functorch.aot_autograd")
@@ -73,3 +76,29 @@ def test_commands_that_compile_nothing_do_not_import_dynamo(tmp_path, monkeypatc
 
 def test_the_backend_loads_by_its_entry_point_without_import_sdk(tmp_path):
     assert run(COMPILE, tmp_path) == "True"
+
+
+def test_help_and_version_import_no_torch(tmp_path):
+    """``python -m sdk --help`` took 1.6 s, 1.1 s of it ``import torch`` (``import sdk``
+    imported it): ``-X importtime`` lists every module the command imported."""
+    for flag, printed in (
+        ("--help", "usage: python -m sdk [-h] [--version]"),
+        ("--version", f"torch-backend-sdk {sdk.__version__}"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "sdk", flag],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.startswith(printed), proc.stdout
+        imported = [
+            ln.rsplit("|", 1)[-1].strip()
+            for ln in proc.stderr.splitlines()
+            if ln.startswith("import time:") and "|" in ln
+        ]
+        assert "sdk.cli" in imported, proc.stderr[-3000:]  # (the list is what it seems)
+        torch = [m for m in imported if m == "torch" or m.startswith("torch.")]
+        assert not torch, f"{flag} imported {torch[:5]}"
