@@ -181,7 +181,7 @@ def test_python_block_runs(doc, index, code, tmp_path, monkeypatch):
 
 
 def test_readme_example_prints_the_report_the_readme_shows(tmp_path):
-    """The README's example explains what it compiled (the same backend and options, a
+    """The README's example explains what it compiled (what torch.compile returned, a
     forward under no_grad: one inference graph, no backward), and the lines the README shows
     are the report's (each up to its ``...``), as a run of its own prints them (graph names
     count up through a process: the README showed g1_inference where a run prints g0)."""
@@ -189,7 +189,7 @@ def test_readme_example_prints_the_report_the_readme_shows(tmp_path):
     section = _section(text, "## In Python")
     (code,) = [c for info, c in _python_blocks(section) if info.strip() == "python"]
     assert "torch.compile(model, backend=backend)" in code
-    assert "sdk.explain(model, x, backend=backend)" in code
+    assert "sdk.explain(compiled, x)" in code
     (tmp_path / "example.py").write_text(code)
     proc = subprocess.run(
         [sys.executable, "example.py"],
