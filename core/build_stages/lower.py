@@ -58,6 +58,7 @@ def plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
     """How each graph output is produced, and the computed buffers that must be stored."""
     plan, keep = [], set()
     returned: set[str] = set()
+    computed = {n.name for n in L.nodes if not isinstance(n, ExternNode)}
     for i, (v, meta) in enumerate(zip(L.outputs, L.output_metas)):
         st = v.storage if isinstance(v, TensorValue) else None
         if st is not None and st.buffer in L.merged and st.buffer in returned:
@@ -89,6 +90,8 @@ def plan_outputs(L: Lowerer) -> tuple[list[tuple], set[str]]:
             plan.append(("view", st.buffer, st.layout))
             if isinstance(v, ComputedView):
                 keep.add(v.node.name)
+            elif st.buffer in computed:  # a view of a computed buffer (an as_strided of it)
+                keep.add(st.buffer)
         elif isinstance(v, TensorValue):
             copy = L.pointwise(v.sizes, v.dtype, v.load)
             plan.append(("buf", copy.node.name, None))

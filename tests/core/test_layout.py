@@ -110,6 +110,32 @@ def test_as_strided_keeps_the_traces_layout(plugin, channels_last):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda y: torch.as_strided(y, (2, 2), (1, 2)),  # transposed
+        lambda y: torch.as_strided(y, (2, 2), (2, 1)),  # the same layout
+        lambda y: torch.as_strided(y, (3,), (1,), 1),  # an offset
+    ],
+    ids=["transposed", "same", "offset"],
+)
+def test_a_graph_output_that_is_an_as_strided_view_of_a_computed_buffer(plugin, view):
+    """The computed buffer under the view is stored: the program read it before any step
+    wrote it, and the whole graph ran in ATen."""
+    dev = device_of(plugin)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return view(x + 1)
+
+    x = torch.randn(4, device=dev)
+    report = sdk.explain(f, x, backend=f"sdk:{plugin}", fallback=False)
+    assert not report.fallbacks, str(report)
+    got = torch.compile(f, backend=sdk.backend(plugin, fallback=False))(x)
+    torch.testing.assert_close(got, f(x), rtol=0, atol=0)
+    assert got.stride() == f(x).stride()
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
 def test_a_reshape_that_copies_is_not_taken_for_a_view(plugin):
     """conv -> permute -> reshape -> matmul over channels-last activations (a ConvNeXt
     block's linear). The reshape's meta kernel copies where the stored layout has no view
