@@ -18,6 +18,7 @@ import sys
 import sysconfig
 import textwrap
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -220,6 +221,15 @@ def module() -> ModuleType | None:
         return _state["module"]
 
 
+def build_seconds_since(start: float) -> float:
+    """How much of the time since ``start`` (``time.perf_counter()``) went on building the
+    runner in this process (once per machine: not a graph's compile time)."""
+    built = _state.get("built")
+    if built is None:
+        return 0.0
+    return max(0.0, built[1] - max(built[0], start))
+
+
 def why_not() -> str | None:
     """Why the runner is not available in this process (None: it is, or not tried yet)."""
     return _state.get("why")
@@ -237,14 +247,18 @@ def _load() -> ModuleType:
     # environment: other threads (a lazy backward compile) and child processes read that
     runner_dir = config.variable("SDK_RUNNER_DIR") or None
     build = dict(language="c++", flags=_flags(), namespace="runner", key=key)
-    if not toolchain.is_built(text, **build, cache_root=runner_dir):
+    building = not toolchain.is_built(text, **build, cache_root=runner_dir)
+    if building:
         print(
             "sdk: building the native runner (once per machine and torch version; "
             "about a minute)...",
             file=sys.stderr,
             flush=True,
         )
+    started = time.perf_counter()
     path = toolchain.compile_library(text, **build, cache_root=runner_dir)
+    if building:
+        _state["built"] = (started, time.perf_counter())
     loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, str(path))
     spec = importlib.util.spec_from_loader(_MODULE_NAME, loader)
     assert spec is not None

@@ -651,3 +651,14 @@ def test_loading_the_built_runner_imports_no_build_tooling():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_runner_s_build_is_not_counted_as_a_graph_s_compile(monkeypatch):
+    """A cache hit says what the cold compile took: the runner's build (once per machine,
+    about a minute) that fell inside it is not part of it."""
+    monkeypatch.setitem(native._state, "built", (10.0, 40.0))
+    assert native.build_seconds_since(0.0) == 30.0
+    assert native.build_seconds_since(25.0) == 15.0
+    assert native.build_seconds_since(50.0) == 0.0
+    monkeypatch.delitem(native._state, "built")
+    assert native.build_seconds_since(0.0) == 0.0
