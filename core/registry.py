@@ -10,6 +10,7 @@ listed with its distribution and the reason, and never affects the others.
 from __future__ import annotations
 
 import difflib
+import re
 import threading
 import traceback
 import warnings
@@ -41,6 +42,10 @@ from sdk.plugin import (
     retired_fix,
 )
 from sdk.report import HookFault
+
+#: what a fallback warning's reason names that changes between graphs failing alike
+_PATH = re.compile(r"\S*/\S*")
+_DIGEST = re.compile(r"\b[0-9a-f]{16,}\b")
 
 ENTRY_POINT_GROUP = hookspecs.ENTRY_POINT_GROUP
 hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT)
@@ -370,9 +375,12 @@ class Registry:
         if cannot_compile:
             self._warn_cannot_compile(rec, ops, went_to, what)
             return
-        if reason in rec.fallbacks_warned:
+        # (the same failure of another graph names other files: temporary build
+        # directories, sources named by their digest)
+        key = _DIGEST.sub("<digest>", _PATH.sub("<path>", reason))
+        if key in rec.fallbacks_warned:
             return
-        rec.fallbacks_warned.add(reason)
+        rec.fallbacks_warned.add(key)
         shown = ", ".join(ops[:8]) + (f" and {len(ops) - 8} more" if len(ops) > 8 else "")
         warnings.warn(
             f"SDK plugin {name!r} ({rec.distribution} {rec.dist_version}) could not compile "
