@@ -49,6 +49,14 @@ PERSISTENT_MAX = 4096
 #: 64 to 256 channels) or of few columns: the gain expected is the occupancy's, C programs
 #: each reading N*H*W elements against ``SPLIT_TARGET_PROGRAMS``.
 SPLIT_MIN_INNER = 16384
+#: Split by the grid's size (above: rows under ``MIN_PROGRAMS``, columns, kernels of several
+#: reduction stages as chains: :mod:`.split`), or only as before it was built: at most
+#: ``SPLIT_MAX_OUTER`` rows, one reduction stage, no column reduction. Off until the split
+#: chains have run on a GPU (the GPU suite, compute-sanitizer, the BatchNorm rows timed): they
+#: are correct under Triton's interpreter only. Tests turn it on.
+SPLIT_BY_GRID = False
+#: ... the rows a split took before (``SPLIT_BY_GRID`` off).
+SPLIT_MAX_OUTER = 32
 #: Each program of a split reduction reduces about this many elements or more: a row of
 #: ``rnumel`` is cut into ``cdiv(rnumel * XBLOCK, SPLIT_MIN_CHUNK)`` chunks at most (a column
 #: reduction's program reduces ``XBLOCK`` columns of its chunk).
@@ -160,6 +168,8 @@ def _split_plan(xnumel: int, rnumel: int, outer: bool) -> Plan | None:
     rows, [``SPLIT_OUTER_XBLOCK``, RBLOCK] tiles along the columns for a column reduction;
     the second kernel combines ``SPLIT`` partials per row in [XBLOCK, next_power_of_2(SPLIT)]
     blocks."""
+    if not SPLIT_BY_GRID and (outer or xnumel > SPLIT_MAX_OUTER):
+        return None
     if outer:
         if cdiv(xnumel, OUTER_MIN_ROWS) >= MIN_PROGRAMS:
             return None

@@ -243,6 +243,14 @@ class KernelPlan:
         ranges, some stage reduces, and every stage with inner ranges covers as many
         elements (each is cut into the same chunks); not softmax's two passes."""
         st = self.stages
+        if not heuristics.SPLIT_BY_GRID:  # one reduction stage, then none with inner ranges
+            return (
+                bool(st)
+                and st[0].group >= 0
+                and bool(st[0].reductions)
+                and not st[0].stores
+                and all(s.group < 0 for s in st[1:])
+            )
         return (
             bool(st)
             and st[0].group >= 0

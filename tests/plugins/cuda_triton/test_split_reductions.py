@@ -31,6 +31,7 @@ def _small_split(monkeypatch: pytest.MonkeyPatch) -> None:
     iterations each, as for a GPU of 4 SMs (the interpreter runs each program in Python)."""
     from sdk.plugins.cuda_triton import heuristics
 
+    monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", True)
     monkeypatch.setattr(heuristics, "MIN_PROGRAMS", 8)
     monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER", 256)
     monkeypatch.setattr(heuristics, "SPLIT_MIN_CHUNK", 128)
@@ -120,8 +121,16 @@ def test_batchnorm_training_splits_statistics_and_gradients(plugin, channels_las
     assert _chain(grad.source)[-1] == "pre", grad.source
 
 
+@pytest.fixture
+def _by_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split by the grid's size (off by default until measured on a GPU), real thresholds."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", True)
+
+
 @pytest.mark.parametrize("plugin", _TRITON)
-def test_column_sum_splits_with_real_thresholds(plugin):
+def test_column_sum_splits_with_real_thresholds(plugin, _by_grid):
     """``x.sum(0)`` over 20000 rows of 8 columns, with the real thresholds: unsplit, one
     program of [8, RBLOCK] tiles would loop over every row; split, chunks of rows, each in
     tiles along the columns, then one kernel sums the chunks' partials per column."""

@@ -591,6 +591,29 @@ def test_argmax_argmin_ties(rows, cols, mode):
     _reduce(x, ["argmax", "argmin", "max", "min"], mode, rtol=0, atol=0)
 
 
+@pytest.fixture
+def split_by_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split reductions by the grid's size (``heuristics.SPLIT_BY_GRID``: off by default
+    until the split chains have run on a GPU)."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", True)
+
+
+def test_by_default_a_split_is_what_it_was_before_split_by_grid():
+    """Until measured on a GPU: BatchNorm-shaped reductions (64 channels of 16x56x56, rows or
+    columns) and kernels of several reduction stages are not split; a full sum still is."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    assert not heuristics.SPLIT_BY_GRID
+    assert heuristics.plan(64, [16 * 56 * 56], True).mode == "looped"
+    assert heuristics.plan(64, [16 * 56 * 56], True, outer=True).mode == "looped"
+    assert heuristics.plan(1, [100000], True).mode == "split"
+    x = torch.randn(4, 20000, device=DEV)
+    src = run(_normalize_kernel(4, 20000), x, torch.empty_like(x))
+    assert src.meta["mode"] == "looped", src.meta["mode"]
+
+
 def _chain(src: sdk.KernelSource) -> list[list[str]]:
     """A split kernel's chain of kernels (``[fn, "pre" or "main"]``), checked against its
     source: one ``@triton.jit`` function per kernel, and the header's line."""
@@ -601,7 +624,7 @@ def _chain(src: sdk.KernelSource) -> list[list[str]]:
     return chain
 
 
-def test_split_rows_beyond_32_rows():
+def test_split_rows_beyond_32_rows(split_by_grid):
     """36 rows of 16500 elements, with the real constants: one program per row would be 36
     programs on a GPU of 132 SMs, so the rows are cut into chunks (more than the 32 rows a
     split took before); sums, maxima and first indices of ties across chunks are eager's."""
@@ -657,7 +680,7 @@ def _normalize_ref(x: torch.Tensor) -> torch.Tensor:
     return (d / (d.square().mean(-1, keepdim=True) + 1)).float()
 
 
-def test_split_kernel_of_several_passes_is_a_chain_of_kernels():
+def test_split_kernel_of_several_passes_is_a_chain_of_kernels(split_by_grid):
     """A kernel of several stages over a long row (a sum, the sum of squared deviations from
     its mean, a store) splits too: each stage in chunks, each reduction combined by a second
     kernel that hands the row's value to the later kernels through scratch."""
@@ -701,7 +724,9 @@ def _column_sum_kernel(rows: int, cols: int) -> ir.Kernel:
 
 
 @pytest.mark.parametrize("outer", [True, False], ids=["columns", "normalize_rows"])
-def test_split_configurations_offered_to_measure_give_the_same_values(outer, monkeypatch):
+def test_split_configurations_offered_to_measure_give_the_same_values(
+    outer, monkeypatch, split_by_grid
+):
     """Every configuration a GPU would measure for a split kernel (its first kernels' RBLOCK
     and warps; a column reduction's XBLOCK kept) computes the same values: the chunks are
     the source's, each a loop over RBLOCK steps. Columns: 40 of them over 4000 rows (two
@@ -1170,7 +1195,7 @@ def test_rows_up_to_8192_are_read_in_one_chunk():
 
 @pytest.mark.parametrize("outer", [False, True])
 @pytest.mark.parametrize("channels", [64, 128, 256])
-def test_batchnorm_statistics_plan_split(channels, outer):
+def test_batchnorm_statistics_plan_split(channels, outer, split_by_grid):
     """BatchNorm's statistics and gradients over N*H*W = 16*56*56 elements per channel: rows
     in NCHW, columns in channels-last (and gamma/beta's gradients). Unsplit, a channel per
     program (rows) or a block of 16 to 32 channels (columns) would launch 4 to 256 programs
