@@ -16,6 +16,7 @@ hit, and ``preallocated_outputs``, ``aliases`` and the context's notes.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import pickle
@@ -197,18 +198,11 @@ class _Ref(NamedTuple):
 
 
 def _context_fields(c: CompileContext) -> dict[str, Any]:
+    """The context's fields, as the worker rebuilds it (its notes come back in the answer)."""
     return {
-        "plugin": c.plugin,
-        "device_type": c.device_type,
-        "graph_kind": c.graph_kind,
-        "graph_name": c.graph_name,
-        "options": dict(c.options),
-        "capabilities": c.capabilities,
-        "written_inputs": c.written_inputs,
-        "core_options": c.core_options,
-        "plugin_options": c.plugin_options,
-        "preferences": c.preferences,
-        "threads": c.threads,
+        f.name: dict(c.options) if f.name == "options" else getattr(c, f.name)
+        for f in dataclasses.fields(c)
+        if f.name != "notes"
     }
 
 

@@ -129,3 +129,26 @@ def breaks_of(
             else:
                 out.append(GraphBreak(*got))
     return out
+
+
+class BreakWatch:
+    """The graph breaks Dynamo counts and logs from its making on (:meth:`breaks`)."""
+
+    def __init__(self) -> None:
+        from .adapters import torch_private as tp
+
+        tp.locate_graph_breaks()
+        self._mark, self._before = tp.graph_break_mark(), tp.graph_break_reasons()
+
+    def breaks(self, seen: list[GraphBreak], counted: bool = True) -> list[GraphBreak]:
+        """:func:`breaks_of` over what Dynamo counted and logged since (``counted`` False:
+        ``seen`` alone, with no break Dynamo counted)."""
+        from .adapters import torch_private as tp
+
+        before = self._before
+        reasons = {
+            k: n - before.get(k, 0)
+            for k, n in tp.graph_break_reasons().items()
+            if counted and n > before.get(k, 0)
+        }
+        return breaks_of(seen, reasons, tp.graph_break_sites(self._mark))

@@ -75,8 +75,7 @@ def explain(
 
     fresh: list[Any] = []
     serial = records.next_serial()
-    tp.locate_graph_breaks()
-    mark, before = tp.graph_break_mark(), tp.graph_break_reasons()
+    watch = records.BreakWatch()
     token = pipeline.collect_reports(fresh)
     try:
         with records.watching() as ran:
@@ -95,11 +94,10 @@ def explain(
     finally:
         pipeline.stop_collecting(token)
     new = sum(r.serial >= serial for r in ran)
-    reasons = _diff(tp.graph_break_reasons(), before) if new else {}
     seen = [r.graph_break for r in ran if r.graph_break]
     return ExplainReport(
         graphs=[g for r in ran for g in r.reports],
-        breaks=records.breaks_of(seen, reasons, tp.graph_break_sites(mark)),
+        breaks=watch.breaks(seen, counted=bool(new)),
         compiled_now=bool(fresh),
         compile_note=_note(why, ran, new, fresh),
         dynamo_compiles=new,
@@ -124,20 +122,15 @@ def collect_reports() -> Iterator[ExplainReport]:
     collects what compiled inside it.
     """
     from sdk.core import pipeline, records
-    from sdk.core.adapters import torch_private as tp
 
     report = ExplainReport(compile_note="")
-    tp.locate_graph_breaks()
-    mark, before = tp.graph_break_mark(), tp.graph_break_reasons()
+    watch = records.BreakWatch()
     token = pipeline.collect_reports(report.graphs)
     try:
         yield report
     finally:
         pipeline.stop_collecting(token)
-        seen = [g.graph_break for g in report.graphs if g.graph_break]
-        report.breaks = records.breaks_of(
-            seen, _diff(tp.graph_break_reasons(), before), tp.graph_break_sites(mark)
-        )
+        report.breaks = watch.breaks([g.graph_break for g in report.graphs if g.graph_break])
         report.compiled_now = bool(report.graphs)
 
 
@@ -346,10 +339,6 @@ def _note(why: str | None, ran: list[Any], new: int, fresh: list[Any]) -> str:
         kinds = ", ".join(dict.fromkeys(g.kind for g in fresh))
         note += f" ({kinds} compiled now, at its first run)"
     return note
-
-
-def _diff(after: Mapping[str, int], before: Mapping[str, int]) -> dict[str, int]:
-    return {k: n - before.get(k, 0) for k, n in after.items() if n > before.get(k, 0)}
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:

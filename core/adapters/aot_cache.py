@@ -396,11 +396,9 @@ def unkeyed_guard() -> str | None:
     the next value would load the program made for the first one and compute with it,
     silently (pytorch/pytorch#197889; Inductor does too). Such a compile is not stored: each
     value compiles again, as with the cache off."""
-    from torch._guards import TracingContext
     from torch.utils._sympy.symbol import SymT, symbol_is_type
 
-    tc = TracingContext.try_get()
-    shape_env = tc.fake_mode.shape_env if tc is not None and tc.fake_mode is not None else None
+    shape_env = AOTAutogradCache._get_shape_env()  # the one its entry's guards come from
     for guard in getattr(shape_env, "guards", ()):
         if any(not symbol_is_type(s, SymT.SIZE) for s in guard.expr.free_symbols):
             return (
