@@ -26,7 +26,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 summary=()
 if [[ " $STEPS " == *" tests "* ]]; then
     python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 6 \
-        --ignore=tests/gpu/test_mode_matrix.py ${PYTEST_ARGS:-tests/gpu tests/e2e/test_ops.py tests/e2e/test_models.py tests/e2e/test_dynamic.py tests/e2e/test_mutation.py tests/plugins/cuda_triton/test_pad_mm.py tests/core/test_layout.py tests/core/test_scatters.py tests/core/test_stage_reuse.py tests/e2e/test_softmax.py tests/core/test_recompute_cost.py tests/core/test_scheduler_incremental.py tests/contract/test_runtime.py tests/plugins/cudagraphs/test_cudagraphs_policy.py tests/e2e/test_symbolic_sizes.py tests/core/test_index_add_in_place.py tests/e2e/test_reproducible.py} \
+        --ignore=tests/gpu/test_mode_matrix.py ${PYTEST_ARGS:-tests/gpu tests/e2e/test_ops.py tests/e2e/test_models.py tests/e2e/test_dynamic.py tests/e2e/test_mutation.py tests/plugins/cuda_triton/test_pad_mm.py tests/core/test_layout.py tests/core/test_scatters.py tests/core/test_stage_reuse.py tests/e2e/test_softmax.py tests/core/test_recompute_cost.py tests/core/test_scheduler_incremental.py tests/contract/test_runtime.py tests/plugins/cudagraphs/test_cudagraphs_policy.py tests/e2e/test_symbolic_sizes.py tests/core/test_index_add_in_place.py tests/e2e/test_reproducible.py tests/plugins/cuda_triton/test_split_reductions.py} \
         >"$OUT/pytest.log" 2>&1
     summary+=("pytest: $(tail -1 "$OUT/pytest.log")")
     grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30

@@ -12,7 +12,8 @@ Shapes: 1D and 2D-tiled pointwise, persistent, looped and split reductions,
 multi-stage (softmax, layer norm) forward and backward, indirect loads
 (embedding, gather, index), scatter (embedding backward), cat and pad (with
 empty parts), random numbers (dropout), odd sizes that leave partial blocks,
-column reductions, pointwise scatters, index_put as index_add, max-pooling and a
+column reductions, split reductions (BatchNorm's statistics and gradients as chains of
+split kernels, rows and columns), pointwise scatters, index_put as index_add, max-pooling and a
 channels-last convolution.
 
 ``--dynamic``: graphs compiled once with ``dynamic=True`` (symbolic sizes: sizes are
@@ -112,6 +113,23 @@ def graphs():
         lambda x, w, b: F.adaptive_avg_pool2d(F.conv2d(x, w, b, padding=1).relu(), 1),
         (r(2, 3, 19, 13), r(8, 3, 3, 3), r(8)),
     )
+    # split reductions: rows too few for the GPU (BatchNorm's statistics and gradients
+    # over 40 channels of 4x61x67, NCHW rows and channels-last columns), few long columns;
+    # odd sizes leave partial chunks and blocks
+    bn = (r(4, 40, 61, 67, requires_grad=True), r(40, requires_grad=True), r(40))
+    yield (
+        "batch_norm_train_nchw",
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True).relu(),
+        bn,
+    )
+    yield (
+        "batch_norm_train_channels_last",
+        lambda x, w, b: F.batch_norm(
+            x.contiguous(memory_format=torch.channels_last), None, None, w, b, training=True
+        ),
+        bn,
+    )
+    yield "few_long_columns", lambda x: (x.sum(0), x.var(0)), (r(40001, 5),)
 
 
 def _mismatches(name: str, got: list, want: list, tol: float) -> int:

@@ -123,7 +123,7 @@ def test_batchnorm_training_splits_statistics_and_gradients(plugin, channels_las
 
 @pytest.fixture
 def _by_grid(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Split by the grid's size (off by default until measured on a GPU), real thresholds."""
+    """Split by the grid's size (the default, set whatever it becomes), real thresholds."""
     from sdk.plugins.cuda_triton import heuristics
 
     monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", True)

@@ -593,19 +593,30 @@ def test_argmax_argmin_ties(rows, cols, mode):
 
 @pytest.fixture
 def split_by_grid(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Split reductions by the grid's size (``heuristics.SPLIT_BY_GRID``: off by default
-    until the split chains have run on a GPU)."""
+    """Split reductions by the grid's size (``heuristics.SPLIT_BY_GRID``, the default: the
+    tests below hold whatever the default becomes)."""
     from sdk.plugins.cuda_triton import heuristics
 
     monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", True)
 
 
-def test_by_default_a_split_is_what_it_was_before_split_by_grid():
-    """Until measured on a GPU: BatchNorm-shaped reductions (64 channels of 16x56x56, rows or
+def test_by_default_batchnorm_shaped_reductions_split():
+    """BatchNorm's statistics over 64 channels of 16x56x56 split by default, rows (NCHW) and
+    columns (channels-last); a full sum too; 2048 rows of as many elements do not."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    assert heuristics.plan(64, [16 * 56 * 56], True).mode == "split"
+    assert heuristics.plan(64, [16 * 56 * 56], True, outer=True).mode == "split"
+    assert heuristics.plan(1, [100000], True).mode == "split"
+    assert heuristics.plan(2048, [2048], True).mode != "split"
+
+
+def test_without_split_by_grid_a_split_is_what_it_was_before(monkeypatch):
+    """``SPLIT_BY_GRID`` off: BatchNorm-shaped reductions (64 channels of 16x56x56, rows or
     columns) and kernels of several reduction stages are not split; a full sum still is."""
     from sdk.plugins.cuda_triton import heuristics
 
-    assert not heuristics.SPLIT_BY_GRID
+    monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", False)
     assert heuristics.plan(64, [16 * 56 * 56], True).mode == "looped"
     assert heuristics.plan(64, [16 * 56 * 56], True, outer=True).mode == "looped"
     assert heuristics.plan(1, [100000], True).mode == "split"

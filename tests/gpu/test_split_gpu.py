@@ -1,0 +1,91 @@
+"""Split reductions by the grid's size on the GPU (issue 49), at the sizes that take them:
+BatchNorm2d training over 64 channels of 16x56x56 (NCHW: rows; channels-last: columns),
+forward and backward, fp32 and bf16; a column sum of few columns; LayerNorm's weight and
+bias gradients over many rows. ``heuristics.SPLIT_BY_GRID`` on (the default; set here so
+that the file tests the split whatever the default), every output and gradient against eager, and the split chain read from
+``sdk.explain``. The CPU file (tests/plugins/cuda_triton/test_split_reductions.py) runs the
+same chains under Triton's interpreter at small sizes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sdk
+from tests.plugins.cuda_triton.test_split_reductions import _chain
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+#: fp32: reductions over 50176 elements in another order than cuDNN's; bf16: one rounding of
+#: the outputs and of each gradient (the tolerances Inductor's tests give bf16)
+TOL = {"fp32": {"rtol": 1e-4, "atol": 1e-4}, "bf16": {"rtol": 2e-2, "atol": 2e-2}}
+
+
+@pytest.fixture
+def by_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sdk.plugins.cuda_triton import heuristics
+
+    monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", True)
+
+
+def _split_kernels(report: sdk.ExplainReport) -> list[list[str]]:
+    return [c for g in report.graphs for k in g.kernels if (c := _chain(k.source)) is not None]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_batchnorm_training_split(by_grid, dtype, channels_last):
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(64).cuda().to(DTYPES[dtype])
+    ref = torch.nn.BatchNorm2d(64).cuda().to(DTYPES[dtype])
+    with torch.no_grad():
+        bn.weight.normal_()
+        bn.bias.normal_()
+    ref.load_state_dict(bn.state_dict())
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = (torch.randn(16, 64, 56, 56, device="cuda") * 2 + 1).to(DTYPES[dtype], memory_format=fmt)
+    w = torch.randn_like(x)
+
+    def step(m, x, w):
+        return (m(x).float() * w.float()).mean()
+
+    compiled = torch.compile(step, backend=sdk.backend("cuda_triton", fallback=False))
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compiled(bn, x1, w), step(ref, x2, w)
+    got.backward()
+    want.backward()
+    tol = TOL[dtype]
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(x1.grad.float(), x2.grad.float(), **tol)
+    torch.testing.assert_close(bn.weight.grad.float(), ref.weight.grad.float(), **tol)
+    torch.testing.assert_close(bn.bias.grad.float(), ref.bias.grad.float(), **tol)
+    torch.testing.assert_close(bn.running_mean.float(), ref.running_mean.float(), **tol)
+    torch.testing.assert_close(bn.running_var.float(), ref.running_var.float(), **tol)
+    chains = _split_kernels(sdk.explain(compiled, bn, x1, w))
+    assert chains and any(len(c) > 2 for c in chains), chains  # a chain of several stages
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_column_sum_and_layernorm_gradients_split(by_grid, dtype):
+    torch.manual_seed(0)
+    x = torch.randn(65536, 24, device="cuda", dtype=DTYPES[dtype])
+
+    def colsum(x):
+        return x.sum(0), x.float().var(0)
+
+    got = torch.compile(colsum, backend=sdk.backend("cuda_triton", fallback=False))(x)
+    want = colsum(x.double())
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g.double(), e.to(g.dtype).double(), **TOL[dtype])
+    assert _split_kernels(sdk.explain(colsum, x, backend="sdk:cuda_triton", fallback=False))
+
+    ln = torch.nn.LayerNorm(24).cuda().to(DTYPES[dtype])
+    ref = torch.nn.LayerNorm(24).cuda().to(DTYPES[dtype])
+    ref.load_state_dict(ln.state_dict())
+    compiled = torch.compile(lambda x: ln(x).float().square().mean(), backend="sdk:cuda_triton")
+    compiled(x).backward()
+    ref(x).float().square().mean().backward()
+    torch.testing.assert_close(ln.weight.grad.float(), ref.weight.grad.float(), **TOL[dtype])
+    torch.testing.assert_close(ln.bias.grad.float(), ref.bias.grad.float(), **TOL[dtype])
