@@ -313,6 +313,9 @@ _TIMM = {
     # values and a ReLU input lands within fp32 noise of 0 (1.4e-6 in fp64): any fp32 run
     # may flip that mask, and one flip moved every shortcut gradient past the fp64 rule)
     "regnety_008": ("regnety_008", {"small": {"zero_init_last": False}, "full": {}}),
+    # timm's ResNet-50 (the issue 49 row where both compilers lost to eager), same
+    # zero-initialised last BatchNorm weights as RegNetY's at the small size
+    "timm_resnet50": ("resnet50", {"small": {"zero_init_last": False}, "full": {}}),
 }
 
 #: Keyword arguments that make a timm training step deterministic (see
