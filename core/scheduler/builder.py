@@ -474,8 +474,8 @@ def _loop_order(
     """
     if len(xs) < 2:
         return xs, sizes
-    best: tuple[int, int, sympy.Expr] | None = None
     wanted = set(xs)
+    candidates: list[tuple[int, int, sympy.Expr]] = []
     for st in stages:
         accesses = [(s.buffer, s.index, 1) for s in st.stores]
         for e in walk([r.value for r in st.reductions] + [s.value for s in st.stores]):
@@ -483,25 +483,32 @@ def _loop_order(
                 accesses.append((e.buffer, e.index, 0))
         for buf, index, is_store in accesses:
             index = sympy.sympify(index)
-            if not index.free_symbols & wanted:
-                continue
-            key = (numel_hint(layouts[buf].sizes), is_store)
-            if best is None or key > best[:2]:
-                best = (*key, index)
-    if best is None:
-        return xs, sizes
-    index = sympy.expand(best[2])
+            if index.free_symbols & wanted:
+                candidates.append((numel_hint(layouts[buf].sizes), is_store, index))
+    # the largest access whose index is affine in every loop decides: one that is not (a
+    # reshape's or a padded window's div/mod: max-pooling reads its input so) says nothing
+    # of the memory order, and the next largest, the output a pooling kernel stores in
+    # channels-last, does
+    for *_, index in sorted(candidates, key=lambda c: c[:2], reverse=True):
+        coeffs = _affine_coefficients(sympy.expand(index), xs)
+        if coeffs is None:
+            continue
+        big = max(abs(c) for c in coeffs) + 1
+        order = sorted(range(len(xs)), key=lambda i: -(abs(coeffs[i]) or big))
+        return tuple(xs[i] for i in order), tuple(sizes[i] for i in order)
+    return xs, sizes
+
+
+def _affine_coefficients(index: sympy.Expr, xs: tuple) -> list[int] | None:
+    """The integer coefficient of each loop in ``index``, or None where it is not affine in
+    one of them."""
     coeffs = []
     for x in xs:
         c = index.coeff(x)
         if not c.is_Integer or (index - c * x).has(x):
-            return xs, sizes  # not affine in this loop (a reshape's div/mod): keep
+            return None
         coeffs.append(int(c))
-    big = max(abs(c) for c in coeffs) + 1
-    order = sorted(range(len(xs)), key=lambda i: -(abs(coeffs[i]) or big))
-    if order == list(range(len(xs))):
-        return xs, sizes
-    return tuple(xs[i] for i in order), tuple(sizes[i] for i in order)
+    return coeffs
 
 
 def _arguments(

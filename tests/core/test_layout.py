@@ -319,6 +319,24 @@ def test_loop_order_follows_the_largest_store():
     assert _loop_order(xs, sizes, [stage], {"out": contiguous}) == (xs, sizes)
 
 
+def test_loop_order_skips_a_larger_access_that_is_not_affine():
+    """Max-pooling over channels-last: its largest access, the input's window, addresses
+    rows and columns through a div/mod (the padded window's wrap-around), which says nothing
+    of the memory order; the channels-last output it stores decides, so C runs fastest (it
+    ran fastest along W: every lane of a warp 2*C bytes or more from the next)."""
+    from sdk.core.ir.expr import Load
+
+    xs = tuple(sympy.Symbol(f"x{i}", integer=True, nonnegative=True) for i in range(4))
+    n, c, h, w = xs
+    sizes = (2, 8, 4, 4)
+    inp = Layout((2, 8, 9, 9), (648, 1, 72, 8), 0, torch.float32, "cpu")
+    out = Layout(sizes, (128, 1, 32, 8), 0, torch.float32, "cpu")
+    window = 648 * n + c + 72 * sympy.Mod(2 * h + 8, 9) + 8 * sympy.Mod(2 * w + 8, 9)
+    stage = Stage((), (), [], [Store("out", out.linear(xs), Load("inp", window, torch.float32))])
+    order, osizes = _loop_order(xs, sizes, [stage], {"out": out, "inp": inp})
+    assert order == (n, h, w, c) and osizes == (2, 4, 4, 8)
+
+
 def test_guard_checks_sizes_only_for_inputs_that_only_reach_library_calls(specializations):
     """A backward graph's inputs are not guarded by Dynamo: its program checks them
     itself (here a program is called directly, as one that is not Dynamo-guarded). ``b``
