@@ -49,6 +49,17 @@ PERSISTENT_MAX = 4096
 #: 64 to 256 channels) or of few columns: the gain expected is the occupancy's, C programs
 #: each reading N*H*W elements against ``SPLIT_TARGET_PROGRAMS``.
 SPLIT_MIN_INNER = 16384
+#: ... except a column reduction of several stages (BatchNorm's statistics and backward over
+#: channels-last activations: a sum, then per column, then per element), split from this many
+#: rows on. Unsplit, such a kernel runs ``cdiv(columns, 16)`` programs of [16, 1024] tiles (the
+#: tile measured for one-load column sums) with several tensors' tiles live at once. On an H200
+#: (torch 2.11, resnet50 training forced to channels-last, bf16; BENCHMARKS.md "Issues 48 and
+#: 49, third session"), four of its backward's unsplit kernels, over 512 columns of 12544 rows
+#: (32 programs), took 0.13 to 0.18 ms each; the kernels of its split chains 0.05 to 0.07.
+#: Split, a chain's kernels run [32, 128] tiles on up to ``SPLIT_TARGET_PROGRAMS`` programs.
+#: Not timed at these sizes yet (the device time ran out); one-stage column sums (bias
+#: gradients, measured) keep ``SPLIT_MIN_INNER``.
+SPLIT_MIN_INNER_CHAIN_COLUMNS = 512
 #: Split by the grid's size (above: rows under ``MIN_PROGRAMS``, columns, kernels of several
 #: reduction stages as chains: :mod:`.split`), or only as before it was built: at most
 #: ``SPLIT_MAX_OUTER`` rows, one reduction stage, no column reduction. On (H200, torch 2.11,
@@ -231,7 +242,9 @@ def plan(
         warps = 8 if xnumel >= 65536 else max(1, min(4, xblock // 128))
         return Plan("pointwise", xnumel, 0, {"XBLOCK": xblock, "num_warps": warps})
     rnumel = max(inner_numels)
-    if splittable and not looped and rnumel >= SPLIT_MIN_INNER:
+    chain_columns = outer and len(inner_numels) > 1
+    min_inner = SPLIT_MIN_INNER_CHAIN_COLUMNS if chain_columns else SPLIT_MIN_INNER
+    if splittable and not looped and rnumel >= min_inner:
         split = _split_plan(xnumel, rnumel, outer)
         if split is not None:
             return split

@@ -149,6 +149,23 @@ def test_column_sum_splits_with_real_thresholds(plugin, _by_grid):
 
 
 @pytest.mark.parametrize("plugin", _TRITON)
+def test_channels_last_batchnorm_splits_short_columns_with_real_thresholds(plugin, _by_grid):
+    """BatchNorm2d in training over channels-last activations with the real thresholds: 8
+    channels of 2x20x15 = 600 elements, columns of a multi-stage kernel (statistics, then per
+    channel, then per element), so over ``SPLIT_MIN_INNER_CHAIN_COLUMNS`` rows: split into
+    chains in the forward and the backward, values and gradients as eager's."""
+    bn, ref = _pair(torch.nn.BatchNorm2d, 8)
+    x = (torch.randn(2, 8, 20, 15, device=DEV) * 2 + 1).to(memory_format=torch.channels_last)
+    w = torch.randn(2, 8, 20, 15, device=DEV).to(memory_format=torch.channels_last)
+    report = _compare(bn, ref, x, w)
+    forward, backward = _per_row(report, "forward", 8), _per_row(report, "backward", 8)
+    assert forward and backward, [k.source[:300] for g in report.graphs for k in g.kernels]
+    (stats,) = [k for k in forward if "aten.var_mean.correction" in k.ops]
+    assert _chain(stats.source) == ["pre", "main", "pre", "main"], stats.source
+    assert all(_chain(k.source) is not None for k in backward), [k.source for k in backward]
+
+
+@pytest.mark.parametrize("plugin", _TRITON)
 def test_layernorm_gamma_beta_gradients_split(plugin, _small_split):
     """LayerNorm in training over 300 rows of 20: its weight and bias gradients are column
     sums over the rows, split into chunks of rows; the rows' statistics (300 rows of 20:

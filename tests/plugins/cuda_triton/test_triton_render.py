@@ -1227,6 +1227,27 @@ def test_batchnorm_statistics_plan_split(channels, outer, split_by_grid):
     assert heuristics.plan(channels, [rnumel], True, outer=outer, looped=True).mode != "split"
 
 
+def test_column_chains_split_from_shorter_columns():
+    """A column reduction of several stages (BatchNorm over channels-last activations:
+    statistics, then per channel, then per element) splits from
+    ``SPLIT_MIN_INNER_CHAIN_COLUMNS`` rows, where one column sum keeps ``SPLIT_MIN_INNER``:
+    resnet50's later stages (512 channels of 12544 rows, 1024 of 3136, 2048 of 784) ran 32 to
+    128 programs unsplit."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    for channels, rows in ((512, 12544), (1024, 3136), (2048, 784)):
+        p = heuristics.plan(channels, [rows, rows], True, outer=True)
+        assert p.mode == "split", (channels, rows, p)
+        assert p.split * heuristics.cdiv(channels, p.pre_config["XBLOCK"]) >= 264, p
+        assert heuristics.plan(channels, [rows], True, outer=True).mode == "looped"
+        # rows (NCHW): many enough programs either way
+        assert heuristics.plan(channels, [rows, rows], True).mode != "split"
+    # too short to split: under the chain threshold, or a single chunk
+    assert heuristics.plan(512, [256, 256], True, outer=True).mode != "split"
+    assert heuristics.plan(8, [600, 600], True, outer=True).mode == "split"
+    assert heuristics.plan(8, [500, 500], True, outer=True).mode != "split"
+
+
 def test_split_is_kept_for_short_reductions_and_full_grids():
     """Shapes the split leaves as they were: rows enough for the GPU (512 channels, a
     vocabulary's rows), reductions under SPLIT_MIN_INNER (GPT-2's bias gradients: 768 to 3072
