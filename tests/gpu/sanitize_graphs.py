@@ -130,6 +130,20 @@ def graphs():
         bn,
     )
     yield "few_long_columns", lambda x: (x.sum(0), x.var(0)), (r(40001, 5),)
+    # short columns of several stages, split from 512 rows: BatchNorm1d over 700 rows of 24,
+    # channels-last BatchNorm over 2x19x17 = 646 rows of 24 channels
+    yield (
+        "batch_norm1d_train_short_columns",
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True).relu(),
+        (r(700, 24, requires_grad=True), r(24, requires_grad=True), r(24)),
+    )
+    yield (
+        "batch_norm_train_channels_last_short",
+        lambda x, w, b: F.batch_norm(
+            x.contiguous(memory_format=torch.channels_last), None, None, w, b, training=True
+        ),
+        (r(2, 24, 19, 17, requires_grad=True), r(24, requires_grad=True), r(24)),
+    )
 
 
 def _mismatches(name: str, got: list, want: list, tol: float) -> int:

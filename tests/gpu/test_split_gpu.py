@@ -68,6 +68,37 @@ def test_batchnorm_training_split(by_grid, dtype, channels_last):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(700, 48), (4096, 256), (2, 512, 28, 28)], ids=str)
+def test_short_column_chains_split(by_grid, dtype, shape):
+    """BatchNorm in training over short columns of several stages (split from 512 rows):
+    BatchNorm1d over 700 and 4096 rows, channels-last BatchNorm2d over 2x28x28 per channel."""
+    torch.manual_seed(0)
+    cls = torch.nn.BatchNorm1d if len(shape) == 2 else torch.nn.BatchNorm2d
+    bn = cls(shape[1]).cuda().to(DTYPES[dtype])
+    ref = cls(shape[1]).cuda().to(DTYPES[dtype])
+    ref.load_state_dict(bn.state_dict())
+    x = torch.randn(shape, device="cuda").to(DTYPES[dtype])
+    if len(shape) == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn_like(x)
+
+    def step(m, x, w):
+        return (m(x).float() * w.float()).mean()
+
+    compiled = torch.compile(step, backend=sdk.backend("cuda_triton", fallback=False))
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compiled(bn, x1, w), step(ref, x2, w)
+    got.backward()
+    want.backward()
+    tol = TOL[dtype]
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(x1.grad.float(), x2.grad.float(), **tol)
+    torch.testing.assert_close(bn.weight.grad.float(), ref.weight.grad.float(), **tol)
+    torch.testing.assert_close(bn.running_var.float(), ref.running_var.float(), **tol)
+    assert _split_kernels(sdk.explain(compiled, bn, x1, w))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_column_sum_and_layernorm_gradients_split(by_grid, dtype):
     torch.manual_seed(0)
     x = torch.randn(65536, 24, device="cuda", dtype=DTYPES[dtype])
