@@ -222,8 +222,9 @@ def frozen_graph(
 
 class Frozen:
     """A graph-level plugin's partition compiled with the model's parameters and buffers as
-    constants (``PluginInfo.frozen_parameters``), guarded on each one's identity and version:
-    a parameter or buffer replaced or written in place since the compile makes the partition compile
+    constants (``PluginInfo.frozen_parameters``), guarded on each one's identity, version and
+    storage: a parameter or buffer replaced, written in place or given other data
+    (``p.data = ...``) since the compile makes the partition compile
     again with the new values (outside the compile's fake mode, as at compile time). Called
     with every input of the partition; the plugin's callable gets the others.
     ``compile(s, c, graph, inputs, dead) -> (callable, cache state)`` is the partition compile
@@ -276,15 +277,17 @@ class Frozen:
         self._fn = fn
         self._params = list(params)
         self._versions = [p._version for p in params]
+        # ``p.data = other`` keeps the object and its version: its storage tells
+        self._storages = [p.data_ptr() for p in params]
         self.compiles += 1
 
     def __call__(self, *args: Any) -> Any:
         if self._aten is not None:
             return self._aten(*args)
-        params, versions = self._params, self._versions
+        params, versions, storages = self._params, self._versions, self._storages
         for k, i in enumerate(self._positions):
             a = args[i]
-            if a is not params[k] or a._version != versions[k]:
+            if a is not params[k] or a._version != versions[k] or a.data_ptr() != storages[k]:
                 self._recompile([args[j] for j in self._positions])
                 if self._aten is not None:
                     return self._aten(*args)
@@ -295,9 +298,15 @@ class Frozen:
     def _recompile(self, params: list[Any]) -> None:
         changed = sorted(
             {
-                "replaced" if p is not old else "written in place"
-                for p, old, v in zip(params, self._params, self._versions, strict=True)
-                if p is not old or p._version != v
+                "replaced"
+                if p is not old
+                else "written in place"
+                if p._version != v
+                else "given other data"
+                for p, old, v, ptr in zip(
+                    params, self._params, self._versions, self._storages, strict=True
+                )
+                if p is not old or p._version != v or p.data_ptr() != ptr
             }
         )
         try:

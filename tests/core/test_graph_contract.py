@@ -188,6 +188,11 @@ def test_frozen_parameters_are_folded_and_recompiled_when_a_weight_changes(folde
     assert _compiles_after_a_call(plugin, compiled, model, x) == 3
     assert _compiles_after_a_call(plugin, compiled, model, x) == 3
 
+    # given other data: the same Parameter object, its version unchanged (``p.data = ...``
+    # bumps neither), its storage another; the values it held before were folded
+    model[2].weight.data = torch.randn(4, 16)
+    assert _compiles_after_a_call(plugin, compiled, model, x) == 4
+
     notes = _partition_notes(model, x)
     assert "frozen as constants" in notes, notes
 
