@@ -95,7 +95,7 @@ def compile_subgraph(
             "context": _context_fields(c),
             "graph": _graph_fields(sub),
         }
-    answer = _run(c.plugin, request)
+    answer = _run(c.plugin, request, c.core_options.isolate_timeout_s)
     for note in answer["notes"]:
         c.note(note)
     artifact = answer["artifact"]
@@ -124,9 +124,10 @@ def compile_subgraph(
 # -- the parent's side ------------------------------------------------------------------
 
 
-def _run(plugin: str, request: dict[str, Any]) -> dict[str, Any]:
+def _run(plugin: str, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
     """The worker's answer to ``request``; raises what the worker's compile raised (as
-    :class:`SDKError` or RuntimeError) or :class:`CompileCrashed`."""
+    :class:`SDKError` or RuntimeError) or :class:`CompileCrashed` (also where the worker
+    took more than ``timeout`` seconds: it is killed)."""
     with tempfile.TemporaryDirectory(prefix="sdk-isolated-") as tmp:
         ask, answer, log = (os.path.join(tmp, n) for n in ("request", "answer", "output"))
         with open(ask, "wb") as f:
@@ -140,17 +141,27 @@ def _run(plugin: str, request: dict[str, Any]) -> dict[str, Any]:
                     " (an option value or a constant that cannot be pickled)"
                 ) from exc
         with open(log, "wb") as out:
-            done = subprocess.run(
-                [sys.executable, "-c", _BOOT, ask, answer],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                check=False,
-            )
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-c", _BOOT, ask, answer],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    check=False,
+                    timeout=timeout,
+                )
+            except subprocess.TimeoutExpired:  # (run() killed the worker)
+                done = None
         with open(log, "rb") as f:
             output = f.read().decode(errors="replace")
         if output:  # (the vendor's own messages: not swallowed)
             sys.stderr.write(output)
+        if done is None:
+            raise CompileCrashed(
+                f"sdk:{plugin} sdk_compile_subgraph did not finish within {timeout:g} s in its "
+                "worker process (isolate_compile), which was killed; if the compile is only "
+                "slow, raise the option isolate_timeout_s (None: no limit)"
+            )
         if done.returncode != 0 or not os.path.exists(answer):
             raise CompileCrashed(_crash(plugin, done.returncode, output))
         with open(answer, "rb") as f:

@@ -91,6 +91,13 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         "artifact and implement sdk_load_subgraph), False: in this process",
         (bool, type(None)),
     ),
+    "isolate_timeout_s": OptionSpec(
+        1800.0,
+        "with isolate_compile: seconds a partition's worker process may take before it is "
+        "killed and the partition falls back with that as its reason (a compiler that hangs "
+        "would hang torch.compile); None: no limit",
+        (int, float, type(None)),
+    ),
 }
 
 #: torch.compile modes and the options each stands for. A capability among the wrappers stands
@@ -174,6 +181,12 @@ def resolve(
         raise OptionError(
             f"option 'tune_budget_s' for sdk:{info.name} must be a number of seconds >= 0 "
             f"(0: measure nothing) or None (automatic), got {budget!r}"
+        )
+    limit = merged["isolate_timeout_s"]
+    if limit is not None and not limit > 0:
+        raise OptionError(
+            f"option 'isolate_timeout_s' for sdk:{info.name} must be a number of seconds > 0 "
+            f"or None (no limit), got {limit!r}"
         )
     core = CoreOptions(
         **{

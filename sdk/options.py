@@ -97,6 +97,8 @@ class CoreOptions(_Options):
     #: graph-level plugins: compile each partition in a worker process (``PluginInfo.
     #: isolate_compile``); None: as the plugin declares
     isolate_compile: bool | None = None
+    #: ... and how long its worker may take before it is killed (None: no limit)
+    isolate_timeout_s: float | None = 1800.0
 
     @property
     def strict(self) -> bool:

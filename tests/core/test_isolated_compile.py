@@ -28,6 +28,7 @@ VENDOR = """
 
     ISOLATE = {isolate!r}
     CRASH = {crash!r}      # the compile prints a check's failure and aborts
+    HANG = {hang!r}        # the compile never returns
     ARTIFACT = {artifact!r}
     loaded = []            # per load: what the compile saw, sent back in its artifact
 
@@ -44,6 +45,10 @@ VENDOR = """
 
     @sdk.hookimpl
     def sdk_compile_subgraph(ctx, gm, example_inputs):
+        if HANG:
+            print("waiting for a license server", file=sys.stderr, flush=True)
+            import time
+            time.sleep(3600)
         if CRASH:
             print("Check 'false' failed at src/vendor.cpp:151:", file=sys.stderr)
             print("  no kernel for this layout", file=sys.stderr, flush=True)
@@ -72,8 +77,8 @@ def vendor(make_plugin, fake_dist, use_registry):
     """``vendor(isolate=..., crash=..., artifact=...) -> the plugin's module``, installed as
     ``sdk:vendorg``."""
 
-    def make(isolate: bool = True, crash: bool = False, artifact: bool = True):
-        source = VENDOR.format(isolate=isolate, crash=crash, artifact=artifact)
+    def make(isolate: bool = True, crash: bool = False, artifact: bool = True, hang: bool = False):
+        source = VENDOR.format(isolate=isolate, crash=crash, artifact=artifact, hang=hang)
         name = make_plugin(source, name="vendorg", head=False)
         use_registry(fake_dist("acme-vendorg", {"vendorg": name}))
         return importlib.import_module(name)
@@ -111,6 +116,19 @@ def test_an_aborting_compiler_takes_its_worker_and_the_partition_runs_in_aten(ve
         assert "killed by SIGABRT (signal 6)" in p.note, p.note
         assert "no kernel for this layout" in p.note, p.note  # the compiler's last words
     assert "SIGABRT" in str(report)
+
+
+def test_a_hanging_compiler_is_killed_after_the_timeout_and_the_partition_runs_in_aten(vendor):
+    """A compile that never returns: its worker is killed after ``isolate_timeout_s``, the
+    partition runs in ATen (results equal to eager's) and the reason says so, with the fix."""
+    vendor(isolate=True, hang=True)
+    backend = sdk.backend("vendorg", isolate_timeout_s=4)
+    x, y = _inputs()
+    with pytest.warns(sdk.PluginFallbackWarning, match="did not finish within 4 s"):
+        got = torch.compile(fn, backend=backend)(x, y)
+    torch.testing.assert_close(got, fn(x, y))
+    with pytest.raises(sdk.OptionError, match="isolate_timeout_s"):
+        torch.compile(fn, backend=sdk.backend("vendorg", isolate_timeout_s=0))(x, y)
 
 
 def test_an_isolated_compile_comes_back_as_its_artifact(vendor):
