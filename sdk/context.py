@@ -129,9 +129,10 @@ class GraphPass:
 
     The core's own passes are such entries (``relu_into_addmm``: a ReLU whose only input is
     an ``addmm`` becomes one ``aten._addmm_activation`` call; ``mm_bias_into_kernel`` and
-    ``conv_bias_into_kernel``, for plugins declaring ``Capability.MM_BIAS_IN_KERNEL`` and
-    ``Capability.CONV_BIAS_IN_KERNEL``: a product's or convolution's bias added by a
-    pointwise ``aten.add`` the generated kernels take). A plugin adds its own the same way.
+    ``conv_bias_into_kernel``, for plugins whose ``sdk_preferences`` answer
+    ``Preferences(mm_bias_in_kernel=True)`` and ``Preferences(conv_bias_in_kernel=True)``: a
+    product's or convolution's bias added by a pointwise ``aten.add`` the generated kernels
+    take). A plugin adds its own the same way.
 
     ``fn(gm, ctx)`` is called once per compiled graph variant with ``gm``, a
     ``torch.fx.GraphModule`` of ATen calls (the core's own copy: rewrite ``gm.graph`` in
