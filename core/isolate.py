@@ -39,6 +39,7 @@ from sdk.plugin import CompileContext, CompiledSubgraph, CoreOptions, PluginInfo
 
 from .adapters import torch_private as tp
 from .session import CompileSession
+from .subgraph_io import is_static
 
 #: how much of the worker's last output a crash's reason quotes
 TAIL_CHARS = 400
@@ -77,7 +78,7 @@ def compile_subgraph(
     took in the worker. Raises
     :class:`CompileCrashed` where the worker died, TypeError where the contract of an
     isolated compile is not kept (symbolic sizes, no artifact, no ``sdk_load_subgraph``)."""
-    if not all(_static(x) for x in inputs):
+    if not all(is_static(x) for x in inputs):
         raise TypeError(
             f"sdk:{c.plugin} compiles in a worker process (isolate_compile), which takes "
             "concrete sizes only"
@@ -260,14 +261,6 @@ def _layout(v: Any) -> Any:
     if isinstance(v, torch.SymInt):
         raise TypeError("a symbolic size cannot be sent to an isolated compile's worker")
     return v if v is None or isinstance(v, (bool, int, float)) else None
-
-
-def _static(x: Any) -> bool:
-    if isinstance(x, torch.SymInt):
-        return False
-    if isinstance(x, torch.Tensor):
-        return not any(isinstance(d, torch.SymInt) for d in (*x.shape, *x.stride()))
-    return True
 
 
 # -- the worker's side ------------------------------------------------------------------

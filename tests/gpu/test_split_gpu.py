@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import sdk
-from tests.plugins.cuda_triton.test_split_reductions import _chain
+from tests.plugins.cuda_triton.test_split_reductions import _by_grid, _chain  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
@@ -23,20 +23,31 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 TOL = {"fp32": {"rtol": 1e-4, "atol": 1e-4}, "bf16": {"rtol": 2e-2, "atol": 2e-2}}
 
 
-@pytest.fixture
-def by_grid(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sdk.plugins.cuda_triton import heuristics
-
-    monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", True)
-
-
 def _split_kernels(report: sdk.ExplainReport) -> list[list[str]]:
     return [c for g in report.graphs for k in g.kernels if (c := _chain(k.source)) is not None]
 
 
+def _step(m, x, w):
+    return (m(x).float() * w.float()).mean()
+
+
+def _train_both(bn, ref, x):
+    """One training step of ``bn`` compiled and of ``ref`` (its copy) in eager, on ``x`` and a
+    random weighting ``w`` of the output: (the compiled step, its loss, eager's loss, the
+    compiled and eager inputs, ``w``)."""
+    w = torch.randn_like(x)
+    compiled = torch.compile(_step, backend=sdk.backend("cuda_triton", fallback=False))
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compiled(bn, x1, w), _step(ref, x2, w)
+    got.backward()
+    want.backward()
+    return compiled, got, want, x1, x2, w
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
-def test_batchnorm_training_split(by_grid, dtype, channels_last):
+@pytest.mark.usefixtures("_by_grid")
+def test_batchnorm_training_split(dtype, channels_last):
     torch.manual_seed(0)
     bn = torch.nn.BatchNorm2d(64).cuda().to(DTYPES[dtype])
     ref = torch.nn.BatchNorm2d(64).cuda().to(DTYPES[dtype])
@@ -46,16 +57,7 @@ def test_batchnorm_training_split(by_grid, dtype, channels_last):
     ref.load_state_dict(bn.state_dict())
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     x = (torch.randn(16, 64, 56, 56, device="cuda") * 2 + 1).to(DTYPES[dtype], memory_format=fmt)
-    w = torch.randn_like(x)
-
-    def step(m, x, w):
-        return (m(x).float() * w.float()).mean()
-
-    compiled = torch.compile(step, backend=sdk.backend("cuda_triton", fallback=False))
-    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
-    got, want = compiled(bn, x1, w), step(ref, x2, w)
-    got.backward()
-    want.backward()
+    compiled, got, want, x1, x2, w = _train_both(bn, ref, x)
     tol = TOL[dtype]
     torch.testing.assert_close(got, want, **tol)
     torch.testing.assert_close(x1.grad.float(), x2.grad.float(), **tol)
@@ -69,7 +71,8 @@ def test_batchnorm_training_split(by_grid, dtype, channels_last):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(700, 48), (4096, 256), (2, 512, 28, 28)], ids=str)
-def test_short_column_chains_split(by_grid, dtype, shape):
+@pytest.mark.usefixtures("_by_grid")
+def test_short_column_chains_split(dtype, shape):
     """BatchNorm in training over short columns of several stages (split from 512 rows):
     BatchNorm1d over 700 and 4096 rows, channels-last BatchNorm2d over 2x28x28 per channel."""
     torch.manual_seed(0)
@@ -80,16 +83,7 @@ def test_short_column_chains_split(by_grid, dtype, shape):
     x = torch.randn(shape, device="cuda").to(DTYPES[dtype])
     if len(shape) == 4:
         x = x.contiguous(memory_format=torch.channels_last)
-    w = torch.randn_like(x)
-
-    def step(m, x, w):
-        return (m(x).float() * w.float()).mean()
-
-    compiled = torch.compile(step, backend=sdk.backend("cuda_triton", fallback=False))
-    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
-    got, want = compiled(bn, x1, w), step(ref, x2, w)
-    got.backward()
-    want.backward()
+    compiled, got, want, x1, x2, w = _train_both(bn, ref, x)
     tol = TOL[dtype]
     torch.testing.assert_close(got, want, **tol)
     torch.testing.assert_close(x1.grad.float(), x2.grad.float(), **tol)
@@ -99,7 +93,8 @@ def test_short_column_chains_split(by_grid, dtype, shape):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_column_sum_and_layernorm_gradients_split(by_grid, dtype):
+@pytest.mark.usefixtures("_by_grid")
+def test_column_sum_and_layernorm_gradients_split(dtype):
     torch.manual_seed(0)
     x = torch.randn(65536, 24, device="cuda", dtype=DTYPES[dtype])
 

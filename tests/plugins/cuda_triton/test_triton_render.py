@@ -30,6 +30,7 @@ import sdk
 from sdk import ir
 from sdk.plugins import cuda_triton
 from sdk.plugins.cuda_triton import launch, render
+from tests.plugins.cuda_triton.test_split_reductions import _by_grid  # noqa: F401 (a fixture)
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 F32, BF16, I64 = torch.float32, torch.bfloat16, torch.int64
@@ -591,15 +592,6 @@ def test_argmax_argmin_ties(rows, cols, mode):
     _reduce(x, ["argmax", "argmin", "max", "min"], mode, rtol=0, atol=0)
 
 
-@pytest.fixture
-def split_by_grid(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Split reductions by the grid's size (``heuristics.SPLIT_BY_GRID``, the default: the
-    tests below hold whatever the default becomes)."""
-    from sdk.plugins.cuda_triton import heuristics
-
-    monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", True)
-
-
 def test_by_default_batchnorm_shaped_reductions_split():
     """BatchNorm's statistics over 64 channels of 16x56x56 split by default, rows (NCHW) and
     columns (channels-last); a full sum too; 2048 rows of as many elements do not."""
@@ -635,7 +627,8 @@ def _chain(src: sdk.KernelSource) -> list[list[str]]:
     return chain
 
 
-def test_split_rows_beyond_32_rows(split_by_grid):
+@pytest.mark.usefixtures("_by_grid")
+def test_split_rows_beyond_32_rows():
     """36 rows of 16500 elements, with the real constants: one program per row would be 36
     programs on a GPU of 132 SMs, so the rows are cut into chunks (more than the 32 rows a
     split took before); sums, maxima and first indices of ties across chunks are eager's."""
@@ -691,7 +684,8 @@ def _normalize_ref(x: torch.Tensor) -> torch.Tensor:
     return (d / (d.square().mean(-1, keepdim=True) + 1)).float()
 
 
-def test_split_kernel_of_several_passes_is_a_chain_of_kernels(split_by_grid):
+@pytest.mark.usefixtures("_by_grid")
+def test_split_kernel_of_several_passes_is_a_chain_of_kernels():
     """A kernel of several stages over a long row (a sum, the sum of squared deviations from
     its mean, a store) splits too: each stage in chunks, each reduction combined by a second
     kernel that hands the row's value to the later kernels through scratch."""
@@ -735,9 +729,8 @@ def _column_sum_kernel(rows: int, cols: int) -> ir.Kernel:
 
 
 @pytest.mark.parametrize("outer", [True, False], ids=["columns", "normalize_rows"])
-def test_split_configurations_offered_to_measure_give_the_same_values(
-    outer, monkeypatch, split_by_grid
-):
+@pytest.mark.usefixtures("_by_grid")
+def test_split_configurations_offered_to_measure_give_the_same_values(outer, monkeypatch):
     """Every configuration a GPU would measure for a split kernel (its first kernels' RBLOCK
     and warps; a column reduction's XBLOCK kept) computes the same values: the chunks are
     the source's, each a loop over RBLOCK steps. Columns: 40 of them over 4000 rows (two
@@ -1206,7 +1199,8 @@ def test_rows_up_to_8192_are_read_in_one_chunk():
 
 @pytest.mark.parametrize("outer", [False, True])
 @pytest.mark.parametrize("channels", [64, 128, 256])
-def test_batchnorm_statistics_plan_split(channels, outer, split_by_grid):
+@pytest.mark.usefixtures("_by_grid")
+def test_batchnorm_statistics_plan_split(channels, outer):
     """BatchNorm's statistics and gradients over N*H*W = 16*56*56 elements per channel: rows
     in NCHW, columns in channels-last (and gamma/beta's gradients). Unsplit, a channel per
     program (rows) or a block of 16 to 32 channels (columns) would launch 4 to 256 programs
