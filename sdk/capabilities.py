@@ -148,6 +148,13 @@ class Preferences:
     #: FLOP-weighted rule) and converts only at the graph's edges. The option
     #: ``channels_last`` overrides it either way
     channels_last: bool = False
+    #: with ``channels_last``: training graphs too (the forward and, saved so, the backward),
+    #: BatchNorm's batch statistics included. Those are then column reductions over
+    #: channels-last activations (per channel, over N·H·W rows); the plugin says its
+    #: reductions make them about as fast as over the trace's layout (cuda_triton splits
+    #: them into two kernels by the grid's size). Without it a training graph keeps the
+    #: trace's layout unless the option ``channels_last=True`` asks
+    channels_last_training: bool = False
     #: a convolution's bias is added in the generated kernel that follows the library call
     #: (with BatchNorm, activation and residual), not by the library call itself: the core's
     #: graph pass ``conv_bias_into_kernel`` runs for the plugin

@@ -231,17 +231,6 @@ def _over_own_flat_buffer(n: torch.fx.Node) -> bool:
     )
 
 
-_REDUCTIONS = {
-    aten.sum.dim_IntList,
-    aten.mean.dim,
-    aten.var_mean.correction,
-    aten.var.correction,
-    aten.native_batch_norm_backward.default,
-    aten._native_batch_norm_legit_functional.default,
-    aten.native_batch_norm.default,
-}
-
-
 def _channels_last_inputs(gm: torch.fx.GraphModule) -> bool:
     """Whether a 4-d input of the graph is channels-last (a backward graph's activations,
     saved so by its forward)."""
@@ -258,41 +247,19 @@ def _channels_last_inputs(gm: torch.fx.GraphModule) -> bool:
     return False
 
 
-def _batch_statistics(gm: torch.fx.GraphModule) -> bool:
-    """Whether the graph reduces 4-d activations over N, H and W (batch norm in training,
-    decomposed or not)."""
-    for n in gm.graph.nodes:
-        if n.op != "call_function" or n.target not in _REDUCTIONS:
-            continue
-        if "batch_norm" in str(n.target):
-            return True
-        x = n.args[0] if n.args else None
-        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-        dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
-        if not isinstance(val, torch.Tensor) or val.ndim != 4 or not isinstance(dims, list):
-            continue
-        if {d % 4 for d in dims} == {0, 2, 3}:
-            return True
-    return False
-
-
-#: whether a plugin's preference chooses channels-last for training graphs too (the
-#: ``channels_last`` option aside): not until the GPU models suite has measured it
-TRAINING_BY_DEFAULT = False
-
-
 def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
     """Whether this graph's convolutions run on channels-last activations, and why (a note).
 
     The option ``channels_last`` decides when set. Otherwise: only for plugins that
-    prefer it (``Preferences.channels_last``), only 2-d convolutions, only inference graphs
-    (training graphs with ``channels_last=True`` alone, until that is measured on a GPU),
-    and by Inductor's rule: not when convolutions are rare in the graph, and only if the
-    FLOP-weighted measured speed-ups say faster. In training (``channels_last=True``), a
-    forward graph's activations saved for the backward keep the layout chosen here
-    (AOTAutograd compiles the backward for it, :func:`~core.adapters.torch_private.
-    report_output_strides`), and the backward's convolution gradients run channels-last;
-    without it, a backward whose inputs come channels-last follows them.
+    prefer it (``Preferences.channels_last``), only 2-d convolutions, training graphs only
+    for plugins that prefer it there too (``Preferences.channels_last_training``: BatchNorm's
+    batch statistics become column reductions), and by Inductor's rule: not when
+    convolutions are rare in the graph, and only if the FLOP-weighted measured speed-ups say
+    faster. In training, a forward graph's activations saved for the backward keep the
+    layout chosen here (AOTAutograd compiles the backward for it, :func:`~core.adapters.
+    torch_private.report_output_strides`), and the backward's convolution gradients run
+    channels-last; a backward whose inputs come channels-last follows them, one whose
+    inputs do not keeps the trace's layout.
     """
     forced = ctx.core_options.channels_last
     strided = addresses_storage(gm)
@@ -314,16 +281,10 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
         )
     if not convs or not ctx.preferences.channels_last:
         return False, ""
-    if ctx.graph_kind == "forward" and not TRAINING_BY_DEFAULT:
+    if ctx.graph_kind == "forward" and not ctx.preferences.channels_last_training:
         return False, ""
     if ctx.graph_kind == "backward" and not _channels_last_inputs(gm):
         return False, ""  # its forward kept the trace's layout: so does it
-    if ctx.graph_kind == "forward" and _batch_statistics(gm):
-        return False, (
-            "channels-last not chosen for training: its batch statistics (batch norm's "
-            "reductions over N, H, W) would be column reductions over channels-last "
-            "activations, slower than the convolutions gain (BENCHMARKS.md)"
-        )
     if len(gm.graph.nodes) >= 300 * len(convs):
         return False, ""
     total = weighted = 0.0

@@ -665,51 +665,54 @@ def test_a_channels_last_backward_is_one_program_with_torchs_autograd_cache_on_o
     assert programs[True] == programs[False], "torch's AOTAutograd cache made another program"
 
 
-def test_training_graphs_choose_channels_last_by_the_plugin_preference(monkeypatch):
-    """Without the option, a plugin that prefers channels-last gets it in training as in
-    inference once the rule is on (``TRAINING_BY_DEFAULT``, off until measured on a GPU):
-    both graphs of a convnet's step say so; with the rule off, neither does."""
-    from sdk.core.lowering import layouts
+_PREFERRING = """
+import sdk
+from sdk.plugins.cpu_cpp import sdk_compile_kernels, sdk_render_kernel  # noqa: F401
 
-    pytest.importorskip("triton")
-    import os
 
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("cuda_triton needs a GPU or TRITON_INTERPRET=1")
-    dev = device_of("cuda_triton")
-    model = _convnext("var_mean", dev)
-    f, params = _functional(model)
-    x = torch.randn(1, 3, 16, 16, device=dev)  # small: the interpreter runs it twice
-    for on in (False, True):
-        monkeypatch.setattr(layouts, "TRAINING_BY_DEFAULT", on)
+@sdk.hookimpl
+def sdk_plugin_info():
+    return sdk.PluginInfo(
+        name={name!r}, version="0.1", hook_api=sdk.HOOK_API_VERSION, device_types=("cpu",),
+        capabilities=frozenset({{sdk.Capability.REDUCTIONS, sdk.Capability.MULTI_STAGE}}),
+    )
+
+
+@sdk.hookimpl
+def sdk_preferences():
+    return sdk.Preferences(channels_last=True, channels_last_training={training})
+"""
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_training_graphs_choose_channels_last_by_the_plugin_preference(
+    training, make_plugin, fake_dist, use_registry
+):
+    """A plugin preferring channels-last gets it in training graphs (a BatchNorm convnet's
+    step: its batch statistics become column reductions) only when it prefers it there too
+    (``Preferences.channels_last_training``); both graphs then say so and the step matches
+    eager, gradients included. Without it, neither graph does, and its inference graph still
+    goes channels-last."""
+    from tests.opcheck import check
+
+    name = f"cl_training_{training}".lower()
+    module = make_plugin(_PREFERRING.format(name=name, training=training), head=False)
+    use_registry(fake_dist(f"{name}-plugin", {name: module}))
+    f, params = _functional(_net("cpu").train())
+    x = torch.randn(2, 3, 32, 32)
+    report = sdk.explain(lambda x, *p: f(x, *p)[0].sum(), x, *params, backend=f"sdk:{name}")
+    assert {g.kind for g in report.graphs} == {"forward", "backward"}
+    for g in report.graphs:
+        chosen = any(n.startswith("channels-last activations") for n in g.notes)
+        assert chosen == training, (training, g.kind, g.notes)
+    if training:
         torch._dynamo.reset()
-        report = sdk.explain(f, x, *params, backend="sdk:cuda_triton")
-        assert {g.kind for g in report.graphs} == {"forward", "backward"}
-        for g in report.graphs:
-            chosen = any(n.startswith("channels-last activations") for n in g.notes)
-            assert chosen == on, (on, g.kind, g.notes)
-
-
-def test_training_with_batch_statistics_keeps_the_traces_layout(monkeypatch):
-    """Batch norm in training reduces over N, H and W: over channels-last activations those
-    are column reductions, slower than what channels-last convolutions gain (BENCHMARKS.md,
-    resnet50_train). Without the option, such a step keeps the trace's layout, and the
-    report says why; a LayerNorm convnet's step (above) goes channels-last."""
-    pytest.importorskip("triton")
-    import os
-
-    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("cuda_triton needs a GPU or TRITON_INTERPRET=1")
-    from sdk.core.lowering import layouts
-
-    monkeypatch.setattr(layouts, "TRAINING_BY_DEFAULT", True)
-    dev = device_of("cuda_triton")
-    model = _net(dev).train()
-    f, params = _functional(model)
-    x = torch.randn(2, 3, 32, 32, device=dev)
-    report = sdk.explain(lambda x, *p: f(x, *p)[0], x, *params, backend="sdk:cuda_triton")
-    fwd = next(g for g in report.graphs if g.kind == "forward")
-    assert any(n.startswith("channels-last not chosen for training") for n in fwd.notes), fwd.notes
+        # the weight gradients are sums over N·H·W in another order than eager's
+        check(f, [x, *params], plugin=name, tol=dict(rtol=1e-4, atol=1e-4))
+    with torch.no_grad():
+        torch._dynamo.reset()
+        (graph,) = sdk.explain(_net("cpu"), x, backend=f"sdk:{name}").graphs
+    assert any(n.startswith("channels-last activations") for n in graph.notes), graph.notes
 
 
 class _TimmBlock(torch.nn.Module):
