@@ -1,6 +1,7 @@
 """Where a cold compile's time goes: the sdk's phases beside Inductor's total, per row.
 
     python benchmarks/compile_phases.py qwen2_train_bf16,resnet18_fp32 [--size small]
+    python benchmarks/compile_phases.py resnet50_train_bf16 --options channels_last=False
 
 For each model-suite row (``python -m sdk bench --suite models --list``): a cold first step
 with Inductor, then a cold first step with the sdk (``sdk:cuda_triton`` on a GPU, else
@@ -80,7 +81,20 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("rows")
     ap.add_argument("--size", default=None, help="full (GPU default) or small (CPU default)")
+    ap.add_argument(
+        "--options",
+        default=None,
+        metavar="K=V,...",
+        help="also a cold sdk step with these options (Python literals), e.g. channels_last=False",
+    )
     args = ap.parse_args()
+    import ast
+
+    options = {}
+    for item in (args.options or "").split(","):
+        if item:
+            k, _, v = item.partition("=")
+            options[k.strip()] = ast.literal_eval(v.strip())
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
     plugin = "cuda_triton" if cuda else "cpu_cpp"
@@ -100,16 +114,23 @@ def main() -> None:
             model, dtype = table[name]
             case = model.build(dev, dtype, size)
             ind = _cold(case, "inductor", dev)
-            spent.clear()
-            sdk_s = _cold(case, f"sdk:{plugin}", dev)
-            parts = ", ".join(
-                f"{k} {spent[k]:.2f}" for k in ("lower", "schedule", "render", "build", "program")
-            )
-            print(
-                f"{name:26s} inductor {ind:6.2f} s | sdk {sdk_s:6.2f} s: {parts}, "
-                f"rest {sdk_s - spent['program']:.2f}",
-                flush=True,
-            )
+            runs = [("sdk", f"sdk:{plugin}")]
+            if options:
+                import sdk
+
+                runs.append((f"sdk {args.options}", sdk.backend(plugin, **options)))
+            for label, backend in runs:
+                spent.clear()
+                sdk_s = _cold(case, backend, dev)
+                parts = ", ".join(
+                    f"{k} {spent[k]:.2f}"
+                    for k in ("lower", "schedule", "render", "build", "program")
+                )
+                print(
+                    f"{name:26s} inductor {ind:6.2f} s | {label} {sdk_s:6.2f} s: {parts}, "
+                    f"rest {sdk_s - spent['program']:.2f}",
+                    flush=True,
+                )
             del case
     finally:
         bench._remove_temp_dirs()

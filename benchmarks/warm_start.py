@@ -8,6 +8,11 @@ measurement is one fresh process:
 * cold: empty caches (the sdk's, torch's AOTAutograd/Inductor directory, Triton's);
 * warm: the same caches afterwards (a restarted job or server).
 
+Where torch's bytecode is not cached (``.pyc`` files: a read-only environment installed
+without them, as on the lent GPU machines), each process would compile every module it imports
+from source (about 2 s, either backend): the processes then share one bytecode cache, filled
+by an uncounted cold run of each backend first, as on an installed torch.
+
 The sdk and Inductor each get caches of their own; warm rounds are interleaved, so that a slow
 phase of the host hits both. Per process: the first step's wall time from ``torch.compile``
 (imports it triggers included) to the result, and torch's own ``dynamo_timed`` phases: Dynamo's
@@ -39,6 +44,11 @@ PHASES = {
 
 
 def child(backend: str, device: str, size: str, profile: int) -> None:
+    if os.environ.get("BENCH_CHILD_PRELUDE"):
+        # a diagnostic's patches (timers around torch's functions), run before the step
+        import runpy
+
+        runpy.run_path(os.environ["BENCH_CHILD_PRELUDE"], run_name="bench_prelude")
     import torch
     from torch._dynamo.utils import compilation_time_metrics as metrics
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -111,6 +121,10 @@ def child(backend: str, device: str, size: str, profile: int) -> None:
         for name in os.environ.get("BENCH_PROFILE_CALLERS", "").split(","):
             if name:
                 stats.print_callers(name)
+        if os.environ.get("BENCH_PROFILE_DUMP"):
+            # the raw profile, for pstats elsewhere: who calls what, by how much
+            name = backend.replace(":", "_") + ".prof"
+            profiler.dump_stats(os.path.join(os.environ["BENCH_PROFILE_DUMP"], name))
     results = [loss, *(p.grad for p in model.parameters())]
     torch.save([t.float().cpu() for t in results], os.environ["BENCH_OUT"])
     from torch._dynamo.utils import counters
@@ -123,6 +137,7 @@ def child(backend: str, device: str, size: str, profile: int) -> None:
     }
     for label, name in PHASES.items():
         out[label] = sum(metrics.get(name, ()))
+    out["timed"] = {name: sum(times) for name, times in metrics.items()}
     out["sdk compile"] = sum(spent) if backend.startswith("sdk:") else None
     if backend == "sdk:cuda_triton":
         # the kernels launched from their records (cubins through the driver) and the times a
@@ -186,6 +201,26 @@ def print_imports(sdk: dict, inductor: dict, top: int) -> None:
             print(f"  {only[m][1] / 1e6:6.3f} s  {m}")
 
 
+def _bytecode_cached() -> bool:
+    """Whether torch's modules have their bytecode cached (``.pyc`` files, as pip writes at
+    install). Without (a read-only environment installed without them), every process
+    compiles each module it imports from source, about 2 s per process for either backend."""
+    import importlib.util
+
+    import torch._dynamo
+
+    return os.path.exists(importlib.util.cache_from_source(torch._dynamo.__file__))
+
+
+def print_timed(sdk: dict, inductor: dict, top: int) -> None:
+    """torch's ``dynamo_timed`` phases of the two last warm processes, by how much longer
+    the sdk's took (seconds; a phase nests in others, so they do not add up)."""
+    names = sorted(set(sdk) | set(inductor), key=lambda n: -abs(sdk.get(n, 0) - inductor.get(n, 0)))
+    print(f"{'dynamo_timed phase (last warm processes)':<60}{'sdk':>9}{'Inductor':>10}")
+    for n in names[:top]:
+        print(f"{n[:58]:<60}{sdk.get(n, 0):9.3f}{inductor.get(n, 0):10.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -203,7 +238,9 @@ def main() -> None:
         default=0,
         metavar="N",
         help="print cProfile's N top functions of each backend's last warm first call (stderr); "
-        "BENCH_PROFILE_CALLERS=a,b also prints who called the functions matching a and b",
+        "BENCH_PROFILE_CALLERS=a,b also prints who called the functions matching a and b; "
+        "BENCH_PROFILE_DUMP=DIR writes the raw profiles there (sdk_cuda_triton.prof, ...); "
+        "BENCH_CHILD_PRELUDE=FILE runs FILE in every process before its step",
     )
     ap.add_argument(
         "--imports",
@@ -212,6 +249,14 @@ def main() -> None:
         metavar="N",
         help="run the last warm round under -X importtime and print the N slowest imports "
         "each backend's warm process made and the other's did not",
+    )
+    ap.add_argument(
+        "--timed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="print the N of torch's dynamo_timed phases whose times differ most between the "
+        "two backends' last warm processes",
     )
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -239,10 +284,22 @@ def main() -> None:
             f"{time.perf_counter() - t0:.1f} s"
         )
 
+        pycache = {}
+        if not _bytecode_cached():
+            # as on an installed torch: one bytecode cache for every process, filled by a
+            # first cold run of each backend that is not counted
+            pycache = {"PYTHONPYCACHEPREFIX": os.path.join(tmp, "pycache")}
+            os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+            print(
+                "torch's bytecode is not cached here: every process shares one bytecode cache, "
+                "filled first by an uncounted cold run of each backend"
+            )
+
         def env(who: str) -> dict[str, str]:
             os.makedirs(os.path.join(tmp, who), exist_ok=True)
             return {
                 **os.environ,
+                **pycache,
                 "SDK_RUNNER_DIR": runner_dir,
                 "SDK_CACHE_DIR": os.path.join(tmp, who, "sdk"),
                 "SDK_GRAPH_CACHE": "1",
@@ -250,6 +307,9 @@ def main() -> None:
                 "TRITON_CACHE_DIR": os.path.join(tmp, who, "triton"),
             }
 
+        if pycache:
+            for who, backend in (("prime-sdk", sdk), ("prime-inductor", "inductor")):
+                run(backend, device, env(who), args.size)
         rows: dict[str, list[dict]] = {
             f"{sdk} cold": [run(sdk, device, env("sdk"), args.size)],
             "Inductor cold": [run("inductor", device, env("inductor"), args.size)],
@@ -311,6 +371,8 @@ def main() -> None:
     if len(warm_runs) > 1:
         same = all(_equal(r, warm_runs[0]) for r in warm_runs[1:])
         print("sdk warm vs warm: " + ("bit-equal" if same else "not bit-equal"))
+    if args.timed:
+        print_timed(warm_runs[-1]["timed"], rows["Inductor warm"][-1]["timed"], args.timed)
     if args.imports:
         print_imports(warm_runs[-1]["imports"], rows["Inductor warm"][-1]["imports"], args.imports)
 
