@@ -2,6 +2,7 @@
 
     python benchmarks/compile_phases.py qwen2_train_bf16,resnet18_fp32 [--size small]
     python benchmarks/compile_phases.py resnet50_train_bf16 --options channels_last=False
+    python benchmarks/compile_phases.py resnet50_train_bf16 --also-env SDK_TRITON_COMPILE_WORKERS=0
 
 For each model-suite row (``python -m sdk bench --suite models --list``): a cold first step
 with Inductor, then a cold first step with the sdk (``sdk:cuda_triton`` on a GPU, else
@@ -87,8 +88,16 @@ def main() -> None:
         metavar="K=V,...",
         help="also a cold sdk step with these options (Python literals), e.g. channels_last=False",
     )
+    ap.add_argument(
+        "--also-env",
+        default=None,
+        metavar="K=V",
+        help="also a cold sdk step with this environment variable set, e.g. "
+        "SDK_TRITON_COMPILE_WORKERS=0",
+    )
     args = ap.parse_args()
     import ast
+    import os
 
     options = {}
     for item in (args.options or "").split(","):
@@ -114,14 +123,26 @@ def main() -> None:
             model, dtype = table[name]
             case = model.build(dev, dtype, size)
             ind = _cold(case, "inductor", dev)
-            runs = [("sdk", f"sdk:{plugin}")]
+            runs = [("sdk", f"sdk:{plugin}", None)]
             if options:
                 import sdk
 
-                runs.append((f"sdk {args.options}", sdk.backend(plugin, **options)))
-            for label, backend in runs:
+                runs.append((f"sdk {args.options}", sdk.backend(plugin, **options), None))
+            if args.also_env:
+                runs.append((f"sdk {args.also_env}", f"sdk:{plugin}", args.also_env))
+            for label, backend, env in runs:
                 spent.clear()
-                sdk_s = _cold(case, backend, dev)
+                key, _, value = (env or "").partition("=")
+                before = os.environ.get(key) if env else None
+                if env:
+                    os.environ[key] = value
+                try:
+                    sdk_s = _cold(case, backend, dev)
+                finally:
+                    if env and before is None:
+                        os.environ.pop(key, None)
+                    elif env:
+                        os.environ[key] = before
                 parts = ", ".join(
                     f"{k} {spent[k]:.2f}"
                     for k in ("lower", "schedule", "render", "build", "program")

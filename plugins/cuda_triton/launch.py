@@ -554,8 +554,92 @@ def compile_sources(sources: list[sdk.KernelSource]) -> list[Callable[..., None]
             raise ValueError(f"kernel {src.name} is {src.language}, not triton")
         out.append(bind(src))
     if torch.cuda.is_available() and not interpreting():
+        compile_in_workers([s for s, fn in zip(sources, out) if hasattr(fn, "precompile")])
         _precompile(out)
     return out
+
+
+#: the fewest kernels to compile for which worker processes start (each is a Python that
+#: imports torch and Triton, about 2 s), and how many kernels each worker gets at least
+WORKERS_FROM = 24
+KERNELS_PER_WORKER = 4
+#: a worker still running after this many seconds is stopped (the parent compiles its rest)
+WORKER_TIMEOUT_S = 600
+
+
+def workers_for(n: int) -> int:
+    """How many worker processes compile ``n`` kernels: ``SDK_TRITON_COMPILE_WORKERS`` when
+    set (0 or 1: none), else up to one per CPU core this process may run on (at most 16), at
+    least ``KERNELS_PER_WORKER`` kernels each; none under ``WORKERS_FROM`` kernels."""
+    import os
+
+    env = os.environ.get("SDK_TRITON_COMPILE_WORKERS", "").strip()
+    if env:
+        try:
+            limit = int(env)
+        except ValueError:
+            raise ValueError(
+                f"SDK_TRITON_COMPILE_WORKERS={env!r} is not a number: set it to how many worker "
+                "processes compile Triton kernels (0: none, compile in this process only)"
+            ) from None
+    else:
+        if n < WORKERS_FROM:
+            return 0
+        cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        limit = min(16, len(cores) if cores else os.cpu_count() or 1)
+    return max(0, min(limit, n // KERNELS_PER_WORKER if not env else n))
+
+
+def compile_in_workers(sources: list[sdk.KernelSource]) -> list[tuple[int, str]]:
+    """Compile ``sources`` in worker processes (:mod:`.precompile_worker`), which fill
+    Triton's disk cache for :func:`_precompile` to load from; returns each worker's exit
+    status and stderr (none ran: ``[]``).
+
+    Triton's compile holds the GIL for much of its time (its frontend is Python), so the
+    threads of :func:`_precompile` overlap only partly; processes overlap fully. They are
+    fresh interpreters (``python -m``), never forks of this one: a fork would copy CUDA's
+    state, and ``multiprocessing``'s spawn would import the user's ``__main__`` again. A
+    worker that fails or hangs costs only time: the kernels it did not compile compile here.
+    """
+    import os
+    import pickle
+    import subprocess
+    import tempfile
+    import time
+
+    n = workers_for(len(sources)) if sources else 0
+    if n < 2:
+        return []
+    done = []
+    with tempfile.TemporaryDirectory(prefix="sdk-triton-jobs-") as tmp:
+        jobs = os.path.join(tmp, "jobs.pkl")
+        with open(jobs, "wb") as f:
+            pickle.dump(sources, f)
+        # the parent's import path: a plugin or kernel module found through sys.path edits
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        cmd = [sys.executable, "-m", "sdk.plugins.cuda_triton.precompile_worker", jobs]
+        procs = [
+            subprocess.Popen(
+                [*cmd, str(i), str(n)],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(n)
+        ]
+        deadline = time.monotonic() + WORKER_TIMEOUT_S
+        for p in procs:
+            try:
+                _out, err = p.communicate(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _out, err = p.communicate()
+            if p.returncode:
+                _log.info("a compile worker ended with %s: %s", p.returncode, err[-2000:])
+            done.append((p.returncode, err))
+    return done
 
 
 def _precompile(launchers: list[Callable[..., None]]) -> list[Any]:
