@@ -2,7 +2,7 @@
 
     python benchmarks/compile_phases.py qwen2_train_bf16,resnet18_fp32 [--size small]
     python benchmarks/compile_phases.py resnet50_train_bf16 --options channels_last=False
-    python benchmarks/compile_phases.py resnet50_train_bf16 --also-env SDK_TRITON_COMPILE_WORKERS=0
+    python benchmarks/compile_phases.py resnet50_train_bf16 --also-env TRITON_DEFAULT_FP_FUSION=0
 
 For each model-suite row (``python -m sdk bench --suite models --list``): a cold first step
 with Inductor, then a cold first step with the sdk (``sdk:cuda_triton`` on a GPU, else
@@ -73,6 +73,13 @@ def _instrument(plugin: str) -> None:
 def _cold(case: bench.Case, backend: Any, dev: torch.device) -> float:
     torch_private.reset_dynamo()
     bench._fresh_cache_dirs()
+    if torch.cuda.is_available():
+        # cuda_triton keeps each kernel module it imported, with Triton's compiled kernels in
+        # memory: a second sdk step of a row (--options, --also-env) would find the kernels
+        # it shares with the first already compiled
+        from sdk.plugins.cuda_triton import launch
+
+        launch._MODULES.clear()
     f = torch.compile(case.target, backend=backend)
     secs, _ = bench._Clock(dev.type == "cuda", 0).wall(lambda: case.step(f))
     return secs
@@ -92,8 +99,7 @@ def main() -> None:
         "--also-env",
         default=None,
         metavar="K=V",
-        help="also a cold sdk step with this environment variable set, e.g. "
-        "SDK_TRITON_COMPILE_WORKERS=0",
+        help="also a cold sdk step with this environment variable set, e.g. TRITON_DEFAULT_FP_FUSION=0",
     )
     args = ap.parse_args()
     import ast
