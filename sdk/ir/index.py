@@ -106,24 +106,37 @@ def simplify_divmod(expr: sympy.Expr) -> sympy.Expr:
     """Fold ``c*k*FloorDiv(y, k) + c*Mod(y, k)`` back into ``c*y`` (views that split a dim).
 
     A reshape that merges dimensions leaves such pairs in linear indices; folding
-    them gives back the affine index a renderer can vectorize.
+    them gives back the affine index a renderer can vectorize. ``k`` and ``c`` may be
+    size symbols (a reshape of ``[B, T, C]`` to ``[B*T, C]`` with ``T`` symbolic leaves
+    ``C*T*FloorDiv(r, T) + C*Mod(r, T)``): the identity ``k*(y // k) + y % k == y`` holds
+    for every ``k > 0``.
     """
     expr = sympy.expand(expr)
     while expr.has(Mod):
         coeffs: dict[sympy.Expr, sympy.Expr] = {}
         for term in sympy.Add.make_args(expr):
-            c, rest = term.as_coeff_Mul()
+            c, rest = _divmod_factor(term)
             coeffs[rest] = coeffs.get(rest, 0) + c
         for rest, c2 in coeffs.items():
             if isinstance(rest, Mod):
                 y, k = rest.args
                 fd = FloorDiv(y, k)
-                if coeffs.get(fd) == c2 * k:
+                if fd in coeffs and sympy.expand(coeffs[fd] - c2 * k) == 0:
                     expr = sympy.expand(expr - c2 * rest - c2 * k * fd + c2 * y)
                     break
         else:
             break
     return expr
+
+
+def _divmod_factor(term: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """``term`` as (coefficient, its one ``FloorDiv`` or ``Mod`` factor); a term with none
+    or several: (its numeric coefficient, the rest)."""
+    factors = sympy.Mul.make_args(term)
+    found = [f for f in factors if isinstance(f, (FloorDiv, Mod))]
+    if len(found) != 1:
+        return term.as_coeff_Mul()
+    return sympy.Mul(*[f for f in factors if f is not found[0]]), found[0]
 
 
 def print_index(expr: sympy.Expr, style: str = "c") -> str:

@@ -49,6 +49,13 @@ class FloorDiv(sympy.Function):
             if whole and all(t.is_nonnegative for t in terms):
                 rest = sympy.Add(*[t for t in terms if t not in whole])
                 return sympy.Add(*[t / b for t in whole]) + FloorDiv(rest, b)
+        elif b.free_symbols:
+            # the same over a size symbol: (s*x + y) // s = x + y // s, y >= 0
+            terms = sympy.Add.make_args(a)
+            quotients = [_exact_quotient(t, b) for t in terms]
+            if any(q is not None for q in quotients) and all(t.is_nonnegative for t in terms):
+                rest = sympy.Add(*[t for t, q in zip(terms, quotients) if q is None])
+                return sympy.Add(*[q for q in quotients if q is not None]) + FloorDiv(rest, b)
         return None
 
 
@@ -70,6 +77,12 @@ class Mod(sympy.Function):
         if b.is_Integer:
             terms = sympy.Add.make_args(a)
             keep = [t for t in terms if _coeff(t) % int(b) != 0]
+            if len(keep) != len(terms) and all(t.is_nonnegative for t in terms):
+                return Mod(sympy.Add(*keep), b)
+        elif b.free_symbols:
+            # the same over a size symbol: (s*x + y) % s = y % s, y >= 0
+            terms = sympy.Add.make_args(a)
+            keep = [t for t in terms if _exact_quotient(t, b) is None]
             if len(keep) != len(terms) and all(t.is_nonnegative for t in terms):
                 return Mod(sympy.Add(*keep), b)
         return None

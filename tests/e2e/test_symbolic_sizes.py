@@ -362,3 +362,43 @@ def test_a_size_rounded_up_to_a_multiple_is_a_floor_division(plugin):
     assert got.has(sdk.ir.size_var("s70"))
     for v in (2, 31, 32, 33, 64, 65, 1000):
         assert got.subs({sdk.ir.size_var("s70"): v}) == -(-v // 32) * 32, v
+
+
+def test_a_merged_symbolic_dimension_is_indexed_without_division(plugin):
+    """A linear layer's bias gradient over ``[B, T, C]`` sums ``[B*T, C]`` by columns. With
+    ``T`` symbolic, the merged row ``r`` reads ``C*T*(r // T) + C*(r % T)``, which is ``C*r``:
+    folded, the load is affine (no division or remainder per element, and cuda_triton takes
+    the column-sum tiling that static sizes get). The sums match eager at every length."""
+    import re
+
+    import sympy
+
+    from sdk.ir import FloorDiv, Mod, size_var, var
+    from sdk.ir.index import simplify_divmod
+
+    t, r, x = size_var("s70"), var("r0"), var("x0")
+    assert simplify_divmod(x + 512 * t * FloorDiv(r, t) + 512 * Mod(r, t)) == x + 512 * r
+    kept = x + 512 * t * FloorDiv(r, t) + 256 * Mod(r, t)  # not a split dimension
+    assert simplify_divmod(kept).has(Mod)
+    assert Mod(t * t + x, t) == Mod(x, t) and FloorDiv(3 * t + x, t) == 3 + FloorDiv(x, t)
+    for v in (2, 3, 7):  # the folds hold at every size
+        for xv in range(0, 30):
+            assert sympy.Integer(v * v + xv) % v == xv % v
+            assert (3 * v + xv) // v == 3 + xv // v
+
+    dev = device_of(plugin)
+    w = torch.randn(24, device=dev)
+
+    def fn(h: torch.Tensor) -> torch.Tensor:
+        return (h * w).reshape(-1, 24).sum(0)
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (5, 9, 17):
+        h = torch.randn(3, n, 24, device=dev)
+        torch.testing.assert_close(f(h), fn(h), rtol=1e-5, atol=1e-5)
+    report = sdk.explain(
+        fn, torch.randn(3, 11, 24, device=dev), backend=f"sdk:{plugin}", dynamic=True
+    )
+    (kernel,) = [k for g in report.graphs for k in g.kernels if "aten.sum.dim_IntList" in k.ops]
+    loads = [ln for ln in kernel.source.splitlines() if re.search(r"\[|tl\.load", ln) and "s" in ln]
+    assert loads and not any(re.search(r"(//|%|\bs\d+\s*/)", ln) for ln in loads), kernel.source
