@@ -104,6 +104,7 @@ def main() -> None:
     args = ap.parse_args()
     import ast
     import os
+    from unittest import mock
 
     options = {}
     for item in (args.options or "").split(","):
@@ -139,16 +140,8 @@ def main() -> None:
             for label, backend, env in runs:
                 spent.clear()
                 key, _, value = (env or "").partition("=")
-                before = os.environ.get(key) if env else None
-                if env:
-                    os.environ[key] = value
-                try:
+                with mock.patch.dict(os.environ, {key: value} if env else {}):
                     sdk_s = _cold(case, backend, dev)
-                finally:
-                    if env and before is None:
-                        os.environ.pop(key, None)
-                    elif env:
-                        os.environ[key] = before
                 parts = ", ".join(
                     f"{k} {spent[k]:.2f}"
                     for k in ("lower", "schedule", "render", "build", "program")

@@ -108,19 +108,6 @@ def capture(layout: str, out: str) -> None:
     raise SystemExit("the backward was not compiled")
 
 
-_TYPES = {
-    "float32": "fp32",
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "int64": "i64",
-    "int32": "i32",
-    "bool": "i1",
-    "int8": "i8",
-    "uint8": "u8",
-    "float64": "fp64",
-}
-
-
 def _kernels(src):
     """(entry, constexprs, options, pointer dtypes) of each Triton kernel of one source."""
     from sdk.plugins.cuda_triton import launch
@@ -149,6 +136,7 @@ def cost(path: str) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.runtime.jit import type_canonicalisation_dict as triton_type
 
     from sdk.plugins.cuda_triton import launch
 
@@ -167,7 +155,7 @@ def cost(path: str) -> dict:
             jit = getattr(mod, fn)
             ptrs = iter(dtypes)
             sig = {
-                p.name: "constexpr" if p.is_constexpr else "*" + _TYPES[next(ptrs)]
+                p.name: "constexpr" if p.is_constexpr else "*" + triton_type[next(ptrs)]
                 for p in jit.params
             }
             attrs = {

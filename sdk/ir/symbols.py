@@ -42,20 +42,13 @@ class FloorDiv(sympy.Function):
             return q
         if isinstance(a, FloorDiv) and b.is_Integer and a.args[1].is_Integer:
             return FloorDiv(a.args[0], a.args[1] * b)
-        if b.is_Integer:
-            # pull out terms that are multiples of b: (b*x + y) // b = x + y // b, y >= 0
-            terms = sympy.Add.make_args(a)
-            whole = [t for t in terms if _coeff(t) % int(b) == 0]
-            if whole and all(t.is_nonnegative for t in terms):
-                rest = sympy.Add(*[t for t in terms if t not in whole])
-                return sympy.Add(*[t / b for t in whole]) + FloorDiv(rest, b)
-        elif b.free_symbols:
-            # the same over a size symbol: (s*x + y) // s = x + y // s, y >= 0
-            terms = sympy.Add.make_args(a)
-            quotients = [_exact_quotient(t, b) for t in terms]
-            if any(q is not None for q in quotients) and all(t.is_nonnegative for t in terms):
-                rest = sympy.Add(*[t for t, q in zip(terms, quotients) if q is None])
-                return sympy.Add(*[q for q in quotients if q is not None]) + FloorDiv(rest, b)
+        # pull out the terms b divides: (b*x + y) // b = x + y // b, y >= 0 (b a number or
+        # a size symbol)
+        terms = sympy.Add.make_args(a)
+        quotients = [_term_quotient(t, b) for t in terms]
+        if any(q is not None for q in quotients) and all(t.is_nonnegative for t in terms):
+            rest = sympy.Add(*[t for t, q in zip(terms, quotients) if q is None])
+            return sympy.Add(*[q for q in quotients if q is not None]) + FloorDiv(rest, b)
         return None
 
 
@@ -74,18 +67,20 @@ class Mod(sympy.Function):
             return sympy.Integer(int(a) % int(b))
         if _exact_quotient(a, b) is not None:
             return sympy.Integer(0)
-        if b.is_Integer:
-            terms = sympy.Add.make_args(a)
-            keep = [t for t in terms if _coeff(t) % int(b) != 0]
-            if len(keep) != len(terms) and all(t.is_nonnegative for t in terms):
-                return Mod(sympy.Add(*keep), b)
-        elif b.free_symbols:
-            # the same over a size symbol: (s*x + y) % s = y % s, y >= 0
-            terms = sympy.Add.make_args(a)
-            keep = [t for t in terms if _exact_quotient(t, b) is None]
-            if len(keep) != len(terms) and all(t.is_nonnegative for t in terms):
-                return Mod(sympy.Add(*keep), b)
+        # drop the terms b divides: (b*x + y) % b = y % b, y >= 0
+        terms = sympy.Add.make_args(a)
+        keep = [t for t in terms if _term_quotient(t, b) is None]
+        if len(keep) != len(terms) and all(t.is_nonnegative for t in terms):
+            return Mod(sympy.Add(*keep), b)
         return None
+
+
+def _term_quotient(t: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
+    """``t / b`` where ``b`` (a number, or an expression of size symbols) divides the term
+    ``t`` for every value of the symbols, else None."""
+    if b.is_Integer:
+        return t / b if _coeff(t) % int(b) == 0 else None
+    return _exact_quotient(t, b)
 
 
 def _exact_quotient(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
