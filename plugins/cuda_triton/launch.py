@@ -46,6 +46,7 @@ import dataclasses
 import functools
 import importlib.util
 import logging
+import re
 import sys
 from collections.abc import Callable
 from types import ModuleType
@@ -435,8 +436,64 @@ def _why_triton(native: Any, args: tuple) -> str:
     return "no record stored"
 
 
+_DEF = re.compile(r"^def (\w+)\((.*)\):$", re.MULTILINE)
+
+
+def canonical(src: sdk.KernelSource) -> sdk.KernelSource:
+    """``src`` under names that depend only on what its kernels compute.
+
+    A model's repeated blocks give kernels that differ only in their names and their
+    pointer parameters' names (``buf12_ptr`` where another has ``buf40_ptr``), yet Triton
+    compiles each, as its cache keys on the function's text. Here each kernel function is
+    named after the rest of the text (``<name less its counter>_<digest>``), each pointer
+    parameter by its position (``p0_ptr``, ...), and the comments go: identical kernels get
+    one text, so one module (:func:`load_module`), one Triton compile and one record. What
+    the renderer made (the source ``explain`` shows) is not changed; the launch metadata's
+    function names (``chain``, ``alt``) follow.
+    """
+    meta = src.meta
+    names = [src.entry]
+    for fn, _kind in meta.get("chain", []):
+        if fn not in names:
+            names.append(fn)
+    if meta.get("alt"):
+        names.append(meta["alt"]["fn"])
+    text = "\n".join(ln for ln in src.source.splitlines() if not ln.lstrip().startswith("#"))
+    defined = {m.group(1) for m in _DEF.finditer(text)}
+    if not set(names) <= defined:
+        return src  # not the renderer's layout: compiled as it is
+    ptrs = {
+        p.strip(): None
+        for m in _DEF.finditer(text)
+        if m.group(1) in names
+        for p in m.group(2).split(",")
+        if p.strip().endswith("_ptr")
+    }
+    marks = {n: f"__sdk_kernel_{i}__" for i, n in enumerate(names)}
+    marks.update({p: f"p{i}_ptr" for i, p in enumerate(ptrs)})
+    word = re.compile(
+        r"(?<![\w.])("
+        + "|".join(re.escape(n) for n in sorted(marks, key=len, reverse=True))
+        + r")\b"
+    )
+    text = word.sub(lambda m: marks[m.group(1)], text)
+    digest = stable_hash("cuda_triton-canonical", text)[:16]
+    base = re.sub(r"_\d+$", "", src.entry) or "k"
+    final = {n: f"{base}_{digest}" + (f"_{i}" if i else "") for i, n in enumerate(names)}
+    for n, mark in list(marks.items())[: len(names)]:
+        text = text.replace(mark, final[n])
+    meta = dict(meta)
+    if "chain" in meta:
+        meta["chain"] = [[final[fn], kind] for fn, kind in meta["chain"]]
+    if meta.get("alt"):
+        meta["alt"] = {**meta["alt"], "fn": final[meta["alt"]["fn"]]}
+    return dataclasses.replace(src, source=text + "\n", entry=final[src.entry], meta=meta)
+
+
 def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callable[..., None]:
-    """The launcher of ``src`` with ``config`` (default: the renderer's)."""
+    """The launcher of ``src`` with ``config`` (default: the renderer's), compiled under its
+    :func:`canonical` names."""
+    src = canonical(src)
     meta = src.meta
     cfg = dict(meta["config"] if config is None else config)
     consts, opts = _split_config(meta, cfg, meta["constexprs"])
@@ -549,12 +606,20 @@ def compile_sources(sources: list[sdk.KernelSource]) -> list[Callable[..., None]
     """One launcher per source, in order (what ``sdk_compile_kernels`` returns), each with
     the launch configuration of its ``meta["config"]``."""
     out = []
+    first: dict[str, Callable[..., None]] = {}
     for src in sources:
         if src.language != "triton":
             raise ValueError(f"kernel {src.name} is {src.language}, not triton")
-        out.append(bind(src))
+        fn = bind(src)
+        # kernels the same up to names share a module: the first of them precompiles (two
+        # threads would compile the same kernel), the others then find it compiled
+        meta = src.meta
+        compiled_as = (meta.get("config"), [a[2] for a in meta["args"]], meta.get("scratch"))
+        key = stable_hash("cuda_triton-compile", canonical(src).source, repr(compiled_as))
+        out.append(fn)
+        first.setdefault(key, fn)
     if torch.cuda.is_available() and not interpreting():
-        _precompile(out)
+        _precompile(list(first.values()))
     return out
 
 

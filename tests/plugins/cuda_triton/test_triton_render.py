@@ -135,6 +135,36 @@ def test_pointwise_chain_fp32():
     assert src.meta["mode"] == "pointwise"
 
 
+def test_kernels_the_same_up_to_names_compile_once():
+    """A model's repeated blocks give kernels that differ only in their names and their
+    buffers' names: they launch from one module under one canonical text (so Triton compiles
+    them once), each on its own buffers; the renderer's source, which explain shows, keeps
+    the names. A kernel computing something else gets its own text."""
+    shape = (33, 20)
+
+    def kernel(name, x, y, c):
+        return pointwise(
+            name, {x: lay(shape)}, lay(shape), lambda **ld: op("mul", ld[x], ir.Const(c, F32))
+        )
+
+    same = [kernel("k_mul_1", "buf3", "out", 2.0), kernel("k_mul_7", "arg12", "out", 2.0)]
+    other = kernel("k_mul_2", "buf3", "out", 3.0)
+    srcs = [render.render(k) for k in (*same, other)]
+    assert "buf3_ptr" in srcs[0].source and "arg12_ptr" in srcs[1].source
+    can = [launch.canonical(s) for s in srcs]
+    assert can[0].source == can[1].source and can[0].entry == can[1].entry
+    assert can[0].entry.startswith("k_mul_") and "buf3" not in can[0].source
+    assert can[2].source != can[0].source
+    before = len(launch._MODULES)
+    fns = launch.compile_sources(srcs)
+    assert len(launch._MODULES) - before <= 2  # one module for the two alike
+    x = torch.randn(shape, device=DEV)
+    for fn, c in zip(fns, (2.0, 2.0, 3.0)):
+        out = torch.empty(shape, device=DEV)
+        fn(x, out)
+        close(out, x * c)
+
+
 def test_bf16_in_out():
     shape = (10, 33)
     k = pointwise(
