@@ -43,11 +43,42 @@ class _NotFusable(Exception):
     pass
 
 
-class _Builder:
-    """Turns a group into one kernel, for the compile ``ctx`` (the plugin's capabilities)."""
+class Memo:
+    """What a builder derives from one node and the group's loops alone, kept for every
+    builder of one fusion search (its trial merges try the same nodes in groups over the
+    same loops again and again): a node's mapping onto the loops where no other member
+    decides it, the node's value in the loops' variables, and a producer's value where a
+    load reads it. Keyed by node name, which one graph's nodes do not share."""
 
-    def __init__(self, ctx: CompileContext, group: Group) -> None:
+    def __init__(self) -> None:
+        self.mappings: dict[tuple, dict[sympy.Symbol, sympy.Expr]] = {}
+        self.values: dict[tuple, Expr] = {}
+        self.reads: dict[tuple, Expr] = {}
+        self._loads: dict[str, tuple[Load, ...]] = {}
+        self.indices: dict[tuple, tuple[sympy.Expr, ...]] = {}
+
+    def loads(self, node: Node) -> tuple[Load, ...]:
+        """The loads in ``node``'s value."""
+        hit = self._loads.get(node.name)
+        if hit is None:
+            hit = self._loads[node.name] = tuple(loads(node.value))
+        return hit
+
+    def value_at(self, p: Node, ld: Load) -> Expr:
+        key = (p.name, ld.index, ld.binds)
+        hit = self.reads.get(key)
+        if hit is None:
+            hit = self.reads[key] = _value_at(p, ld)
+        return hit
+
+
+class _Builder:
+    """Turns a group into one kernel, for the compile ``ctx`` (the plugin's capabilities);
+    ``memo``: what it may share with the other builders of one fusion search."""
+
+    def __init__(self, ctx: CompileContext, group: Group, memo: Memo | None = None) -> None:
         self.ctx, self.g = ctx, group
+        self.memo = memo if memo is not None else Memo()
         self.xs = tuple(var(f"x{i}") for i in range(len(group.X)))
         self.rs = tuple(var(f"r{i}") for i in range(len(group.R)))
         self.members = {n.name: n for n in group.members}
@@ -59,6 +90,11 @@ class _Builder:
 
     def _mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
         """Node vars -> group vars (size-1 dims -> 0)."""
+        key = (node.name, self.g.X, self.g.R)
+        hit = self.memo.mappings.get(key)
+        if hit is not None:
+            return hit
+        own = True  # decided by the node and the loops alone (not by other members)
         kind = _fits(node, self.g.X, self.g.R)
         if kind is None:
             raise _NotFusable(f"{node.name} does not fit the group's loops")
@@ -80,6 +116,7 @@ class _Builder:
                     found = self._permuted_mapping(node)
                     if found is not None:
                         return found
+                    own = False  # (another group's members may give one)
                 # another shape of the same elements: unravel the group's index (a
                 # one-to-one mapping, correct for any shape, but a permute's unravelled
                 # index walks memory out of order: 2x slower kernels on an H200)
@@ -91,6 +128,8 @@ class _Builder:
         if node.is_reduction:
             for v, s in zip(node.rvars, node.rsizes):
                 mapping[v] = sympy.Integer(0) if s == 1 else next(group_vars)
+        if own:
+            self.memo.mappings[key] = mapping
         return mapping
 
     def _permuted_mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr] | None:
@@ -126,10 +165,10 @@ class _Builder:
                     rm = self._mapping(r)
                 except _NotFusable:
                     continue
-                for ld in loads(r.value):
+                for ld in self.memo.loads(r):
                     if ld.buffer != node.name or not isinstance(ld.index, tuple) or ld.binds:
                         continue
-                    idx = [sympy.expand(sympy.sympify(i).xreplace(rm)) for i in ld.index]
+                    idx = self._read_at(r, rm, ld.index)
                     used = [i for i, sz in zip(idx, node.sizes) if sz != 1]
                     if set(used) == wanted and len(used) == len(wanted):
                         return {
@@ -154,7 +193,7 @@ class _Builder:
         var is the reduction's loop. Any one-to-one mapping is correct (members are
         inlined at their readers' indices); this one walks memory as the group's other
         reads do. None where it does not cover every loop once."""
-        own = [ld for ld in loads(node.value) if not ld.binds]
+        own = [ld for ld in self.memo.loads(node) if not ld.binds]
         wanted = set(self.xs + self.rs)
         mapping: dict[sympy.Symbol, sympy.Expr] = {}
 
@@ -187,15 +226,11 @@ class _Builder:
                         rm = self._mapping(r)
                     except _NotFusable:
                         continue
-                    for other in loads(r.value):
+                    for other in self.memo.loads(r):
                         if other.buffer != ld.buffer or other.binds:
                             continue
                         if isinstance(other.index, tuple):
-                            theirs.append(
-                                tuple(
-                                    sympy.expand(sympy.sympify(i).xreplace(rm)) for i in other.index
-                                )
-                            )
+                            theirs.append(self._read_at(r, rm, other.index))
                         else:
                             theirs.append(sympy.expand(other.index.xreplace(rm)))
             for other in theirs:
@@ -212,6 +247,21 @@ class _Builder:
             v: mapping[v] if sz != 1 else sympy.Integer(0) for v, sz in zip(node.vars, node.sizes)
         }
 
+    def _read_at(
+        self, r: Node, rm: dict[sympy.Symbol, sympy.Expr], index: tuple
+    ) -> tuple[sympy.Expr, ...]:
+        """``index``, a load in member ``r``, in the group's loops (``rm``: r's mapping)."""
+        key = (r.name, self.g.X, self.g.R)
+        own = self.memo.mappings.get(key) is rm
+        if own:
+            hit = self.memo.indices.get((key, index))
+            if hit is not None:
+                return hit
+        out = tuple(sympy.expand(sympy.sympify(i).xreplace(rm)) for i in index)
+        if own:
+            self.memo.indices[(key, index)] = out
+        return out
+
     def store_index(self, node: Node) -> tuple[sympy.Expr, ...]:
         m = self._mapping(node)
         return tuple(m[v] for v in node.vars)
@@ -221,7 +271,12 @@ class _Builder:
         hit = self._resolved.get(node.name)
         if hit is not None:
             return hit
-        expr = subs_index(node.value, self._mapping(node))
+        key = (node.name, self.g.X, self.g.R)
+        expr = self.memo.values.get(key)
+        if expr is None:
+            expr = subs_index(node.value, self._mapping(node))
+            if key in self.memo.mappings:  # (the mapping was the node's own)
+                self.memo.values[key] = expr
         expr = self._resolve_reads(expr)
         self._resolved[node.name] = expr
         return expr
@@ -244,7 +299,7 @@ class _Builder:
                         raise _NotFusable(
                             f"{p.name} computes an index value and is read at a gathered index"
                         )
-                    at = _value_at(p, e)
+                    at = self.memo.value_at(p, e)
                     # rounded to p's dtype, exactly as if it had been stored and loaded
                     hit = self._inlined[key] = cast(self._resolve_reads(at), p.dtype)
                 return hit

@@ -20,7 +20,7 @@ from ..ir.expr import Expr, Load, loads
 from ..ir.graph import ExternNode, Node
 from ..ir.index import numel_hint
 from ..ir.kernel import FusionGroup
-from .builder import _Builder, _NotFusable
+from .builder import Memo, _Builder, _NotFusable
 from .groups import Decision, Group, _merged_space, _space
 from .inline import inline_producers
 
@@ -80,6 +80,8 @@ class Scheduler:
         self._views: dict[int, FusionGroup] = {}
         #: the last merge _legal allowed, and the builder that resolved it
         self._trial: tuple[Group, _Builder] | None = None
+        #: shared by every builder of this search (a trial's work on its nodes, kept)
+        self._memo = Memo()
         # buffers read raw (linear index) or by externs must be in memory
         self.raw_reads: set[str] = set()
         for n in nodes:
@@ -232,13 +234,13 @@ class Scheduler:
         members = a.members + b.members
         names = {n.name for n in members}
         for n in members:
-            for ld in loads(n.value):
+            for ld in self._memo.loads(n):
                 if ld.buffer in names and not isinstance(ld.index, tuple):
                     return f"{n.name} reads {ld.buffer} through a computed address"
         trial = Group(
             -1, sorted(members, key=lambda n: self.index[id(n)]), *space, min(a.order, b.order)
         )
-        builder = _Builder(self.ctx, trial)
+        builder = _Builder(self.ctx, trial, self._memo)
         try:
             levels = builder.levels()
         except _NotFusable as exc:
@@ -411,7 +413,7 @@ class Scheduler:
         """``g`` as the plugin sees it, its inputs and outputs those of its own kernel."""
         view = self._views.get(g.id)
         if view is None:
-            view = self._views[g.id] = self._view(g, _Builder(self.ctx, g))
+            view = self._views[g.id] = self._view(g, _Builder(self.ctx, g, self._memo))
         return view
 
     def _view(self, g: Group, builder: _Builder) -> FusionGroup:

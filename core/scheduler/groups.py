@@ -7,6 +7,7 @@ dimensions dropped). :func:`_fits` says how a node fits such a group; both the f
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import Counter
@@ -56,7 +57,14 @@ def _fits(node: Node, X: tuple[int, ...], R: tuple[int, ...]) -> str | None:
     """'red', 'outer' or 'inner' when ``node`` fits a group over (X, R), else None."""
     if node.is_reduction:
         return "red" if _space(node) == (X, R) else None
-    sq = _squeeze(node.sizes)
+    return _fit(node.sizes, X, R)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _fit(sizes: tuple[int, ...], X: tuple[int, ...], R: tuple[int, ...]) -> str | None:
+    """How a pointwise node of ``sizes`` fits a group over (X, R) (:func:`_fits`), by sizes
+    alone; a fusion search asks it for the same few shapes thousands of times."""
+    sq = _squeeze(sizes)
     if sq == X:
         return "outer"
     if R and sq == X + R:
