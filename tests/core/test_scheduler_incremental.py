@@ -106,3 +106,65 @@ def test_no_cycle_through_an_extern_after_merges(plugin):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     for g, w in zip(got_grads, want_grads):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
+class PermutedBlock(torch.nn.Module):
+    """timm's ConvNeXt block in its permute form (NCHW -> NHWC, LayerNorm and MLP over the
+    channels, back to NCHW) after a depthwise conv: members whose loops are a permutation
+    of their group's take their mapping from how other members read them."""
+
+    def __init__(self, c: int = 16) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.ln = torch.nn.LayerNorm(c)
+        self.fc1, self.fc2 = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+        self.gamma = torch.nn.Parameter(torch.full((c,), 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.fc2(torch.nn.functional.gelu(self.fc1(self.ln(y))))
+        return x + (self.gamma * y).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "make, shape",
+    [(Block, (2, 8, 32)), (SqueezeExcite, (2, 8, 8, 8)), (PermutedBlock, (2, 16, 6, 6))],
+    ids=["transformer", "squeeze_excite", "convnext_permute"],
+)
+def test_trials_sharing_the_search_s_memo_resolve_as_a_fresh_builder(make, shape, monkeypatch):
+    """The fusion search's trial builds share a memo (``builder.Memo``) of what depends on a
+    node and the group's loops alone. Every trial is built again with an empty memo: the
+    verdict, each member's resolved value and the reduction stages must be the same."""
+    from sdk.core.scheduler import builder as builder_mod
+
+    legal = scheduler.Scheduler._legal
+    trials = []
+
+    def compared(self, a, b, owner):
+        why = legal(self, a, b, owner)
+        kept, shared = self._trial, self._memo
+        self._memo = builder_mod.Memo()
+        try:
+            assert legal(self, a, b, owner) == why
+            if why is None:
+                (_, mine), (_, fresh) = kept, self._trial
+                members = kept[0].members
+                assert [mine.resolved(n) for n in members] == [fresh.resolved(n) for n in members]
+                assert mine.levels() == fresh.levels()
+        finally:
+            self._memo, self._trial = shared, kept
+        trials.append(why)
+        return why
+
+    monkeypatch.setattr(scheduler.Scheduler, "_legal", compared)
+    torch.manual_seed(0)
+    model = make()
+    compiled = torch.compile(model, backend=sdk.backend("cpu_cpp", fallback=False))
+    x = torch.randn(*shape, requires_grad=True)
+    got, want = compiled(x), model(x)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    gw = torch.autograd.grad(got.sum(), [x, *model.parameters()])
+    ge = torch.autograd.grad(want.sum(), [x, *model.parameters()])
+    for g, e in zip(gw, ge):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert sum(why is None for why in trials) > 10, trials
