@@ -29,6 +29,7 @@ from sdk.report import (
 
 from . import build_stages, graph_cache, logs, native, passes, warm
 from . import steps as st
+from .adapters import torch_private as tp
 from .build_stages.artifacts import PluginFailure, ProgramParts
 from .build_stages.assemble import announce_kernels
 from .build_stages.compile import compile_sources
@@ -76,6 +77,9 @@ def build_program(
     notes = len(ctx.notes)
     built = build_stages.run(session, ctx, build_stages.Graph(gm, specs, vendor, plan, start))
     fn, parts, wrapper = built.fn, built.parts, built.wrapper
+    # the forward's outputs' strides, as its schedule told AOTAutograd (the backward is
+    # compiled for saved activations of these strides): a hit tells it again
+    parts.output_strides = tp.reported_output_strides() or []
     sources, fns = built.compiled.sources, built.compiled.fns
     parts.cache = why or "stored"
     if key is not None:
@@ -207,6 +211,7 @@ def _entry(
             for c in parts.choices
         ],
         "tuning": parts.tuning,
+        "output_strides": [None if t is None else list(t) for t in parts.output_strides],
     }
     return graph_cache.pack(doc, enc.blobs)
 
@@ -290,6 +295,13 @@ def load_program(
         )
     except Exception:  # noqa: BLE001 - as above
         return None
+    strides = [None if t is None else tuple(t) for t in doc.get("output_strides", ())]
+    if strides:
+        # as the build's schedule did: without it, AOTAutograd compiles the backward for
+        # eager's strides of the saved activations, and the first backward call compiles it
+        # again for the layouts this program leaves them in
+        tp.report_output_strides(strides)
+        parts.output_strides = strides
     for note in doc["notes"]:
         ctx.note(note)
     announce_kernels(session, ctx, sources, parts.hook_faults)

@@ -483,6 +483,16 @@ def report_output_strides(strides: list[tuple[int, ...] | None]) -> None:
         out[:] = strides
 
 
+def reported_output_strides() -> list[tuple[int, ...] | None] | None:
+    """What :func:`report_output_strides` told AOTAutograd for the forward graph being
+    compiled (empty: nothing, eager's strides), or None outside a forward's compile."""
+    from torch._guards import TracingContext
+
+    tc = TracingContext.try_get()
+    out = getattr(tc, "output_strides", None) if tc is not None else None
+    return None if out is None else list(out)
+
+
 # ---------------------------------------------------------------------------
 # Run time: what wrapper plugins (CUDA graphs) need to know about steps and storages
 # ---------------------------------------------------------------------------

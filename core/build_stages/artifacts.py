@@ -150,6 +150,9 @@ class ProgramParts:
     #: each build stage's time, in the order they ran (GraphReport.build_stages; empty on
     #: a hit of the whole-graph cache: nothing was built)
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    #: a forward graph's outputs' strides told to AOTAutograd (None: eager's; empty: none
+    #: told), stored with the program and told again on a hit
+    output_strides: list[tuple[int, ...] | None] = field(default_factory=list)
 
 
 @dataclass

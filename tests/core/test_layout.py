@@ -665,6 +665,48 @@ def test_a_channels_last_backward_is_one_program_with_torchs_autograd_cache_on_o
     assert programs[True] == programs[False], "torch's AOTAutograd cache made another program"
 
 
+def test_a_forward_from_the_whole_graph_cache_tells_aotautograd_its_outputs_strides(
+    tmp_path, monkeypatch
+):
+    """A forward program from the whole-graph cache leaves the activations it saves for the
+    backward in the layouts its build chose (channels-last). The build tells AOTAutograd
+    those strides, which compiles the backward for them; a hit must tell it too, or the
+    backward is compiled for eager's strides, a variant no call uses (a warm process's
+    ResNet-50 step built a 134-kernel backward it never ran, beside the 70-kernel one)."""
+    import torch._functorch.config as functorch_config
+
+    from sdk.core import build_stages
+
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))
+    built: list[str] = []
+    run = build_stages.run
+
+    def counting(session, ctx, graph):
+        built.append(ctx.graph_kind)
+        return run(session, ctx, graph)
+
+    monkeypatch.setattr(build_stages, "run", counting)
+    f, params = _functional(_convnext("permuted", "cpu"))
+    x = torch.randn(2, 3, 32, 32).requires_grad_(True)
+    want = f(x, *params)[0]
+    want_grads = torch.autograd.grad(want.sum(), [x, *params])
+    for first in (True, False):
+        built.clear()
+        # (AOTAutograd traces each time: the second forward is a hit of the SDK's cache only)
+        with functorch_config.patch(enable_autograd_cache=False):
+            torch._dynamo.reset()
+            compiled = torch.compile(f, backend=sdk.backend("cpu_cpp", channels_last=True))
+            got = compiled(x, *params)[0]
+            grads = torch.autograd.grad(got.sum(), [x, *params])
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        for g, w in zip(grads, want_grads, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+        # the second time, both programs come from the cache: the backward is asked for the
+        # strides it was built for, not built for eager's
+        assert built == (["forward", "backward"] if first else []), (first, built)
+
+
 _PREFERRING = """
 import sdk
 from sdk.plugins.cpu_cpp import sdk_compile_kernels, sdk_render_kernel  # noqa: F401
