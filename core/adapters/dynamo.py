@@ -460,3 +460,27 @@ def dynamo_forget_backend(name: str, entry_point: Any) -> None:
 
     dynamo_registry._BACKENDS[name] = entry_point
     dynamo_registry._COMPILER_FNS.pop(name, None)
+
+
+def _output_strides() -> list[tuple[int, ...] | None] | None:
+    """AOTAutograd's list of the forward graph's output strides, while it compiles one."""
+    from torch._guards import TracingContext
+
+    tc = TracingContext.try_get()
+    return getattr(tc, "output_strides", None) if tc is not None else None
+
+
+def report_output_strides(strides: list[tuple[int, ...] | None]) -> None:
+    """Tell AOTAutograd the strides the forward graph's outputs have (None: eager's), as
+    Inductor does: it compiles the backward graph for saved activations of these
+    strides. Only while it compiles a forward graph."""
+    out = _output_strides()
+    if out is not None:
+        out[:] = strides
+
+
+def reported_output_strides() -> list[tuple[int, ...] | None] | None:
+    """What :func:`report_output_strides` told AOTAutograd for the forward graph being
+    compiled (empty: nothing, eager's strides), or None outside a forward's compile."""
+    out = _output_strides()
+    return None if out is None else list(out)

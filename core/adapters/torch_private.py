@@ -43,6 +43,8 @@ from .dynamo import (  # noqa: F401
     locate_graph_breaks,
     model_state_inputs,
     module_buffers,
+    report_output_strides,
+    reported_output_strides,
     reset_dynamo,
     run_with,
     user_error,
@@ -469,28 +471,6 @@ def saved_for_backward(num_outputs: int) -> frozenset[int] | None:
     if saved[-1] + 1 + len(symints) != num_outputs:
         return None  # not the whole forward graph (a chain's partition)
     return frozenset(saved)
-
-
-def report_output_strides(strides: list[tuple[int, ...] | None]) -> None:
-    """Tell AOTAutograd the strides the forward graph's outputs have (None: eager's), as
-    Inductor does: it compiles the backward graph for saved activations of these
-    strides. Only while it compiles a forward graph."""
-    from torch._guards import TracingContext
-
-    tc = TracingContext.try_get()
-    out = getattr(tc, "output_strides", None) if tc is not None else None
-    if out is not None:
-        out[:] = strides
-
-
-def reported_output_strides() -> list[tuple[int, ...] | None] | None:
-    """What :func:`report_output_strides` told AOTAutograd for the forward graph being
-    compiled (empty: nothing, eager's strides), or None outside a forward's compile."""
-    from torch._guards import TracingContext
-
-    tc = TracingContext.try_get()
-    out = getattr(tc, "output_strides", None) if tc is not None else None
-    return None if out is None else list(out)
 
 
 # ---------------------------------------------------------------------------

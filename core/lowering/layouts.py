@@ -257,7 +257,7 @@ def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple
     convolutions are rare in the graph, and only if the FLOP-weighted measured speed-ups say
     faster. In training, a forward graph's activations saved for the backward keep the
     layout chosen here (AOTAutograd compiles the backward for it, :func:`~core.adapters.
-    torch_private.report_output_strides`), and the backward's convolution gradients run
+    dynamo.report_output_strides`), and the backward's convolution gradients run
     channels-last; a backward whose inputs come channels-last follows them, one whose
     inputs do not keeps the trace's layout.
     """

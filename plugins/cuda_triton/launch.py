@@ -493,7 +493,11 @@ def canonical(src: sdk.KernelSource) -> sdk.KernelSource:
 def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callable[..., None]:
     """The launcher of ``src`` with ``config`` (default: the renderer's), compiled under its
     :func:`canonical` names."""
-    src = canonical(src)
+    return _bind(canonical(src), config)
+
+
+def _bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callable[..., None]:
+    """:func:`bind` of a source already under its :func:`canonical` names."""
     meta = src.meta
     cfg = dict(meta["config"] if config is None else config)
     consts, opts = _split_config(meta, cfg, meta["constexprs"])
@@ -610,12 +614,13 @@ def compile_sources(sources: list[sdk.KernelSource]) -> list[Callable[..., None]
     for src in sources:
         if src.language != "triton":
             raise ValueError(f"kernel {src.name} is {src.language}, not triton")
-        fn = bind(src)
+        same = canonical(src)
+        fn = _bind(same)
         # kernels the same up to names share a module: the first of them precompiles (two
         # threads would compile the same kernel), the others then find it compiled
         meta = src.meta
         compiled_as = (meta.get("config"), [a[2] for a in meta["args"]], meta.get("scratch"))
-        key = stable_hash("cuda_triton-compile", canonical(src).source, repr(compiled_as))
+        key = stable_hash("cuda_triton-compile", same.source, repr(compiled_as))
         out.append(fn)
         first.setdefault(key, fn)
     if torch.cuda.is_available() and not interpreting():
