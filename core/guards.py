@@ -11,6 +11,7 @@ result.
 
 from __future__ import annotations
 
+import ast
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -110,8 +111,78 @@ def size_sources(specs: Sequence[InputSpec]) -> dict[sympy.Symbol, tuple[int, in
     return where
 
 
+def parse_requires(requires: Sequence[tuple[str, int]]) -> list[tuple[sympy.Expr, int]]:
+    """A program's size requirements (``KernelSource.requires``: an expression over size
+    symbols, a limit) as sympy expressions. Read without ``eval`` (they come from the
+    whole-graph cache too): integers, names, ``+ - *``, ``/`` and ``**`` by an integer;
+    ValueError naming the requirement that is something else."""
+    out = []
+    for item in requires:
+        try:
+            text, limit = item
+            if not isinstance(limit, int) or isinstance(limit, bool):
+                raise ValueError("the limit is not an int")
+            out.append((_size_expr(ast.parse(text, mode="eval").body), limit))
+        except (ValueError, TypeError, SyntaxError) as exc:
+            raise ValueError(
+                f"size requirement {item!r} is not (an expression over size arguments with "
+                f"+ - * /, an int): {exc}"
+            ) from exc
+    return out
+
+
+_ARITH = {ast.Add: sympy.Add, ast.Mult: sympy.Mul}
+
+
+def _size_expr(node: ast.AST) -> sympy.Expr:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return sympy.Integer(node.value)
+    if isinstance(node, ast.Name):
+        return sympy.Symbol(node.id, integer=True, positive=True)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_size_expr(node.operand)
+    if isinstance(node, ast.BinOp):
+        a, b = _size_expr(node.left), _size_expr(node.right)
+        if type(node.op) in _ARITH:
+            return _ARITH[type(node.op)](a, b)
+        if isinstance(node.op, ast.Sub):
+            return a - b
+        if isinstance(node.op, ast.Div) and b.is_Integer and int(b) > 0:
+            return a / b
+        if isinstance(node.op, ast.Pow) and b.is_Integer and 0 <= int(b) <= 8:
+            return a**b
+    raise ValueError(f"{ast.unparse(node)!r} is not size arithmetic")
+
+
+def _requires_lines(
+    specs: Sequence[InputSpec], requires: Sequence[tuple[str, int]], bound: bool
+) -> list[str]:
+    """Lines of a generated check that return False where the call's sizes break a size
+    requirement: each symbol read from its input (unless ``bound``: already read), then
+    ``expr <= limit`` in integers (``expr``'s denominators multiplied out)."""
+    if not requires:
+        return []
+    parsed = parse_requires(requires)
+    where = {sym.name: src for sym, src in size_bindings(specs).items()}
+    names = sorted({s.name for e, _ in parsed for s in e.free_symbols})
+    missing = [n for n in names if n not in where]
+    if missing:
+        raise ValueError(
+            f"size requirements name {missing}, not the size of any input dimension "
+            f"(the sizes are {sorted(where)})"
+        )
+    lines = [] if bound else [f"    {n} = {where[n]}" for n in names]
+    for expr, limit in parsed:
+        num, den = sympy.fraction(sympy.together(expr))
+        lines += [f"    if {print_size(num)} > {limit * int(den)}:", "        return False"]
+    return lines
+
+
 def _symbolic_check(
-    specs: Sequence[InputSpec], layout_free: frozenset[int], kernel_read: frozenset[int] | None
+    specs: Sequence[InputSpec],
+    layout_free: frozenset[int],
+    kernel_read: frozenset[int] | None,
+    requires: Sequence[tuple[str, int]] = (),
 ) -> Callable[[Sequence[Any]], bool]:
     """The check of a variant compiled for symbolic sizes: bind each size symbol from the
     input that first has it, require it >= MIN_SIZE (what the kernels assume), and check
@@ -125,6 +196,7 @@ def _symbolic_check(
             f"    if {sym.name} < {MIN_SIZE}:",
             "        return False",
         ]
+    lines += _requires_lines(specs, requires, bound=True)
     for i, spec in enumerate(specs):
         if isinstance(spec, TensorSpec) and i in layout_free:
             # its device too may differ from the trace's: the meta kernels of GPU attention
@@ -157,6 +229,7 @@ def make_check(
     layout_free: frozenset[int] = frozenset(),
     dynamo_guarded: bool = False,
     kernel_read: frozenset[int] | None = None,
+    requires: Sequence[tuple[str, int]] = (),
 ) -> Callable[[Sequence[Any]], bool]:
     """A generated function that is True when ``args`` match ``specs``.
 
@@ -169,6 +242,8 @@ def make_check(
       dtype and device (the inputs of a forward or inference graph with static shapes),
       and views of inputs are taken relative to their storage offset, so what is left is
       the pointer alignment the kernels of ``kernel_read`` were compiled for.
+    * ``requires``: the kernels' size requirements (``KernelSource.requires``), which a
+      program of symbolic sizes holds only for some sizes.
     """
     lines = ["def check(args):"]
     env: dict[str, Any] = {}
@@ -182,11 +257,12 @@ def make_check(
                 # an int input of a symbolic graph that the variant specialized on (Dynamo
                 # guards only its range)
                 lines += [f"    if args[{i}] != {spec}:", "        return False"]
+        lines += _requires_lines(specs, requires, bound=False)
         lines.append("    return True")
         exec("\n".join(lines), env)  # noqa: S102 - our own generated code
         return env["check"]
     if is_symbolic(specs):
-        return _symbolic_check(specs, layout_free, kernel_read)
+        return _symbolic_check(specs, layout_free, kernel_read, requires)
     for i, spec in enumerate(specs):
         if isinstance(spec, TensorSpec) and i in layout_free:
             env[f"s{i}"] = spec.sizes
@@ -261,6 +337,7 @@ class Specializing:
                     getattr(general, "layout_free", frozenset()),
                     dynamo_guarded,
                     getattr(general, "kernel_read", None),
+                    getattr(general, "requires", ()),
                 ),
                 general,
             )

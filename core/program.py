@@ -179,6 +179,7 @@ def _entry(
             "device": wrapper.device,
             "layout_free": sorted(wrapper.layout_free),
             "kernel_read": sorted(wrapper.kernel_read),
+            "requires": [list(r) for r in wrapper.requires],
         },
         "sources": [
             {
@@ -263,6 +264,7 @@ def load_program(
             {k: v["v"] for k, v in w["named"].items() if v["t"] == "vendor"},
             native_why=w["native_why"],
             isa_version=w["isa"],
+            requires=tuple((str(t), int(n)) for t, n in w["requires"]),
         )
         fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
         parts = ProgramParts(

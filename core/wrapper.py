@@ -60,6 +60,9 @@ class Wrapper:
     refused: str | None = None
     #: the ISA version (core/isa.py) the steps were written for: the runner refuses another
     isa_version: int = isa.VERSION
+    #: the sizes the kernels are right for (their sources' ``requires``), which the per-call
+    #: guard checks: a call that breaks one runs a variant compiled for its sizes
+    requires: tuple[tuple[str, int], ...] = ()
 
     def materialize(self, graph_name: str, runner: str = "python") -> Callable:
         """The program as a function ``call(args)``: the native runner's program
@@ -95,6 +98,7 @@ class Wrapper:
         # nothing bakes the layout of; only alignment where Dynamo already guards layouts
         call.layout_free = self.layout_free
         call.kernel_read = self.kernel_read
+        call.requires = self.requires
         return call
 
     def _native(self) -> Any | None:

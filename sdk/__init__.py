@@ -85,7 +85,7 @@ from sdk.report import (
     PassReport,
 )
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 
 def _populate_programs(key: str, payload: bytes) -> None:

@@ -20,6 +20,12 @@ class KernelSource:
 
     ``entry`` is the symbol the compiled artifact exposes; ``meta`` carries
     whatever the plugin's own compile step needs (launch grid, argument kinds).
+
+    ``requires`` (a kernel of symbolic sizes): the sizes the source is right for, each
+    ``(expression, limit)`` an expression over the kernel's size arguments in Python syntax
+    (``"768*s0*s1 + 4096"``) whose value must not exceed ``limit``; a kernel that computes
+    its indices in 32 bits states their bounds so. The program checks them at each call,
+    and a call whose sizes break one runs a variant compiled for its concrete sizes.
     """
 
     name: str
@@ -27,6 +33,7 @@ class KernelSource:
     source: str
     entry: str
     meta: dict[str, Any] = field(default_factory=dict)
+    requires: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -64,13 +64,14 @@ from sdk.subgraph import (  # noqa: F401  (graph-level values; Support: a plugin
 #: Version of the hook API described in :mod:`sdk.hookspecs`. A plugin states
 #: the version it was written for in :attr:`PluginInfo.hook_api`; the core
 #: accepts plugins whose version lies in :data:`SUPPORTED_HOOK_APIS`.
-HOOK_API_VERSION = 7  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
+HOOK_API_VERSION = 8  # 2: sdk_cache_key; 3: graph-level plugins (sdk_claim_nodes...);
 # 4: sdk_kernel_limits, sdk_can_fuse's ``merged``, sdk_extern; 5: sdk_graph_passes, GraphPass;
 # 6: sdk_preferences and Preferences, Capability's preferences and dead members retired,
 # the alias Verdict gone; sdk_kernel_choices, KernelChoices, KernelVariant (measured kernel
 # choices); 7: graph-level contract: sdk_claim_nodes may answer ClaimGroups (the plugin's own
 # partitions, with a minimum size), PluginInfo.frozen_parameters (parameters as constants of
-# inference partitions), CompiledSubgraph.preallocated_outputs and .aliases (output buffers)
+# inference partitions), CompiledSubgraph.preallocated_outputs and .aliases (output buffers);
+# 8: KernelSource.requires (the sizes a kernel of symbolic sizes is right for)
 SUPPORTED_HOOK_APIS = range(1, HOOK_API_VERSION + 1)
 
 

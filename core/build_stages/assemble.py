@@ -8,10 +8,12 @@ from sdk.plugin import CompileContext, KernelSource
 from sdk.report import HookFault, KernelReport
 
 from .. import steps as st
+from ..guards import parse_requires
+from ..ir.index import dominant_bounds
 from ..registry import observe
 from ..session import CompileSession
 from ..wrapper import _runner, _WrapperWriter
-from .artifacts import Compiled, Program, ProgramParts, kernel_io
+from .artifacts import Compiled, PluginFailure, Program, ProgramParts, kernel_io
 
 
 def run(session: CompileSession, ctx: CompileContext, compiled: Compiled) -> Program:
@@ -23,6 +25,7 @@ def run(session: CompileSession, ctx: CompileContext, compiled: Compiled) -> Pro
     announce_kernels(session, ctx, compiled.sources, graph.faults)
     by_name = dict(zip((k.name for k in rendered.kernels), compiled.fns))
     wrapper = _WrapperWriter(L, scheduled.steps, by_name, lowered.outputs, lowered.layouts).write()
+    wrapper.requires = size_requirements(ctx, rendered.kernels, compiled.sources)
     fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
     parts = ProgramParts(
         runner=_runner(fn, wrapper),
@@ -41,6 +44,32 @@ def run(session: CompileSession, ctx: CompileContext, compiled: Compiled) -> Pro
         tuning=compiled.tuning,
     )
     return Program(compiled, wrapper, fn, parts)
+
+
+def size_requirements(
+    ctx: CompileContext, kernels: list, sources: list[KernelSource]
+) -> tuple[tuple[str, int], ...]:
+    """The program's size requirements: its sources' ``requires``, each checked to be an
+    expression over its kernel's size arguments (PluginFailure naming the kernel if not)."""
+    out: dict[int, list] = {}
+    for k, src in zip(kernels, sources):
+        if not src.requires:
+            continue
+        try:
+            parsed = parse_requires(src.requires)
+        except ValueError as exc:
+            raise PluginFailure(f"sdk:{ctx.plugin}: kernel {src.name}: {exc}") from None
+        names = {s.name for s in k.size_args}
+        for text, (expr, limit) in zip((t for t, _ in src.requires), parsed):
+            stray = sorted(s.name for s in expr.free_symbols if s.name not in names)
+            if stray:
+                raise PluginFailure(
+                    f"sdk:{ctx.plugin}: kernel {src.name} requires {text!r} <= {limit}, but "
+                    f"{stray} are not among its size arguments {sorted(names)}"
+                )
+            out.setdefault(limit, []).append(expr)
+    # (one per limit of those that bound the others: the per-call check evaluates each)
+    return tuple((str(e), n) for n, exprs in out.items() for e in dominant_bounds(exprs))
 
 
 def announce_kernels(

@@ -178,6 +178,9 @@ def _symbolic(
         )
         return None
     report.sizes = "symbolic: " + ", ".join(sorted(s.name for s in where))
+    requires = getattr(fn, "requires", ())
+    if requires:  # (a call that breaks one gets a variant for its sizes)
+        report.sizes += "; requires " + ", ".join(f"{t} <= {n}" for t, n in requires)
     if special:
         report.sizes += "; specialized: " + ", ".join(
             f"{name}={value}" for name, value in sorted(special.items())

@@ -89,7 +89,7 @@ def sdk_plugin_info() -> sdk.PluginInfo:
     return sdk.PluginInfo(
         name="cuda_triton",
         version=__version__,
-        hook_api=6,
+        hook_api=8,
         device_types=("cuda", "cpu") if interpreting() else ("cuda",),
         kind=sdk.PluginKind.CODEGEN,
         capabilities=frozenset(

@@ -58,6 +58,43 @@ def _upper(e: sympy.Expr, bounds: dict[sympy.Symbol, int], worst: list[int]) -> 
     return v
 
 
+#: Indices (and their bounds, with a margin for the blocks' overhang) from this value on
+#: are computed in 64 bits.
+INT32_LIMIT = 2**31 - 1
+
+#: No bound: an index the analysis cannot bound (its kernel indexes in 64 bits).
+_UNBOUNDED = sympy.oo
+
+
+def _upper_sym(e: sympy.Expr, bounds: dict, worst: list[sympy.Expr]) -> sympy.Expr:
+    """:func:`_upper` over symbolic sizes: an upper bound of ``|e|`` as a polynomial in the
+    size symbols with non-negative coefficients (so it grows with each of them), every
+    subexpression's bound appended to ``worst``; ``_UNBOUNDED`` where there is none."""
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        v: sympy.Expr = abs(e)
+    elif e.is_Symbol:
+        # (a size symbol: itself)
+        v = sympy.sympify(bounds.get(e, e if e.is_positive else _UNBOUNDED))
+    elif isinstance(e, ir.FloorDiv):
+        num = _upper_sym(e.args[0], bounds, worst)
+        v = num / e.args[1] if e.args[1].is_Integer else num
+    elif isinstance(e, ir.Mod):
+        _upper_sym(e.args[0], bounds, worst)
+        d = e.args[1]
+        v = d - 1 if d.is_Integer or d.is_positive else _UNBOUNDED
+    elif e.is_Add:
+        v = sympy.Add(*(_upper_sym(a, bounds, worst) for a in e.args))
+    elif e.is_Mul:
+        v = sympy.Mul(*(_upper_sym(a, bounds, worst) for a in e.args))
+    elif e.is_Pow and e.exp.is_Integer and e.exp >= 0:  # (s0**2: a square's elements)
+        v = _upper_sym(e.base, bounds, worst) ** e.exp
+    else:
+        v = _UNBOUNDED
+    worst.append(v)
+    return v
+
+
 def _subst(node: ir.Expr, mapping: dict, memo: dict) -> ir.Expr:
     """``node`` with loop variables renamed in every index."""
     hit = memo.get(node)
@@ -132,7 +169,8 @@ class KernelPlan:
         self.tile: tuple[list[tuple[str, int]], list[tuple[str, int]], dict] | None = None
         if self.plan.mode == "pointwise" and not self.symbolic:
             self._plan_tile()
-        self.int64 = self._needs_int64()
+        self._size_syms = set(kernel.size_args)
+        self.int64, self.requires = self._index_width()
         self.itype = "tl.int64" if self.int64 else "tl.int32"
         self.two_d = self.plan.mode != "pointwise"
         self.shape1 = "[1, 1]" if self.two_d else "[1]"
@@ -396,10 +434,43 @@ class KernelPlan:
                 return False
         return True
 
+    def _index_width(self) -> tuple[bool, tuple[tuple[str, int], ...]]:
+        """Whether indices need 64 bits, and the kernel's size requirements. With symbolic
+        sizes: 32 bits where every index's bound (a polynomial in the size symbols) fits at
+        the compiling call's sizes, each bound then a requirement the program checks per
+        call (``KernelSource.requires``: a call it does not fit runs a variant compiled for
+        its sizes)."""
+        if not self.symbolic:
+            return self._needs_int64(), ()
+        bounds: dict = dict(self.bounds)
+        worst: list[sympy.Expr] = []
+        # (sizes may round up: s - s % 8 + 8 is bounded by s + 8)
+        worst += [_upper_sym(self.xnumel, bounds, worst) + 4096]
+        worst += [_upper_sym(s.numel, bounds, worst) + 8192 for s in self.stages]
+        for a in self.k.args:
+            _upper_sym(a.layout.storage_size, bounds, worst)
+        for s in self.stages:
+            exprs = [r[2] for r in s.reductions] + [v for _, _, v in s.stores]
+            for node in ir.walk(exprs):
+                if isinstance(node, ir.Load):
+                    for sym, _e, n in node.binds:
+                        n = sympy.sympify(n)
+                        bounds[sym] = n - 1 if n.free_symbols <= self._size_syms else _UNBOUNDED
+                    _upper_sym(node.index, bounds, worst)
+                elif isinstance(node, ir.IndexValue):
+                    _upper_sym(node.expr, bounds, worst)
+            for _, idx, _ in s.stores:
+                _upper_sym(idx, bounds, worst)
+        limit = INT32_LIMIT - 1  # (an index of INT32_LIMIT or more needs 64 bits)
+        if any(e.has(sympy.oo, sympy.zoo, sympy.nan) for e in worst):
+            return True, ()
+        exprs = ir.dominant_bounds(e for e in worst if not e.is_Number or e > limit)
+        if any(ir.size_hint(e) > limit for e in exprs):  # (at the compiling call's sizes)
+            return True, ()
+        return False, tuple((str(e), limit) for e in exprs)
+
     def _needs_int64(self) -> bool:
-        if self.symbolic:  # sizes unknown until the call: 64-bit indices
-            return True
-        limit = 2**31 - 1
+        limit = INT32_LIMIT
         worst = [self.xnumel + 4096, max((s.numel for s in self.stages), default=1) + 8192]
         for a in self.k.args:
             worst.append(a.layout.storage_size)

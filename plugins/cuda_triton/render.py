@@ -197,7 +197,9 @@ class _Writer(SplitWriter):
         meta["clamped"] = self.clamped
         helpers = [HELPERS[h].strip() + "\n" for h in HELPERS if h in self.helpers]
         source = "\n\n".join([self._header() + PRELUDE.rstrip() + "\n", *helpers, *fns])
-        return sdk.KernelSource(self.name, "triton", source, self.name, meta)
+        return sdk.KernelSource(
+            self.name, "triton", source, self.name, meta, requires=self.requires
+        )
 
 
 def render(kernel: ir.Kernel, *, debug: bool = False) -> sdk.KernelSource:

@@ -199,6 +199,26 @@ def provably_nonneg(e: Any) -> bool:
     return bool(sympy.expand(e.xreplace(shift)).is_nonnegative)
 
 
+def dominant_bounds(exprs: Any) -> list[sympy.Expr]:
+    """The few of ``exprs`` (polynomials in the size symbols) that bound all the others for
+    every value of the sizes: ``f`` bounds ``e`` where ``f - e`` has no negative coefficient.
+    In first-seen order."""
+    polys: dict[sympy.Expr, dict] = {}
+    for e in exprs:
+        e = sympy.expand(sympy.sympify(e))
+        polys.setdefault(e, e.as_coefficients_dict())
+    keep: list[tuple[sympy.Expr, dict]] = []
+    for e, p in polys.items():
+        if not any(_covers(q, p) for _, q in keep):
+            keep = [(f, q) for f, q in keep if not _covers(p, q)] + [(e, p)]
+    return [e for e, _ in keep]
+
+
+def _covers(f: dict, e: dict) -> bool:
+    """``f - e`` has no negative coefficient (so ``f >= e`` for positive sizes)."""
+    return all(f.get(m, 0) >= e.get(m, 0) for m in {*f, *e})
+
+
 def in_range(bounds: tuple[Any, Any] | None, size: Any) -> bool:
     """Do ``bounds`` (from :func:`index_bounds`) provably lie in ``[0, size)``?"""
     if bounds is None:

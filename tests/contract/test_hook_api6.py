@@ -144,4 +144,4 @@ def test_capability_keeps_only_what_the_core_enforces():
         sdk.Capability.NO_SUCH_THING  # noqa: B018
     with pytest.raises(TypeError, match="True or False"):
         sdk.Preferences(channels_last=1)
-    assert sdk.HOOK_API_VERSION == 7 and sdk.__version__ == "0.5.0"
+    assert sdk.HOOK_API_VERSION == 8 and sdk.__version__ == "0.6.0"

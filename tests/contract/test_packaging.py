@@ -269,7 +269,7 @@ def test_sdk_wheel_holds_only_the_sdk_package(wheels):
     with zipfile.ZipFile(wheels["sdk"]) as whl:
         names = whl.namelist()
     top = {n.split("/", 1)[0] for n in names}
-    assert top == {"sdk", "torch_backend_sdk-0.5.0.dist-info"}, top
+    assert top == {"sdk", "torch_backend_sdk-0.6.0.dist-info"}, top
     for expected in (
         "sdk/__init__.py",
         "sdk/hookspecs.py",
@@ -388,7 +388,7 @@ def test_venv_discovers_each_plugin_once(probe):
     assert len(rows) == len(probe["plugins"]) == len(eps)
     assert rows["acme"]["distribution"] == "acme-sdk-plugin 0.1.0"
     assert rows["acme"]["status"] == "ok"
-    assert rows["cpu_cpp"]["distribution"] == "torch-backend-sdk 0.5.0"
+    assert rows["cpu_cpp"]["distribution"] == "torch-backend-sdk 0.6.0"
 
 
 def test_venv_acme_backend_matches_eager(probe):

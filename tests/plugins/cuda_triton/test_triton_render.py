@@ -28,6 +28,8 @@ import sympy
 
 import sdk
 from sdk import ir
+from sdk.core.guards import TensorSpec
+from sdk.ir.index import size_hints
 from sdk.plugins import cuda_triton
 from sdk.plugins.cuda_triton import launch, render
 from tests.plugins.cuda_triton.test_split_reductions import _by_grid  # noqa: F401 (a fixture)
@@ -1093,6 +1095,69 @@ def test_int64_indices_when_an_index_can_reach_2_31():
     assert src.meta["int64"] and "tl.program_id(0).to(tl.int64)" in src.source
     small = render.render(softmax_kernel(8, 1000))
     assert not small.meta["int64"] and "int64" not in small.source.split("@triton.jit")[-1]
+
+
+def _symbolic_rows(dtype=F32) -> ir.Kernel:
+    """out[i, j] = x[i, j] * 2 over (s0, s1) rows, row-major: index s1*i + j."""
+    s0, s1 = ir.size_var("s0"), ir.size_var("s1")
+    i, j = V("i", "j")
+    x = lay((s0, s1), dtype, strides=(s1, 1))
+    value = ir.Op("mul", (ir.Load("x", x.linear((i, j)), dtype), ir.Const(2.0, dtype)), dtype)
+    return ir.Kernel(
+        "rows",
+        (i, j),
+        (s0, s1),
+        [ir.Stage((), (), [], [ir.Store("out", x.linear((i, j)), value)])],
+        [ir.BufferArg("x", x, "in"), ir.BufferArg("out", x, "out")],
+        size_args=(s0, s1),
+    )
+
+
+def test_symbolic_sizes_index_in_32_bits_under_stated_bounds():
+    """A kernel of symbolic sizes indexes in 32 bits where its indices' bounds (polynomials
+    in the size symbols) fit at the compiling call's sizes, and states those bounds in
+    ``requires`` for the program to check per call; where they do not fit there, it indexes
+    in 64 bits and requires nothing."""
+    s0, s1 = ir.size_var("s0"), ir.size_var("s1")
+    with size_hints({s0: 64, s1: 768}):
+        src = render.render(_symbolic_rows())
+    assert not src.meta["int64"] and "int64" not in src.source.split("@triton.jit")[-1]
+    assert src.requires, "32-bit indices over symbolic sizes must state their bounds"
+    for text, limit in src.requires:
+        expr = sympy.sympify(text, locals={"s0": s0, "s1": s1})
+        assert limit == 2**31 - 2 and expr.free_symbols <= {s0, s1}
+    bounds = [sympy.sympify(t, locals={"s0": s0, "s1": s1}) for t, _ in src.requires]
+    # the bounds cover the largest index (s0*s1 - 1) and the grid's overhang at any sizes
+    for n0, n1 in ((2, 2), (64, 768), (3000, 50257)):
+        worst = max(int(b.subs({s0: n0, s1: n1})) for b in bounds)
+        assert worst >= n0 * n1 + 4096 - 1, (n0, n1, src.requires)
+    with size_hints({s0: 2**22, s1: 768}):  # 3.2e9 elements at the compiling call
+        big = render.render(_symbolic_rows())
+    assert big.meta["int64"] and not big.requires
+
+
+def test_a_call_past_a_symbolic_programs_32_bit_bounds_runs_a_variant_of_its_sizes(
+    monkeypatch, specializations, graph_reports
+):
+    """The program of symbolic sizes checks its kernels' ``requires`` per call: sizes past
+    them (here a lowered 32-bit limit) run a variant compiled for those sizes, and a call
+    within them goes back to the symbolic program."""
+    from sdk.plugins.cuda_triton import planning
+
+    monkeypatch.setattr(planning, "INT32_LIMIT", 9000)
+
+    def f(x):
+        return torch.relu(x) * 2 + x.sum(-1, keepdim=True)
+
+    compiled = torch.compile(f, backend="sdk:cuda_triton", dynamic=True)
+    for rows in (4, 9, 1200, 5):  # 1200 x 8 elements and the grid's overhang: past 9000
+        x = torch.randn(rows, 8, device=DEV)
+        close(compiled(x), f(x))
+    [report] = graph_reports
+    assert report.sizes.startswith("symbolic") and "requires" in report.sizes, report.sizes
+    [program] = specializations
+    sizes = [next(s for s in key if isinstance(s, TensorSpec)).sizes for key in program.variants]
+    assert len(sizes) == 2 and (1200, 8) in sizes, sizes  # the symbolic one, then 1200's
 
 
 # ---------------------------------------------------------------------------
