@@ -9,8 +9,9 @@ the 20 values of n in ``SIZES``.
 1. ``dynamic=True`` over 20 sizes: how many programs the sdk built (lowering through
    codegen), the compile time of the first call, and that every size matches eager.
 2. Steady state at a few of those sizes: the symbolic program beside a static one compiled
-   for that size alone (``dynamic=False`` after a Dynamo reset), interleaved in rounds,
-   median ms; Inductor with ``dynamic=True`` and eager beside them in the same rounds.
+   for that size alone (``dynamic=False`` after a Dynamo reset), interleaved in rounds
+   (every other round in the reverse order), median ms of calls made with the garbage
+   collector off; Inductor with ``dynamic=True`` and eager beside them in the same rounds.
 
     python benchmarks/dynamic_shapes.py [--plugin cpu_cpp] [--json out.json] [--lengths 12]
 """
@@ -18,6 +19,7 @@ the 20 values of n in ``SIZES``.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
@@ -109,14 +111,22 @@ def device_and_host(fn: Callable, args: tuple, dev: str) -> tuple[float | None, 
 
 
 def time_call(fn: Callable, args: tuple, dev: str, reps: int) -> float:
+    """Median ms of ``reps`` synchronized calls, the garbage collector off while they run
+    (as ``timeit`` does: a collection lands on whichever backend's call happens to be
+    running)."""
     fn(*args)
     sync(dev)
     samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(*args)
-        sync(dev)
-        samples.append((time.perf_counter() - t0) * 1e3)
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn(*args)
+            sync(dev)
+            samples.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        gc.enable()
     return statistics.median(samples)
 
 
@@ -138,8 +148,8 @@ def steady_row(
     if ind is not None:
         fns["inductor_dynamic"] = ind
     times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
+    for r in range(rounds):  # (every other round in the reverse order: drift hits all)
+        for k, f in list(fns.items())[:: 1 if r % 2 == 0 else -1]:
             times[k].append(time_call(f, args, dev, reps))
     med = {k: statistics.median(v) for k, v in times.items()}
     split = {k: device_and_host(fns[k], args, dev) for k in ("sdk_symbolic", "sdk_static")}
