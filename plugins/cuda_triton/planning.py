@@ -74,15 +74,17 @@ def _upper_sym(e: sympy.Expr, bounds: dict, worst: list[sympy.Expr]) -> sympy.Ex
     if e.is_Integer:
         v: sympy.Expr = abs(e)
     elif e.is_Symbol:
-        # (a size symbol: itself)
-        v = sympy.sympify(bounds.get(e, e if e.is_positive else _UNBOUNDED))
+        if e in bounds:  # a loop variable: its range's bound (over size symbols), made a
+            v = _upper_sym(bounds[e], bounds, [])  # polynomial as everything else is
+        else:  # a size symbol: itself
+            v = e if e.is_positive else _UNBOUNDED
     elif isinstance(e, ir.FloorDiv):
         num = _upper_sym(e.args[0], bounds, worst)
         v = num / e.args[1] if e.args[1].is_Integer else num
     elif isinstance(e, ir.Mod):
         _upper_sym(e.args[0], bounds, worst)
         d = e.args[1]
-        v = d - 1 if d.is_Integer or d.is_positive else _UNBOUNDED
+        v = d - 1 if d.is_Integer else _upper_sym(d, bounds, [])
     elif e.is_Add:
         v = sympy.Add(*(_upper_sym(a, bounds, worst) for a in e.args))
     elif e.is_Mul:

@@ -28,7 +28,7 @@ import sympy
 
 import sdk
 from sdk import ir
-from sdk.core.guards import TensorSpec
+from sdk.core.guards import TensorSpec, parse_requires
 from sdk.ir.index import size_hints
 from sdk.plugins import cuda_triton
 from sdk.plugins.cuda_triton import launch, render
@@ -1097,18 +1097,23 @@ def test_int64_indices_when_an_index_can_reach_2_31():
     assert not small.meta["int64"] and "int64" not in small.source.split("@triton.jit")[-1]
 
 
-def _symbolic_rows(dtype=F32) -> ir.Kernel:
-    """out[i, j] = x[i, j] * 2 over (s0, s1) rows, row-major: index s1*i + j."""
+def _symbolic_rows(dtype=F32, every_other=False) -> ir.Kernel:
+    """out[i, j] = x[i, j] * 2 over (s0, s1) rows, row-major: index s1*i + j; with
+    ``every_other`` over x's even rows, (s0 + 1) // 2 of them (``x[::2]``)."""
     s0, s1 = ir.size_var("s0"), ir.size_var("s1")
     i, j = V("i", "j")
     x = lay((s0, s1), dtype, strides=(s1, 1))
+    out = x
+    if every_other:
+        out = lay((ir.FloorDiv(s0 + 1, 2), s1), dtype, strides=(s1, 1))
+        x = lay((ir.FloorDiv(s0 + 1, 2), s1), dtype, strides=(2 * s1, 1))
     value = ir.Op("mul", (ir.Load("x", x.linear((i, j)), dtype), ir.Const(2.0, dtype)), dtype)
     return ir.Kernel(
         "rows",
         (i, j),
-        (s0, s1),
-        [ir.Stage((), (), [], [ir.Store("out", x.linear((i, j)), value)])],
-        [ir.BufferArg("x", x, "in"), ir.BufferArg("out", x, "out")],
+        out.sizes,
+        [ir.Stage((), (), [], [ir.Store("out", out.linear((i, j)), value)])],
+        [ir.BufferArg("x", x, "in"), ir.BufferArg("out", out, "out")],
         size_args=(s0, s1),
     )
 
@@ -1134,6 +1139,17 @@ def test_symbolic_sizes_index_in_32_bits_under_stated_bounds():
     with size_hints({s0: 2**22, s1: 768}):  # 3.2e9 elements at the compiling call
         big = render.render(_symbolic_rows())
     assert big.meta["int64"] and not big.requires
+    # a range that is a floor division (x[::2]): its bounds are still size arithmetic, which
+    # the core reads, and still cover x's largest index, 2*s1*((s0 + 1)//2 - 1) + s1 - 1
+    with size_hints({s0: 64, s1: 768}):
+        halves = render.render(_symbolic_rows(every_other=True))
+    assert not halves.meta["int64"]
+    parsed = parse_requires(halves.requires)
+    for n0, n1 in ((3, 2), (65, 768), (3001, 50257)):
+        at = {sympy.Symbol("s0", integer=True, positive=True): n0}
+        at[sympy.Symbol("s1", integer=True, positive=True)] = n1
+        worst = max(e.subs(at) for e, _ in parsed)
+        assert worst >= 2 * n1 * ((n0 + 1) // 2 - 1) + n1 - 1, (n0, n1, halves.requires)
 
 
 def test_a_call_past_a_symbolic_programs_32_bit_bounds_runs_a_variant_of_its_sizes(
