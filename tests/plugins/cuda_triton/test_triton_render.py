@@ -1176,6 +1176,33 @@ def test_a_call_past_a_symbolic_programs_32_bit_bounds_runs_a_variant_of_its_siz
     assert len(sizes) == 2 and (1200, 8) in sizes, sizes  # the symbolic one, then 1200's
 
 
+def test_a_program_of_symbolic_sizes_from_the_cache_keeps_its_bounds(
+    monkeypatch, tmp_path, specializations, graph_reports
+):
+    """The size requirements are part of the program the whole-graph cache keeps: a second
+    compile that loads it still sends a call past them to a variant of its own sizes."""
+    from sdk.plugins.cuda_triton import planning
+
+    monkeypatch.setattr(planning, "INT32_LIMIT", 9000)
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
+    def f(x):
+        return torch.relu(x) * 2 + x.sum(-1, keepdim=True)
+
+    for attempt in range(2):
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="sdk:cuda_triton", dynamic=True)
+        for rows in (4, 9, 1200, 5):
+            x = torch.randn(rows, 8, device=DEV)
+            close(compiled(x), f(x))
+            if attempt == 1 and rows == 9:  # (before the variant's build reports too)
+                report = graph_reports[-1]
+                assert report.cache == "hit" and "requires" in report.sizes, report
+    assert [len(p.variants) for p in specializations] == [2, 2]
+
+
 # ---------------------------------------------------------------------------
 # Plugin hooks and the launcher's module cache
 # ---------------------------------------------------------------------------
