@@ -293,6 +293,20 @@ def _grid_src(spec: list[list[Any]], consts: dict[str, int]) -> list[str]:
     return dims + ["1"] * (3 - len(dims))
 
 
+def size_programs(
+    meta: dict[str, Any], consts: dict[str, int]
+) -> tuple[list[list[str]], str | None]:
+    """A kernel of symbolic sizes' grids (the kernel's, then its persistent alternative's
+    where it has one) as Python expressions over its size arguments, and the condition
+    under which the alternative runs (None: no alternative)."""
+    grids = [_grid_src(meta["grid"], consts)]
+    alt = meta.get("alt")
+    if alt is None:
+        return grids, None
+    aconsts, _aopts = _split_config(meta, alt["config"], alt["constexprs"])
+    return [*grids, _grid_src(alt["grid"], aconsts)], alt["when"]
+
+
 def _spec_key_src(names: list[str]) -> str:
     """What Triton specializes an integer argument on, as a Python expression: divisibility
     by 16, and whether it needs 64 bits (sizes are >= 2, so never the value 1). A compiled
@@ -304,10 +318,19 @@ def _spec_key_src(names: list[str]) -> str:
 class _Variant:
     """One Triton function of a kernel of symbolic sizes, and its compiled kernels by key."""
 
-    def __init__(self, jit_fn: Any, constexprs: dict[str, int], options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        jit_fn: Any,
+        constexprs: dict[str, int],
+        options: dict[str, Any],
+        index: int = 0,
+    ) -> None:
         self.jit_fn, self.kw = jit_fn, {**constexprs, **options}
         self.consts = tuple(constexprs.values())
         self.fast: dict[tuple, Any] = {}
+        #: 0 the kernel, 1 its persistent alternative; the shim's state (.native), if any
+        self.index = index
+        self.sym: Any = None
 
     def slow(self, grid: tuple[int, int, int], key: tuple, args: tuple) -> None:
         """Triton's own launch; its first per key compiles, then that key's calls go direct."""
@@ -319,6 +342,8 @@ class _Variant:
         )
         compiled = self.jit_fn[grid](*args, **self.kw)
         self.fast[key] = _direct(compiled, self.consts)
+        if self.sym is not None:  # the runner launches this key natively from now on
+            self.sym.fill(self.index, compiled, args)
 
 
 def _direct(compiled: Any, consts: tuple[Any, ...]) -> tuple | None:
@@ -343,28 +368,28 @@ def symbolic_call(
     """``fn(*buffers, *sizes)`` for a kernel of symbolic sizes, generated as Python source:
     the grid from the sizes at each call. With ``meta["alt"]`` (a persistent form for rows
     that fit one block) the call takes it where ``alt["when"]`` holds. On a GPU, after
-    Triton's own first launch for a specialization key, that key's calls run the compiled
-    kernel directly (unless launch hooks are active or another device is current)."""
+    Triton's own first launch for a specialization key (the sizes' and the pointers'), that
+    key's calls run the compiled kernel directly (unless launch hooks are active or another
+    device is current), and ``fn.native`` (:class:`.native.SymNative`) launches it from the
+    runner without Python: the shim computes the grid, the variant and the key from the
+    size arguments."""
     names, nargs = meta["sizes"], len(meta["args"])
     params = [f"a{i}" for i in range(nargs)] + list(names)
     args = ", ".join(params)
-    variants = [
-        ("main", _Variant(getattr(mod, meta["fn"]), consts, opts), _grid_src(meta["grid"], consts))
-    ]
+    grids, when = size_programs(meta, consts)
+    variants = [("main", _Variant(getattr(mod, meta["fn"]), consts, opts), grids[0])]
     alt = meta.get("alt")
     if alt is not None:
         aconsts, aopts = _split_config(meta, alt["config"], alt["constexprs"])
         variants.insert(
-            0,
-            (
-                "alt",
-                _Variant(getattr(mod, alt["fn"]), aconsts, aopts),
-                _grid_src(alt["grid"], aconsts),
-            ),
+            0, ("alt", _Variant(getattr(mod, alt["fn"]), aconsts, aopts, index=1), grids[1])
         )
     interp = interpreting() or not torch.cuda.is_available()
     env: dict[str, Any] = {}
-    lines = [f"def call({args}):", f"    key = {_spec_key_src(names)}"]
+    key = _spec_key_src(names)
+    if not interp:  # Triton specializes pointers on their alignment too
+        key = f"({key}, {', '.join(f'a{i}.data_ptr() % 16 == 0' for i in range(nargs))})"
+    lines = [f"def call({args}):", f"    key = {key}"]
     for label, v, grid in variants:
         env[label] = v
         ind = "    "
@@ -414,6 +439,15 @@ def symbolic_call(
     source = "\n".join(lines)
     exec(source, env)  # noqa: S102 - generated from the renderer's size expressions
     call = env["call"]
+    if not interp:  # the runner's entry: the shim computes the grid and the key
+        from .native import SymNative
+
+        sym = SymNative(meta["fn"], nargs, list(names), grids, when)
+        if sym.entry is not None:
+            for _label, v, _grid in variants:
+                v.sym = sym
+            call.native = sym.entry  # type: ignore[attr-defined]
+        call.native_state = sym  # type: ignore[attr-defined]
     call.path = lambda: (
         "fast"
         if any(  # type: ignore[attr-defined]

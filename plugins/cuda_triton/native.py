@@ -18,6 +18,11 @@ The state is filled one of two ways:
 * at the kernel's first launch through Triton (which compiles or loads the kernel for the
   actual arguments); the kernel's record is stored then, for later processes.
 
+A kernel of symbolic sizes (:class:`SymNative`) has one such state per variant and Triton
+specialization key, each filled at that key's first launch through Triton; the shim computes
+its grid and picks the variant and key from the size arguments, with programs compiled from
+the renderer's expressions (:func:`program`).
+
 Until then, whenever another CUDA context is current, where a pointer Triton took as 16-byte
 aligned is not, or where the record's cubin did not load (another arch: logged once), the
 shim answers ``NOT_NATIVE`` and the kernel launches through Triton's Python path.
@@ -25,9 +30,11 @@ shim answers ``NOT_NATIVE`` and the kernel launches through Triton's Python path
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import functools
 import logging
+import re
 import weakref
 from typing import Any
 
@@ -46,6 +53,7 @@ SHIM = r"""
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stddef.h>
 
 typedef int (*launch_fn)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                          unsigned, void*, void**, void**);
@@ -176,8 +184,8 @@ static void* primary_context(const struct sdk_triton_state* s, const intptr_t* a
   return context;
 }
 
-int64_t sdk_triton_launch(struct sdk_triton_state* s, void* stream, const intptr_t* args,
-                          int64_t n) {
+static int64_t launch_on(struct sdk_triton_state* s, const unsigned* grid, void* stream,
+                         const intptr_t* args, int64_t n) {
   intptr_t values[128];
   void* params[128];
   void* context = 0;
@@ -206,8 +214,153 @@ int64_t sdk_triton_launch(struct sdk_triton_state* s, void* stream, const intptr
     values[i] = 0;
     params[i] = &values[i];
   }
-  return launch_kernel(s->function, s->grid[0], s->grid[1], s->grid[2], s->threads, 1, 1,
-                       s->shared, stream, params, 0);
+  return launch_kernel(s->function, grid[0], grid[1], grid[2], s->threads, 1, 1, s->shared,
+                       stream, params, 0);
+}
+
+int64_t sdk_triton_launch(struct sdk_triton_state* s, void* stream, const intptr_t* args,
+                          int64_t n) {
+  return launch_on(s, s->grid, stream, args, n);
+}
+
+/* ---- kernels of symbolic sizes ----
+   Arguments: nptr pointers, then nsize sizes (int64). Per variant (0: the kernel, 1: its
+   persistent alternative, taken where the program WHEN holds) the grid's three axes are
+   programs over the sizes, and one state per specialization key Triton compiled (each size's
+   divisibility by 16, and whether one needs 64 bits), filled from Python after Triton's
+   launch of that key. A program: postfix words, OP_LIT and OP_ARG followed by their operand,
+   up to OP_END. */
+#define SYM_KEYS 8
+#define SYM_CODE 512
+#define SYM_DEPTH 32
+enum { OP_END, OP_LIT, OP_ARG, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_MOD, OP_NEG, OP_LT,
+       OP_LE, OP_GT, OP_GE, OP_EQ, OP_NE, OP_AND, OP_OR, OP_MIN, OP_MAX };
+enum { PROG_GRID = 0, PROG_WHEN = 6 }; /* grid of variant v, axis a: PROG_GRID + 3 v + a */
+
+struct sdk_triton_sym {
+  int64_t nptr, nsize;
+  int64_t start[7];              /* each program's first word in code, or -1 (none) */
+  int64_t code[SYM_CODE];
+  int64_t nkeys[2];              /* states filled per variant (published last) */
+  int64_t keys[2][SYM_KEYS];
+  struct sdk_triton_state states[2][SYM_KEYS];
+  int64_t launched;              /* launches made here (tests read it) */
+};
+
+/* Python's // and % (rounded towards -inf); 0 where b is 0 or the result overflows */
+static int floordiv(int64_t a, int64_t b, int64_t* out) {
+  if (b == 0 || (b == -1 && a == INT64_MIN)) return 0;
+  int64_t q = a / b;
+  if (a % b != 0 && ((a < 0) != (b < 0))) --q;
+  *out = q;
+  return 1;
+}
+
+static int modulo(int64_t a, int64_t b, int64_t* out) {
+  if (b == 0 || (b == -1 && a == INT64_MIN)) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  *out = r;
+  return 1;
+}
+
+/* 1 and *out: the program's value; 0: it cannot be evaluated here (a division by zero, an
+   overflow, a malformed program: the Python path evaluates it and raises) */
+static int evaluate(const struct sdk_triton_sym* k, int64_t at, const int64_t* sizes,
+                    int64_t* out) {
+  int64_t stack[SYM_DEPTH];
+  int64_t n = 0;
+  if (at < 0 || at >= SYM_CODE) return 0;
+  for (int64_t pc = at; pc < SYM_CODE;) {
+    int64_t op = k->code[pc++], a, b, r;
+    if (op == OP_END) {
+      if (n != 1) return 0;
+      *out = stack[0];
+      return 1;
+    }
+    if (op == OP_LIT || op == OP_ARG) {
+      if (pc >= SYM_CODE || n >= SYM_DEPTH) return 0;
+      int64_t x = k->code[pc++];
+      if (op == OP_ARG && (x < 0 || x >= k->nsize)) return 0;
+      stack[n++] = op == OP_LIT ? x : sizes[x];
+      continue;
+    }
+    if (op == OP_NEG) {
+      if (n < 1 || stack[n - 1] == INT64_MIN) return 0;
+      stack[n - 1] = -stack[n - 1];
+      continue;
+    }
+    if (n < 2) return 0;
+    b = stack[--n];
+    a = stack[n - 1];
+    switch (op) {
+      case OP_ADD: if (__builtin_add_overflow(a, b, &r)) return 0; break;
+      case OP_SUB: if (__builtin_sub_overflow(a, b, &r)) return 0; break;
+      case OP_MUL: if (__builtin_mul_overflow(a, b, &r)) return 0; break;
+      case OP_FLOORDIV: if (!floordiv(a, b, &r)) return 0; break;
+      case OP_MOD: if (!modulo(a, b, &r)) return 0; break;
+      case OP_LT: r = a < b; break;
+      case OP_LE: r = a <= b; break;
+      case OP_GT: r = a > b; break;
+      case OP_GE: r = a >= b; break;
+      case OP_EQ: r = a == b; break;
+      case OP_NE: r = a != b; break;
+      case OP_AND: r = a && b; break;
+      case OP_OR: r = a || b; break;
+      case OP_MIN: r = a < b ? a : b; break;
+      case OP_MAX: r = a > b ? a : b; break;
+      default: return 0;
+    }
+    stack[n - 1] = r;
+  }
+  return 0;
+}
+
+/* Triton's specialization of integer arguments: bit i, size i divisible by 16; bit nsize,
+   a size that needs 64 bits (as the Python path's key) */
+static int64_t spec_key(const int64_t* sizes, int64_t nsize) {
+  int64_t key = 0, all = 0;
+  for (int64_t i = 0; i < nsize; ++i) {
+    if (sizes[i] % 16 == 0) key |= (int64_t)1 << i;
+    all |= sizes[i];
+  }
+  if (all >> 31) key |= (int64_t)1 << nsize;
+  return key;
+}
+
+/* The variant, grid and key of a launch with these sizes: 1, or 0 (the Python path) */
+int64_t sdk_triton_sym_plan(const struct sdk_triton_sym* k, const int64_t* sizes,
+                            int64_t* out) {
+  int64_t variant = 0, when = 0;
+  if (k->nsize < 0 || k->nsize > 62) return 0;
+  if (k->start[PROG_WHEN] >= 0) {
+    if (!evaluate(k, k->start[PROG_WHEN], sizes, &when)) return 0;
+    variant = when != 0;
+  }
+  out[0] = variant;
+  for (int a = 0; a < 3; ++a)
+    if (!evaluate(k, k->start[PROG_GRID + 3 * variant + a], sizes, &out[1 + a])) return 0;
+  out[4] = spec_key(sizes, k->nsize);
+  return 1;
+}
+
+int64_t sdk_triton_launch_sym(struct sdk_triton_sym* k, void* stream, const intptr_t* args,
+                              int64_t n) {
+  int64_t plan[5];
+  unsigned grid[3];
+  if (n != k->nptr + k->nsize) return @NOT_NATIVE@;
+  if (!sdk_triton_sym_plan(k, (const int64_t*)(args + k->nptr), plan)) return @NOT_NATIVE@;
+  if (plan[1] <= 0 || plan[2] <= 0 || plan[3] <= 0) return 0; /* nothing to launch */
+  if (plan[1] > 2147483647 || plan[2] > 65535 || plan[3] > 65535) return @NOT_NATIVE@;
+  for (int a = 0; a < 3; ++a) grid[a] = (unsigned)plan[1 + a];
+  int64_t v = plan[0], m = __atomic_load_n(&k->nkeys[v], __ATOMIC_ACQUIRE);
+  for (int64_t i = 0; i < m; ++i) {
+    if (k->keys[v][i] != plan[4]) continue;
+    int64_t rc = launch_on(&k->states[v][i], grid, stream, args, n);
+    if (rc == 0) __atomic_fetch_add(&k->launched, 1, __ATOMIC_RELAXED);
+    return rc;
+  }
+  return @NOT_NATIVE@;
 }
 """
 
@@ -229,21 +382,62 @@ class _State(ctypes.Structure):
     ]
 
 
+#: the C side's limits and program words, read from :data:`SHIM` (declared there once)
+SYM_KEYS, SYM_CODE, SYM_DEPTH = (
+    int(re.search(rf"#define SYM_{n} (\d+)", SHIM).group(1))  # type: ignore[union-attr]
+    for n in ("KEYS", "CODE", "DEPTH")
+)
+OPS = {
+    name: i
+    for i, name in enumerate(
+        re.findall(r"OP_(\w+)", re.search(r"enum \{ (OP_[^}]*)\}", SHIM).group(1))  # type: ignore[union-attr]
+    )
+}
+
+
+class _Sym(ctypes.Structure):
+    _fields_ = [  # noqa: RUF012 - ctypes' declaration
+        ("nptr", ctypes.c_int64),
+        ("nsize", ctypes.c_int64),
+        ("start", ctypes.c_int64 * 7),
+        ("code", ctypes.c_int64 * SYM_CODE),
+        ("nkeys", ctypes.c_int64 * 2),
+        ("keys", (ctypes.c_int64 * SYM_KEYS) * 2),
+        ("states", (_State * SYM_KEYS) * 2),
+        ("launched", ctypes.c_int64),
+    ]
+
+
+@functools.cache
+def library() -> Any:
+    """The shim's library, built once per machine (also where CUDA is missing: the size
+    programs of :class:`SymNative` are checked on any machine). Raises where it cannot be
+    built."""
+    from sdk import toolchain
+
+    source = SHIM.replace("@NOT_NATIVE@", str(NOT_NATIVE))
+    path = toolchain.compile_library(
+        source,
+        language="c",
+        flags=("-O2", "-shared", "-fPIC", "-ldl"),
+        namespace="cuda_triton-launch",
+    )
+    lib = toolchain.load_library(path)
+    lib.sdk_triton_sym_plan.restype = ctypes.c_int64
+    lib.sdk_triton_sym_plan.argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_int64),
+        ctypes.POINTER(ctypes.c_int64),
+    ]
+    return lib
+
+
 @functools.cache
 def _shim() -> Any | None:
     """The built shim (its library), or None where it cannot be built or CUDA's driver
     library is missing (then every kernel launches through Python)."""
-    from sdk import toolchain
-
     try:
-        source = SHIM.replace("@NOT_NATIVE@", str(NOT_NATIVE))
-        path = toolchain.compile_library(
-            source,
-            language="c",
-            flags=("-O2", "-shared", "-fPIC", "-ldl"),
-            namespace="cuda_triton-launch",
-        )
-        lib = toolchain.load_library(path)
+        lib = library()
         lib.sdk_triton_init.restype = ctypes.c_int64
         if lib.sdk_triton_init() != 0:
             return None
@@ -432,6 +626,218 @@ class Native:
     @property
     def ready(self) -> bool:
         return bool(self.state.function)
+
+
+_BINARY = {
+    ast.Add: "ADD",
+    ast.Sub: "SUB",
+    ast.Mult: "MUL",
+    ast.FloorDiv: "FLOORDIV",
+    ast.Mod: "MOD",
+}
+_COMPARE = {ast.Lt: "LT", ast.LtE: "LE", ast.Gt: "GT", ast.GtE: "GE", ast.Eq: "EQ", ast.NotEq: "NE"}
+
+
+def program(expr: str, names: list[str], *, condition: bool = False) -> list[int]:
+    """``expr`` (the renderer's Python source over the size arguments ``names``: a grid
+    axis, or with ``condition`` the persistent alternative's ``when``) as the shim's postfix
+    words, ending in ``OP_END``. ValueError for anything else: integers, the names, ``+ - *
+    // %``, unary minus, ``min``/``max``, and in a condition one comparison each, ``and``,
+    ``or``."""
+    words: list[int] = []
+    depth = [0, 0]  # now, deepest
+
+    def push(*w: int) -> None:
+        words.extend(w)
+
+    def stack(delta: int) -> None:
+        depth[0] += delta
+        depth[1] = max(depth[1], depth[0])
+
+    def walk(node: ast.AST, boolean: bool) -> None:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            if not -(2**63) <= node.value < 2**63:
+                raise ValueError(f"{node.value} does not fit in 64 bits")
+            push(OPS["LIT"], node.value)
+            stack(1)
+        elif isinstance(node, ast.Name) and node.id in names:
+            push(OPS["ARG"], names.index(node.id))
+            stack(1)
+        elif isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            walk(node.left, False)
+            walk(node.right, False)
+            push(OPS[_BINARY[type(node.op)]])
+            stack(-1)
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            walk(node.operand, False)
+            if isinstance(node.op, ast.USub):
+                push(OPS["NEG"])
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("min", "max")
+            and len(node.args) >= 2
+            and not node.keywords
+        ):
+            for i, arg in enumerate(node.args):
+                walk(arg, False)
+                if i:
+                    push(OPS[node.func.id.upper()])
+                    stack(-1)
+        elif (
+            boolean
+            and isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and type(node.ops[0]) in _COMPARE
+        ):
+            walk(node.left, False)
+            walk(node.comparators[0], False)
+            push(OPS[_COMPARE[type(node.ops[0])]])
+            stack(-1)
+        elif boolean and isinstance(node, ast.BoolOp):
+            op = "AND" if isinstance(node.op, ast.And) else "OR"
+            for i, value in enumerate(node.values):
+                walk(value, True)
+                if i:
+                    push(OPS[op])
+                    stack(-1)
+        else:
+            raise ValueError(f"{ast.unparse(node)!r} in {expr!r}")
+
+    walk(ast.parse(expr, mode="eval").body, condition)
+    if depth[1] > SYM_DEPTH:
+        raise ValueError(f"{expr!r} needs a stack of {depth[1]}, over {SYM_DEPTH}")
+    return [*words, OPS["END"]]
+
+
+def spec_key(sizes: list[int] | tuple[int, ...]) -> int:
+    """What Triton specialized a kernel's size arguments on, as the shim's key: bit i, size
+    i divisible by 16; the bit after them, a size that needs 64 bits."""
+    key = sum(1 << i for i, v in enumerate(sizes) if v % 16 == 0)
+    all_bits = 0
+    for v in sizes:
+        all_bits |= v
+    return key | (int(all_bits >> 31 != 0) << len(sizes))
+
+
+#: every SymNative of this process (tests count the keys filled)
+made_symbolic: weakref.WeakSet[SymNative] = weakref.WeakSet()
+
+
+class SymNative:
+    """A kernel of symbolic sizes in the shim: the grid of its variants (the kernel, and its
+    persistent alternative where ``when`` holds) as programs over the size arguments, and
+    one state per Triton specialization key, filled by :meth:`fill` after Triton's launch of
+    that key; ``self.entry`` launches it from the runner (the shim answers ``NOT_NATIVE``,
+    and the kernel's Python launcher runs, for a key not filled yet). Where the programs do
+    not fit the shim, ``self.entry`` is None and :attr:`refused` says why."""
+
+    def __init__(
+        self,
+        name: str,
+        nptr: int,
+        names: list[str],
+        grids: list[list[str]],
+        when: str | None = None,
+    ) -> None:
+        made_symbolic.add(self)
+        self.name, self.nptr, self.nsize = name, nptr, len(names)
+        self.state = _Sym()
+        self.entry: sdk.NativeEntry | None = None
+        self.refused: str | None = None
+        self.lib: Any = None
+        self._keep: list[Any] = []  # the alignment masks the states point into
+        try:
+            self._load(names, grids, when)
+        except ValueError as exc:
+            self.refused = str(exc)
+            return
+        self.lib = _shim()
+        if self.lib is None:
+            self.refused = "no shim"
+            return
+        address = ctypes.cast(self.lib.sdk_triton_launch_sym, ctypes.c_void_p).value
+        assert address is not None
+        self.entry = sdk.NativeEntry(
+            address,
+            nptr,
+            self.nsize,
+            error=functools.partial(_launch_error, name),
+            state=ctypes.addressof(self.state),
+        )
+
+    def _load(self, names: list[str], grids: list[list[str]], when: str | None) -> None:
+        if not 1 <= len(grids) <= 2 or (len(grids) == 2) != (when is not None):
+            raise ValueError("a kernel and at most one alternative, with its condition")
+        if len(names) > 62 or self.nptr + len(names) > 128:
+            raise ValueError(f"{self.nptr} pointers and {len(names)} sizes")
+        progs: list[list[int] | None] = [None] * 7
+        for v, grid in enumerate(grids):
+            if len(grid) != 3:
+                raise ValueError(f"a grid of {len(grid)} axes")
+            for a, axis in enumerate(grid):
+                progs[3 * v + a] = program(axis, names)
+        if when is not None:
+            progs[6] = program(when, names, condition=True)
+        code: list[int] = []
+        self.state.nptr, self.state.nsize = self.nptr, len(names)
+        for i, words in enumerate(progs):
+            self.state.start[i] = -1 if words is None else len(code)
+            code += words or []
+        if len(code) > SYM_CODE:
+            raise ValueError(f"size programs of {len(code)} words, over {SYM_CODE}")
+        self.state.code[: len(code)] = code
+
+    def plan(self, sizes: list[int]) -> tuple[int, tuple[int, int, int], int] | None:
+        """What the shim computes for ``sizes``: (variant, grid, key), or None where it
+        leaves the launch to Python (checked against the Python launcher's on any
+        machine)."""
+        out = (ctypes.c_int64 * 5)()
+        args = (ctypes.c_int64 * max(1, len(sizes)))(*sizes)
+        if not library().sdk_triton_sym_plan(ctypes.addressof(self.state), args, out):
+            return None
+        return out[0], (out[1], out[2], out[3]), out[4]
+
+    def keys(self, variant: int) -> list[int]:
+        """The specialization keys of ``variant`` the shim launches."""
+        return list(self.state.keys[variant][: self.state.nkeys[variant]])
+
+    def fill(self, variant: int, compiled: Any, args: tuple) -> None:
+        """Take the kernel Triton compiled (and launched) for ``args`` (tensors, then sizes)
+        as ``variant``'s state for their key; a kernel the shim cannot launch as Triton
+        would, or a full table, keeps that key on the Python launcher."""
+        if self.entry is None:
+            return
+        sizes = args[self.nptr :]
+        if len(sizes) != self.nsize or not all(
+            isinstance(a, torch.Tensor) for a in args[: self.nptr]
+        ):
+            return
+        key, filled = spec_key(sizes), self.state.nkeys[variant]
+        if filled >= SYM_KEYS or key in self.keys(variant):
+            return
+        md = compiled.metadata
+        if not records.launchable(md):
+            return
+        params = [k for k, ty in compiled.src.signature.items() if ty != "constexpr"]
+        if len(params) != len(args):
+            return
+        context = ctypes.c_void_p()
+        if self.lib.sdk_triton_context(ctypes.byref(context)) != 0 or not context.value:
+            return
+        st = self.state.states[variant][filled]
+        aligned = [isinstance(a, torch.Tensor) and a.data_ptr() % 16 == 0 for a in args]
+        mask = (ctypes.c_ubyte * len(aligned))(*aligned)
+        self._keep.append(mask)
+        st.nargs, st.aligned = len(aligned), ctypes.addressof(mask)
+        st.context, st.device = context.value, torch.cuda.current_device()
+        st.threads, st.shared = 32 * md.num_warps, md.shared
+        st.extra = int(hasattr(md, "global_scratch_size")) + int(
+            hasattr(md, "profile_scratch_size")
+        )
+        st.function = compiled.function
+        self.state.keys[variant][filled] = key
+        self.state.nkeys[variant] = filled + 1  # last: the shim launches this key from now on
 
 
 _LOAD_ERRORS = {
