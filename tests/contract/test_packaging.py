@@ -286,7 +286,9 @@ def test_sdk_wheel_holds_only_the_sdk_package(wheels):
 
 
 def test_sdk_wheel_contains_every_module_of_the_tree(wheels, source_tree):
-    """A package missing from pyproject's explicit list would ship without its modules."""
+    """A package missing from pyproject's explicit list would ship without its modules, and
+    a C or C++ source the package builds at run time (the runner, cuda_triton's shim)
+    without its package-data entry."""
     with zipfile.ZipFile(wheels["sdk"]) as whl:
         names = set(whl.namelist())
     expected = set()
@@ -296,12 +298,14 @@ def test_sdk_wheel_contains_every_module_of_the_tree(wheels, source_tree):
         ("plugins", "sdk/plugins"),
         ("tools", "sdk/tools"),
     ):
-        for path in (source_tree / top).rglob("*.py"):
-            expected.add(f"{prefix}/{path.relative_to(source_tree / top).as_posix()}")
+        for pattern in ("*.py", "*.c", "*.cpp"):
+            for path in (source_tree / top).rglob(pattern):
+                expected.add(f"{prefix}/{path.relative_to(source_tree / top).as_posix()}")
+    assert "sdk/plugins/cuda_triton/shim.c" in expected
     missing = sorted(expected - names)
     assert not missing, (
-        f"modules not in the wheel (add their packages to "
-        f"[tool.setuptools] packages in pyproject.toml): {missing}"
+        f"files not in the wheel (add their packages to [tool.setuptools] packages, or the "
+        f"file to [tool.setuptools.package-data], in pyproject.toml): {missing}"
     )
 
 
