@@ -502,24 +502,26 @@ class SymNative:
             isinstance(a, torch.Tensor) for a in args[: self.nptr]
         ):
             return
-        key, filled = spec_key(sizes), self.state.nkeys[variant]
-        if filled >= SYM_KEYS or key in self.keys(variant):
-            return
         md = compiled.metadata
         if not records.launchable(md):
             return
         params = [k for k, ty in compiled.src.signature.items() if ty != "constexpr"]
         if len(params) != len(args):
             return
-        context = ctypes.c_void_p()
+        # (calls that may release the GIL come before the table's slot is chosen, so that
+        # two threads never fill one slot)
+        context, device = ctypes.c_void_p(), torch.cuda.current_device()
         if self.lib.sdk_triton_context(ctypes.byref(context)) != 0 or not context.value:
+            return
+        key, filled = spec_key(sizes), self.state.nkeys[variant]
+        if filled >= SYM_KEYS or key in self.keys(variant):
             return
         st = self.state.states[variant][filled]
         aligned = [isinstance(a, torch.Tensor) and a.data_ptr() % 16 == 0 for a in args]
         mask = (ctypes.c_ubyte * len(aligned))(*aligned)
         self._keep.append(mask)
         st.nargs, st.aligned = len(aligned), ctypes.addressof(mask)
-        st.context, st.device = context.value, torch.cuda.current_device()
+        st.context, st.device = context.value, device
         st.threads, st.shared = 32 * md.num_warps, md.shared
         st.extra = int(hasattr(md, "global_scratch_size")) + int(
             hasattr(md, "profile_scratch_size")
