@@ -33,31 +33,6 @@ def _sym(name: str) -> sympy.Symbol:
     return ir.var(name)
 
 
-def _upper(e: sympy.Expr, bounds: dict[sympy.Symbol, int], worst: list[int]) -> int:
-    """An upper bound of ``|e|`` and of every subexpression (recorded in ``worst``)."""
-    if e.is_Integer:
-        v = abs(int(e))
-    elif e.is_Symbol:
-        v = bounds.get(e, 2**63)
-    elif isinstance(e, ir.FloorDiv):
-        v = (
-            _upper(e.args[0], bounds, worst) // max(1, int(e.args[1]))
-            if e.args[1].is_Integer
-            else _upper(e.args[0], bounds, worst)
-        )
-    elif isinstance(e, ir.Mod):
-        a = _upper(e.args[0], bounds, worst)
-        v = min(a, int(e.args[1]) - 1) if e.args[1].is_Integer else a
-    elif e.is_Add:
-        v = sum(_upper(a, bounds, worst) for a in e.args)
-    elif e.is_Mul:
-        v = math.prod(_upper(a, bounds, worst) for a in e.args)
-    else:
-        v = 2**63
-    worst[0] = max(worst[0], v)
-    return v
-
-
 #: Indices (and their bounds, with a margin for the blocks' overhang) from this value on
 #: are computed in 64 bits.
 INT32_LIMIT = 2**31 - 1
@@ -66,31 +41,35 @@ INT32_LIMIT = 2**31 - 1
 _UNBOUNDED = sympy.oo
 
 
-def _upper_sym(e: sympy.Expr, bounds: dict, worst: list[sympy.Expr]) -> sympy.Expr:
-    """:func:`_upper` over symbolic sizes: an upper bound of ``|e|`` as a polynomial in the
-    size symbols with non-negative coefficients (so it grows with each of them), every
-    subexpression's bound appended to ``worst``; ``_UNBOUNDED`` where there is none."""
+def _upper(
+    e: sympy.Expr, bounds: dict, sizes: set[sympy.Symbol], worst: list[sympy.Expr]
+) -> sympy.Expr:
+    """An upper bound of ``|e|``, every subexpression's bound appended to ``worst``;
+    ``_UNBOUNDED`` where there is none. ``bounds``: each loop variable's largest value;
+    ``sizes``: the size symbols, each its own bound. Without size symbols the bound is a
+    number; with them, a polynomial in them with non-negative coefficients (so it grows
+    with each of them)."""
     e = sympy.sympify(e)
     if e.is_Integer:
         v: sympy.Expr = abs(e)
     elif e.is_Symbol:
-        if e in bounds:  # a loop variable: its range's bound (over size symbols), made a
-            v = _upper_sym(bounds[e], bounds, [])  # polynomial as everything else is
+        if e in bounds:  # a loop variable: its range's bound, bounded as everything else is
+            v = _upper(bounds[e], bounds, sizes, [])
         else:  # a size symbol: itself
-            v = e if e.is_positive else _UNBOUNDED
+            v = e if e in sizes else _UNBOUNDED
     elif isinstance(e, ir.FloorDiv):
-        num = _upper_sym(e.args[0], bounds, worst)
+        num = _upper(e.args[0], bounds, sizes, worst)
         v = num / e.args[1] if e.args[1].is_Integer else num
-    elif isinstance(e, ir.Mod):
-        _upper_sym(e.args[0], bounds, worst)
+    elif isinstance(e, ir.Mod):  # (its argument may be negative: the modulus bounds it)
+        _upper(e.args[0], bounds, sizes, worst)
         d = e.args[1]
-        v = d - 1 if d.is_Integer else _upper_sym(d, bounds, [])
+        v = d - 1 if d.is_Integer else _upper(d, bounds, sizes, [])
     elif e.is_Add:
-        v = sympy.Add(*(_upper_sym(a, bounds, worst) for a in e.args))
+        v = sympy.Add(*(_upper(a, bounds, sizes, worst) for a in e.args))
     elif e.is_Mul:
-        v = sympy.Mul(*(_upper_sym(a, bounds, worst) for a in e.args))
+        v = sympy.Mul(*(_upper(a, bounds, sizes, worst) for a in e.args))
     elif e.is_Pow and e.exp.is_Integer and e.exp >= 0:  # (s0**2: a square's elements)
-        v = _upper_sym(e.base, bounds, worst) ** e.exp
+        v = _upper(e.base, bounds, sizes, worst) ** e.exp
     else:
         v = _UNBOUNDED
     worst.append(v)
@@ -171,7 +150,6 @@ class KernelPlan:
         self.tile: tuple[list[tuple[str, int]], list[tuple[str, int]], dict] | None = None
         if self.plan.mode == "pointwise" and not self.symbolic:
             self._plan_tile()
-        self._size_syms = set(kernel.size_args)
         self.int64, self.requires = self._index_width()
         self.itype = "tl.int64" if self.int64 else "tl.int32"
         self.two_d = self.plan.mode != "pointwise"
@@ -437,56 +415,40 @@ class KernelPlan:
         return True
 
     def _index_width(self) -> tuple[bool, tuple[tuple[str, int], ...]]:
-        """Whether indices need 64 bits, and the kernel's size requirements. With symbolic
-        sizes: 32 bits where every index's bound (a polynomial in the size symbols) fits at
-        the compiling call's sizes, each bound then a requirement the program checks per
-        call (``KernelSource.requires``: a call it does not fit runs a variant compiled for
-        its sizes)."""
-        if not self.symbolic:
-            return self._needs_int64(), ()
+        """Whether indices need 64 bits, and the kernel's size requirements.
+
+        Every index is bounded (:func:`_upper`): the grid's and the loops' overhang, the
+        storage sizes, each load's, store's and index value's. With static sizes the bounds
+        are numbers: 32 bits where all fit. With symbolic sizes they are polynomials in the
+        size symbols: 32 bits where they fit at the compiling call's sizes, each dominant
+        bound then a requirement the program checks per call (``KernelSource.requires``: a
+        call it does not fit runs a variant compiled for its sizes)."""
+        sizes = set(self.k.size_args)
         bounds: dict = dict(self.bounds)
         worst: list[sympy.Expr] = []
         # (sizes may round up: s - s % 8 + 8 is bounded by s + 8)
-        worst += [_upper_sym(self.xnumel, bounds, worst) + 4096]
-        worst += [_upper_sym(s.numel, bounds, worst) + 8192 for s in self.stages]
+        worst += [_upper(self.xnumel, bounds, sizes, worst) + 4096]
+        worst += [_upper(s.numel, bounds, sizes, worst) + 8192 for s in self.stages]
         for a in self.k.args:
-            _upper_sym(a.layout.storage_size, bounds, worst)
+            _upper(a.layout.storage_size, bounds, sizes, worst)
         for s in self.stages:
             exprs = [r[2] for r in s.reductions] + [v for _, _, v in s.stores]
             for node in ir.walk(exprs):
                 if isinstance(node, ir.Load):
                     for sym, _e, n in node.binds:
                         n = sympy.sympify(n)
-                        bounds[sym] = n - 1 if n.free_symbols <= self._size_syms else _UNBOUNDED
-                    _upper_sym(node.index, bounds, worst)
+                        bounds[sym] = n - 1 if n.free_symbols <= sizes else _UNBOUNDED
+                    _upper(node.index, bounds, sizes, worst)
                 elif isinstance(node, ir.IndexValue):
-                    _upper_sym(node.expr, bounds, worst)
+                    _upper(node.expr, bounds, sizes, worst)
             for _, idx, _ in s.stores:
-                _upper_sym(idx, bounds, worst)
+                _upper(idx, bounds, sizes, worst)
         limit = INT32_LIMIT - 1  # (an index of INT32_LIMIT or more needs 64 bits)
         if any(e.has(sympy.oo, sympy.zoo, sympy.nan) for e in worst):
             return True, ()
+        if not sizes:
+            return any(e > limit for e in worst), ()
         exprs = ir.dominant_bounds(e for e in worst if not e.is_Number or e > limit)
         if any(ir.size_hint(e) > limit for e in exprs):  # (at the compiling call's sizes)
             return True, ()
         return False, tuple((str(e), limit) for e in exprs)
-
-    def _needs_int64(self) -> bool:
-        limit = INT32_LIMIT
-        worst = [self.xnumel + 4096, max((s.numel for s in self.stages), default=1) + 8192]
-        for a in self.k.args:
-            worst.append(a.layout.storage_size)
-        acc = [0]
-        bounds = dict(self.bounds)
-        for s in self.stages:
-            exprs = [r[2] for r in s.reductions] + [v for _, _, v in s.stores]
-            for node in ir.walk(exprs):
-                if isinstance(node, ir.Load):
-                    for sym, _e, n in node.binds:
-                        bounds[sym] = int(n) - 1 if isinstance(n, (int, sympy.Integer)) else 2**62
-                    _upper(node.index, bounds, acc)
-                elif isinstance(node, ir.IndexValue):
-                    _upper(node.expr, bounds, acc)
-            for _, idx, _ in s.stores:
-                _upper(idx, bounds, acc)
-        return max(worst + acc) >= limit
