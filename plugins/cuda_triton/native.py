@@ -187,12 +187,6 @@ class Native:
                 state=ctypes.addressof(self.state),
             )
 
-    def _set_aligned(self, aligned: tuple[bool, ...]) -> None:
-        mask = (ctypes.c_ubyte * max(1, len(aligned)))(*aligned)
-        self._keep.append(mask)
-        self.state.nargs = len(aligned)
-        self.state.aligned = ctypes.addressof(mask)
-
     def adopt(self, rec: records.KernelRecord, device: int = -1) -> bool:
         """Launch from ``rec``'s cubin: the shim loads it at the first launch, in the context
         current then (none current: ``device``'s primary context, made current where the
@@ -204,7 +198,7 @@ class Native:
         image = ctypes.create_string_buffer(rec.cubin, len(rec.cubin))
         name = ctypes.create_string_buffer(rec.name.encode())
         self._keep += [image, name]
-        self._set_aligned(rec.aligned)
+        _set_aligned(self.state, self._keep, rec.aligned)
         self.state.threads = rec.threads
         self.state.shared = rec.shared
         self.state.extra = rec.extra
@@ -254,26 +248,13 @@ class Native:
         launching through Python."""
         if self.lib is None or self.state.function:
             return
-        md = compiled.metadata
-        if not records.launchable(md):
+        if not all(isinstance(a, torch.Tensor) for a in args) or len(args) != self.nargs:
             return
-        if not all(isinstance(a, torch.Tensor) for a in args):
-            return
-        params = [k for k, ty in compiled.src.signature.items() if ty != "constexpr"]
-        if len(params) != len(args) or len(args) != self.nargs:
-            return
-        context = ctypes.c_void_p()
-        if self.lib.sdk_triton_context(ctypes.byref(context)) != 0 or not context.value:
+        context = _launch_context(self.lib, compiled, len(args))
+        if context is None:
             return
         aligned = tuple(a.data_ptr() % 16 == 0 for a in args)
-        self._set_aligned(aligned)
-        self.state.context = context.value
-        self.state.threads = 32 * md.num_warps
-        self.state.shared = md.shared
-        self.state.extra = int(hasattr(md, "global_scratch_size")) + int(
-            hasattr(md, "profile_scratch_size")
-        )
-        self.state.function = compiled.function  # last: the shim launches from now on
+        _take(self.state, self._keep, compiled, context, aligned)
         if self.record_key is not None and self.record is None:
             rec = records.from_compiled(compiled, self.grid, aligned)
             if rec is not None:
@@ -502,33 +483,57 @@ class SymNative:
             isinstance(a, torch.Tensor) for a in args[: self.nptr]
         ):
             return
-        md = compiled.metadata
-        if not records.launchable(md):
-            return
-        params = [k for k, ty in compiled.src.signature.items() if ty != "constexpr"]
-        if len(params) != len(args):
-            return
         # (calls that may release the GIL come before the table's slot is chosen, so that
         # two threads never fill one slot)
-        context, device = ctypes.c_void_p(), torch.cuda.current_device()
-        if self.lib.sdk_triton_context(ctypes.byref(context)) != 0 or not context.value:
+        device = torch.cuda.current_device()
+        context = _launch_context(self.lib, compiled, len(args))
+        if context is None:
             return
         key, filled = spec_key(sizes), self.state.nkeys[variant]
         if filled >= SYM_KEYS or key in self.keys(variant):
             return
         st = self.state.states[variant][filled]
-        aligned = [isinstance(a, torch.Tensor) and a.data_ptr() % 16 == 0 for a in args]
-        mask = (ctypes.c_ubyte * len(aligned))(*aligned)
-        self._keep.append(mask)
-        st.nargs, st.aligned = len(aligned), ctypes.addressof(mask)
-        st.context, st.device = context.value, device
-        st.threads, st.shared = 32 * md.num_warps, md.shared
-        st.extra = int(hasattr(md, "global_scratch_size")) + int(
-            hasattr(md, "profile_scratch_size")
-        )
-        st.function = compiled.function
+        st.device = device
+        aligned = tuple(isinstance(a, torch.Tensor) and a.data_ptr() % 16 == 0 for a in args)
+        _take(st, self._keep, compiled, context, aligned)
         self.state.keys[variant][filled] = key
         self.state.nkeys[variant] = filled + 1  # last: the shim launches this key from now on
+
+
+def _set_aligned(state: _State, keep: list[Any], aligned: tuple[bool, ...]) -> None:
+    """Which of ``state``'s arguments must be 16-byte aligned (the mask kept in ``keep``)."""
+    mask = (ctypes.c_ubyte * max(1, len(aligned)))(*aligned)
+    keep.append(mask)
+    state.nargs = len(aligned)
+    state.aligned = ctypes.addressof(mask)
+
+
+def _launch_context(lib: Any, compiled: Any, nargs: int) -> int | None:
+    """The current CUDA context, where the shim can launch ``compiled`` (Triton's kernel,
+    loaded) on ``nargs`` arguments as Triton would; else None."""
+    if not records.launchable(compiled.metadata):
+        return None
+    params = [k for k, ty in compiled.src.signature.items() if ty != "constexpr"]
+    if len(params) != nargs:
+        return None
+    context = ctypes.c_void_p()
+    if lib.sdk_triton_context(ctypes.byref(context)) != 0 or not context.value:
+        return None
+    return context.value
+
+
+def _take(
+    state: _State, keep: list[Any], compiled: Any, context: int, aligned: tuple[bool, ...]
+) -> None:
+    """Fill ``state`` from the kernel Triton compiled and loaded in ``context``, for
+    arguments of which ``aligned`` says which are 16-byte aligned."""
+    md = compiled.metadata
+    _set_aligned(state, keep, aligned)
+    state.context = context
+    state.threads = 32 * md.num_warps
+    state.shared = md.shared
+    state.extra = int(hasattr(md, "global_scratch_size")) + int(hasattr(md, "profile_scratch_size"))
+    state.function = compiled.function  # last: the shim launches from now on
 
 
 _LOAD_ERRORS = {
