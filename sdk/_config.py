@@ -121,3 +121,35 @@ def overridden(**values: str | None) -> Iterator[None]:
         yield
     finally:
         set_variables(**old)
+
+
+def compile_workers(auto: int) -> int:
+    """SDK_COMPILE_WORKERS: how many compile worker processes ``sdk.workers`` starts: a
+    whole number (0 or 1, or unset: none), or ``auto`` (``auto`` of them). ValueError, naming
+    the variable, for anything else."""
+    raw = os.environ.get("SDK_COMPILE_WORKERS", "").strip()
+    if not raw:
+        return 0
+    if raw == "auto":
+        return auto
+    if not raw.isdigit():
+        raise ValueError(
+            f"SDK_COMPILE_WORKERS is {raw!r}: it must be how many compile worker processes to "
+            "start, a whole number >= 0 (0 or 1: none, kernels compile in this process), or "
+            "'auto' (one per CPU this process may run on, at most 32). Fix: set it to one of "
+            "those or unset it."
+        )
+    return int(raw)
+
+
+def variables_with(prefixes: tuple[str, ...]) -> dict[str, str]:
+    """The environment variables whose names start with one of ``prefixes``, now."""
+    return {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
+
+
+def replace_variables(prefixes: tuple[str, ...], values: dict[str, str]) -> None:
+    """Make the variables with ``prefixes`` exactly ``values``: set those, unset the others
+    (a compile worker taking its caller's environment)."""
+    for k in [k for k in os.environ if k.startswith(prefixes) and k not in values]:
+        del os.environ[k]
+    os.environ.update(values)

@@ -741,3 +741,13 @@ def opinfo_db() -> list[Any]:
         from torch.testing._internal.common_methods_invocations import op_db
 
     return op_db
+
+
+def compile_worker_pool(workers: int) -> Any:
+    """torch's compile worker pool (``SubprocPool``, the one Inductor compiles in) of
+    ``workers`` processes, for ``sdk.workers``: ``submit(fn, *args) -> Future``,
+    ``shutdown()``, ``running``. A sidecar process forks the workers, so that they never run
+    the user's ``__main__`` again; it initializes CUDA first, which keeps them off the GPU."""
+    from torch._inductor.compile_worker.subproc_pool import SubprocPool
+
+    return SubprocPool(workers)
