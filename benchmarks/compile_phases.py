@@ -3,6 +3,7 @@
     python benchmarks/compile_phases.py qwen2_train_bf16,resnet18_fp32 [--size small]
     python benchmarks/compile_phases.py resnet50_train_bf16 --options channels_last=False
     python benchmarks/compile_phases.py resnet50_train_bf16 --also-env TRITON_DEFAULT_FP_FUSION=0
+    python benchmarks/compile_phases.py resnet50_train_bf16 --also-env SDK_COMPILE_WORKERS=0
 
 For each model-suite row (``python -m sdk bench --suite models --list``): a cold first step
 with Inductor, then a cold first step with the sdk (``sdk:cuda_triton`` on a GPU, else
@@ -68,6 +69,17 @@ def _instrument(plugin: str) -> None:
 
         _timed(render, "render_kernel", "render")
         _timed(toolchain, "compile_library", "build")
+
+
+def _in_workers(plugin: str) -> str:
+    """How many kernels cuda_triton compiled in the compile workers since the last call."""
+    if plugin != "cuda_triton":
+        return ""
+    from sdk.plugins.cuda_triton import offline
+
+    done = dict(offline.WORKER_COMPILES)
+    offline.WORKER_COMPILES.update(compiled=0, failed=0)
+    return f"; in compile workers {done['compiled']} kernels ({done['failed']} failed)"
 
 
 def _cold(case: bench.Case, backend: Any, dev: torch.device) -> float:
@@ -148,7 +160,7 @@ def main() -> None:
                 )
                 print(
                     f"{name:26s} inductor {ind:6.2f} s | {label} {sdk_s:6.2f} s: {parts}, "
-                    f"rest {sdk_s - spent['program']:.2f}",
+                    f"rest {sdk_s - spent['program']:.2f}{_in_workers(plugin)}",
                     flush=True,
                 )
             del case

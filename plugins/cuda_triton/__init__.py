@@ -166,8 +166,16 @@ def _cache_key(device: str) -> str:
 @sdk.hookimpl
 def sdk_decompositions(ctx: sdk.CompileContext) -> dict:
     """Pad large matrix products to the 16-byte alignment the BLAS libraries want; a
-    convolution's bias gradient as a generated sum."""
+    convolution's bias gradient as a generated sum.
+
+    The first hook of a graph's compile: the compile workers (``sdk.workers``) start here on
+    a GPU, while AOTAutograd traces, to be ready when the kernels are rendered."""
     from . import conv_backward, pad_mm
+
+    if not interpreting() and torch.cuda.is_available():
+        from sdk.workers import compile_workers
+
+        compile_workers().start()
 
     return {**pad_mm.decompositions(), **conv_backward.decompositions()}
 

@@ -552,6 +552,8 @@ def _bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callab
         main = kernel_call(jit, grid, consts, opts, len(dtypes), record_key=key, record=rec)
         if rec is None:
             main.precompile = lambda: [main.warmup(dtypes)]  # type: ignore[attr-defined]
+            names = tuple(a[2] for a in meta["args"])
+            main.offline = [(src.source, src.entry, names, grid, {**consts, **opts})]  # type: ignore[attr-defined]
         return main
     return _bind_split(src, meta, cfg, consts, opts, grid, dtypes)
 
@@ -596,6 +598,12 @@ def _bind_split(
 
     cold = [call for call, (_key, rec) in zip(calls, recs) if rec is None]
     launch.precompile = lambda: [k.warmup(both) for k in cold]  # type: ignore[attr-defined]
+    names = tuple(a[2] for a in meta["args"]) + tuple(dt for _n, dt in meta["scratch"])
+    launch.offline = [  # type: ignore[attr-defined]
+        (src.source, fn, names, g, {**c, **o})
+        for (fn, g, c, o), (_key, rec) in zip(launches, recs)
+        if rec is None
+    ]
     return launch
 
 
@@ -685,6 +693,9 @@ def _precompile(launchers: list[Callable[..., None]]) -> list[Any]:
     jobs = [fn.precompile for fn in launchers if hasattr(fn, "precompile")]
     if not jobs:
         return []
+    from .offline import compile_in_workers
+
+    compile_in_workers([spec for fn in launchers for spec in getattr(fn, "offline", ())])
     device = torch.cuda.current_device()
 
     def run(job: Callable[[], Any]) -> list[Any]:

@@ -1,0 +1,82 @@
+"""On a GPU: a compile's kernels go to the compile workers (``sdk.workers``), and the caller's
+own warm-up then finds every one of them in Triton's cache: it compiles none again. The
+results match eager. The workers' side is checked on any machine by
+tests/plugins/cuda_triton/test_compile_workers.py.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from sdk.plugins.cuda_triton import offline
+from sdk.workers import compile_workers
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _cubins(cache: Path) -> set[Path]:
+    return set(cache.rglob("*.cubin"))
+
+
+def test_a_training_step_compiles_in_the_workers_and_the_caller_finds_each_kernel(
+    monkeypatch, tmp_path
+):
+    cache = tmp_path / "triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))  # no kernel records of before
+    monkeypatch.setenv("SDK_COMPILE_WORKERS", "auto")  # (off by default, see sdk.workers)
+    workers = compile_workers()
+    workers.start()
+    deadline = time.monotonic() + 120
+    while not workers.ready:
+        assert workers.why_not() is None, workers.why_not()
+        assert time.monotonic() < deadline, "the compile workers did not start in 120 s"
+        time.sleep(0.1)
+
+    # cubins that appear outside the workers' maps were compiled by the caller
+    by_caller: set[Path] = set()
+    seen: set[Path] = set()
+    real = offline.compile_in_workers
+
+    def watched(specs):
+        nonlocal seen
+        by_caller.update(_cubins(cache) - seen)
+        real(specs)
+        seen = _cubins(cache)
+
+    monkeypatch.setattr(offline, "compile_in_workers", watched)
+    before = dict(offline.WORKER_COMPILES)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.GELU(),
+        nn.Flatten(),
+        nn.Linear(16 * 8 * 8, 10),
+        nn.LayerNorm(10),
+    ).cuda()
+    x = torch.randn(4, 3, 8, 8, device="cuda")
+    ref = model(x).logsumexp(-1).sum()
+    ref.backward()
+    ref_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="sdk:cuda_triton", options={"tune_budget_s": 0})
+    got = compiled(x).logsumexp(-1).sum()
+    got.backward()
+    torch.cuda.synchronize()
+    by_caller.update(_cubins(cache) - seen)
+
+    done = offline.WORKER_COMPILES["compiled"] - before["compiled"]
+    assert offline.WORKER_COMPILES["failed"] == before["failed"]
+    assert done >= 4, offline.WORKER_COMPILES
+    assert not by_caller, f"the caller compiled {len(by_caller)} kernels the workers had not"
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+    for p, g in zip(model.parameters(), ref_grads, strict=True):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-4)

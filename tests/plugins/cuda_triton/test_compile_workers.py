@@ -1,0 +1,161 @@
+"""The compile workers (``sdk.workers``: torch's compile worker pool) and cuda_triton's kernels
+compiled in them (``.offline``), on any machine.
+
+A worker cannot use a GPU, so the CUDA target a kernel compiles for is the caller's, given
+with the job: here an H100's (sm_90), without a GPU. That the caller's own warm-up then finds
+those kernels in Triton's cache, and compiles none again, is checked on a GPU by
+tests/gpu/test_compile_workers_gpu.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from sdk import _config
+from sdk.plugins.cuda_triton import launch, offline
+from sdk.workers import CompileWorkers, default_workers
+
+
+@pytest.fixture(scope="module")
+def workers():
+    """One pool for the module: a pool starts a sidecar that imports torch (seconds). Started
+    without the interpreter, as on a GPU: Triton decides some of its own functions' kind when
+    it is imported, in the sidecar, from TRITON_INTERPRET."""
+    previous = _config.set_variables(SDK_COMPILE_WORKERS="2")
+    pool = CompileWorkers()
+    with _config.overridden(TRITON_INTERPRET=None):
+        pool.start()
+    deadline = time.monotonic() + 120
+    while not pool.ready:
+        assert pool.why_not() is None, pool.why_not()
+        assert time.monotonic() < deadline, "the compile workers did not start in 120 s"
+        time.sleep(0.1)
+    yield pool
+    pool.shutdown()
+    assert not pool.ready
+    _config.set_variables(**previous)
+
+
+def test_map_answers_in_order_with_each_failure_in_its_place(workers):
+    got = workers.map(math.sqrt, [4.0, -1.0, 9.0])
+    assert got[0] == 2.0 and got[2] == 3.0
+    assert "math domain error" in str(got[1])  # the worker's exception, for that item only
+    assert workers.map(os.getpid, []) == []
+
+
+def test_a_worker_sees_the_callers_variables_of_the_prefixes_at_each_map(workers, monkeypatch):
+    monkeypatch.setenv("SDKTEST_A", "1")
+    monkeypatch.setenv("SDKTEST_B", "2")
+    assert workers.map(_config.variables_with, [("SDKTEST_",)], env_prefixes=("SDKTEST_",)) == [
+        {"SDKTEST_A": "1", "SDKTEST_B": "2"}
+    ]
+    monkeypatch.delenv("SDKTEST_A")
+    # unset here: unset there too, in whichever worker runs it
+    assert (
+        workers.map(_config.variables_with, [("SDKTEST_",)] * 4, env_prefixes=("SDKTEST_",))
+        == [{"SDKTEST_B": "2"}] * 4
+    )
+
+
+@pytest.mark.parametrize("asked", [None, "0", "1"])
+def test_none_asked_for_is_no_pool_and_says_why(monkeypatch, asked):
+    if asked is None:
+        monkeypatch.delenv("SDK_COMPILE_WORKERS", raising=False)  # off by default
+    else:
+        monkeypatch.setenv("SDK_COMPILE_WORKERS", asked)
+    pool = CompileWorkers()
+    pool.start()
+    assert not pool.ready
+    assert pool.map(abs, [1]) is None  # the caller compiles itself
+    assert "SDK_COMPILE_WORKERS" in pool.why_not()
+
+
+def test_workers_asked_for_later_start_then(monkeypatch):
+    monkeypatch.setenv("SDK_COMPILE_WORKERS", "auto")
+    auto = default_workers()
+    assert CompileWorkers().workers == (auto if auto > 1 else 0)
+    monkeypatch.setenv("SDK_COMPILE_WORKERS", "0")
+    pool = CompileWorkers()
+    pool.start()
+    assert pool.why_not() is not None
+    monkeypatch.setenv("SDK_COMPILE_WORKERS", "3")
+    assert pool.workers == 3 and pool.why_not() is None  # nothing remembered of "none"
+
+
+def test_workers_off_now_answer_none_to_a_started_pool(workers, monkeypatch):
+    monkeypatch.setenv("SDK_COMPILE_WORKERS", "0")
+    assert workers.map(abs, [1]) is None
+
+
+def test_a_bad_worker_count_warns_naming_the_variable_and_the_fix(monkeypatch):
+    """A compile goes on without workers (cuda_triton starts them from a hook, where an
+    exception would be the plugin's fault), after one warning that says what to set."""
+    monkeypatch.setenv("SDK_COMPILE_WORKERS", "lots")
+    pool = CompileWorkers()
+    with pytest.warns(RuntimeWarning, match=r"SDK_COMPILE_WORKERS is 'lots'.*Fix"):
+        pool.start()
+    pool.start()  # (once)
+    assert pool.map(abs, [1]) is None
+    assert "SDK_COMPILE_WORKERS is 'lots'" in pool.why_not()
+
+
+def _specs(monkeypatch) -> list[offline.Spec]:
+    """The kernels cuda_triton binds for a training step of a small block (pointwise,
+    reductions over rows and columns, their backward), as the caller hands them to the
+    workers, for an sm_90 target."""
+    from triton.backends.compiler import GPUTarget
+
+    bound = []
+    real = launch._bind
+
+    def record(src, config=None):
+        fn = real(src, config)
+        bound.extend(getattr(fn, "offline", ()))
+        return fn
+
+    monkeypatch.setattr(launch, "_bind", record)
+    torch._dynamo.reset()
+
+    def block(x, w):
+        h = torch.nn.functional.gelu(x @ w)
+        return (torch.softmax(h, -1) * h.sum(0)).sum()
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.randn(24, 40, device=dev)
+    w = torch.randn(40, 40, device=dev, requires_grad=True)
+    torch.compile(block, backend="sdk:cuda_triton")(x, w).backward()
+    assert len(bound) >= 3, bound
+    target = GPUTarget("cuda", 90, 32)
+    return [offline.Spec(*spec, target) for spec in {repr(s): s for s in bound}.values()]
+
+
+def _cubins(cache: Path) -> set[str]:
+    return {p.parent.name for p in cache.rglob("*.cubin")}
+
+
+def test_kernels_compile_in_the_workers_for_the_callers_target(workers, monkeypatch, tmp_path):
+    """Each kernel compiles in a worker into the Triton cache the caller names (its
+    TRITON_CACHE_DIR at the map), as a cubin; the same kernels again are found there: no
+    new cubin, the same hashes."""
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))
+    gpu = torch.cuda.is_available()
+    if not gpu:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")  # the caller renders under the interpreter
+    specs = _specs(monkeypatch)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the workers compile for sm_90
+    cache = tmp_path / "triton"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    first = workers.map(offline.compile_in_worker, specs, env_prefixes=offline.ENV_PREFIXES)
+    assert all(isinstance(h, str) for h in first), first
+    assert len(_cubins(cache)) == len(set(first)) == len(specs)
+    again = workers.map(offline.compile_in_worker, specs, env_prefixes=offline.ENV_PREFIXES)
+    assert again == first
+    assert len(_cubins(cache)) == len(specs)
