@@ -168,8 +168,9 @@ def sdk_decompositions(ctx: sdk.CompileContext) -> dict:
     """Pad large matrix products to the 16-byte alignment the BLAS libraries want; a
     convolution's bias gradient as a generated sum.
 
-    The first hook of a graph's compile: the compile workers (``sdk.workers``) start here on
-    a GPU, while AOTAutograd traces, to be ready when the kernels are rendered."""
+    An early hook of each graph's compile (AOTAutograd asks for the decompositions before
+    it traces): the compile workers (``sdk.workers``, when ``SDK_COMPILE_WORKERS`` asks for
+    them) start here on a GPU, to be ready when the kernels are rendered."""
     from . import conv_backward, pad_mm
 
     if not interpreting() and torch.cuda.is_available():
