@@ -51,6 +51,15 @@ def test_map_answers_in_order_with_each_failure_in_its_place(workers):
     assert workers.map(os.getpid, []) == []
 
 
+def test_a_worker_that_dies_fails_its_items_and_the_next_map_works(workers):
+    """A job that kills its worker (a compiler crash) comes back as a failure, with a
+    timeout as the backstop, never a hang; the sidecar starts new workers for what follows."""
+    (died,) = workers.map(os._exit, [3], timeout=120)
+    assert isinstance(died, BaseException) and not isinstance(died, TimeoutError), died
+    assert workers.ready
+    assert workers.map(abs, [-1, -2], timeout=120) == [1, 2]
+
+
 def test_a_worker_sees_the_callers_variables_of_the_prefixes_at_each_map(workers, monkeypatch):
     monkeypatch.setenv("SDKTEST_A", "1")
     monkeypatch.setenv("SDKTEST_B", "2")
