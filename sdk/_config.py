@@ -150,6 +150,5 @@ def variables_with(prefixes: tuple[str, ...]) -> dict[str, str]:
 def replace_variables(prefixes: tuple[str, ...], values: dict[str, str]) -> None:
     """Make the variables with ``prefixes`` exactly ``values``: set those, unset the others
     (a compile worker taking its caller's environment)."""
-    for k in [k for k in os.environ if k.startswith(prefixes) and k not in values]:
-        del os.environ[k]
-    os.environ.update(values)
+    stale = {k: None for k in os.environ if k.startswith(prefixes) and k not in values}
+    set_variables(**stale, **values)

@@ -50,3 +50,15 @@ def skip_model_under_interpreter(plugin: str, seconds: int) -> None:
             f"cuda_triton on a whole model through Triton's interpreter (~{seconds} s on 2 "
             "cores): tests/gpu/run.sh runs this case on a GPU"
         )
+
+
+def wait_for_workers(workers, seconds: float = 120.0) -> None:
+    """Wait until started compile workers (``sdk.workers``) answer; fails naming why they
+    did not start, or after ``seconds``."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not workers.ready:
+        assert workers.why_not() is None, workers.why_not()
+        assert time.monotonic() < deadline, f"the compile workers did not start in {seconds:g} s"
+        time.sleep(0.1)

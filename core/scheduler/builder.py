@@ -195,7 +195,8 @@ class _Builder:
         inlined at their readers' indices); this one walks memory as the group's other
         reads do. None where it does not cover every loop once."""
         own = [ld for ld in self.memo.loads(node) if not ld.binds]
-        wanted = set(self.xs + self.rs)
+        wanted = frozenset(self.xs + self.rs)
+        node_vars = frozenset(node.vars)
         mapping: dict[sympy.Symbol, sympy.Expr] = {}
 
         def pairs(mine: Any, theirs: Any) -> list[tuple[Any, Any]]:
@@ -204,8 +205,8 @@ class _Builder:
                 return list(zip(mine, theirs)) if len(mine) == len(theirs) else []
             if isinstance(mine, tuple) or isinstance(theirs, tuple):
                 return []
-            a = _coefficients(sympy.sympify(mine), frozenset(node.vars))
-            b = _coefficients(sympy.sympify(theirs), frozenset(wanted))
+            a = _coefficients(sympy.sympify(mine), node_vars)
+            b = _coefficients(sympy.sympify(theirs), wanted)
             if a is None or b is None:
                 return []
             return [(v, g) for v, c in a for g, d in b if c == d]

@@ -543,17 +543,18 @@ def _bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callab
     grid = _grid(meta["grid"], consts)
     if 0 in grid:
         return lambda *args: None
-    dtypes = [getattr(torch, dt) for _name, _storage, dt, _role in meta["args"]]
+    names = tuple(dt for _name, _storage, dt, _role in meta["args"])
+    dtypes = [getattr(torch, dt) for dt in names]
     if meta["mode"] != "split":
-        ((key, rec),) = _records(src.source, [(src.entry, grid, {**consts, **opts})], dtypes)
+        kw = {**consts, **opts}
+        ((key, rec),) = _records(src.source, [(src.entry, grid, kw)], dtypes)
         jit = _LazyJit(src.source, src.entry)
         if rec is None:
             jit.fn  # noqa: B018 - imported now where the kernel compiles through Triton
         main = kernel_call(jit, grid, consts, opts, len(dtypes), record_key=key, record=rec)
         if rec is None:
             main.precompile = lambda: [main.warmup(dtypes)]  # type: ignore[attr-defined]
-            names = tuple(a[2] for a in meta["args"])
-            main.offline = [(src.source, src.entry, names, grid, {**consts, **opts})]  # type: ignore[attr-defined]
+            main.offline = [(src.source, src.entry, names, grid, kw)]  # type: ignore[attr-defined]
         return main
     return _bind_split(src, meta, cfg, consts, opts, grid, dtypes)
 
@@ -577,7 +578,8 @@ def _bind_split(
         (fn, pgrid, pconsts, popts) if kind == "pre" else (fn, grid, consts, opts)
         for fn, kind in meta["chain"]
     ]
-    recs = _records(src.source, [(fn, g, {**c, **o}) for fn, g, c, o in launches], both)
+    kws = [{**c, **o} for _fn, _g, c, o in launches]
+    recs = _records(src.source, [(fn, g, kw) for (fn, g, _c, _o), kw in zip(launches, kws)], both)
     jits = [_LazyJit(src.source, fn) for fn, _g, _c, _o in launches]
     if any(rec is None for _key, rec in recs):
         jits[0].fn  # noqa: B018 - imported now where a kernel compiles through Triton
@@ -598,10 +600,10 @@ def _bind_split(
 
     cold = [call for call, (_key, rec) in zip(calls, recs) if rec is None]
     launch.precompile = lambda: [k.warmup(both) for k in cold]  # type: ignore[attr-defined]
-    names = tuple(a[2] for a in meta["args"]) + tuple(dt for _n, dt in meta["scratch"])
+    names = tuple(str(dt).removeprefix("torch.") for dt in both)
     launch.offline = [  # type: ignore[attr-defined]
-        (src.source, fn, names, g, {**c, **o})
-        for (fn, g, c, o), (_key, rec) in zip(launches, recs)
+        (src.source, fn, names, g, kw)
+        for (fn, g, _c, _o), kw, (_key, rec) in zip(launches, kws, recs)
         if rec is None
     ]
     return launch

@@ -6,7 +6,6 @@ tests/plugins/cuda_triton/test_compile_workers.py.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from torch import nn
 
 from sdk.plugins.cuda_triton import offline
 from sdk.workers import compile_workers
+from tests.plugins_under_test import wait_for_workers
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -32,11 +32,7 @@ def test_a_training_step_compiles_in_the_workers_and_the_caller_finds_each_kerne
     monkeypatch.setenv("SDK_COMPILE_WORKERS", "auto")  # (off by default, see sdk.workers)
     workers = compile_workers()
     workers.start()
-    deadline = time.monotonic() + 120
-    while not workers.ready:
-        assert workers.why_not() is None, workers.why_not()
-        assert time.monotonic() < deadline, "the compile workers did not start in 120 s"
-        time.sleep(0.1)
+    wait_for_workers(workers)
 
     # cubins that appear outside the workers' maps were compiled by the caller
     by_caller: set[Path] = set()

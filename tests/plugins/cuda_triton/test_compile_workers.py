@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ pytest.importorskip("triton")
 from sdk import _config
 from sdk.plugins.cuda_triton import launch, offline
 from sdk.workers import CompileWorkers, default_workers
+from tests.plugins_under_test import wait_for_workers
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +33,7 @@ def workers():
     pool = CompileWorkers()
     with _config.overridden(TRITON_INTERPRET=None):
         pool.start()
-    deadline = time.monotonic() + 120
-    while not pool.ready:
-        assert pool.why_not() is None, pool.why_not()
-        assert time.monotonic() < deadline, "the compile workers did not start in 120 s"
-        time.sleep(0.1)
+    wait_for_workers(pool)
     yield pool
     pool.shutdown()
     assert not pool.ready
