@@ -125,19 +125,17 @@ def overridden(**values: str | None) -> Iterator[None]:
 
 def compile_workers(auto: int) -> int:
     """SDK_COMPILE_WORKERS: how many compile worker processes ``sdk.workers`` starts: a
-    whole number (0 or 1, or unset: none), or ``auto`` (``auto`` of them). ValueError, naming
-    the variable, for anything else."""
+    whole number (0 or 1: none), or ``auto`` (``auto`` of them), the default when unset.
+    ValueError, naming the variable, for anything else."""
     raw = os.environ.get("SDK_COMPILE_WORKERS", "").strip()
-    if not raw:
-        return 0
-    if raw == "auto":
+    if not raw or raw == "auto":
         return auto
     if not raw.isdigit():
         raise ValueError(
             f"SDK_COMPILE_WORKERS is {raw!r}: it must be how many compile worker processes to "
             "start, a whole number >= 0 (0 or 1: none, kernels compile in this process), or "
-            "'auto' (one per CPU this process may run on, at most 32). Fix: set it to one of "
-            "those or unset it."
+            "'auto' (one per CPU this process may run on, at most 32; the default). Fix: set it "
+            "to one of those or unset it."
         )
     return int(raw)
 

@@ -16,11 +16,10 @@ then finds it. The caller still compiles every kernel itself: a worker that fail
 is gone costs time, never a result. The environment variables with the prefixes a ``map``
 names are the caller's, at that ``map``, in every worker.
 
-``SDK_COMPILE_WORKERS``: how many workers: a number, or ``auto`` (the CPUs this process may
-run on, at most 32). Unset, 0 or 1: none, and :meth:`CompileWorkers.map` answers None. Off by
-default for now: on an H200 they took a ResNet-50 training step's cold compile from 27.2 s
-to 21.3 s, but with them on, one compute-sanitizer run of the GPU suite's small graphs
-crashed, which is not understood yet (BENCHMARKS.md, "Parallel kernel compiles").
+``SDK_COMPILE_WORKERS``: how many workers: a number (0 or 1: none, and :meth:`CompileWorkers.map`
+answers None), or ``auto``, the default: the CPUs this process may run on, at most 32, as
+Inductor's ``compile_threads``. On an H200 they took a ResNet-50 training step's cold compile
+from 27.2 s to 21.3 s (BENCHMARKS.md, "Parallel kernel compiles").
 
     from sdk.workers import compile_workers
 
@@ -80,7 +79,7 @@ class CompileWorkers:
     @property
     def workers(self) -> int:
         """How many workers :meth:`start` starts (0: none), as ``SDK_COMPILE_WORKERS`` says
-        now."""
+        now (unset: ``auto``)."""
         n = _config.compile_workers(default_workers())
         return n if n > 1 else 0
 

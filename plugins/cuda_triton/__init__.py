@@ -169,8 +169,8 @@ def sdk_decompositions(ctx: sdk.CompileContext) -> dict:
     convolution's bias gradient as a generated sum.
 
     An early hook of each graph's compile (AOTAutograd asks for the decompositions before
-    it traces): the compile workers (``sdk.workers``, when ``SDK_COMPILE_WORKERS`` asks for
-    them) start here on a GPU, to be ready when the kernels are rendered."""
+    it traces): the compile workers (``sdk.workers``, unless ``SDK_COMPILE_WORKERS`` is 0)
+    start here on a GPU, to be ready when the kernels are rendered."""
     from . import conv_backward, pad_mm
 
     if not interpreting() and torch.cuda.is_available():

@@ -675,8 +675,8 @@ def compile_sources(sources: list[sdk.KernelSource]) -> list[Callable[..., None]
 def _precompile(launchers: list[Callable[..., None]]) -> list[Any]:
     """Compile every kernel now, several at a time, instead of one by one at first launch.
 
-    First, where the SDK's compile workers are ready (``sdk.workers``, off unless
-    ``SDK_COMPILE_WORKERS`` asks for them), every kernel compiles in a worker process
+    First, where the SDK's compile workers are ready (``sdk.workers``, unless
+    ``SDK_COMPILE_WORKERS`` is 0), every kernel compiles in a worker process
     (:mod:`.offline`) into Triton's cache, where step 1 then finds it. Then two steps, each
     in a thread pool (part of either runs outside the GIL):
 

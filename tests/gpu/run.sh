@@ -6,9 +6,9 @@
 #   2. the mode matrix (tests/gpu/test_mode_matrix.py): each model trained and run for
 #      inference in default, reduce-overhead and dynamic modes, fp32 and bf16, vs eager;
 #   3. compute-sanitizer memcheck over small graphs of each kernel shape;
-#   4. the OpInfo first-sample sweep, sdk:cuda_triton beside Inductor;
-#   and, only where STEPS names it, "sanitize-workers": step 3's plain run with the compile
-#   workers on (SDK_COMPILE_WORKERS=auto), following every process and the script's only.
+#   4. the OpInfo first-sample sweep, sdk:cuda_triton beside Inductor.
+# Everything runs as a user's process would, the compile workers (sdk.workers) included: the
+# sanitizer follows them too (its default, --target-processes all).
 # Writes logs under $OUT (or ./gpu-out) and prints a short summary last.
 #   STEPS="tests matrix sanitize sweep" SWEEP_BUDGET=420 bash tests/gpu/run.sh
 set -uo pipefail
@@ -28,7 +28,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 summary=()
 if [[ " $STEPS " == *" tests "* ]]; then
     python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 6 \
-        --ignore=tests/gpu/test_mode_matrix.py ${PYTEST_ARGS:-tests/gpu tests/e2e/test_ops.py tests/e2e/test_models.py tests/e2e/test_dynamic.py tests/e2e/test_mutation.py tests/plugins/cuda_triton/test_pad_mm.py tests/core/test_layout.py tests/core/test_scatters.py tests/core/test_stage_reuse.py tests/e2e/test_softmax.py tests/core/test_recompute_cost.py tests/core/test_scheduler_incremental.py tests/contract/test_runtime.py tests/plugins/cudagraphs/test_cudagraphs_policy.py tests/e2e/test_symbolic_sizes.py tests/core/test_index_add_in_place.py tests/e2e/test_reproducible.py tests/plugins/cuda_triton/test_split_reductions.py} \
+        --ignore=tests/gpu/test_mode_matrix.py ${PYTEST_ARGS:-tests/gpu tests/e2e/test_ops.py tests/e2e/test_models.py tests/e2e/test_dynamic.py tests/e2e/test_mutation.py tests/plugins/cuda_triton/test_pad_mm.py tests/core/test_layout.py tests/core/test_scatters.py tests/core/test_stage_reuse.py tests/e2e/test_softmax.py tests/core/test_recompute_cost.py tests/core/test_scheduler_incremental.py tests/contract/test_runtime.py tests/plugins/cudagraphs/test_cudagraphs_policy.py tests/e2e/test_symbolic_sizes.py tests/core/test_index_add_in_place.py tests/e2e/test_reproducible.py tests/plugins/cuda_triton/test_split_reductions.py tests/plugins/cuda_triton/test_symbolic_launch.py tests/plugins/cuda_triton/test_compile_workers.py} \
         >"$OUT/pytest.log" 2>&1
     summary+=("pytest: $(tail -1 "$OUT/pytest.log")")
     grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30
@@ -55,18 +55,6 @@ if [[ " $STEPS " == *" sanitize "* ]]; then
         python3 tests/gpu/sanitize_graphs.py --cudagraphs >"$OUT/sanitize_cg.log" 2>&1
     summary+=("compute-sanitizer (cudagraphs): $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_cg.log" | tail -1); $(grep -E 'sanitize_graphs:' "$OUT/sanitize_cg.log")")
     grep -E "Invalid|MISMATCH|Error" "$OUT/sanitize_cg.log" | head -20
-fi
-if [[ " $STEPS " == *" sanitize-workers "* ]]; then
-    # (not in the default STEPS) the plain run with the compile workers on (sdk.workers): it
-    # crashed compute-sanitizer on 2026-11-29. Once following every process (the sanitizer's
-    # default: the sidecar and its forked workers too), once the script's process only.
-    for target in all application-only; do
-        SDK_COMPILE_WORKERS=auto PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \
-            --print-limit 20 --target-processes "$target" \
-            python3 tests/gpu/sanitize_graphs.py >"$OUT/sanitize_workers_$target.log" 2>&1
-        rc=$?
-        summary+=("compute-sanitizer (workers on, $target): exit $rc; $(grep -E 'ERROR SUMMARY' "$OUT/sanitize_workers_$target.log" | tail -1); $(grep -E 'sanitize_graphs:' "$OUT/sanitize_workers_$target.log")")
-    done
 fi
 if [[ " $STEPS " == *" sweep "* ]]; then
     python3 tests/gpu/opinfo_sweep.py --workers ${SWEEP_WORKERS:-12} --budget ${SWEEP_BUDGET:-420} \

@@ -279,9 +279,20 @@ def cudagraphs_main() -> int:
     return 1 if bad else 0
 
 
+def _report_workers() -> None:
+    """Say how many kernels the compile workers (``sdk.workers``, on by default) compiled
+    in this run, so that a log shows whether the sanitizer watched them work."""
+    from sdk.plugins.cuda_triton import offline
+
+    print(f"sanitize_graphs: compile workers compiled {offline.WORKER_COMPILES}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--cudagraphs"]:
-        sys.exit(cudagraphs_main())
-    if sys.argv[1:] == ["--dynamic"]:
-        sys.exit(dynamic_main())
-    sys.exit(main(*sys.argv[1:]))
+        code = cudagraphs_main()
+    elif sys.argv[1:] == ["--dynamic"]:
+        code = dynamic_main()
+    else:
+        code = main(*sys.argv[1:])
+    _report_workers()
+    sys.exit(code)

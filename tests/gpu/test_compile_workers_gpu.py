@@ -29,7 +29,7 @@ def test_a_training_step_compiles_in_the_workers_and_the_caller_finds_each_kerne
     cache = tmp_path / "triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))  # no kernel records of before
-    monkeypatch.setenv("SDK_COMPILE_WORKERS", "auto")  # (off by default, see sdk.workers)
+    monkeypatch.setenv("SDK_COMPILE_WORKERS", "auto")  # (the default, whatever the caller set)
     workers = compile_workers()
     workers.start()
     wait_for_workers(workers)

@@ -70,17 +70,25 @@ def test_a_worker_sees_the_callers_variables_of_the_prefixes_at_each_map(workers
     )
 
 
-@pytest.mark.parametrize("asked", [None, "0", "1"])
+@pytest.mark.parametrize("asked", ["0", "1"])
 def test_none_asked_for_is_no_pool_and_says_why(monkeypatch, asked):
-    if asked is None:
-        monkeypatch.delenv("SDK_COMPILE_WORKERS", raising=False)  # off by default
-    else:
-        monkeypatch.setenv("SDK_COMPILE_WORKERS", asked)
+    monkeypatch.setenv("SDK_COMPILE_WORKERS", asked)
     pool = CompileWorkers()
     pool.start()
     assert not pool.ready
     assert pool.map(abs, [1]) is None  # the caller compiles itself
     assert "SDK_COMPILE_WORKERS" in pool.why_not()
+
+
+@pytest.mark.parametrize("asked", [None, "", "auto"])
+def test_workers_are_on_by_default_one_per_cpu(monkeypatch, asked):
+    if asked is None:
+        monkeypatch.delenv("SDK_COMPILE_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("SDK_COMPILE_WORKERS", asked)
+    auto = default_workers()
+    assert 1 <= auto <= 32
+    assert CompileWorkers().workers == (auto if auto > 1 else 0)
 
 
 def test_workers_asked_for_later_start_then(monkeypatch):
