@@ -158,6 +158,19 @@ def _torch_dir_refused() -> str | None:
     return why
 
 
+#: the SDK's cache namespace of torch's AOTAutograd keys, by what they were computed from
+#: (:class:`core.adapters.aot_cache.KeyMemo`)
+KEYS = "aot-keys"
+
+
+def key_memo() -> DiskCache:
+    """Where torch's AOTAutograd keys are remembered: a warm process takes a graph's key
+    from there instead of computing it (:mod:`core.adapters.aot_cache`), most of the key's
+    cost being the same for every graph. The SDK's own cache: entries verified, a bad one a
+    miss."""
+    return DiskCache(KEYS)
+
+
 def lookup_refused(why: str) -> None:
     """A lookup of torch's AOTAutograd cache read nothing (an entry or directory of the
     lookup not safe to unpickle), or skipped an entry (corrupt, or not a pickle: removed):

@@ -31,18 +31,33 @@ of the compiled function in every later process).
 The backward is compiled with the forward (``force_non_lazy_backward_lowering``) while the
 cache is on: torch saves the entry when both are compiled, and only a save inside the
 compile sees the configuration above.
+
+**The key, remembered** (:class:`KeyMemo`). Torch's key (``autograd_cache_key``) is most of a
+warm process's own time in AOTAutograd: its ``FxGraphHashDetails`` imports Inductor's code
+generators (``init_backend_registration``) and digests torch's and Triton's sources
+(``torch_key``, ``triton_key``), about 1 s of a 1.3 s warm first call of a small model on a
+2-core CPU, the same on an H200 host. Those parts are the same for every graph of a process.
+So, in the SDK's compiles, a digest of everything the key is computed from except them
+(:func:`memo_digest`: the Dynamo graph and its inputs as torch's own key pickler reduces them,
+AOTAutograd's configuration, torch's, functorch's and Inductor's configuration, the global
+state torch's key reads) and, in their place, the size and modification time of every file
+of torch's package and the accelerator's name, maps to the key torch computed for it
+before; a later process with the same digest takes that key without computing it. A graph
+whose key reads more than its code (a higher-order or custom op, saved-tensor hooks) is not
+remembered, and any error while digesting falls back to torch's key.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import pickle
 import stat
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -50,6 +65,7 @@ _log = logging.getLogger(__name__)
 
 _UNSUPPORTED: str | None = None
 try:
+    import torch._functorch._aot_autograd.autograd_cache as _autograd_cache
     import torch._functorch.config as _functorch_config
     from torch._functorch._aot_autograd.autograd_cache import (
         AOTAutogradCache,
@@ -301,11 +317,204 @@ def _load(name: str, content: bytes) -> tuple[Any, str | None]:
 
 
 def _hook() -> None:
-    """Route AOTAutogradCache's reads of local entries through :func:`_candidates` (once)."""
-    global _original_candidates
+    """Route AOTAutogradCache's reads of local entries through :func:`_candidates`, and its
+    keys through :func:`_remembered_key` (once)."""
+    global _original_candidates, _original_key
     if _original_candidates is None:
         _original_candidates = _unbound(AOTAutogradCache, "iterate_over_candidates")
         AOTAutogradCache.iterate_over_candidates = classmethod(_candidates)
+    if _original_key is None and callable(getattr(_autograd_cache, "autograd_cache_key", None)):
+        _original_key = _autograd_cache.autograd_cache_key
+        _autograd_cache.autograd_cache_key = _remembered_key
+
+
+# -- torch's keys, remembered --------------------------------------------------------------
+
+
+class KeyMemo(Protocol):
+    """Where torch's AOTAutograd keys are remembered, by :func:`memo_digest` (the SDK's own
+    verified disk cache)."""
+
+    def get(self, digest: str) -> bytes | None: ...
+
+    def put(self, digest: str, data: bytes) -> None: ...
+
+
+#: while the SDK's compile runs: where torch's keys are remembered (None: nowhere)
+_memo: contextvars.ContextVar[KeyMemo | None] = contextvars.ContextVar(
+    "sdk_aot_key_memo", default=None
+)
+_original_key: Any = None
+#: how many keys were taken from the memo, and computed by torch, in this process
+KEY_MEMO = {"remembered": 0, "computed": 0}
+#: the memo's format: a change of what :func:`memo_digest` reads changes it
+MEMO_FORMAT = 1
+
+
+def _remembered_key(mod: Any, example_inputs: Any, config: Any, *rest: Any, **kw: Any) -> Any:
+    """``autograd_cache_key``, taken from the memo where it has the graph's digest."""
+    memo = _memo.get()
+    digest = None
+    if memo is not None and not getattr(_functorch_config, "bypass_autograd_cache_key", False):
+        try:
+            digest = memo_digest(mod, example_inputs, config, rest, kw)
+        except Exception:  # noqa: BLE001 - torch's key, computed as always
+            _log.debug("no digest for the AOTAutograd key memo", exc_info=True)
+        if digest is not None:
+            known = memo.get(digest)
+            if known:
+                KEY_MEMO["remembered"] += 1
+                return known.decode(), []
+    key, lines = _original_key(mod, example_inputs, config, *rest, **kw)
+    KEY_MEMO["computed"] += 1
+    if digest is not None and isinstance(key, str):
+        memo.put(digest, key.encode())  # type: ignore[union-attr]  (digest implies memo)
+    return key, lines
+
+
+def memo_digest(
+    mod: Any, example_inputs: Any, config: Any, rest: Any = (), kw: Any = None
+) -> str | None:
+    """A digest of what torch's AOTAutograd key of this graph is computed from, with the
+    process-wide parts (torch's sources, the accelerator) stood for by what is cheap to
+    read (:func:`_installed`); None where the key reads more than this sees."""
+    gm = getattr(mod, "gm", mod)
+    if not isinstance(gm, torch.fx.GraphModule) or _reads_more(gm):
+        return None
+    sanitize = _autograd_cache.sanitize_gm_for_cache
+    with sanitize(gm):
+        state = (
+            "sdk-aot-key-memo",
+            MEMO_FORMAT,
+            gm,
+            list(example_inputs),
+            config,
+            rest,
+            sorted((kw or {}).items()),
+            [repr(n.meta.get("custom")) for n in gm.graph.nodes if n.meta.get("custom")],
+            _global_state(),
+            _installed(),
+        )
+        return _autograd_cache.AOTAutogradCachePickler(gm).get_hash(state)
+
+
+def _reads_more(gm: torch.fx.GraphModule) -> bool:
+    """Whether torch's key of ``gm`` reads more than its code, inputs and configuration:
+    subgraphs (higher-order ops: checkpointing's context functions), saved-tensor hooks,
+    custom ops (the Triton kernels registered for them)."""
+    if hasattr(gm, "saved_tensors_hooks_pack_0"):
+        return True
+    if any(isinstance(m, torch.fx.GraphModule) for m in gm.children()):
+        return True
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            return True
+        ops = (torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+        if isinstance(target, ops) and str(target).split(".")[0] not in ("aten", "prims"):
+            return True
+    return False
+
+
+def _global_state() -> tuple:
+    """The process state torch's key reads, now (grad mode, autocast, determinism, matmul
+    precision, default dtype, threads, the configurations of torch.compile, functorch and
+    Inductor)."""
+    import torch._inductor.config as inductor_config
+
+    autocast = [
+        (d, torch.get_autocast_dtype(d))
+        for d in torch._C._autocast_supported_devices()
+        if torch.is_autocast_enabled(d)
+    ]
+    context = torch._guards.TracingContext.try_get()
+    return (
+        torch.is_grad_enabled(),
+        autocast,
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        getattr(torch.utils.deterministic, "fill_uninitialized_memory", None),
+        torch.get_default_dtype(),
+        torch.get_num_threads(),
+        torch.get_float32_matmul_precision(),
+        _accelerator_matmul(),
+        bool(context and getattr(context, "fakify_first_call", False)),
+        torch.compiler.config.save_config(),
+        _functorch_config.save_config(),
+        repr(getattr(_functorch_config, "activation_memory_budget_runtime_estimator", None)),
+        repr(getattr(_functorch_config, "activation_memory_budget_solver", None)),
+        inductor_config.save_config_portable(ignore_private_configs=False),
+    )
+
+
+#: the accelerator backend's matrix-product settings torch's key reads
+_MATMUL_FLAGS = (
+    "fp32_precision",
+    "allow_tf32",
+    "allow_fp16_reduced_precision_reduction",
+    "allow_bf16_reduced_precision_reduction",
+)
+
+
+def _accelerator() -> Any:
+    """The current accelerator's device type, or None."""
+    return torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+
+
+def _accelerator_matmul() -> tuple:
+    """The matrix-product settings of the current accelerator's ``torch.backends`` module."""
+    device = _accelerator()
+    matmul = getattr(getattr(torch.backends, device.type, None), "matmul", None) if device else None
+    return tuple(repr(getattr(matmul, flag, None)) for flag in _MATMUL_FLAGS)
+
+
+@functools.cache
+def _installed() -> tuple:
+    """What stands for torch's source digest and the system torch's key reads: torch's
+    versions, the size and modification time of every file of its package, and the current
+    accelerator's name (once per process).
+
+    Torch's key also digests Triton's sources, for Inductor's kernels; the SDK's entries
+    depend on a kernel compiler only through its plugin's ``sdk_cache_key``, part of the
+    cache tag, which the digest holds."""
+    device = _accelerator()
+    name = None
+    if device is not None:
+        module = torch.get_device_module(device.type)
+        if hasattr(module, "get_device_name"):
+            name = module.get_device_name(torch.accelerator.current_device_index())
+    versions = sorted(
+        (k, v) for k, v in vars(torch.version).items() if isinstance(v, (str, int, type(None)))
+    )
+    root = os.path.dirname(torch.__file__)
+    return (torch.__version__, versions, _file_stats(root), str(device), name)
+
+
+def _file_stats(root: str) -> str:
+    """A digest of the path, size and modification time of every file under ``root``."""
+    import hashlib
+
+    h = hashlib.sha256()
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    stack.append(entry.path)
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            h.update(f"{entry.path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
 
 
 def _unbound(cls: Any, name: str) -> Any:
@@ -316,13 +525,17 @@ def _unbound(cls: Any, name: str) -> Any:
 
 
 @contextlib.contextmanager
-def caching(tag: str, on_refused: Callable[[str], None]) -> Iterator[None]:
+def caching(
+    tag: str, on_refused: Callable[[str], None], keys: KeyMemo | None = None
+) -> Iterator[None]:
     """Within the block, AOTAutograd looks up and saves results of serialisable compilers
     (:func:`serializable`), under keys that include ``tag``; it reads only entries that
     pass :func:`read_private_entries` (else a miss, and ``on_refused(why)``), and of those
-    only the intact ones that unpickle (another is removed, and ``on_refused(why)``)."""
+    only the intact ones that unpickle (another is removed, and ``on_refused(why)``).
+    With ``keys``, torch's keys are remembered there (see the module docstring)."""
     _hook()
     token = _on_refused.set(on_refused)
+    memo_token = _memo.set(keys)
     try:
         with (
             _functorch_config.patch(
@@ -333,6 +546,7 @@ def caching(tag: str, on_refused: Callable[[str], None]) -> Iterator[None]:
         ):
             yield
     finally:
+        _memo.reset(memo_token)
         _on_refused.reset(token)
 
 

@@ -30,6 +30,7 @@ def aot_compile(
     decompositions: Mapping[Any, Callable[..., Any]],
     cache_tag: str | None = None,
     on_cache_refused: Callable[[str], None] = lambda why: None,
+    cache_keys: Any = None,
     keep_input_mutations: bool = False,
 ) -> Callable[..., Any]:
     """Run AOTAutograd on a Dynamo graph.
@@ -45,6 +46,7 @@ def aot_compile(
     keys that include the tag (:mod:`core.adapters.aot_cache`): a hit skips AOTAutograd
     and the compilers; the backward is then compiled with the forward. A lookup whose
     entries are not safe to unpickle is a miss, and ``on_cache_refused(why)`` is called.
+    ``cache_keys`` (an :class:`~core.adapters.aot_cache.KeyMemo`) remembers torch's keys.
     """
     # imported here, not with this module: both import Dynamo (about a second and a half),
     # which commands that compile nothing (`python -m sdk list`, `ops`, `cache`) never need
@@ -59,7 +61,7 @@ def aot_compile(
     if cache_tag is not None:
         from . import aot_cache
 
-        with aot_cache.caching(cache_tag, on_cache_refused):
+        with aot_cache.caching(cache_tag, on_cache_refused, cache_keys):
             return aot_autograd(
                 fw_compiler=aot_cache.serializable(forward),
                 bw_compiler=aot_cache.serializable(backward),

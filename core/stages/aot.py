@@ -64,6 +64,7 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
             decompositions=tp.LazyTable(lambda: session.table(ctx)),
             cache_tag=capture.cache_tag,
             on_cache_refused=warm.lookup_refused,
+            cache_keys=warm.key_memo(),
             # writes into inputs stay in the graph for the core's programs to do in
             # their kernels (core/lowering/mutation.py); a graph-level plugin and a
             # chain's partitions get functional graphs

@@ -32,8 +32,23 @@ CHILD = textwrap.dedent(
             assert torch.compiler.load_cache_artifacts(f.read()) is not None
 
     from sdk.core import pipeline
+    from sdk.core.adapters import aot_cache
     from sdk.core.adapters import torch_private as tp
     from torch._dynamo.utils import compilation_time_metrics, counters
+    import torch._functorch._aot_autograd.autograd_cache as autograd_cache
+
+    # every key the SDK's memo answers, compared with the key torch computes for it here
+    keys_checked = []
+    aot_cache._hook()
+    remembered = autograd_cache.autograd_cache_key
+
+    def checked(mod, example_inputs, config, *rest, **kw):
+        key, lines = remembered(mod, example_inputs, config, *rest, **kw)
+        own = aot_cache._original_key(mod, example_inputs, config, *rest, **kw)[0]
+        keys_checked.append(key == own)
+        return key, lines
+
+    autograd_cache.autograd_cache_key = checked
 
     def traced():  # frames Dynamo has traced in this process (those it skips not counted)
         return len(compilation_time_metrics.get("_compile.compile_inner", ()))
@@ -85,6 +100,8 @@ CHILD = textwrap.dedent(
         "cache": {r.kind: r.cache for r in reports},
         "aot": dict(counters["aot_autograd"]),
         "decompositions_built": len(built),
+        "key_memo": aot_cache.KEY_MEMO,
+        "keys_checked": keys_checked,
         "sdk_frames": sdk_frames,
         "eager_frames": eager_frames,
     }
@@ -147,6 +164,7 @@ def test_a_cold_process_compiles_and_torch_stores_the_result(processes):
     assert info["warm"] == {"forward": "miss", "backward": "miss"}, info
     assert info["aot"].get("autograd_cache_saved") == 1, info
     assert info["decompositions_built"] == 1
+    assert info["key_memo"] == {"remembered": 0, "computed": 1}, info
 
 
 def test_a_warm_process_skips_aotautograd_and_is_bit_equal(processes):
@@ -156,6 +174,15 @@ def test_a_warm_process_skips_aotautograd_and_is_bit_equal(processes):
     assert info["aot"].get("autograd_cache_hit") == 1, info
     assert info["decompositions_built"] == 0, "a hit builds no decomposition table"
     _bit_equal(cold, warm_)
+
+
+def test_a_warm_process_takes_torch_s_key_from_the_memo_and_it_is_torch_s_key(processes):
+    """The warm process does not compute torch's AOTAutograd key (its Inductor imports and
+    source digests): the SDK remembered it by a digest of what it is computed from. The key
+    torch computes in that process is the same."""
+    _, (info, _), _ = processes
+    assert info["key_memo"] == {"remembered": 1, "computed": 0}, info
+    assert info["keys_checked"] == [True], info
 
 
 def test_the_backward_compiler_is_not_traced_by_dynamo(processes):
