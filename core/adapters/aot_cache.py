@@ -361,14 +361,21 @@ def _remembered_key(mod: Any, example_inputs: Any, config: Any, *rest: Any, **kw
         except Exception:  # noqa: BLE001 - torch's key, computed as always
             _log.debug("no digest for the AOTAutograd key memo", exc_info=True)
         if digest is not None:
-            known = memo.get(digest)
+            try:
+                known = memo.get(digest)
+            except OSError as exc:  # a cache directory refused: torch's key, as always
+                _log.debug("AOTAutograd key memo not read: %s", exc)
+                known = digest = None
             if known:
                 KEY_MEMO["remembered"] += 1
                 return known.decode(), []
     key, lines = _original_key(mod, example_inputs, config, *rest, **kw)
     KEY_MEMO["computed"] += 1
     if digest is not None and isinstance(key, str):
-        memo.put(digest, key.encode())  # type: ignore[union-attr]  (digest implies memo)
+        try:
+            memo.put(digest, key.encode())  # type: ignore[union-attr]  (digest implies memo)
+        except OSError as exc:
+            _log.debug("AOTAutograd key memo not written: %s", exc)
     return key, lines
 
 

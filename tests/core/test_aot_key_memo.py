@@ -159,3 +159,59 @@ def test_the_installed_files_stand_in_for_torch_s_source_digest(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.py").write_text("")
     assert aot_cache._file_stats(str(tmp_path)) != before
+
+
+@pytest.fixture
+def caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))
+    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_second_compile_takes_the_key_from_the_memo_and_hits_torch_s_cache(caches, dynamic):
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 3))
+
+    results = []
+    for _ in range(2):  # the second: a later process, as far as the caches go
+        torch._dynamo.reset()
+        for p in model.parameters():
+            p.grad = None
+        before = dict(aot_cache.KEY_MEMO)
+        hits = counters["aot_autograd"]["autograd_cache_hit"]
+        compiled = torch.compile(model, backend="sdk:cpu_cpp", dynamic=dynamic)
+        loss = compiled(torch.randn(5, 6, generator=torch.Generator().manual_seed(1))).sum()
+        loss.backward()
+        results.append([loss.detach(), *(p.grad.clone() for p in model.parameters())])
+        memo = {k: aot_cache.KEY_MEMO[k] - before[k] for k in before}
+        hit = counters["aot_autograd"]["autograd_cache_hit"] - hits
+        results[-1].append((memo, hit))
+    (*first, (memo1, hit1)), (*second, (memo2, hit2)) = results
+    assert (memo1, hit1) == ({"remembered": 0, "computed": 1}, 0)
+    assert (memo2, hit2) == ({"remembered": 1, "computed": 0}, 1)
+    for a, b in zip(first, second, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_memo_that_cannot_be_read_or_written_costs_nothing_but_the_key(monkeypatch):
+    """A refused cache directory (PermissionError from the SDK's cache) means torch's key,
+    computed as it always is; never a failed lookup (which torch would turn into a bypass)."""
+
+    class Refused:
+        def get(self, digest):
+            raise PermissionError("the SDK's cache directory is writable by others")
+
+        def put(self, digest, data):
+            raise PermissionError("the SDK's cache directory is writable by others")
+
+    gm, inputs = _capture(_mlp, torch.randn(4, 8), torch.randn(8, 3, requires_grad=True))
+    monkeypatch.setattr(aot_cache, "_original_key", lambda *a, **k: ("torch's key", []))
+    token = aot_cache._memo.set(Refused())
+    try:
+        assert aot_cache._remembered_key(gm, inputs, None) == ("torch's key", [])
+    finally:
+        aot_cache._memo.reset(token)
