@@ -10,8 +10,8 @@ imported by ``sdk/__init__.py``; importing any ``sdk.x`` runs that first):
   Only ``core/adapters/`` may touch private torch (CONTRIBUTING.md), so the core's adapter
   is what answers: storages and steps for ``sdk.runtime``, a ``torch.SymInt``'s expression
   for ``sdk.ir``, Dynamo's backend registry for ``sdk.backends``, torch's compile caches
-  for ``sdk.cache.cold_compiles``, pytrees and the OpInfo database for ``sdk.conformance``, torch's compile worker pool for
-  ``sdk.workers``;
+  for ``sdk.cache.cold_compiles``, pytrees and the OpInfo database for ``sdk.conformance``,
+  torch's compile worker pool for ``sdk.workers``;
 * :func:`plugins` and :func:`plugins_from`: the installed plugins (:class:`Plugins`, the
   core's registry), for the conformance suite;
 * :func:`record_cache_artifact`: an entry for torch's next ``save_cache_artifacts()`` (the

@@ -388,8 +388,7 @@ def memo_digest(
     gm = getattr(mod, "gm", mod)
     if not isinstance(gm, torch.fx.GraphModule) or _reads_more(gm):
         return None
-    sanitize = _autograd_cache.sanitize_gm_for_cache
-    with sanitize(gm):
+    with _autograd_cache.sanitize_gm_for_cache(gm):
         state = (
             "sdk-aot-key-memo",
             MEMO_FORMAT,

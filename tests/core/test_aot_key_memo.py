@@ -79,7 +79,9 @@ def test_each_thing_torch_s_key_reads_changes_the_digest(change):
     elif change == "grad_mode":
         state = torch.no_grad()
     elif change == "deterministic":
-        state = _deterministic()
+        state = _setting(
+            torch.are_deterministic_algorithms_enabled, torch.use_deterministic_algorithms, True
+        )
     elif change == "autocast":
         state = torch.autocast("cpu", dtype=torch.bfloat16)
     elif change == "cache_key_tag":
@@ -93,7 +95,7 @@ def test_each_thing_torch_s_key_reads_changes_the_digest(change):
 
         state = inductor_config.patch(fallback_random=not inductor_config.fallback_random)
     elif change == "default_dtype":
-        state = _default_dtype(torch.float64)
+        state = _setting(torch.get_default_dtype, torch.set_default_dtype, torch.float64)
     gm, inputs = _capture(fn, x, w)
     with state:
         changed = aot_cache.memo_digest(gm, inputs, None)
@@ -101,23 +103,14 @@ def test_each_thing_torch_s_key_reads_changes_the_digest(change):
 
 
 @contextlib.contextmanager
-def _deterministic():
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
+def _setting(get, set_, value):
+    """A torch global set to ``value`` within the block (``get``/``set_``: its accessors)."""
+    before = get()
+    set_(value)
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before)
-
-
-@contextlib.contextmanager
-def _default_dtype(dtype):
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(before)
+        set_(before)
 
 
 @torch.library.custom_op("sdktest_memo::twice", mutates_args=())
@@ -159,14 +152,6 @@ def test_the_installed_files_stand_in_for_torch_s_source_digest(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.py").write_text("")
     assert aot_cache._file_stats(str(tmp_path)) != before
-
-
-@pytest.fixture
-def caches(tmp_path, monkeypatch):
-    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))
-    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    return tmp_path
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

@@ -205,14 +205,6 @@ def test_mega_cache_ships_a_warm_start_to_empty_caches(processes):
 # -- in-process: the caches' rules -----------------------------------------------------
 
 
-@pytest.fixture
-def caches(tmp_path, monkeypatch):
-    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))
-    monkeypatch.setenv("SDK_GRAPH_CACHE", "1")
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    return tmp_path
-
-
 def _train(**options):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
