@@ -801,3 +801,33 @@ def test_a_permute_between_fused_members_walks_memory_in_order():
         scrambled = [i for i in re.findall(r"\w+\[([^\]]*)\]", k.source) if re.search("[/%]", i)]
         assert not scrambled, (k.name, scrambled)
     check(f, [x, *params], plugin="cpu_cpp")
+
+
+def test_a_matrix_products_epilogue_and_its_permuted_readers_share_affine_loops():
+    """Inference, where cuda_triton computes the second Linear's bias in the kernel that
+    reads the product: that epilogue runs over the product's ``[N*H*W, C]``, the scaled
+    residual sum over the permuted ``[N, C, H, W]``. Neither shape's loops map the other
+    without unravelling a flat index (every load and store of timm's ConvNeXt-tiny took
+    div/mod and walked memory at a stride of C: 1.5x Inductor's device time on an H200);
+    the merged kernel runs over ``(N, H, W, C)``, which both map onto. Checked on the
+    kernel's source and against eager."""
+    import re
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 4, 4), _TimmBlock(16)).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        report = sdk.explain(model, x, backend="sdk:cuda_triton")
+        got = torch.compile(model, backend="sdk:cuda_triton")(x)
+        torch.testing.assert_close(got, model(x))
+    kernels = [k for g in report.graphs for k in g.kernels]
+    epilogue = [
+        k
+        for k in kernels
+        if {"aten.addmm.default", "aten.mul.Tensor", "aten.add.Tensor"} <= set(k.ops)
+    ]
+    assert epilogue, [k.ops for k in kernels]
+    for k in epilogue:
+        accesses = [ln for ln in k.source.splitlines() if "tl.load(" in ln or "tl.store(" in ln]
+        scrambled = [ln.strip() for ln in accesses if re.search("//|%", ln)]
+        assert accesses and not scrambled, (k.name, scrambled)
