@@ -57,9 +57,14 @@ SPLIT_MIN_INNER = 16384
 #: 49, third session"), four of its backward's unsplit kernels, over 512 columns of 12544 rows
 #: (32 programs), took 0.13 to 0.18 ms each; the kernels of its split chains 0.05 to 0.07.
 #: Split, a chain's kernels run [32, 128] tiles on up to ``SPLIT_TARGET_PROGRAMS`` programs.
-#: Not timed at these sizes yet (the device time ran out); one-stage column sums (bias
-#: gradients, measured) keep ``SPLIT_MIN_INNER``.
+#: Not timed at these sizes yet (the device time ran out).
 SPLIT_MIN_INNER_CHAIN_COLUMNS = 512
+#: ... and a one-stage column sum (a bias gradient) from this many rows on, Inductor's bound
+#: for a split. Unsplit, Whisper-tiny's encoder bias gradients (384 columns of 8 x 1500 rows,
+#: fp32) ran on 24 programs of [16, 1024] tiles: 0.25 ms each, 74 GB/s, 4.45 of the training
+#: step's 11.07 ms of device time on an H200 (Inductor's whole step: 6.54 ms; BENCHMARKS.md
+#: "Issues 48 and 49, tenth session"). GPT-2's and DistilBERT's (4096 rows) stay unsplit.
+SPLIT_MIN_INNER_COLUMNS = 8192
 #: Split by the grid's size (above: rows under ``MIN_PROGRAMS``, columns, kernels of several
 #: reduction stages as chains: :mod:`.split`), or only as before it was built: at most
 #: ``SPLIT_MAX_OUTER`` rows, one reduction stage, no column reduction. On (H200, torch 2.11,
@@ -243,7 +248,10 @@ def plan(
         return Plan("pointwise", xnumel, 0, {"XBLOCK": xblock, "num_warps": warps})
     rnumel = max(inner_numels)
     chain_columns = outer and len(inner_numels) > 1
-    min_inner = SPLIT_MIN_INNER_CHAIN_COLUMNS if chain_columns else SPLIT_MIN_INNER
+    if chain_columns:
+        min_inner = SPLIT_MIN_INNER_CHAIN_COLUMNS
+    else:
+        min_inner = SPLIT_MIN_INNER_COLUMNS if outer else SPLIT_MIN_INNER
     if splittable and not looped and rnumel >= min_inner:
         split = _split_plan(xnumel, rnumel, outer)
         if split is not None:

@@ -130,6 +130,8 @@ def graphs():
         bn,
     )
     yield "few_long_columns", lambda x: (x.sum(0), x.var(0)), (r(40001, 5),)
+    # one long column sum on few programs (a bias gradient: 384 columns of 3 x 2731 rows)
+    yield "long_column_sum", lambda x: x.float().sum((0, 1)), (r(3, 2731, 384),)
     # short columns of several stages, split from 512 rows: BatchNorm1d over 700 rows of 24,
     # channels-last BatchNorm over 2x19x17 = 646 rows of 24 channels
     yield (

@@ -1,7 +1,7 @@
 """Split reductions by the grid's size on the GPU (issue 49), at the sizes that take them:
 BatchNorm2d training over 64 channels of 16x56x56 (NCHW: rows; channels-last: columns),
-forward and backward, fp32 and bf16; a column sum of few columns; LayerNorm's weight and
-bias gradients over many rows. ``heuristics.SPLIT_BY_GRID`` on (the default; set here so
+forward and backward, fp32 and bf16; a column sum of few columns; a Linear's bias gradient
+over 384 columns of 12000 rows; LayerNorm's weight and bias gradients over many rows. ``heuristics.SPLIT_BY_GRID`` on (the default; set here so
 that the file tests the split whatever the default), every output and gradient against eager, and the split chain read from
 ``sdk.explain``. The CPU file (tests/plugins/cuda_triton/test_split_reductions.py) runs the
 same chains under Triton's interpreter at small sizes.
@@ -90,6 +90,33 @@ def test_short_column_chains_split(dtype, shape):
     torch.testing.assert_close(bn.weight.grad.float(), ref.weight.grad.float(), **tol)
     torch.testing.assert_close(bn.running_var.float(), ref.running_var.float(), **tol)
     assert _split_kernels(sdk.explain(compiled, bn, x1, w))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [(8, 1500), (3, 2731)], ids=str)
+@pytest.mark.usefixtures("_by_grid")
+def test_linear_bias_gradient_over_long_columns_splits(dtype, rows):
+    """A Linear's bias gradient over 384 columns of 8 x 1500 rows (Whisper-tiny's encoder;
+    unsplit it ran on 24 programs) and of an odd 3 x 2731 (partial chunks): the bias and
+    weight gradients and the input's against eager, and the split in ``explain``."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(384, 384).cuda().to(DTYPES[dtype])
+    x = torch.randn(*rows, 384, device="cuda").to(DTYPES[dtype])
+    w = torch.randn(*rows, 384, device="cuda")
+    compiled = torch.compile(_step, backend=sdk.backend("cuda_triton", fallback=False))
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got = compiled(lin, x1, w)
+    got.backward()
+    grads = [p.grad.clone() for p in lin.parameters()]
+    lin.zero_grad()
+    want = _step(lin, x2, w)
+    want.backward()
+    tol = TOL[dtype]
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(x1.grad.float(), x2.grad.float(), **tol)
+    for g, p in zip(grads, lin.parameters()):
+        torch.testing.assert_close(g.float(), p.grad.float(), **tol)
+    assert _split_kernels(sdk.explain(compiled, lin, x1, w))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -34,6 +34,7 @@ def _small_split(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heuristics, "SPLIT_BY_GRID", True)
     monkeypatch.setattr(heuristics, "MIN_PROGRAMS", 8)
     monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER", 256)
+    monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER_COLUMNS", 256)
     monkeypatch.setattr(heuristics, "SPLIT_MIN_CHUNK", 128)
     monkeypatch.setattr(heuristics, "SPLIT_TARGET_PROGRAMS", 24)
     monkeypatch.setattr(heuristics, "SPLIT_RBLOCK", 64)

@@ -772,7 +772,7 @@ def test_split_configurations_offered_to_measure_give_the_same_values(outer, mon
     from sdk.plugins.cuda_triton import heuristics
 
     if outer:
-        monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER", 1024)
+        monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER_COLUMNS", 1024)
         monkeypatch.setattr(heuristics, "SPLIT_MIN_CHUNK", 16384)
         x = torch.randn(4000, 40, device=DEV)
         src, want = render.render(_column_sum_kernel(4000, 40)), x.double().sum(0).float()
@@ -1362,16 +1362,17 @@ def test_batchnorm_statistics_plan_split(channels, outer):
 def test_column_chains_split_from_shorter_columns():
     """A column reduction of several stages (BatchNorm over channels-last activations:
     statistics, then per channel, then per element) splits from
-    ``SPLIT_MIN_INNER_CHAIN_COLUMNS`` rows, where one column sum keeps ``SPLIT_MIN_INNER``:
-    resnet50's later stages (512 channels of 12544 rows, 1024 of 3136, 2048 of 784) ran 32 to
-    128 programs unsplit."""
+    ``SPLIT_MIN_INNER_CHAIN_COLUMNS`` rows, where one column sum waits for
+    ``SPLIT_MIN_INNER_COLUMNS``: resnet50's later stages (512 channels of 12544 rows, 1024 of
+    3136, 2048 of 784) ran 32 to 128 programs unsplit."""
     from sdk.plugins.cuda_triton import heuristics
 
     for channels, rows in ((512, 12544), (1024, 3136), (2048, 784)):
         p = heuristics.plan(channels, [rows, rows], True, outer=True)
         assert p.mode == "split", (channels, rows, p)
         assert p.split * heuristics.cdiv(channels, p.pre_config["XBLOCK"]) >= 264, p
-        assert heuristics.plan(channels, [rows], True, outer=True).mode == "looped"
+        one = heuristics.plan(channels, [rows], True, outer=True).mode
+        assert one == ("split" if rows >= 8192 else "looped"), (channels, rows, one)
         # rows (NCHW): many enough programs either way
         assert heuristics.plan(channels, [rows, rows], True).mode != "split"
     # too short to split: under the chain threshold, or a single chunk
@@ -1395,3 +1396,19 @@ def test_split_is_kept_for_short_reductions_and_full_grids():
     assert heuristics.plan(8192, [65536], True, outer=True).mode == "looped"
     # few rows, long: split as before
     assert heuristics.plan(1, [100000], True).mode == "split"
+
+
+def test_a_long_column_sum_on_few_programs_splits():
+    """A bias gradient over 384 columns of 8 x 1500 rows (Whisper-tiny's encoder) ran on 24
+    programs unsplit, at 74 GB/s on an H200; from ``SPLIT_MIN_INNER_COLUMNS`` rows such a
+    column sum splits onto at least ``MIN_PROGRAMS`` programs, each reducing at least about
+    ``SPLIT_MIN_CHUNK`` elements. Columns enough for the GPU stay unsplit."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    p = heuristics.plan(384, [12000], True, outer=True)
+    assert p.mode == "split", p
+    blocks = heuristics.cdiv(384, p.pre_config["XBLOCK"])
+    assert p.split * blocks >= heuristics.MIN_PROGRAMS, p
+    assert 2 * p.chunk * p.pre_config["XBLOCK"] >= heuristics.SPLIT_MIN_CHUNK, p
+    assert heuristics.plan(384, [8000], True, outer=True).mode == "looped"
+    assert heuristics.plan(8192, [12000], True, outer=True).mode == "looped"
