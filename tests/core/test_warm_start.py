@@ -113,7 +113,11 @@ CHILD = textwrap.dedent(
             kind: len(getattr(artifacts[1], f"{kind}_artifacts"))
             for kind in ("aot_autograd", "sdk_programs")
         }
-    print("INFO " + json.dumps(info))
+    print("INFO " + json.dumps(info), flush=True)
+    # done: exit without the interpreter's last collections over all that torch made (about
+    # 1 s of the process); exit handlers still run
+    import gc
+    gc.freeze()
     """
 )
 
@@ -327,7 +331,11 @@ FLIP_CHILD = textwrap.dedent(
         "warm": [r.warm for r in reports],
         "max_error": (got - f(x, y)).abs().max().item(),
         "graphs": graphs,
-    }))
+    }), flush=True)
+    # done: exit without the interpreter's last collections over all that torch made (about
+    # 1 s of the process); exit handlers still run
+    import gc
+    gc.freeze()
     """
 )
 
@@ -519,7 +527,11 @@ CORRUPT_CHILD = textwrap.dedent(
             (p.grad - q.grad).abs().max().item()
             for p, q in zip(model.parameters(), eager.parameters(), strict=True)
         )
-    print("INFO " + json.dumps(info))
+    print("INFO " + json.dumps(info), flush=True)
+    # done: exit without the interpreter's last collections over all that torch made (about
+    # 1 s of the process); exit handlers still run
+    import gc
+    gc.freeze()
     """
 )
 
