@@ -167,7 +167,11 @@ def test_a_second_process_hits(cache_on, tmp_path):
         x, y = torch.randn(4, 3), torch.randn(4, 3)
         r = sdk.explain(f, x, y, backend="sdk:cpu_cpp")
         torch.testing.assert_close(torch.compile(f, backend="sdk:cpu_cpp")(x, y), f(x, y))
-        print("cache:", ",".join(g.cache for g in r.graphs))
+        print("cache:", ",".join(g.cache for g in r.graphs), flush=True)
+        # done: exit without the interpreter's last collections over all that torch made
+        # (about 1 s of the process); exit handlers still run
+        import gc
+        gc.freeze()
     """)
     )
     env = {**os.environ, "SDK_CACHE_DIR": str(cache_on), "SDK_GRAPH_CACHE": "1"}
