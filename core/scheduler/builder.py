@@ -13,6 +13,7 @@ import contextlib
 import functools
 import itertools
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import sympy
@@ -48,12 +49,14 @@ class Memo:
     """What a builder derives from one node and the group's loops alone, kept for every
     builder of one fusion search (its trial merges try the same nodes in groups over the
     same loops again and again): a node's mapping onto the loops where no other member
-    decides it, the node's value in the loops' variables, and a producer's value where a
-    load reads it. Keyed by node name, which one graph's nodes do not share."""
+    decides it; the node's value under a mapping, and that value with the group's reads
+    resolved; an index under a mapping; and a producer's value where a load reads it.
+    Keyed by node name, which one graph's nodes do not share."""
 
     def __init__(self) -> None:
         self.mappings: dict[tuple, dict[sympy.Symbol, sympy.Expr]] = {}
         self.values: dict[tuple, Expr] = {}
+        self.resolved: dict[tuple, Expr] = {}
         self.reads: dict[tuple, Expr] = {}
         self._loads: dict[str, tuple[Load, ...]] = {}
         self.indices: dict[tuple, tuple[sympy.Expr, ...]] = {}
@@ -253,16 +256,12 @@ class _Builder:
         self, r: Node, rm: dict[sympy.Symbol, sympy.Expr], index: tuple
     ) -> tuple[sympy.Expr, ...]:
         """``index``, a load in member ``r``, in the group's loops (``rm``: r's mapping)."""
-        key = (r.name, self.g.X, self.g.R)
-        own = self.memo.mappings.get(key) is rm
-        if own:
-            hit = self.memo.indices.get((key, index))
-            if hit is not None:
-                return hit
-        out = tuple(sympy.expand(sympy.sympify(i).xreplace(rm)) for i in index)
-        if own:
-            self.memo.indices[(key, index)] = out
-        return out
+        key = (r.name, tuple(rm.items()), index)
+        hit = self.memo.indices.get(key)
+        if hit is None:
+            hit = tuple(sympy.expand(sympy.sympify(i).xreplace(rm)) for i in index)
+            self.memo.indices[key] = hit
+        return hit
 
     def store_index(self, node: Node) -> tuple[sympy.Expr, ...]:
         m = self._mapping(node)
@@ -273,15 +272,42 @@ class _Builder:
         hit = self._resolved.get(node.name)
         if hit is not None:
             return hit
-        key = (node.name, self.g.X, self.g.R)
-        expr = self.memo.values.get(key)
+        # keyed by the node's mapping, whoever decided it, and by what its reads resolve
+        # through: the members it reads (directly, or through the pointwise members it
+        # inlines at its own indices) and the store index of each reduction among them
+        mapped = (node.name, tuple(self._mapping(node).items()))
+        expr = self.memo.values.get(mapped)
         if expr is None:
-            expr = subs_index(node.value, self._mapping(node))
-            if key in self.memo.mappings:  # (the mapping was the node's own)
-                self.memo.values[key] = expr
-        expr = self._resolve_reads(expr)
-        self._resolved[node.name] = expr
-        return expr
+            expr = self.memo.values[mapped] = subs_index(node.value, self._mapping(node))
+        try:
+            reads = self._members_read(node)
+            key = (mapped, reads, tuple(self._reduction_indices(reads)))
+        except _NotFusable:
+            key = None  # (raised again, where it applies, by the resolution below)
+        hit = self.memo.resolved.get(key) if key is not None else None
+        if hit is None:
+            hit = self._resolve_reads(expr)
+            if key is not None:
+                self.memo.resolved[key] = hit
+        self._resolved[node.name] = hit
+        return hit
+
+    def _members_read(self, node: Node) -> frozenset[str]:
+        """The members ``node`` reads, directly or through the pointwise members it inlines."""
+        seen: set[str] = set()
+        todo = [node]
+        while todo:
+            for ld in self.memo.loads(todo.pop()):
+                if ld.buffer in self.members and ld.buffer not in seen:
+                    seen.add(ld.buffer)
+                    if not self.members[ld.buffer].is_reduction:
+                        todo.append(self.members[ld.buffer])
+        return frozenset(seen)
+
+    def _reduction_indices(self, names: frozenset[str]) -> Iterator[tuple]:
+        for name in sorted(names):
+            if self.members[name].is_reduction:
+                yield name, self.store_index(self.members[name])
 
     def _resolve_reads(self, expr: Expr) -> Expr:
         def fn(e: Expr) -> Expr | None:

@@ -132,15 +132,36 @@ class PermutedBlock(torch.nn.Module):
         return x + (self.gamma * y).permute(0, 3, 1, 2)
 
 
+class ConvBatchNorm(torch.nn.Module):
+    """Convolution, BatchNorm in training and ReLU: the backward's reductions over the
+    leading dims read their producers transposed (members of the "permuted" kind, whose
+    mapping other members decide)."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(c, c, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x)).relu() + x
+
+
 @pytest.mark.parametrize(
     "make, shape",
-    [(Block, (2, 8, 32)), (SqueezeExcite, (2, 8, 8, 8)), (PermutedBlock, (2, 16, 6, 6))],
-    ids=["transformer", "squeeze_excite", "convnext_permute"],
+    [
+        (Block, (2, 8, 32)),
+        (SqueezeExcite, (2, 8, 8, 8)),
+        (PermutedBlock, (2, 16, 6, 6)),
+        (ConvBatchNorm, (2, 8, 6, 6)),
+    ],
+    ids=["transformer", "squeeze_excite", "convnext_permute", "batch_norm"],
 )
 def test_trials_sharing_the_search_s_memo_resolve_as_a_fresh_builder(make, shape, monkeypatch):
-    """The fusion search's trial builds share a memo (``builder.Memo``) of what depends on a
-    node and the group's loops alone. Every trial is built again with an empty memo: the
-    verdict, each member's resolved value and the reduction stages must be the same."""
+    """The fusion search's trial builds share a memo (``builder.Memo``): a node's own
+    mapping, its value under a mapping, that value with its reads resolved (keyed by the
+    members it reads and their reductions' store indices), indices under a mapping. Every
+    trial is built again with an empty memo: the verdict, each member's resolved value and
+    the reduction stages must be the same."""
     from sdk.core.scheduler import builder as builder_mod
 
     legal = scheduler.Scheduler._legal
