@@ -275,10 +275,11 @@ class _Builder:
         # keyed by the node's mapping, whoever decided it, and by what its reads resolve
         # through: the members it reads (directly, or through the pointwise members it
         # inlines at its own indices) and the store index of each reduction among them
-        mapped = (node.name, tuple(self._mapping(node).items()))
+        mapping = self._mapping(node)
+        mapped = (node.name, tuple(mapping.items()))
         expr = self.memo.values.get(mapped)
         if expr is None:
-            expr = self.memo.values[mapped] = subs_index(node.value, self._mapping(node))
+            expr = self.memo.values[mapped] = subs_index(node.value, mapping)
         try:
             reads = self._members_read(node)
             key = (mapped, reads, tuple(self._reduction_indices(reads)))

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..ir.graph import Node
+from ..ir.index import is_static
 
 
 @dataclass(eq=False)
@@ -117,7 +118,7 @@ def _refinement(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | Non
     fine, coarse = (a, b) if len(a) > len(b) else (b, a)
     if len(fine) == len(coarse) or len(fine) > 6:
         return None
-    if not all(isinstance(s, int) or getattr(s, "is_Integer", False) for s in fine + coarse):
+    if not all(map(is_static, fine + coarse)):
         return None
     if _runs_of(fine, coarse):
         return None  # a plain reshape: either group's loops map the other's without a permute
