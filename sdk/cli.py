@@ -51,8 +51,6 @@ def _bench_option_error(args: argparse.Namespace) -> str | None:
         extra += ["--profile"] if args.profile else []
         if extra:
             return f"{', '.join(extra)}: only with --suite models"
-    elif args.mode not in (None, "default"):
-        return "--mode: only with --suite kernels"
     if args.repeat < 0:
         return "--repeat must be >= 0"
     return None
@@ -361,7 +359,8 @@ def _add_bench(sub: argparse._SubParsersAction) -> None:
         "--mode",
         default=None,
         choices=["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"],
-        help="kernels: torch.compile mode for Inductor and the sdk alike (default: default)",
+        help="torch.compile mode for Inductor and the sdk alike (default: default); "
+        "reduce-overhead: CUDA graphs on a GPU",
     )
     bench.add_argument("--repeat", type=int, default=0, help="timed runs (0: automatic)")
     bench.add_argument("--json", default=None, help="also write the results to this file")

@@ -214,7 +214,8 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
     st = bench_report._setup(args)
     if st is None:
         return 2
-    bench_report._print_header(st, args.repeat)
+    mode = bench_report._mode(args)
+    bench_report._print_header(st, args.repeat, mode)
     print(
         f"models suite, size {size}, {len(names)} row(s); checks: Dynamo's RMSE rule "
         f"against an fp64 copy (outputs; loss, logits and every parameter gradient for "
@@ -231,6 +232,7 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
         method.update(
             {
                 "suite": "models",
+                "mode": mode or "default",
                 "size": size,
                 "check": "Dynamo's RMSE rule vs an fp64 copy of the model "
                 "(sdk.tools.bench.dynamo_rmse_rule)",
@@ -264,6 +266,7 @@ def _run(args: argparse.Namespace, names: list[str], size: str, start_dirs: dict
                 st.clock,
                 st.sdk_backend,
                 probe,
+                mode=mode,
             )
         )
         if args.json:  # after every row: a run cut short still leaves the rows it measured

@@ -89,9 +89,23 @@ def test_models_options_are_refused_for_the_kernels_suite(capsys, extra):
     assert "only with --suite models" in capsys.readouterr().err
 
 
-def test_a_compile_mode_is_refused_for_the_models_suite(capsys):
-    assert cli.main(["bench", "--suite", "models", "--mode", "reduce-overhead"]) == 2
-    assert "--mode: only with --suite kernels" in capsys.readouterr().err
+def test_the_compile_mode_reaches_every_row_and_the_record(monkeypatch, capsys, tmp_path):
+    seen = []
+
+    def run_workload(name, make, dev, clock, backend, probe=None, mode=None):
+        seen.append((name, mode))
+        row = bench_timing.Row(name)
+        row.skipped = "not run"
+        return row
+
+    monkeypatch.setattr(bench_timing, "_run_workload", run_workload)
+    monkeypatch.setattr(bench_timing, "_prewarm", lambda dev, backend: 0.0)
+    out = tmp_path / "ro.json"
+    argv = ["bench", "--suite", "models", "--only", "resnet18", "--mode", "reduce-overhead"]
+    cli.main([*argv, "--json", str(out)])
+    assert seen == [("resnet18_bf16", "reduce-overhead"), ("resnet18_fp32", "reduce-overhead")]
+    assert "torch.compile mode reduce-overhead, both" in capsys.readouterr().out
+    assert json.loads(out.read_text())["method"]["mode"] == "reduce-overhead"
 
 
 def test_bad_choice_is_an_argparse_error(capsys):
