@@ -583,11 +583,12 @@ def _bind_split(
     jits = [_LazyJit(src.source, fn) for fn, _g, _c, _o in launches]
     if any(rec is None for _key, rec in recs):
         jits[0].fn  # noqa: B018 - imported now where a kernel compiles through Triton
-    # (the runner launches the chain through Python: the kernels' states have no entry)
+    # (each kernel's state has no entry of its own: the chain's launches them all)
     calls = [
         kernel_call(jit, g, c, o, len(both), entry=False, record_key=key, record=rec)
         for jit, (_fn, g, c, o), (key, rec) in zip(jits, launches, recs)
     ]
+    chain = _chain(src.name, calls, len(dtypes), len(specs))
     scratch: dict[Any, list[torch.Tensor]] = {}
 
     def launch(*args: torch.Tensor) -> None:
@@ -595,8 +596,15 @@ def _bind_split(
         bufs = scratch.get(dev)
         if bufs is None:
             bufs = scratch[dev] = [torch.empty(n, dtype=dt, device=dev) for n, dt in specs]
+            if chain is not None:
+                chain.register(bufs)
         for call in calls:
             call(*args, *bufs)
+
+    if chain is not None and chain.entry is not None:
+        launch.native = chain.entry  # type: ignore[attr-defined]
+    if chain is not None:
+        launch.native_state = chain  # type: ignore[attr-defined]
 
     cold = [call for call, (_key, rec) in zip(calls, recs) if rec is None]
     launch.precompile = lambda: [k.warmup(both) for k in cold]  # type: ignore[attr-defined]
@@ -607,6 +615,17 @@ def _bind_split(
         if rec is None
     ]
     return launch
+
+
+def _chain(name: str, calls: list[Any], nargs: int, nscratch: int) -> Any:
+    """The shim's chain of a split reduction's kernel launchers (``native.Chain``), or None
+    where a kernel has no shim state (the interpreter, no GPU, no shim)."""
+    states = [getattr(call, "native_state", None) for call in calls]
+    if not states or any(s is None for s in states):
+        return None
+    from .native import Chain
+
+    return Chain(name, states, nargs, nscratch)
 
 
 def _records(

@@ -14,9 +14,12 @@ The state is filled one of two ways:
   ``cuModuleLoadData``/``cuModuleGetFunction`` in the context current then (opting in to
   shared memory over 48 KB with ``cuFuncSetAttribute`` as Triton's ``loadBinary`` does): the
   kernel launches natively from its first call, Triton never sees it. The Python path
-  (``runner="python"``, split reductions) launches through the same shim (:meth:`Native.launch`);
+  (``runner="python"``) launches through the same shim (:meth:`Native.launch`);
 * at the kernel's first launch through Triton (which compiles or loads the kernel for the
   actual arguments); the kernel's record is stored then, for later processes.
+
+A split reduction's kernels (:class:`Chain`) are one entry: the shim launches them in
+order on the arguments and the chain's scratch buffers, all or none.
 
 A kernel of symbolic sizes (:class:`SymNative`) has one such state per variant and Triton
 specialization key, each filled at that key's first launch through Triton; the shim computes
@@ -139,6 +142,8 @@ def _shim() -> Any | None:
             ctypes.POINTER(ctypes.c_int64),
             ctypes.c_int64,
         ]
+        lib.sdk_triton_launch_chain.restype = ctypes.c_int64
+        lib.sdk_triton_launch_chain.argtypes = lib.sdk_triton_launch.argtypes
         return lib
     except Exception as exc:  # noqa: BLE001 - the Python launch path stays
         _log.info("cuda_triton: no native launches: %s", exc)
@@ -498,6 +503,93 @@ class SymNative:
         _take(st, self._keep, compiled, context, aligned)
         self.state.keys[variant][filled] = key
         self.state.nkeys[variant] = filled + 1  # last: the shim launches this key from now on
+
+
+#: the C side's chain limits, read from :data:`SHIM`
+CHAIN_KERNELS, CHAIN_SCRATCH = (
+    int(re.search(rf"#define CHAIN_{n} (\d+)", SHIM).group(1))  # type: ignore[union-attr]
+    for n in ("KERNELS", "SCRATCH")
+)
+
+
+class _ChainState(ctypes.Structure):
+    _fields_ = [  # noqa: RUF012 - ctypes' declaration
+        ("nkernels", ctypes.c_int64),
+        ("kernels", ctypes.c_void_p * CHAIN_KERNELS),
+        ("nscratch", ctypes.c_int64),
+        ("scratch", ctypes.c_int64 * CHAIN_SCRATCH),
+        ("context", ctypes.c_void_p),
+        ("ready", ctypes.c_int64),
+        ("launched", ctypes.c_int64),
+    ]
+
+
+#: every Chain of this process (tests count their launches)
+made_chains: weakref.WeakSet[Chain] = weakref.WeakSet()
+
+
+class Chain:
+    """A split reduction's kernels (:mod:`.split`) as one entry of the runner: the shim
+    launches them in order, each on the arguments then the chain's scratch buffers, once
+    every kernel is launchable (loaded from its record or through Triton) and the scratch
+    registered (:meth:`register`, by the Python launcher that allocated it). Until then, or
+    in another context, the shim launches none of them and the Python launcher runs the
+    chain. ``self.entry`` is None (and :attr:`refused` says why) where the shim cannot hold
+    the chain."""
+
+    def __init__(self, name: str, kernels: list[Native], nargs: int, nscratch: int) -> None:
+        made_chains.add(self)
+        self.name, self.kernels = name, kernels  # (the kernels' states stay alive)
+        self.state = _ChainState()
+        self.entry: sdk.NativeEntry | None = None
+        self.refused = self._refusal(kernels, nargs, nscratch)
+        self._scratch: list[torch.Tensor] = []
+        if self.refused is not None:
+            return
+        self.lib = kernels[0].lib
+        self.state.nkernels = len(kernels)
+        for i, k in enumerate(kernels):
+            self.state.kernels[i] = ctypes.addressof(k.state)
+        address = ctypes.cast(self.lib.sdk_triton_launch_chain, ctypes.c_void_p).value
+        assert address is not None
+        self.entry = sdk.NativeEntry(
+            address,
+            nargs,
+            error=functools.partial(_launch_error, name),
+            state=ctypes.addressof(self.state),
+        )
+
+    @staticmethod
+    def _refusal(kernels: list[Native], nargs: int, nscratch: int) -> str | None:
+        if not 1 <= len(kernels) <= CHAIN_KERNELS:
+            return f"{len(kernels)} kernels, over the shim's {CHAIN_KERNELS}"
+        if nscratch > CHAIN_SCRATCH:
+            return f"{nscratch} scratch buffers, over the shim's {CHAIN_SCRATCH}"
+        if nargs + nscratch > 128:
+            return f"{nargs} arguments and {nscratch} scratch buffers: over 128"
+        if any(k.lib is None for k in kernels):
+            return "no shim"
+        return None
+
+    def register(self, scratch: list[torch.Tensor]) -> None:
+        """Take ``scratch`` (the buffers the Python launcher allocated, all on one CUDA
+        device, and keeps) as the chain's, with their device's context; the first device's
+        only: a chain on another device launches through Python."""
+        if self.entry is None or self.state.ready or not scratch:
+            return
+        device = scratch[0].device
+        if device.type != "cuda" or any(t.device != device for t in scratch):
+            return
+        context = ctypes.c_void_p()
+        with torch.cuda.device(device):
+            if self.lib.sdk_triton_context(ctypes.byref(context)) != 0 or not context.value:
+                return
+        self._scratch = list(scratch)
+        self.state.nscratch = len(scratch)
+        for i, t in enumerate(scratch):
+            self.state.scratch[i] = t.data_ptr()
+        self.state.context = context.value
+        self.state.ready = 1  # last: the shim launches the chain from now on
 
 
 def _set_aligned(state: _State, keep: list[Any], aligned: tuple[bool, ...]) -> None:

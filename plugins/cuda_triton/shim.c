@@ -136,13 +136,12 @@ static void* primary_context(const struct sdk_triton_state* s, const intptr_t* a
   return context;
 }
 
-static int64_t launch_on(struct sdk_triton_state* s, const unsigned* grid, void* stream,
-                         const intptr_t* args, int64_t n) {
-  intptr_t values[128];
-  void* params[128];
+/* 0 where the kernel can launch now on args (n pointers, then sizes) in the context current
+   (made current from its device's primary context where none is: primary_context), its image
+   loaded at the first call; else NOT_NATIVE, and nothing launched */
+static int64_t prepare(struct sdk_triton_state* s, const intptr_t* args, int64_t n) {
   void* context = 0;
-  int64_t total = n + s->extra;
-  if (total > 128) return @NOT_NATIVE@;
+  if (n < 0 || n + s->extra > 128) return @NOT_NATIVE@;
   if (current_context(&context) != 0) return @NOT_NATIVE@;
   if (context == 0 && (context = primary_context(s, args, n)) == 0) return @NOT_NATIVE@;
   if (__atomic_load_n(&s->function, __ATOMIC_ACQUIRE) == 0) {
@@ -158,6 +157,15 @@ static int64_t launch_on(struct sdk_triton_state* s, const unsigned* grid, void*
     for (int64_t i = 0; i < n; ++i)
       if (s->aligned[i] && (args[i] & 15) != 0) return @NOT_NATIVE@;
   }
+  return 0;
+}
+
+/* the launch of a kernel prepare() accepted for args: its own parameters, then its extra NULLs */
+static int64_t fire(const struct sdk_triton_state* s, const unsigned* grid, void* stream,
+                    const intptr_t* args, int64_t n) {
+  intptr_t values[128];
+  void* params[128];
+  int64_t total = n + s->extra;
   for (int64_t i = 0; i < n; ++i) {
     values[i] = args[i];
     params[i] = &values[i];
@@ -170,9 +178,53 @@ static int64_t launch_on(struct sdk_triton_state* s, const unsigned* grid, void*
                        stream, params, 0);
 }
 
+static int64_t launch_on(struct sdk_triton_state* s, const unsigned* grid, void* stream,
+                         const intptr_t* args, int64_t n) {
+  int64_t rc = prepare(s, args, n);
+  return rc != 0 ? rc : fire(s, grid, stream, args, n);
+}
+
 int64_t sdk_triton_launch(struct sdk_triton_state* s, void* stream, const intptr_t* args,
                           int64_t n) {
   return launch_on(s, s->grid, stream, args, n);
+}
+
+/* ---- split reductions: a chain of kernels ----
+   The kernels launch in order, each on the arguments then the chain's scratch buffers (their
+   device pointers and the context they were allocated in, registered from Python once the
+   buffers exist; published last). All or nothing: every kernel is prepared before the first
+   launches, so NOT_NATIVE has launched none and the Python path launches the whole chain. */
+#define CHAIN_KERNELS 8
+#define CHAIN_SCRATCH 16
+
+struct sdk_triton_chain {
+  int64_t nkernels;
+  struct sdk_triton_state* kernels[CHAIN_KERNELS];
+  int64_t nscratch;
+  intptr_t scratch[CHAIN_SCRATCH];
+  void* context;   /* the CUcontext of the scratch buffers */
+  int64_t ready;   /* the scratch is registered */
+  int64_t launched; /* chains launched here (tests read it) */
+};
+
+int64_t sdk_triton_launch_chain(struct sdk_triton_chain* c, void* stream, const intptr_t* args,
+                                int64_t n) {
+  intptr_t all[128];
+  int64_t k, rc, total;
+  if (!__atomic_load_n(&c->ready, __ATOMIC_ACQUIRE)) return @NOT_NATIVE@;
+  total = n + c->nscratch;
+  if (n < 0 || c->nscratch < 0 || c->nscratch > CHAIN_SCRATCH || total > 128) return @NOT_NATIVE@;
+  if (c->nkernels <= 0 || c->nkernels > CHAIN_KERNELS) return @NOT_NATIVE@;
+  for (k = 0; k < n; ++k) all[k] = args[k];
+  for (k = 0; k < c->nscratch; ++k) all[n + k] = c->scratch[k];
+  for (k = 0; k < c->nkernels; ++k) {
+    if ((rc = prepare(c->kernels[k], all, total)) != 0) return rc;
+    if (c->kernels[k]->context != c->context) return @NOT_NATIVE@;
+  }
+  for (k = 0; k < c->nkernels; ++k)
+    if ((rc = fire(c->kernels[k], c->kernels[k]->grid, stream, all, total)) != 0) return rc;
+  __atomic_fetch_add(&c->launched, 1, __ATOMIC_RELAXED);
+  return 0;
 }
 
 /* ---- kernels of symbolic sizes ----

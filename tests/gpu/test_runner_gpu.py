@@ -1,8 +1,8 @@
 """The native runner on a GPU: cuda_triton's programs through both runners, bit for bit.
 
 Triton kernels are launched by the runner through the CUDA driver (plugins/cuda_triton/
-native.py) once their first launch loaded them; split reductions launch through Python
-(a mixed program). Every graph of the GPU kernel suite, training steps in fp32 and bf16,
+native.py) once their first launch loaded them; a split reduction's kernels launch as one
+entry (a chain). Every graph of the GPU kernel suite, training steps in fp32 and bf16,
 and reduce-overhead (the CUDA graph records the runner's launches).
 """
 
@@ -140,6 +140,43 @@ def _block(x: torch.Tensor) -> torch.Tensor:
 
 
 _SHAPES = [(6, 40), (9, 300), (33, 2000), (6, 40), (16, 64), (9, 300)]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_split_reductions_launch_natively_as_chains(channels_last):
+    """BatchNorm training over 16x56x56 per channel splits its statistics and its gradients
+    (a chain of kernels each): once its kernels are loaded the runner launches each chain
+    through the shim, every kernel of it in one entry, with the Python runner's bits."""
+    got = {}
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    for runner in ("python", "native"):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.BatchNorm2d(64), nn.ReLU()).cuda().train()
+        bn = model[0]
+        before = {id(c) for c in triton_native.made_chains}
+        backend = sdk.backend("cuda_triton", runner=runner, cache=False)
+        compiled = torch.compile(model, backend=backend)
+        got[runner], launched = [], []
+        for i in range(3):
+            torch.manual_seed(i)
+            x = torch.randn(16, 64, 56, 56, device="cuda").to(memory_format=fmt)
+            x.requires_grad_(True)
+            g = torch.randn(16, 64, 56, 56, device="cuda")
+            bn.weight.grad = bn.bias.grad = None
+            out = compiled(x)
+            out.backward(g)
+            torch.cuda.synchronize()
+            got[runner] += [out, x.grad, bn.weight.grad, bn.bias.grad, *bn.buffers()]
+            got[runner] = [t.clone() for t in got[runner]]
+            chains = [c for c in triton_native.made_chains if id(c) not in before]
+            launched.append(sum(c.state.launched for c in chains))
+        assert chains and all(c.entry is not None for c in chains), [c.refused for c in chains]
+        if runner == "native":  # the first call loads the kernels through Triton
+            assert launched[2] - launched[1] == launched[1] - launched[0] == len(chains)
+        else:
+            assert launched == [0, 0, 0]
+    _same(got["python"], got["native"])
 
 
 def test_kernels_of_symbolic_sizes_launch_natively_and_match_the_python_runner():
