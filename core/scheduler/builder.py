@@ -110,7 +110,16 @@ class _Builder:
             target = self.g.X if kind == "outer" else self.g.X + self.g.R
             gvars = self.xs if kind == "outer" else self.xs + self.rs
             sq = _squeeze(node.sizes)
-            if sq == target:
+            if sq == target and not _straddles(self.g.X, self.g.R, kind):
+                coords = iter(gvars)
+            elif sq == target:
+                # a size both among the loops and the reduction (16 channels of a batch of
+                # 16): by position, the node's batch dim could take the channel loop; mapped
+                # as the members read each other where they do, else by position
+                found = self._permuted_mapping(node)
+                if found is not None:
+                    return found
+                own = False
                 coords = iter(gvars)
             else:
                 if Counter(sq) == Counter(target):
@@ -396,9 +405,13 @@ class _Builder:
                 value = n.store_value(self.resolved(n))
                 kind = _fits(n, self.g.X, self.g.R)
                 need = self._needs(value)
-                stage = (
-                    inner_stage(need + 1) if kind in ("inner", "permuted") else outer_stage(need)
-                )
+                if kind in ("inner", "permuted"):
+                    stage = inner_stage(need + 1)
+                else:
+                    # a per-row value that needs no reduction (a BatchNorm weight cast to
+                    # float) is stored after the first loop, not in a stage before it: the
+                    # kernel's first stage then loops, as a split reduction's must
+                    stage = outer_stage(max(need, 0) if self.g.R else need)
                 stage.stores.append(
                     Store(n.name, layouts[n.name].linear(self.store_index(n)), value)
                 )
@@ -464,6 +477,12 @@ class _Builder:
 
 
 @functools.lru_cache(maxsize=4096)
+def _straddles(X: tuple[int, ...], R: tuple[int, ...], kind: str) -> bool:
+    """Does a pointwise member's dim of some size fit both a loop and a reduction dim of
+    the group (``kind`` "inner": it spans both)? Its dims then map ambiguously by size."""
+    return kind == "inner" and bool({s for s in X if s != 1} & {s for s in R if s != 1})
+
+
 def _coefficients(
     index: sympy.Expr, vars: frozenset[sympy.Symbol]
 ) -> tuple[tuple[sympy.Symbol, sympy.Expr], ...] | None:

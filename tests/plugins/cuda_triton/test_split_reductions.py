@@ -167,6 +167,49 @@ def test_channels_last_batchnorm_splits_short_columns_with_real_thresholds(plugi
 
 
 @pytest.mark.parametrize("plugin", _TRITON)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_batchnorm_over_a_batch_of_as_many_images_as_channels_splits(plugin, dtype, _by_grid):
+    """Channels-last BatchNorm2d in training over 8 images of 8 channels (mobilenet_v3's
+    first layers at batch 16: 16 channels): every reduction splits as for another batch
+    size, and each kernel reads the input in one order. A member of [N, C, H, W] elements
+    fits the reduction's loops ([C] x [N, H, W]) by size with its batch dim on the channel
+    loop too; mapped so, the kernel read the input in two orders on one program per channel
+    (16 of them, 0.1 ms each on an H200); and the weight's cast to float, in a stage of its
+    own before the loop, kept the kernel from splitting."""
+    bn, ref = _pair(torch.nn.BatchNorm2d, 8)
+    bn, ref = bn.to(dtype), ref.to(dtype)
+    x = (torch.randn(8, 8, 20, 15, device=DEV) * 2 + 1).to(dtype, memory_format=torch.channels_last)
+    w = torch.randn(8, 8, 20, 15, device=DEV, dtype=dtype).to(memory_format=torch.channels_last)
+    compiled = torch.compile(
+        lambda x, w: (bn(x) * w).float().sum(), backend=sdk.backend("cuda_triton", fallback=False)
+    )
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    got, want = compiled(x1, w), (ref(x2) * w).float().sum()
+    got.backward()
+    want.backward()
+    tol = {"rtol": 1e-4, "atol": 1e-3} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-2}
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-1 if dtype != torch.float32 else 1e-2)
+    torch.testing.assert_close(x1.grad, x2.grad, **tol)
+    for a, b in zip(bn.parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=tol["rtol"], atol=10 * tol["atol"])
+    report = sdk.explain(compiled, x1, w)
+    kernels = _per_row(report, "forward", 8) + _per_row(report, "backward", 8)
+    assert kernels, [k.source[:300] for g in report.graphs for k in g.kernels]
+    for k in kernels:
+        assert _chain(k.source) is not None, k.source
+        for buf, reads in _loads(k.source).items():
+            assert len(reads) == 1, (buf, reads, k.source)
+
+
+def _loads(source: str) -> dict[str, set[str]]:
+    """Each pointer a kernel loads -> the index expressions it loads it at (modulo masks)."""
+    out: dict[str, set[str]] = {}
+    for ptr, index in re.findall(r"tl\.load\((\w+)_ptr \+ (.*?), [^,]*mask", source):
+        out.setdefault(ptr, set()).add(index)
+    return out
+
+
+@pytest.mark.parametrize("plugin", _TRITON)
 def test_layernorm_gamma_beta_gradients_split(plugin, _small_split):
     """LayerNorm in training over 300 rows of 20: its weight and bias gradients are column
     sums over the rows, split into chunks of rows; the rows' statistics (300 rows of 20:
