@@ -20,7 +20,8 @@ def graph(x: torch.Tensor, y: torch.Tensor, m: torch.Tensor):
     return x.sum(), (x * y).sum(0), torch.where(m, x.to(torch.bfloat16) * 2, 0), (y + 1).exp()
 
 
-def test_kernels_are_loaded_before_their_first_launch(monkeypatch):
+def test_kernels_are_loaded_before_their_first_launch(monkeypatch, tmp_path):
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))  # no kernel records of before
     seen: list[tuple[int, list[bool]]] = []
     precompile = launch._precompile
 
