@@ -38,7 +38,7 @@ from .interp import _PUBLIC_FUNCTIONS
 from .lowering import LIBRARY_OPS
 from .scheduler import Decision
 from .session import CompileSession
-from .wrapper import Wrapper, _qualname, _runner, inputs_written
+from .wrapper import Wrapper, _qualname, _runner, inputs_written, python_launches
 
 #: (the wrapper's names, importable from here as before)
 __all__ = [
@@ -277,6 +277,7 @@ def load_program(
             views=set(doc["views"]),
             decisions=[Decision(*d) for d in doc["decisions"]],
             runner=_runner(fn, wrapper),
+            python_launches=python_launches(fn, wrapper),
             program=st.describe(wrapper.steps),
             cache="hit",
             cold_seconds=float(doc.get("compile_seconds", 0.0)),

@@ -387,6 +387,20 @@ def _runner(fn: Callable, wrapper: Wrapper) -> str:
     return f"python: {'the native runner could not be built' if why else 'runner=python'}"
 
 
+def python_launches(fn: Callable, wrapper: Wrapper) -> tuple[str, ...]:
+    """GraphReport.python_launches: the kernels the native runner of ``fn`` launches
+    through Python (a launcher without a C entry point, ``sdk.NativeEntry``), by name, once
+    each; none where the runner does not run the program."""
+    if not hasattr(fn, "steps"):
+        return ()
+    names = (s[4] for s in wrapper.steps if s[0] == st.LAUNCH and _python_launcher(s[1]))
+    return tuple(dict.fromkeys(names))
+
+
+def _python_launcher(fn: Any) -> bool:
+    return getattr(fn, "native", None) is None
+
+
 def _kind_of(step: tuple) -> str:
     """A runner step's kind: its opcode's name, an ATen op's name for a library call."""
     if step[0] == st.CALL:

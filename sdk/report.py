@@ -288,6 +288,10 @@ class GraphReport:
     #: with runner="check": "check: ..." (both executors, compared), or
     #: "python: not checked by runner='check': <why>" (one executor only)
     runner: str = ""
+    #: the kernels the native runner launches through Python, by name: their launchers
+    #: carry no C entry point (``sdk.NativeEntry``), so each launch takes the GIL and a
+    #: Python call; empty where none does or the runner does not run the program
+    python_launches: tuple[str, ...] = ()
     #: the program: its steps (kernel launches and library calls in order, over the memory
     #: plan), one per line, as both the native runner and the interpreter run them; "" where
     #: the graph has no program of the SDK's (it runs in ATen)
@@ -457,10 +461,18 @@ class GraphReport:
             + (", AOTAutograd skipped (warm start)" if self.warm == "hit" else "")
             + (f", sizes {self.sizes}" if self.sizes != "static" else "")
             + (f", {self.runner.replace(': ', ' program (', 1)})" if ": " in self.runner else "")
-            + (", native runner" if self.runner == "native" else ""),
+            + (", native runner" if self.runner == "native" else "")
+            + self._python_launches_note(),
             f"  {self.calls_line()}",
         ]
         return lines + self._detail_lines(shown, verbose)
+
+    def _python_launches_note(self) -> str:
+        names = self.python_launches
+        if not names:
+            return ""
+        shown = ", ".join(names[:3]) + (f", ... ({len(names) - 3} more)" if len(names) > 3 else "")
+        return f" ({_n(len(names), 'kernel')} launched through Python, no C entry: {shown})"
 
     def _detail_lines(self, shown: dict[str, str], verbose: bool = False) -> list[str]:
         lines = []

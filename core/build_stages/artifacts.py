@@ -138,6 +138,7 @@ class ProgramParts:
     views: set[str] = field(default_factory=set)
     decisions: list[Decision] = field(default_factory=list)
     runner: str = ""  # GraphReport.runner
+    python_launches: tuple[str, ...] = ()  # GraphReport.python_launches
     program: str = ""  # GraphReport.program
     cache: str = ""  # GraphReport.cache
     #: a program from the whole-graph cache: what building it took when it was stored

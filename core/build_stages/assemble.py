@@ -12,7 +12,7 @@ from ..guards import parse_requires
 from ..ir.index import dominant_bounds
 from ..registry import observe
 from ..session import CompileSession
-from ..wrapper import _runner, _WrapperWriter
+from ..wrapper import _runner, _WrapperWriter, python_launches
 from .artifacts import Compiled, PluginFailure, Program, ProgramParts, kernel_io
 
 
@@ -29,6 +29,7 @@ def run(session: CompileSession, ctx: CompileContext, compiled: Compiled) -> Pro
     fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
     parts = ProgramParts(
         runner=_runner(fn, wrapper),
+        python_launches=python_launches(fn, wrapper),
         program=st.describe(wrapper.steps),
         kernels=[
             KernelReport(k.name, ctx.plugin, k.origins, s.source, *kernel_io(k))

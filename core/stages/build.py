@@ -358,6 +358,7 @@ def fill(report: GraphReport, plugin: str, part: Any) -> None:
     report.cache = part.cache
     report.cold_compile_seconds = part.cold_seconds if part.cache == "hit" else 0.0
     report.runner, report.program = part.runner, part.program
+    report.python_launches = part.python_launches
     report.hook_faults.extend(part.hook_faults)
     report.passes[:] = part.passes
     report.choices[:] = part.choices

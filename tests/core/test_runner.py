@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 import sdk
+import sdk.clike
 from sdk.core import native
 from sdk.core import steps as st
 from sdk.errors import OptionError
@@ -141,6 +142,34 @@ def test_training_steps_bit_for_bit_and_explain_says_native(case):
     assert all(g.runner == "python: runner=python" for g in ref_report.graphs)
     assert "native runner" in str(report)
     assert " = input 0" in report.graphs[0].program  # the program as data
+
+
+def test_kernels_without_a_c_entry_run_native_and_explain_names_them(monkeypatch):
+    """A plugin's launcher without a C entry point (``sdk.NativeEntry``) is launched
+    through Python by the runner: the graph still runs natively with the same bits, and
+    ``explain`` names those kernels (each launch takes the GIL and a Python call)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 33), torch.randn(33)
+
+    def f(x, w):
+        return (x * w).relu().sum(1) + 1, x.sin() * 2
+
+    ref, plain = _run(f, (x, w), "native")
+    assert [g.python_launches for g in plain.graphs] == [()]
+    assert "launched through Python" not in str(plain)
+    made = sdk.clike.launchers
+
+    def without_entries(lib, sources):
+        return [lambda *a, fn=fn: fn(*a) for fn in made(lib, sources)]
+
+    monkeypatch.setattr(sdk.clike, "launchers", without_entries)
+    out, report = _run(f, (x, w), "native")
+    _same(ref, out)
+    (graph,) = report.graphs
+    assert graph.runner == "native"
+    assert graph.python_launches == tuple(k.name for k in graph.kernels) and graph.kernels
+    text = " ".join(str(report).split())  # (lines folded at 160 characters)
+    assert f"1 kernel launched through Python, no C entry: {graph.kernels[0].name}" in text
 
 
 def test_in_place_writes_and_views_of_inputs():
