@@ -100,6 +100,10 @@ def test_the_compile_mode_reaches_every_row_and_the_record(monkeypatch, capsys, 
 
     monkeypatch.setattr(bench_timing, "_run_workload", run_workload)
     monkeypatch.setattr(bench_timing, "_prewarm", lambda dev, backend: 0.0)
+    # (the run's process-wide settings: torch's compile caches off, fresh cache directories;
+    # this test's worker runs other tests after it)
+    monkeypatch.setattr(sdk.cache, "cold_compiles", lambda: None)
+    monkeypatch.setattr(bench_timing, "_fresh_cache_dirs", dict)
     out = tmp_path / "ro.json"
     argv = ["bench", "--suite", "models", "--only", "resnet18", "--mode", "reduce-overhead"]
     cli.main([*argv, "--json", str(out)])
