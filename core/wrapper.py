@@ -393,12 +393,10 @@ def python_launches(fn: Callable, wrapper: Wrapper) -> tuple[str, ...]:
     each; none where the runner does not run the program."""
     if not hasattr(fn, "steps"):
         return ()
-    names = (s[4] for s in wrapper.steps if s[0] == st.LAUNCH and _python_launcher(s[1]))
+    names = (
+        s[4] for s in wrapper.steps if s[0] == st.LAUNCH and getattr(s[1], "native", None) is None
+    )
     return tuple(dict.fromkeys(names))
-
-
-def _python_launcher(fn: Any) -> bool:
-    return getattr(fn, "native", None) is None
 
 
 def _kind_of(step: tuple) -> str:

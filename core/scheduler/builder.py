@@ -110,26 +110,22 @@ class _Builder:
             target = self.g.X if kind == "outer" else self.g.X + self.g.R
             gvars = self.xs if kind == "outer" else self.xs + self.rs
             sq = _squeeze(node.sizes)
-            if sq == target and not _straddles(self.g.X, self.g.R, kind):
-                coords = iter(gvars)
-            elif sq == target:
-                # a size both among the loops and the reduction (16 channels of a batch of
-                # 16): by position, the node's batch dim could take the channel loop; mapped
-                # as the members read each other where they do, else by position
+            plain = sq == target
+            if Counter(sq) == Counter(target) and (
+                not plain or _straddles(self.g.X, self.g.R, kind)
+            ):
+                # the group's dims in another order (a permute between members, as timm's
+                # ConvNeXt block permutes NHWC back to NCHW), or in order with a size both
+                # among the loops and the reduction (16 channels of a batch of 16: by
+                # position, the batch dim could take the channel loop): mapped as the
+                # members read each other, the kernel walks memory in order
                 found = self._permuted_mapping(node)
                 if found is not None:
                     return found
-                own = False
+                own = False  # (another group's members may give one)
+            if plain:
                 coords = iter(gvars)
             else:
-                if Counter(sq) == Counter(target):
-                    # the group's dims in another order (a permute between members, as
-                    # timm's ConvNeXt block permutes NHWC back to NCHW): mapped as the
-                    # members read each other, the kernel walks memory in order
-                    found = self._permuted_mapping(node)
-                    if found is not None:
-                        return found
-                    own = False  # (another group's members may give one)
                 # another shape of the same elements: unravel the group's index (a
                 # one-to-one mapping, correct for any shape, but a permute's unravelled
                 # index walks memory out of order: 2x slower kernels on an H200)

@@ -588,7 +588,9 @@ def _bind_split(
         kernel_call(jit, g, c, o, len(both), entry=False, record_key=key, record=rec)
         for jit, (_fn, g, c, o), (key, rec) in zip(jits, launches, recs)
     ]
-    chain = _chain(src.name, calls, len(dtypes), len(specs))
+    from .native import Chain
+
+    chain = Chain.of(src.name, calls, len(dtypes), len(specs))
     scratch: dict[Any, list[torch.Tensor]] = {}
 
     def launch(*args: torch.Tensor) -> None:
@@ -603,8 +605,6 @@ def _bind_split(
 
     if chain is not None and chain.entry is not None:
         launch.native = chain.entry  # type: ignore[attr-defined]
-    if chain is not None:
-        launch.native_state = chain  # type: ignore[attr-defined]
 
     cold = [call for call, (_key, rec) in zip(calls, recs) if rec is None]
     launch.precompile = lambda: [k.warmup(both) for k in cold]  # type: ignore[attr-defined]
@@ -615,17 +615,6 @@ def _bind_split(
         if rec is None
     ]
     return launch
-
-
-def _chain(name: str, calls: list[Any], nargs: int, nscratch: int) -> Any:
-    """The shim's chain of a split reduction's kernel launchers (``native.Chain``), or None
-    where a kernel has no shim state (the interpreter, no GPU, no shim)."""
-    states = [getattr(call, "native_state", None) for call in calls]
-    if not states or any(s is None for s in states):
-        return None
-    from .native import Chain
-
-    return Chain(name, states, nargs, nscratch)
 
 
 def _records(

@@ -183,14 +183,7 @@ class Native:
         self.entry: sdk.NativeEntry | None = None
         self.lib = lib if nargs <= 100 else None  # keeps the shim loaded while in use
         if self.lib is not None and entry:
-            address = ctypes.cast(self.lib.sdk_triton_launch, ctypes.c_void_p).value
-            assert address is not None
-            self.entry = sdk.NativeEntry(
-                address,
-                nargs,
-                error=functools.partial(_launch_error, name),
-                state=ctypes.addressof(self.state),
-            )
+            self.entry = _entry(self.lib.sdk_triton_launch, name, self.state, nargs)
 
     def adopt(self, rec: records.KernelRecord, device: int = -1) -> bool:
         """Launch from ``rec``'s cubin: the shim loads it at the first launch, in the context
@@ -431,15 +424,7 @@ class SymNative:
         if self.lib is None:
             self.refused = "no shim"
             return
-        address = ctypes.cast(self.lib.sdk_triton_launch_sym, ctypes.c_void_p).value
-        assert address is not None
-        self.entry = sdk.NativeEntry(
-            address,
-            nptr,
-            self.nsize,
-            error=functools.partial(_launch_error, name),
-            state=ctypes.addressof(self.state),
-        )
+        self.entry = _entry(self.lib.sdk_triton_launch_sym, name, self.state, nptr, self.nsize)
 
     def _load(self, names: list[str], grids: list[list[str]], when: str | None) -> None:
         if not 1 <= len(grids) <= 2 or (len(grids) == 2) != (when is not None):
@@ -543,21 +528,13 @@ class Chain:
         self.state = _ChainState()
         self.entry: sdk.NativeEntry | None = None
         self.refused = self._refusal(kernels, nargs, nscratch)
-        self._scratch: list[torch.Tensor] = []
         if self.refused is not None:
             return
         self.lib = kernels[0].lib
         self.state.nkernels = len(kernels)
         for i, k in enumerate(kernels):
             self.state.kernels[i] = ctypes.addressof(k.state)
-        address = ctypes.cast(self.lib.sdk_triton_launch_chain, ctypes.c_void_p).value
-        assert address is not None
-        self.entry = sdk.NativeEntry(
-            address,
-            nargs,
-            error=functools.partial(_launch_error, name),
-            state=ctypes.addressof(self.state),
-        )
+        self.entry = _entry(self.lib.sdk_triton_launch_chain, name, self.state, nargs)
 
     @staticmethod
     def _refusal(kernels: list[Native], nargs: int, nscratch: int) -> str | None:
@@ -571,10 +548,20 @@ class Chain:
             return "no shim"
         return None
 
+    @classmethod
+    def of(cls, name: str, calls: list[Any], nargs: int, nscratch: int) -> Chain | None:
+        """The chain of a split reduction's kernel launchers (``launch.kernel_call``'s), or
+        None where one has no shim state (the interpreter, no GPU)."""
+        states = [getattr(call, "native_state", None) for call in calls]
+        if not states or any(s is None for s in states):
+            return None
+        return cls(name, states, nargs, nscratch)
+
     def register(self, scratch: list[torch.Tensor]) -> None:
         """Take ``scratch`` (the buffers the Python launcher allocated, all on one CUDA
-        device, and keeps) as the chain's, with their device's context; the first device's
-        only: a chain on another device launches through Python."""
+        device, and keeps as long as the chain) as the chain's, with their device's
+        context; the first device's only: a chain on another device launches through
+        Python."""
         if self.entry is None or self.state.ready or not scratch:
             return
         device = scratch[0].device
@@ -584,12 +571,27 @@ class Chain:
         with torch.cuda.device(device):
             if self.lib.sdk_triton_context(ctypes.byref(context)) != 0 or not context.value:
                 return
-        self._scratch = list(scratch)
         self.state.nscratch = len(scratch)
         for i, t in enumerate(scratch):
             self.state.scratch[i] = t.data_ptr()
         self.state.context = context.value
         self.state.ready = 1  # last: the shim launches the chain from now on
+
+
+def _entry(
+    fn: Any, name: str, state: ctypes.Structure, nargs: int, nsizes: int = 0
+) -> sdk.NativeEntry:
+    """The runner's entry for the shim's function ``fn`` launching from ``state`` (a
+    failed launch raises :func:`_launch_error` naming kernel ``name``)."""
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    assert address is not None
+    return sdk.NativeEntry(
+        address,
+        nargs,
+        nsizes,
+        error=functools.partial(_launch_error, name),
+        state=ctypes.addressof(state),
+    )
 
 
 def _set_aligned(state: _State, keep: list[Any], aligned: tuple[bool, ...]) -> None:
