@@ -160,7 +160,7 @@ class ReductionWriter(ExpressionWriter):
                 defined.add(g)
                 self.pre.append(f"rindex{g} = rbase")
                 if self.rmask:
-                    self.pre.append(f"rmask{g} = rindex{g} < {st.numel}")
+                    self.pre.append(f"rmask{g} = rindex{g} < {py_size(st.numel)}")
                 self._decompose(self.pre, f"rindex{g}", self._stage_vars(st))
             self._stores(st)
             for local, op, value, dtype in st.reductions:
@@ -187,7 +187,9 @@ class ReductionWriter(ExpressionWriter):
             header = f"for roffset in range(0, {self.plan.chunk}, RBLOCK):"
             body_head.append("rlocal = roffset + rbase")
             body_head.append(f"rindex = split * {self.plan.chunk} + rlocal")
-            body_head.append(f"rmask = (rlocal < {self.plan.chunk}) & (rindex < {st.numel})")
+            body_head.append(
+                f"rmask = (rlocal < {self.plan.chunk}) & (rindex < {py_size(st.numel)})"
+            )
         else:
             header = f"for roffset in range(0, {py_size(st.numel)}, RBLOCK):"
             body_head.append("rindex = roffset + rbase")

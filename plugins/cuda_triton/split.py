@@ -36,6 +36,7 @@ import re
 import torch
 
 from . import heuristics
+from .expressions import py_size
 from .ops import REDUCE, highest, lowest
 from .reductions import ReductionWriter
 
@@ -106,7 +107,7 @@ class SplitWriter(ReductionWriter):
         self.rfirst = f"split * {self.plan.chunk} + rbase"
         st = self.stages[i]
         self._looped_stage(st, out, split=True)
-        at = f"split * {self.xnumel} + xindex"
+        at = f"split * {py_size(self.xnumel)} + xindex"
         for local, op, _value, _dtype in st.reductions:
             if op in ("argmax", "argmin"):
                 out.append(f"tl.store({local}_pv + ({at}), {local}_val[:, None], xmask)")
@@ -129,7 +130,7 @@ class SplitWriter(ReductionWriter):
         if st.reductions:
             out.append(f"sindex = tl.arange(0, {heuristics.next_power_of_2(s)})[None, :]")
             out.append(f"smask = xmask & (sindex < {s})")
-        at = f"sindex * {self.xnumel} + xindex"
+        at = f"sindex * {py_size(self.xnumel)} + xindex"
         for local, op, value, dtype in st.reductions:
             acc = self._acc_dtype(op, value, dtype)
             if op in ("argmax", "argmin"):
