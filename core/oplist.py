@@ -293,6 +293,12 @@ _SAMPLES: dict[str, Callable[[], tuple[list[Any], dict[str, Any]]]] = {
     "aten._foreach_mm.default": lambda: ([[_meta(2, 3)] * 2, [_meta(3, 2)] * 2], {}),
     "aten.gather.default": lambda: ([_meta(2, 3), 1, _index(2, 2)], {}),
     "aten.max_pool2d_with_indices.default": lambda: ([_meta(1, 2, 4, 4), [2, 2], [2, 2]], {}),
+    # grad_output, input, kernel, stride, padding, dilation, ceil_mode, indices
+    "aten.max_pool2d_with_indices_backward.default": lambda: (
+        [_meta(1, 2, 2, 2), _meta(1, 2, 4, 4), [2, 2], [2, 2], [0, 0], [1, 1], False]
+        + [_index(1, 2, 2, 2)],
+        {},
+    ),
     "aten.permute.default": lambda: ([_meta(2, 3), [1, 0]], {}),
     "aten.repeat.default": lambda: ([_meta(2, 3), [2, 1]], {}),
     # one index per row, the scatter the core lowers (others run through ATen)

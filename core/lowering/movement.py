@@ -154,15 +154,10 @@ def _max_pool2d(
     only if something reads them (training). ATen's semantics: positions outside the
     input are skipped, the first maximum wins, NaN beats everything."""
 
-    def pair(v: Any, default: Any) -> tuple[int, int]:
-        v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
-        v = list(v) if isinstance(v, (list, tuple)) else [v]
-        return (int(v[0]), int(v[-1]))
-
-    kh, kw = pair(kernel_size, None)
-    sh, sw = pair(stride, (kh, kw))
-    ph, pw = pair(padding, 0)
-    if pair(dilation, 1) != (1, 1) or kh * kw > 64 or not x.dtype.is_floating_point:
+    kh, kw = _pair(kernel_size, None)
+    sh, sw = _pair(stride, (kh, kw))
+    ph, pw = _pair(padding, 0)
+    if _pair(dilation, 1) != (1, 1) or kh * kw > 64 or not x.dtype.is_floating_point:
         raise Unsupported("max pooling with dilation, windows over 64 or integers")
     out, _ = L.meta()
     sizes = shape_of(out)
@@ -211,6 +206,100 @@ def _max_pool2d(
     values = L.pointwise(sizes, dtype, lambda idx: cast(scan(idx)[0], dtype))
     indices = L.pointwise(sizes, torch.int64, lambda idx: scan(idx)[1])
     return values, indices
+
+
+#: A max-pooling gradient in generated code reads at most this many windows per input
+#: element (Inductor's bound); past it, the library call.
+MAX_POOL_BACKWARD_WINDOWS = 25
+
+
+@register(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_backward(
+    L: Lowerer,
+    grad: Any,
+    x: Any,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    dilation: Any,
+    ceil_mode: bool,
+    indices: Any,
+) -> Any:
+    """Each input element's gradient gathered from the windows that can hold it: a
+    pointwise node, which fuses with what reads it (a ResNet's residual sum, BatchNorm's
+    backward). No atomics: the sum runs over the windows in ATen's order (rows, then
+    columns), as ATen's CUDA kernel adds them, so the bits are the library's. Dilation
+    and windows that overlap more than :data:`MAX_POOL_BACKWARD_WINDOWS` times stay a
+    library call."""
+    kh, kw = _pair(kernel_size, None)
+    sh, sw = _pair(stride, (kh, kw))
+    ph, pw = _pair(padding, 0)
+    nh, nw = -(-kh // sh), -(-kw // sw)  # windows holding one element, per dim, at most
+    if (
+        _pair(dilation, 1) != (1, 1)
+        or nh * nw > MAX_POOL_BACKWARD_WINDOWS
+        or not isinstance(grad, TensorValue)
+        or not isinstance(indices, TensorValue)
+    ):
+        args = (grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices)
+        return L.extern(aten.max_pool2d_with_indices_backward.default, args, {})
+    val = L.meta()
+    dtype, sizes = val.dtype, shape_of(val)
+    w = sizes[-1]
+    oh, ow = grad.sizes[-2:]
+    acc = upcast(dtype)
+    i64 = torch.int64
+    load_grad = _indirect(L, grad, list(grad.sizes))
+    load_index = _indirect(L, indices, list(indices.sizes))
+
+    def span(i: Any, k: int, s: int, p: int, n_out: Any) -> tuple[Expr, Expr]:
+        """The first and one past the last window (along one dim) holding position i."""
+        at = IndexValue(i + p)
+        first = Op(
+            "add",
+            (
+                Op("floordiv", (Op("sub", (at, Const(k, i64)), i64), Const(s, i64)), i64),
+                Const(1, i64),
+            ),
+            i64,
+        )
+        first = Op("maximum", (first, Const(0, i64)), i64)
+        end = Op("add", (Op("floordiv", (at, Const(s, i64)), i64), Const(1, i64)), i64)
+        return first, Op("minimum", (end, size_value(n_out, i64)), i64)
+
+    def body(idx: Index) -> Expr:
+        *pre, i, j = idx
+        h0, h1 = span(i, kh, sh, ph, oh)
+        w0, w1 = span(j, kw, sw, pw, ow)
+        me = IndexValue(i * w + j)
+        total: Expr = Const(0.0, acc)
+        for a in range(nh):
+            for b in range(nw):
+                p = Op("add", (h0, Const(a, i64)), i64)
+                q = Op("add", (w0, Const(b, i64)), i64)
+                inside = Op(
+                    "logical_and",
+                    (Op("lt", (p, h1), torch.bool), Op("lt", (q, w1), torch.bool)),
+                    torch.bool,
+                )
+                # in range even where no window is left (the load is then not used)
+                pc = Op("minimum", (p, Op("sub", (h1, Const(1, i64)), i64)), i64)
+                qc = Op("minimum", (q, Op("sub", (w1, Const(1, i64)), i64)), i64)
+                at = [*pre, pc, qc]
+                hit = Op("eq", (cast(load_index(at), i64), me), torch.bool)
+                take = Op("logical_and", (inside, hit), torch.bool)
+                g = cast(load_grad(at), acc)
+                total = Op("add", (total, Op("where", (take, g, Const(0.0, acc)), acc)), acc)
+        return cast(total, dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
+def _pair(v: Any, default: Any) -> tuple[int, int]:
+    """A pooling op's kernel, stride, padding or dilation argument as (rows, columns)."""
+    v = default if v is None or (isinstance(v, (list, tuple)) and len(v) == 0) else v
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return (int(v[0]), int(v[-1]))
 
 
 @register(aten._adaptive_avg_pool2d.default)

@@ -25,7 +25,6 @@ _LATE: dict[str, Callable[..., Any]] = {}
 #: _convolution, which makes the call), and these.
 EXTERN_OPS = (LIBRARY_OPS - {aten.convolution.default}) | {
     aten._addmm_activation.default,  # relu(addmm(...)) as one call: core/passes/products.py
-    aten.max_pool2d_with_indices_backward.default,  # the forward: _max_pool2d
     aten._adaptive_avg_pool2d_backward.default,  # the forward: _adaptive_avg_pool2d
     aten.avg_pool2d.default,
     aten.avg_pool2d_backward.default,

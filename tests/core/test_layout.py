@@ -418,17 +418,88 @@ def test_max_pool2d_values_and_indices_match_eager(plugin, case):
     assert torch.equal(i, ri)
 
 
+_POOL_GRAD_CASES = [
+    # kernel, stride, padding, dilation, ceil_mode, shape
+    (3, 2, 1, 1, False, (2, 3, 9, 9)),  # a ResNet stem's: windows overlap
+    (2, 2, 0, 1, False, (1, 3, 8, 8)),  # windows tile the input
+    (3, 1, 1, 1, False, (2, 2, 6, 7)),  # every element in up to nine windows
+    (2, 3, 0, 1, False, (2, 2, 8, 8)),  # gaps: some elements in no window
+    ((3, 2), (2, 1), (1, 0), 1, True, (2, 2, 7, 6)),
+    (3, 2, 0, 1, False, (3, 9, 9)),  # no batch dim
+    (3, 2, 1, 2, False, (1, 2, 9, 9)),  # dilation: the library call
+    (11, 2, 5, 1, False, (1, 2, 12, 12)),  # 36 windows an element: the library call
+]
+
+
 @pytest.mark.parametrize("plugin", PLUGINS)
-def test_max_pool2d_gradient(plugin):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "case", _POOL_GRAD_CASES, ids=lambda c: "-".join(map(str, c[:4])) + ("-ceil" if c[4] else "")
+)
+def test_max_pool2d_gradient(plugin, dtype, case):
+    """The gradient gathered in generated code, in ATen's order: fp32 bits are eager's
+    (ties, NaN and -inf windows, padding, elements in no window included); dilated and
+    heavily overlapping windows stay the library call, never an op-level fallback."""
+    k, stride, pad, dil, ceil, shape = case
     dev = device_of(plugin)
-    x = torch.randn(2, 3, 8, 8, device=dev, requires_grad=True)
+    x = torch.randn(*shape, device=dev).to(dtype)
+    x[..., 1, :] = x[..., 2, :]  # ties: the first maximum takes the gradient
+    x[..., 0, 0] = float("nan")
+    x[..., -1, -3:] = float("-inf")
+    x = x.requires_grad_()
+    g_out = torch.randn(
+        torch.nn.functional.max_pool2d(x, k, stride, pad, dil, ceil_mode=ceil).shape, device=dev
+    ).to(dtype)
+
+    def f(t, g):
+        return (
+            torch.nn.functional.max_pool2d(t * 2, k, stride, pad, dil, ceil_mode=ceil) * g
+        ).sum()
+
+    library_call = dil != 1 or k == 11  # (their forward falls back to ATen: allowed)
+    with sdk.collect_reports() as reports:
+        got = torch.compile(f, backend=sdk.backend(plugin, fallback=library_call))(x, g_out)
+        (grad,) = torch.autograd.grad(got, x)
+    (backward,) = [r for r in reports.graphs if r.kind == "backward"]
+    library = [e for e in backward.externs if "max_pool2d_with_indices_backward" in e.op]
+    assert bool(library) == library_call, backward.externs
+    assert not backward.fallbacks, backward.fallbacks
+    if dtype == torch.float32:
+        (want,) = torch.autograd.grad(f(x, g_out), x)
+        assert torch.equal(grad.isnan(), want.isnan())
+        assert torch.equal(grad.nan_to_num(), want.nan_to_num()), (grad - want).abs().max()
+    else:  # eager in bf16 rounds each partial sum on the CPU; against float math
+        xf = x.detach().float().requires_grad_()
+        (want,) = torch.autograd.grad(f(xf, g_out.float()), xf)
+        torch.testing.assert_close(grad.float(), want, equal_nan=True, atol=2e-2, rtol=1.6e-2)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_max_pool2d_of_symbolic_sizes(plugin):
+    """Pooled sizes are floor divisions of the input's symbols: the sum over the pooled
+    output (its mask, of the reduction's symbolic numel) and the gathered gradient compile
+    once for every size, in either layout; the gradient has eager's bits."""
+    dev = device_of(plugin)
 
     def f(t):
-        return torch.nn.functional.max_pool2d(t * 2, 3, 2, 1).square().sum()
+        return (torch.nn.functional.max_pool2d(t.relu(), 3, 2, 1) * 3).sum()
 
-    (g,) = torch.autograd.grad(torch.compile(f, backend=sdk.backend(plugin, fallback=False))(x), x)
-    (want,) = torch.autograd.grad(f(x), x)
-    torch.testing.assert_close(g, want)
+    compiled = torch.compile(f, backend=sdk.backend(plugin, fallback=False), dynamic=True)
+    for shape in [(2, 3, 9, 9), (2, 3, 12, 10), (1, 4, 17, 13)]:
+        for channels_last in (False, True):
+            x = torch.randn(*shape, device=dev)
+            if channels_last:
+                x = x.to(memory_format=torch.channels_last)
+            x.requires_grad_()
+            with sdk.collect_reports() as reports:
+                got = compiled(x)
+                (grad,) = torch.autograd.grad(got, x)
+            want = f(x)
+            (want_grad,) = torch.autograd.grad(want, x)
+            torch.testing.assert_close(got, want)  # a sum: its order is the kernel's
+            assert torch.equal(grad, want_grad), (shape, channels_last)
+            for g in reports.graphs:
+                assert not g.externs and not g.fallbacks, (g.externs, g.fallbacks)
 
 
 # -- LayerNorm over channels, in the forms model zoos write it ----------------------------

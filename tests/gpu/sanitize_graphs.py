@@ -98,6 +98,14 @@ def graphs():
         ),
         (r(3, 5, 17, 15), r(5), r(5).abs() + 0.5),
     )
+    # the gradient gathered from overlapping windows; ceil_mode's last window hangs over
+    yield (
+        "max_pool_fwbw_channels_last",
+        lambda x: F.max_pool2d(
+            x.contiguous(memory_format=torch.channels_last) * 2, 3, 2, 1, ceil_mode=True
+        ),
+        (r(3, 5, 17, 15, requires_grad=True),),
+    )
     yield (
         "cross_entropy_fwbw",
         lambda x, t: F.cross_entropy(x.float() * 2, t),
@@ -204,6 +212,11 @@ def dynamic_graphs():
     yield "dyn_column_sum", lambda x: (F.gelu(x * 3).sum(0), x.mean(0)), lambda n: (r(n, 333),)
     yield "dyn_transpose", lambda x: (x.t() * 2).contiguous(), lambda n: (r(n, 129),)
     yield "dyn_view", lambda x, y: (x.view(-1, 4) * y).sum(1), lambda n: (r(n, 8), r(4))
+    yield (
+        "dyn_max_pool_fwbw",
+        lambda x: F.max_pool2d(x.relu(), 3, 2, 1).sum(),
+        lambda n: (r(2, 3, n % 61 + 5, n % 23 + 5, requires_grad=True),),
+    )
 
 
 def dynamic_main() -> int:
