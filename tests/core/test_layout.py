@@ -442,6 +442,7 @@ def test_max_pool2d_gradient(plugin, dtype, case):
     heavily overlapping windows stay the library call, never an op-level fallback."""
     k, stride, pad, dil, ceil, shape = case
     dev = device_of(plugin)
+    torch.manual_seed(0)
     x = torch.randn(*shape, device=dev).to(dtype)
     x[..., 1, :] = x[..., 2, :]  # ties: the first maximum takes the gradient
     x[..., 0, 0] = float("nan")
@@ -464,11 +465,11 @@ def test_max_pool2d_gradient(plugin, dtype, case):
     library = [e for e in backward.externs if "max_pool2d_with_indices_backward" in e.op]
     assert bool(library) == library_call, backward.externs
     assert not backward.fallbacks, backward.fallbacks
-    if dtype == torch.float32:
+    if dtype == torch.float32 or library_call:  # (a library call: ATen's kernel, eager's bits)
         (want,) = torch.autograd.grad(f(x, g_out), x)
         assert torch.equal(grad.isnan(), want.isnan())
         assert torch.equal(grad.nan_to_num(), want.nan_to_num()), (grad - want).abs().max()
-    else:  # eager in bf16 rounds each partial sum on the CPU; against float math
+    else:  # the sum in float, rounded once (eager on the CPU rounds each partial sum)
         xf = x.detach().float().requires_grad_()
         (want,) = torch.autograd.grad(f(xf, g_out.float()), xf)
         torch.testing.assert_close(grad.float(), want, equal_nan=True, atol=2e-2, rtol=1.6e-2)
