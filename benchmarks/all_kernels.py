@@ -16,13 +16,16 @@ import functools
 import json
 import statistics
 import sys
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import sdk
 from sdk.tools import bench_models as bm
+from sdk.tools.bench_timing import _Clock
+
+#: one synchronized step, wall seconds (host and device), as the suite times a cold call
+CLOCK = _Clock(cuda=True, repeat=0)
 
 
 def _kernels(step) -> list[list]:
@@ -48,19 +51,10 @@ def main(rows: list[str], out: str, mode: str | None) -> None:
             sdk.reset()
             torch._dynamo.reset()
             f = torch.compile(case.target, backend=be, mode=mode)
-            t0 = time.perf_counter()
-            case.step(f)
-            torch.cuda.synchronize()
-            cold = time.perf_counter() - t0
+            cold, _ = CLOCK.wall(functools.partial(case.step, f))
             for _ in range(5):
                 case.step(f)
-            times = []
-            for _ in range(20):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                case.step(f)
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
+            times = [CLOCK.wall(functools.partial(case.step, f))[0] for _ in range(20)]
             ks = _kernels(functools.partial(case.step, f))
             r = res[name][be] = {
                 "step_ms": statistics.median(times) * 1e3,

@@ -12,6 +12,7 @@ one step under ``torch.profiler`` (CPU activities, top 30 by self CPU time). Wri
 from __future__ import annotations
 
 import cProfile
+import functools
 import gc
 import io
 import os
@@ -25,6 +26,10 @@ from torch.profiler import ProfilerActivity, profile
 
 import sdk
 from sdk.tools import bench_models as bm
+from sdk.tools.bench_timing import _Clock
+
+#: one synchronized step, wall seconds (host and device), as the suite times a cold call
+CLOCK = _Clock(cuda=True, repeat=0)
 
 
 def _timed(case, f) -> tuple[list[float], list[int]]:
@@ -35,13 +40,7 @@ def _timed(case, f) -> tuple[list[float], list[int]]:
             counts[info["generation"]] += 1
 
     gc.callbacks.append(count)
-    times = []
-    for _ in range(30):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        case.step(f)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
+    times = [CLOCK.wall(functools.partial(case.step, f))[0] for _ in range(30)]
     gc.callbacks.remove(count)
     return times, counts
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 import functools
 import statistics
 import sys
-import time
 
 import torch
 
 import sdk
 from sdk.tools import bench_models as bm
+from sdk.tools.bench_timing import _Clock
+
+#: one synchronized step, wall seconds (host and device), as the suite times a cold call
+CLOCK = _Clock(cuda=True, repeat=0)
 
 
 def main(names: list[str], top: int) -> None:
@@ -30,13 +33,7 @@ def main(names: list[str], top: int) -> None:
             f = torch.compile(case.target, backend=be)
             for _ in range(4):
                 case.step(f)
-            times = []
-            for _ in range(15):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                case.step(f)
-                torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
+            times = [CLOCK.wall(functools.partial(case.step, f))[0] for _ in range(15)]
             prof = bm.cuda_launches(functools.partial(case.step, f), top)
             if "error" in prof:
                 print(f"== {name} {be}: {prof['error']}")

@@ -29,13 +29,14 @@ from typing import Any
 def _row(name: str, mod: Any, attr: str, value: Any) -> dict[str, Any]:
     import torch
 
+    import sdk
     from sdk.tools import bench_models, bench_timing
     from sdk.tools.bench_launches import cuda_launches
 
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
     clock = bench_timing._Clock(cuda, 0)
-    backend = __import__("sdk").backend("cuda_triton" if cuda else "cpu_cpp")
+    backend = sdk.backend("cuda_triton" if cuda else "cpu_cpp")
     model, dtype = bench_models.rows()[name]
     case = model.build(dev, dtype, "full" if cuda else "small")
     print(f"[{name}] {case.desc}", flush=True)
