@@ -109,6 +109,14 @@ LOOPED_RBLOCK = 4096
 #: chunk against 88 % in 4096-element chunks (Inductor: 99 %); 4096x50257, one chunk of
 #: 8192 took 1177 us against 938 us in chunks of 4096, so longer rows keep them.
 LOOPED_ONE_CHUNK_MAX = 8192
+#: A split reduction's combine runs in the first kernel's last program of each block of rows
+#: (:meth:`.split.SplitWriter._last_program`), not in a second kernel: one launch per
+#: reduction stage instead of two (BatchNorm's statistics 2 kernels, not 4; its backward 2,
+#: not 3). Off: the second kernels, as before.
+SPLIT_LAST_PROGRAM_COMBINES = True
+#: Partials the last program reads per iteration of its combine loop, per row of its block:
+#: [XBLOCK, 64] tiles (2048 values where XBLOCK is a column block's 32).
+SPLIT_COMBINE_BLOCK = 64
 #: Chunk of the first kernel of a split reduction.
 SPLIT_RBLOCK = 2048
 #: Columns per block of a split column reduction's first kernel (128 bytes of fp32 a row),

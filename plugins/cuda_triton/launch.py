@@ -597,7 +597,8 @@ def _bind_split(
         dev = args[0].device
         bufs = scratch.get(dev)
         if bufs is None:
-            bufs = scratch[dev] = [torch.empty(n, dtype=dt, device=dev) for n, dt in specs]
+            # zeros: a chain's counters (``split.COUNTS``) start at 0; the rest, once
+            bufs = scratch[dev] = [torch.zeros(n, dtype=dt, device=dev) for n, dt in specs]
             if chain is not None:
                 chain.register(bufs)
         for call in calls:

@@ -37,11 +37,14 @@ import torch
 
 from . import heuristics
 from .expressions import py_size
-from .ops import REDUCE, highest, lowest
+from .ops import REDUCE, highest, lowest, tl_type
 from .reductions import ReductionWriter
 
 #: A first kernel's chain entry, a second's.
 FIRST, SECOND = "pre", "main"
+#: The scratch counter, per block of rows, of the programs that stored their partials
+#: (``SPLIT_LAST_PROGRAM_COMBINES``): int32, zero between launches.
+COUNTS = "split_counts"
 
 
 class SplitWriter(ReductionWriter):
@@ -75,14 +78,23 @@ class SplitWriter(ReductionWriter):
             local: dtype for i, _t in phases for local, _op, _v, dtype in self.stages[i].reductions
         }
         scratch += [(f"{r}_row", xnumel, dtypes[r]) for r in sorted(carried)]
+        last = heuristics.SPLIT_LAST_PROGRAM_COMBINES
+        if last and any(self.stages[i].reductions or tail for i, tail in phases):
+            scratch.append((COUNTS, xnumel, torch.int32))
         kernels: list[tuple[str, str, list[str]]] = []
         for p, (i, tail) in enumerate(phases):
             first, second = reads[p]
-            kernels.append((f"{self.name}_part{p}", FIRST, self._split_first(i, first)))
+            body = self._split_first(i, first)
             if self.stages[i].reductions or tail:
                 keep = [r for r, _o, _v, _d in self.stages[i].reductions if r in carried]
-                body = self._split_second(i, tail, second, keep)
-                kernels.append((f"{self.name}_combine{p}", SECOND, body))
+                if last:
+                    body += self._last_program(i, tail, second, keep)
+                else:
+                    combine = self._split_second(i, tail, second, keep)
+                    kernels.append((f"{self.name}_part{p}", FIRST, body))
+                    kernels.append((f"{self.name}_combine{p}", SECOND, combine))
+                    continue
+            kernels.append((f"{self.name}_part{p}", FIRST, body))
         kernels[-1] = (self.name, *kernels[-1][1:])
         self.chain = [name for name, _k, _b in kernels]
         return kernels, scratch
@@ -115,6 +127,84 @@ class SplitWriter(ReductionWriter):
             else:
                 out.append(f"tl.store({local}_p + ({at}), {local}_part, xmask)")
         return self.consts + out
+
+    def _last_program(
+        self, i: int, tail: list[int], reads: list[str], keep: list[str]
+    ) -> list[str]:
+        """The end of a first kernel that also combines (``SPLIT_LAST_PROGRAM_COMBINES``):
+        each program counts itself in, once its partials are stored, on its block of rows'
+        counter (:data:`COUNTS`); the program that arrives last reads the block's ``split``
+        partials, in chunk order, and does what a second kernel would (combine, store the
+        rows later kernels read, run the stages ``tail``), then sets the counter back to 0
+        for the next launch. The release of the partials' stores before the count and the
+        acquire after it are the atomic's (``acq_rel``, the GPU's scope), the block's
+        threads ordered around it by barriers: the pattern of CUDA's threadFenceReduction
+        sample, and of Inductor's cooperative reductions' ``x_grid_barrier``. No program
+        waits for another, so no grid needs to be resident at once; the values do not
+        depend on which program is last."""
+        s = self.plan.split
+        self._begin()
+        inner: list[str] = ["tl.debug_barrier()", f"tl.store({COUNTS} + tl.program_id(1), 0)"]
+        self._load_rows(inner, reads)
+        st = self.stages[i]
+        sblock = min(heuristics.next_power_of_2(s), heuristics.SPLIT_COMBINE_BLOCK)
+        at = f"sindex * {py_size(self.xnumel)} + xindex"
+        loop: list[str] = [
+            f"sindex = soffset + tl.arange(0, {sblock})[None, :]",
+            f"smask = xmask & (sindex < {s})",
+        ]
+        post: list[str] = []
+        for local, op, value, dtype in st.reductions:
+            acc = self._acc_dtype(op, value, dtype)
+            shape = f"[XBLOCK, {sblock}]"
+            if op in ("argmax", "argmin"):
+                init = lowest(acc) if op == "argmax" else highest(acc)
+                helper = f"_{op}_combine"
+                self._need(helper)
+                inner.append(f"{local}_sv = tl.full({shape}, {init}, {tl_type(acc)})")
+                inner.append(f"{local}_si = tl.full({shape}, {2**62}, tl.int64)")
+                loop.append(
+                    f"{local}_v = tl.load({local}_pv + ({at}), smask, other={init}, "
+                    "cache_modifier='.cg')"
+                )
+                loop.append(
+                    f"{local}_i = tl.load({local}_pi + ({at}), smask, other={2**62}, "
+                    "cache_modifier='.cg')"
+                )
+                loop.append(
+                    f"{local}_sv, {local}_si = "
+                    f"{helper}({local}_sv, {local}_si, {local}_v, {local}_i)"
+                )
+                post.append(
+                    f"{local}_rv, {local}_ri = tl.reduce(({local}_sv, {local}_si), 1, {helper})"
+                )
+                post.append(self._finish(local, f"{local}_ri", op, dtype, acc))
+            else:
+                red = REDUCE[op]
+                init = red.init(acc)
+                inner.append(f"{local}_s = tl.full({shape}, {init}, {tl_type(acc)})")
+                loop.append(
+                    f"{local}_v = tl.load({local}_p + ({at}), smask, other={init}, "
+                    "cache_modifier='.cg')"
+                )
+                combined = red.combine(acc, f"{local}_s", f"{local}_v")
+                loop.append(f"{local}_s = {combined}")
+                final = red.final(acc, f"{local}_s")
+                for h in re.findall(r"\b(_[a-z_]+)\b", combined + final):
+                    self._need(h)
+                post.append(self._finish(local, final, op, dtype, acc))
+        if st.reductions:
+            inner.append(f"for soffset in range(0, {s}, {sblock}):")
+            inner += ["    " + line for line in loop]
+            inner += post
+        for local in keep:
+            inner.append(f"tl.store({local}_row + xindex, {local}, xmask)")
+        self.pre = self.body = inner
+        for t in tail:
+            self._stores(self.stages[t])
+        ticket = f"tl.atomic_add({COUNTS} + tl.program_id(1), 1, sem='acq_rel', scope='gpu')"
+        head = ["tl.debug_barrier()", f"ticket = {ticket}", f"if ticket == {s - 1}:"]
+        return head + ["    " + line for line in self.consts + inner]
 
     def _split_second(
         self, i: int, tail: list[int], reads: list[str], keep: list[str]

@@ -66,7 +66,7 @@ def test_batchnorm_training_split(dtype, channels_last):
     torch.testing.assert_close(bn.running_mean.float(), ref.running_mean.float(), **tol)
     torch.testing.assert_close(bn.running_var.float(), ref.running_var.float(), **tol)
     chains = _split_kernels(sdk.explain(compiled, bn, x1, w))
-    assert chains and any(len(c) > 2 for c in chains), chains  # a chain of several stages
+    assert chains and any(len(c) >= 2 for c in chains), chains  # a chain of several stages
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -142,3 +142,34 @@ def test_column_sum_and_layernorm_gradients_split(dtype):
     ref(x).float().square().mean().backward()
     torch.testing.assert_close(ln.weight.grad.float(), ref.weight.grad.float(), **TOL[dtype])
     torch.testing.assert_close(ln.bias.grad.float(), ref.bias.grad.float(), **TOL[dtype])
+
+
+@pytest.mark.parametrize("shape", [(200000, 16), (9001, 640), (64, 50000)], ids=str)
+@pytest.mark.usefixtures("_by_grid")
+def test_last_program_combine_is_exact_at_every_call(shape):
+    """The last program of each block of rows combines a split reduction's partials
+    (``SPLIT_LAST_PROGRAM_COMBINES``): every program stores its partials, then counts itself
+    in on the block's counter; the last to arrive reads them all. A partial read before its
+    store is visible, or a counter not back at 0 after a launch, gives another answer at
+    some call: 30 calls on the same input give the same bits, and fresh inputs eager's
+    values. Column sums of 16 columns (a combine over 1024 partials, 16 iterations) and of
+    640, and row maxima and sums of 64 long rows."""
+    torch.manual_seed(0)
+
+    def f(x):
+        if shape[0] > shape[1]:
+            return x.sum(0), x.amax(0), (x * x).sum(0)
+        return x.sum(1), x.amax(1), x.argmax(1)
+
+    compiled = torch.compile(f, backend=sdk.backend("cuda_triton", fallback=False))
+    x = torch.randn(shape, device="cuda")
+    first = compiled(x)
+    for _ in range(30):
+        for a, b in zip(compiled(x), first, strict=True):
+            assert torch.equal(a, b)
+    for _ in range(5):
+        x = torch.randn(shape, device="cuda")
+        for a, b in zip(compiled(x), f(x.double()), strict=True):
+            torch.testing.assert_close(a, b.to(a.dtype), rtol=1e-5, atol=1e-3)
+    chains = _split_kernels(sdk.explain(compiled, x))
+    assert chains and all(c == ["pre"] for c in chains), chains

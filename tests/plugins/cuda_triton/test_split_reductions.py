@@ -72,18 +72,20 @@ def _per_row(report: sdk.ExplainReport, kind: str, xnumel: int) -> list[sdk.Kern
 
 
 def _compare(module: torch.nn.Module, ref: torch.nn.Module, x: torch.Tensor, w: torch.Tensor):
-    """``(module(x) * w).sum()`` compiled against eager on ``ref`` (a copy): the loss, the
-    gradients of ``x`` and of the parameters, and the buffers (running statistics)."""
+    """``(module(x) * w).sum()`` compiled against eager on ``ref`` (a copy), twice (the second
+    time on other values, through the same kernels): the loss, the gradients of ``x`` and of
+    the parameters, and the buffers (running statistics)."""
     tol = {"rtol": 1e-4, "atol": 1e-4}
     compiled = torch.compile(
         lambda x, w: (module(x) * w).sum(), backend=sdk.backend("cuda_triton", fallback=False)
     )
-    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
-    got, want = compiled(x1, w), (ref(x2) * w).sum()
-    torch.testing.assert_close(got, want, **tol)
-    got.backward()
-    want.backward()
-    torch.testing.assert_close(x1.grad, x2.grad, **tol)
+    for shift in (0.0, 0.5):
+        x1, x2 = (x + shift).requires_grad_(), (x + shift).requires_grad_()
+        got, want = compiled(x1, w), (ref(x2) * w).sum()
+        torch.testing.assert_close(got, want, **tol)
+        got.backward()
+        want.backward()
+        torch.testing.assert_close(x1.grad, x2.grad, **tol)
     for (name, a), b in zip(module.named_parameters(), ref.parameters()):
         torch.testing.assert_close(a.grad, b.grad, **tol, msg=name)
     for (name, a), b in zip(module.named_buffers(), ref.buffers()):
@@ -102,12 +104,20 @@ def _pair(cls, *args) -> tuple[torch.nn.Module, torch.nn.Module]:
 
 
 @pytest.mark.parametrize("plugin", _TRITON)
+@pytest.mark.parametrize("last", [True, False], ids=["last_program", "second_kernel"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
-def test_batchnorm_training_splits_statistics_and_gradients(plugin, channels_last, _small_split):
+def test_batchnorm_training_splits_statistics_and_gradients(
+    plugin, channels_last, last, _small_split, monkeypatch
+):
     """BatchNorm2d in training, forward and backward: every reduction over a channel's
-    elements in chunks (the statistics' two passes, a sum then the squared deviations: four
-    kernels; the backward's sums, then the input gradient over chunks too); the loss, the
-    running statistics and the gradients as eager's."""
+    elements in chunks (the statistics' two passes, a sum then the squared deviations: two
+    kernels, each combining its chunks in its last program per block of channels, or four
+    with a second kernel per pass; the backward's sums, then the input gradient over chunks
+    too); the loss, the running statistics and the gradients as eager's, at a second call
+    too (the last program's counters are back at 0)."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    monkeypatch.setattr(heuristics, "SPLIT_LAST_PROGRAM_COMBINES", last)
     bn, ref = _pair(torch.nn.BatchNorm2d, 6)
     x = torch.randn(4, 6, 12, 12, device=DEV) * 2 + 1  # 576 elements per channel
     w = torch.randn(4, 6, 12, 12, device=DEV)
@@ -118,7 +128,8 @@ def test_batchnorm_training_splits_statistics_and_gradients(plugin, channels_las
     assert forward and backward, [k.source[:300] for g in report.graphs for k in g.kernels]
     assert all(_chain(k.source) is not None for k in forward + backward)
     (stats,) = [k for k in forward if "aten.var_mean.correction" in k.ops]
-    assert _chain(stats.source) == ["pre", "main", "pre", "main"], stats.source
+    want = ["pre", "pre"] if last else ["pre", "main", "pre", "main"]
+    assert _chain(stats.source) == want, stats.source
     # the input gradient: stored per element by the backward's last kernel, over chunks
     (grad,) = [k for k in backward if re.search(r"^# stage \d+: r\S+ < .*store", k.source, re.M)]
     assert _chain(grad.source)[-1] == "pre", grad.source
@@ -136,18 +147,19 @@ def _by_grid(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_column_sum_splits_with_real_thresholds(plugin, _by_grid):
     """``x.sum(0)`` over 20000 rows of 8 columns, with the real thresholds: unsplit, one
     program of [8, RBLOCK] tiles would loop over every row; split, chunks of rows, each in
-    tiles along the columns, then one kernel sums the chunks' partials per column."""
-    x = torch.randn(20000, 8, device=DEV)
+    tiles along the columns, and the last program to finish sums the chunks' partials per
+    column."""
 
     def f(x):
         return x.sum(0)
 
-    got = torch.compile(f, backend=sdk.backend("cuda_triton", fallback=False))(x)
-    torch.testing.assert_close(got, x.double().sum(0).float(), rtol=1e-5, atol=1e-4)
+    compiled = torch.compile(f, backend=sdk.backend("cuda_triton", fallback=False))
+    for _ in range(3):  # the same kernels each time: the last program's counters reset
+        x = torch.randn(20000, 8, device=DEV)
+        torch.testing.assert_close(compiled(x), x.double().sum(0).float(), rtol=1e-5, atol=1e-4)
     report = sdk.explain(f, x, backend="sdk:cuda_triton", fallback=False)
     ((k,),) = [g.kernels for g in report.graphs]
-    chain = _chain(k.source)
-    assert chain is not None and len(chain) == 2, k.source
+    assert _chain(k.source) == ["pre"], k.source  # its last program per block combines
     assert "split * 8 + xindex" in k.source  # partials stored along the columns
 
 
@@ -164,7 +176,7 @@ def test_channels_last_batchnorm_splits_short_columns_with_real_thresholds(plugi
     forward, backward = _per_row(report, "forward", 8), _per_row(report, "backward", 8)
     assert forward and backward, [k.source[:300] for g in report.graphs for k in g.kernels]
     (stats,) = [k for k in forward if "aten.var_mean.correction" in k.ops]
-    assert _chain(stats.source) == ["pre", "main", "pre", "main"], stats.source
+    assert _chain(stats.source) == ["pre", "pre"], stats.source
     assert all(_chain(k.source) is not None for k in backward), [k.source for k in backward]
 
 
@@ -228,6 +240,6 @@ def test_layernorm_gamma_beta_gradients_split(plugin, _small_split):
     report = _compare(ln, ref, x, w)
     columns = _per_row(report, "backward", 20)
     assert columns, [k.source[:300] for g in report.graphs for k in g.kernels]
-    assert all(_chain(k.source) == ["pre", "main"] for k in columns)
+    assert all(_chain(k.source) == ["pre"] for k in columns)
     rows = _per_row(report, "forward", 300) + _per_row(report, "backward", 300)
     assert rows and all(_chain(k.source) is None for k in rows)

@@ -589,15 +589,18 @@ def test_full_sum_split():
     outs = [torch.empty((), device=DEV) for _ in range(3)]
     src = run(k, x, *outs)
     assert src.meta["mode"] == "split" and src.meta["split"] >= 2
-    assert len(src.meta["scratch"]) == 3
+    # a partial per chunk for each reduction, and the last program's counter
+    assert src.meta["scratch"][:3] == [[src.meta["split"], "float32"]] * 3, src.meta["scratch"]
+    assert src.meta["scratch"][3:] == [[1, "int32"]], src.meta["scratch"]
     close(outs[0], x.double().sum().float(), rtol=1e-5, atol=1e-3)
     close(outs[1], x.max())
     close(outs[2], x.min())
     # the launcher reuses its scratch: a second call gives the same answer
     again = [torch.empty((), device=DEV) for _ in range(3)]
     (fn,) = launch.compile_sources([src])
-    fn(x, *again)
-    assert all(torch.equal(a, b) for a, b in zip(outs, again))
+    for _ in range(2):  # (the counter is back at 0 after each call)
+        fn(x, *again)
+        assert all(torch.equal(a, b) for a, b in zip(outs, again))
 
 
 def _ties(rows, cols, nan_row=True):
@@ -659,11 +662,32 @@ def _chain(src: sdk.KernelSource) -> list[list[str]]:
     return chain
 
 
+@pytest.fixture(params=["last_program", "last_program_looped", "second_kernel"])
+def _combine(request, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where a split reduction combines its partials: in the last program of each block of
+    rows (the default; ``_looped``: over the partials 2 at a time, so the combine loops
+    several times with a partial last step), or in a second kernel per stage."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    monkeypatch.setattr(heuristics, "SPLIT_LAST_PROGRAM_COMBINES", request.param != "second_kernel")
+    if request.param == "last_program_looped":
+        monkeypatch.setattr(heuristics, "SPLIT_COMBINE_BLOCK", 2)
+    return request.param
+
+
+def _kinds(combine: str, kinds: list[str]) -> list[str]:
+    """A chain's kinds as written for second kernels, as ``combine`` makes them: the last
+    program's combine leaves the first kernels alone."""
+    return kinds if combine == "second_kernel" else [k for k in kinds if k == "pre"]
+
+
 @pytest.mark.usefixtures("_by_grid")
-def test_split_rows_beyond_32_rows():
+def test_split_rows_beyond_32_rows(_combine):
     """36 rows of 16500 elements, with the real constants: one program per row would be 36
     programs on a GPU of 132 SMs, so the rows are cut into chunks (more than the 32 rows a
-    split took before); sums, maxima and first indices of ties across chunks are eager's."""
+    split took before); sums, maxima and first indices of ties across chunks are eager's,
+    whichever program combines the chunks, and at every call (the last program's counters
+    are back at 0 after each launch)."""
     rows, cols = 36, 16500
     x = _ties(rows, cols)
     x[5, cols - 1] = 7.0  # the maximum in the last (partial) chunk
@@ -674,9 +698,16 @@ def test_split_rows_beyond_32_rows():
     outs = [torch.empty(rows, device=DEV, dtype=a.layout.dtype) for a in k.args[1:]]
     src = run(k, x, *outs)
     assert src.meta["mode"] == "split" and src.meta["split"] >= 2, src.meta
-    assert [kind for _fn, kind in _chain(src)] == ["pre", "main"]
+    assert [kind for _fn, kind in _chain(src)] == _kinds(_combine, ["pre", "main"])
     for red, out in zip(reds, outs):
         close(out, REF[red](x), rtol=0, atol=0)
+    (again,) = launch.compile_sources([src])
+    for _ in range(2):
+        x = _ties(rows, cols)
+        x[8, cols - 2] = x[8, 5] = 9.0
+        again(x, *outs)
+        for red, out in zip(reds, outs):
+            close(out, REF[red](x), rtol=0, atol=0)
 
 
 def _normalize_kernel(rows: int, cols: int) -> ir.Kernel:
@@ -717,10 +748,11 @@ def _normalize_ref(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.usefixtures("_by_grid")
-def test_split_kernel_of_several_passes_is_a_chain_of_kernels():
+def test_split_kernel_of_several_passes_is_a_chain_of_kernels(_combine):
     """A kernel of several stages over a long row (a sum, the sum of squared deviations from
-    its mean, a store) splits too: each stage in chunks, each reduction combined by a second
-    kernel that hands the row's value to the later kernels through scratch."""
+    its mean, a store) splits too: each stage in chunks, each reduction combined (by the last
+    program of its block of rows, or by a second kernel) and handed to the later kernels
+    through scratch."""
     x = torch.randn(4, 20000, device=DEV) * 3 + 1
     x[1, 19990] = 30.0  # in the last chunk
     x[3, 7] = float("nan")
@@ -728,8 +760,8 @@ def test_split_kernel_of_several_passes_is_a_chain_of_kernels():
     src = run(_normalize_kernel(4, 20000), x, y)
     assert src.meta["mode"] == "split", src.meta["mode"]
     kinds = [kind for _fn, kind in _chain(src)]
-    assert kinds == ["pre", "main", "pre", "main", "pre"], kinds
-    assert [n for n, _dt in src.meta["scratch"]].count(4) == 2  # sum and squares, per row
+    assert kinds == _kinds(_combine, ["pre", "main", "pre", "main", "pre"]), kinds
+    assert src.meta["scratch"].count([4, "float32"]) == 2  # sum and squares, per row
     close(y, _normalize_ref(x), rtol=1e-4, atol=1e-5)
 
 
