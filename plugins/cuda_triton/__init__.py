@@ -105,15 +105,18 @@ def sdk_plugin_info() -> sdk.PluginInfo:
     )
 
 
+#: Channels-last activations in training graphs too. Column reductions split by the grid's size
+#: (heuristics.SPLIT_BY_GRID): BatchNorm's statistics over channels-last activations cost about
+#: what they do over NCHW (BENCHMARKS.md, "Issues 48 and 49, fourth session").
+CHANNELS_LAST_TRAINING = True
+
+
 @sdk.hookimpl
 def sdk_preferences() -> sdk.Preferences:
     return sdk.Preferences(
         # cuDNN: NHWC kernels, and a bias in the call is a separate, slower kernel
         channels_last=True,
-        # column reductions split by the grid's size (heuristics.SPLIT_BY_GRID): BatchNorm's
-        # statistics over channels-last activations cost about what they do over NCHW
-        # (BENCHMARKS.md, "Issues 48 and 49, fourth session")
-        channels_last_training=True,
+        channels_last_training=CHANNELS_LAST_TRAINING,
         conv_bias_in_kernel=True,
         mm_bias_in_kernel=True,
         # sin/exp/erf run on the special-function units

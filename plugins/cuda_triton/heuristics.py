@@ -26,10 +26,11 @@ Kernel shapes (:func:`plan`)
                 or a column reduction whose narrowest tiles give fewer than that
                 (channels-last statistics, gamma/beta gradients). A first kernel
                 reduces ``SPLIT`` chunks of each row (of ``XBLOCK`` columns) into
-                scratch partials, on a grid of chunks x blocks of rows; a second
-                combines the partials per row and runs the epilogue. A kernel of
-                several reduction stages (two-pass variance, BatchNorm's backward) runs
-                as a chain of such pairs, the rows' values passed on through scratch
+                scratch partials, on a grid of chunks x blocks of rows; the last of
+                a block's programs to finish (or a second kernel) combines the
+                partials per row and runs the epilogue. A kernel of several reduction
+                stages (two-pass variance, BatchNorm's backward) runs as a chain of
+                such kernels, the rows' values passed on through scratch
                 (:mod:`.split`). The choice depends on ``xnumel``, ``rnumel`` and
                 ``outer`` alone.
 """

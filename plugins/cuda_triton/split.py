@@ -9,10 +9,13 @@ for the GPU (``split`` in :func:`.heuristics.plan`) runs as a chain of kernels, 
   (contiguous along the rows: a column reduction's [XBLOCK, RBLOCK] tiles run along the
   columns, so its loads and its partials' stores coalesce). Its stores, if any, are the
   stage's own (BatchNorm's input gradient).
-* Where that stage reduces, or stages without inner ranges follow it, a *second* kernel,
-  one program per block of rows, combines each row's ``split`` partials with the
-  reduction's own combine (a sum of the chunks' sums, a maximum of maxima, the first index
-  of argmax's best) and runs those stages.
+* Where that stage reduces, or stages without inner ranges follow it, each row's ``split``
+  partials are combined with the reduction's own combine (a sum of the chunks' sums, a
+  maximum of maxima, the first index of argmax's best), then those stages run per row. By
+  default (``heuristics.SPLIT_LAST_PROGRAM_COMBINES``) the first kernel does it: each
+  program counts itself in on its block of rows' counter once its partials are stored, and
+  the last to arrive combines (:meth:`SplitWriter._last_program`). Otherwise a *second*
+  kernel, one program per block of rows, does.
 * A reduction that a later kernel reads (the mean in a two-pass variance, BatchNorm's sums
   in its backward's input gradient) is stored per row to scratch by the kernel that
   finished it, and loaded by each later kernel that reads it.
@@ -22,9 +25,10 @@ order a one-kernel form keeps per row. The values are those of the looped form, 
 another order (chunks, then partials): BatchNorm's statistics stay the IR's two passes, a
 sum, then the sum of squared deviations from the mean.
 
-BatchNorm's forward (two reductions, two epilogues) is four kernels; its backward (both sums,
-their epilogue, then the input gradient) three. The kernels all take every argument, then
-every scratch buffer (``meta["scratch"]``: numel and dtype of each), and launch in
+BatchNorm's forward (two reductions, two epilogues) is two kernels (four with second
+kernels); its backward (both sums, their epilogue, then the input gradient) two (three).
+The kernels all take every argument, then every scratch buffer (``meta["scratch"]``: numel
+and dtype of each; the launcher allocates them zeroed, once per device), and launch in
 ``meta["chain"]`` order (``[fn, "pre"]``: a first kernel, grid ``meta["pre"]["grid"]``,
 configuration ``config["pre"]``; ``[fn, "main"]``: a second, ``meta["grid"]`` and ``config``).
 """
