@@ -3,13 +3,21 @@ with its default and with another value (cuda_triton on a GPU, else cpu_cpp at t
 small size), both timed in interleaved rounds beside eager,
 then one profiled step of each (launches and device ms per kernel class).
 
-    python benchmarks/knob_ab.py ROWS MODULE:NAME VALUE [--json FILE]
+    python benchmarks/knob_ab.py ROWS MODULE:NAME VALUE [--json FILE] [--host-ops N]
 
 e.g. whether BatchNorm's short column reductions should split (more launches, less device
 time) on a host-bound training step:
 
     python benchmarks/knob_ab.py mobilenet_v3_large_train_bf16,resnet50_train_bf16 \\
         sdk.plugins.cuda_triton.heuristics:SPLIT_MIN_INNER_CHAIN_COLUMNS 8192
+
+``--host-ops N``: one more step of each (eager's too) under ``torch.profiler``, and the N ops
+that took the most host time of their own, with their calls: whether a layout costs more per
+library call, for example (mobilenet_v3 training in channels-last or NCHW, on a host-bound
+step):
+
+    python benchmarks/knob_ab.py mobilenet_v3_large_train_bf16 \\
+        sdk.plugins.cuda_triton:CHANNELS_LAST_TRAINING False --host-ops 25
 
 The knob is set while the second compile runs (its cold call and warm-up compile every
 graph, the backward's included) and restored after; each compile starts from empty cache
@@ -26,7 +34,30 @@ import sys
 from typing import Any
 
 
-def _row(name: str, mod: Any, attr: str, value: Any) -> dict[str, Any]:
+def _host_ops(step: Any, top: int) -> list[dict[str, Any]]:
+    """One step under ``torch.profiler`` (CPU activities): the ``top`` ops by their own host
+    time, with calls and microseconds per call (a library call's ``aten::`` op, the runner's
+    launches, the autograd engine's nodes)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [
+        {
+            "op": e.key,
+            "calls": e.count,
+            "self_us": round(e.self_cpu_time_total, 1),
+            "self_us_per_call": round(e.self_cpu_time_total / max(e.count, 1), 2),
+        }
+        for e in events[:top]
+    ]
+
+
+def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[str, Any]:
     import torch
 
     import sdk
@@ -65,7 +96,12 @@ def _row(name: str, mod: Any, attr: str, value: Any) -> dict[str, Any]:
         if step is not None:
             steps.append((res, step))
     bench_timing._time_interleaved(name, case, clock, steps, cuda_launches if cuda else None)
-    out: dict[str, Any] = {"row": name, "knob": f"{mod.__name__}:{attr}", "value": value}
+    # ("knob" is the second setting's results below; the knob's name is "setting")
+    out: dict[str, Any] = {"row": name, "setting": f"{mod.__name__}:{attr}", "value": value}
+    ops: dict[int, list[dict[str, Any]]] = {}
+    if host_ops:
+        for res, step in steps:
+            ops[id(res)] = _host_ops(step, host_ops)
     for label, res in results.items():
         prof = res.profile or {}
         out[label] = {
@@ -77,11 +113,19 @@ def _row(name: str, mod: Any, attr: str, value: Any) -> dict[str, Any]:
             "device_ms": prof.get("device_ms"),
             "by_class": prof.get("by_class"),
         }
+        if id(res) in ops:
+            out[label]["host_ops"] = ops[id(res)]
         print(
             f"  {label:8s} {res.ms and round(res.ms, 3)} ms (rounds {res.round_ms}), "
             f"launches {prof.get('launches')}, device {prof.get('device_ms')} ms",
             flush=True,
         )
+        for op in ops.get(id(res), []):
+            print(
+                f"    {op['op'][:60]:60s} {op['calls']:6d} calls {op['self_us']:10.1f} us "
+                f"({op['self_us_per_call']} per call)",
+                flush=True,
+            )
     return out
 
 
@@ -91,6 +135,7 @@ def main(argv: list[str]) -> int:
         return 2
     rows, target, raw = argv[0].split(","), argv[1], argv[2]
     path = argv[argv.index("--json") + 1] if "--json" in argv else None
+    host_ops = int(argv[argv.index("--host-ops") + 1]) if "--host-ops" in argv else 0
     module, attr = target.split(":")
     import sdk.cache
 
@@ -99,7 +144,7 @@ def main(argv: list[str]) -> int:
     value = ast.literal_eval(raw)
     done = []
     for name in rows:
-        done.append(_row(name, mod, attr, value))
+        done.append(_row(name, mod, attr, value, host_ops))
         if path:
             with open(path, "w") as f:
                 json.dump(done, f, indent=1, default=str)
