@@ -260,6 +260,11 @@ class ExpressionWriter(KernelPlan):
             self._need(h)
         return cast_to(out_cast, text) if out_cast is not None else text
 
+    def _need_named(self, text: str) -> None:
+        """Need every helper ``text`` names (a reduction's combine or final form)."""
+        for h in re.findall(r"\b(_[a-z_]+)\b", text):
+            self._need(h)
+
     def _need(self, helper: str) -> None:
         if helper in HELPERS and helper not in self.helpers:
             self.helpers.add(helper)

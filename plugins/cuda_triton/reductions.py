@@ -13,8 +13,6 @@ Reduction kernels use ``[XBLOCK, R]`` blocks (rows on axis 0), in one of the pla
 
 from __future__ import annotations
 
-import re
-
 import torch
 
 from sdk import ir
@@ -48,6 +46,12 @@ class ReductionWriter(ExpressionWriter):
             return f"({v} != 0).to(tl.int32)" if value.dtype != torch.bool else f"{v}.to(tl.int32)"
         return v if value.dtype == acc else cast_to(acc, v, value.dtype)
 
+    def _arg_identity(self, op: str, acc: torch.dtype) -> tuple[str, str]:
+        """argmax/argmin: the accumulator's identity and its combine helper (needed now)."""
+        helper = f"_{op}_combine"
+        self._need(helper)
+        return (lowest(acc) if op == "argmax" else highest(acc)), helper
+
     def _finish(self, local: str, text: str, op: str, dtype: torch.dtype, acc: torch.dtype) -> str:
         """``local = text[:, None]`` cast to the reduction's dtype."""
         if op in ("any", "all"):
@@ -75,9 +79,7 @@ class ReductionWriter(ExpressionWriter):
         deps = self._deps(value, self.depmemo)
         v = self._red_value(op, value, acc)
         if op in ("argmax", "argmin"):
-            init = lowest(acc) if op == "argmax" else highest(acc)
-            helper = f"_{op}_combine"
-            self._need(helper)
+            init, helper = self._arg_identity(op, acc)
             masked = f"tl.where({self.rmask}, {v}, {init})" if self.rmask else v
             vals = self._full_shape(masked, deps)
             idx = f"tl.broadcast_to(rindex{self.cur_group}.to(tl.int64), [XBLOCK, {self.rb}])"
@@ -89,8 +91,7 @@ class ReductionWriter(ExpressionWriter):
         masked = f"tl.where({self.rmask}, {v}, {red.init(acc)})" if self.rmask else v
         full = self._full_shape(masked, deps)
         text = red.final(acc, full)
-        for h in re.findall(r"\b(_[a-z_]+)\b", text):
-            self._need(h)
+        self._need_named(text)
         self.body.append(self._finish(local, text, op, dtype, acc))
 
     def _reduction_looped(
@@ -100,9 +101,7 @@ class ReductionWriter(ExpressionWriter):
         v = self._red_value(op, value, acc)
         shape = f"[XBLOCK, {self.rb}]"
         if op in ("argmax", "argmin"):
-            init = lowest(acc) if op == "argmax" else highest(acc)
-            helper = f"_{op}_combine"
-            self._need(helper)
+            init, helper = self._arg_identity(op, acc)
             self.pre.append(f"{local}_acc = tl.full({shape}, {init}, {tl_type(acc)})")
             self.pre.append(
                 f"{local}_accidx = tl.broadcast_to(({self.rfirst}).to(tl.int64), {shape})"
@@ -131,8 +130,7 @@ class ReductionWriter(ExpressionWriter):
         combined = red.combine(acc, f"{local}_acc", f"tl.where({self.rmask}, {v}, {init})")
         self.body.append(f"{local}_acc = {combined}")
         final = red.final(acc, f"{local}_acc")
-        for h in re.findall(r"\b(_[a-z_]+)\b", combined + final):
-            self._need(h)
+        self._need_named(combined + final)
         if self.partial:
             post.append(f"{local}_part = {final}[:, None]")
         else:

@@ -35,13 +35,11 @@ configuration ``config["pre"]``; ``[fn, "main"]``: a second, ``meta["grid"]`` an
 
 from __future__ import annotations
 
-import re
-
 import torch
 
 from . import heuristics
 from .expressions import py_size
-from .ops import REDUCE, highest, lowest, tl_type
+from .ops import REDUCE, tl_type
 from .reductions import ReductionWriter
 
 #: A first kernel's chain entry, a second's.
@@ -49,6 +47,8 @@ FIRST, SECOND = "pre", "main"
 #: The scratch counter, per block of rows, of the programs that stored their partials
 #: (``SPLIT_LAST_PROGRAM_COMBINES``): int32, zero between launches.
 COUNTS = "split_counts"
+#: argmax/argmin partials' index where a chunk holds no element (larger than any index)
+NO_INDEX = 2**62
 
 
 class SplitWriter(ReductionWriter):
@@ -162,17 +162,15 @@ class SplitWriter(ReductionWriter):
             acc = self._acc_dtype(op, value, dtype)
             shape = f"[XBLOCK, {sblock}]"
             if op in ("argmax", "argmin"):
-                init = lowest(acc) if op == "argmax" else highest(acc)
-                helper = f"_{op}_combine"
-                self._need(helper)
+                init, helper = self._arg_identity(op, acc)
                 inner.append(f"{local}_sv = tl.full({shape}, {init}, {tl_type(acc)})")
-                inner.append(f"{local}_si = tl.full({shape}, {2**62}, tl.int64)")
+                inner.append(f"{local}_si = tl.full({shape}, {NO_INDEX}, tl.int64)")
                 loop.append(
                     f"{local}_v = tl.load({local}_pv + ({at}), smask, other={init}, "
                     "cache_modifier='.cg')"
                 )
                 loop.append(
-                    f"{local}_i = tl.load({local}_pi + ({at}), smask, other={2**62}, "
+                    f"{local}_i = tl.load({local}_pi + ({at}), smask, other={NO_INDEX}, "
                     "cache_modifier='.cg')"
                 )
                 loop.append(
@@ -194,18 +192,13 @@ class SplitWriter(ReductionWriter):
                 combined = red.combine(acc, f"{local}_s", f"{local}_v")
                 loop.append(f"{local}_s = {combined}")
                 final = red.final(acc, f"{local}_s")
-                for h in re.findall(r"\b(_[a-z_]+)\b", combined + final):
-                    self._need(h)
+                self._need_named(combined + final)
                 post.append(self._finish(local, final, op, dtype, acc))
         if st.reductions:
             inner.append(f"for soffset in range(0, {s}, {sblock}):")
             inner += ["    " + line for line in loop]
             inner += post
-        for local in keep:
-            inner.append(f"tl.store({local}_row + xindex, {local}, xmask)")
-        self.pre = self.body = inner
-        for t in tail:
-            self._stores(self.stages[t])
+        self._rows_then_tail(inner, keep, tail)
         ticket = f"tl.atomic_add({COUNTS} + tl.program_id(1), 1, sem='acq_rel', scope='gpu')"
         head = ["tl.debug_barrier()", f"ticket = {ticket}", f"if ticket == {s - 1}:"]
         return head + ["    " + line for line in self.consts + inner]
@@ -228,11 +221,9 @@ class SplitWriter(ReductionWriter):
         for local, op, value, dtype in st.reductions:
             acc = self._acc_dtype(op, value, dtype)
             if op in ("argmax", "argmin"):
-                init = lowest(acc) if op == "argmax" else highest(acc)
-                helper = f"_{op}_combine"
-                self._need(helper)
+                init, helper = self._arg_identity(op, acc)
                 out.append(f"{local}_v = tl.load({local}_pv + ({at}), smask, other={init})")
-                out.append(f"{local}_i = tl.load({local}_pi + ({at}), smask, other={2**62})")
+                out.append(f"{local}_i = tl.load({local}_pi + ({at}), smask, other={NO_INDEX})")
                 out.append(
                     f"{local}_rv, {local}_idx = tl.reduce(({local}_v, {local}_i), 1, {helper})"
                 )
@@ -241,12 +232,16 @@ class SplitWriter(ReductionWriter):
                 red = REDUCE[op]
                 out.append(f"{local}_v = tl.load({local}_p + ({at}), smask, other={red.init(acc)})")
                 final = red.final(acc, f"{local}_v")
-                for h in re.findall(r"\b(_[a-z_]+)\b", final):
-                    self._need(h)
+                self._need_named(final)
                 out.append(self._finish(local, final, op, dtype, acc))
+        self._rows_then_tail(out, keep, tail)
+        return self.consts + out
+
+    def _rows_then_tail(self, out: list[str], keep: list[str], tail: list[int]) -> None:
+        """After a combine, appended to ``out``: the rows' reductions later kernels read
+        (``keep``) stored to scratch, then the stages ``tail``."""
         for local in keep:
             out.append(f"tl.store({local}_row + xindex, {local}, xmask)")
         self.pre = self.body = out
         for t in tail:
             self._stores(self.stages[t])
-        return self.consts + out
