@@ -4,6 +4,13 @@ small size), both timed in interleaved rounds beside eager,
 then one profiled step of each (launches and device ms per kernel class).
 
     python benchmarks/knob_ab.py ROWS MODULE:NAME VALUE [--json FILE] [--host-ops N]
+    python benchmarks/knob_ab.py ROWS options:NAME VALUE [--json FILE] [--host-ops N]
+
+``MODULE:NAME`` sets a module constant that a compile reads (a heuristic); ``options:NAME``
+compiles the second side with the backend option ``NAME=VALUE`` (``options={...}`` of
+``torch.compile``). A constant read once when the plugin loads (what ``sdk_preferences``
+answers, for example) is no knob here: the second side compiles the same program, which its
+launches per step show, and the run says so.
 
 e.g. whether BatchNorm's short column reductions should split (more launches, less device
 time) on a host-bound training step:
@@ -17,7 +24,7 @@ library call, for example (mobilenet_v3 training in channels-last or NCHW, on a 
 step):
 
     python benchmarks/knob_ab.py mobilenet_v3_large_train_bf16 \\
-        sdk.plugins.cuda_triton:CHANNELS_LAST_TRAINING False --host-ops 25
+        options:channels_last False --host-ops 25
 
 The knob is set while the second compile runs (its cold call and warm-up compile every
 graph, the backward's included) and restored after; each compile starts from empty cache
@@ -58,6 +65,7 @@ def _host_ops(step: Any, top: int) -> list[dict[str, Any]]:
 
 
 def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[str, Any]:
+    """``mod`` None: ``attr`` is a backend option, given ``value`` on the second side."""
     import torch
 
     import sdk
@@ -67,7 +75,7 @@ def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[
     cuda = torch.cuda.is_available()
     dev = torch.device("cuda" if cuda else "cpu")
     clock = bench_timing._Clock(cuda, 0)
-    backend = sdk.backend("cuda_triton" if cuda else "cpu_cpp")
+    plugin = "cuda_triton" if cuda else "cpu_cpp"
     model, dtype = bench_models.rows()[name]
     case = model.build(dev, dtype, "full" if cuda else "small")
     print(f"[{name}] {case.desc}", flush=True)
@@ -75,29 +83,34 @@ def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[
     fp64 = case.fp64_outputs() if case.fp64_outputs is not None else None
     results: dict[str, Any] = {"eager": eager}
     steps = [(eager, eager_step)]
-    default = getattr(mod, attr)
+    default = getattr(mod, attr) if mod is not None else "(unset)"
     for label, v in (("default", default), ("knob", value)):
-        setattr(mod, attr, v)
+        options = {attr: v} if mod is None and label == "knob" else {}
+        backend = sdk.backend(plugin, **options)
+        if mod is not None:
+            setattr(mod, attr, v)
         try:
             res, _, step = bench_timing._prepare(
                 name,
                 case,
                 clock,
-                lambda t: torch.compile(t, backend=backend),
+                lambda t, backend=backend: torch.compile(t, backend=backend),
                 ref,
                 fp64,
                 [],
                 reset=False,
             )
         finally:
-            setattr(mod, attr, default)
+            if mod is not None:
+                setattr(mod, attr, default)
         print(f"  {label} ({attr}={v}): cold {res.cold_s} s, {res.check} {res.error}", flush=True)
         results[label] = res
         if step is not None:
             steps.append((res, step))
     bench_timing._time_interleaved(name, case, clock, steps, cuda_launches if cuda else None)
     # ("knob" is the second setting's results below; the knob's name is "setting")
-    out: dict[str, Any] = {"row": name, "setting": f"{mod.__name__}:{attr}", "value": value}
+    where = mod.__name__ if mod is not None else "options"
+    out: dict[str, Any] = {"row": name, "setting": f"{where}:{attr}", "value": value}
     ops: dict[int, list[dict[str, Any]]] = {}
     if host_ops:
         for res, step in steps:
@@ -126,6 +139,14 @@ def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[
                 f"({op['self_us_per_call']} per call)",
                 flush=True,
             )
+    launches = [(results[k].profile or {}).get("launches") for k in ("default", "knob")]
+    if launches[0] is not None and launches[0] == launches[1]:
+        print(
+            f"  the same launches per step on both sides: {attr} may have changed nothing "
+            "(a constant read when the plugin loads is no knob; a compile option is "
+            "options:NAME)",
+            flush=True,
+        )
     return out
 
 
@@ -140,7 +161,7 @@ def main(argv: list[str]) -> int:
     import sdk.cache
 
     sdk.cache.cold_compiles()
-    mod = importlib.import_module(module)
+    mod = None if module == "options" else importlib.import_module(module)
     value = ast.literal_eval(raw)
     done = []
     for name in rows:
