@@ -96,6 +96,7 @@ class Plugins(Protocol):
 
 
 _installed: dict[str, Callable[..., Any]] = {}
+_private: list[PrivateTorch] = []  # what private_torch answered, once asked
 
 
 def install(
@@ -106,6 +107,7 @@ def install(
     record_cache_artifact: Callable[[str, str, bytes], None],
 ) -> None:
     """The core's implementations (``core/seams.py`` calls this when imported)."""
+    _private.clear()
     _installed.update(
         private_torch=private_torch,
         plugins=plugins,
@@ -125,8 +127,11 @@ def _get(name: str) -> Callable[..., Any]:
 
 
 def private_torch() -> PrivateTorch:
-    """The private torch APIs the contract uses (imported at first use: they pull in sympy)."""
-    return _get("private_torch")()
+    """The private torch APIs the contract uses (imported at first use: they pull in sympy;
+    kept after: a CUDA-graph replay asks for them a few hundred times)."""
+    if not _private:
+        _private.append(_get("private_torch")())
+    return _private[0]
 
 
 def plugins() -> Plugins:

@@ -93,11 +93,11 @@ class Outputs:
     # -- reused slots ---------------------------------------------------------
 
     def _counts(self, i: int) -> tuple[int, int, int]:
-        t = self._kept[i]
+        t, tp = self._kept[i], _tp()
         return (
             sys.getrefcount(t),
-            _tp().tensor_use_count(t),  # type: ignore[arg-type]
-            _tp().storage_use_count(self._weak[i]),
+            tp.tensor_use_count(t),  # type: ignore[arg-type]
+            tp.storage_use_count(self._weak[i]),
         )
 
     def _held(self, i: int) -> bool:
@@ -151,13 +151,14 @@ class Outputs:
         if self._fresh_at:
             self._revoke_fresh()  # what the last fresh hand-out still holds: none, normally
             groups: dict[int, tuple[torch.UntypedStorage, Any, list[weakref.ref]]] = {}
+            tp = _tp()
             for i in self._fresh_at:
                 o = self.outputs[i]
                 st = o.untyped_storage()
                 group = groups.get(st.data_ptr())
                 if group is None:
-                    alias = _tp().storage_alias(st, o.device)
-                    group = groups[st.data_ptr()] = (alias, _tp().storage_weakref(alias), [])
+                    alias = tp.storage_alias(st, o.device)
+                    group = groups[st.data_ptr()] = (alias, tp.storage_weakref(alias), [])
                 out[i] = t = _alias(o, group[0])
                 group[2].append(weakref.ref(t))
             self._fresh = list(groups.values())
@@ -166,16 +167,18 @@ class Outputs:
     def in_use(self) -> bool:
         """Does anything still hold memory of the outputs (a handed-out tensor, a view,
         a tensor over its storage)?"""
+        use_count = _tp().storage_use_count
         return (
             any(self._held(i) for i in self._reused)
-            or any(_tp().storage_use_count(weak) > 1 for _, weak, _ in self._fresh)
+            or any(use_count(weak) > 1 for _, weak, _ in self._fresh)
             or self.unreachable()
         )
 
     def unreachable(self) -> bool:
         """Is memory of the outputs held by a tensor :meth:`revoke` cannot reach (a view, a
         tensor over the storage that is not a handed-out one)?"""
-        self._lingering = [w for w in self._lingering if _tp().storage_use_count(w) > 0]
+        use_count = _tp().storage_use_count
+        self._lingering = [w for w in self._lingering if use_count(w) > 0]
         return (
             bool(self._lingering)
             or any(self._shared(i) for i in self._reused)
@@ -194,14 +197,14 @@ class Outputs:
         return n + self._revoke_fresh()
 
     def _revoke_fresh(self) -> int:
-        n = 0
+        n, tp = 0, _tp()
         for _alias_storage, weak, tensors in self._fresh:
             for ref in tensors:
                 t = ref()
                 if t is not None:
-                    n += _tp().set_access_error(t, self._message)
+                    n += tp.set_access_error(t, self._message)
                     del t
-            if _tp().storage_use_count(weak) > 1:  # more than our alias: out of reach
+            if tp.storage_use_count(weak) > 1:  # more than our alias: out of reach
                 self._lingering.append(weak)
         self._fresh = []
         return n

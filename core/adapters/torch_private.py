@@ -497,9 +497,14 @@ _STEP: list[Any] = []
 
 def storage_weakref(storage: torch.UntypedStorage) -> Any:
     """A weak reference to ``storage``, for :func:`storage_use_count`."""
-    from torch.multiprocessing.reductions import StorageWeakRef
+    if not _WEAK:  # (a CUDA-graph replay makes one per output storage)
+        from torch.multiprocessing.reductions import StorageWeakRef
 
-    return StorageWeakRef(storage)
+        _WEAK.append(StorageWeakRef)
+    return _WEAK[0](storage)
+
+
+_WEAK: list[Any] = []
 
 
 def storage_use_count(weak: Any) -> int:
