@@ -107,7 +107,9 @@ def sdk_plugin_info() -> sdk.PluginInfo:
 
 #: Channels-last activations in training graphs too. Column reductions split by the grid's size
 #: (heuristics.SPLIT_BY_GRID): BatchNorm's statistics over channels-last activations cost about
-#: what they do over NCHW (BENCHMARKS.md, "Issues 48 and 49, fourth session").
+#: what they do over NCHW (BENCHMARKS.md, "Issues 48 and 49, fourth session"). Read once, when
+#: the plugin loads (``sdk_preferences``): setting it later changes no compile; one compile
+#: takes ``options={"channels_last": False}``.
 CHANNELS_LAST_TRAINING = True
 
 
