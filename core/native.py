@@ -256,9 +256,13 @@ def _load() -> ModuleType:
             flush=True,
         )
     started = time.perf_counter()
-    path = toolchain.compile_library(text, **build, cache_root=runner_dir)
+    mod = toolchain.compile_and_load(text, loader=_load_module, **build, cache_root=runner_dir)
     if building:
         _state["built"] = (started, time.perf_counter())
+    return mod
+
+
+def _load_module(path: Path) -> Any:
     loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, str(path))
     spec = importlib.util.spec_from_loader(_MODULE_NAME, loader)
     assert spec is not None

@@ -7,7 +7,7 @@ it is loaded only after its digest, owner and mode check out, so a corrupt, trun
 foreign file in the cache is a miss and is rebuilt, never loaded. Naming by content also means
 ``dlopen`` (which reuses a loaded object of the same path) never returns a stale library.
 
-    lib = sdk.toolchain.load_library(sdk.toolchain.compile_library(source, language="c"))
+    lib = sdk.toolchain.compile_and_load(source, language="c")   # compile_library, load_library
     fn = sdk.toolchain.get_function(lib, "k_add", nargs=3)
     kernel = sdk.toolchain.launcher(fn, 3)     # kernel(a, b, out) passes their data_ptr()s
 
@@ -72,7 +72,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sdk import _config as config
 from sdk.cache import DiskCache, make_room, read_regular, source_digest, stable_hash, write_atomic
@@ -631,8 +631,40 @@ def is_built(
     return _verified(cache, digest_key) is not None
 
 
+T = TypeVar("T")
+
+#: builds of one library :func:`compile_and_load` tries where the library keeps vanishing
+#: before it is loaded
+LOAD_TRIES = 3
+
+
+def compile_and_load(
+    source: str,
+    *,
+    loader: Callable[[Path], T] | None = None,
+    **build: Any,
+) -> T:
+    """:func:`compile_library` with ``build``, then load what it built: with ``loader``
+    (:func:`load_library` when None; the native runner passes Python's extension loader).
+    Where the library is gone between the two (an ``sdk cache clear`` in another process
+    removed it), it is built again, up to :data:`LOAD_TRIES` builds; the error of a load
+    whose library is still there (a cache on a file system mounted noexec) is raised at once.
+    ``dlopen`` maps the file: once loaded, removing it changes nothing."""
+    load = loader if loader is not None else load_library
+    tries = 1
+    while True:
+        path = compile_library(source, **build)
+        try:
+            return load(path)  # type: ignore[return-value]
+        except (OSError, ImportError):
+            if tries >= LOAD_TRIES or os.path.lexists(path):
+                raise
+        tries += 1
+
+
 def load_library(path: str | os.PathLike[str]) -> ctypes.CDLL:
-    """``dlopen`` a library made by :func:`compile_library`."""
+    """``dlopen`` a library made by :func:`compile_library` (:func:`compile_and_load` does
+    both, and builds again where the library went in between)."""
     try:
         return ctypes.CDLL(os.fspath(path))
     except OSError as e:

@@ -92,7 +92,5 @@ def sdk_compile_kernels(
             f"option 'extra_flags' for sdk:cpu_cpp must hold strings, got {extra!r}"
         )
     flags = toolchain.default_flags() + tuple(extra)
-    lib = sdk.toolchain.load_library(
-        toolchain.compile_library(unit, flags=flags, plugin_version=__version__)
-    )
+    lib = toolchain.compile_and_load(unit, flags=flags, plugin_version=__version__)
     return sdk.clike.launchers(lib, sources)

@@ -46,6 +46,7 @@ being ``--version`` plus what ``-march=native`` expands to, stored as
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sdk import clike, toolchain
 
@@ -111,6 +112,15 @@ def default_flags() -> tuple[str, ...]:
     return _FLAGS
 
 
+def _build(flags: tuple[str, ...] | None, plugin_version: str) -> dict:
+    return {
+        "language": LANGUAGE,
+        "flags": default_flags() if flags is None else flags,
+        "namespace": "cpp",
+        "key": (plugin_version,),
+    }
+
+
 def compile_library(
     source: str, *, flags: tuple[str, ...] | None = None, plugin_version: str = "0"
 ) -> Path:
@@ -119,10 +129,12 @@ def compile_library(
     Raises :class:`sdk.toolchain.CompileError` when the compiler fails or runs past
     ``SDK_COMPILE_TIMEOUT`` seconds (default 300).
     """
-    return toolchain.compile_library(
-        source,
-        language=LANGUAGE,
-        flags=default_flags() if flags is None else flags,
-        namespace="cpp",
-        key=(plugin_version,),
-    )
+    return toolchain.compile_library(source, **_build(flags, plugin_version))
+
+
+def compile_and_load(
+    source: str, *, flags: tuple[str, ...] | None = None, plugin_version: str = "0"
+) -> Any:
+    """:func:`compile_library`, then the library loaded (built again where an ``sdk cache
+    clear`` removed it in between: :func:`sdk.toolchain.compile_and_load`)."""
+    return toolchain.compile_and_load(source, **_build(flags, plugin_version))

@@ -108,13 +108,12 @@ def library() -> Any:
     from sdk import toolchain
 
     source = SHIM.replace("@NOT_NATIVE@", str(NOT_NATIVE))
-    path = toolchain.compile_library(
+    lib = toolchain.compile_and_load(
         source,
         language="c",
         flags=("-O2", "-shared", "-fPIC", "-ldl"),
         namespace="cuda_triton-launch",
     )
-    lib = toolchain.load_library(path)
     lib.sdk_triton_sym_plan.restype = ctypes.c_int64
     lib.sdk_triton_sym_plan.argtypes = [
         ctypes.c_void_p,

@@ -241,6 +241,63 @@ def test_compile_library_caches(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @needs_cxx
+def test_a_library_cleared_before_it_is_loaded_is_built_again() -> None:
+    """Another process's ``sdk cache clear`` may remove a library between its build and its
+    ``dlopen`` (the graph then fell back to ATen whole, with a message about noexec mounts):
+    compile_and_load builds it again and loads that."""
+    from sdk.plugins.cpu_cpp.toolchain import compile_and_load as cpp_compile_and_load
+
+    source = _add_kernel("cleared")
+    loads: list[Path] = []
+
+    def cleared_first(path: Path):
+        loads.append(path)
+        if len(loads) == 1:
+            path.unlink()  # the racing clear
+        return toolchain.load_library(path)
+
+    lib = toolchain.compile_and_load(
+        source, loader=cleared_first, language=LANGUAGE, flags=default_flags(), namespace="cpp"
+    )
+    assert len(loads) == 2 and loads[1].is_file()
+    _check_add(toolchain.get_function(lib, "add", 3))
+    # the plugin's own entry takes the same path
+    lib = cpp_compile_and_load(_add_kernel("cleared, cpu_cpp"))
+    _check_add(toolchain.get_function(lib, "add", 3))
+
+
+@needs_cxx
+def test_a_library_that_is_there_but_does_not_load_fails_at_once() -> None:
+    """A load error with the library in place (a cache on a noexec mount) is not a race:
+    raised at the first try, after one build."""
+    source = _add_kernel("unloadable")
+    builds: list[Path] = []
+
+    def refuses(path: Path):
+        builds.append(path)
+        raise OSError(f"could not load {path}: failed to map segment from shared object")
+
+    with pytest.raises(OSError, match="failed to map segment"):
+        toolchain.compile_and_load(source, loader=refuses, language=LANGUAGE)
+    assert len(builds) == 1
+
+
+@needs_cxx
+def test_a_library_that_keeps_vanishing_gives_up_after_load_tries() -> None:
+    source = _add_kernel("vanishing")
+    tries: list[Path] = []
+
+    def always_cleared(path: Path):
+        tries.append(path)
+        path.unlink()
+        return toolchain.load_library(path)
+
+    with pytest.raises(OSError, match="could not load"):
+        toolchain.compile_and_load(source, loader=always_cleared, language=LANGUAGE)
+    assert len(tries) == toolchain.LOAD_TRIES
+
+
+@needs_cxx
 def test_cache_key_covers_flags_and_plugin_version() -> None:
     source = _add_kernel("key")
     base = compile_library(source)
