@@ -13,10 +13,7 @@ slow replay and a slow wrapper around it can be told apart. ``--profile``: then 
 
 from __future__ import annotations
 
-import cProfile
 import functools
-import io
-import pstats
 import statistics
 import sys
 import time
@@ -81,15 +78,7 @@ def main(row: str, backends: list[str], profile: bool) -> None:
             flush=True,
         )
         if profile:
-            pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(20):
-                case.step(f)
-            torch.cuda.synchronize()
-            pr.disable()
-            s = io.StringIO()
-            pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(35)
-            print(s.getvalue(), flush=True)
+            print(CLOCK.profile(functools.partial(case.step, f), 20, 35), flush=True)
 
 
 if __name__ == "__main__":

@@ -11,12 +11,9 @@ one step under ``torch.profiler`` (CPU activities, top 30 by self CPU time). Wri
 
 from __future__ import annotations
 
-import cProfile
 import functools
 import gc
-import io
 import os
-import pstats
 import statistics
 import sys
 import time
@@ -75,15 +72,7 @@ def main(row: str, outdir: str) -> None:
                 f"{min(times) * 1e3:.2f}); 10 steps unsynced: host {host * 1e3:.2f} ms/step; "
                 f"gc {counts}; objects {len(gc.get_objects())}"
             )
-            pr = cProfile.Profile()
-            pr.enable()
-            for _ in range(10):
-                case.step(f)
-            torch.cuda.synchronize()
-            pr.disable()
-            s = io.StringIO()
-            pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(30)
-            say(s.getvalue()[:7000])
+            say(CLOCK.profile(functools.partial(case.step, f), 10, 30)[:7000])
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 case.step(f)
                 torch.cuda.synchronize()

@@ -94,6 +94,23 @@ class _Clock:
         self.sync()
         return time.perf_counter() - t0, out
 
+    def profile(self, call: Callable[[], Any], calls: int, top: int) -> str:
+        """A cProfile of ``calls`` calls (synchronized after the last on a GPU): the ``top``
+        functions by their own time, as ``pstats`` prints them."""
+        import cProfile
+        import io
+        import pstats
+
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(calls):
+            call()
+        self.sync()
+        pr.disable()
+        out = io.StringIO()
+        pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(top)
+        return out.getvalue()
+
     def samples(self, call: Callable[[], Any], share: float = 1.0) -> list[float]:
         """Per-call seconds of the timed calls (after the caller's warm-up): ``share`` of
         the calls (or of the CPU's timing second) that one measurement takes."""

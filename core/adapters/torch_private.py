@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions, get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_unflatten  # noqa: F401 (the SDK's pytree)
 
@@ -497,14 +498,7 @@ _STEP: list[Any] = []
 
 def storage_weakref(storage: torch.UntypedStorage) -> Any:
     """A weak reference to ``storage``, for :func:`storage_use_count`."""
-    if not _WEAK:  # (a CUDA-graph replay makes one per output storage)
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        _WEAK.append(StorageWeakRef)
-    return _WEAK[0](storage)
-
-
-_WEAK: list[Any] = []
+    return StorageWeakRef(storage)
 
 
 def storage_use_count(weak: Any) -> int:
