@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import weakref
-from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -31,7 +30,7 @@ def _tp() -> PrivateTorch:
     return private_torch()
 
 
-__all__ = ["Outputs", "mark_step_called", "step_token"]
+__all__ = ["Outputs", "data_ptrs_equal", "mark_step_called", "step_token"]
 
 
 def step_token() -> Hashable:
@@ -45,10 +44,28 @@ def mark_step_called(before: Hashable, now: Hashable) -> bool:
     return before is None or before[1] != now[1]  # type: ignore[index]
 
 
-def _alias(o: torch.Tensor, storage: torch.UntypedStorage) -> torch.Tensor:
-    t = torch.empty(0, dtype=o.dtype, device=o.device)
-    t.set_(storage, o.storage_offset(), o.size(), o.stride())
-    return t
+def data_ptrs_equal(tensors: list[Any], ptrs: list[int], at: list[int]) -> bool:
+    """Is ``tensors[i].data_ptr() == ptrs[i]`` for every ``i`` in ``at`` (``ptrs`` indexed
+    like ``tensors``)? One C++ call on CUDA builds of torch: a wrapper checks its
+    in-place inputs at every replay."""
+    return _tp().data_ptrs_equal(tensors, ptrs, at)
+
+
+def _meta(o: torch.Tensor) -> dict[str, Any]:
+    """What a tensor like ``o`` is rebuilt from over another storage."""
+    return {
+        "size": tuple(o.shape),
+        "stride": o.stride(),
+        "storage_offset": o.storage_offset(),
+        "dtype": o.dtype,
+    }
+
+
+def _set_over(meta: dict[str, Any], storage: torch.UntypedStorage) -> torch.Tensor:
+    """A tensor over ``storage`` with ``meta``'s layout, through ``set_`` (the constructor of
+    one C++ call exists for CUDA tensors only)."""
+    t = torch.empty(0, dtype=meta["dtype"], device=storage.device)
+    return t.set_(storage, meta["storage_offset"], meta["size"], meta["stride"])
 
 
 class Outputs:
@@ -68,6 +85,10 @@ class Outputs:
     its storage (a ``.grad`` it kept), is out of reach and reads whatever the memory holds
     next. :meth:`unreachable` says whether such a tensor holds memory now: the wrapper must
     not overwrite that memory while it does.
+
+    A wrapper calls these at every replay, over every output of a graph (a GPT-2 backward
+    hands out over a hundred gradients): each check is one loop over flat lists, and a new
+    tensor is one C++ call on CUDA.
     """
 
     def __init__(
@@ -76,135 +97,178 @@ class Outputs:
         self.outputs = tuple(outputs)
         self._message = message
         self._grad_ok = grad_ok
-        at = [i for i, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)]
-        shared = Counter(self.outputs[i].untyped_storage().data_ptr() for i in at)
-        self._reused = [
-            i for i in at if reuse and shared[self.outputs[i].untyped_storage().data_ptr()] == 1
-        ]
-        self._fresh_at = sorted(set(at) - set(self._reused))
-        n = len(self.outputs)
-        self._kept: list[torch.Tensor | None] = [None] * n  # the reused slots' tensors
-        self._weak: list[Any] = [None] * n
-        self._base: list[tuple[int, int, int] | None] = [None] * n  # counts when unheld
-        # the last new hand-out: per storage, a reference to it and to the tensors over it
-        self._fresh: list[tuple[torch.UntypedStorage, Any, list[weakref.ref]]] = []
+        tp = _tp()
+        self._counters = tp.use_counters()
+        self._new_storage = tp.storage_new_alias()
+        by_storage: dict[int, list[int]] = {}
+        for i, o in enumerate(self.outputs):
+            if isinstance(o, torch.Tensor):
+                by_storage.setdefault(o.untyped_storage().data_ptr(), []).append(i)
+        fast = tp.cuda_tensor_constructor()
+
+        def build(o: torch.Tensor) -> Any:
+            return fast if fast is not None and o.device.type == "cuda" else _set_over
+
+        # reused slots: outputs with a storage of their own, handed out as one kept tensor
+        self._reused = [m[0] for m in by_storage.values() if reuse and len(m) == 1]
+        slots = [self.outputs[i] for i in self._reused]
+        self._layout = [(o.data_ptr(), o.shape, o.stride()) for o in slots]
+        self._make = [(_meta(o), build(o)) for o in slots]
+        n = len(self._reused)
+        self._kept: list[torch.Tensor | None] = [None] * n
+        self._impl = [0] * n  # each kept tensor's StorageImpl (it holds it)
+        self._base: list[tuple[int, int, int]] = [(0, 0, 0)] * n  # its counts when unheld
+        # fresh groups: per storage, (data_ptr, nbytes, device, builder, [(position, meta)])
+        reused = set(self._reused)
+        self._groups = []
+        for ptr, members in by_storage.items():
+            if members[0] in reused:
+                continue
+            o = self.outputs[members[0]]
+            st = o.untyped_storage()
+            metas = [(i, _meta(self.outputs[i])) for i in members]
+            self._groups.append((ptr, st.nbytes(), o.device, build(o), metas))
+        # the last new hand-out: per storage, our alias, its StorageImpl, the tensors over it
+        self._fresh: list[tuple[torch.UntypedStorage, int, list[weakref.ref]]] = []
         self._lingering: list[Any] = []  # storages held by tensors revoke could not reach
 
     # -- reused slots ---------------------------------------------------------
 
-    def _counts(self, i: int) -> tuple[int, int, int]:
-        t, tp = self._kept[i], _tp()
-        return (
-            sys.getrefcount(t),
-            tp.tensor_use_count(t),  # type: ignore[arg-type]
-            tp.storage_use_count(self._weak[i]),
-        )
+    def _kept_new(self, j: int) -> torch.Tensor:
+        """A new tensor for slot ``j``, over a storage of its own, and its counts unheld."""
+        i = self._reused[j]
+        o = self.outputs[i]
+        meta, build = self._make[j]
+        st = o.untyped_storage()
+        t = build(meta, self._new_storage(st.data_ptr(), o.device, st.nbytes()))
+        self._kept[j] = t
+        self._impl[j] = _tp().storage_impl(t.untyped_storage())
+        tensor_count, storage_count = self._counters
+        # the kept list, ``t`` and the argument: as in the loops that compare with it
+        self._base[j] = (sys.getrefcount(t), tensor_count(t), storage_count(self._impl[j]))
+        return t
 
-    def _held(self, i: int) -> bool:
-        return self._kept[i] is not None and self._counts(i) != self._base[i]
-
-    def _shared(self, i: int) -> bool:
-        """Does a tensor other than the kept one use its storage (a view, say)?"""
-        base = self._base[i][2]  # type: ignore[index]
-        return self._kept[i] is not None and _tp().storage_use_count(self._weak[i]) > base
-
-    def _intact(self, i: int) -> bool:
-        t, o = self._kept[i], self.outputs[i]
+    def _revoke_slot(self, j: int, shared: bool) -> int:
+        t = self._kept[j]
         assert t is not None
-        if t.data_ptr() != o.data_ptr() or t.shape != o.shape or t.stride() != o.stride():
-            return False
-        if t.requires_grad and not self._grad_ok:
-            return False
-        if t._backward_hooks is not None:
-            t._backward_hooks = None
-        return True
-
-    def _revoke_slot(self, i: int) -> int:
-        if self._shared(i):
-            self._lingering.append(self._weak[i])
-        n = _tp().set_access_error(self._kept[i], self._message)  # type: ignore[arg-type]
-        self._kept[i] = None
+        if shared:  # a view or a sharer outlives the revoked tensor: watch the storage
+            self._lingering.append(_tp().storage_weakref(t.untyped_storage()))
+        n = _tp().set_access_error(t, self._message)
+        self._kept[j] = None
         return int(n)
 
-    # -- fresh hand-outs ------------------------------------------------------
-
-    @staticmethod
-    def _unreached(weak: Any, tensors: list[weakref.ref]) -> bool:
-        """Does the storage have holders besides the tracked tensors and our alias?"""
-        live = sum(1 for ref in tensors if ref() is not None)
-        return _tp().storage_use_count(weak) > live + 1
+    def _held(self) -> list[tuple[int, bool]]:
+        """The kept slots held since they were handed out (their counts moved: a reference,
+        a view, autograd), each as ``(j, shared)``: shared, its storage has another holder
+        (a view, a sharer), which outlives revoking the tensor."""
+        tensor_count, storage_count = self._counters
+        getrefcount, kept, impl, base = sys.getrefcount, self._kept, self._impl, self._base
+        states = []
+        for j in range(len(kept)):
+            t = kept[j]
+            if t is None:
+                continue
+            counts = (getrefcount(t), tensor_count(t), storage_count(impl[j]))
+            b = base[j]
+            if counts != b:
+                states.append((j, counts[2] > b[2]))
+        return states
 
     # -- the interface --------------------------------------------------------
 
     def hand_out(self) -> tuple[Any, ...]:
         out = list(self.outputs)
-        for i in self._reused:
-            if self._kept[i] is not None and self._held(i):
-                self._revoke_slot(i)  # the memory changed under it
-            if self._kept[i] is None or not self._intact(i):
-                o = self.outputs[i]
-                self._kept[i] = t = _alias(o, _tp().storage_alias(o.untyped_storage(), o.device))
-                self._weak[i] = _tp().storage_weakref(t.untyped_storage())
+        if self._reused:
+            tensor_count, storage_count = self._counters
+            getrefcount, kept, impl, base = sys.getrefcount, self._kept, self._impl, self._base
+            layout, grad_ok = self._layout, self._grad_ok
+            for j, i in enumerate(self._reused):
+                t = kept[j]
+                if t is not None:
+                    counts = (getrefcount(t), tensor_count(t), storage_count(impl[j]))
+                    ptr, shape, stride = layout[j]
+                    if counts != base[j]:  # held: the memory changes under it
+                        del t
+                        self._revoke_slot(j, counts[2] > base[j][2])
+                        t = None
+                    elif (
+                        t.data_ptr() != ptr
+                        or t.shape != shape
+                        or t.stride() != stride
+                        or (t.requires_grad and not grad_ok)
+                    ):
+                        t = None  # changed, then dropped: nobody holds it
+                    elif t._backward_hooks is not None:
+                        t._backward_hooks = None
+                out[i] = t if t is not None else self._kept_new(j)
                 del t
-                self._base[i] = self._counts(i)
-            out[i] = self._kept[i]
-        if self._fresh_at:
-            self._revoke_fresh()  # what the last fresh hand-out still holds: none, normally
-            groups: dict[int, tuple[torch.UntypedStorage, Any, list[weakref.ref]]] = {}
-            tp = _tp()
-            for i in self._fresh_at:
-                o = self.outputs[i]
-                st = o.untyped_storage()
-                group = groups.get(st.data_ptr())
-                if group is None:
-                    alias = tp.storage_alias(st, o.device)
-                    group = groups[st.data_ptr()] = (alias, tp.storage_weakref(alias), [])
-                out[i] = t = _alias(o, group[0])
-                group[2].append(weakref.ref(t))
-            self._fresh = list(groups.values())
+        if self._groups:
+            if self._fresh:
+                self._revoke_fresh()  # what the last fresh hand-out still holds: none, normally
+            new_storage, impl, ref = self._new_storage, _tp().storage_impl, weakref.ref
+            fresh = []
+            for ptr, nbytes, device, build, members in self._groups:
+                alias = new_storage(ptr, device, nbytes)
+                tensors = []
+                for i, meta in members:
+                    out[i] = t = build(meta, alias)
+                    tensors.append(ref(t))
+                fresh.append((alias, impl(alias), tensors))
+            del t
+            self._fresh = fresh
         return tuple(out)
 
     def in_use(self) -> bool:
         """Does anything still hold memory of the outputs (a handed-out tensor, a view,
         a tensor over its storage)?"""
-        use_count = _tp().storage_use_count
-        return (
-            any(self._held(i) for i in self._reused)
-            or any(use_count(weak) > 1 for _, weak, _ in self._fresh)
-            or self.unreachable()
-        )
+        if self._held():
+            return True
+        storage_count = self._counters[1]
+        return any(storage_count(impl) > 1 for _, impl, _ in self._fresh) or self.unreachable()
 
     def unreachable(self) -> bool:
         """Is memory of the outputs held by a tensor :meth:`revoke` cannot reach (a view, a
         tensor over the storage that is not a handed-out one)?"""
-        use_count = _tp().storage_use_count
-        self._lingering = [w for w in self._lingering if use_count(w) > 0]
-        return (
-            bool(self._lingering)
-            or any(self._shared(i) for i in self._reused)
-            or any(self._unreached(weak, tensors) for _, weak, tensors in self._fresh)
-        )
+        storage_count = self._counters[1]
+        if self._lingering:
+            self._lingering = [w for w in self._lingering if storage_count(w.cdata) > 0]
+            if self._lingering:
+                return True
+        if any(shared for _, shared in self._held()):
+            return True
+        for _alias_storage, impl, tensors in self._fresh:
+            live = sum(1 for ref in tensors if ref() is not None)
+            if storage_count(impl) > live + 1:  # our alias and the live tensors aside
+                return True
+        return False
 
     def revoke(self) -> int:
         """Make the handed-out tensors still held raise the message on access; the next
         :meth:`hand_out` hands out new ones in their place. Memory that other tensors still
         hold stays :meth:`unreachable` until they are gone. Returns how many tensors it
         reached; 0 where torch cannot (CPU builds)."""
-        n = 0
-        for i in self._reused:
-            if self._held(i):
-                n += self._revoke_slot(i)
+        n = sum(self._revoke_slot(j, shared) for j, shared in self._held())
         return n + self._revoke_fresh()
+
+    def release(self) -> bool:
+        """:meth:`revoke`, then :meth:`unreachable`, with one look at each output."""
+        self.revoke()
+        # every slot left kept is unheld and unshared now, the fresh hand-out is gone:
+        # what revoke could not reach is what it left lingering
+        storage_count = self._counters[1]
+        self._lingering = [w for w in self._lingering if storage_count(w.cdata) > 0]
+        return bool(self._lingering)
 
     def _revoke_fresh(self) -> int:
         n, tp = 0, _tp()
-        for _alias_storage, weak, tensors in self._fresh:
+        storage_count = self._counters[1]
+        for alias, impl, tensors in self._fresh:
             for ref in tensors:
                 t = ref()
                 if t is not None:
                     n += tp.set_access_error(t, self._message)
                     del t
-            if tp.storage_use_count(weak) > 1:  # more than our alias: out of reach
-                self._lingering.append(weak)
+            if storage_count(impl) > 1:  # more than our alias: out of reach
+                self._lingering.append(tp.storage_weakref(alias))
         self._fresh = []
         return n

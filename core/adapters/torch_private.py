@@ -497,27 +497,48 @@ _STEP: list[Any] = []
 
 
 def storage_weakref(storage: torch.UntypedStorage) -> Any:
-    """A weak reference to ``storage``, for :func:`storage_use_count`."""
+    """A weak reference to ``storage``; its ``cdata`` is for :func:`use_counters`."""
     return StorageWeakRef(storage)
 
 
-def storage_use_count(weak: Any) -> int:
-    """How many references hold the storage of ``weak`` (a :func:`storage_weakref`):
-    tensors over it, views included, and Python storage objects."""
-    return torch._C._storage_Use_Count(weak.cdata)
+def storage_new_alias() -> Callable[[int, torch.device, int], torch.UntypedStorage]:
+    """``(data_ptr, device, nbytes) -> storage``: a storage object over that memory, owning
+    none of it."""
+    return torch._C._construct_storage_from_data_pointer
 
 
-def tensor_use_count(t: torch.Tensor) -> int:
-    """How many C++ references hold ``t``: views, autograd's saved tensors (Python
-    references do not count)."""
-    return t._use_count()
+def storage_impl(storage: torch.UntypedStorage) -> int:
+    """The address of ``storage``'s StorageImpl, for :func:`use_counters`' storage count
+    (valid while something holds the storage)."""
+    return storage._cdata
 
 
-def storage_alias(storage: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:
-    """A second storage object over ``storage``'s memory, owning none of it."""
-    return torch._C._construct_storage_from_data_pointer(
-        storage.data_ptr(), device, storage.nbytes()
-    )
+def use_counters() -> tuple[Callable[[torch.Tensor], int], Callable[[int], int]]:
+    """``(tensor_count, storage_count)``: how many C++ references hold a tensor (views,
+    autograd's saved tensors; Python references do not count), ``tensor_count(t)``, and how
+    many hold a storage (tensors over it, views included, and Python storage objects),
+    ``storage_count(storage_impl(s))`` or ``storage_count(storage_weakref(s).cdata)``. The
+    functions themselves, for loops over many tensors."""
+    return torch.Tensor._use_count, torch._C._storage_Use_Count
+
+
+def cuda_tensor_constructor() -> (
+    Callable[[dict[str, Any], torch.UntypedStorage], torch.Tensor] | None
+):
+    """``(metadata, storage) -> tensor`` in one C++ call: a tensor of the CUDA dispatch key over
+    ``storage`` with ``metadata``'s ``size``, ``stride``, ``storage_offset`` and ``dtype``
+    (Inductor's CUDA-graph trees rebuild their outputs with it). None where this build of
+    torch lacks it (CPU builds)."""
+    return getattr(torch._C, "_construct_CUDA_Tensor_From_Storage_And_Metadata", None)
+
+
+def data_ptrs_equal(tensors: list[Any], ptrs: list[int], at: list[int]) -> bool:
+    """Is ``tensors[i].data_ptr() == ptrs[i]`` for every ``i`` in ``at``? (``ptrs`` is
+    indexed like ``tensors``.) One C++ call where torch has it (CUDA builds)."""
+    fn = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+    if fn is not None:
+        return bool(fn(tensors, ptrs, at))
+    return all(tensors[i].data_ptr() == ptrs[i] for i in at)
 
 
 def set_access_error(t: torch.Tensor, message: str) -> bool:

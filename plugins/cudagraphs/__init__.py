@@ -122,7 +122,7 @@ class _Recording:
     graph: Any  # torch.cuda.CUDAGraph
     in_place: dict[int, int]  # input position -> the address it is read at
     copied: dict[int, torch.Tensor]  # input position -> the buffer it is copied into
-    shapes: list[tuple[int, torch.Size]]  # each tensor input's position and sizes
+    shapes: list[torch.Size]  # each tensor input's sizes, in order
     out: runtime.Outputs  # what the recording wrote (it keeps the memory), handed out
     # outputs that are (views of) an input: position, input, and sizes, strides and offset
     # in it (None: the input itself)
@@ -137,11 +137,14 @@ class _Recording:
     def in_use(self) -> bool:
         return self.out.in_use()
 
-    def moved(self, args: tuple[Any, ...]) -> list[int]:
-        return [i for i, ptr in self.in_place.items() if args[i].data_ptr() != ptr]
+    def __post_init__(self) -> None:
+        self._at = list(self.in_place)
+        self._ptrs = [self.in_place.get(i, 0) for i in range(max(self._at, default=-1) + 1)]
 
-    def fits(self, args: tuple[Any, ...]) -> bool:
-        return all(args[i].shape == s for i, s in self.shapes)
+    def moved(self, args: list[Any]) -> list[int]:
+        if runtime.data_ptrs_equal(args, self._ptrs, self._at):
+            return []
+        return [i for i, ptr in self.in_place.items() if args[i].data_ptr() != ptr]
 
 
 class _Device:
@@ -195,8 +198,7 @@ class _Device:
     def revoke_stale(self) -> None:
         """Revoke the outputs of earlier steps; those still held out of reach stay."""
         for key, r in list(self.stale.items()):
-            r.out.revoke()
-            if not r.out.unreachable():
+            if not r.out.release():
                 del self.stale[key]
 
 
@@ -261,13 +263,12 @@ class CudaGraphed:
         if rec is not None and rec.in_use():
             _device(rec.device).retired.append(rec)
 
-    def _key(self, args: tuple[Any, ...]) -> tuple:
+    def _key(self, args: tuple[Any, ...], scalars: bool) -> tuple:
         """Graphs whose inputs are all tensors have static shapes (Dynamo guards them, a
         backward's follow from its forward): one key, sizes checked at replay. Symbolic
         sizes come as int inputs; then every input's layout is part of the key."""
-        scalars = tuple(a for a in args if not isinstance(a, torch.Tensor))
         if not scalars and not self._layout_key:
-            return scalars
+            return ()
         return tuple(
             (tuple(a.shape), a.stride(), a.storage_offset(), a.dtype, a.device)
             if isinstance(a, torch.Tensor)
@@ -301,7 +302,7 @@ class CudaGraphed:
     def __call__(self, *args: Any) -> Any:
         if len(args) == 1 and type(args[0]) is list:
             args = tuple(args[0])
-        host = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and not a.is_cuda]
+        host, scalars, shapes = _scan(args)
         self._host.update(host)
         if self.uncaptured is not None:
             return self._eager(args)
@@ -324,7 +325,7 @@ class CudaGraphed:
                 "work only"
             )
             return self._run(dev, args)
-        key = self._key(args)
+        key = self._key(args, scalars)
         shape = self._shapes.get(key)
         if shape is None:
             shape = self._shapes[key] = _Shape()
@@ -332,7 +333,7 @@ class CudaGraphed:
             shape.seen = [a.data_ptr() if isinstance(a, torch.Tensor) else None for a in args]
             return self._run(dev, args)
         rec = shape.recording
-        if rec is not None and not key and not rec.fits(args):
+        if rec is not None and not key and shapes != rec.shapes:
             # sizes changed with no symbolic size among the inputs: key on layouts from now
             self._layout_key = True
             for old in self._shapes.values():
@@ -340,7 +341,7 @@ class CudaGraphed:
             self._shapes.clear()
             return self(*args)
         if rec is not None:
-            moved = rec.moved(args)
+            moved = rec.moved(list(args))
             if moved:
                 shape.copy.update(moved)
                 self._retire(shape)
@@ -448,7 +449,7 @@ class CudaGraphed:
         ptrs = {o.untyped_storage().data_ptr() for o in owned if isinstance(o, torch.Tensor)}
         self._own |= ptrs
         dev.managed |= ptrs
-        shapes = [(i, a.shape) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        shapes = _scan(args)[2]
         out = runtime.Outputs(
             owned,
             STALE_GRAD if self.backward else STALE,
@@ -459,6 +460,23 @@ class CudaGraphed:
         return _Recording(
             index, next(dev.order), graph, in_place, copied, shapes, out, aliases, back
         )
+
+
+def _scan(args: tuple[Any, ...]) -> tuple[list[int], bool, list[torch.Size]]:
+    """One look at each input: the positions of host tensors, whether any input is not a
+    tensor (a symbolic size), and the tensors' sizes in order."""
+    host: list[int] = []
+    shapes: list[torch.Size] = []
+    scalars = False
+    tensor = torch.Tensor
+    for i, a in enumerate(args):
+        if isinstance(a, tensor):
+            if not a.is_cuda:
+                host.append(i)
+            shapes.append(a.shape)
+        else:
+            scalars = True
+    return host, scalars, shapes
 
 
 def _buffer_like(a: torch.Tensor) -> torch.Tensor:

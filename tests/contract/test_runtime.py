@@ -131,6 +131,34 @@ def test_revoke_reaches_handed_out_tensors_and_reports_views_out_of_reach(reuse)
     torch.testing.assert_close(fresh, keep)
 
 
+@pytest.mark.parametrize("reuse", [True, False])
+def test_release_is_revoke_then_unreachable(reuse):
+    outputs = runtime.Outputs([torch.ones(4), torch.zeros(2)], MSG, reuse=reuse)
+    first, second = outputs.hand_out()
+    view = second[1:]
+    del second
+    gc.collect()
+    assert outputs.release()  # the view holds memory that revoking cannot reach
+    assert outputs.unreachable() and outputs.in_use()
+    if CAN_REVOKE:
+        with pytest.raises(RuntimeError, match=MSG):
+            print(first + 1)
+    del view, first
+    gc.collect()
+    assert not outputs.release() and not outputs.in_use()
+    a, b = outputs.hand_out()
+    torch.testing.assert_close(a, torch.ones(4))
+    torch.testing.assert_close(b, torch.zeros(2))
+
+
+def test_data_ptrs_equal_reads_the_positions_asked():
+    x, y, z = torch.ones(3), torch.ones(3), torch.ones(3)
+    ptrs = [x.data_ptr(), 0, z.data_ptr()]
+    assert runtime.data_ptrs_equal([x, 7, z], ptrs, [0, 2])
+    assert not runtime.data_ptrs_equal([x, 7, y], ptrs, [0, 2])
+    assert runtime.data_ptrs_equal([y], [0], [])
+
+
 def test_a_tensor_autograd_makes_over_the_storage_is_out_of_reach():
     keep = torch.ones(4)
     outputs = runtime.Outputs([keep], MSG, reuse=False)
