@@ -8,7 +8,8 @@ per step over 20 steps issued without a synchronization ("busy": the device stil
 steps before); the same 20 steps each after a synchronization ("idle"); and, for each of
 both, each CUDA graph's median host time per replay (``CUDAGraph.replay`` timed), so that a
 slow replay and a slow wrapper around it can be told apart. ``--profile``: then a cProfile of
-20 steps (top 35 by own time). Compare only within one run.
+20 steps (top 35 by own time, and the run-time wrappers' top 35 by cumulative time).
+Compare only within one run.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from sdk.tools.bench_timing import _Clock
 CLOCK = _Clock(cuda=True, repeat=0)
 
 _REPLAYS: dict[int, list[float]] = {}
+#: ``--profile``'s second table, by cumulative time: the compilers' run-time wrappers
+WITHIN = "sdk/|plugins/|cudagraph_trees|runtime_wrappers|autograd/function"
 
 
 def _timed_replays() -> None:
@@ -78,7 +81,7 @@ def main(row: str, backends: list[str], profile: bool) -> None:
             flush=True,
         )
         if profile:
-            print(CLOCK.profile(functools.partial(case.step, f), 20, 35), flush=True)
+            print(CLOCK.profile(functools.partial(case.step, f), 20, 35, WITHIN), flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import weakref
 from collections.abc import Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -30,7 +30,7 @@ def _tp() -> PrivateTorch:
     return private_torch()
 
 
-__all__ = ["Outputs", "data_ptrs_equal", "mark_step_called", "step_token"]
+__all__ = ["Outputs", "Scan", "data_ptrs_equal", "mark_step_called", "step_token"]
 
 
 def step_token() -> Hashable:
@@ -66,6 +66,15 @@ def _set_over(meta: dict[str, Any], storage: torch.UntypedStorage) -> torch.Tens
     one C++ call exists for CUDA tensors only)."""
     t = torch.empty(0, dtype=meta["dtype"], device=storage.device)
     return t.set_(storage, meta["storage_offset"], meta["size"], meta["stride"])
+
+
+class Scan(NamedTuple):
+    """What holds a hand-out's memory, at one look (:meth:`Outputs.scan`)."""
+
+    #: the kept slots held, each as (slot, whether its storage has another holder)
+    held: list[tuple[int, bool]]
+    #: is memory held where revoking cannot reach (:meth:`Outputs.unreachable`)?
+    unreachable: bool
 
 
 class Outputs:
@@ -176,7 +185,9 @@ class Outputs:
 
     # -- the interface --------------------------------------------------------
 
-    def hand_out(self) -> tuple[Any, ...]:
+    def hand_out(self, *, unheld: bool = False) -> tuple[Any, ...]:
+        """The outputs, to hand to the caller. ``unheld``: :meth:`release` has just run and
+        nothing since (a replay aside), so no kept tensor is held: they are not counted."""
         out = list(self.outputs)
         if self._reused:
             tensor_count, storage_count = self._counters
@@ -185,8 +196,12 @@ class Outputs:
             for j, i in enumerate(self._reused):
                 t = kept[j]
                 if t is not None:
-                    counts = (getrefcount(t), tensor_count(t), storage_count(impl[j]))
                     ptr, shape, stride = layout[j]
+                    counts = (
+                        base[j]
+                        if unheld
+                        else (getrefcount(t), tensor_count(t), storage_count(impl[j]))
+                    )
                     if counts != base[j]:  # held: the memory changes under it
                         del t
                         self._revoke_slot(j, counts[2] > base[j][2])
@@ -221,25 +236,41 @@ class Outputs:
     def in_use(self) -> bool:
         """Does anything still hold memory of the outputs (a handed-out tensor, a view,
         a tensor over its storage)?"""
-        if self._held():
+        held = self._held()
+        if held:
             return True
         storage_count = self._counters[1]
-        return any(storage_count(impl) > 1 for _, impl, _ in self._fresh) or self.unreachable()
+        if any(storage_count(impl) > 1 for _, impl, _ in self._fresh):
+            return True
+        return self._unreachable(held)
 
     def unreachable(self) -> bool:
         """Is memory of the outputs held by a tensor :meth:`revoke` cannot reach (a view, a
         tensor over the storage that is not a handed-out one)?"""
+        return self._unreachable(self._held())
+
+    def scan(self) -> Scan:
+        """One look at what holds the outputs now, for :meth:`release`; it stays true only
+        while no code that could take or drop a handed-out tensor runs."""
+        held = self._held()
+        return Scan(held, self._unreachable(held))
+
+    def _unreachable(self, held: list[tuple[int, bool]]) -> bool:
         storage_count = self._counters[1]
         if self._lingering:
             self._lingering = [w for w in self._lingering if storage_count(w.cdata) > 0]
             if self._lingering:
                 return True
-        if any(shared for _, shared in self._held()):
+        if any(shared for _, shared in held):
             return True
         for _alias_storage, impl, tensors in self._fresh:
-            live = sum(1 for ref in tensors if ref() is not None)
-            if storage_count(impl) > live + 1:  # our alias and the live tensors aside
-                return True
+            holders = storage_count(impl)
+            if holders > 1:  # beyond our alias: the live tensors, and any other?
+                live = 0
+                for ref in tensors:
+                    live += ref() is not None
+                if holders > live + 1:
+                    return True
         return False
 
     def revoke(self) -> int:
@@ -250,9 +281,13 @@ class Outputs:
         n = sum(self._revoke_slot(j, shared) for j, shared in self._held())
         return n + self._revoke_fresh()
 
-    def release(self) -> bool:
-        """:meth:`revoke`, then :meth:`unreachable`, with one look at each output."""
-        self.revoke()
+    def release(self, scan: Scan | None = None) -> bool:
+        """:meth:`revoke`, then :meth:`unreachable`, with one look at each output (or none,
+        given this moment's :meth:`scan`)."""
+        for j, shared in self._held() if scan is None else scan.held:
+            if self._kept[j] is not None:
+                self._revoke_slot(j, shared)
+        self._revoke_fresh()
         # every slot left kept is unheld and unshared now, the fresh hand-out is gone:
         # what revoke could not reach is what it left lingering
         storage_count = self._counters[1]

@@ -94,9 +94,12 @@ class _Clock:
         self.sync()
         return time.perf_counter() - t0, out
 
-    def profile(self, call: Callable[[], Any], calls: int, top: int) -> str:
+    def profile(
+        self, call: Callable[[], Any], calls: int, top: int, within: str | None = None
+    ) -> str:
         """A cProfile of ``calls`` calls (synchronized after the last on a GPU): the ``top``
-        functions by their own time, as ``pstats`` prints them."""
+        functions by their own time, as ``pstats`` prints them; then, given ``within`` (a
+        regular expression of file paths), the ``top`` of those by cumulative time."""
         import cProfile
         import io
         import pstats
@@ -108,7 +111,10 @@ class _Clock:
         self.sync()
         pr.disable()
         out = io.StringIO()
-        pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(top)
+        stats = pstats.Stats(pr, stream=out)
+        stats.sort_stats("tottime").print_stats(top)
+        if within is not None:
+            stats.sort_stats("cumulative").print_stats(within, top)
         return out.getvalue()
 
     def samples(self, call: Callable[[], Any], share: float = 1.0) -> list[float]:

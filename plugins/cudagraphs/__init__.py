@@ -159,6 +159,7 @@ class _Device:
         self.stale: dict[int, _Recording] = {}  # replayed before it: revoked at the next replay
         self.retired: list[_Recording] = []  # replaced, kept while their outputs live
         self.managed: set[int] = set()  # storages of recorded outputs (in the pool)
+        self._scans: tuple[Any, dict[int, runtime.Scan]] = (None, {})
 
     @property
     def pool(self) -> Any:
@@ -191,14 +192,21 @@ class _Device:
                 "still in use (call torch.compiler.cudagraph_mark_step_begin() where a "
                 "new step begins)"
             )
-        if any(r.index >= rec.index and r.out.unreachable() for r in self.stale.values()):
-            return HELD
+        scans = {}
+        for key, r in self.stale.items():
+            scans[key] = scan = r.out.scan()
+            if r.index >= rec.index and scan.unreachable:
+                return HELD
+        self._scans = (rec, scans)  # what revoke_stale acts on, if rec's replay follows
         return None
 
-    def revoke_stale(self) -> None:
-        """Revoke the outputs of earlier steps; those still held out of reach stay."""
+    def revoke_stale(self, rec: _Recording | None = None) -> None:
+        """Revoke the outputs of earlier steps; those still held out of reach stay. Given
+        ``rec``, right after ``blocking(rec)`` said None, with what that looked at."""
+        scans = self._scans[1] if rec is not None and self._scans[0] is rec else {}
+        self._scans = (None, {})
         for key, r in list(self.stale.items()):
-            if not r.out.release():
+            if not r.out.release(scans.get(key)):
                 del self.stale[key]
 
 
@@ -365,11 +373,13 @@ class CudaGraphed:
             return self._run(dev, args)
         for i, buf in rec.copied.items():
             buf.copy_(args[i])
-        dev.revoke_stale()
+        released = id(rec) in dev.stale
+        dev.revoke_stale(rec)
         rec.graph.replay()
         for i in rec.written_back:
             args[i].copy_(rec.copied[i])
-        out = rec.out.hand_out()
+        # what revoke_stale released, nothing has taken since
+        out = rec.out.hand_out(unheld=released and id(rec) not in dev.stale)
         if rec.aliases:
             out = list(out)
             for k, i, view in rec.aliases:
