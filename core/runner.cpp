@@ -21,7 +21,11 @@
 // then refuses (an op's schema: its name, its argument count, a constant of another type)
 // is a std::invalid_argument naming the step too.
 
-#include <torch/extension.h>
+// ATen, pybind11 and torch's Python types; not <torch/extension.h>: its C++ frontend
+// (torch/all.h) is unused here, and parsing it took a quarter of the runner's build time
+#include <ATen/ATen.h>
+#include <torch/csrc/python_headers.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -50,6 +54,15 @@ namespace {
 
 using namespace isa;
 namespace F = isa::field;
+
+// A torch.dtype's scalar type (what torch::python::detail::py_object_to_dtype does, in the
+// C++ frontend's header)
+at::ScalarType dtype_of(py::handle h) {
+  if (!THPDtype_Check(h.ptr())) {
+    throw std::invalid_argument("sdk runner: expected a torch.dtype");
+  }
+  return reinterpret_cast<THPDtype*>(h.ptr())->scalar_type;
+}
 
 // A size, stride or offset list: int literals, some replaced at run time by registers'
 // values (a graph of symbolic sizes). Decoded from operands: an int, or (r,) a register.
@@ -676,7 +689,7 @@ class Program {
         s.dst = t[F::EMPTY::dst].cast<int>();
         s.sizes = operands(t[F::EMPTY::sizes]);
         s.strides = operands(t[F::EMPTY::strides]);
-        auto dtype = torch::python::detail::py_object_to_dtype(t[F::EMPTY::dtype]);
+        auto dtype = dtype_of(t[F::EMPTY::dtype]);
         // (parsed here: TensorOptions::device is noexcept, a c10::Error in it terminates)
         const c10::Device device(t[F::EMPTY::device].cast<std::string>());
         s.options = at::TensorOptions().dtype(dtype).device(device);
