@@ -151,6 +151,26 @@ def test_release_is_revoke_then_unreachable(reuse):
     torch.testing.assert_close(b, torch.zeros(2))
 
 
+def test_a_scan_is_what_release_acts_on_and_hand_out_after_it_need_not_count():
+    outputs = runtime.Outputs([torch.ones(4), torch.zeros(2), torch.full((3,), 2.0)], MSG)
+    first = outputs.hand_out()
+    held, view = first[1], first[2][1:]
+    ids = [id(t) for t in first]
+    del first
+    gc.collect()
+    scan = outputs.scan()
+    assert [j for j, _ in scan.held] == [1, 2] and scan.unreachable  # the view: out of reach
+    assert [shared for _, shared in scan.held] == [False, True]
+    assert outputs.release(scan)  # revokes both; the view's memory stays unreachable
+    again = outputs.hand_out(unheld=True)
+    assert id(again[0]) == ids[0]  # nobody held it: the same tensor
+    assert id(again[1]) != ids[1] and id(again[2]) != ids[2]
+    torch.testing.assert_close(list(again), [torch.ones(4), torch.zeros(2), torch.full((3,), 2.0)])
+    del held, view, again
+    gc.collect()
+    assert not outputs.in_use()
+
+
 def test_data_ptrs_equal_reads_the_positions_asked():
     x, y, z = torch.ones(3), torch.ones(3), torch.ones(3)
     ptrs = [x.data_ptr(), 0, z.data_ptr()]
