@@ -371,6 +371,11 @@ class CudaGraphed:
         if blocked is not None:
             self._note(blocked)
             return self._run(dev, args)
+        return self._replay(rec, dev, args)
+
+    def _replay(self, rec: _Recording, dev: _Device, args: tuple[Any, ...]) -> Any:
+        """Replay ``rec`` on ``args`` (``dev.blocking(rec)`` has just said None) and hand out
+        its outputs."""
         for i, buf in rec.copied.items():
             buf.copy_(args[i])
         released = id(rec) in dev.stale
