@@ -1,8 +1,8 @@
 """CPU: the cudagraphs plugin's host work around a replay, without a GPU. A GPT-2-like
 training step (the shapes of GPT-2 training under reduce-overhead): a forward graph of 150
 inputs read in place and 92 outputs the next step reuses, and a backward graph of 150 inputs
-and 109 gradients handed out new each step, which the "optimizer" keeps as ``.grad`` and
-drops (``zero_grad(set_to_none=True)``). Each call runs the plugin's own checks and
+and 109 gradients handed out new each step, which the "optimizer" keeps as ``.grad`` (a
+detached alias, as AccumulateGrad does) and drops (``zero_grad(set_to_none=True)``). Each call runs the plugin's own checks and
 ``CudaGraphed._replay`` over a recording whose replay does nothing, so the figure is the
 wrapper's Python and torch calls only. On CPU tensors a new output tensor is a ``set_``; on
 CUDA it is one C++ call (the GPU's figure is in ``benchmarks/cudagraph_steps.py``).
@@ -24,7 +24,7 @@ import sdk
 from sdk import runtime
 from sdk.plugins import cudagraphs as cg
 
-INPUTS, KEPT, FRESH = 150, 92, 109
+INPUTS, ACTIVATIONS, GRADIENTS = 150, 92, 109
 
 
 class _NoGraph:
@@ -33,6 +33,7 @@ class _NoGraph:
 
 
 def _recording(dev: cg._Device, args: list[torch.Tensor], outs: list[torch.Tensor], bw: bool):
+    # as CudaGraphed._record makes it: a backward's outputs are handed out new each step
     out = runtime.Outputs(outs, cg.STALE_GRAD if bw else cg.STALE, reuse=not bw, grad_ok=not bw)
     in_place = {i: a.data_ptr() for i, a in enumerate(args)}
     shapes = [a.shape for a in args]
@@ -60,8 +61,10 @@ def main(profile: bool) -> None:
     dev = cg._Device()
     with torch.no_grad():
         args = tuple(p.detach() for p in params)
-        rec_fw = _recording(dev, list(args), [torch.randn(64, 64) for _ in range(KEPT)], False)
-        rec_bw = _recording(dev, list(args), [torch.randn(64, 64) for _ in range(FRESH)], True)
+        rec_fw = _recording(
+            dev, list(args), [torch.randn(64, 64) for _ in range(ACTIVATIONS)], False
+        )
+        rec_bw = _recording(dev, list(args), [torch.randn(64, 64) for _ in range(GRADIENTS)], True)
 
     def step() -> None:
         torch.compiler.cudagraph_mark_step_begin()
@@ -69,7 +72,7 @@ def main(profile: bool) -> None:
             saved = _call(fw, rec_fw, dev, args)  # the activations, to the backward
             grads = _call(bw, rec_bw, dev, args)
         for p, g in zip(params, grads):
-            p.grad = g
+            p.grad = g.detach()  # what AccumulateGrad keeps
         del saved, grads
         for p in params:
             p.grad = None
