@@ -48,9 +48,10 @@ def _call(graph: cg.CudaGraphed, rec: Any, dev: cg._Device, args: tuple) -> Any:
         dev.begin()
     if graph._key(args, scalars) or shapes != rec.shapes or rec.moved(list(args)):
         raise AssertionError("the recording does not fit")
-    if dev.blocking(rec) is not None:
-        raise AssertionError(dev.blocking(rec))
-    return graph._replay(rec, dev, args)
+    blocked, scans = dev.check(rec)
+    if blocked is not None:
+        raise AssertionError(blocked)
+    return graph._replay(rec, dev, args, scans)
 
 
 def main(profile: bool) -> None:

@@ -190,23 +190,15 @@ class Outputs:
         nothing since (a replay aside), so no kept tensor is held: they are not counted."""
         out = list(self.outputs)
         if self._reused:
-            tensor_count, storage_count = self._counters
-            getrefcount, kept, impl, base = sys.getrefcount, self._kept, self._impl, self._base
-            layout, grad_ok = self._layout, self._grad_ok
+            if not unheld:
+                for j, shared in self._held():
+                    self._revoke_slot(j, shared)  # the memory changes under it
+            kept, layout, grad_ok = self._kept, self._layout, self._grad_ok
             for j, i in enumerate(self._reused):
                 t = kept[j]
                 if t is not None:
                     ptr, shape, stride = layout[j]
-                    counts = (
-                        base[j]
-                        if unheld
-                        else (getrefcount(t), tensor_count(t), storage_count(impl[j]))
-                    )
-                    if counts != base[j]:  # held: the memory changes under it
-                        del t
-                        self._revoke_slot(j, counts[2] > base[j][2])
-                        t = None
-                    elif (
+                    if (
                         t.data_ptr() != ptr
                         or t.shape != shape
                         or t.stride() != stride

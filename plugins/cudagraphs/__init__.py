@@ -159,7 +159,6 @@ class _Device:
         self.stale: dict[int, _Recording] = {}  # replayed before it: revoked at the next replay
         self.retired: list[_Recording] = []  # replaced, kept while their outputs live
         self.managed: set[int] = set()  # storages of recorded outputs (in the pool)
-        self._scans: tuple[Any, dict[int, runtime.Scan]] = (None, {})
 
     @property
     def pool(self) -> Any:
@@ -186,28 +185,36 @@ class _Device:
         """Why ``rec``'s replay would overwrite memory still in use, if it would: outputs
         of this step in use, or of an earlier step held where revoking cannot reach; its
         own, and those of graphs recorded after it (they may sit in its scratch memory)."""
+        return self.check(rec)[0]
+
+    def check(self, rec: _Recording) -> tuple[str | None, dict[int, runtime.Scan]]:
+        """:meth:`blocking`'s answer, and the look it took at each earlier step's outputs
+        (for :meth:`revoke_stale`, if the replay follows at once)."""
         if any(r.index >= rec.index and r.in_use() for r in self.step.values()):
             return (
                 "a call ran uncaptured: outputs of an earlier call in this step are "
                 "still in use (call torch.compiler.cudagraph_mark_step_begin() where a "
-                "new step begins)"
+                "new step begins)",
+                {},
             )
         scans = {}
         for key, r in self.stale.items():
             scans[key] = scan = r.out.scan()
             if r.index >= rec.index and scan.unreachable:
-                return HELD
-        self._scans = (rec, scans)  # what revoke_stale acts on, if rec's replay follows
-        return None
+                return HELD, {}
+        return None, scans
 
-    def revoke_stale(self, rec: _Recording | None = None) -> None:
+    def revoke_stale(self, scans: dict[int, runtime.Scan] | None = None) -> set[int]:
         """Revoke the outputs of earlier steps; those still held out of reach stay. Given
-        ``rec``, right after ``blocking(rec)`` said None, with what that looked at."""
-        scans = self._scans[1] if rec is not None and self._scans[0] is rec else {}
-        self._scans = (None, {})
+        :meth:`check`'s ``scans`` (nothing ran since), with what it looked at. Returns the
+        recordings released: nothing holds their outputs now."""
+        scans = scans or {}
+        released = set()
         for key, r in list(self.stale.items()):
             if not r.out.release(scans.get(key)):
                 del self.stale[key]
+                released.add(key)
+        return released
 
 
 _DEVICES: dict[int, _Device] = {}
@@ -367,24 +374,25 @@ class CudaGraphed:
                 self._give_up(f"capture failed: {type(exc).__name__}: {exc}")
                 return self._run(dev, args)
             shape.recording, shape.recordings = rec, shape.recordings + 1
-        blocked = dev.blocking(rec)
+        blocked, scans = dev.check(rec)
         if blocked is not None:
             self._note(blocked)
             return self._run(dev, args)
-        return self._replay(rec, dev, args)
+        return self._replay(rec, dev, args, scans)
 
-    def _replay(self, rec: _Recording, dev: _Device, args: tuple[Any, ...]) -> Any:
-        """Replay ``rec`` on ``args`` (``dev.blocking(rec)`` has just said None) and hand out
-        its outputs."""
+    def _replay(
+        self, rec: _Recording, dev: _Device, args: tuple[Any, ...], scans: dict | None = None
+    ) -> Any:
+        """Replay ``rec`` on ``args`` (``dev.check(rec)`` has just said None, and looked at
+        the earlier steps' outputs as ``scans``) and hand out its outputs."""
         for i, buf in rec.copied.items():
             buf.copy_(args[i])
-        released = id(rec) in dev.stale
-        dev.revoke_stale(rec)
+        released = dev.revoke_stale(scans)
         rec.graph.replay()
         for i in rec.written_back:
             args[i].copy_(rec.copied[i])
         # what revoke_stale released, nothing has taken since
-        out = rec.out.hand_out(unheld=released and id(rec) not in dev.stale)
+        out = rec.out.hand_out(unheld=id(rec) in released)
         if rec.aliases:
             out = list(out)
             for k, i, view in rec.aliases:

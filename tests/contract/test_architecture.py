@@ -47,6 +47,9 @@ ADAPTERS = {
     "core/adapters/dynamo.py",
     # torch's AOTAutograd cache, for warm starts (core.warm)
     "core/adapters/aot_cache.py",
+    # run time for wrapper plugins (sdk.runtime): step counters, storages and reference
+    # counts of handed-out tensors; torch_private re-exports its names
+    "core/adapters/runtime.py",
     # torch's MegaCache (save/load_cache_artifacts): the SDK's entry type, registered by
     # ``import sdk`` (light, unlike the AOTAutograd cache's imports)
     "core/adapters/mega_cache.py",
