@@ -248,3 +248,21 @@ def test_a_view_of_an_output_kept_over_steps_keeps_its_values():
         torch.testing.assert_close(y, model(2 * x))
         del view
         f(x)  # replays again once the view is gone
+
+
+def test_gradients_are_taken_as_grad_not_copied():
+    """AccumulateGrad keeps a recorded backward's gradient as .grad (a detached alias over
+    the recording's memory), not a copy, which would add a kernel a parameter a step."""
+    ref = models.mlp(64, 128, 10, seed=0).cuda()
+    model = copy.deepcopy(ref)
+    f = torch.compile(model, **RO)
+    for _ in range(4):
+        x = torch.randn(8, 64, device="cuda")
+        for m, fn in ((ref, ref), (model, f)):
+            m.zero_grad(set_to_none=True)
+            fn(x).square().mean().backward()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    managed = cudagraphs._device(torch.cuda.current_device()).managed
+    taken = [p.grad.untyped_storage().data_ptr() in managed for p in model.parameters()]
+    assert all(taken), taken
