@@ -38,6 +38,8 @@ _INLINE_MAX_READS = 16
 #: A producer is recomputed where it is gathered from when its readers read at most this
 #: fraction of its elements.
 _GATHER_RATIO = 8
+#: Recompute a producer no narrower than what it reads (:func:`_narrow_reads`) in its readers.
+RECOMPUTE_NARROW = True
 
 
 def _transcendental(n: Node) -> bool:
@@ -68,7 +70,12 @@ def inline_producers(
       (a plugin without ``Preferences.cheap_transcendentals``) not when it computes a
       transcendental (``TRANSCENDENTAL``): a rotary embedding's cos/sin over
       (tokens, dims) would be recomputed for every head;
-    * its one reader is a smaller window over it (max-pooling after BN + ReLU).
+    * its one reader is a smaller window over it (max-pooling after BN + ReLU);
+    * it is no narrower than what it reads (:func:`_narrow_reads`: a bf16 gradient cast to
+      fp32, LayerNorm's normalized input): each reader reads no more recomputing it than
+      loading it, and the store is saved. LayerNorm's backward then reads the bf16 gradient
+      and input in its row kernel and again in its gamma and beta column sums, as Inductor's
+      does, instead of storing two fp32 buffers for the column sums to read back.
 
     Loads at a linear index take only constants. A gathered load keeps its bounds check:
     the recomputed loads carry its bindings, or a probe load does (for a constant).
@@ -185,7 +192,14 @@ class _Inliner:
             and numel_hint(rs[0].sizes) < pn
             and reads[0] <= _INLINE_MAX_READS
         )
-        return gather or broadcast or window
+        # no narrower than its reads: recomputing it reads no more than loading it would
+        narrow = (
+            p.name not in self.indirect
+            and (self.cheap_math or not _transcendental(p))
+            and RECOMPUTE_NARROW
+            and _narrow_reads(p)
+        )
+        return gather or broadcast or window or narrow
 
     def within_limits(self, p: Node, rs: list[Node]) -> bool:
         """Whether every reader's kernel stays within the plugin's limits with ``p``'s reads."""
@@ -272,6 +286,24 @@ def _expanding(p: Node) -> bool:
         if not any(size_hint(n) >= _GATHER_RATIO for v, n in sizes.items() if v not in used):
             return False
     return True
+
+
+def _narrow_reads(p: Node) -> bool:
+    """Do ``p``'s loads read at most as many bytes per point as ``p`` stores? A load that
+    leaves out a loop of at least ``_GATHER_RATIO`` points (a row's mean, a scalar) counts as
+    none: it is read once per row or once in all, from the cache. Without a load at every
+    point ``p`` is expanding instead (:func:`_expanding`)."""
+    sizes = dict(zip(p.vars, p.sizes))
+    nbytes, full = 0, False
+    for ld in set(loads(p.value)):
+        used = _index_symbols(ld)
+        if used & {b[0] for b in ld.binds}:
+            return False  # a gathered read
+        if any(size_hint(n) >= _GATHER_RATIO for v, n in sizes.items() if v not in used):
+            continue
+        nbytes += ld.dtype.itemsize
+        full = True
+    return full and nbytes <= p.dtype.itemsize
 
 
 def _index_symbols(ld: Load) -> set[sympy.Symbol]:
