@@ -147,15 +147,16 @@ class Scheduler:
         """Candidate pairs ``(first.id, second.id)`` (first earlier) -> bytes saved.
 
         Vertical: one reads what the other writes. Horizontal (1 byte, ranked after every
-        vertical pair): both read a buffer no group writes (an input, an extern's result)
-        that at most 8 groups read; a weight read everywhere makes no siblings.
+        vertical pair): both read a buffer that at most 8 groups other than its writer read
+        (an input, an extern's result, or a buffer they cannot fuse with the writer of:
+        LayerNorm's gamma and beta column sums of the gradient its row kernel writes); a
+        weight read everywhere makes no siblings.
         """
         pairs: dict[tuple[int, int], int] = {}
         for g in self.groups:
             self._vertical(pairs, g, owner)
         for buf in self._readers:
-            if buf not in self.by_name:
-                self._horizontal(pairs, buf, owner)
+            self._horizontal(pairs, buf, owner)
         return pairs
 
     def _vertical(
@@ -181,7 +182,12 @@ class Scheduler:
     def _horizontal(
         self, pairs: dict[tuple[int, int], int], buf: str, owner: dict[str, Group]
     ) -> None:
-        gs = list({id(g): g for g in (owner[n.name] for n in self._readers[buf])}.values())
+        writer = owner.get(buf)
+        gs = list(
+            {
+                id(g): g for g in (owner[n.name] for n in self._readers[buf]) if g is not writer
+            }.values()
+        )
         if len(gs) > 8:
             return
         for a, b in itertools.combinations(sorted(gs, key=lambda g: g.order), 2):
@@ -199,7 +205,7 @@ class Scheduler:
     ) -> None:
         """``pairs`` after ``a`` and ``b`` became ``g``: the pairs of a and b go; g's vertical
         pairs (its reads, and its readers' reads of it) come first, then the horizontal
-        pairs of every outside buffer g reads (fewer groups may read it now)."""
+        pairs of every buffer g reads (fewer groups may read it now)."""
         gone = {a.id, b.id}
         for key in [k for k in pairs if k[0] in gone or k[1] in gone]:
             del pairs[key]
@@ -208,7 +214,7 @@ class Scheduler:
             for r in self._readers.get(n.name, ()):
                 if owner[r.name] is not g:
                     self._link(pairs, g, owner[r.name], n.name)
-        for buf in {buf for n in g.members for buf in n.reads if buf not in self.by_name}:
+        for buf in {buf for n in g.members for buf in n.reads}:
             self._horizontal(pairs, buf, owner)
 
     def _contract(self, a: Group, b: Group, g: Group) -> None:

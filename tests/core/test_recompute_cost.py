@@ -9,12 +9,16 @@ fused is read from ``sdk.explain``.
 
 from __future__ import annotations
 
+import copy
 import importlib
+import itertools
+import re
 
 import pytest
 import torch
 
 import sdk
+from sdk.tools.bench_check import dynamo_rmse_rule
 from tests.plugins_under_test import PLUGINS, device_of
 
 
@@ -91,3 +95,80 @@ def test_a_broadcast_rsqrt_is_recomputed_even_where_transcendentals_are_not_chea
     assert len(graph.kernels) == kernels, [kern.ops for kern in graph.kernels]
     compiled = torch.compile(scale, backend="sdk:cpu_cpp")
     torch.testing.assert_close(compiled(x, var, w), scale(x, var, w))
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_layer_norm_backward_in_bf16_reads_its_inputs_not_fp32_copies(plugin):
+    """bf16 LayerNorm's backward: the gradient's fp32 cast and the normalized input (no
+        narrower than the bf16 values they are computed from) are recomputed where read, not
+        stored. So the gamma and beta column sums read the bf16 gradient and input, as the row
+        kernel does, in one kernel of their own (siblings over the same reads): no buffer passes
+        from one of the backward's kernels to another. Gradients as near an fp64 copy's as eager's
+    (Dynamo's accuracy rule)."""
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    ln = torch.nn.LayerNorm(96).to(dev, torch.bfloat16)
+    x = torch.randn(4, 24, 96, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(4, 24, 96, device=dev, dtype=torch.bfloat16)
+
+    def loss(x, w):
+        return (ln(x) * w).float().sum()
+
+    ln64 = copy.deepcopy(ln).double()
+    x64 = x.detach().double().requires_grad_()
+    compiled = torch.compile(loss, backend=sdk.backend(plugin, fallback=False))
+    got = torch.autograd.grad(compiled(x, w), [x, *ln.parameters()])
+    want = torch.autograd.grad(loss(x, w), [x, *ln.parameters()])
+    fp64 = torch.autograd.grad((ln64(x64) * w.double()).sum(), [x64, *ln64.parameters()])
+    for g, e, r in zip(got, want, fp64):
+        ok, why = dynamo_rmse_rule(e, g, r, 1e-2)
+        assert ok, why
+    report = sdk.explain(compiled, x, w)
+    (backward,) = [g for g in report.graphs if g.kind == "backward"]
+    written = {b for k in backward.kernels for b in k.outputs}
+    passed = {b for k in backward.kernels for b in k.inputs} & written
+    assert len(backward.kernels) == 2 and not passed, [
+        (k.name, k.inputs, k.outputs) for k in backward.kernels
+    ]
+
+
+class _PostNorm(torch.nn.Module):
+    """Two post-LayerNorm residual blocks (BERT's): the first LayerNorm's incoming gradient
+    is computed by a kernel (the second block's backward), so its gamma and beta column
+    sums read a buffer another kernel wrote."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln1(x + self.fc1(x))
+        return self.ln2(y + self.fc2(y))
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_column_sums_over_one_written_buffer_are_one_kernel(plugin):
+    """Column sums of one iteration space that read the same buffer run as one kernel, also
+    where a kernel of another space wrote it (a LayerNorm row kernel's gradient, read by the
+    gamma and beta sums): no two column-reduction kernels of the backward read a buffer in
+    common. Gradients as near an fp64 copy's as eager's."""
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    model = _PostNorm().to(dev, torch.bfloat16)
+    model64 = copy.deepcopy(model).double()
+    x = torch.randn(64, 32, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    x64 = x.detach().double().requires_grad_()
+    compiled = torch.compile(model, backend=sdk.backend(plugin, fallback=False))
+    got = torch.autograd.grad(compiled(x).float().sum(), [x, *model.parameters()])
+    want = torch.autograd.grad(model(x).float().sum(), [x, *model.parameters()])
+    fp64 = torch.autograd.grad(model64(x64).sum(), [x64, *model64.parameters()])
+    for g, e, r in zip(got, want, fp64):
+        ok, why = dynamo_rmse_rule(e, g, r, 1e-2)
+        assert ok, why
+    report = sdk.explain(compiled, x)
+    (backward,) = [g for g in report.graphs if g.kind == "backward"]
+    columns = [k for k in backward.kernels if re.search(r"outer: x0 < 32\b(?!,)", k.source)]
+    assert len(columns) >= 2, [k.source[:200] for k in backward.kernels]
+    for a, b in itertools.combinations(columns, 2):
+        assert not set(a.inputs) & set(b.inputs), (a.name, a.inputs, b.name, b.inputs)
