@@ -16,7 +16,7 @@ e.g. whether BatchNorm's short column reductions should split (more launches, le
 time) on a host-bound training step:
 
     python benchmarks/knob_ab.py mobilenet_v3_large_train_bf16,resnet50_train_bf16 \\
-        sdk.plugins.cuda_triton.heuristics:SPLIT_MIN_INNER_CHAIN_COLUMNS 8192
+        sdk.plugins.cuda_triton.heuristics:SPLIT_MIN_INNER_COLUMNS 8192
 
 ``--host-ops N``: one more step of each (eager's too) under ``torch.profiler``, and the N ops
 that took the most host time of their own, with their calls: whether a layout costs more per

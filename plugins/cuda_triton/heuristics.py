@@ -50,22 +50,24 @@ PERSISTENT_MAX = 4096
 #: 64 to 256 channels) or of few columns: the gain expected is the occupancy's, C programs
 #: each reading N*H*W elements against ``SPLIT_TARGET_PROGRAMS``.
 SPLIT_MIN_INNER = 16384
-#: ... except a column reduction of several stages (BatchNorm's statistics and backward over
-#: channels-last activations: a sum, then per column, then per element), split from this many
-#: rows on. Unsplit, such a kernel runs ``cdiv(columns, 16)`` programs of [16, 1024] tiles (the
-#: tile measured for one-load column sums) with several tensors' tiles live at once. On an H200
-#: (torch 2.11, resnet50 training forced to channels-last, bf16; BENCHMARKS.md "Issues 48 and
-#: 49, third session"), four of its backward's unsplit kernels, over 512 columns of 12544 rows
-#: (32 programs), took 0.13 to 0.18 ms each; the kernels of its split chains 0.05 to 0.07.
-#: Split, a chain's kernels run [32, 128] tiles on up to ``SPLIT_TARGET_PROGRAMS`` programs.
-#: Not timed at these sizes yet (the device time ran out).
-SPLIT_MIN_INNER_CHAIN_COLUMNS = 512
-#: ... and a one-stage column sum (a bias gradient) from this many rows on, Inductor's bound
-#: for a split. Unsplit, Whisper-tiny's encoder bias gradients (384 columns of 8 x 1500 rows,
-#: fp32) ran on 24 programs of [16, 1024] tiles: 0.25 ms each, 74 GB/s, 4.45 of the training
-#: step's 11.07 ms of device time on an H200 (Inductor's whole step: 6.54 ms; BENCHMARKS.md
-#: "Issues 48 and 49, tenth session"). GPT-2's and DistilBERT's (4096 rows) stay unsplit.
-SPLIT_MIN_INNER_COLUMNS = 8192
+#: ... except a column reduction (outer), split from this many rows on, of one reduction stage
+#: or several (BatchNorm's statistics and backward over channels-last activations: a sum,
+#: then per column, then per element). Unsplit, a column reduction runs ``cdiv(columns, 16)``
+#: programs of [16, 1024] tiles (the tile measured for one-load column sums):
+#:
+#: * resnet50 training forced to channels-last (H200, torch 2.11, bf16; BENCHMARKS.md "Issues
+#:   48 and 49, third session"): four of its backward's unsplit chains, over 512 columns of
+#:   12544 rows (32 programs), took 0.13 to 0.18 ms each; split, 0.05 to 0.07.
+#: * Whisper-tiny's encoder bias gradients (384 columns of 8 x 1500 rows, fp32) ran on 24
+#:   programs: 0.25 ms each, 74 GB/s ("Issues 48 and 49, tenth session").
+#: * From 8192 rows (Inductor's bound) down to 512 (H200, ``knob_ab.py``, "Issues 48 and 49,
+#:   sixteenth session"): T5-small training's generated kernels 2.57 -> 2.33 ms of device
+#:   time a step (RMSNorm's weight gradients, 512 columns of 4096 rows); DistilBERT's
+#:   2.03 -> 2.02, GPT-2's and Whisper's the same; the launches the same (the last program of
+#:   a split combines). Within GPT-2's step (``all_kernels.py``), its bias gradients (768 to
+#:   3072 columns of 4096 rows) took 0.19 ms split against 0.16 unsplit, and its LayerNorm
+#:   gamma and beta sums less.
+SPLIT_MIN_INNER_COLUMNS = 512
 #: Split by the grid's size (above: rows under ``MIN_PROGRAMS``, columns, kernels of several
 #: reduction stages as chains: :mod:`.split`), or only as before it was built: at most
 #: ``SPLIT_MAX_OUTER`` rows, one reduction stage, no column reduction. On (H200, torch 2.11,
@@ -85,6 +87,14 @@ SPLIT_TARGET_PROGRAMS = 1024
 MIN_PROGRAMS = 264
 #: Largest block of a pointwise kernel.
 POINTWISE_XBLOCK = 1024
+#: Warps of a pointwise kernel of at least 65536 elements (each block ``POINTWISE_XBLOCK``):
+#: 8 elements a thread, 16 bytes of bf16 (Inductor's default too); with 8 warps, a thread
+#: took 8 bytes of bf16. On an H200 (``knob_ab.py``, BENCHMARKS.md "Issues 48 and 49,
+#: sixteenth session"), GPT-2 training bf16's generated kernels took 2.145 ms of device time
+#: a step against 2.205 with 8 warps; resnet50 training bf16 and GPT-2 training fp32, the
+#: same (within 4 us). Its GELU had taken 22.7 us forward and 31.1 backward with 8 warps,
+#: against Inductor's 16.7 and 22.6.
+POINTWISE_WARPS = 4
 #: Column reductions (``outer``): rows per block at most / at least, and elements per tile.
 #: [32, 64] tiles rather than [64, 64] (H200, triton.testing.do_bench, each kernel alone):
 #: column sums of 30522 to 50257 columns over 512 to 8192 rows took 61 to 68% of the time in
@@ -253,14 +263,10 @@ def plan(
     """
     if not inner_numels:
         xblock = min(POINTWISE_XBLOCK, next_power_of_2(xnumel))
-        warps = 8 if xnumel >= 65536 else max(1, min(4, xblock // 128))
+        warps = POINTWISE_WARPS if xnumel >= 65536 else max(1, min(4, xblock // 128))
         return Plan("pointwise", xnumel, 0, {"XBLOCK": xblock, "num_warps": warps})
     rnumel = max(inner_numels)
-    chain_columns = outer and len(inner_numels) > 1
-    if chain_columns:
-        min_inner = SPLIT_MIN_INNER_CHAIN_COLUMNS
-    else:
-        min_inner = SPLIT_MIN_INNER_COLUMNS if outer else SPLIT_MIN_INNER
+    min_inner = SPLIT_MIN_INNER_COLUMNS if outer else SPLIT_MIN_INNER
     if splittable and not looped and rnumel >= min_inner:
         split = _split_plan(xnumel, rnumel, outer)
         if split is not None:

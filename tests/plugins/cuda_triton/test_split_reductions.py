@@ -167,7 +167,7 @@ def test_column_sum_splits_with_real_thresholds(plugin, _by_grid):
 def test_channels_last_batchnorm_splits_short_columns_with_real_thresholds(plugin, _by_grid):
     """BatchNorm2d in training over channels-last activations with the real thresholds: 8
     channels of 2x20x15 = 600 elements, columns of a multi-stage kernel (statistics, then per
-    channel, then per element), so over ``SPLIT_MIN_INNER_CHAIN_COLUMNS`` rows: split into
+    channel, then per element), so over ``SPLIT_MIN_INNER_COLUMNS`` rows: split into
     chains in the forward and the backward, values and gradients as eager's."""
     bn, ref = _pair(torch.nn.BatchNorm2d, 8)
     x = (torch.randn(2, 8, 20, 15, device=DEV) * 2 + 1).to(memory_format=torch.channels_last)
