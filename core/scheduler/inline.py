@@ -72,10 +72,11 @@ def inline_producers(
       (tokens, dims) would be recomputed for every head;
     * its one reader is a smaller window over it (max-pooling after BN + ReLU);
     * it is no narrower than what it reads (:func:`_narrow_reads`: a bf16 gradient cast to
-      fp32, LayerNorm's normalized input): each reader reads no more recomputing it than
-      loading it, and the store is saved. LayerNorm's backward then reads the bf16 gradient
-      and input in its row kernel and again in its gamma and beta column sums, as Inductor's
-      does, instead of storing two fp32 buffers for the column sums to read back.
+      fp32, LayerNorm's normalized input) and read by several nodes: each reader reads no
+      more recomputing it than loading it, and the store is saved.
+      LayerNorm's backward then reads the bf16 gradient and input in its row kernel and
+      again in its gamma and beta column sums, as Inductor's does, instead of storing two
+      fp32 buffers for the column sums to read back.
 
     Loads at a linear index take only constants. A gathered load keeps its bounds check:
     the recomputed loads carry its bindings, or a probe load does (for a constant).
@@ -192,11 +193,15 @@ class _Inliner:
             and numel_hint(rs[0].sizes) < pn
             and reads[0] <= _INLINE_MAX_READS
         )
-        # no narrower than its reads: recomputing it reads no more than loading it would
+        # no narrower than its reads, and read by several nodes: recomputing it reads no
+        # more than loading it would, and its readers need not be one kernel to keep it out
+        # of memory (a row kernel and a column sum cannot be). One reader is fusion's, which
+        # the plugin may veto (sdk_can_fuse).
         narrow = (
-            p.name not in self.indirect
+            RECOMPUTE_NARROW
+            and len(rs) > 1
+            and p.name not in self.indirect
             and (self.cheap_math or not _transcendental(p))
-            and RECOMPUTE_NARROW
             and _narrow_reads(p)
         )
         return gather or broadcast or window or narrow
