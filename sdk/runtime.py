@@ -248,13 +248,11 @@ class Outputs:
         return Scan(held, self._unreachable(held))
 
     def _unreachable(self, held: list[tuple[int, bool]]) -> bool:
-        storage_count = self._counters[1]
-        if self._lingering:
-            self._lingering = [w for w in self._lingering if storage_count(w.cdata) > 0]
-            if self._lingering:
-                return True
+        if self._lingering and self._still_lingering():
+            return True
         if any(shared for _, shared in held):
             return True
+        storage_count = self._counters[1]
         for _alias_storage, impl, tensors in self._fresh:
             holders = storage_count(impl)
             if holders > 1:  # beyond our alias: the live tensors, and any other?
@@ -282,6 +280,10 @@ class Outputs:
         self._revoke_fresh()
         # every slot left kept is unheld and unshared now, the fresh hand-out is gone:
         # what revoke could not reach is what it left lingering
+        return self._still_lingering()
+
+    def _still_lingering(self) -> bool:
+        """Drop the lingering storages nothing holds any more; is any still held?"""
         storage_count = self._counters[1]
         self._lingering = [w for w in self._lingering if storage_count(w.cdata) > 0]
         return bool(self._lingering)

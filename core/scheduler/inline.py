@@ -282,33 +282,33 @@ def _expanding(p: Node) -> bool:
     points (a broadcast read), so that it reads at most that fraction of what it stores?"""
     sizes = dict(zip(p.vars, p.sizes))
     lds = loads(p.value)
-    if not lds:
-        return False
-    for ld in lds:
-        used = _index_symbols(ld)
-        if used & {b[0] for b in ld.binds}:
-            return False  # a gathered read (a bounds probe reads at a plain index)
-        if not any(size_hint(n) >= _GATHER_RATIO for v, n in sizes.items() if v not in used):
-            return False
-    return True
+    return bool(lds) and all(_broadcast(ld, sizes) for ld in lds)
 
 
 def _narrow_reads(p: Node) -> bool:
-    """Do ``p``'s loads read at most as many bytes per point as ``p`` stores? A load that
-    leaves out a loop of at least ``_GATHER_RATIO`` points (a row's mean, a scalar) counts as
-    none: it is read once per row or once in all, from the cache. Without a load at every
-    point ``p`` is expanding instead (:func:`_expanding`)."""
+    """Do ``p``'s loads read at most as many bytes per point as ``p`` stores? A broadcast load
+    (:func:`_broadcast`: a row's mean, a scalar) counts as none: it is read once per row or
+    once in all, from the cache. Without a load at every point ``p`` is expanding instead
+    (:func:`_expanding`)."""
     sizes = dict(zip(p.vars, p.sizes))
     nbytes, full = 0, False
     for ld in set(loads(p.value)):
-        used = _index_symbols(ld)
-        if used & {b[0] for b in ld.binds}:
-            return False  # a gathered read
-        if any(size_hint(n) >= _GATHER_RATIO for v, n in sizes.items() if v not in used):
-            continue
-        nbytes += ld.dtype.itemsize
-        full = True
+        kind = _broadcast(ld, sizes)
+        if kind is None:
+            return False
+        if not kind:
+            nbytes += ld.dtype.itemsize
+            full = True
     return full and nbytes <= p.dtype.itemsize
+
+
+def _broadcast(ld: Load, sizes: dict[sympy.Symbol, object]) -> bool | None:
+    """Does ``ld`` leave out one of the loops ``sizes`` of at least ``_GATHER_RATIO`` points?
+    None for a gathered read (a bounds probe reads at a plain index)."""
+    used = _index_symbols(ld)
+    if used & {b[0] for b in ld.binds}:
+        return None
+    return any(size_hint(n) >= _GATHER_RATIO for v, n in sizes.items() if v not in used)
 
 
 def _index_symbols(ld: Load) -> set[sympy.Symbol]:

@@ -221,17 +221,24 @@ def test_gradients_accumulated_over_steps_match_eager():
     """.grad set to None only every other step: the recorded backward's gradients kept in
     .grad may not be overwritten by the next step's replay (the backward runs unrecorded
     while they are held, and says why)."""
+    _mlp_steps_match_eager(steps=6, zero_every=2)
+
+
+def _mlp_steps_match_eager(steps: int, zero_every: int) -> torch.nn.Module:
+    """``steps`` MLP training steps under reduce-overhead beside eager, ``.grad`` set to None
+    every ``zero_every`` steps; each step's gradients as eager's. Returns the compiled model."""
     ref = models.mlp(64, 128, 10, seed=0).cuda()
     model = copy.deepcopy(ref)
     f = torch.compile(model, **RO)
-    for step in range(6):
+    for step in range(steps):
         x = torch.randn(8, 64, device="cuda")
         for m, fn in ((ref, ref), (model, f)):
-            if step % 2 == 0:
+            if step % zero_every == 0:
                 m.zero_grad(set_to_none=True)
             fn(x).square().mean().backward()
         for p, q in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    return model
 
 
 def test_a_view_of_an_output_kept_over_steps_keeps_its_values():
@@ -253,16 +260,7 @@ def test_a_view_of_an_output_kept_over_steps_keeps_its_values():
 def test_gradients_are_taken_as_grad_not_copied():
     """AccumulateGrad keeps a recorded backward's gradient as .grad (a detached alias over
     the recording's memory), not a copy, which would add a kernel a parameter a step."""
-    ref = models.mlp(64, 128, 10, seed=0).cuda()
-    model = copy.deepcopy(ref)
-    f = torch.compile(model, **RO)
-    for _ in range(4):
-        x = torch.randn(8, 64, device="cuda")
-        for m, fn in ((ref, ref), (model, f)):
-            m.zero_grad(set_to_none=True)
-            fn(x).square().mean().backward()
-        for p, q in zip(model.parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+    model = _mlp_steps_match_eager(steps=4, zero_every=1)
     managed = cudagraphs._device(torch.cuda.current_device()).managed
     taken = [p.grad.untyped_storage().data_ptr() in managed for p in model.parameters()]
     assert all(taken), taken
