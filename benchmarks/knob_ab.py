@@ -6,7 +6,8 @@ then one profiled step of each (launches and device ms per kernel class).
     python benchmarks/knob_ab.py ROWS MODULE:NAME VALUE [--json FILE] [--host-ops N]
     python benchmarks/knob_ab.py ROWS options:NAME VALUE [--json FILE] [--host-ops N]
 
-``MODULE:NAME`` sets a module constant that a compile reads (a heuristic); ``options:NAME``
+``MODULE:NAME`` sets a module constant that a compile reads (a heuristic), and
+``MODULE:NAME1+NAME2`` several at once (``VALUE`` a tuple, e.g. ``(4096,1024)``); ``options:NAME``
 compiles the second side with the backend option ``NAME=VALUE`` (``options={...}`` of
 ``torch.compile``). A constant read once when the plugin loads (what ``sdk_preferences``
 answers, for example) is no knob here: the second side compiles the same program, which its
@@ -64,6 +65,22 @@ def _host_ops(step: Any, top: int) -> list[dict[str, Any]]:
     ]
 
 
+def _get(mod: Any, attr: str) -> Any:
+    """A constant's value, or the tuple of several's (``A+B``)."""
+    names = attr.split("+")
+    values = tuple(getattr(mod, n) for n in names)
+    return values if len(names) > 1 else values[0]
+
+
+def _set(mod: Any, attr: str, value: Any) -> None:
+    names = attr.split("+")
+    values = value if len(names) > 1 else (value,)
+    if not isinstance(values, tuple) or len(values) != len(names):
+        raise SystemExit(f"knob_ab.py: {attr} takes a tuple of {len(names)} values, not {value!r}")
+    for n, v in zip(names, values):
+        setattr(mod, n, v)
+
+
 def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[str, Any]:
     """``mod`` None: ``attr`` is a backend option, given ``value`` on the second side."""
     import torch
@@ -83,12 +100,12 @@ def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[
     fp64 = case.fp64_outputs() if case.fp64_outputs is not None else None
     results: dict[str, Any] = {"eager": eager}
     steps = [(eager, eager_step)]
-    default = getattr(mod, attr) if mod is not None else "(unset)"
+    default = _get(mod, attr) if mod is not None else "(unset)"
     for label, v in (("default", default), ("knob", value)):
         options = {attr: v} if mod is None and label == "knob" else {}
         backend = sdk.backend(plugin, **options)
         if mod is not None:
-            setattr(mod, attr, v)
+            _set(mod, attr, v)
         try:
             res, _, step = bench_timing._prepare(
                 name,
@@ -102,7 +119,7 @@ def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[
             )
         finally:
             if mod is not None:
-                setattr(mod, attr, default)
+                _set(mod, attr, default)
         print(f"  {label} ({attr}={v}): cold {res.cold_s} s, {res.check} {res.error}", flush=True)
         results[label] = res
         if step is not None:

@@ -79,10 +79,26 @@ SPLIT_BY_GRID = True
 SPLIT_MAX_OUTER = 32
 #: Each program of a split reduction reduces about this many elements or more: a row of
 #: ``rnumel`` is cut into ``cdiv(rnumel * XBLOCK, SPLIT_MIN_CHUNK)`` chunks at most (a column
-#: reduction's program reduces ``XBLOCK`` columns of its chunk).
+#: reduction's program reduces ``XBLOCK`` columns of its chunk: ``SPLIT_OUTER_MIN_CHUNK``).
 SPLIT_MIN_CHUNK = 4096
 #: Programs a split reduction aims for (about 8 per SM of a 132-SM H100/H200).
 SPLIT_TARGET_PROGRAMS = 1024
+#: ... except a column reduction's: each program reduces ``XBLOCK`` columns of at least
+#: ``SPLIT_OUTER_MIN_CHUNK // XBLOCK`` rows (512 rows of 32 columns), on about
+#: ``SPLIT_OUTER_TARGET_PROGRAMS`` programs (4 per SM) or fewer; and a column reduction is
+#: split only onto more programs than it runs unsplit. Measured on an H200
+#: (``benchmarks/column_sums.py``, each kernel's device time alone; BENCHMARKS.md "Issues 48
+#: and 49, seventeenth session"): bias and RMSNorm-weight sums, bf16, 768 to 3072 columns of
+#: 4096 and 12000 rows, took 0.73x the time of 4096-element chunks on up to 1024 programs
+#: with L2 warm and 0.83x flushed (geomeans of 16 shapes); the largest sums (12000 x 1536 to
+#: 3072) on 960 to 1008 programs had taken 1.3 to 1.5x. In training steps (``knob_ab.py``,
+#: device ms a step against the 4096/1024 rule): GPT-2 5.73 / 5.85, resnet50 4.35 / 4.51
+#: (23 launches fewer), mobilenet_v3 2.79 / 2.78 (23 fewer); T5-small 7.47 / 7.39, whose
+#: RMSNorm weight sums (512 columns of 4096 and of 1024 rows) now run 128 and 32 programs
+#: instead of 512 and 128. With L2 flushed, such short two-input sums were quicker on more,
+#: smaller programs (4096 x 256 to 512: 5.9-7.9 us against 8.1-8.9).
+SPLIT_OUTER_MIN_CHUNK = 16384
+SPLIT_OUTER_TARGET_PROGRAMS = 512
 #: Launch at least this many programs before putting more rows in a block.
 MIN_PROGRAMS = 264
 #: Largest block of a pointwise kernel.
@@ -133,7 +149,7 @@ SPLIT_RBLOCK = 2048
 #: Columns per block of a split column reduction's first kernel (128 bytes of fp32 a row),
 #: and elements per tile: [32, 128] with 8 warps. Not measured: between the tiles measured
 #: for unsplit column sums above ([32, 64] for many programs, [16, 1024] for few), each
-#: program looping over a chunk of about ``SPLIT_MIN_CHUNK // XBLOCK`` rows or more.
+#: program looping over a chunk of about ``SPLIT_OUTER_MIN_CHUNK // XBLOCK`` rows or more.
 SPLIT_OUTER_XBLOCK = 32
 SPLIT_OUTER_TILE = 4096
 
@@ -215,11 +231,13 @@ def _split_plan(xnumel: int, rnumel: int, outer: bool) -> Plan | None:
             return None
         pre_x = 1
     blocks = cdiv(xnumel, pre_x)
-    split = min(
-        cdiv(rnumel * pre_x, SPLIT_MIN_CHUNK), max(2, SPLIT_TARGET_PROGRAMS // max(blocks, 1))
-    )
-    if split < 2:
-        return None
+    if outer:
+        min_chunk, target = SPLIT_OUTER_MIN_CHUNK, SPLIT_OUTER_TARGET_PROGRAMS
+    else:
+        min_chunk, target = SPLIT_MIN_CHUNK, SPLIT_TARGET_PROGRAMS
+    split = min(cdiv(rnumel * pre_x, min_chunk), max(2, target // max(blocks, 1)))
+    if split < 2 or (outer and blocks * split <= cdiv(xnumel, OUTER_MIN_ROWS)):
+        return None  # one chunk, or no more programs than unsplit
     chunk = cdiv(rnumel, split)
     if outer:
         rblock = min(SPLIT_OUTER_TILE // pre_x, next_power_of_2(chunk))

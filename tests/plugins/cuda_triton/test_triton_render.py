@@ -805,7 +805,7 @@ def test_split_configurations_offered_to_measure_give_the_same_values(outer, mon
 
     if outer:
         monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER_COLUMNS", 1024)
-        monkeypatch.setattr(heuristics, "SPLIT_MIN_CHUNK", 16384)
+        monkeypatch.setattr(heuristics, "SPLIT_OUTER_MIN_CHUNK", 16384)
         x = torch.randn(4000, 40, device=DEV)
         src, want = render.render(_column_sum_kernel(4000, 40)), x.double().sum(0).float()
     else:
@@ -1384,8 +1384,14 @@ def test_batchnorm_statistics_plan_split(channels, outer):
     assert p.split * p.chunk >= rnumel > (p.split - 1) * p.chunk
     assert pre["XBLOCK"] == (min(32, channels) if outer else 1), pre
     programs = p.split * heuristics.cdiv(channels, pre["XBLOCK"])
-    assert heuristics.MIN_PROGRAMS <= programs <= 2 * heuristics.SPLIT_TARGET_PROGRAMS, programs
-    assert 2 * p.chunk * pre["XBLOCK"] >= heuristics.SPLIT_MIN_CHUNK, p
+    if outer:
+        min_chunk, target = heuristics.SPLIT_OUTER_MIN_CHUNK, heuristics.SPLIT_OUTER_TARGET_PROGRAMS
+    else:
+        min_chunk, target = heuristics.SPLIT_MIN_CHUNK, heuristics.SPLIT_TARGET_PROGRAMS
+    # programs enough for the GPU, or as many as chunks of ``min_chunk`` elements allow
+    fewest = min(heuristics.MIN_PROGRAMS, channels * rnumel // min_chunk)
+    assert fewest <= programs <= 2 * target, programs
+    assert 2 * p.chunk * pre["XBLOCK"] >= min_chunk, p
     # the same shape where the kernel has no split form, or its sizes are symbolic: unsplit
     assert heuristics.plan(channels, [rnumel], False, outer=outer).mode == "looped"
     assert heuristics.plan(channels, [rnumel], True, outer=outer, looped=True).mode != "split"
@@ -1395,21 +1401,28 @@ def test_column_reductions_split_from_short_columns():
     """A column reduction of one stage (a bias or LayerNorm gradient) or several (BatchNorm
     over channels-last activations: statistics, then per channel, then per element) splits
     from ``SPLIT_MIN_INNER_COLUMNS`` rows where it would run few programs unsplit:
-    resnet50's later stages (512 channels of 12544 rows, 1024 of 3136, 2048 of 784) ran 32 to
-    128 programs unsplit, T5-small's RMSNorm weight gradients (512 columns of 4096 rows) 32."""
+    resnet50's later stages (512 channels of 12544 rows, 1024 of 3136, 2048 of 1568) ran 32 to
+    128 programs unsplit, T5-small's RMSNorm weight gradients (512 columns of 4096 rows) 32.
+    Split, they run at least twice as many, each over ``SPLIT_OUTER_MIN_CHUNK`` elements or
+    more. Where chunks that long leave no more programs than unsplit (2048 channels of 784
+    rows: 128 either way), the sum stays unsplit."""
     from sdk.plugins.cuda_triton import heuristics
 
-    for channels, rows in ((512, 12544), (1024, 3136), (2048, 784), (512, 4096)):
+    for channels, rows in ((512, 12544), (1024, 3136), (2048, 1568), (512, 4096)):
         for stages in ([rows], [rows, rows]):
             p = heuristics.plan(channels, stages, True, outer=True)
             assert p.mode == "split", (channels, stages, p)
-            assert p.split * heuristics.cdiv(channels, p.pre_config["XBLOCK"]) >= 264, p
+            programs = p.split * heuristics.cdiv(channels, p.pre_config["XBLOCK"])
+            assert programs >= 2 * heuristics.cdiv(channels, heuristics.OUTER_MIN_ROWS), p
+            assert 2 * p.chunk * p.pre_config["XBLOCK"] >= heuristics.SPLIT_OUTER_MIN_CHUNK, p
         # rows (NCHW): many enough programs either way
         assert heuristics.plan(channels, [rows, rows], True).mode != "split"
+    assert heuristics.plan(2048, [784], True, outer=True).mode == "looped"
     # too short to split: under the threshold, or a single chunk
     assert heuristics.plan(512, [256, 256], True, outer=True).mode != "split"
     assert heuristics.plan(512, [256], True, outer=True).mode != "split"
-    assert heuristics.plan(8, [600, 600], True, outer=True).mode == "split"
+    assert heuristics.plan(8, [4096, 4096], True, outer=True).mode == "split"
+    assert heuristics.plan(8, [600, 600], True, outer=True).mode != "split"
     assert heuristics.plan(8, [500, 500], True, outer=True).mode != "split"
 
 
@@ -1432,13 +1445,13 @@ def test_a_long_column_sum_on_few_programs_splits():
     """A bias gradient over 384 columns of 8 x 1500 rows (Whisper-tiny's encoder) ran on 24
     programs unsplit, at 74 GB/s on an H200; from ``SPLIT_MIN_INNER_COLUMNS`` rows such a
     column sum splits onto at least ``MIN_PROGRAMS`` programs, each reducing at least about
-    ``SPLIT_MIN_CHUNK`` elements. Columns enough for the GPU stay unsplit."""
+    ``SPLIT_OUTER_MIN_CHUNK`` elements. Columns enough for the GPU stay unsplit."""
     from sdk.plugins.cuda_triton import heuristics
 
     p = heuristics.plan(384, [12000], True, outer=True)
     assert p.mode == "split", p
     blocks = heuristics.cdiv(384, p.pre_config["XBLOCK"])
     assert p.split * blocks >= heuristics.MIN_PROGRAMS, p
-    assert 2 * p.chunk * p.pre_config["XBLOCK"] >= heuristics.SPLIT_MIN_CHUNK, p
+    assert 2 * p.chunk * p.pre_config["XBLOCK"] >= heuristics.SPLIT_OUTER_MIN_CHUNK, p
     assert heuristics.plan(384, [256], True, outer=True).mode == "looped"
     assert heuristics.plan(8192, [12000], True, outer=True).mode == "looped"
