@@ -82,6 +82,14 @@ CORE_OPTIONS: dict[str, OptionSpec] = {
         "with True until measured on a GPU), True always, False never",
         (bool, type(None)),
     ),
+    "round_intermediates": OptionSpec(
+        True,
+        "inside a fused kernel, round each op's bf16 or fp16 result to its dtype before the "
+        "next op reads it, as eager does; False: keep the values between ops in float32 and "
+        "round only what the kernel stores (Inductor's default: fewer instructions, results "
+        "nearer float64's, not eager's bits)",
+        bool,
+    ),
     "isolate_compile": OptionSpec(
         None,
         "graph-level plugins: compile each partition (sdk_compile_subgraph) in a worker "

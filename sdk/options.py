@@ -90,6 +90,8 @@ class CoreOptions(_Options):
     #: "native" (the SDK's C++ runner where it builds) or "python" (the step interpreter)
     runner: str = "native"
     channels_last: bool | None = None
+    #: False: a fused kernel keeps bf16/fp16 values between its ops in float32
+    round_intermediates: bool = True
     #: seconds each compiled graph variant may spend measuring the kernel choices its plugin
     #: offers (``sdk_kernel_choices``); None: automatic (a share of the graph's compile time,
     #: or a large budget with ``autotune``); 0: measure nothing

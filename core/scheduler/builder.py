@@ -76,6 +76,30 @@ class Memo:
         return hit
 
 
+#: the dtypes whose round trips ``round_intermediates=False`` drops
+_LOW_FLOATS = (torch.bfloat16, torch.float16)
+
+
+def _unrounded(root: Expr) -> Expr:
+    """``root`` without its round trips through bf16 or fp16: a float32 value cast to one of
+    them and back to float32 is the value itself. What a kernel stores keeps its last cast."""
+    memo: dict[Expr, Expr] = {}
+
+    def fn(node: Expr) -> Expr | None:
+        if isinstance(node, Op) and node.name == "cast" and node.dtype == torch.float32:
+            (inner,) = node.args
+            if (
+                isinstance(inner, Op)
+                and inner.name == "cast"
+                and inner.dtype in _LOW_FLOATS
+                and inner.args[0].dtype == torch.float32
+            ):
+                return rewrite(inner.args[0], fn, memo)
+        return None
+
+    return rewrite(root, fn, memo)
+
+
 class _Builder:
     """Turns a group into one kernel, for the compile ``ctx`` (the plugin's capabilities);
     ``memo``: what it may share with the other builders of one fusion search."""
@@ -383,10 +407,13 @@ class _Builder:
         def outer_stage(lvl: int) -> Stage:
             return outer.setdefault(lvl, Stage((), ()))
 
+        options = getattr(self.ctx, "core_options", None)
+        exact = options is None or options.round_intermediates
+
         for n in self.g.members:
             if n.is_reduction:
                 lvl = self._level[n.name]
-                value = self.resolved(n)
+                value = self.resolved(n) if exact else _unrounded(self.resolved(n))
                 inner_stage(lvl).reductions.append(
                     Reduction(n.name, n.reduce_op, value, self.result_dtype(n))
                 )
@@ -398,7 +425,7 @@ class _Builder:
                         )
                     )
             elif n.name in stored:
-                value = n.store_value(self.resolved(n))
+                value = n.store_value(self.resolved(n) if exact else _unrounded(self.resolved(n)))
                 kind = _fits(n, self.g.X, self.g.R)
                 need = self._needs(value)
                 if kind in ("inner", "permuted"):
