@@ -506,6 +506,7 @@ def _straddles(X: tuple[int, ...], R: tuple[int, ...], kind: str) -> bool:
     return kind == "inner" and bool({s for s in X if s != 1} & {s for s in R if s != 1})
 
 
+@functools.lru_cache(maxsize=4096)
 def _coefficients(
     index: sympy.Expr, vars: frozenset[sympy.Symbol]
 ) -> tuple[tuple[sympy.Symbol, sympy.Expr], ...] | None:
