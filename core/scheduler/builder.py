@@ -115,6 +115,7 @@ class _Builder:
         self._inlined: dict[tuple, Expr] = {}
         self._mapping_stack: set[str] = set()
         self._permuted: dict[str, dict[sympy.Symbol, sympy.Expr] | None] = {}
+        self._fitted: dict[str, dict[sympy.Symbol, sympy.Expr]] = {}  # "permuted" fits
 
     def _mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
         """Node vars -> group vars (size-1 dims -> 0)."""
@@ -127,7 +128,14 @@ class _Builder:
         if kind is None:
             raise _NotFusable(f"{node.name} does not fit the group's loops")
         if kind == "permuted":
-            return self._mapping_from_readers(node)
+            hit = self._fitted.get(node.name)
+            if hit is None:
+                outermost = not self._mapping_stack
+                hit = self._mapping_from_readers(node)
+                if outermost:
+                    # (found while other nodes are being resolved, it may be only theirs)
+                    self._fitted[node.name] = hit
+            return hit
         if kind == "red":
             coords = iter(self.xs + self.rs)
         else:
