@@ -418,10 +418,13 @@ class _Builder:
         options = getattr(self.ctx, "core_options", None)
         exact = options is None or options.round_intermediates
 
+        def value_of(n: Node) -> Expr:
+            return self.resolved(n) if exact else _unrounded(self.resolved(n))
+
         for n in self.g.members:
             if n.is_reduction:
                 lvl = self._level[n.name]
-                value = self.resolved(n) if exact else _unrounded(self.resolved(n))
+                value = value_of(n)
                 inner_stage(lvl).reductions.append(
                     Reduction(n.name, n.reduce_op, value, self.result_dtype(n))
                 )
@@ -433,7 +436,7 @@ class _Builder:
                         )
                     )
             elif n.name in stored:
-                value = n.store_value(self.resolved(n) if exact else _unrounded(self.resolved(n)))
+                value = n.store_value(value_of(n))
                 kind = _fits(n, self.g.X, self.g.R)
                 need = self._needs(value)
                 if kind in ("inner", "permuted"):
