@@ -80,10 +80,10 @@ class Memo:
 _LOW_FLOATS = (torch.bfloat16, torch.float16)
 
 
-def _unrounded(root: Expr) -> Expr:
+def _unrounded(root: Expr, memo: dict[Expr, Expr]) -> Expr:
     """``root`` without its round trips through bf16 or fp16: a float32 value cast to one of
-    them and back to float32 is the value itself. What a kernel stores keeps its last cast."""
-    memo: dict[Expr, Expr] = {}
+    them and back to float32 is the value itself. What a kernel stores keeps its last cast.
+    ``memo``: what is rewritten already, shared by the roots of one kernel."""
 
     def fn(node: Expr) -> Expr | None:
         if isinstance(node, Op) and node.name == "cast" and node.dtype == torch.float32:
@@ -115,7 +115,6 @@ class _Builder:
         self._inlined: dict[tuple, Expr] = {}
         self._mapping_stack: set[str] = set()
         self._permuted: dict[str, dict[sympy.Symbol, sympy.Expr] | None] = {}
-        self._fitted: dict[str, dict[sympy.Symbol, sympy.Expr]] = {}  # "permuted" fits
 
     def _mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr]:
         """Node vars -> group vars (size-1 dims -> 0)."""
@@ -128,14 +127,10 @@ class _Builder:
         if kind is None:
             raise _NotFusable(f"{node.name} does not fit the group's loops")
         if kind == "permuted":
-            hit = self._fitted.get(node.name)
-            if hit is None:
-                outermost = not self._mapping_stack
-                hit = self._mapping_from_readers(node)
-                if outermost:
-                    # (found while other nodes are being resolved, it may be only theirs)
-                    self._fitted[node.name] = hit
-            return hit
+            found = self._permuted_mapping(node)
+            if found is None:
+                raise _NotFusable(f"{node.name} is a transpose no member reads plainly")
+            return found
         if kind == "red":
             coords = iter(self.xs + self.rs)
         else:
@@ -175,8 +170,9 @@ class _Builder:
 
     def _permuted_mapping(self, node: Node) -> dict[sympy.Symbol, sympy.Expr] | None:
         """Node vars -> group vars for a pointwise ``node`` whose dims are the group's in
-        another order, taken from how members read each other (as for a "permuted" fit);
-        None where no member's reads give one, or while resolving ``node`` itself."""
+        another order (a "permuted" fit, or the loops' sizes in another order), taken from
+        how members read each other, and kept for the builder's later asks; None where no
+        member's reads give one, or while resolving ``node`` itself."""
         if node.name in self._permuted:
             return self._permuted[node.name]
         if node.name in self._mapping_stack:
@@ -415,11 +411,11 @@ class _Builder:
         def outer_stage(lvl: int) -> Stage:
             return outer.setdefault(lvl, Stage((), ()))
 
-        options = getattr(self.ctx, "core_options", None)
-        exact = options is None or options.round_intermediates
+        exact = self.ctx.core_options.round_intermediates
+        unrounded: dict[Expr, Expr] = {}  # (members share what they inline)
 
         def value_of(n: Node) -> Expr:
-            return self.resolved(n) if exact else _unrounded(self.resolved(n))
+            return self.resolved(n) if exact else _unrounded(self.resolved(n), unrounded)
 
         for n in self.g.members:
             if n.is_reduction:
