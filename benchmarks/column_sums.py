@@ -2,7 +2,7 @@
 settings beside Inductor's and eager's, one process, each kernel timed alone.
 
     python benchmarks/column_sums.py [--json FILE] [--kinds bias,rms,ln] [--rows 4096,12000]
-        [--cols 256,384,...]
+        [--cols 256,384,...] [--settings split,before,...]
 
 Each case is a bf16 ``[rows, cols]`` gradient reduced over its rows, as the backward of a
 Linear's bias (``bias``: ``g.sum(0)``) or of a LayerNorm's gamma and beta (``ln``: the sums
@@ -17,11 +17,15 @@ The settings are ``sdk.plugins.cuda_triton.heuristics`` constants:
 
 * ``split``: the default;
 * ``before``: column splits as the sixteenth session left them (``SPLIT_OUTER_MIN_CHUNK``
-  4096, ``SPLIT_OUTER_TARGET_PROGRAMS`` 1024);
+  4096, ``SPLIT_OUTER_TARGET_PROGRAMS`` 1024, no ``SPLIT_OUTER_MIN_PROGRAMS``);
+* ``nofloor``: as the seventeenth session left them (``SPLIT_OUTER_MIN_PROGRAMS`` 0);
 * ``unsplit``: ``SPLIT_MIN_INNER_COLUMNS`` out of reach, one kernel of ``cdiv(cols, 16)``
   programs;
 * ``tgt1024`` / ``chunk64k``: ``SPLIT_OUTER_TARGET_PROGRAMS`` 1024 / ``SPLIT_OUTER_MIN_CHUNK``
-  65536.
+  65536;
+* ``floor128``: ``SPLIT_OUTER_MIN_PROGRAMS`` 128.
+
+``--settings`` times some of them only (``split,nofloor``, for example).
 
 The tables printed last have one line per case: device microseconds per call by setting,
 and GB/s of the best sdk setting over the bytes the case must move (its inputs read once).
@@ -36,10 +40,16 @@ from typing import Any
 
 SETTINGS: dict[str, dict[str, int]] = {
     "split": {},
-    "before": {"SPLIT_OUTER_MIN_CHUNK": 4096, "SPLIT_OUTER_TARGET_PROGRAMS": 1024},
+    "before": {
+        "SPLIT_OUTER_MIN_CHUNK": 4096,
+        "SPLIT_OUTER_TARGET_PROGRAMS": 1024,
+        "SPLIT_OUTER_MIN_PROGRAMS": 0,
+    },
+    "nofloor": {"SPLIT_OUTER_MIN_PROGRAMS": 0},
     "unsplit": {"SPLIT_MIN_INNER_COLUMNS": 1 << 40},
     "tgt1024": {"SPLIT_OUTER_TARGET_PROGRAMS": 1024},
     "chunk64k": {"SPLIT_OUTER_MIN_CHUNK": 65536},
+    "floor128": {"SPLIT_OUTER_MIN_PROGRAMS": 128},
 }
 
 
@@ -109,7 +119,7 @@ def _device_us(call, flush) -> float:
     return total / reps
 
 
-def _case(kind: str, rows: int, cols: int) -> dict[str, Any]:
+def _case(kind: str, rows: int, cols: int, settings: list[str]) -> dict[str, Any]:
     import torch
 
     import sdk
@@ -123,7 +133,7 @@ def _case(kind: str, rows: int, cols: int) -> dict[str, Any]:
     result: dict[str, Any] = {"kind": kind, "rows": rows, "cols": cols, "bytes": nbytes}
     variants: list[tuple[str, Any, dict[str, int]]] = [("eager", None, {})]
     variants.append(("inductor", "inductor", {}))
-    variants += [(name, sdk.backend("cuda_triton"), knobs) for name, knobs in SETTINGS.items()]
+    variants += [(name, sdk.backend("cuda_triton"), SETTINGS[name]) for name in settings]
     for name, backend, knobs in variants:
         saved = {k: getattr(heuristics, k) for k in knobs}
         try:
@@ -168,6 +178,13 @@ def main(argv: list[str]) -> int:
     rows = [4096, 12000]
     cols = [256, 384, 512, 640, 768, 1024, 1536, 2304, 3072]
     kinds = ["bias", "rms"]
+    settings = list(SETTINGS)
+    if "--settings" in argv:
+        settings = argv[argv.index("--settings") + 1].split(",")
+        unknown = sorted(set(settings) - set(SETTINGS))
+        if unknown:
+            print(f"unknown settings {unknown}; known: {', '.join(SETTINGS)}", file=sys.stderr)
+            return 2
     if "--kinds" in argv:
         kinds = argv[argv.index("--kinds") + 1].split(",")
     if "--rows" in argv:
@@ -179,18 +196,18 @@ def main(argv: list[str]) -> int:
     for kind in kinds:
         for r in rows:
             for c in cols:
-                done.append(_case(kind, r, c))
+                done.append(_case(kind, r, c, settings))
                 print(json.dumps(done[-1]), flush=True)
                 if path:
                     with open(path, "w") as f:
                         json.dump(done, f, indent=1)
-    names = ["eager", "inductor", *SETTINGS]
+    names = ["eager", "inductor", *settings]
     for which in ("hot", "cold"):
         print(f"\n{which}: device us per call")
         print("case            " + "".join(f"{n:>10s}" for n in names) + "   best sdk GB/s")
         for d in done:
             us = [d[n][which] for n in names]
-            sdk_us = [u for n, u in zip(names, us) if n in SETTINGS and u]
+            sdk_us = [u for n, u in zip(names, us) if n in settings and u]
             gbs = d["bytes"] / (min(sdk_us) * 1e3) if sdk_us else 0.0
             cells = "".join(f"{u:10.2f}" if u else f"{'-':>10s}" for u in us)
             print(f"{d['kind']:4s} {d['rows']:5d}x{d['cols']:<5d}{cells}   {gbs:8.0f}")

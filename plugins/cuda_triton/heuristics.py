@@ -91,14 +91,20 @@ SPLIT_TARGET_PROGRAMS = 1024
 #: and 49, seventeenth session"): bias and RMSNorm-weight sums, bf16, 768 to 3072 columns of
 #: 4096 and 12000 rows, took 0.73x the time of 4096-element chunks on up to 1024 programs
 #: with L2 warm and 0.83x flushed (geomeans of 16 shapes); the largest sums (12000 x 1536 to
-#: 3072) on 960 to 1008 programs had taken 1.3 to 1.5x. In training steps (``knob_ab.py``,
-#: device ms a step against the 4096/1024 rule): GPT-2 5.73 / 5.85, resnet50 4.35 / 4.51
-#: (23 launches fewer), mobilenet_v3 2.79 / 2.78 (23 fewer); T5-small 7.47 / 7.39, whose
-#: RMSNorm weight sums (512 columns of 4096 and of 1024 rows) now run 128 and 32 programs
-#: instead of 512 and 128. With L2 flushed, such short two-input sums were quicker on more,
-#: smaller programs (4096 x 256 to 512: 5.9-7.9 us against 8.1-8.9).
+#: 3072) on 960 to 1008 programs had taken 1.3 to 1.5x.
 SPLIT_OUTER_MIN_CHUNK = 16384
 SPLIT_OUTER_TARGET_PROGRAMS = 512
+#: ... but where chunks that long leave fewer programs than this (2 per SM), the chunks
+#: shorten, down to ``SPLIT_MIN_CHUNK`` elements, towards this many programs: short sums
+#: (T5-small's RMSNorm weight gradients, 512 columns of 1024 rows: 32 programs unsplit, and
+#: no more in chunks of 16384 elements) and BatchNorm's statistics and gradients over
+#: channels-last activations of 784 to 12544 rows (mobilenet_v3's: 42 to 200 programs). In
+#: training steps on an H200 (``knob_ab.py``, generated kernels' device ms a step, without
+#: this floor against with it; BENCHMARKS.md "Issues 48 and 49, eighteenth session"): T5-small
+#: 2.413 / 2.326, mobilenet_v3 1.449 / 1.357 (23 launches more: a split BatchNorm normalizes
+#: in a kernel of its own), resnet50 2.431 / 2.399, GPT-2 2.040 / 2.031; a floor of 128
+#: programs took 2.376, 1.408, 2.386 and 2.046.
+SPLIT_OUTER_MIN_PROGRAMS = 264
 #: Launch at least this many programs before putting more rows in a block.
 MIN_PROGRAMS = 264
 #: Largest block of a pointwise kernel.
@@ -236,6 +242,9 @@ def _split_plan(xnumel: int, rnumel: int, outer: bool) -> Plan | None:
     else:
         min_chunk, target = SPLIT_MIN_CHUNK, SPLIT_TARGET_PROGRAMS
     split = min(cdiv(rnumel * pre_x, min_chunk), max(2, target // max(blocks, 1)))
+    if outer and blocks * split < SPLIT_OUTER_MIN_PROGRAMS:
+        most = cdiv(rnumel * pre_x, SPLIT_MIN_CHUNK)  # chunks of SPLIT_MIN_CHUNK elements
+        split = max(split, min(most, cdiv(SPLIT_OUTER_MIN_PROGRAMS, blocks)))
     if split < 2 or (outer and blocks * split <= cdiv(xnumel, OUTER_MIN_ROWS)):
         return None  # one chunk, or no more programs than unsplit
     chunk = cdiv(rnumel, split)

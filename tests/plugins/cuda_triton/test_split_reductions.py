@@ -41,6 +41,7 @@ def _small_split(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heuristics, "SPLIT_TARGET_PROGRAMS", 24)
     monkeypatch.setattr(heuristics, "SPLIT_OUTER_MIN_CHUNK", 128)
     monkeypatch.setattr(heuristics, "SPLIT_OUTER_TARGET_PROGRAMS", 24)
+    monkeypatch.setattr(heuristics, "SPLIT_OUTER_MIN_PROGRAMS", 8)
     monkeypatch.setattr(heuristics, "SPLIT_RBLOCK", 64)
     monkeypatch.setattr(heuristics, "SPLIT_OUTER_TILE", 128)
 
@@ -169,9 +170,9 @@ def test_column_sum_splits_with_real_thresholds(plugin, _by_grid):
 def test_channels_last_batchnorm_splits_short_columns_with_real_thresholds(plugin, _by_grid):
     """BatchNorm2d in training over channels-last activations with the real thresholds: 8
     channels of 4x32x36 = 4608 elements, columns of a multi-stage kernel (statistics, then
-    per channel, then per element), so over ``SPLIT_MIN_INNER_COLUMNS`` rows, and in three
-    chunks of ``SPLIT_OUTER_MIN_CHUNK`` elements at most: split into chains in the forward
-    and the backward, values and gradients as eager's."""
+    per channel, then per element), so over ``SPLIT_MIN_INNER_COLUMNS`` rows, on one block
+    of 8 columns (few programs: chunks of ``SPLIT_MIN_CHUNK`` elements, 9 of them): split
+    into chains in the forward and the backward, values and gradients as eager's."""
     bn, ref = _pair(torch.nn.BatchNorm2d, 8)
     x = (torch.randn(4, 8, 32, 36, device=DEV) * 2 + 1).to(memory_format=torch.channels_last)
     w = torch.randn(4, 8, 32, 36, device=DEV).to(memory_format=torch.channels_last)

@@ -798,14 +798,15 @@ def test_split_configurations_offered_to_measure_give_the_same_values(outer, mon
     """Every configuration a GPU would measure for a split kernel (its first kernels' RBLOCK
     and warps; a column reduction's XBLOCK kept) computes the same values: the chunks are
     the source's, each a loop over RBLOCK steps. Columns: 40 of them over 4000 rows (two
-    blocks of 32 columns, the second part masked; 8 chunks of 500 rows, with a threshold
-    raised to keep the interpreter's programs few); rows: a two-pass normalization's chain
+    blocks of 32 columns, the second part masked; 8 chunks of 500 rows, with the thresholds
+    set to keep the interpreter's programs few); rows: a two-pass normalization's chain
     of five kernels."""
     from sdk.plugins.cuda_triton import heuristics
 
     if outer:
         monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER_COLUMNS", 1024)
         monkeypatch.setattr(heuristics, "SPLIT_OUTER_MIN_CHUNK", 16384)
+        monkeypatch.setattr(heuristics, "SPLIT_OUTER_MIN_PROGRAMS", 0)
         x = torch.randn(4000, 40, device=DEV)
         src, want = render.render(_column_sum_kernel(4000, 40)), x.double().sum(0).float()
     else:
@@ -1401,28 +1402,38 @@ def test_column_reductions_split_from_short_columns():
     """A column reduction of one stage (a bias or LayerNorm gradient) or several (BatchNorm
     over channels-last activations: statistics, then per channel, then per element) splits
     from ``SPLIT_MIN_INNER_COLUMNS`` rows where it would run few programs unsplit:
-    resnet50's later stages (512 channels of 12544 rows, 1024 of 3136, 2048 of 1568) ran 32 to
-    128 programs unsplit, T5-small's RMSNorm weight gradients (512 columns of 4096 rows) 32.
-    Split, they run at least twice as many, each over ``SPLIT_OUTER_MIN_CHUNK`` elements or
-    more. Where chunks that long leave no more programs than unsplit (2048 channels of 784
-    rows: 128 either way), the sum stays unsplit."""
+    resnet50's later stages (512 channels of 12544 rows, 1024 of 3136, 2048 of 1568 and of
+    784) ran 32 to 128 programs unsplit, T5-small's RMSNorm weight gradients (512 columns of
+    4096 and of 1024 rows) 32. Split, they run at least twice as many: each program reduces
+    ``SPLIT_OUTER_MIN_CHUNK`` elements or more where that leaves ``SPLIT_OUTER_MIN_PROGRAMS``
+    programs, else shorter chunks, of ``SPLIT_MIN_CHUNK`` elements or more, reach towards
+    that many."""
     from sdk.plugins.cuda_triton import heuristics
 
-    for channels, rows in ((512, 12544), (1024, 3136), (2048, 1568), (512, 4096)):
+    shapes = ((512, 12544), (1024, 3136), (2048, 1568), (2048, 784), (512, 4096), (512, 1024))
+    for channels, rows in shapes:
         for stages in ([rows], [rows, rows]):
             p = heuristics.plan(channels, stages, True, outer=True)
             assert p.mode == "split", (channels, stages, p)
-            programs = p.split * heuristics.cdiv(channels, p.pre_config["XBLOCK"])
+            blocks = heuristics.cdiv(channels, p.pre_config["XBLOCK"])
+            programs, elements = p.split * blocks, p.chunk * p.pre_config["XBLOCK"]
             assert programs >= 2 * heuristics.cdiv(channels, heuristics.OUTER_MIN_ROWS), p
-            assert 2 * p.chunk * p.pre_config["XBLOCK"] >= heuristics.SPLIT_OUTER_MIN_CHUNK, p
+            assert 2 * elements >= heuristics.SPLIT_MIN_CHUNK, p
+            long_chunks = 2 * elements >= heuristics.SPLIT_OUTER_MIN_CHUNK
+            assert long_chunks or programs < heuristics.SPLIT_OUTER_MIN_PROGRAMS + blocks, p
         # rows (NCHW): many enough programs either way
         assert heuristics.plan(channels, [rows, rows], True).mode != "split"
-    assert heuristics.plan(2048, [784], True, outer=True).mode == "looped"
+    # the floor: towards SPLIT_OUTER_MIN_PROGRAMS programs, in chunks of 4096 elements or more
+    p = heuristics.plan(512, [1024], True, outer=True)
+    assert p.split * heuristics.cdiv(512, p.pre_config["XBLOCK"]) == 128, p  # 8 chunks: the most
+    p = heuristics.plan(512, [4096], True, outer=True)
+    floor = heuristics.SPLIT_OUTER_MIN_PROGRAMS
+    assert floor <= p.split * heuristics.cdiv(512, p.pre_config["XBLOCK"]) < floor + 16, p
     # too short to split: under the threshold, or a single chunk
     assert heuristics.plan(512, [256, 256], True, outer=True).mode != "split"
     assert heuristics.plan(512, [256], True, outer=True).mode != "split"
     assert heuristics.plan(8, [4096, 4096], True, outer=True).mode == "split"
-    assert heuristics.plan(8, [600, 600], True, outer=True).mode != "split"
+    assert heuristics.plan(8, [600, 600], True, outer=True).mode == "split"  # 2 chunks of 2400
     assert heuristics.plan(8, [500, 500], True, outer=True).mode != "split"
 
 
