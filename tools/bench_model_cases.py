@@ -726,6 +726,45 @@ def _whisper(dev: Any, dtype: str, size: str) -> Case:
     )
 
 
+#: ConvNeXt as HF transformers builds it: a third zoo's, not tuned for. Its blocks permute to
+#: NHWC for ``nn.LayerNorm`` and the two Linears and back; a LayerNorm module of its own
+#: serves the stem and each downsampling (channels first). Full: ``ConvNextConfig()``'s
+#: defaults are convnext-tiny's sizes.
+_HF_CONVNEXT = {
+    "small": {"hidden_sizes": [32, 64, 128, 256], "depths": [1, 1, 2, 1]},
+    "full": {},
+}
+
+
+def _hf_convnext_train(dev: Any, dtype: str, size: str) -> Case:
+    """HF ``ConvNextForImageClassification`` over 1000 labels, as a torchvision or timm
+    classifier's training step (see :func:`_classifier_train_case`): its logits out of the
+    model's output object."""
+    import torch
+
+    tf = _transformers()
+    kw = dict(_HF_CONVNEXT[size], num_labels=1000, drop_path_rate=0.0)
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = tf.ConvNextForImageClassification(tf.ConvNextConfig(**kw))
+
+        def forward(self, pixel_values: Any) -> Any:
+            return self.model(pixel_values=pixel_values).logits
+
+    c = tf.ConvNextConfig(**kw)
+    return _classifier_train_case(
+        dev,
+        dtype,
+        size,
+        Logits,
+        f"HF ConvNextForImageClassification hidden_sizes={c.hidden_sizes} depths={c.depths}, "
+        "drop_path_rate=0.0",
+        _TOL_TIMM,
+    )
+
+
 # ---------------------------------------------------------------------------
 # A row's model
 # ---------------------------------------------------------------------------

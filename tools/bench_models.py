@@ -67,6 +67,7 @@ from sdk.tools.bench_model_cases import (
     Model,
     _distilbert,
     _gpt2,
+    _hf_convnext_train,
     _import_error,
     _mixtral,
     _qwen2,
@@ -137,6 +138,7 @@ MODELS: tuple[Model, ...] = (
     Model("whisper_train", "train", "transformers", _whisper),
     Model("t5_train", "train", "transformers", _t5),
     Model("mixtral_train", "train", "transformers", _mixtral),
+    Model("hf_convnext_tiny_train", "train", "transformers", _hf_convnext_train),
 )
 
 

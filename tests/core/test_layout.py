@@ -241,6 +241,36 @@ def test_convnext_blocks_keep_one_layout_between_convolutions(plugin):
     ]
 
 
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_hf_transformers_convnext_keeps_one_layout_between_convolutions(plugin):
+    """The same through HF transformers' ConvNeXt, a zoo this layout work was not tuned
+    on: a module of its own for the channels-first LayerNorm (stem and downsampling), its
+    blocks permuting to NHWC for ``nn.LayerNorm`` and back. Only the image and the two
+    weights of the convolutions that are not depthwise are converted; each LayerNorm, the
+    pooled head's included, is one kernel with its normalization."""
+    transformers = pytest.importorskip("transformers")
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    config = transformers.ConvNextConfig(hidden_sizes=[16, 32], depths=[1, 1], num_stages=2)
+    model = transformers.ConvNextModel(config).to(dev).eval()
+    x = torch.randn(2, 3, 32, 32, device=dev)
+    with torch.no_grad():
+        report = sdk.explain(model, x, backend=f"sdk:{plugin}", channels_last=True, fallback=False)
+        compiled = torch.compile(model, backend=sdk.backend(plugin, channels_last=True))
+        got, want = compiled(x), model(x)
+    for a, b in zip(got.to_tuple(), want.to_tuple(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    (graph,) = report.graphs
+    conversions = [
+        k for k in graph.kernels if k.ops == ("aten.convolution.default",) and len(k.inputs) == 1
+    ]
+    assert len(conversions) == 3, [k.ops for k in graph.kernels]  # image, two weights
+    norms = [k for k in graph.kernels if "aten.var_mean.correction" in k.ops]
+    assert len(norms) == 5 and all("aten.sub.Tensor" in k.ops for k in norms), [
+        k.ops for k in graph.kernels
+    ]
+
+
 def _report(plugin: str, **options):
     dev = device_of(plugin)
     x = torch.randn(2, 3, 32, 32, device=dev)
