@@ -743,17 +743,16 @@ def _hf_convnext_train(dev: Any, dtype: str, size: str) -> Case:
     import torch
 
     tf = _transformers()
-    kw = dict(_HF_CONVNEXT[size], num_labels=1000, drop_path_rate=0.0)
+    c = tf.ConvNextConfig(**_HF_CONVNEXT[size], num_labels=1000, drop_path_rate=0.0)
 
     class Logits(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.model = tf.ConvNextForImageClassification(tf.ConvNextConfig(**kw))
+            self.model = tf.ConvNextForImageClassification(c)
 
         def forward(self, pixel_values: Any) -> Any:
             return self.model(pixel_values=pixel_values).logits
 
-    c = tf.ConvNextConfig(**kw)
     return _classifier_train_case(
         dev,
         dtype,
