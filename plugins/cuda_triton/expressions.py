@@ -175,6 +175,17 @@ class ExpressionWriter(KernelPlan):
             v = self.emit(e)
             edeps = self._deps(e, self.depmemo)
             n = ir.static(extent)  # an int, or a symbolic size (>= 2)
+            known = ir.value_bounds(e, ranges) if ir.is_static(n) else None
+            if known is not None and known[0] >= 0 and known[1] < n:
+                # computed in range over every loop value (a pooling window's row): no
+                # check, no clamp
+                if not re.fullmatch(r"\w+", v):
+                    name = self._tmp()
+                    self._put(f"{name} = {v}", edeps)
+                    v = name
+                subs[sym] = ir.var(v)
+                ranges[ir.var(v)] = known
+                continue
             mask = self._mask(edeps)
             ok = f"(0 <= {v}) & ({v} < {py_size(n)})"
             self._put(

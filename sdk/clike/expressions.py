@@ -33,6 +33,7 @@ from sdk.ir import (
     print_index,
     print_size,
     static,
+    value_bounds,
     var,
     walk,
 )
@@ -229,6 +230,12 @@ class Emitter:
             if not is_static(extent):  # a dimension of symbolic size (>= 2)
                 vname = self._checked(value, extent, vlvl)
                 ranges[sym] = (0, static(extent - 1))
+            elif (known := self._proven(value, extent)) is not None:
+                # computed in range over every loop value (a pooling window's row)
+                vname = self.operand(value, I64)
+                if not re.fullmatch(r"-?\w+", vname):
+                    vname = self._line(vlvl, I64, vname)
+                ranges[sym] = known
             elif isinstance(extent, (int, sympy.Integer)) and int(extent) >= 0:
                 vname = self._checked(value, int(extent), vlvl)
                 if int(extent) > 0:
@@ -254,6 +261,14 @@ class Emitter:
         if not in_range(bounds, size):
             code = f"sdk_clamp_index({code}, {print_size(size - 1, 'c')})"
         return self._line(lvl, node.dtype, f"{self.bufs[node.buffer]}[{code}]"), lvl
+
+    def _proven(self, value: Expr, extent: Any) -> tuple[int, int] | None:
+        """Bounds of bind ``value`` over the loop ranges where they prove it inside
+        ``[0, extent)``: its load needs no check."""
+        if not isinstance(extent, (int, sympy.Integer)):
+            return None
+        known = value_bounds(value, self.ranges)
+        return known if known is not None and known[0] >= 0 and known[1] < int(extent) else None
 
     def _checked(self, value: Expr, n: Any, lvl: int) -> str:
         """The name of bind ``value`` clamped into ``[0, n)``; an index outside it is

@@ -39,6 +39,7 @@ from .expr import (
     Load,
     LocalRef,
     Op,
+    value_bounds,
     walk,
 )
 from .graph import LIBRARY_OPS, LoweringBuilder, TensorValue
@@ -124,6 +125,7 @@ __all__ = [
     "size_symbols",
     "size_var",
     "static",
+    "value_bounds",
     "var",
     "walk",
 ]

@@ -22,6 +22,8 @@ from typing import Any
 import sympy
 import torch
 
+from .index import index_bounds
+
 # name -> (arity, doc). Comparisons and logical ops return torch.bool.
 OPS: dict[str, tuple[int, str]] = {
     # arithmetic
@@ -397,3 +399,65 @@ def cast(e: Expr, dtype: torch.dtype) -> Expr:
         return Const(e.value if dtype != torch.bool else bool(e.value), dtype)
     # fp32 -> bf16 -> fp32 is not an identity; keep it (stores round on purpose)
     return Op("cast", (e,), dtype)
+
+
+def value_bounds(e: Expr, ranges: dict[sympy.Symbol, tuple[Any, Any]]) -> tuple[int, int] | None:
+    """Inclusive integer bounds of the value of ``e`` over the loop ``ranges`` (as for
+    :func:`sdk.ir.index_bounds`), or None where they are unknown: a load, a float, a
+    symbolic size, an op without an interval rule. Integer arithmetic only (``add``,
+    ``sub``, ``mul``, ``neg``, ``floordiv`` and ``remainder`` by a positive constant,
+    ``maximum``, ``minimum``, ``where``, integer ``cast``), so a computed index (a pooling
+    window's row) can be proven inside its buffer, and its load needs no check."""
+    memo: dict[Expr, tuple[int, int] | None] = {}
+
+    def go(n: Expr) -> tuple[int, int] | None:
+        if n in memo:
+            return memo[n]
+        out = memo[n] = _value_bounds(n, ranges, go)
+        return out
+
+    return go(e)
+
+
+_INTEGERS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def _value_bounds(n: Expr, ranges: dict, go: Callable) -> Any:
+    if n.dtype not in _INTEGERS:
+        return None
+    if isinstance(n, Const):
+        return n.value, n.value
+    if isinstance(n, IndexValue):
+        b = index_bounds(n.expr, ranges)
+        return b if b is not None and all(isinstance(v, int) for v in b) else None
+    if not isinstance(n, Op):
+        return None
+    if n.name == "cast":  # integer to a wide enough integer: the value is kept
+        a = go(n.args[0])
+        info = torch.iinfo(n.dtype)
+        return a if a is not None and info.min <= a[0] and a[1] <= info.max else None
+    args = [go(a) for a in (n.args[1:] if n.name == "where" else n.args)]
+    if any(a is None for a in args):
+        return None
+    if n.name == "where":
+        (alo, ahi), (blo, bhi) = args
+        return min(alo, blo), max(ahi, bhi)
+    if n.name == "neg":
+        return -args[0][1], -args[0][0]
+    (alo, ahi), (blo, bhi) = args
+    if n.name == "add":
+        return alo + blo, ahi + bhi
+    if n.name == "sub":
+        return alo - bhi, ahi - blo
+    if n.name == "mul":
+        corners = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+        return min(corners), max(corners)
+    if n.name == "maximum":
+        return max(alo, blo), max(ahi, bhi)
+    if n.name == "minimum":
+        return min(alo, blo), min(ahi, bhi)
+    if n.name in ("floordiv", "remainder") and blo == bhi and blo > 0:
+        if n.name == "floordiv":  # floor division is monotonic in the dividend
+            return alo // blo, ahi // blo
+        return (alo, ahi) if alo >= 0 and ahi < blo else (0, blo - 1)
+    return None
