@@ -10,7 +10,7 @@
 # Everything runs as a user's process would, the compile workers (sdk.workers) included: the
 # sanitizer follows them too (its default, --target-processes all).
 # Writes logs under $OUT (or ./gpu-out) and prints a short summary last.
-#   STEPS="tests matrix sanitize sweep" SWEEP_BUDGET=420 bash tests/gpu/run.sh
+#   STEPS="tests matrix sanitize sweep" SWEEP_BUDGET=420 PYTEST_N=6 bash tests/gpu/run.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
@@ -27,14 +27,14 @@ fi
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
 summary=()
 if [[ " $STEPS " == *" tests "* ]]; then
-    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 6 \
+    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n ${PYTEST_N:-6} \
         --ignore=tests/gpu/test_mode_matrix.py ${PYTEST_ARGS:-tests/gpu tests/e2e/test_ops.py tests/e2e/test_models.py tests/e2e/test_dynamic.py tests/e2e/test_mutation.py tests/plugins/cuda_triton/test_pad_mm.py tests/core/test_layout.py tests/core/test_scatters.py tests/core/test_stage_reuse.py tests/e2e/test_softmax.py tests/core/test_recompute_cost.py tests/core/test_scheduler_incremental.py tests/contract/test_runtime.py tests/plugins/cudagraphs/test_cudagraphs_policy.py tests/e2e/test_symbolic_sizes.py tests/core/test_index_add_in_place.py tests/e2e/test_reproducible.py tests/plugins/cuda_triton/test_split_reductions.py tests/plugins/cuda_triton/test_symbolic_launch.py tests/plugins/cuda_triton/test_compile_workers.py tests/core/test_warm_start.py tests/core/test_aot_key_memo.py tests/core/test_round_intermediates.py} \
         >"$OUT/pytest.log" 2>&1
     summary+=("pytest: $(tail -1 "$OUT/pytest.log")")
     grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -30
 fi
 if [[ " $STEPS " == *" matrix "* ]]; then
-    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n 6 -rA \
+    python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n ${PYTEST_N:-6} -rA \
         tests/gpu/test_mode_matrix.py >"$OUT/matrix.log" 2>&1
     summary+=("mode matrix: $(tail -1 "$OUT/matrix.log")")
     # one line per case: model, mode, dtype, train/infer and PASSED/FAILED
