@@ -16,7 +16,10 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 STEPS=${STEPS:-"tests matrix sanitize sweep"}
 export PYTHONUNBUFFERED=1
-python3 -m pip install --no-deps --no-build-isolation -q -e . >"$OUT/install.log" 2>&1 \
+# one install at a time: two streams of one call (a card each) start run.sh together, and
+# concurrent pip installs of the project race over its entry-point script
+flock /tmp/sdk-gpu-install.lock \
+    python3 -m pip install --no-deps --no-build-isolation -q -e . >"$OUT/install.log" 2>&1 \
     || { cat "$OUT/install.log"; exit 1; }
 # the OpInfo database imports expecttest, which the GPU image lacks: carried as a wheel in
 # .whl/ (python3 -m pip download --no-deps -d .whl expecttest), installed aside
