@@ -413,18 +413,22 @@ def value_bounds(e: Expr, ranges: dict[sympy.Symbol, tuple[Any, Any]]) -> tuple[
     def go(n: Expr) -> tuple[int, int] | None:
         if n in memo:
             return memo[n]
-        out = memo[n] = _value_bounds(n, ranges, go)
+        out = _value_bounds(n, ranges, go) if n.dtype in _INTEGERS else None
+        if out is not None:  # a value that could wrap around its type is unknown
+            info = torch.iinfo(n.dtype)
+            out = out if info.min <= out[0] and out[1] <= info.max else None
+        memo[n] = out
         return out
 
     return go(e)
 
 
 _INTEGERS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+#: the ops of two integer operands (``where``: of its two values) with an interval rule
+_BINARY = frozenset({"add", "sub", "mul", "maximum", "minimum", "floordiv", "remainder", "where"})
 
 
 def _value_bounds(n: Expr, ranges: dict, go: Callable) -> Any:
-    if n.dtype not in _INTEGERS:
-        return None
     if isinstance(n, Const):
         return n.value, n.value
     if isinstance(n, IndexValue):
@@ -432,19 +436,19 @@ def _value_bounds(n: Expr, ranges: dict, go: Callable) -> Any:
         return b if b is not None and all(isinstance(v, int) for v in b) else None
     if not isinstance(n, Op):
         return None
-    if n.name == "cast":  # integer to a wide enough integer: the value is kept
+    if n.name == "cast":  # of an integer: the value is kept where it fits (checked by go)
+        return go(n.args[0])
+    if n.name == "neg":
         a = go(n.args[0])
-        info = torch.iinfo(n.dtype)
-        return a if a is not None and info.min <= a[0] and a[1] <= info.max else None
+        return None if a is None else (-a[1], -a[0])
+    if n.name not in _BINARY:
+        return None
     args = [go(a) for a in (n.args[1:] if n.name == "where" else n.args)]
     if any(a is None for a in args):
         return None
-    if n.name == "where":
-        (alo, ahi), (blo, bhi) = args
-        return min(alo, blo), max(ahi, bhi)
-    if n.name == "neg":
-        return -args[0][1], -args[0][0]
     (alo, ahi), (blo, bhi) = args
+    if n.name == "where":
+        return min(alo, blo), max(ahi, bhi)
     if n.name == "add":
         return alo + blo, ahi + bhi
     if n.name == "sub":

@@ -97,3 +97,10 @@ def test_unknown_values_have_no_bounds():
     assert ir.value_bounds(_op("floordiv", ir.IndexValue(I), ir.IndexValue(J)), RANGES) is None
     narrow = ir.Op("cast", (ir.IndexValue(I * 100),), torch.int8)  # 1100 does not fit
     assert ir.value_bounds(narrow, RANGES) is None
+    small = ir.Op("cast", (ir.IndexValue(I * 10),), torch.int8)  # up to 110: fits
+    assert ir.value_bounds(small, RANGES) == (0, 110)
+    wraps = ir.Op("add", (small, ir.Const(100, torch.int8)), torch.int8)  # up to 210: wraps
+    assert ir.value_bounds(wraps, RANGES) is None
+    for name in ("abs", "bitwise_not"):  # ops without an interval rule
+        assert ir.value_bounds(ir.Op(name, (ir.IndexValue(I),), I64), RANGES) is None
+    assert ir.value_bounds(_op("bitwise_and", ir.IndexValue(I), _const(3)), RANGES) is None
