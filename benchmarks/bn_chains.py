@@ -21,6 +21,13 @@ backend, and the sdk's kernels a call.
 ``sdk.plugins.cuda_triton.heuristics`` constants (``default`` is the plugin as it is):
 
     python benchmarks/bn_chains.py --forms aten --settings default,x64:SPLIT_OUTER_XBLOCK=64
+
+Inductor's choice for these column sums (``reduction_split_factor`` and the ``OUTER``
+reduction config of torch 2.11, read off its source): chunks of about 196 rows (64 channels
+of 16x112x112 split 1024 ways), [64 channels, 8 rows] tiles, 4 warps. The same in the sdk's
+constants, for its chains (all their kernels take the tile):
+
+    --settings default,ind:SPLIT_OUTER_XBLOCK=64+SPLIT_OUTER_TILE=512+SPLIT_OUTER_WARPS=4+SPLIT_OUTER_MIN_CHUNK=12544+SPLIT_OUTER_TARGET_PROGRAMS=1024
 """
 
 from __future__ import annotations

@@ -158,6 +158,8 @@ SPLIT_RBLOCK = 2048
 #: program looping over a chunk of about ``SPLIT_OUTER_MIN_CHUNK // XBLOCK`` rows or more.
 SPLIT_OUTER_XBLOCK = 32
 SPLIT_OUTER_TILE = 4096
+#: Warps of each kernel of a split column reduction's chain.
+SPLIT_OUTER_WARPS = 8
 
 
 def next_power_of_2(n: int) -> int:
@@ -250,7 +252,7 @@ def _split_plan(xnumel: int, rnumel: int, outer: bool) -> Plan | None:
     chunk = cdiv(rnumel, split)
     if outer:
         rblock = min(SPLIT_OUTER_TILE // pre_x, next_power_of_2(chunk))
-        pre = {"XBLOCK": pre_x, "RBLOCK": rblock, "num_warps": 8}
+        pre = {"XBLOCK": pre_x, "RBLOCK": rblock, "num_warps": SPLIT_OUTER_WARPS}
     else:
         rblock = min(SPLIT_RBLOCK, next_power_of_2(chunk))
         pre = {
