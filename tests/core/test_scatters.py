@@ -98,6 +98,31 @@ def test_scatter_index_out_of_range_raises(plugin, base):
     assert re.search("(?i)out of bounds|device-side assert", p.stderr), p.stderr[-2000:]
 
 
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_embedding_gradient_of_indices_made_in_the_graph(plugin):
+    """BERT-style token types: ``zeros_like(ids)`` looked up in a two-row table. The
+    backward's accumulating index_put gathers through the zeros, which are also its index
+    (its bounds check reads them): recomputing them where read must keep them readable. It
+    once dropped them, and MobileBERT's whole backward ran in ATen ("buf138 is read before
+    any step writes it")."""
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    types, words = torch.nn.Embedding(2, 16).to(dev), torch.nn.Embedding(50, 16).to(dev)
+
+    def f(ids):
+        return (words(ids) + types(torch.zeros_like(ids))).relu().sum()
+
+    ids = torch.randint(0, 50, (4, 8), device=dev)
+    with sdk.collect_reports() as reports:
+        _compiled(f, plugin)(ids).backward()
+    got = [types.weight.grad, words.weight.grad]
+    types.weight.grad = words.weight.grad = None
+    f(ids).backward()
+    torch.testing.assert_close(got, [types.weight.grad, words.weight.grad])
+    assert [g.kind for g in reports.graphs] == ["forward", "backward"]
+    assert not any(g.fallbacks for g in reports.graphs)
+
+
 def test_scatter_with_several_indices_per_row_is_a_library_call():
     x, index = torch.randn(8, 20), torch.randint(0, 20, (8, 3))
     src = torch.randn(8, 3)
