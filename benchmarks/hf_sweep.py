@@ -117,6 +117,132 @@ VISION: dict[str, tuple[str, str, dict[str, Any]]] = {
         "ConvNextV2Config",
         {**_STAGES, "depths": [1, 1, 1, 1], "drop_path_rate": 0.0},
     ),
+    # (added in the nineteenth session, also untuned: relative position tables, layer
+    # scale, average pooling without padding, attention biases gathered by index, patch
+    # unfolding, weight standardization, convolutional projections, focal modulation)
+    "deit": (
+        "DeiTForImageClassification",
+        "DeiTConfig",
+        {
+            **_NO_DROPOUT,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+            "image_size": 64,
+            "patch_size": 8,
+            "num_labels": 10,
+        },
+    ),
+    "beit": (
+        "BeitForImageClassification",
+        "BeitConfig",
+        {
+            **_NO_DROPOUT,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "intermediate_size": 128,
+            "image_size": 64,
+            "patch_size": 8,
+            "num_labels": 10,
+            "use_relative_position_bias": True,
+            "use_mean_pooling": True,
+            "layer_scale_init_value": 0.1,
+            "drop_path_rate": 0.0,
+        },
+    ),
+    "dinov2": (
+        "Dinov2ForImageClassification",
+        "Dinov2Config",
+        {
+            **_NO_DROPOUT,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "mlp_ratio": 2,
+            "image_size": 64,
+            "patch_size": 8,
+            "num_labels": 10,
+            "drop_path_rate": 0.0,
+        },
+    ),
+    "levit": (
+        "LevitForImageClassification",
+        "LevitConfig",
+        {
+            "image_size": 64,
+            "hidden_sizes": [32, 48, 64],
+            "num_attention_heads": [2, 3, 4],
+            "depths": [1, 1, 1],
+            "key_dim": [8, 8, 8],
+            "drop_path_rate": 0,
+            "num_labels": 10,
+            "down_ops": [["Subsample", 8, 4, 4, 2, 2], ["Subsample", 8, 6, 4, 2, 2]],
+        },
+    ),
+    "mobilevit": (
+        "MobileViTForImageClassification",
+        "MobileViTConfig",
+        {
+            "image_size": 64,
+            "hidden_sizes": [32, 48, 64],
+            "neck_hidden_sizes": [8, 16, 24, 32, 40, 48, 64],
+            "num_labels": 10,
+            "hidden_dropout_prob": 0.0,
+            "attention_probs_dropout_prob": 0.0,
+            "classifier_dropout_prob": 0.0,
+        },
+    ),
+    "poolformer": (
+        "PoolFormerForImageClassification",
+        "PoolFormerConfig",
+        {**_STAGES, "depths": [1, 1, 1, 1], "drop_path_rate": 0.0},
+    ),
+    "bit": (
+        "BitForImageClassification",
+        "BitConfig",
+        {**_STAGES, "embedding_size": 16, "depths": [1, 1, 1, 1], "num_groups": 8},
+    ),
+    "cvt": (
+        "CvtForImageClassification",
+        "CvtConfig",
+        {
+            "embed_dim": [16, 32, 64],
+            "num_heads": [1, 2, 4],
+            "depth": [1, 2, 3],  # (its drop-path rates index stage i's list at i)
+            "drop_path_rate": [0.0, 0.0, 0.0],
+            "num_labels": 10,
+        },
+    ),
+    "focalnet": (
+        "FocalNetForImageClassification",
+        "FocalNetConfig",
+        {
+            "image_size": 64,
+            "patch_size": 4,
+            "embed_dim": 16,
+            "depths": [1, 1],
+            "focal_levels": [2, 2],
+            "focal_windows": [3, 3],
+            "num_labels": 10,
+            "drop_path_rate": 0.0,
+            "hidden_dropout_prob": 0.0,
+        },
+    ),
+    "segformer": (
+        "SegformerForImageClassification",
+        "SegformerConfig",
+        {
+            **_NO_DROPOUT,
+            "depths": [1, 1, 1, 1],
+            "hidden_sizes": [16, 32, 64, 128],
+            "num_attention_heads": [1, 1, 2, 4],
+            "num_labels": 10,
+            "drop_path_rate": 0.0,
+            "classifier_dropout_prob": 0.0,
+        },
+    ),
 }
 
 _LAYERS = {
@@ -184,6 +310,103 @@ TEXT: dict[str, tuple[str, str, dict[str, Any]]] = {
             "activation_dropout": 0.0,
         },
     ),
+    # (added in the nineteenth session, also untuned: relative positions gathered by index,
+    # ALiBi, shared layers, parallel attention, bottlenecks, pooling between blocks)
+    "electra": (
+        "ElectraForMaskedLM",
+        "ElectraConfig",
+        {**_LAYERS, **_NO_DROPOUT, "embedding_size": 32},
+    ),
+    "albert": (
+        "AlbertForMaskedLM",
+        "AlbertConfig",
+        {**_LAYERS, **_NO_DROPOUT, "embedding_size": 32, "classifier_dropout_prob": 0.0},
+    ),
+    "deberta_v2": (
+        "DebertaV2ForMaskedLM",
+        "DebertaV2Config",
+        {
+            **_LAYERS,
+            **_NO_DROPOUT,
+            "relative_attention": True,
+            "position_buckets": 16,
+            "max_relative_positions": 32,
+            "pos_att_type": ["p2c", "c2p"],
+        },
+    ),
+    "gptj": (
+        "GPTJForCausalLM",
+        "GPTJConfig",
+        {
+            "vocab_size": VOCAB,
+            "n_embd": 64,
+            "n_layer": 2,
+            "n_head": 4,
+            "rotary_dim": 8,
+            "n_positions": 64,
+            "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        },
+    ),
+    "falcon": (
+        "FalconForCausalLM",
+        "FalconConfig",
+        {
+            "vocab_size": VOCAB,
+            "hidden_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "hidden_dropout": 0.0,
+            "attention_dropout": 0.0,
+        },
+    ),
+    "bloom": (
+        "BloomForCausalLM",
+        "BloomConfig",
+        {
+            "vocab_size": VOCAB,
+            "hidden_size": 64,
+            "n_layer": 2,
+            "n_head": 4,
+            "hidden_dropout": 0.0,
+            "attention_dropout": 0.0,
+        },
+    ),
+    "stablelm": (
+        "StableLmForCausalLM",
+        "StableLmConfig",
+        {**_LAYERS, "num_key_value_heads": 2, "hidden_dropout": 0.0, "attention_dropout": 0.0},
+    ),
+    "mobilebert": (
+        "MobileBertForMaskedLM",
+        "MobileBertConfig",
+        {
+            **_LAYERS,
+            **_NO_DROPOUT,
+            "embedding_size": 32,
+            "intra_bottleneck_size": 32,
+            "true_hidden_size": 32,
+            "num_feedforward_networks": 2,
+        },
+    ),
+    "funnel": (
+        "FunnelForMaskedLM",
+        "FunnelConfig",
+        {
+            "vocab_size": VOCAB,
+            "block_sizes": [1, 1],
+            "d_model": 64,
+            "n_head": 4,
+            "d_head": 16,
+            "d_inner": 128,
+            "hidden_dropout": 0.0,
+            "attention_dropout": 0.0,
+            "activation_dropout": 0.0,
+        },
+    ),
 }
 
 
@@ -209,7 +432,8 @@ def _step(model: Any, batch: dict[str, torch.Tensor], dtype: torch.dtype) -> lis
 
 def _one(case: tuple[str, str, dict[str, Any]], args: argparse.Namespace, dtype, seed: int):
     """(tensors checked, the positions of those that fail the rule, seconds of the compiled
-    steps, the first one's compile included)."""
+    steps, the first one's compile included, and what compiled: graphs, graph breaks and
+    the ops run through ATen one by one, from ``sdk.collect_reports``)."""
     import transformers
 
     import sdk
@@ -233,18 +457,24 @@ def _one(case: tuple[str, str, dict[str, Any]], args: argparse.Namespace, dtype,
         backend = sdk.backend(args.backend.removeprefix("sdk:"), **args.options)
     compiled = torch.compile(model, backend=backend, dynamic=args.dynamic or None)
     seconds = 0.0
-    for batch in batches:
-        start = time.perf_counter()
-        got = _step(compiled, batch, dtype)
-        seconds += time.perf_counter() - start
-        want, ref64 = _step(ref, batch, dtype), _step(f64, batch, torch.float64)
+    with sdk.collect_reports() as reports:
+        for batch in batches:
+            start = time.perf_counter()
+            got = _step(compiled, batch, dtype)
+            seconds += time.perf_counter() - start
+            want, ref64 = _step(ref, batch, dtype), _step(f64, batch, torch.float64)
+    fallbacks = sorted({fb.op for g in reports.graphs for fb in g.fallbacks})
+    compiled_what = (
+        f"{len(reports.graphs)} graphs, {len(reports.breaks)} breaks, "
+        f"fallbacks: {', '.join(fallbacks) or 'none'}"
+    )
     tol = 1e-2 if dtype == torch.bfloat16 else 1e-4
     bad = [
         i
         for i, (a, b, r) in enumerate(zip(got, want, ref64, strict=True))
         if a is not None and not dynamo_rmse_rule(b, a, r, tol)[0]
     ]
-    return len(got), bad, seconds
+    return len(got), bad, seconds, compiled_what
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             for seed in (int(s) for s in args.seeds.split(",")):
                 label = f"{name:14s} {dt} seed {seed} {args.backend}{mode}"
                 try:
-                    n, bad, seconds = _one(cases[name], args, dtypes[dt], seed)
+                    n, bad, seconds, what = _one(cases[name], args, dtypes[dt], seed)
                 except Exception as exc:  # noqa: BLE001 - reported, and the sweep goes on
                     failed += 1
                     print(f"{label}: RAISED {type(exc).__name__}: {str(exc)[:300]}", flush=True)
@@ -284,7 +514,11 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 failed += bool(bad)
                 verdict = "ok" if not bad else f"MISMATCH at tensors {bad[:8]}"
-                print(f"{label}: {n} tensors {verdict}, compiled steps {seconds:.1f} s", flush=True)
+                print(
+                    f"{label}: {n} tensors {verdict}, compiled steps {seconds:.1f} s; "
+                    + (what if args.backend != "inductor" else ""),
+                    flush=True,
+                )
     return 1 if failed else 0
 
 
