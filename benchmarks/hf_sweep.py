@@ -464,9 +464,10 @@ def _one(case: tuple[str, str, dict[str, Any]], args: argparse.Namespace, dtype,
             seconds += time.perf_counter() - start
             want, ref64 = _step(ref, batch, dtype), _step(f64, batch, torch.float64)
     fallbacks = sorted({fb.op for g in reports.graphs for fb in g.fallbacks})
+    more = f" and {len(fallbacks) - 4} more" if len(fallbacks) > 4 else ""
     compiled_what = (
         f"{len(reports.graphs)} graphs, {len(reports.breaks)} breaks, "
-        f"fallbacks: {', '.join(fallbacks) or 'none'}"
+        f"{len(fallbacks)} ops in ATen{': ' + ', '.join(fallbacks[:4]) + more if fallbacks else ''}"
     )
     tol = 1e-2 if dtype == torch.bfloat16 else 1e-4
     bad = [
