@@ -102,6 +102,15 @@ _EXTRA_DECOMPOSED = [
         "_batch_norm_with_update_functional",
         "_batch_norm_no_update",
         "batch_norm_backward",
+        # Inductor decomposes these too; without, each ran in ATen op by op (found on HF
+        # models not tuned for: GroupNorm in PoolFormer and BiT; the others by probing
+        # common layers): GroupNorm, ELU (and SELU), LeakyReLU, adaptive max pooling's
+        # forward, dist. (flip and fmax/fmin have lowerings of their own.)
+        "native_group_norm",
+        "elu",
+        "leaky_relu",
+        "adaptive_max_pool2d",
+        "dist",
     )
     if hasattr(aten, name)  # not every op exists in every supported torch
 ]

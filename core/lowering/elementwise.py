@@ -246,7 +246,7 @@ def _unrounded_product(L: Lowerer, dtype: torch.dtype) -> tuple[str, Any, Any] |
     return name, x, y
 
 
-@register(aten.div.Tensor, aten.div.Scalar, prims.div)
+@register(aten.div.Tensor, aten.div.Scalar, aten.true_divide.Tensor, prims.div)
 def _div(L: Lowerer, a: Any, b: Any) -> Any:
     dtype = out_dtype(L)
     if not dtype.is_floating_point:  # prims.div on integers truncates
@@ -320,6 +320,26 @@ def _pow(L: Lowerer, a: Any, b: Any) -> Any:
     if isinstance(b, float) and b == 0.5:
         return elementwise(L, "sqrt", a)
     return elementwise(L, "pow", a, b)
+
+
+@register(aten.fmax, aten.fmin, prims.fmax, prims.fmin)
+def _fmax(L: Lowerer, a: Any, b: Any) -> Any:
+    """The larger (smaller) of two values where one is NaN is the other, as eager's
+    ``fmax``/``fmin``; NaN only where both are."""
+    dtype = out_dtype(L)
+    sizes = shape_of(L.meta())
+    c = upcast(dtype)
+    pick = "maximum" if L._fx.target in (aten.fmax.default, prims.fmax.default) else "minimum"
+
+    def body(idx: Any) -> Expr:
+        x, y = bload(a, sizes, idx, c), bload(b, sizes, idx, c)
+        v = Op(pick, (x, y), c)
+        if c.is_floating_point:
+            v = Op("where", (Op("isnan", (x,), torch.bool), y, v), c)
+            v = Op("where", (Op("isnan", (y,), torch.bool), x, v), c)
+        return cast(v, dtype)
+
+    return L.pointwise(sizes, dtype, body)
 
 
 @register(aten.relu)

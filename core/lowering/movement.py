@@ -11,7 +11,7 @@ from typing import Any
 import sympy
 import torch
 
-from ..adapters.torch_private import aten
+from ..adapters.torch_private import aten, prims
 from ..ir.expr import Const, Expr, IndexValue, Load, Op
 from ..ir.graph import (
     ComputedView,
@@ -293,6 +293,19 @@ def _max_pool2d_backward(
         return cast(total, dtype)
 
     return L.pointwise(sizes, dtype, body)
+
+
+@register(aten.flip.default, prims.rev.default)
+def _flip(L: Lowerer, x: Any, dims: Any) -> Any:
+    """The elements in reverse order along ``dims``: a pointwise node reading ``x`` at
+    ``n - 1 - i`` (it fuses with its producer and readers)."""
+    sizes = tuple(x.sizes)
+    rev = {int(d) % len(sizes) for d in dims} if sizes else set()
+
+    def body(idx: Index) -> Expr:
+        return x.load(tuple(sizes[d] - 1 - i if d in rev else i for d, i in enumerate(idx)))
+
+    return L.pointwise(sizes, x.dtype, body)
 
 
 def _pair(v: Any, default: Any) -> tuple[int, int]:

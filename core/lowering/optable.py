@@ -34,6 +34,8 @@ EXTERN_OPS = (LIBRARY_OPS - {aten.convolution.default}) | {
     aten.sort.default,
     aten.topk.default,
     aten.cumsum.default,
+    aten.cumprod.default,  # (prod's gradient)
+    aten.as_strided_scatter.default,  # (Swin's and FocalNet's backwards)
     aten._embedding_bag.default,
     aten.upsample_nearest2d.default,
 }

@@ -79,6 +79,9 @@ UNARY = {
     "leaky_relu": F.leaky_relu,
     "hardtanh": F.hardtanh,
     "elu": F.elu,
+    "selu": F.selu,
+    "flip": lambda x: x.flip(-1) * 2,
+    "flip_both": lambda x: torch.flip(x, (0, 1)) + x,
     "pow3": lambda x: x**3,
     "square": torch.square,
     "clamp": lambda x: x.clamp(-0.5, 0.7),
@@ -107,6 +110,10 @@ BINARY = {
     "add_alpha": lambda a, b: torch.add(a, b, alpha=3),
     "where": lambda a, b: torch.where(a > b, a, b * 2),
     "hypot_like": lambda a, b: (a * a + b * b).sqrt(),
+    "fmax": torch.fmax,
+    "fmin": torch.fmin,
+    "true_divide": lambda a, b: torch.true_divide(a, b.abs() + 0.5),
+    "dist": lambda a, b: torch.dist(a, b, 3),
 }
 BINARY_NOGRAD = {
     "remainder": lambda a, b: torch.remainder(a, b.abs() + 0.3),
@@ -118,6 +125,13 @@ BINARY_NOGRAD = {
     "ge": torch.ge,
     "logical_and": lambda a, b: (a > 0) & (b > 0),
     "logical_xor": lambda a, b: (a > 0) ^ (b > 0),
+    # NaN where the other is a number: the number (one of each, and both NaN)
+    "fmax_nan": lambda a, b: torch.fmax(
+        a.masked_fill(a > 2, float("nan")), b.masked_fill(b > 1, float("nan"))
+    ),
+    "fmin_nan": lambda a, b: torch.fmin(
+        a.masked_fill(a > 2, float("nan")), b.masked_fill(b > 1, float("nan"))
+    ),
 }
 
 
