@@ -65,13 +65,31 @@ def check(
     grad: bool = True,
     tol: dict | None = None,
     reference_in_float: bool = True,
+    fallbacks: bool = False,
     **options: Any,
 ) -> Any:
     """Compiled ``fn`` against eager on ``inputs`` (forward, and backward when inputs need grad).
 
     ``reference_in_float=False`` for modules holding low-precision parameters: eager
-    then runs in the inputs' own dtype.
+    then runs in the inputs' own dtype. No op may run through ATen one by one (the
+    graphs' fallbacks, from ``sdk.collect_reports``) unless ``fallbacks``.
     """
+    with sdk.collect_reports() as reports:
+        actual = _check(fn, inputs, plugin, grad, tol, reference_in_float, options)
+    ran_in_aten = sorted({fb.op for g in reports.graphs for fb in g.fallbacks})
+    assert fallbacks or not ran_in_aten, f"ops run in ATen: {ran_in_aten}"
+    return actual
+
+
+def _check(
+    fn: Callable,
+    inputs: Sequence[Any],
+    plugin: str,
+    grad: bool,
+    tol: dict | None,
+    reference_in_float: bool,
+    options: dict[str, Any],
+) -> Any:
     actual_in = _clone(list(inputs))
     low = reference_in_float and any(
         t.dtype in (torch.bfloat16, torch.float16) for t in _tensors(list(inputs))
