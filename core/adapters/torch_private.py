@@ -104,10 +104,10 @@ _EXTRA_DECOMPOSED = [
         "batch_norm_backward",
         # Inductor decomposes these too; without, each ran in ATen op by op (found on HF
         # models not tuned for: GroupNorm in PoolFormer and BiT; the others by probing
-        # common layers): GroupNorm, ELU (and SELU), LeakyReLU, adaptive max pooling's
-        # forward, dist. (flip and fmax/fmin have lowerings of their own.)
+        # common layers): GroupNorm, LeakyReLU, adaptive max pooling's forward, dist.
+        # (flip and fmax/fmin have lowerings of their own. ELU is left to plugins: the
+        # vendor scaffold's example lowers it, which a decomposition here would bypass.)
         "native_group_norm",
-        "elu",
         "leaky_relu",
         "adaptive_max_pool2d",
         "dist",
