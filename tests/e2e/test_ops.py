@@ -110,6 +110,9 @@ BINARY = {
     "add_alpha": lambda a, b: torch.add(a, b, alpha=3),
     "where": lambda a, b: torch.where(a > b, a, b * 2),
     "hypot_like": lambda a, b: (a * a + b * b).sqrt(),
+}
+#: binary ops whose lowering adds nothing layout-specific: contiguous inputs only
+BINARY_CONTIGUOUS = {
     "fmax": torch.fmax,
     "fmin": torch.fmin,
     "true_divide": lambda a, b: torch.true_divide(a, b.abs() + 0.5),
@@ -165,6 +168,13 @@ def test_binary(plugin, name, kind):
         else layout(rand(16, 24, grad=True, device=dev), kind)
     )
     check(BINARY[name], [a, b], plugin=plugin)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY_CONTIGUOUS))
+def test_binary_contiguous(plugin, name):
+    dev = device_of(plugin)
+    a, b = rand(16, 24, grad=True, device=dev), rand(16, 24, grad=True, device=dev)
+    check(BINARY_CONTIGUOUS[name], [a, b], plugin=plugin)
 
 
 @pytest.mark.parametrize("name", sorted(BINARY_NOGRAD))
