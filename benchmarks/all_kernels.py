@@ -11,7 +11,6 @@ and device microseconds, most expensive first. The sdk's generated kernels are n
 
 from __future__ import annotations
 
-import collections
 import functools
 import json
 import statistics
@@ -22,6 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import sdk
 from sdk.tools import bench_models as bm
+from sdk.tools.bench_launches import kernel_times
 from sdk.tools.bench_timing import _Clock
 
 #: one synchronized step, wall seconds (host and device), as the suite times a cold call
@@ -33,11 +33,7 @@ def _kernels(step) -> list[list]:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step()
         torch.cuda.synchronize()
-    per: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name][0] += 1
-            per[e.name][1] += e.device_time
+    per = kernel_times(prof.events())
     return sorted(([n, c, round(us, 2)] for n, (c, us) in per.items()), key=lambda r: -r[2])
 
 

@@ -33,7 +33,6 @@ constants, for its chains (all their kernels take the tile):
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import json
 
@@ -43,6 +42,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import sdk
 import sdk.cache
+from sdk.tools.bench_launches import kernel_times
 
 SHAPES = "16x64x112x112,16x64x56x56,16x256x56x56,16x128x28x28,16x512x28x28,16x256x14x14,16x1024x14x14,16x512x7x7,16x2048x7x7"
 CALLS = 20
@@ -97,11 +97,7 @@ def _kernels(fn, args) -> tuple[float, int, dict]:
         for _ in range(CALLS):
             _step(fn, *args)
         torch.cuda.synchronize()
-    per: dict[str, list] = collections.defaultdict(lambda: [0, 0.0])
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            per[e.name][0] += 1
-            per[e.name][1] += e.device_time
+    per = kernel_times(prof.events())
     total = sum(us for _c, us in per.values()) / CALLS
     launches = sum(c for c, _us in per.values()) // CALLS
     return total, launches, {n: [c // CALLS, round(us / CALLS, 2)] for n, (c, us) in per.items()}

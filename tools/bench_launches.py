@@ -79,6 +79,17 @@ def summarize_device_events(events: Any, top: int = 5) -> dict[str, Any]:
     }
 
 
+def kernel_times(events: Any) -> dict[str, list]:
+    """Each CUDA kernel's ``[launches, device microseconds]`` among a profiler's events."""
+    per: dict[str, list] = {}
+    for e in events:
+        if _is_device_event(e):
+            row = per.setdefault(e.name, [0, 0.0])
+            row[0] += 1
+            row[1] += e.device_time
+    return per
+
+
 def cuda_launches(step: Callable[[], Any], top: int = 5) -> dict[str, Any]:
     """One call of ``step`` under the CUDA profiler: :func:`summarize_device_events`."""
     import torch

@@ -152,7 +152,7 @@ class _Inliner:
             not p.reads
             and not indexed
             and all(
-                _probe(ld.binds) is not None and not _binds_read(ld.binds, p.name)
+                _probe(ld.binds) is not None
                 for r in rs
                 for ld in loads(r.value)
                 if ld.buffer == p.name and ld.binds
@@ -218,14 +218,16 @@ class _Inliner:
 
     def inline(self, p: Node, rs: list[Node], constant: bool) -> None:
         """Recompute ``p`` in each of its readers ``rs`` and drop it; nothing changes where a
-        reader would still read it."""
+        reader would still read it (a gathered read whose index is ``p`` itself, as an
+        accumulating index_put's bounds check reads its indices: the probe that keeps the
+        check reads ``p``)."""
         fn = _substitution(p, constant)
         values = [rewrite(r.value, fn) for r in rs]
-        if any(p.name in {ld.buffer for ld in loads(v)} for v in values):
-            return  # still read after all (its own index): kept (the rules avoid this)
-        for r, value in zip(rs, values):
-            r.value = value
-            r.reads = {ld.buffer for ld in loads(r.value)}
+        reads = [{ld.buffer for ld in loads(v)} for v in values]
+        if any(p.name in rd for rd in reads):
+            return
+        for r, value, rd in zip(rs, values, reads):
+            r.value, r.reads = value, rd
             r.origins.extend(o for o in p.origins if o not in r.origins)
             self.classify(r)
             for b in p.reads:
@@ -262,13 +264,6 @@ def _substitution(p: Node, constant: bool) -> Callable[[Expr], Expr | None]:
         return hit
 
     return fn
-
-
-def _binds_read(binds: tuple, name: str) -> bool:
-    """Does an index of ``binds`` read buffer ``name``? (A gathered read of ``p`` whose index
-    is ``p`` itself, as an index_put's bounds check reads its indices: its probe would read
-    ``p`` after ``p`` is gone.)"""
-    return any(ld.buffer == name for _sym, value, _extent in binds for ld in loads(value))
 
 
 def _probe(binds: tuple) -> Load | None:

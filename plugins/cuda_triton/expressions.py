@@ -176,7 +176,7 @@ class ExpressionWriter(KernelPlan):
             edeps = self._deps(e, self.depmemo)
             n = ir.static(extent)  # an int, or a symbolic size (>= 2)
             known = ir.value_bounds(e, ranges) if ir.is_static(n) else None
-            if known is not None and known[0] >= 0 and known[1] < n:
+            if ir.in_range(known, n):
                 # computed in range over every loop value (a pooling window's row): no
                 # check, no clamp
                 if not re.fullmatch(r"\w+", v):

@@ -265,10 +265,8 @@ class Emitter:
     def _proven(self, value: Expr, extent: Any) -> tuple[int, int] | None:
         """Bounds of bind ``value`` over the loop ranges where they prove it inside
         ``[0, extent)``: its load needs no check."""
-        if not isinstance(extent, (int, sympy.Integer)):
-            return None
         known = value_bounds(value, self.ranges)
-        return known if known is not None and known[0] >= 0 and known[1] < int(extent) else None
+        return known if in_range(known, extent) else None
 
     def _checked(self, value: Expr, n: Any, lvl: int) -> str:
         """The name of bind ``value`` clamped into ``[0, n)``; an index outside it is

@@ -22,6 +22,7 @@ import sdk.toolchain
 from sdk import ir
 from sdk.plugins import cpu_cpp
 from sdk.plugins.cpu_cpp import render, toolchain
+from tests.ir_kernels import window_kernel
 
 F32, I64 = torch.float32, torch.int64
 
@@ -402,32 +403,10 @@ def test_negative_indices_are_out_of_range_where_eager_says_so():
     )
 
 
-def _window_kernel(top: int) -> ir.Kernel:
-    """out[i] = x[min(max((i + 1) // 2 - 1, 0), 4) + top] over x of 5 elements."""
-    i, s = ir.var("i"), ir.var("s")
-    x_lay = ir.Layout((5,), (1,), 0, F32, "cpu")
-    o_lay = ir.Layout((12,), (1,), 0, F32, "cpu")
-    row = ir.Op(
-        "sub",
-        (ir.Op("floordiv", (ir.IndexValue(i + 1), ir.Const(2, I64)), I64), ir.Const(1, I64)),
-        I64,
-    )
-    row = ir.Op("minimum", (ir.Op("maximum", (row, ir.Const(0, I64)), I64), ir.Const(4, I64)), I64)
-    row = ir.Op("add", (row, ir.Const(top, I64)), I64)
-    value = ir.Load("x", s, F32, binds=((s, row, 5),))
-    return ir.Kernel(
-        "window",
-        (i,),
-        (12,),
-        [ir.Stage((), (), [], [ir.Store("out", o_lay.linear((i,)), value)])],
-        [ir.BufferArg("x", x_lay, "in"), ir.BufferArg("out", o_lay, "out")],
-    )
-
-
 def test_computed_index_proven_in_range_is_not_checked() -> None:
     """An index computed by integer ops whose bounds prove it inside its buffer (a pooling
     window's row) is read as is; one that can reach past the buffer is checked."""
-    proven = render.render_kernel(_window_kernel(0))
+    proven = render.render_kernel(window_kernel(0, "cpu"))
     assert "sdk_checked_index" not in proven.source and "sdk_clamp_index" not in proven.source
     assert not proven.meta.get("index_checks")
-    assert render.render_kernel(_window_kernel(1)).meta["index_checks"] is True
+    assert render.render_kernel(window_kernel(1, "cpu")).meta["index_checks"] is True

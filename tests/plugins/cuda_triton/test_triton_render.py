@@ -32,6 +32,7 @@ from sdk.core.guards import TensorSpec, parse_requires
 from sdk.ir.index import size_hints
 from sdk.plugins import cuda_triton
 from sdk.plugins.cuda_triton import launch, render
+from tests.ir_kernels import window_kernel
 from tests.plugins.cuda_triton.test_split_reductions import _by_grid  # noqa: F401 (a fixture)
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -999,39 +1000,17 @@ def test_indirect_embedding_load(debug):
     assert src.meta["clamped"] == 0  # the direct index w[s, k] is provably in bounds
 
 
-def _window_kernel(top: int) -> ir.Kernel:
-    """out[i] = x[min(max((i + 1) // 2 - 1, 0), 4) + top] over x of 5 elements."""
-    (i,) = V("i")
-    s = ir.var("s")
-    X, O = lay((5,)), lay((12,))
-    row = ir.Op(
-        "sub",
-        (ir.Op("floordiv", (ir.IndexValue(i + 1), ir.Const(2, I64)), I64), ir.Const(1, I64)),
-        I64,
-    )
-    row = ir.Op("minimum", (ir.Op("maximum", (row, ir.Const(0, I64)), I64), ir.Const(4, I64)), I64)
-    row = ir.Op("add", (row, ir.Const(top, I64)), I64)
-    value = ir.Load("x", s, F32, binds=((s, row, 5),))
-    return ir.Kernel(
-        "window",
-        (i,),
-        (12,),
-        [ir.Stage((), (), [], [ir.Store("out", O.linear((i,)), value)])],
-        [ir.BufferArg("x", X, "in"), ir.BufferArg("out", O, "out")],
-    )
-
-
 def test_computed_index_proven_in_range_is_not_checked():
     """An index computed by integer ops whose bounds the renderer proves inside its buffer
     (a pooling window's row) is loaded as is: no device-side assert, no debug build. One
     that can reach past the buffer keeps the assert."""
     x = torch.randn(5, device=DEV)
     out = torch.empty(12, device=DEV)
-    src = run(_window_kernel(0), x, out)
+    src = run(window_kernel(0, DEV), x, out)
     ii = torch.arange(12)
     close(out, x[((ii + 1) // 2 - 1).clamp(0, 4).to(DEV)], rtol=0, atol=0)
     assert "tl.device_assert" not in src.source and "debug" not in src.meta
-    assert "tl.device_assert" in render.render(_window_kernel(1)).source
+    assert "tl.device_assert" in render.render(window_kernel(1, DEV)).source
 
 
 def _out_of_range(bad: int) -> None:
