@@ -30,7 +30,7 @@ from sdk.report import ExternReport, FallbackReport
 
 from ..adapters.torch_private import aten, saved_for_backward, sym_size
 from ..fallback import op_name
-from ..ir.expr import Const, Expr, IndexValue, cast, subs_index
+from ..ir.expr import Const, Expr, IndexValue, Op, cast, subs_index
 from ..ir.graph import (
     ComputedView,
     ExternNode,
@@ -100,6 +100,38 @@ def size_value(n: Any, dtype: torch.dtype) -> Expr:
     return cast(IndexValue(n), dtype)
 
 
+#: Python's arithmetic on a float computed from sizes (a SymFloat: BatchNorm's running
+#: variance scales by ``n / (n - 1)``, ``n`` its count) -> the IR op that computes it, in
+#: float64 as Python does; ``None``: a conversion.
+_SIZE_FLOAT_OPS: dict[Any, str | None] = {
+    operator.add: "add",
+    operator.sub: "sub",
+    operator.mul: "mul",
+    operator.truediv: "truediv",
+    operator.neg: "neg",
+    operator.pow: "pow",
+    torch.sym_float: None,
+}
+
+
+def _float_unsupported(n: torch.fx.Node) -> str | None:
+    """Why a node computing a SymFloat or SymBool cannot be lowered, or None."""
+    val = n.meta.get("val")
+    if isinstance(val, torch.SymFloat) and n.target in _SIZE_FLOAT_OPS:
+        return None
+    return f"a size ({val}) that is not known when compiling, from {op_name(n.target)}"
+
+
+def size_float(x: Any) -> Expr:
+    """A scalar operand of a size's float arithmetic as a float64 value: a Python number, a
+    symbolic size (its run's value) or such a value already computed."""
+    if isinstance(x, Expr):
+        return cast(x, torch.float64)
+    if isinstance(x, (bool, int, float, sympy.Expr)):
+        return size_value(x if isinstance(x, sympy.Expr) else float(x), torch.float64)
+    raise Unsupported(f"float arithmetic of sizes on {type(x).__name__}")
+
+
 def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
     """Why a kernel-level plugin's program could not take call node ``n`` into its IR, or
     None when it can: the claim a kernel-level plugin makes in a chain's partitioning.
@@ -116,7 +148,7 @@ def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
     if isinstance(val, (bool, int, float, torch.SymInt)):
         return None
     if isinstance(val, (torch.SymFloat, torch.SymBool)):
-        return f"a size ({val}) that is not known when compiling"
+        return _float_unsupported(n)
     if n.target in EXTERN_OPS:
         return None
     elsewhere = foreign_device(n, ctx.device_type)
@@ -255,6 +287,9 @@ class Lowerer:
             elif n.op == "call_function":
                 self.env[n] = self._call(n)
             elif n.op == "output":
+                if any(isinstance(self.env[a], Expr) for a in n.all_input_nodes):
+                    # (the program returns tensors and sizes; a float is not a size)
+                    raise Unsupported("the graph returns a float computed from sizes")
                 self.outputs = [
                     self.env[a] if isinstance(a, torch.fx.Node) else a for a in n.args[0]
                 ]
@@ -333,6 +368,20 @@ class Lowerer:
     def builder(self) -> LoweringBuilder:
         return LoweringBuilder(self)
 
+    def _size_float(self, n: torch.fx.Node) -> Expr | float:
+        """A float computed from sizes, as a float64 value that the kernels reading it
+        compute from their size arguments (not a host value: the program stays symbolic);
+        of concrete sizes (a variant compiled per shape), the float itself."""
+        why = _float_unsupported(n)
+        if why is not None:
+            raise Unsupported(why)
+        raw = [self.env[a] if isinstance(a, torch.fx.Node) else a for a in n.args]
+        if all(isinstance(x, (bool, int, float)) for x in raw):
+            return n.target(*raw)  # a variant of concrete sizes: Python's own arithmetic
+        args = [size_float(x) for x in raw]
+        name = _SIZE_FLOAT_OPS[n.target]
+        return args[0] if name is None else Op(name, tuple(args), torch.float64)
+
     def _call(self, n: torch.fx.Node) -> Any:
         target = n.target
         if target is operator.getitem:
@@ -343,7 +392,7 @@ class Lowerer:
         if isinstance(val, torch.SymInt):
             return sym_size(val)  # size arithmetic over symbolic sizes: an expression
         if isinstance(val, (torch.SymFloat, torch.SymBool)):
-            raise Unsupported(f"a size ({val}) that is not known when compiling")
+            return self._size_float(n)
         args = torch.fx.node.map_arg(n.args, lambda a: self.env[a])
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda a: self.env[a])
         if target in EXTERN_OPS:

@@ -402,3 +402,65 @@ def test_a_merged_symbolic_dimension_is_indexed_without_division(plugin):
     (kernel,) = [k for g in report.graphs for k in g.kernels if "aten.sum.dim_IntList" in k.ops]
     loads = [ln for ln in kernel.source.splitlines() if re.search(r"\[|tl\.load", ln) and "s" in ln]
     assert loads and not any(re.search(r"(//|%|\bs\d+\s*/)", ln) for ln in loads), kernel.source
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+def test_batchnorm_training_over_batch_sizes_is_symbolic(plugin, builds, graph_reports, dims):
+    # the running variance scales by n / (n - 1), n the count: a float of the sizes (a
+    # SymFloat). It runs in the kernels, from the size arguments, at every size.
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    make = torch.nn.BatchNorm1d if dims == 1 else torch.nn.BatchNorm2d
+    bn, ref = make(6).to(dev), make(6).to(dev)
+    ref.load_state_dict(bn.state_dict())
+    f = torch.compile(bn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (2, 5, 9, 3):
+        x = torch.randn(n, 6, *(4, 3)[: 2 * (dims - 1)], device=dev) * 3 + 1
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got, want = f(xa), ref(xb)
+        up = torch.randn_like(got)
+        got.backward(up)
+        want.backward(up)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(xa.grad, xb.grad)
+        torch.testing.assert_close(bn.weight.grad, ref.weight.grad)
+        torch.testing.assert_close(bn.running_mean, ref.running_mean)
+        torch.testing.assert_close(bn.running_var, ref.running_var)
+        bn.zero_grad(), ref.zero_grad()
+    assert all(g.sizes.startswith("symbolic") for g in graph_reports), [
+        g.sizes for g in graph_reports
+    ]
+    assert not [fb for g in graph_reports for fb in g.fallbacks]
+    assert len(builds) == 2, builds
+
+
+def test_float_arithmetic_of_sizes_runs_in_the_kernels(plugin, graph_reports):
+    dev = device_of(plugin)
+
+    def fn(x):
+        n = x.shape[0]
+        scale = (x.numel() / (n + 1)) ** 0.5 - torch.sym_float(n) * 0.25
+        return x * scale + n / 3
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (3, 8, 13):
+        x = torch.randn(n, 5, device=dev)
+        torch.testing.assert_close(f(x), fn(x))
+    assert all(g.sizes.startswith("symbolic") for g in graph_reports), [
+        g.sizes for g in graph_reports
+    ]
+
+
+def test_a_graph_returning_a_float_of_sizes_compiles_per_shape(plugin, graph_reports):
+    dev = device_of(plugin)
+
+    def fn(x):
+        return x * 2, x.shape[0] / 4
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (3, 8, 13):
+        x = torch.randn(n, 5, device=dev)
+        got, want = f(x), fn(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+    assert not [fb for g in graph_reports for fb in g.fallbacks]
