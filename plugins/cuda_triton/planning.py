@@ -128,6 +128,8 @@ class KernelPlan:
     doc); one instance per kernel, read by the writer built on it."""
 
     def __init__(self, kernel: ir.Kernel) -> None:
+        # a contiguous loop nest: one index, no division and remainder per element
+        kernel = ir.merge_loops(kernel)
         self.k = kernel
         taken = {"tl", "triton", "libdevice", "math"} | set(HELPERS)
         # symbolic sizes: each size argument is a kernel parameter under its own name

@@ -11,7 +11,9 @@ A plugin's ``sdk_lower_op`` builds nodes with :class:`LoweringBuilder` from
 :class:`TensorValue` inputs; ``sdk_can_fuse`` receives :class:`FusionGroup` s.
 Indices are sympy expressions over :func:`var` symbols using
 :class:`FloorDiv` and :class:`Mod`; :func:`print_index` renders them and
-:func:`index_bounds` bounds them over loop ranges. ``sdk_op_support`` and the
+:func:`index_bounds` bounds them over loop ranges; :func:`merge_loops` merges a kernel's
+adjacent ranges where every index runs through both contiguously (one variable, no
+division). ``sdk_op_support`` and the
 decomposition hooks receive ATen ops as :class:`OpOverload` s.
 
 Symbolic sizes (plugins with ``Capability.SYMBOLIC_SIZES``): a size, stride or offset
@@ -72,6 +74,7 @@ from .kernel import (
     Store,
     check_kernel,
 )
+from .loops import merge_dims, merge_loops
 
 
 def __getattr__(name: str) -> Any:
@@ -117,6 +120,8 @@ __all__ = [
     "in_range",
     "index_bounds",
     "is_static",
+    "merge_dims",
+    "merge_loops",
     "numel_hint",
     "print_index",
     "print_size",
