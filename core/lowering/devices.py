@@ -17,7 +17,10 @@ def foreign_device(n: torch.fx.Node, device_type: str) -> str | None:
     it makes a tensor on another device (index arithmetic on the CPU beside a CUDA model),
     or copies a tensor of more than one element across devices (a kernel reading a host
     tensor reads its device copy: one copy, then the kernel, where ATen's one copy does).
-    None for a node on the graph's device that reads at most host scalars."""
+    None for a node on the graph's device that reads at most host scalars, and for a host
+    scalar computed from scalars (:func:`host_scalar`): that runs on the graph's device."""
+    if host_scalar(n, device_type):
+        return None
     val = n.meta.get("val")
     for v in val if isinstance(val, (list, tuple)) else (val,):
         if isinstance(v, torch.Tensor) and v.device.type != device_type:
@@ -28,6 +31,27 @@ def foreign_device(n: torch.fx.Node, device_type: str) -> str | None:
             isinstance(v, torch.Tensor)
             and v.device.type != device_type
             and (v.dim() > 0 or n.target in DEVICE_MOVES)
+            and not host_scalar(a, device_type)
         ):
             return f"copies a {v.device.type} tensor to {device_type}"
     return None
+
+
+def host_scalar(n: torch.fx.Node, device_type: str) -> bool:
+    """Whether ``n`` makes a 0-dim tensor on another device than the graph's kernels (the
+    host's) from numbers and such tensors only, for ops of the graph alone (no output of
+    the graph: its user would get it on the wrong device).
+
+    Such a tensor is a number: the graph's kernels read it as one, and computing it in them
+    gives the same value. (torch 2.11 makes the scale ``1 / (HxW * cpg)`` of GroupNorm's
+    gradient a CPU ``scalar_tensor`` where a size is symbolic.)"""
+    val = n.meta.get("val")
+    if n.op != "call_function" or not (
+        isinstance(val, torch.Tensor) and val.dim() == 0 and val.device.type != device_type
+    ):
+        return False
+    for a in n.all_input_nodes:
+        v = a.meta.get("val")
+        if isinstance(v, torch.Tensor) and not host_scalar(a, device_type):
+            return False
+    return all(u.op == "call_function" for u in n.users)

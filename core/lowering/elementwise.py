@@ -473,7 +473,8 @@ def _full(L: Lowerer, *args: Any, **kw: Any) -> Any:
         fill = args[0]
     if isinstance(fill, TensorValue):
         raise Unsupported("fill with a tensor value")
-    return L.pointwise(shape_of(val), val.dtype, lambda idx: Const(fill, val.dtype))
+    # (a number, a symbolic size or a float computed from sizes)
+    return L.pointwise(shape_of(val), val.dtype, lambda idx: bload(fill, (), (), val.dtype))
 
 
 #: ``sdk.explain``'s note on a graph compiled with empty tensors under deterministic mode

@@ -132,6 +132,17 @@ def size_float(x: Any) -> Expr:
     raise Unsupported(f"float arithmetic of sizes on {type(x).__name__}")
 
 
+def _has_value(x: Any) -> bool:
+    """Whether arguments ``x`` hold a computed scalar (:class:`Expr`, a float of sizes)."""
+    if isinstance(x, Expr):
+        return True
+    if isinstance(x, (list, tuple)):
+        return any(_has_value(y) for y in x)
+    if isinstance(x, dict):
+        return any(_has_value(y) for y in x.values())
+    return False
+
+
 def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
     """Why a kernel-level plugin's program could not take call node ``n`` into its IR, or
     None when it can: the claim a kernel-level plugin makes in a chain's partitioning.
@@ -224,9 +235,16 @@ class Lowerer:
         self._addresses_storage: bool | None = None  # (asked only where an input needs it)
         #: positions of the outputs whose layout the core chooses: a forward graph's
         #: activations saved for the backward (AOTAutograd compiles the backward for the
-        #: strides they get); every other output leaves in eager's strides
+        #: strides they get); every other output leaves in eager's strides. AOTAutograd
+        #: takes only concrete strides (``int(real_stride[k])``): with symbolic sizes, the
+        #: activations too leave in eager's
         self.free_outputs: frozenset[int] = frozenset()
-        if self.channels_last and ctx.graph_kind == "forward":
+        symbolic = not all(
+            is_static(x)
+            for sp in specs
+            for x in getattr(sp, "sizes", ()) + getattr(sp, "strides", ())
+        )
+        if self.channels_last and ctx.graph_kind == "forward" and not symbolic:
             self.free_outputs = saved_for_backward(len(out_node.args[0])) or frozenset()
             self._graph_outputs = {
                 a
@@ -598,6 +616,11 @@ class Lowerer:
                 f"{op_name(target)} ({self.origin}) would run through ATen, op by op: "
                 f"{reason}; options['fallback'] is False (set it True to allow this, or "
                 f"lower the op in sdk:{self.ctx.plugin})"
+            )
+        if _has_value((args, kwargs)):
+            # (an ATen call takes numbers; the program holds no host arithmetic on sizes)
+            raise Unsupported(
+                f"{op_name(target)} ({self.origin}) takes a float computed from sizes"
             )
         args = _map_values(args, lambda x: self.on_host(self.realize(x)))
         kwargs = _map_values(kwargs, lambda x: self.on_host(self.realize(x)))

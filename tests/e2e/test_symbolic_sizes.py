@@ -464,3 +464,70 @@ def test_a_graph_returning_a_float_of_sizes_compiles_per_shape(plugin, graph_rep
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1]
     assert not [fb for g in graph_reports for fb in g.fallbacks]
+
+
+def _train_over_sizes(plugin, make, shapes):
+    """``make()``'s module trained one step per shape, compiled with dynamic=True, against
+    eager: outputs, input and parameter gradients, buffers (running statistics)."""
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    m, ref = make().to(dev), make().to(dev)
+    ref.load_state_dict(m.state_dict())
+    f = torch.compile(m, backend=sdk.backend(plugin), dynamic=True)
+    for shape in shapes:
+        x = torch.randn(*shape, device=dev) * 2 + 0.5
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got, want = f(xa), ref(xb)
+        up = torch.randn_like(got)
+        got.backward(up)
+        want.backward(up)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(xa.grad, xb.grad, atol=1e-4, rtol=1e-4)
+        for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=name)
+        for b, c in zip(m.buffers(), ref.buffers()):
+            torch.testing.assert_close(b, c)
+        m.zero_grad(), ref.zero_grad()
+
+
+def test_conv_batchnorm_training_over_sizes(plugin, graph_reports):
+    # channels-last activations saved for the backward: AOTAutograd takes only concrete
+    # strides for them, so symbolic graphs leave them in eager's (an int() of a symbolic
+    # stride crashed the compile)
+    def make():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3),
+            torch.nn.BatchNorm2d(8),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 4, 3),
+        )
+
+    _train_over_sizes(plugin, make, [(2, 3, 10, 10), (3, 3, 12, 12), (5, 3, 9, 9)])
+    assert not [fb for g in graph_reports for fb in g.fallbacks]
+
+
+def test_groupnorm_training_over_sizes(plugin, graph_reports):
+    # its gradient scales by 1 / (HxW * channels per group), a float of the sizes (on
+    # torch 2.11, a CPU scalar_tensor beside the device's kernels)
+    _train_over_sizes(
+        plugin, lambda: torch.nn.GroupNorm(3, 12), [(4, 12, 5), (2, 12, 9), (3, 12, 7)]
+    )
+    assert not [fb for g in graph_reports for fb in g.fallbacks]
+
+
+def test_host_scalars_computed_from_sizes(plugin, graph_reports):
+    # a 0-dim host tensor made from numbers is a number: the kernels compute it; where the
+    # graph returns it, it stays the host's
+    dev = device_of(plugin)
+
+    def fn(x):
+        s = torch.scalar_tensor(x.shape[0]) / 4 + 1
+        return x * s, s * 2
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (3, 8, 13):
+        x = torch.randn(n, 5, device=dev)
+        got, want = f(x), fn(x)
+        for g, w in zip(got, want):
+            assert g.device == w.device
+            torch.testing.assert_close(g, w)
