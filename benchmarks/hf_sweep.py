@@ -500,6 +500,14 @@ def main(argv: list[str] | None = None) -> int:
     cases = VISION if args.family == "vision" else TEXT
     names = args.models.split(",") if args.models else list(cases)
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    unknown = [n for n in names if n not in cases] + [
+        d for d in args.dtype.split(",") if d not in dtypes
+    ]
+    if unknown:
+        ap.error(
+            f"unknown {', '.join(unknown)}: --models takes {', '.join(cases)}; "
+            f"--dtype takes {', '.join(dtypes)}"
+        )
     mode = " dynamic" if args.dynamic else ""
     failed = 0
     for name in names:
