@@ -228,6 +228,9 @@ class Const(Expr):
     __slots__ = ("value",)
 
     def __init__(self, value: Any, dtype: torch.dtype) -> None:
+        if isinstance(value, Expr) or (isinstance(value, sympy.Basic) and value.free_symbols):
+            # (bool() of one would be True)
+            raise TypeError(f"a constant of a computed value: {value!r}")
         if dtype.is_floating_point:
             value = float(value)
         elif dtype == torch.bool:
