@@ -378,6 +378,26 @@ def _hardtanh(L: Lowerer, x: Any, lo: float = -1.0, hi: float = 1.0) -> Any:
     return _clamp(L, x, min=lo, max=hi)
 
 
+@register(aten.elu.default)
+def _elu(
+    L: Lowerer, x: Any, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0
+) -> Any:
+    """``scale * x`` above 0, else ``alpha * scale * expm1(input_scale * x)``, as ATen
+    computes it (SELU is ELU with its constants). A plugin's ``sdk_lower_op`` comes first."""
+    dtype, sizes = out_dtype(L), shape_of(L.meta())
+    c = upcast(dtype)
+
+    def body(idx: Index) -> Expr:
+        v = bload(x, sizes, idx, c)
+        inner = Op("mul", (v, bload(input_scale, sizes, idx, c)), c)
+        neg = Op("mul", (Op("expm1", (inner,), c), bload(alpha * scale, sizes, idx, c)), c)
+        pos = Op("mul", (v, bload(scale, sizes, idx, c)), c)
+        below = Op("lt", (v, Const(0, c)), torch.bool)  # (a zero passes as scale * x)
+        return cast(Op("where", (below, neg, pos), c), dtype)
+
+    return L.pointwise(sizes, dtype, body)
+
+
 @register(
     aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar, prims.where
 )

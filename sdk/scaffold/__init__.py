@@ -10,7 +10,7 @@ does not take graph-level ones).
   refuses every op, so ATen runs them (right, not faster). For targets that are not C-like.
 * ``--c-like``: a working C/OpenMP plugin with fusion and training: a table of op strings
   (``target.py``, for :mod:`sdk.clike`), a compile function (:mod:`sdk.toolchain`) and a
-  worked ``sdk_lower_op`` (``aten.elu``, which the core does not lower).
+  worked ``sdk_lower_op`` (``aten.elu``, in place of the core's lowering).
 * ``--graph``: a graph-level plugin (hook API 3) for a vendor compiler that takes whole
   subgraphs: it claims a few pointwise ops and runs each claimed partition through
   ``torch.fx.Interpreter``, in the one function where the vendor's compiler goes.

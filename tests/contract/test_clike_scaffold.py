@@ -169,8 +169,8 @@ def _elu_net(x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_own_elu_lowering_is_used_and_matches_eager(backend, dtype):
-    """The scaffold's ``sdk_lower_op`` lowers ``aten.elu``, which the core neither lowers
-    nor decomposes (without it ATen runs elu): in explain, a generated kernel covers the
+    """The scaffold's ``sdk_lower_op`` lowers ``aten.elu`` in place of the core's lowering
+    (``test_the_plugins_elu_lowering_is_the_one_used``): in explain, a generated kernel covers the
     elu call and nothing falls back, forward and backward (elu_backward is decomposed);
     the results match eager at Inductor's tolerances, in fp32 and in bf16 (computed in fp32,
     rounded once)."""
@@ -188,6 +188,22 @@ def test_own_elu_lowering_is_used_and_matches_eager(backend, dtype):
         got.backward(grad)
         want.backward(grad)
         torch.testing.assert_close(got_x.grad, want_x.grad, **TOL[dtype])
+
+
+def test_the_plugins_elu_lowering_is_the_one_used(backend, monkeypatch):
+    """The core lowers ``aten.elu`` too; a plugin's ``sdk_lower_op`` is asked first, and its
+    lowering is the one compiled."""
+    plugin = importlib.import_module(module_name(NAME))
+    own, calls = plugin.LOWERINGS[torch.ops.aten.elu.default], []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return own(*args, **kwargs)
+
+    monkeypatch.setitem(plugin.LOWERINGS, torch.ops.aten.elu.default, counted)
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(torch.compile(_elu_net, backend=backend)(x), _elu_net(x))
+    assert calls
 
 
 def test_own_elu_lowering_takes_symbolic_sizes(backend, graph_reports):

@@ -307,3 +307,23 @@ def test_integer_to_a_negative_power_raises_as_eager(plugin, exponent, dtype):
         report = sdk.explain(f, a, backend=f"sdk:{plugin}")
         assert not report.fallbacks, str(report)
         torch.testing.assert_close(_compile(f, plugin)(a), f(a), rtol=1.3e-6, atol=0)
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("elu", lambda x: F.elu(x, 0.7)),
+        ("selu", F.selu),
+        ("elu_negative_alpha", lambda x: F.elu(x, -2.0)),
+    ],
+)
+def test_elu_at_zeros_nan_and_inf(plugin, name, fn):
+    """ELU's two branches meet at 0: eager gives a zero its ``scale * x`` (sign kept), NaN
+    stays NaN, -inf goes to ``-alpha * scale``. Values up to expm1's rounding."""
+    x = torch.tensor(X + [-1e-7, -88.0, 88.0], device=device_of(plugin))
+    got, want = _compile(fn, plugin)(x).cpu(), fn(x).cpu()
+    assert torch.equal(got.isnan(), want.isnan()), (got, want)
+    if name != "elu_negative_alpha":  # (eager's CPU and CUDA kernels disagree on the sign
+        # of a zero there: one takes its scale * x, the other alpha * scale * expm1(x))
+        assert torch.equal(got.signbit(), want.signbit()), (got, want)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=0, equal_nan=True)

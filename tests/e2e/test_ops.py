@@ -138,17 +138,12 @@ BINARY_NOGRAD = {
 }
 
 
-#: run in ATen on purpose: the core leaves ELU to plugins (the vendor scaffold's example
-#: lowers it with ``sdk_lower_op``)
-IN_ATEN = {"elu", "selu"}
-
-
 @pytest.mark.parametrize("name", sorted(UNARY))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_unary(plugin, name, dtype):
     dev = device_of(plugin)
     x = rand(17, 33, dtype=dtype, grad=True, device=dev)
-    check(UNARY[name], [x], plugin=plugin, fallbacks=name in IN_ATEN)
+    check(UNARY[name], [x], plugin=plugin)
 
 
 @pytest.mark.parametrize("name", sorted(UNARY_NOGRAD))
