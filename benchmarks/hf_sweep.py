@@ -465,8 +465,10 @@ def _one(case: tuple[str, str, dict[str, Any]], args: argparse.Namespace, dtype,
             want, ref64 = _step(ref, batch, dtype), _step(f64, batch, torch.float64)
     fallbacks = sorted({fb.op for g in reports.graphs for fb in g.fallbacks})
     more = f" and {len(fallbacks) - 4} more" if len(fallbacks) > 4 else ""
+    symbolic = sum(g.sizes.startswith("symbolic") for g in reports.graphs)
     compiled_what = (
-        f"{len(reports.graphs)} graphs, {len(reports.breaks)} breaks, "
+        f"{len(reports.graphs)} graphs{f' ({symbolic} symbolic)' if args.dynamic else ''}, "
+        f"{len(reports.breaks)} breaks, "
         f"{len(fallbacks)} ops in ATen{': ' + ', '.join(fallbacks[:4]) + more if fallbacks else ''}"
     )
     tol = 1e-2 if dtype == torch.bfloat16 else 1e-4
