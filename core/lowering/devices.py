@@ -37,7 +37,7 @@ def foreign_device(n: torch.fx.Node, device_type: str) -> str | None:
     return None
 
 
-def host_scalar(n: torch.fx.Node, device_type: str) -> bool:
+def host_scalar(n: torch.fx.Node, device_type: str, _seen: dict | None = None) -> bool:
     """Whether ``n`` makes a 0-dim tensor on another device than the graph's kernels (the
     host's) from numbers and such tensors only, for ops of the graph alone (no output of
     the graph: its user would get it on the wrong device).
@@ -45,13 +45,19 @@ def host_scalar(n: torch.fx.Node, device_type: str) -> bool:
     Such a tensor is a number: the graph's kernels read it as one, and computing it in them
     gives the same value. (torch 2.11 makes the scale ``1 / (HxW * cpg)`` of GroupNorm's
     gradient a CPU ``scalar_tensor`` where a size is symbolic.)"""
+    seen = {} if _seen is None else _seen  # (each node once: inputs share ancestors)
+    if n in seen:
+        return seen[n]
     val = n.meta.get("val")
-    if n.op != "call_function" or not (
-        isinstance(val, torch.Tensor) and val.dim() == 0 and val.device.type != device_type
-    ):
-        return False
-    for a in n.all_input_nodes:
-        v = a.meta.get("val")
-        if isinstance(v, torch.Tensor) and not host_scalar(a, device_type):
-            return False
-    return all(u.op == "call_function" for u in n.users)
+    seen[n] = (
+        n.op == "call_function"
+        and isinstance(val, torch.Tensor)
+        and val.dim() == 0
+        and val.device.type != device_type
+        and all(u.op == "call_function" for u in n.users)
+        and all(
+            not isinstance(a.meta.get("val"), torch.Tensor) or host_scalar(a, device_type, seen)
+            for a in n.all_input_nodes
+        )
+    )
+    return seen[n]
