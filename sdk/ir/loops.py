@@ -21,12 +21,12 @@ from .kernel import Kernel, Stage, Store
 
 
 def _linear_coeffs(e: sympy.Expr, pair: tuple[sympy.Symbol, ...]) -> dict | None:
-    """Coefficients of ``pair`` in ``e`` (integers, or expressions over size symbols);
-    None when ``e`` is not linear in them."""
+    """Coefficients of ``pair`` in ``e``, an expanded expression (integers, or expressions
+    over size symbols); None when ``e`` is not linear in them."""
     out: dict = {v: sympy.Integer(0) for v in pair}
     if not (e.free_symbols & set(pair)):
         return out
-    for term in sympy.Add.make_args(sympy.expand(e)):
+    for term in sympy.Add.make_args(e):
         if not (term.free_symbols & set(pair)):
             continue
         c, rest = term.as_independent(*pair, as_Add=False)
@@ -48,7 +48,9 @@ def merge_dims(
     variables become 0)."""
     subs: dict[sympy.Symbol, sympy.Expr] = {v: sympy.Integer(0) for v, s in dims if s == 1}
     dims = [(v, static(s)) for v, s in dims if s != 1]
-    exprs = list({e.xreplace(subs) for e in exprs})
+    if len(dims) < 2:
+        return dims, subs
+    exprs = list({sympy.expand(e.xreplace(subs)) for e in exprs})
     i = len(dims) - 2
     while i >= 0:
         (a, _), (b, sb) = dims[i], dims[i + 1]
@@ -77,10 +79,15 @@ def index_exprs(stages: list[Stage]) -> list[sympy.Expr]:
         roots += [r.value for r in st.reductions] + [s.value for s in st.stores]
     for n in walk(roots):
         if isinstance(n, Load):
-            out.append(sympy.sympify(n.index))
+            out.append(n.index)  # (one sympy expression in a scheduled kernel)
         elif isinstance(n, IndexValue):
             out.append(n.expr)
     return out
+
+
+def _two_or_more(sizes: tuple) -> bool:
+    """Whether ``sizes`` has two ranges longer than 1 (else there is nothing to merge)."""
+    return sum(static(s) != 1 for s in sizes) >= 2
 
 
 def merge_loops(kernel: Kernel) -> Kernel:
@@ -89,16 +96,18 @@ def merge_loops(kernel: Kernel) -> Kernel:
     same inner shape, taken together (a renderer may give those stages one set of
     variables), position by position. A merged range keeps the inner variable; its value
     is the row-major position over both, so a reduction's argument position is unchanged.
-    Ranges that would all go (every size 1) are kept as they are."""
+    Ranges of size 1 go where a merge is made; where none can be, the ranges stay as they
+    are."""
     subs: dict[sympy.Symbol, sympy.Expr] = {}
-    outer, outer_subs = merge_dims(list(zip(kernel.vars, kernel.sizes)), index_exprs(kernel.stages))
-    if outer:
-        subs.update(outer_subs)
-    else:
-        outer = list(zip(kernel.vars, kernel.sizes))
+    outer = list(zip(kernel.vars, kernel.sizes))
+    if _two_or_more(kernel.sizes):
+        merged, outer_subs = merge_dims(outer, index_exprs(kernel.stages))
+        if merged:
+            outer = merged
+            subs.update(outer_subs)
     shapes: dict[tuple, list[Stage]] = {}
     for st in kernel.stages:
-        if st.vars:
+        if _two_or_more(st.sizes):
             shapes.setdefault(tuple(st.sizes), []).append(st)
     inner: dict[int, tuple[tuple, tuple]] = {}  # id(stage) -> its merged vars and sizes
     for sizes, stages in shapes.items():
