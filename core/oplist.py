@@ -300,6 +300,11 @@ _SAMPLES: dict[str, Callable[[], tuple[list[Any], dict[str, Any]]]] = {
         {},
     ),
     "aten.permute.default": lambda: ([_meta(2, 3), [1, 0]], {}),
+    # grad_output, input, padding (left, right, top, bottom)
+    "aten.replication_pad2d_backward.default": lambda: (
+        [_meta(1, 2, 5, 6), _meta(1, 2, 3, 3), [1, 2, 1, 1]],
+        {},
+    ),
     "aten.repeat.default": lambda: ([_meta(2, 3), [2, 1]], {}),
     # one index per row, the scatter the core lowers (others run through ATen)
     "aten.scatter.src": lambda: ([_meta(2, 3), 1, _index(2, 1), _meta(2, 1)], {}),

@@ -50,6 +50,7 @@ from .dynamo import (  # noqa: F401
     user_error,
 )
 from .foreach import foreach_decompositions
+from .padding import padding_decompositions
 
 # what wrapper plugins (CUDA graphs) need at run time lives in .runtime; re-exported for
 # sdk.runtime, which reaches it through the private-torch seam
@@ -134,6 +135,7 @@ def _default_decompositions() -> dict[Any, Callable[..., Any]]:
     table.update(get_decompositions(_EXTRA_DECOMPOSED))
     # each multi-tensor op as its per-tensor op, once per list element
     table.update(foreach_decompositions())
+    table.update(padding_decompositions())  # (torch has none for these gradients)
     for op in _NOT_DECOMPOSED:
         table.pop(op, None)
     return table

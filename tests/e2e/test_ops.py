@@ -273,6 +273,25 @@ VIEWS = {
 }
 
 
+#: replicate padding (its gradient: torch has no decomposition, the core's sums the rows
+#: that replicate each element): (input shape, padding)
+REPLICATION_PADS = {
+    "1d": ((2, 3, 7), (2, 3)),
+    "2d": ((2, 3, 6, 5), (1, 2, 3, 1)),
+    "2d_one_row": ((2, 3, 1, 5), (2, 2, 3, 1)),
+    "2d_pad_past_the_size": ((2, 3, 2, 2), (4, 3, 5, 6)),
+    "3d": ((1, 2, 3, 4, 5), (1, 0, 2, 1, 0, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REPLICATION_PADS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_replication_pad_and_its_gradient(plugin, name, dtype):
+    shape, pad = REPLICATION_PADS[name]
+    x = rand(*shape, dtype=dtype, grad=True, device=device_of(plugin))
+    check(lambda x: F.pad(x, pad, mode="replicate"), [x], plugin=plugin)
+
+
 @pytest.mark.parametrize("name", sorted(VIEWS))
 def test_views(plugin, name):
     dev = device_of(plugin)
