@@ -111,7 +111,9 @@ def merge_loops(kernel: Kernel) -> Kernel:
             shapes.setdefault(tuple(st.sizes), []).append(st)
     inner: dict[int, tuple[tuple, tuple]] = {}  # id(stage) -> its merged vars and sizes
     for sizes, stages in shapes.items():
-        canon = tuple(sympy.Dummy(f"p{j}", integer=True, nonnegative=True) for j in sizes)
+        canon = tuple(
+            sympy.Dummy(f"p{j}", integer=True, nonnegative=True) for j in range(len(sizes))
+        )
         exprs = [e.xreplace(dict(zip(st.vars, canon))) for st in stages for e in index_exprs([st])]
         dims, canon_subs = merge_dims(list(zip(canon, sizes)), exprs)
         if not dims:
