@@ -9,7 +9,7 @@ import sympy
 import torch
 
 from ..ir.expr import PREDICATES as _PRED
-from ..ir.expr import Const, Expr, Op
+from ..ir.expr import Expr, Op
 from ..ir.graph import (
     ComputedView,
     Index,
@@ -17,7 +17,7 @@ from ..ir.graph import (
 )
 from ..ir.index import is_static
 from .layouts import shape_of
-from .lowerer import Lowerer, cast, size_value, upcast
+from .lowerer import Lowerer, cast, scalar_value, upcast
 
 
 def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -51,11 +51,7 @@ def bload(x: Any, sizes: tuple[int, ...], idx: Index, dtype: torch.dtype) -> Exp
         sub = idx[len(idx) - nd :] if nd else ()
         sub = tuple(sympy.Integer(0) if s == 1 else i for s, i in zip(x.sizes, sub))
         return cast(x.load(sub), dtype)
-    if isinstance(x, Expr):
-        return cast(x, dtype)
-    if isinstance(x, sympy.Expr):  # a symbolic size used as a scalar (a mean's count)
-        return size_value(x, dtype)
-    return Const(x, dtype)
+    return scalar_value(x, dtype)  # (a mean's count: a symbolic size used as a scalar)
 
 
 def tensor_args(*xs: Any) -> list[TensorValue]:

@@ -28,8 +28,9 @@ from sdk.errors import LoweringError
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport
 
-from ..adapters.torch_private import aten, saved_for_backward, sym_size
+from ..adapters.torch_private import aten, saved_for_backward, sym_size, tree_flatten
 from ..fallback import op_name
+from ..guards import is_symbolic
 from ..ir.expr import Const, Expr, IndexValue, Op, cast, subs_index
 from ..ir.graph import (
     ComputedView,
@@ -122,25 +123,14 @@ def _float_unsupported(n: torch.fx.Node) -> str | None:
     return f"a size ({val}) that is not known when compiling, from {op_name(n.target)}"
 
 
-def size_float(x: Any) -> Expr:
-    """A scalar operand of a size's float arithmetic as a float64 value: a Python number, a
-    symbolic size (its run's value) or such a value already computed."""
+def scalar_value(x: Any, dtype: torch.dtype) -> Expr:
+    """A scalar operand as a value of ``dtype``: a computed value (a float of sizes), a
+    symbolic size (its run's value) or a number."""
     if isinstance(x, Expr):
-        return cast(x, torch.float64)
-    if isinstance(x, (bool, int, float, sympy.Expr)):
-        return size_value(x if isinstance(x, sympy.Expr) else float(x), torch.float64)
-    raise Unsupported(f"float arithmetic of sizes on {type(x).__name__}")
-
-
-def _has_value(x: Any) -> bool:
-    """Whether arguments ``x`` hold a computed scalar (:class:`Expr`, a float of sizes)."""
-    if isinstance(x, Expr):
-        return True
-    if isinstance(x, (list, tuple)):
-        return any(_has_value(y) for y in x)
-    if isinstance(x, dict):
-        return any(_has_value(y) for y in x.values())
-    return False
+        return cast(x, dtype)
+    if isinstance(x, sympy.Expr):
+        return size_value(x, dtype)
+    return Const(x, dtype)
 
 
 def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
@@ -239,12 +229,7 @@ class Lowerer:
         #: takes only concrete strides (``int(real_stride[k])``): with symbolic sizes, the
         #: activations too leave in eager's
         self.free_outputs: frozenset[int] = frozenset()
-        symbolic = not all(
-            is_static(x)
-            for sp in specs
-            for x in getattr(sp, "sizes", ()) + getattr(sp, "strides", ())
-        )
-        if self.channels_last and ctx.graph_kind == "forward" and not symbolic:
+        if self.channels_last and ctx.graph_kind == "forward" and not is_symbolic(specs):
             self.free_outputs = saved_for_backward(len(out_node.args[0])) or frozenset()
             self._graph_outputs = {
                 a
@@ -396,7 +381,7 @@ class Lowerer:
         raw = [self.env[a] if isinstance(a, torch.fx.Node) else a for a in n.args]
         if all(isinstance(x, (bool, int, float)) for x in raw):
             return n.target(*raw)  # a variant of concrete sizes: Python's own arithmetic
-        args = [size_float(x) for x in raw]
+        args = [scalar_value(x, torch.float64) for x in raw]
         name = _SIZE_FLOAT_OPS[n.target]
         return args[0] if name is None else Op(name, tuple(args), torch.float64)
 
@@ -617,7 +602,7 @@ class Lowerer:
                 f"{reason}; options['fallback'] is False (set it True to allow this, or "
                 f"lower the op in sdk:{self.ctx.plugin})"
             )
-        if _has_value((args, kwargs)):
+        if any(isinstance(x, Expr) for x in tree_flatten((args, kwargs))[0]):
             # (an ATen call takes numbers; the program holds no host arithmetic on sizes)
             raise Unsupported(
                 f"{op_name(target)} ({self.origin}) takes a float computed from sizes"

@@ -57,9 +57,7 @@ import torch
 
 import sdk
 from sdk.ir import (
-    Expr,
     FloorDiv,
-    IndexValue,
     Kernel,
     Load,
     LocalRef,
@@ -72,6 +70,7 @@ from sdk.ir import (
     var,
     walk,
 )
+from sdk.ir.loops import index_exprs
 
 from .c import Reducer
 from .expressions import Emitter, EmitterTarget, Names, c_size
@@ -214,19 +213,14 @@ class _KernelRenderer:
         return pos
 
     def _index_exprs(self, stages: list[Stage]) -> list[sympy.Expr]:
-        out: list[sympy.Expr] = []
-        roots: list[Expr] = []
-        for st in stages:
-            out += [s.index for s in st.stores]
-            roots += [r.value for r in st.reductions] + [s.value for s in st.stores]
-            if any(self.t.reducer(r.op).arg for r in st.reductions):
-                out.append(self._arg_pos(st))
-        for n in walk(roots):
-            if isinstance(n, Load):
-                out.append(n.index)
-            elif isinstance(n, IndexValue):
-                out.append(n.expr)
-        return out
+        """Every index of ``stages`` (:func:`sdk.ir.loops.index_exprs`), and the position an
+        arg reduction (argmax) reports."""
+        args = [
+            self._arg_pos(st)
+            for st in stages
+            if any(self.t.reducer(r.op).arg for r in st.reductions)
+        ]
+        return index_exprs(stages) + args
 
     def _stores(self, st: Stage) -> list[str]:
         out = []
