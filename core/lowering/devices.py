@@ -37,27 +37,56 @@ def foreign_device(n: torch.fx.Node, device_type: str) -> str | None:
     return None
 
 
-def host_scalar(n: torch.fx.Node, device_type: str, _seen: dict | None = None) -> bool:
+def host_scalar(n: torch.fx.Node, device_type: str, _memo: dict | None = None) -> bool:
     """Whether ``n`` makes a 0-dim tensor on another device than the graph's kernels (the
-    host's) from numbers and such tensors only, for ops of the graph alone (no output of
-    the graph: its user would get it on the wrong device).
+    host's) from numbers and such tensors only (:func:`_of_numbers`), and every reader of
+    it reads it on the kernels' device (:func:`_read_inside`): no output of the graph, and
+    no host op whose result stays on the host, gets it.
 
     Such a tensor is a number: the graph's kernels read it as one, and computing it in them
     gives the same value. (torch 2.11 makes the scale ``1 / (HxW * cpg)`` of GroupNorm's
     gradient a CPU ``scalar_tensor`` where a size is symbolic.)"""
-    seen = {} if _seen is None else _seen  # (each node once: inputs share ancestors)
-    if n in seen:
-        return seen[n]
-    val = n.meta.get("val")
-    seen[n] = (
-        n.op == "call_function"
-        and isinstance(val, torch.Tensor)
-        and val.dim() == 0
-        and val.device.type != device_type
-        and all(u.op == "call_function" for u in n.users)
-        and all(
-            not isinstance(a.meta.get("val"), torch.Tensor) or host_scalar(a, device_type, seen)
-            for a in n.all_input_nodes
+    memo = {} if _memo is None else _memo  # (each node once a way: nodes share relatives)
+    return _of_numbers(n, device_type, memo) and _read_inside(n, device_type, memo)
+
+
+def _of_numbers(n: torch.fx.Node, device_type: str, memo: dict) -> bool:
+    """``n`` is an op making a 0-dim tensor off ``device_type`` from numbers and such tensors."""
+    key = ("of numbers", n)
+    if key not in memo:
+        val = n.meta.get("val")
+        memo[key] = (
+            n.op == "call_function"
+            and isinstance(val, torch.Tensor)
+            and val.dim() == 0
+            and val.device.type != device_type
+            and all(
+                not isinstance(a.meta.get("val"), torch.Tensor) or _of_numbers(a, device_type, memo)
+                for a in n.all_input_nodes
+            )
         )
+    return memo[key]
+
+
+def _read_inside(n: torch.fx.Node, device_type: str, memo: dict) -> bool:
+    """Every user of ``n`` makes only tensors on ``device_type``, or is itself a host scalar
+    that computes in the kernels: moving ``n`` there changes no device a user sees."""
+    key = ("read inside", n)
+    if key not in memo:
+        memo[key] = all(
+            u.op == "call_function"
+            and (
+                _on_device(u, device_type)
+                or (_of_numbers(u, device_type, memo) and _read_inside(u, device_type, memo))
+            )
+            for u in n.users
+        )
+    return memo[key]
+
+
+def _on_device(n: torch.fx.Node, device_type: str) -> bool:
+    val = n.meta.get("val")
+    vals = val if isinstance(val, (list, tuple)) else (val,)
+    return bool(vals) and all(
+        isinstance(v, torch.Tensor) and v.device.type == device_type for v in vals
     )
-    return seen[n]

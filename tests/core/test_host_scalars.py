@@ -30,17 +30,20 @@ def _chain(length: int) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node]:
 
 
 def test_a_long_chain_is_answered_visiting_each_node_once(monkeypatch):
-    last, _, _ = _chain(12)  # (without the memo: 2**13 calls; with it, one a node)
+    last, _, _ = _chain(12)  # (without the memo: 2**13 calls; with it, one a node a way)
     calls = []
-    real = devices.host_scalar
+    for name in ("_of_numbers", "_read_inside"):
+        real = getattr(devices, name)
 
-    def counted(n, device_type, _seen=None):
-        calls.append(n)
-        return real(n, device_type, _seen)
+        def counted(n, device_type, memo, real=real, name=name):
+            calls.append((name, n))
+            return real(n, device_type, memo)
 
-    monkeypatch.setattr(devices, "host_scalar", counted)
+        monkeypatch.setattr(devices, name, counted)
     assert devices.foreign_device(last, "meta") is None  # computed in the kernels
-    assert len(set(calls)) == 13 and len(calls) <= 2 * 13 + 2, len(calls)
+    ups = [n for way, n in calls if way == "_of_numbers"]
+    assert len(set(ups)) == 13 and len(ups) <= 2 * 13 + 4, len(ups)
+    assert len(calls) - len(ups) <= 2 * 13 + 4, len(calls)
 
 
 def test_a_returned_host_scalar_stays_on_the_host():
@@ -50,3 +53,17 @@ def test_a_returned_host_scalar_stays_on_the_host():
     last.users[out] = None
     assert not devices.host_scalar(last, "meta")
     assert devices.foreign_device(last, "meta") is not None
+
+
+def test_a_host_scalar_read_by_a_returned_host_op_stays_on_the_host():
+    # s = scalar_tensor(n) / 4 + 1; return x * s, s * 2: the returned s * 2 is the host's,
+    # so s, which it reads, is too (found on a GPU: s was computed in the kernels, and the
+    # host op then ran on the device's s and answered on the device)
+    last, prod, out = _chain(2)
+    twice = prod.graph.call_function(aten.mul.Tensor, (last, 2))
+    twice.meta["val"] = torch.tensor(1.0)
+    out.args = ((prod, twice),)
+    assert not devices.host_scalar(twice, "meta")
+    assert not devices.host_scalar(last, "meta")
+    assert devices.foreign_device(last, "meta") is not None
+    assert devices.foreign_device(twice, "meta") is not None

@@ -463,7 +463,15 @@ def test_a_graph_returning_a_float_of_sizes_compiles_per_shape(plugin, graph_rep
         got, want = f(x), fn(x)
         torch.testing.assert_close(got[0], want[0])
         assert got[1] == want[1]
-    assert not [fb for g in graph_reports for fb in g.fallbacks]
+    # nothing computes in ATen on the kernels' device. (torch 2.11 returns the float as a
+    # host scalar_tensor, which the graph hands back: ATen makes it on the host, where a
+    # graph of device kernels makes no host tensors of its own)
+    assert not [
+        fb
+        for g in graph_reports
+        for fb in g.fallbacks
+        if not (dev != "cpu" and fb.reason.startswith("computes on cpu"))
+    ]
 
 
 def _train_over_sizes(plugin, make, shapes):
