@@ -117,9 +117,12 @@ def _kernels(src):
     consts, opts = launch._split_config(meta, meta["config"], meta["constexprs"])
     if meta["mode"] != "split":
         return [(src.entry, consts, opts, dtypes)]
-    pre = launch._split_config(meta, meta["config"]["pre"], meta["pre"]["constexprs"])
+    kinds = {"main": (consts, opts)}
+    for kind in ("pre", "flat"):
+        if kind in meta:
+            kinds[kind] = launch._split_config(meta, meta["config"][kind], meta[kind]["constexprs"])
     both = dtypes + [dt for _n, dt in meta["scratch"]]
-    return [(fn, *(pre if kind == "pre" else (consts, opts)), both) for fn, kind in meta["chain"]]
+    return [(fn, *kinds[kind], both) for fn, kind in meta["chain"]]
 
 
 def _body(src) -> str:

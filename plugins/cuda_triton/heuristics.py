@@ -160,6 +160,13 @@ SPLIT_OUTER_XBLOCK = 32
 SPLIT_OUTER_TILE = 4096
 #: Warps of each kernel of a split column reduction's chain.
 SPLIT_OUTER_WARPS = 8
+#: A stage of a split reduction's chain that only stores, over every element (BatchNorm's
+#: normalization, its input gradient), runs as a flat pointwise kernel of its own: one
+#: program per ``POINTWISE_XBLOCK`` elements, each row's values gathered by index, not on
+#: the first kernels' grid of (chunks, blocks of rows). That grid suits the sums (256
+#: chunks of 784 rows of 64 channels at 16x64x112x112, under two waves of 132 SMs); a
+#: pointwise stage on it loops over a chunk per program. Off: the stage runs on that grid.
+SPLIT_FLAT_STORES = True
 
 
 def next_power_of_2(n: int) -> int:
@@ -182,6 +189,7 @@ class Plan:
     split: int = 0  # split: programs per row
     chunk: int = 0  # split: elements per program
     pre_config: dict[str, int] = field(default_factory=dict)  # split: the first kernel's
+    outer: bool = False  # split: a column reduction (its columns contiguous in memory)
 
 
 def _warps(elements: int) -> int:
@@ -269,7 +277,15 @@ def _split_plan(xnumel: int, rnumel: int, outer: bool) -> Plan | None:
         split=split,
         chunk=chunk,
         pre_config=pre,
+        outer=outer,
     )
+
+
+def flat_config(numel: int) -> dict[str, int]:
+    """The configuration of a flat pointwise kernel over ``numel`` elements (a split chain's
+    store-only stage, :data:`SPLIT_FLAT_STORES`): a pointwise kernel's, its block ``FBLOCK``."""
+    config = plan(numel, [], False).config
+    return {"FBLOCK": config["XBLOCK"], "num_warps": config["num_warps"]}
 
 
 def plan(
@@ -351,9 +367,10 @@ DEFAULT_ALTERNATIVES = 3
 
 def label(config: dict[str, Any]) -> str:
     """A configuration as ``sdk.explain`` shows it: ``XBLOCK=64 RBLOCK=512 num_warps=8``."""
-    parts = [f"{k}={v}" for k, v in sorted(config.items()) if k != "pre"]
-    if "pre" in config:
-        parts.append("pre(" + label(config["pre"]) + ")")
+    parts = [f"{k}={v}" for k, v in sorted(config.items()) if k not in ("pre", "flat")]
+    for kind in ("pre", "flat"):  # (a split chain's first kernels', its flat kernel's)
+        if kind in config:
+            parts.append(f"{kind}(" + label(config[kind]) + ")")
     return " ".join(parts)
 
 

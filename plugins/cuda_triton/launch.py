@@ -570,14 +570,14 @@ def _bind_split(
 ) -> Callable[..., None]:
     """The launcher of a split reduction's chain (:mod:`.split`): every kernel in
     ``meta["chain"]`` order, each on the arguments then the scratch buffers."""
-    pconsts, popts = _split_config(meta, cfg["pre"], meta["pre"]["constexprs"])
-    pgrid = _grid(meta["pre"]["grid"], pconsts)
+    kinds = {"main": (grid, consts, opts)}
+    for kind in ("pre", "flat"):
+        if kind in meta:
+            kconsts, kopts = _split_config(meta, cfg[kind], meta[kind]["constexprs"])
+            kinds[kind] = (_grid(meta[kind]["grid"], kconsts), kconsts, kopts)
     specs = [(int(n), getattr(torch, dt)) for n, dt in meta["scratch"]]
     both = dtypes + [dt for _n, dt in specs]
-    launches = [
-        (fn, pgrid, pconsts, popts) if kind == "pre" else (fn, grid, consts, opts)
-        for fn, kind in meta["chain"]
-    ]
+    launches = [(fn, *kinds[kind]) for fn, kind in meta["chain"]]
     kws = [{**c, **o} for _fn, _g, c, o in launches]
     recs = _records(src.source, [(fn, g, kw) for (fn, g, _c, _o), kw in zip(launches, kws)], both)
     jits = [_LazyJit(src.source, fn) for fn, _g, _c, _o in launches]

@@ -45,9 +45,10 @@ import math
 import sdk
 from sdk import ir
 
+from . import heuristics
 from .expressions import py_size
 from .ops import HELPERS, PRELUDE
-from .split import FIRST, SplitWriter
+from .split import FIRST, FLAT, SplitWriter
 
 
 def _json_size(x: object) -> int | str:
@@ -185,8 +186,12 @@ class _Writer(SplitWriter):
             }
             meta["constexprs"] = ["XBLOCK"]
             meta["chain"] = [[name, kind] for name, kind, _ in kernels]
+            if any(kind == FLAT for _n, kind, _b in kernels):
+                numel = int(self.xnumel) * self.plan.rnumel
+                meta["flat"] = {"grid": [[numel, "FBLOCK"]], "constexprs": ["FBLOCK"]}
+                meta["config"]["flat"] = heuristics.flat_config(numel)
             for name, kind, body in kernels:
-                consts = meta["pre"]["constexprs"] if kind == FIRST else meta["constexprs"]
+                consts = {FIRST: meta["pre"], FLAT: meta.get("flat")}.get(kind, meta)["constexprs"]
                 fns.append(fn(name, ptrs + names, consts, body))
             meta["split"] = self.plan.split
             meta["chunk"] = self.plan.chunk
@@ -212,9 +217,11 @@ def render(kernel: ir.Kernel, *, debug: bool = False) -> sdk.KernelSource:
     the constexpr that divides it, or None), ``args`` (name, storage size,
     dtype, role), ``debug`` (compile with asserts), ``clamped`` (direct loads whose
     index was clamped into the buffer), and for a split reduction ``chain`` (its kernels'
-    functions in launch order, each ``[fn, "pre"]`` or ``[fn, "main"]``), ``pre`` (the
-    grid and constexprs of the "pre" kernels; their config is ``config["pre"]``; the
-    "main" kernels' are ``grid``, ``constexprs`` and ``config``) and ``scratch`` (numel,
-    dtype of each scratch buffer, passed after the arguments: see :mod:`.split`).
+    functions in launch order, each ``[fn, "pre"]``, ``[fn, "main"]`` or ``[fn, "flat"]``),
+    ``pre`` (the grid and constexprs of the "pre" kernels; their config is
+    ``config["pre"]``; the "main" kernels' are ``grid``, ``constexprs`` and ``config``),
+    ``flat`` where a kernel is flat (its grid and constexprs; its config ``config["flat"]``)
+    and ``scratch`` (numel, dtype of each scratch buffer, passed after the arguments: see
+    :mod:`.split`).
     """
     return _Writer(kernel, debug=debug).render()

@@ -20,6 +20,12 @@ for the GPU (``split`` in :func:`.heuristics.plan`) runs as a chain of kernels, 
   in its backward's input gradient) is stored per row to scratch by the kernel that
   finished it, and loaded by each later kernel that reads it.
 
+* A stage that only stores, last in the chain (BatchNorm's normalization, its input
+  gradient), is a *flat* pointwise kernel (``heuristics.SPLIT_FLAT_STORES``): one program
+  per ``FBLOCK`` elements of the whole stage, each element's row and inner index taken
+  from its position (the columns fastest for a column reduction), the rows' values
+  gathered by row.
+
 The stages run in order over the whole grid: each kernel sees every earlier stage done, the
 order a one-kernel form keeps per row. The values are those of the looped form, reduced in
 another order (chunks, then partials): BatchNorm's statistics stay the IR's two passes, a
@@ -30,7 +36,8 @@ kernels); its backward (both sums, their epilogue, then the input gradient) two 
 The kernels all take every argument, then every scratch buffer (``meta["scratch"]``: numel
 and dtype of each; the launcher allocates them zeroed, once per device), and launch in
 ``meta["chain"]`` order (``[fn, "pre"]``: a first kernel, grid ``meta["pre"]["grid"]``,
-configuration ``config["pre"]``; ``[fn, "main"]``: a second, ``meta["grid"]`` and ``config``).
+configuration ``config["pre"]``; ``[fn, "main"]``: a second, ``meta["grid"]`` and ``config``;
+``[fn, "flat"]``: a flat one, ``meta["flat"]["grid"]`` and ``config["flat"]``).
 """
 
 from __future__ import annotations
@@ -42,8 +49,8 @@ from .expressions import py_size
 from .ops import REDUCE, tl_type
 from .reductions import ReductionWriter
 
-#: A first kernel's chain entry, a second's.
-FIRST, SECOND = "pre", "main"
+#: A first kernel's chain entry, a second's, a flat pointwise kernel's.
+FIRST, SECOND, FLAT = "pre", "main", "flat"
 #: The scratch counter, per block of rows, of the programs that stored their partials
 #: (``SPLIT_LAST_PROGRAM_COMBINES``): int32, zero between launches.
 COUNTS = "split_counts"
@@ -88,6 +95,9 @@ class SplitWriter(ReductionWriter):
         kernels: list[tuple[str, str, list[str]]] = []
         for p, (i, tail) in enumerate(phases):
             first, second = reads[p]
+            if p and self.flat_stage(i, tail):
+                kernels.append((f"{self.name}_part{p}", FLAT, self._split_flat(i, first)))
+                continue
             body = self._split_first(i, first)
             if self.stages[i].reductions or tail:
                 keep = [r for r, _o, _v, _d in self.stages[i].reductions if r in carried]
@@ -102,6 +112,40 @@ class SplitWriter(ReductionWriter):
         kernels[-1] = (self.name, *kernels[-1][1:])
         self.chain = [name for name, _k, _b in kernels]
         return kernels, scratch
+
+    def flat_stage(self, i: int, tail: list[int]) -> bool:
+        """Does stage ``i`` (followed by the stages ``tail``) run as a flat pointwise kernel
+        (:data:`.heuristics.SPLIT_FLAT_STORES`)? It only stores: no reduction, nothing after."""
+        return heuristics.SPLIT_FLAT_STORES and not self.stages[i].reductions and not tail
+
+    def _split_flat(self, i: int, reads: list[str]) -> list[str]:
+        """A flat kernel: stage ``i``, which only stores, over all its elements, ``FBLOCK``
+        a program (grid ``meta["flat"]["grid"]``). Each element's row and inner index come
+        from its position, the columns fastest for a column reduction (contiguous there),
+        the inner index fastest otherwise; the rows' values (earlier kernels' reductions,
+        per-row loads) are gathered by row."""
+        self._begin()
+        self.flat = True
+        st = self.stages[i]
+        xnumel, rnumel = int(self.xnumel), int(st.numel)
+        to64 = ".to(tl.int64)" if self.int64 else ""
+        out = [
+            f"lindex = tl.program_id(0){to64} * FBLOCK + tl.arange(0, FBLOCK)[None, :]{to64}",
+            f"lmask = lindex < {xnumel * rnumel}",
+        ]
+        if self.plan.outer:
+            out += [f"xindex = lindex % {xnumel}", f"rindex = lindex // {xnumel}"]
+        else:
+            out += [f"xindex = lindex // {rnumel}", f"rindex = lindex % {rnumel}"]
+        out += ["xmask = lmask", "rmask = lmask"]
+        self._decompose(out, "xindex", self.xvars)
+        self._decompose(out, "rindex", self._stage_vars(st))
+        self._load_rows(out, reads)
+        self.pre = self.body = out
+        self.rmask = "rmask"
+        self.cur_group = st.group
+        self._stores(st)
+        return self.consts + out
 
     def _load_rows(self, out: list[str], locals_: list[str]) -> None:
         """Earlier kernels' reductions that this one reads, one value per row."""

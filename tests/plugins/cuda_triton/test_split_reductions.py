@@ -48,8 +48,8 @@ def _small_split(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _chain(source: str) -> list[str] | None:
     """A split kernel's chain, in launch order: "pre" for a kernel over chunks of the
-    reduction (it takes RBLOCK), "main" for one that combines per row; None for a kernel
-    that is not split."""
+    reduction (it takes RBLOCK), "flat" for one over every element (FBLOCK), "main" for one
+    that combines per row; None for a kernel that is not split."""
     m = re.search(r"^# split: (\d+) kernels \(([^)]*)\)", source, re.M)
     if m is None:
         assert ": split," not in source.splitlines()[0], source[:500]
@@ -59,7 +59,8 @@ def _chain(source: str) -> list[str] | None:
     kinds = []
     for name in names:
         (sig,) = re.findall(rf"^def {name}\((.*)\):$", source, re.M)
-        kinds.append("pre" if "RBLOCK: tl.constexpr" in sig else "main")
+        flat = "FBLOCK: tl.constexpr" in sig
+        kinds.append("pre" if "RBLOCK: tl.constexpr" in sig else "flat" if flat else "main")
     return kinds
 
 
@@ -133,9 +134,9 @@ def test_batchnorm_training_splits_statistics_and_gradients(
     (stats,) = [k for k in forward if "aten.var_mean.correction" in k.ops]
     want = ["pre", "pre"] if last else ["pre", "main", "pre", "main"]
     assert _chain(stats.source) == want, stats.source
-    # the input gradient: stored per element by the backward's last kernel, over chunks
+    # the input gradient: stored per element by the backward's last kernel, a flat one
     (grad,) = [k for k in backward if re.search(r"^# stage \d+: r\S+ < .*store", k.source, re.M)]
-    assert _chain(grad.source)[-1] == "pre", grad.source
+    assert _chain(grad.source)[-1] == "flat", grad.source
 
 
 @pytest.fixture

@@ -748,12 +748,22 @@ def _normalize_ref(x: torch.Tensor) -> torch.Tensor:
     return (d / (d.square().mean(-1, keepdim=True) + 1)).float()
 
 
+@pytest.fixture(params=[True, False], ids=["flat_stores", "stores_on_chunks"])
+def _flat(request, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether a split chain's store-only stage is a flat pointwise kernel (the default) or
+    runs on the first kernels' grid of chunks."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    monkeypatch.setattr(heuristics, "SPLIT_FLAT_STORES", request.param)
+    return request.param
+
+
 @pytest.mark.usefixtures("_by_grid")
-def test_split_kernel_of_several_passes_is_a_chain_of_kernels(_combine):
+def test_split_kernel_of_several_passes_is_a_chain_of_kernels(_combine, _flat):
     """A kernel of several stages over a long row (a sum, the sum of squared deviations from
     its mean, a store) splits too: each stage in chunks, each reduction combined (by the last
     program of its block of rows, or by a second kernel) and handed to the later kernels
-    through scratch."""
+    through scratch; the store, a flat kernel over every element or on the chunks."""
     x = torch.randn(4, 20000, device=DEV) * 3 + 1
     x[1, 19990] = 30.0  # in the last chunk
     x[3, 7] = float("nan")
@@ -761,7 +771,8 @@ def test_split_kernel_of_several_passes_is_a_chain_of_kernels(_combine):
     src = run(_normalize_kernel(4, 20000), x, y)
     assert src.meta["mode"] == "split", src.meta["mode"]
     kinds = [kind for _fn, kind in _chain(src)]
-    assert kinds == _kinds(_combine, ["pre", "main", "pre", "main", "pre"]), kinds
+    last = "flat" if _flat else "pre"
+    assert kinds == _kinds(_combine, ["pre", "main", "pre", "main"]) + [last], kinds
     assert src.meta["scratch"].count([4, "float32"]) == 2  # sum and squares, per row
     close(y, _normalize_ref(x), rtol=1e-4, atol=1e-5)
 
@@ -791,6 +802,62 @@ def _column_sum_kernel(rows: int, cols: int) -> ir.Kernel:
         ],
         [ir.BufferArg("x", X, "in"), ir.BufferArg("out", O, "out")],
     )
+
+
+def _normalize_columns_kernel(rows: int, cols: int) -> ir.Kernel:
+    """BatchNorm's forward over channels-last activations: per column j (contiguous), the
+    mean over the rows, the mean of squared deviations, then every element normalized."""
+    (j,) = V("j")
+    r0, r1, r2 = V("r0", "r1", "r2")
+    X, Y = lay((rows, cols)), lay((rows, cols))
+
+    def x(r):
+        return ir.Load("x", X.linear((r, j)), F32)
+
+    n = ir.Const(float(rows), F32)
+    mean = op("truediv", ir.LocalRef("s", F32), n)
+
+    def dev(r):
+        return op("sub", x(r), mean)
+
+    var = op("add", op("truediv", ir.LocalRef("q", F32), n), ir.Const(1.0, F32))
+    return ir.Kernel(
+        f"normalize_columns_{rows}x{cols}",
+        (j,),
+        (cols,),
+        [
+            ir.Stage((r0,), (rows,), [ir.Reduction("s", "sum", x(r0), F32)]),
+            ir.Stage((r1,), (rows,), [ir.Reduction("q", "sum", op("mul", dev(r1), dev(r1)), F32)]),
+            ir.Stage(
+                (r2,), (rows,), [], [ir.Store("y", Y.linear((r2, j)), op("truediv", dev(r2), var))]
+            ),
+        ],
+        [ir.BufferArg("x", X, "in"), ir.BufferArg("y", Y, "out")],
+    )
+
+
+@pytest.mark.usefixtures("_by_grid")
+def test_split_column_normalization_stores_each_element_once(_combine, _flat, monkeypatch):
+    """A column reduction's chain (BatchNorm's statistics over channels-last activations)
+    ending in a store-only stage: flat, every element's column is its position modulo the
+    columns (40: not a power of 2; 3001 rows: the last block of elements partial), or on the
+    chunks. Each element is eager's, and none outside the output is written."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER_COLUMNS", 1024)
+    monkeypatch.setattr(heuristics, "SPLIT_OUTER_MIN_PROGRAMS", 0)
+    rows, cols = 3001, 40
+    x = torch.randn(rows, cols, device=DEV) * 2 - 1
+    x[3000, 39] = 25.0  # the last element
+    store = torch.full((rows * cols + 64,), 7.0, device=DEV)
+    y = store[: rows * cols].view(rows, cols)
+    src = run(_normalize_columns_kernel(rows, cols), x, y)
+    assert src.meta["mode"] == "split" and src.meta["split"] >= 2, src.meta
+    kinds = [kind for _fn, kind in _chain(src)]
+    assert kinds[-1] == ("flat" if _flat else "pre"), kinds
+    d = x.double() - x.double().mean(0)
+    close(y, (d / (d.square().mean(0) + 1)).float(), rtol=1e-4, atol=1e-5)
+    assert (store[rows * cols :] == 7.0).all()
 
 
 @pytest.mark.parametrize("outer", [True, False], ids=["columns", "normalize_rows"])
