@@ -70,7 +70,6 @@ class ExpressionWriter(KernelPlan):
         self.clamped = 0  # direct loads whose bounds could not be proven: clamped
         self.helpers: set[str] = set()
         self._n = 0
-        self.flat = False  # a split chain's flat kernel (:meth:`.split.SplitWriter._split_flat`)
 
     def _deps(self, node: ir.Expr, memo: dict) -> frozenset[str]:
         """The block axes ``node`` depends on: ``x`` (rows), ``r`` (the inner ranges)."""
@@ -100,8 +99,6 @@ class ExpressionWriter(KernelPlan):
         return f"tmp{self._n - 1}"
 
     def _shape(self, deps: frozenset[str] | set[str]) -> str:
-        if self.flat:  # (a split chain's flat kernel: every value is per element)
-            return "[1, FBLOCK]" if deps else "[1, 1]"
         if not self.two_d:
             return "[XBLOCK]"
         return f"[{self.ax0[2] if 'x' in deps else '1'}, {self.rb if 'r' in deps else '1'}]"
@@ -320,7 +317,6 @@ class ExpressionWriter(KernelPlan):
         self.cur_group = -1
         self.partial = False
         self.rfirst = "rbase"  # a lane's first inner index (split: its chunk's)
-        self.flat = False
 
     def _xheader(self, lines: list[str], pid: str = "tl.program_id(0)") -> None:
         pid = f"{pid}.to(tl.int64)" if self.int64 else pid

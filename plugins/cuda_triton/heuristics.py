@@ -161,12 +161,15 @@ SPLIT_OUTER_TILE = 4096
 #: Warps of each kernel of a split column reduction's chain.
 SPLIT_OUTER_WARPS = 8
 #: A stage of a split reduction's chain that only stores, over every element (BatchNorm's
-#: normalization, its input gradient), runs as a flat pointwise kernel of its own: one
-#: program per ``POINTWISE_XBLOCK`` elements, each row's values gathered by index, not on
-#: the first kernels' grid of (chunks, blocks of rows). That grid suits the sums (256
-#: chunks of 784 rows of 64 channels at 16x64x112x112, under two waves of 132 SMs); a
-#: pointwise stage on it loops over a chunk per program. Off: the stage runs on that grid.
+#: normalization, its input gradient), runs as a flat kernel of its own: one tile of
+#: ``POINTWISE_XBLOCK`` elements a program (:func:`flat_config`), no loop, not on the
+#: first kernels' grid of (chunks, blocks of rows). That grid suits the sums (256 chunks of
+#: 784 rows of 64 channels at 16x64x112x112, under two waves of 132 SMs); a pointwise stage
+#: on it loops over a chunk per program. Off: the stage runs on that grid.
 SPLIT_FLAT_STORES = True
+#: Columns of a flat kernel's tile where the chain is a column reduction's (128 bytes of
+#: bf16): [64, 16] tiles of 1024 elements.
+FLAT_COLUMNS = 64
 
 
 def next_power_of_2(n: int) -> int:
@@ -281,11 +284,13 @@ def _split_plan(xnumel: int, rnumel: int, outer: bool) -> Plan | None:
     )
 
 
-def flat_config(numel: int) -> dict[str, int]:
-    """The configuration of a flat pointwise kernel over ``numel`` elements (a split chain's
-    store-only stage, :data:`SPLIT_FLAT_STORES`): a pointwise kernel's, its block ``FBLOCK``."""
-    config = plan(numel, [], False).config
-    return {"FBLOCK": config["XBLOCK"], "num_warps": config["num_warps"]}
+def flat_config(split: Plan) -> dict[str, int]:
+    """The configuration of a split chain's flat kernel (:data:`SPLIT_FLAT_STORES`): a tile
+    of ``POINTWISE_XBLOCK`` elements, ``POINTWISE_WARPS``; a column reduction's across
+    ``FLAT_COLUMNS`` columns or fewer (its loads contiguous along them), a row
+    reduction's along one row."""
+    xblock = min(FLAT_COLUMNS, next_power_of_2(split.xnumel)) if split.outer else 1
+    return {"XBLOCK": xblock, "RBLOCK": POINTWISE_XBLOCK // xblock, "num_warps": POINTWISE_WARPS}
 
 
 def plan(

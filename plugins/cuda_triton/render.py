@@ -103,6 +103,8 @@ class _Writer(SplitWriter):
                 f"# split: {len(self.chain)} kernels ({', '.join(self.chain)}), each stage "
                 f"with inner ranges in {self.plan.split} chunks of {self.plan.chunk}"
             )
+            if self.flat:
+                lines.append(f"# flat: {', '.join(self.flat)}: one tile a program, no chunks")
         for i, st in enumerate(self.stages):
             what = [f"{op} -> {loc}" for loc, op, _v, _d in st.reductions]
             what += [f"store {b}" for b, _i, _v in st.stores]
@@ -187,9 +189,11 @@ class _Writer(SplitWriter):
             meta["constexprs"] = ["XBLOCK"]
             meta["chain"] = [[name, kind] for name, kind, _ in kernels]
             if any(kind == FLAT for _n, kind, _b in kernels):
-                numel = int(self.xnumel) * self.plan.rnumel
-                meta["flat"] = {"grid": [[numel, "FBLOCK"]], "constexprs": ["FBLOCK"]}
-                meta["config"]["flat"] = heuristics.flat_config(numel)
+                meta["flat"] = {
+                    "grid": [[self.plan.rnumel, "RBLOCK"], [self.xnumel, "XBLOCK"]],
+                    "constexprs": ["XBLOCK", "RBLOCK"],
+                }
+                meta["config"]["flat"] = heuristics.flat_config(self.plan)
             for name, kind, body in kernels:
                 consts = {FIRST: meta["pre"], FLAT: meta.get("flat")}.get(kind, meta)["constexprs"]
                 fns.append(fn(name, ptrs + names, consts, body))

@@ -21,10 +21,8 @@ for the GPU (``split`` in :func:`.heuristics.plan`) runs as a chain of kernels, 
   finished it, and loaded by each later kernel that reads it.
 
 * A stage that only stores, last in the chain (BatchNorm's normalization, its input
-  gradient), is a *flat* pointwise kernel (``heuristics.SPLIT_FLAT_STORES``): one program
-  per ``FBLOCK`` elements of the whole stage, each element's row and inner index taken
-  from its position (the columns fastest for a column reduction), the rows' values
-  gathered by row.
+  gradient), is a *flat* kernel (``heuristics.SPLIT_FLAT_STORES``): one [XBLOCK, RBLOCK]
+  tile a program, no loop, on a grid of (blocks of RBLOCK inner indices, blocks of rows).
 
 The stages run in order over the whole grid: each kernel sees every earlier stage done, the
 order a one-kernel form keeps per row. The values are those of the looped form, reduced in
@@ -111,6 +109,7 @@ class SplitWriter(ReductionWriter):
             kernels.append((f"{self.name}_part{p}", FIRST, body))
         kernels[-1] = (self.name, *kernels[-1][1:])
         self.chain = [name for name, _k, _b in kernels]
+        self.flat = [name for name, kind, _b in kernels if kind == FLAT]
         return kernels, scratch
 
     def flat_stage(self, i: int, tail: list[int]) -> bool:
@@ -119,33 +118,27 @@ class SplitWriter(ReductionWriter):
         return heuristics.SPLIT_FLAT_STORES and not self.stages[i].reductions and not tail
 
     def _split_flat(self, i: int, reads: list[str]) -> list[str]:
-        """A flat kernel: stage ``i``, which only stores, over all its elements, ``FBLOCK``
-        a program (grid ``meta["flat"]["grid"]``). Each element's row and inner index come
-        from its position, the columns fastest for a column reduction (contiguous there),
-        the inner index fastest otherwise; the rows' values (earlier kernels' reductions,
-        per-row loads) are gathered by row."""
+        """A flat kernel: stage ``i``, which only stores, one [XBLOCK, RBLOCK] tile a
+        program, no loop (grid ``meta["flat"]["grid"]``: blocks of RBLOCK inner indices,
+        blocks of rows). What depends on the inner index alone (a pooling window's
+        arithmetic) is computed once per tile column, what depends on the row alone (the
+        earlier kernels' reductions, per-row loads) once per tile row."""
         self._begin()
-        self.flat = True
         st = self.stages[i]
-        xnumel, rnumel = int(self.xnumel), int(st.numel)
+        out: list[str] = []
+        self._xheader(out, pid="tl.program_id(1)")
         to64 = ".to(tl.int64)" if self.int64 else ""
-        out = [
-            f"lindex = tl.program_id(0){to64} * FBLOCK + tl.arange(0, FBLOCK)[None, :]{to64}",
-            f"lmask = lindex < {xnumel * rnumel}",
-        ]
-        if self.plan.outer:
-            out += [f"xindex = lindex % {xnumel}", f"rindex = lindex // {xnumel}"]
-        else:
-            out += [f"xindex = lindex // {rnumel}", f"rindex = lindex % {rnumel}"]
-        out += ["xmask = lmask", "rmask = lmask"]
-        self._decompose(out, "xindex", self.xvars)
-        self._decompose(out, "rindex", self._stage_vars(st))
         self._load_rows(out, reads)
-        self.pre = self.body = out
+        self.pre, self.body, self.memo_r = [], [], {}
         self.rmask = "rmask"
         self.cur_group = st.group
         self._stores(st)
-        return self.consts + out
+        head = [
+            f"rindex = tl.program_id(0){to64} * RBLOCK + tl.arange(0, RBLOCK)[None, :]{to64}",
+            f"rmask = rindex < {py_size(st.numel)}",
+        ]
+        self._decompose(head, "rindex", self._stage_vars(st))
+        return self.consts + out + self.pre + head + self.body
 
     def _load_rows(self, out: list[str], locals_: list[str]) -> None:
         """Earlier kernels' reductions that this one reads, one value per row."""

@@ -48,19 +48,21 @@ def _small_split(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _chain(source: str) -> list[str] | None:
     """A split kernel's chain, in launch order: "pre" for a kernel over chunks of the
-    reduction (it takes RBLOCK), "flat" for one over every element (FBLOCK), "main" for one
-    that combines per row; None for a kernel that is not split."""
+    reduction (it takes RBLOCK), "flat" for one of a tile a program (the header names it),
+    "main" for one that combines per row; None for a kernel that is not split."""
     m = re.search(r"^# split: (\d+) kernels \(([^)]*)\)", source, re.M)
     if m is None:
         assert ": split," not in source.splitlines()[0], source[:500]
         return None
     names = m.group(2).split(", ")
     assert len(names) == int(m.group(1))
+    flat = re.search(r"^# flat: (.*): one tile a program", source, re.M)
+    flat = set(flat.group(1).split(", ")) if flat else set()
     kinds = []
     for name in names:
         (sig,) = re.findall(rf"^def {name}\((.*)\):$", source, re.M)
-        flat = "FBLOCK: tl.constexpr" in sig
-        kinds.append("pre" if "RBLOCK: tl.constexpr" in sig else "flat" if flat else "main")
+        pre = "RBLOCK: tl.constexpr" in sig
+        kinds.append("flat" if name in flat else "pre" if pre else "main")
     return kinds
 
 
