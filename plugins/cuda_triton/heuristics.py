@@ -160,6 +160,10 @@ SPLIT_OUTER_XBLOCK = 32
 SPLIT_OUTER_TILE = 4096
 #: Warps of each kernel of a split column reduction's chain.
 SPLIT_OUTER_WARPS = 8
+#: A split column reduction's chunk rounded up to whole tiles (fewer chunks): 784 rows in
+#: tiles of 128 loop 7 times, the last a sixth full; 896 rows, 7 full tiles. Off (as
+#: before) until measured: ``benchmarks/bn_chains.py --settings default,whole:SPLIT_WHOLE_TILES=1``.
+SPLIT_WHOLE_TILES = False
 #: A stage of a split reduction's chain that only stores, over every element (BatchNorm's
 #: normalization, its input gradient), runs as a flat kernel of its own: one tile of
 #: ``POINTWISE_XBLOCK`` elements a program (:func:`flat_config`), no loop, not on the
@@ -263,6 +267,9 @@ def _split_plan(xnumel: int, rnumel: int, outer: bool) -> Plan | None:
     chunk = cdiv(rnumel, split)
     if outer:
         rblock = min(SPLIT_OUTER_TILE // pre_x, next_power_of_2(chunk))
+        if SPLIT_WHOLE_TILES and cdiv(rnumel, cdiv(chunk, rblock) * rblock) >= 2:
+            chunk = cdiv(chunk, rblock) * rblock
+            split = cdiv(rnumel, chunk)
         pre = {"XBLOCK": pre_x, "RBLOCK": rblock, "num_warps": SPLIT_OUTER_WARPS}
     else:
         rblock = min(SPLIT_RBLOCK, next_power_of_2(chunk))

@@ -836,16 +836,18 @@ def _normalize_columns_kernel(rows: int, cols: int) -> ir.Kernel:
     )
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["chunks", "whole_tiles"])
 @pytest.mark.usefixtures("_by_grid")
-def test_split_column_normalization_stores_each_element_once(_combine, _flat, monkeypatch):
+def test_split_column_normalization_stores_each_element_once(_combine, _flat, whole, monkeypatch):
     """A column reduction's chain (BatchNorm's statistics over channels-last activations)
-    ending in a store-only stage: flat, every element's column is its position modulo the
-    columns (40: not a power of 2; 3001 rows: the last block of elements partial), or on the
-    chunks. Each element is eager's, and none outside the output is written."""
+    ending in a store-only stage: flat, one tile a program (40 columns: not a power of 2;
+    3001 rows: the last tile partial), or on the chunks; the chunks as planned, or rounded
+    up to whole tiles. Each element is eager's, and none outside the output is written."""
     from sdk.plugins.cuda_triton import heuristics
 
     monkeypatch.setattr(heuristics, "SPLIT_MIN_INNER_COLUMNS", 1024)
     monkeypatch.setattr(heuristics, "SPLIT_OUTER_MIN_PROGRAMS", 0)
+    monkeypatch.setattr(heuristics, "SPLIT_WHOLE_TILES", whole)
     rows, cols = 3001, 40
     x = torch.randn(rows, cols, device=DEV) * 2 - 1
     x[3000, 39] = 25.0  # the last element
@@ -853,6 +855,8 @@ def test_split_column_normalization_stores_each_element_once(_combine, _flat, mo
     y = store[: rows * cols].view(rows, cols)
     src = run(_normalize_columns_kernel(rows, cols), x, y)
     assert src.meta["mode"] == "split" and src.meta["split"] >= 2, src.meta
+    if whole:
+        assert src.meta["chunk"] % src.meta["config"]["pre"]["RBLOCK"] == 0, src.meta
     kinds = [kind for _fn, kind in _chain(src)]
     assert kinds[-1] == ("flat" if _flat else "pre"), kinds
     d = x.double() - x.double().mean(0)
