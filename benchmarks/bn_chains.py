@@ -168,9 +168,9 @@ def main() -> None:
             )
             print(f"{spec:>16} {form:>8}  {cells}", flush=True)
             rows.append(row)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            if a.json:  # after each row: a run stopped by its time limit keeps what it measured
+                with open(a.json, "w") as f:
+                    json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":
