@@ -25,7 +25,7 @@ def run(session: CompileSession, ctx: CompileContext, compiled: Compiled) -> Pro
     announce_kernels(session, ctx, compiled.sources, graph.faults)
     by_name = dict(zip((k.name for k in rendered.kernels), compiled.fns))
     wrapper = _WrapperWriter(L, scheduled.steps, by_name, lowered.outputs, lowered.layouts).write()
-    wrapper.requires = size_requirements(ctx, rendered.kernels, compiled.sources)
+    wrapper.requires = size_requirements(ctx, rendered.kernels, compiled.sources, L.requires)
     fn = wrapper.materialize(ctx.graph_name, ctx.core_options.runner)
     parts = ProgramParts(
         runner=_runner(fn, wrapper),
@@ -48,11 +48,14 @@ def run(session: CompileSession, ctx: CompileContext, compiled: Compiled) -> Pro
 
 
 def size_requirements(
-    ctx: CompileContext, kernels: list, sources: list[KernelSource]
+    ctx: CompileContext, kernels: list, sources: list[KernelSource], lowered: list = ()
 ) -> tuple[tuple[str, int], ...]:
     """The program's size requirements: its sources' ``requires``, each checked to be an
-    expression over its kernel's size arguments (PluginFailure naming the kernel if not)."""
+    expression over its kernel's size arguments (PluginFailure naming the kernel if not),
+    and the lowering's own (``lowered``: :attr:`Lowerer.requires`)."""
     out: dict[int, list] = {}
+    for expr, limit in lowered:
+        out.setdefault(limit, []).append(expr)
     for k, src in zip(kernels, sources):
         if not src.requires:
             continue

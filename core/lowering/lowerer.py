@@ -203,6 +203,12 @@ class Lowerer:
         #: place, so that reports name what runs)
         self.extern_report: dict[str, int] = {}
         self.views: set[str] = set()  # ATen calls that became index arithmetic
+        #: what the lowering took from the trace about the sizes, where the sizes alone do
+        #: not prove it: (expression over size symbols, limit), each ``expr <= limit``; a
+        #: call whose sizes break one gets a program of its own sizes (as a kernel's
+        #: ``requires``). The trace held it under Dynamo's guards, yet another graph of the
+        #: same text (the recompile of the other side of such a guard) shares this program.
+        self.requires: list[tuple[sympy.Expr, int]] = []
         #: pointwise nodes by their value (see :meth:`pointwise`), and the nodes that
         #: stand for several graph nodes (two graph outputs must not share one)
         self._cse: dict[tuple, Node] = {}

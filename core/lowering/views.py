@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import sympy
+import torch
 
 from ..adapters.torch_private import aten, prims
 from ..ir.expr import Const
@@ -21,7 +22,7 @@ from ..ir.graph import (
 )
 from ..ir.index import FloorDiv, Mod, is_static, provably_nonneg, size_hint, static
 from ..ir.kernel import Layout
-from .layouts import _slice_length, identity_restride
+from .layouts import _slice_length, identity_restride, shape_of
 from .lowerer import Lowerer
 from .optable import Unsupported, register
 
@@ -171,7 +172,10 @@ def _slice(
         length = max(0, (end - start + step - 1) // step)
     else:  # symbolic sizes: only bounds that hold for every size
         start = 0 if start is None else _slice_bound(start, n)
-        end = n if end is None else _slice_bound(end, n)
+        try:
+            end = n if end is None else _slice_bound(end, n)
+        except TypeError:
+            end = _traced_end(L, dim, n, start, end, step)
         if not (start == 0 or provably_nonneg(end - start)):
             raise TypeError(f"a slice [{start}:{end}] whose length's sign depends on the sizes")
         length = _slice_length(start, end, step)
@@ -181,6 +185,24 @@ def _slice(
         return idx[:dim] + (start + step * idx[dim],) + idx[dim + 1 :]
 
     return L.view(x, sizes, fn, aten.slice.Tensor, (dim, start, end, step))
+
+
+def _traced_end(L: Lowerer, dim: int, n: Any, start: Any, end: Any, step: int) -> Any:
+    """A slice's ``end`` that the sizes alone do not place in ``[start, n]`` (BERT's
+    ``position_ids[:, :seq_len]`` over a buffer of 512 positions), taken as it is where the
+    trace says so: the slice node's traced length is the unclamped ``[start:end]``'s. The
+    tracer made that length under its guards (``seq_len <= 512``); the program requires it
+    (:attr:`Lowerer.requires`), since a graph of the same text may be traced under the
+    other side of that guard. TypeError otherwise."""
+    val = L._fx.meta.get("val") if L._fx.target is aten.slice.Tensor else None
+    if isinstance(val, torch.Tensor) and provably_nonneg(end - start):
+        traced = sympy.sympify(shape_of(val)[dim])
+        if sympy.expand(traced - _slice_length(start, end, step)) == 0:
+            L.requires.append((sympy.expand(end - n), 0))
+            return end
+    raise TypeError(
+        f"a slice bound {end} over a dimension of size {n} clamps differently for different sizes"
+    )
 
 
 def _slice_bound(v: Any, n: Any) -> Any:

@@ -539,3 +539,56 @@ def test_host_scalars_computed_from_sizes(plugin, graph_reports):
         for g, w in zip(got, want):
             assert g.device == w.device
             torch.testing.assert_close(g, w)
+
+
+class _Positions(torch.nn.Module):
+    """BERT's position embeddings: a buffer of 32 position ids, sliced to the length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("position_ids", torch.arange(32).unsqueeze(0), persistent=False)
+        self.pos = torch.nn.Embedding(32, 8)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x + self.pos(self.position_ids[:, : x.shape[1]]))
+
+
+def test_a_slice_of_a_buffer_to_a_symbolic_length_is_symbolic(plugin, builds, graph_reports):
+    # position_ids[:, :seq_len] over 32 positions: the sizes alone do not say seq_len <= 32;
+    # the trace does (under Dynamo's guard), and the program requires it. Trained over four
+    # lengths: one forward program and one backward, each symbolic, and eager's gradients
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    m, ref = _Positions().to(dev), _Positions().to(dev)
+    ref.load_state_dict(m.state_dict())
+    f = torch.compile(m, backend=sdk.backend(plugin), dynamic=True)
+    for length in (5, 12, 32, 7):
+        x = torch.randn(2, length, 8, device=dev)
+        got, want = f(x), ref(x)
+        torch.testing.assert_close(got, want)
+        up = torch.randn_like(got)
+        got.backward(up)
+        want.backward(up)
+    for p, q in zip(m.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert len(builds) == 2, builds
+    sizes = [g.sizes for g in graph_reports]
+    assert all(s.startswith("symbolic") and "<= 0" in s for s in sizes), sizes
+
+
+def test_a_slice_past_a_buffer_s_end_never_reads_beyond_it(plugin, graph_reports):
+    # x.shape[0] <= 10 in the first trace, > 10 in Dynamo's recompile: the two graphs have
+    # one text, and share a program; the program's requirement sends a call past the
+    # buffer's end to a program of its own sizes, which clamps the slice as eager does
+    dev = device_of(plugin)
+    buf = torch.arange(10.0, device=dev)
+
+    def fn(x):
+        return x.sum() + buf[: x.shape[0]].sum() * 2
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (4, 6, 12, 3, 16, 10):
+        x = torch.randn(n, 3, device=dev)
+        torch.testing.assert_close(f(x), fn(x))
+    assert any("requires" in g.sizes for g in graph_reports), [g.sizes for g in graph_reports]
