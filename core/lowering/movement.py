@@ -18,12 +18,12 @@ from ..ir.graph import (
     Index,
     TensorValue,
 )
-from ..ir.index import MIN_SIZE, FloorDiv, Mod, is_static, var
+from ..ir.index import MIN_SIZE, FloorDiv, Mod, is_static, static, var
 from .helpers import bload, broadcast_shapes
-from .layouts import channels_last_strides, shape_of
+from .layouts import _slice_length, channels_last_strides, shape_of
 from .lowerer import Lowerer, cast, size_value, upcast
 from .optable import Unsupported, register
-from .views import reshape_reindex
+from .views import _clamps, reshape_reindex
 
 
 def _safe(i: sympy.Expr, lo: int, n: int, reach: int) -> sympy.Expr:
@@ -471,6 +471,21 @@ def _repeat(L: Lowerer, x: Any, repeats: Any) -> Any:
     return L.pointwise(sizes, val.dtype, body)
 
 
+def _scatter_start(L: Lowerer, n: Any, m: Any, start: int, end: Any, step: int) -> int:
+    """slice_scatter's start where the sizes alone do not clamp it to a number below
+    ``MIN_SIZE`` (the backward of Mistral's sliding window, ``[-4095:]``): the way of
+    clamping that makes the slice ``src``'s length ``m``, required of the sizes as the
+    forward's slice is (:func:`.views._traced_bounds`). TypeError where none does."""
+    for lo, lo_needs in _clamps(start, n):
+        if not (is_static(lo) and 0 <= static(lo) < MIN_SIZE):
+            continue
+        for hi, hi_needs in _clamps(n if end is None else end, n):
+            if sympy.expand(sympy.sympify(m) - _slice_length(lo, hi, step)) == 0:
+                L.requires.extend((e, 0) for e in (*lo_needs, *hi_needs))
+                return static(lo)
+    raise TypeError(f"slice_scatter from {start} over symbolic sizes {n}, {m}")
+
+
 @register(aten.slice_scatter.default)
 def _slice_scatter(
     L: Lowerer, x: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1
@@ -487,7 +502,7 @@ def _slice_scatter(
         lo = max(0, min(n, lo + n if lo < 0 else lo))
     if not (is_static(n) and is_static(m)) and not 0 <= lo < MIN_SIZE:
         # (a symbolic size is >= MIN_SIZE: a start below it is within it)
-        raise TypeError(f"slice_scatter from {lo} over symbolic sizes {n}, {m}")
+        lo = _scatter_start(L, n, m, lo, end, step)
     dtype = val.dtype
     width = Const(m * step, torch.int64) if is_static(m) else IndexValue(m * step)
 

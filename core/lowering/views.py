@@ -170,12 +170,13 @@ def _slice(
         end = n if end is None else (end + n if end < 0 else end)
         start, end = min(max(start, 0), n), min(max(end, 0), n)
         length = max(0, (end - start + step - 1) // step)
-    else:  # symbolic sizes: only bounds that hold for every size
-        start = 0 if start is None else _slice_bound(start, n)
+    else:  # symbolic sizes: only bounds that hold for every size, or the trace's
         try:
-            end = n if end is None else _slice_bound(end, n)
+            lo = 0 if start is None else _slice_bound(start, n)
+            hi = n if end is None else _slice_bound(end, n)
         except TypeError:
-            end = _traced_end(L, dim, n, start, end, step)
+            lo, hi = _traced_bounds(L, dim, n, start, end, step)
+        start, end = lo, hi
         if not (start == 0 or provably_nonneg(end - start)):
             raise TypeError(f"a slice [{start}:{end}] whose length's sign depends on the sizes")
         length = _slice_length(start, end, step)
@@ -187,22 +188,47 @@ def _slice(
     return L.view(x, sizes, fn, aten.slice.Tensor, (dim, start, end, step))
 
 
-def _traced_end(L: Lowerer, dim: int, n: Any, start: Any, end: Any, step: int) -> Any:
-    """A slice's ``end`` that the sizes alone do not place in ``[start, n]`` (BERT's
-    ``position_ids[:, :seq_len]`` over a buffer of 512 positions), taken as it is where the
-    trace says so: the slice node's traced length is the unclamped ``[start:end]``'s. The
-    tracer made that length under its guards (``seq_len <= 512``); the program requires it
+def _traced_bounds(L: Lowerer, dim: int, n: Any, start: Any, end: Any, step: int) -> Any:
+    """A slice's clamped ``(start, end)`` where the sizes alone do not place its bounds in
+    ``[0, n]`` (BERT's ``position_ids[:, :seq_len]`` over a buffer of 512 positions;
+    Mistral's sliding window, ``[-4095:]`` of a sequence), taken from the trace: the one
+    way of clamping each bound that gives the slice node's traced length. The tracer made
+    that length under its guards (``seq_len <= 512``); the program requires them
     (:attr:`Lowerer.requires`), since a graph of the same text may be traced under the
-    other side of that guard. TypeError otherwise."""
+    other side of a guard. TypeError where no way, or none the trace says, fits."""
     val = L._fx.meta.get("val") if L._fx.target is aten.slice.Tensor else None
-    if isinstance(val, torch.Tensor) and provably_nonneg(end - start):
+    if isinstance(val, torch.Tensor):
         traced = sympy.sympify(shape_of(val)[dim])
-        if sympy.expand(traced - _slice_length(start, end, step)) == 0:
-            L.requires.append((sympy.expand(end - n), 0))
-            return end
+        for lo, lo_needs in _clamps(0 if start is None else start, n):
+            for hi, hi_needs in _clamps(n if end is None else end, n):
+                if not provably_nonneg(hi - lo):
+                    continue
+                if sympy.expand(traced - _slice_length(lo, hi, step)) == 0:
+                    L.requires.extend((e, 0) for e in (*lo_needs, *hi_needs))
+                    return lo, hi
     raise TypeError(
-        f"a slice bound {end} over a dimension of size {n} clamps differently for different sizes"
+        f"a slice [{start}:{end}] over a dimension of size {n} clamps differently for "
+        "different sizes"
     )
+
+
+def _clamps(v: Any, n: Any) -> list[tuple[Any, list[Any]]]:
+    """The ways Python may clamp slice bound ``v`` into ``[0, n]``: (the bound, the
+    expressions that are each ``<= 0`` where it is that one). Those whose condition holds
+    for no size are left out."""
+    try:
+        return [(_slice_bound(v, n), [])]
+    except TypeError:
+        pass
+    if is_static(v) and v < 0:
+        v = v + n  # Python's negative bound, counted from the end
+    ways = [(v, [-v, v - n]), (0, [v]), (n, [n - v])]
+    out = []
+    for bound, needs in ways:
+        needs = [sympy.expand(e) for e in needs if not provably_nonneg(-e)]
+        if not any(is_static(e) and static(e) > 0 for e in needs):
+            out.append((bound, needs))
+    return out
 
 
 def _slice_bound(v: Any, n: Any) -> Any:

@@ -592,3 +592,26 @@ def test_a_slice_past_a_buffer_s_end_never_reads_beyond_it(plugin, graph_reports
         x = torch.randn(n, 3, device=dev)
         torch.testing.assert_close(f(x), fn(x))
     assert any("requires" in g.sizes for g in graph_reports), [g.sizes for g in graph_reports]
+
+
+def test_a_window_from_the_end_over_shorter_and_longer_sequences(plugin, graph_reports):
+    # Mistral's sliding window, x[:, -6:]: all of a shorter sequence (the start clamps to 0,
+    # which the trace says under its guard and the program requires), the last 6 of a
+    # longer one; forward and the gradient (the slice's backward, a slice_scatter from -6)
+    dev = device_of(plugin)
+
+    def fn(x, w):
+        return torch.tanh(x[:, -6:] * w).sum(1)
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for length in (3, 5, 4, 9, 2, 6):
+        x = torch.randn(2, length, 4, device=dev)
+        w = torch.randn(4, device=dev)
+        xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+        got, want = f(xa, w), fn(xb, w)
+        torch.testing.assert_close(got, want)
+        got.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(xa.grad, xb.grad)
+    first = [g.sizes for g in graph_reports[:2]]
+    assert all(s.startswith("symbolic") and "requires" in s for s in first), first
