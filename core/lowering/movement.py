@@ -363,13 +363,17 @@ def _indirect(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False
     are out of range, as for embedding, gather and index_select in eager.
     """
     src = x.storage
-    if src is None:
-        raise Unsupported("indexing into a non-strided view")
     # a whole computed node is read at its own index (linearized when scheduled), so the
     # scheduler can recompute the few gathered elements instead of storing the node
     whole = (
         isinstance(x, ComputedView) and x.reindex is None and tuple(x.sizes) == tuple(x.node.sizes)
     )
+    if src is None and not whole:
+        # a view that is no strided buffer (RoBERTa gathers from an expanded buffer of
+        # token types): its elements stored in its own shape, then gathered from
+        src = L.realize(x)
+    if src is None:
+        raise Unsupported("indexing into a non-strided view")
 
     def load(idx_parts: list[Any]) -> Expr:
         binds, full = [], []

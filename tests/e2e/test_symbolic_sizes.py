@@ -615,3 +615,30 @@ def test_a_window_from_the_end_over_shorter_and_longer_sequences(plugin, graph_r
         torch.testing.assert_close(xa.grad, xb.grad)
     first = [g.sizes for g in graph_reports[:2]]
     assert all(s.startswith("symbolic") and "requires" in s for s in first), first
+
+
+class _TokenTypes(torch.nn.Module):
+    """RoBERTa's token types: a buffer of zeros, expanded to the batch and gathered at the
+    positions (the positions count the non-padding tokens)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("token_type_ids", torch.zeros(1, 16, dtype=torch.long))
+        self.types = torch.nn.Embedding(2, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pos = torch.cumsum(ids.ne(0).int(), dim=1).long() - 1
+        kinds = self.token_type_ids.to(pos.device).expand(pos.shape[0], -1)
+        kinds = torch.gather(kinds, dim=1, index=pos)
+        return self.types(kinds) * ids.unsqueeze(-1)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_gather_from_an_expanded_buffer_runs_in_the_kernels(plugin, graph_reports, dynamic):
+    dev = device_of(plugin)
+    m = _TokenTypes().to(dev)
+    f = torch.compile(m, backend=sdk.backend(plugin), dynamic=dynamic)
+    for batch, length in ((2, 5), (3, 9), (4, 7)):
+        ids = torch.randint(1, 6, (batch, length), device=dev)
+        torch.testing.assert_close(f(ids), m(ids))
+    assert not [fb for g in graph_reports for fb in g.fallbacks]
