@@ -5,7 +5,8 @@ wrapper's source and the objects it names, the kernels' sources, what ``explain`
 how long that cold compile took: a hit's report shows it) is stored in ``DiskCache("programs")`` as JSON plus raw tensor bytes (no pickle), under a key
 of everything that changes it:
 
-* the graph's code and the bytes of its constant tensors, and the input layouts;
+* the graph's code, every node's traced sizes and strides, the bytes of its constant
+  tensors, and the input layouts;
 * the compile's options, graph kind and device type, and whether
   ``torch.use_deterministic_algorithms`` is on (what an empty tensor holds);
 * the codegen plugin's name, version and ``sdk_cache_key`` answer (its compiler, device
@@ -117,6 +118,7 @@ def graph_key(
         ctx.graph_kind,
         ctx.device_type,
         gm.code,
+        traced_shapes(gm),
         tuple(consts),
         repr(specs),
         ctx.core_options.hash(),
@@ -124,6 +126,21 @@ def graph_key(
         # what an empty tensor holds (core/lowering/elementwise.py: uninitialized)
         torch.are_deterministic_algorithms_enabled(),
     )
+
+
+def traced_shapes(gm: torch.fx.GraphModule) -> str:
+    """Every node's traced sizes and strides, symbolic ones as expressions. Two graphs of one
+    code and one input layout can differ here: Dynamo traces ``buf[:x.size(0)]`` under a
+    guard, ``x.size(0) <= buf.size(0)`` (the slice has ``x``'s length) or its negation
+    (``buf``'s), and the lowering reads these sizes."""
+    parts = []
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        for i, t in enumerate(val if isinstance(val, (list, tuple)) else (val,)):
+            if isinstance(t, torch.Tensor):
+                strides = t.stride() if t.layout == torch.strided else ()
+                parts.append(f"{node.name}.{i}:{tuple(t.shape)}:{tuple(strides)}")
+    return ";".join(parts)
 
 
 def _attr(gm: torch.nn.Module, target: str) -> Any:

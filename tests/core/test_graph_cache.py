@@ -303,3 +303,26 @@ def test_a_change_to_the_c_like_emitter_changes_every_key(monkeypatch):
         assert graph_cache.sdk_digest.__wrapped__() != before, module.__name__
     monkeypatch.setattr(Path, "read_bytes", real)
     assert graph_cache.sdk_digest.__wrapped__() == before
+
+
+def test_a_recompile_under_the_opposite_guard_is_its_own_entry(cache_on):
+    # buf[:x.size(0)]: Dynamo traces the slice with x's length under x.size(0) <= 10, with
+    # buf's under the negation; both graphs have one code and one input layout. Each is
+    # its own entry (the key holds the traced sizes): the second does not run the first's
+    # program, which reads x's length of buf (its requirement would send such a call to a
+    # program of its own sizes)
+    buf = torch.arange(10.0)
+
+    def fn(x):
+        return x.sum() + buf[: x.shape[0]].sum() * 2
+
+    f = torch.compile(fn, backend="sdk:cpu_cpp", dynamic=True)
+    with sdk.collect_reports() as reports:
+        for n in (4, 12, 6, 16):
+            x = torch.randn(n, 3)
+            torch.testing.assert_close(f(x), fn(x))
+    first, second = reports.graphs[:2]
+    assert (first.cache, second.cache) == ("stored", "stored"), [g.cache for g in reports.graphs]
+    # each its own program: the slice's length from x, then from buf (another requirement)
+    assert "requires" in first.sizes and "requires" in second.sizes
+    assert first.sizes != second.sizes, (first.sizes, second.sizes)
