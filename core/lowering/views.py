@@ -221,8 +221,13 @@ def _clamps(v: Any, n: Any) -> list[tuple[Any, list[Any]]]:
     except TypeError:
         pass
     if is_static(v) and v < 0:
-        v = v + n  # Python's negative bound, counted from the end
-    ways = [(v, [-v, v - n]), (0, [v]), (n, [n - v])]
+        # Python's negative bound, counted from the end once: below 0 then, it clamps to 0
+        v = v + n
+        ways = [(v, [-v, v - n]), (0, [v]), (n, [n - v])]
+    else:
+        # a bound that is itself negative at a call counts from the end (ATen's slice): the
+        # ways here hold it >= 0 (0 itself only where it is 0)
+        ways = [(v, [-v, v - n]), (0, [v, -v]), (n, [n - v])]
     out = []
     for bound, needs in ways:
         needs = [sympy.expand(e) for e in needs if not provably_nonneg(-e)]

@@ -642,3 +642,18 @@ def test_a_gather_from_an_expanded_buffer_runs_in_the_kernels(plugin, graph_repo
         ids = torch.randint(1, 6, (batch, length), device=dev)
         torch.testing.assert_close(f(ids), m(ids))
     assert not [fb for g in graph_reports for fb in g.fallbacks]
+
+
+def test_a_slice_from_a_symbolic_negative_start(plugin, graph_reports):
+    # x[:, k - 2n:]: a start below 0 counts from the end once (ATen's slice), then clamps
+    # to 0. Traced at k - 2n <= -n (all of x), the start is not "0 wherever it is <= 0":
+    # at k - 2n = -3 it is n - 3
+    dev = device_of(plugin)
+
+    def fn(x, y):
+        return x[:, y.shape[0] - 2 * x.shape[1] :] * 2
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n, k in ((6, 3), (6, 9), (7, 12), (5, 2), (9, 20), (4, 8)):
+        x, y = torch.randn(2, n, device=dev), torch.randn(k, device=dev)
+        torch.testing.assert_close(f(x, y), fn(x, y))
