@@ -19,8 +19,9 @@ from typing import Any
 
 import sympy
 import torch
+from sympy.printing.str import StrPrinter
 
-from .ir.index import MIN_SIZE, is_static, print_size, print_sizes, size_symbols
+from .ir.index import MIN_SIZE, FloorDiv, Mod, is_static, print_size, print_sizes, size_symbols
 
 ALIGNMENT = 16  # bytes
 
@@ -114,8 +115,9 @@ def size_sources(specs: Sequence[InputSpec]) -> dict[sympy.Symbol, tuple[int, in
 def parse_requires(requires: Sequence[tuple[str, int]]) -> list[tuple[sympy.Expr, int]]:
     """A program's size requirements (``KernelSource.requires``: an expression over size
     symbols, a limit) as sympy expressions. Read without ``eval`` (they come from the
-    whole-graph cache too): integers, names, ``+ - *``, ``/`` and ``**`` by an integer;
-    ValueError naming the requirement that is something else."""
+    whole-graph cache too): integers, names, ``+ - *``, ``/`` and ``**`` by an integer,
+    ``//`` and ``%`` (a size's floor division and remainder, as ``print_size`` writes
+    them); ValueError naming the requirement that is something else."""
     out = []
     for item in requires:
         try:
@@ -129,6 +131,21 @@ def parse_requires(requires: Sequence[tuple[str, int]]) -> list[tuple[sympy.Expr
                 f"+ - * /, an int): {exc}"
             ) from exc
     return out
+
+
+class _RequirementPrinter(StrPrinter):
+    """sympy's text, with a size's floor division and remainder as ``//`` and ``%``."""
+
+    def _print_FloorDiv(self, e: Any) -> str:
+        return f"(({self._print(e.args[0])}) // ({self._print(e.args[1])}))"
+
+    def _print_Mod(self, e: Any) -> str:
+        return f"(({self._print(e.args[0])}) % ({self._print(e.args[1])}))"
+
+
+def requirement_text(expr: sympy.Expr) -> str:
+    """A size requirement's expression as text :func:`parse_requires` reads back."""
+    return _RequirementPrinter().doprint(expr)
 
 
 _ARITH = {ast.Add: sympy.Add, ast.Mult: sympy.Mul}
@@ -149,6 +166,8 @@ def _size_expr(node: ast.AST) -> sympy.Expr:
             return a - b
         if isinstance(node.op, ast.Div) and b.is_Integer and int(b) > 0:
             return a / b
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b.is_positive:
+            return (FloorDiv if isinstance(node.op, ast.FloorDiv) else Mod)(a, b)
         if isinstance(node.op, ast.Pow) and b.is_Integer and 0 <= int(b) <= 8:
             return a**b
     raise ValueError(f"{ast.unparse(node)!r} is not size arithmetic")

@@ -8,7 +8,7 @@ from sdk.plugin import CompileContext, KernelSource
 from sdk.report import HookFault, KernelReport
 
 from .. import steps as st
-from ..guards import parse_requires
+from ..guards import parse_requires, requirement_text
 from ..ir.index import dominant_bounds
 from ..registry import observe
 from ..session import CompileSession
@@ -73,7 +73,9 @@ def size_requirements(
                 )
             out.setdefault(limit, []).append(expr)
     # (one per limit of those that bound the others: the per-call check evaluates each)
-    return tuple((str(e), n) for n, exprs in out.items() for e in dominant_bounds(exprs))
+    return tuple(
+        (requirement_text(e), n) for n, exprs in out.items() for e in dominant_bounds(exprs)
+    )
 
 
 def announce_kernels(

@@ -174,11 +174,11 @@ def _slice(
         try:
             lo = 0 if start is None else _slice_bound(start, n)
             hi = n if end is None else _slice_bound(end, n)
+            if not (lo == 0 or provably_nonneg(hi - lo)):
+                raise TypeError(f"a slice [{lo}:{hi}] whose length's sign depends on the sizes")
         except TypeError:
             lo, hi = _traced_bounds(L, dim, n, start, end, step)
         start, end = lo, hi
-        if not (start == 0 or provably_nonneg(end - start)):
-            raise TypeError(f"a slice [{start}:{end}] whose length's sign depends on the sizes")
         length = _slice_length(start, end, step)
     sizes = x.sizes[:dim] + (length,) + x.sizes[dim + 1 :]
 
@@ -201,10 +201,11 @@ def _traced_bounds(L: Lowerer, dim: int, n: Any, start: Any, end: Any, step: int
         traced = sympy.sympify(shape_of(val)[dim])
         for lo, lo_needs in _clamps(0 if start is None else start, n):
             for hi, hi_needs in _clamps(n if end is None else end, n):
-                if not provably_nonneg(hi - lo):
-                    continue
+                needs = [*lo_needs, *hi_needs]
+                if not (lo == 0 or provably_nonneg(hi - lo)):
+                    needs.append(sympy.expand(lo - hi))  # (Swin's [1::2] of a size // 4)
                 if sympy.expand(traced - _slice_length(lo, hi, step)) == 0:
-                    L.requires.extend((e, 0) for e in (*lo_needs, *hi_needs))
+                    L.requires.extend((e, 0) for e in needs)
                     return lo, hi
     raise TypeError(
         f"a slice [{start}:{end}] over a dimension of size {n} clamps differently for "

@@ -40,6 +40,18 @@ class FloorDiv(sympy.Function):
         q = _exact_quotient(a, b)
         if q is not None:  # (128*s0*s1) // (128*s1) = s0
             return q
+        if not b.is_Integer and b.free_symbols:
+            # a common factor of both sides goes: (x*x) // (2*x) = x // 2 (a view's size
+            # as torch traces it, ((s0 // 4)**2) // (s0 // 4) halved)
+            num, den = sympy.fraction(sympy.together(sympy.cancel(a / b)))
+            if (
+                den != b
+                and (den.is_positive or (den.is_Integer and den > 0))
+                and num.is_nonnegative
+                and _integer_polynomial(num)
+                and _integer_polynomial(den)
+            ):
+                return FloorDiv(num, den)
         if isinstance(a, FloorDiv) and b.is_Integer and a.args[1].is_Integer:
             return FloorDiv(a.args[0], a.args[1] * b)
         # pull out the terms b divides: (b*x + y) // b = x + y // b, y >= 0 (b a number or
@@ -96,6 +108,16 @@ def _exact_quotient(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
     ):
         return None
     return q
+
+
+def _integer_polynomial(e: sympy.Expr) -> bool:
+    """``e`` is a polynomial with integer coefficients (in its symbols and terms)."""
+    if e.is_Integer:
+        return True
+    try:
+        return all(c.is_Integer for c in sympy.Poly(e).coeffs())
+    except sympy.PolynomialError:
+        return False
 
 
 def _coeff(term: sympy.Expr) -> int:

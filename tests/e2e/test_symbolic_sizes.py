@@ -657,3 +657,40 @@ def test_a_slice_from_a_symbolic_negative_start(plugin, graph_reports):
     for n, k in ((6, 3), (6, 9), (7, 12), (5, 2), (9, 20), (4, 8)):
         x, y = torch.randn(2, n, device=dev), torch.randn(k, device=dev)
         torch.testing.assert_close(f(x, y), fn(x, y))
+
+
+class _PatchMerging(torch.nn.Module):
+    """Swin's patch merging after a patch embedding: 4x4 patches flattened to tokens, viewed
+    back as a grid, then its four interleaved halves (``[:, 1::2, 0::2]`` ...) concatenated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Conv2d(3, 8, kernel_size=4, stride=4)
+        self.reduce = torch.nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.embed(x).flatten(2).transpose(1, 2)  # (batch, h * w, 8)
+        h, w = x.shape[2] // 4, x.shape[3] // 4
+        g = t.view(x.shape[0], h, w, 8)
+        parts = [g[:, i::2, j::2, :] for i, j in ((0, 0), (1, 0), (0, 1), (1, 1))]
+        return self.reduce(torch.cat(parts, -1))
+
+
+def test_swin_patch_merging_over_image_sizes_is_symbolic(plugin, graph_reports):
+    # the halves' lengths over a grid of (size // 4) rows: (size // 4 - 1) // 2 + 1 from the
+    # slice, and ((size // 4)**2 // (size // 4)) // 2 as torch traces the view: one size
+    dev = device_of(plugin)
+    torch.manual_seed(0)
+    m, ref = _PatchMerging().to(dev), _PatchMerging().to(dev)
+    ref.load_state_dict(m.state_dict())
+    f = torch.compile(m, backend=sdk.backend(plugin), dynamic=True)
+    for size in (32, 48, 64):
+        x = torch.randn(2, 3, size, size, device=dev)
+        got, want = f(x), ref(x)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        got.sum().backward()
+        want.sum().backward()
+    for p, q in zip(m.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+    sizes = [g.sizes for g in graph_reports]
+    assert sizes and all(s.startswith("symbolic") for s in sizes), sizes
