@@ -185,8 +185,14 @@ def _symbolic(
         report.sizes += "; specialized: " + ", ".join(
             f"{name}={value}" for name, value in sorted(special.items())
         )
+    try:
+        general = Specializing(build, specs, general=fn, dynamo_guarded=guarded)
+    except ValueError as exc:  # a size requirement its check cannot read from the inputs
+        del ctx.notes[notes:]
+        report.sizes = f"per shape: {describe(exc)}"
+        return None
     recipe.first, recipe.general = specs, True
-    return Specializing(build, specs, general=fn, dynamo_guarded=guarded)
+    return general
 
 
 def build_variant(

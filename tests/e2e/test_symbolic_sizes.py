@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import sympy
 import torch
 
 import sdk
@@ -694,3 +695,29 @@ def test_swin_patch_merging_over_image_sizes_is_symbolic(plugin, graph_reports):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
     sizes = [g.sizes for g in graph_reports]
     assert sizes and all(s.startswith("symbolic") for s in sizes), sizes
+
+
+def test_a_requirement_the_check_cannot_read_compiles_per_shape(plugin, graph_reports, monkeypatch):
+    # a size requirement over a symbol that is no input's size: its check cannot be built,
+    # so the graph compiles per shape and says why (not an error at the user's call)
+    from sdk.core.lowering import views
+
+    stray = sympy.Symbol("s999", integer=True, positive=True)
+    real = views._clamps
+
+    def with_stray(v, n):
+        return [(bound, [*needs, stray - 1000]) for bound, needs in real(v, n)]
+
+    monkeypatch.setattr(views, "_clamps", with_stray)
+    dev = device_of(plugin)
+    buf = torch.arange(10.0, device=dev)
+
+    def fn(x):
+        return x * 2 + buf[: x.shape[0]].sum()
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for n in (4, 6, 3):
+        x = torch.randn(n, 3, device=dev)
+        torch.testing.assert_close(f(x), fn(x))
+    sizes = [g.sizes for g in graph_reports]
+    assert sizes and all(s.startswith("per shape") and "s999" in s for s in sizes), sizes
