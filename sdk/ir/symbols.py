@@ -112,11 +112,11 @@ def _exact_quotient(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr | None:
 
 def _integer_polynomial(e: sympy.Expr) -> bool:
     """``e`` is a polynomial with integer coefficients (in its symbols and terms)."""
-    if e.is_Integer:
-        return True
+    if e.is_number:
+        return bool(e.is_Integer)
     try:
         return all(c.is_Integer for c in sympy.Poly(e).coeffs())
-    except sympy.PolynomialError:
+    except (sympy.PolynomialError, sympy.polys.polyerrors.GeneratorsNeeded):
         return False
 
 
