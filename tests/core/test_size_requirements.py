@@ -39,7 +39,8 @@ def test_size_arithmetic_parses_to_its_value(text):
     [
         ("__import__('os').system('true')", 1),
         ("s0.real", 1),
-        ("s0 // 2", 1),  # (floor division is not in the grammar: an exact bound is a ratio)
+        ("s0 // s1.real", 1),
+        ("s0 % -2", 1),  # (a floor division or remainder by a number that is not positive)
         ("s0 / s1", 1),
         ("s0 ** s1", 1),
         ("1.5 * s0", 1),
@@ -52,6 +53,16 @@ def test_size_arithmetic_parses_to_its_value(text):
 def test_anything_but_size_arithmetic_is_refused_with_the_requirement_named(bad):
     with pytest.raises(ValueError, match="size requirement"):
         parse_requires([bad])
+
+
+def test_floor_division_and_remainder_of_sizes_are_checked_per_call():
+    """``1 - s1 // 4 <= 0`` (a slice's start inside a dimension of s1 // 4, as the lowering
+    requires it) and ``s0 % 3 <= 1``."""
+    requires = [("1 - (s1 // 4)", 0), ("(s0 % 3)", 1)]
+    check = make_check((ROWS,), dynamo_guarded=False, kernel_read=frozenset(), requires=requires)
+    assert check([torch.empty(3, 4)]) and check([torch.empty(4, 9)])
+    assert not check([torch.empty(3, 3)])  # 3 // 4 = 0: the start past the end
+    assert not check([torch.empty(5, 8)])  # 5 % 3 = 2
 
 
 @pytest.mark.parametrize("dynamo_guarded", [False, True])
