@@ -20,10 +20,10 @@ from ..ir.graph import (
 )
 from ..ir.index import MIN_SIZE, FloorDiv, Mod, is_static, static, var
 from .helpers import bload, broadcast_shapes
-from .layouts import _slice_length, channels_last_strides, shape_of
+from .layouts import channels_last_strides, shape_of
 from .lowerer import Lowerer, cast, size_value, upcast
 from .optable import Unsupported, register
-from .views import _clamps, reshape_reindex
+from .views import clamped_to, reshape_reindex
 
 
 def _safe(i: sympy.Expr, lo: int, n: int, reach: int) -> sympy.Expr:
@@ -480,14 +480,14 @@ def _scatter_start(L: Lowerer, n: Any, m: Any, start: int, end: Any, step: int) 
     ``MIN_SIZE`` (the backward of Mistral's sliding window, ``[-4095:]``): the way of
     clamping that makes the slice ``src``'s length ``m``, required of the sizes as the
     forward's slice is (:func:`.views._traced_bounds`). TypeError where none does."""
-    for lo, lo_needs in _clamps(start, n):
-        if not (is_static(lo) and 0 <= static(lo) < MIN_SIZE):
-            continue
-        for hi, hi_needs in _clamps(n if end is None else end, n):
-            if sympy.expand(sympy.sympify(m) - _slice_length(lo, hi, step)) == 0:
-                L.requires.extend((e, 0) for e in (*lo_needs, *hi_needs))
-                return static(lo)
-    raise TypeError(f"slice_scatter from {start} over symbolic sizes {n}, {m}")
+    found = clamped_to(
+        m, n, start, end, step, start_ok=lambda lo: is_static(lo) and 0 <= static(lo) < MIN_SIZE
+    )
+    if found is None:
+        raise TypeError(f"slice_scatter from {start} over symbolic sizes {n}, {m}")
+    lo, _hi, needs = found
+    L.requires.extend((e, 0) for e in needs)
+    return static(lo)
 
 
 @register(aten.slice_scatter.default)

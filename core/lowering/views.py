@@ -191,26 +191,45 @@ def _slice(
 def _traced_bounds(L: Lowerer, dim: int, n: Any, start: Any, end: Any, step: int) -> Any:
     """A slice's clamped ``(start, end)`` where the sizes alone do not place its bounds in
     ``[0, n]`` (BERT's ``position_ids[:, :seq_len]`` over a buffer of 512 positions;
-    Mistral's sliding window, ``[-4095:]`` of a sequence), taken from the trace: the one
-    way of clamping each bound that gives the slice node's traced length. The tracer made
-    that length under its guards (``seq_len <= 512``); the program requires them
+    Mistral's sliding window, ``[-4095:]`` of a sequence), taken from the trace: the way of
+    clamping that gives the slice node's traced length (:func:`clamped_to`). The tracer
+    made that length under its guards (``seq_len <= 512``); the program requires them
     (:attr:`Lowerer.requires`), since a graph of the same text may be traced under the
-    other side of a guard. TypeError where no way, or none the trace says, fits."""
+    other side of a guard. TypeError where none fits."""
     val = L._fx.meta.get("val") if L._fx.target is aten.slice.Tensor else None
     if isinstance(val, torch.Tensor):
-        traced = sympy.sympify(shape_of(val)[dim])
-        for lo, lo_needs in _clamps(0 if start is None else start, n):
-            for hi, hi_needs in _clamps(n if end is None else end, n):
-                needs = [*lo_needs, *hi_needs]
-                if not (lo == 0 or provably_nonneg(hi - lo)):
-                    needs.append(sympy.expand(lo - hi))  # (Swin's [1::2] of a size // 4)
-                if sympy.expand(traced - _slice_length(lo, hi, step)) == 0:
-                    L.requires.extend((e, 0) for e in needs)
-                    return lo, hi
+        found = clamped_to(shape_of(val)[dim], n, start, end, step)
+        if found is not None:
+            lo, hi, needs = found
+            L.requires.extend((e, 0) for e in needs)
+            return lo, hi
     raise TypeError(
         f"a slice [{start}:{end}] over a dimension of size {n} clamps differently for "
         "different sizes"
     )
+
+
+def clamped_to(
+    length: Any,
+    n: Any,
+    start: Any,
+    end: Any,
+    step: int,
+    start_ok: Callable[[Any], bool] = lambda lo: True,
+) -> tuple[Any, Any, list[Any]] | None:
+    """The way of clamping ``[start:end:step]`` into a dimension of ``n`` (:func:`_clamps`,
+    each bound; a start ``start_ok`` takes) whose slice has ``length`` elements: ``(start,
+    end, the conditions, each <= 0, where it is that way)``; None where no way has it."""
+    for lo, lo_needs in _clamps(0 if start is None else start, n):
+        if not start_ok(lo):
+            continue
+        for hi, hi_needs in _clamps(n if end is None else end, n):
+            needs = [*lo_needs, *hi_needs]
+            if not (lo == 0 or provably_nonneg(hi - lo)):
+                needs.append(sympy.expand(lo - hi))  # (Swin's [1::2] of a size // 4)
+            if sympy.expand(sympy.sympify(length) - _slice_length(lo, hi, step)) == 0:
+                return lo, hi, needs
+    return None
 
 
 def _clamps(v: Any, n: Any) -> list[tuple[Any, list[Any]]]:

@@ -711,17 +711,22 @@ def test_split_rows_beyond_32_rows(_combine):
             close(out, REF[red](x), rtol=0, atol=0)
 
 
-def _normalize_kernel(rows: int, cols: int) -> ir.Kernel:
+def _normalize_kernel(rows: int, cols: int, columns: bool = False) -> ir.Kernel:
     """y = (x - mean) / (mean of squared deviations + 1), per row: two reduction passes and a
-    store (BatchNorm's statistics' form, over rows)."""
-    (i,) = V("i")
+    store (BatchNorm's statistics' form, over rows). ``columns``: per column instead (the
+    columns contiguous: BatchNorm over channels-last activations)."""
+    (o,) = V("j" if columns else "i")
     r0, r1, r2 = V("r0", "r1", "r2")
     X, Y = lay((rows, cols)), lay((rows, cols))
+    outer, inner = (cols, rows) if columns else (rows, cols)
+
+    def at(r):
+        return (r, o) if columns else (o, r)
 
     def x(r):
-        return ir.Load("x", X.linear((i, r)), F32)
+        return ir.Load("x", X.linear(at(r)), F32)
 
-    n = ir.Const(float(cols), F32)
+    n = ir.Const(float(inner), F32)
     mean = op("truediv", ir.LocalRef("s", F32), n)
 
     def dev(r):
@@ -729,14 +734,14 @@ def _normalize_kernel(rows: int, cols: int) -> ir.Kernel:
 
     var = op("add", op("truediv", ir.LocalRef("q", F32), n), ir.Const(1.0, F32))
     return ir.Kernel(
-        f"normalize_{rows}x{cols}",
-        (i,),
-        (rows,),
+        f"normalize{'_columns' if columns else ''}_{rows}x{cols}",
+        (o,),
+        (outer,),
         [
-            ir.Stage((r0,), (cols,), [ir.Reduction("s", "sum", x(r0), F32)]),
-            ir.Stage((r1,), (cols,), [ir.Reduction("q", "sum", op("mul", dev(r1), dev(r1)), F32)]),
+            ir.Stage((r0,), (inner,), [ir.Reduction("s", "sum", x(r0), F32)]),
+            ir.Stage((r1,), (inner,), [ir.Reduction("q", "sum", op("mul", dev(r1), dev(r1)), F32)]),
             ir.Stage(
-                (r2,), (cols,), [], [ir.Store("y", Y.linear((i, r2)), op("truediv", dev(r2), var))]
+                (r2,), (inner,), [], [ir.Store("y", Y.linear(at(r2)), op("truediv", dev(r2), var))]
             ),
         ],
         [ir.BufferArg("x", X, "in"), ir.BufferArg("y", Y, "out")],
@@ -804,38 +809,6 @@ def _column_sum_kernel(rows: int, cols: int) -> ir.Kernel:
     )
 
 
-def _normalize_columns_kernel(rows: int, cols: int) -> ir.Kernel:
-    """BatchNorm's forward over channels-last activations: per column j (contiguous), the
-    mean over the rows, the mean of squared deviations, then every element normalized."""
-    (j,) = V("j")
-    r0, r1, r2 = V("r0", "r1", "r2")
-    X, Y = lay((rows, cols)), lay((rows, cols))
-
-    def x(r):
-        return ir.Load("x", X.linear((r, j)), F32)
-
-    n = ir.Const(float(rows), F32)
-    mean = op("truediv", ir.LocalRef("s", F32), n)
-
-    def dev(r):
-        return op("sub", x(r), mean)
-
-    var = op("add", op("truediv", ir.LocalRef("q", F32), n), ir.Const(1.0, F32))
-    return ir.Kernel(
-        f"normalize_columns_{rows}x{cols}",
-        (j,),
-        (cols,),
-        [
-            ir.Stage((r0,), (rows,), [ir.Reduction("s", "sum", x(r0), F32)]),
-            ir.Stage((r1,), (rows,), [ir.Reduction("q", "sum", op("mul", dev(r1), dev(r1)), F32)]),
-            ir.Stage(
-                (r2,), (rows,), [], [ir.Store("y", Y.linear((r2, j)), op("truediv", dev(r2), var))]
-            ),
-        ],
-        [ir.BufferArg("x", X, "in"), ir.BufferArg("y", Y, "out")],
-    )
-
-
 @pytest.mark.parametrize("whole", [False, True], ids=["chunks", "whole_tiles"])
 @pytest.mark.usefixtures("_by_grid")
 def test_split_column_normalization_stores_each_element_once(_combine, _flat, whole, monkeypatch):
@@ -853,7 +826,7 @@ def test_split_column_normalization_stores_each_element_once(_combine, _flat, wh
     x[3000, 39] = 25.0  # the last element
     store = torch.full((rows * cols + 64,), 7.0, device=DEV)
     y = store[: rows * cols].view(rows, cols)
-    src = run(_normalize_columns_kernel(rows, cols), x, y)
+    src = run(_normalize_kernel(rows, cols, columns=True), x, y)
     assert src.meta["mode"] == "split" and src.meta["split"] >= 2, src.meta
     if whole:
         assert src.meta["chunk"] % src.meta["config"]["pre"]["RBLOCK"] == 0, src.meta
