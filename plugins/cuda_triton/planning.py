@@ -372,15 +372,18 @@ class KernelPlan:
         return None
 
     def _plan_tile(self) -> None:
-        """Tile a pointwise kernel in 2D when a load is contiguous along a non-last variable."""
+        """Tile a pointwise kernel in 2D when a load or a store is contiguous along a
+        non-last variable: a transpose. Loads come first; a store is asked where the loads
+        are contiguous along the last variable (Swin's attention writes ``k`` transposed
+        for its batched matmul while reading ``q``, ``k`` and ``v`` along the last)."""
         if len(self.xvars) < 2:
             return
         names = [_sym(n) for n, _ in self.xvars]
         roots = [v for s in self.stages for _, _, v in s.stores]
-        for node in ir.walk(roots):
-            if not isinstance(node, ir.Load) or node.binds:
-                continue
-            unit = self._unit_var(node.index)
+        loads = [n.index for n in ir.walk(roots) if isinstance(n, ir.Load) and not n.binds]
+        stores = [sympy.sympify(i) for s in self.stages for _, i, _ in s.stores]
+        for index in [*loads, *stores]:
+            unit = self._unit_var(index)
             if unit is None or unit == names[-1]:
                 continue
             p = names.index(unit) + 1

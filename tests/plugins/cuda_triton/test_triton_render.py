@@ -994,6 +994,28 @@ def test_transposing_pointwise_is_tiled_2d(sizes, perm):
     close(out, x.permute(perm) * 2 + y)
 
 
+@pytest.mark.parametrize("sizes,perm", [((37, 70), (1, 0)), ((3, 20, 45), (0, 2, 1))])
+def test_transposing_store_is_tiled_2d(sizes, perm):
+    """out = x * 2 + y, every load contiguous along the last variable, the output laid out
+    permuted (Swin's attention writes ``k`` transposed for its batched matmul): the store
+    runs across the rows, so the kernel tiles in 2D."""
+    order = sorted(range(len(sizes)), key=lambda d: perm[d])  # out's dims in memory order
+    dense = lay(tuple(sizes[p] for p in perm))
+    out_lay = lay(sizes, strides=tuple(dense.strides[order[d]] for d in range(len(sizes))))
+    k = pointwise(
+        "mul_add_permuted_out",
+        {"x": lay(sizes), "y": lay(sizes)},
+        out_lay,
+        lambda x, y: op("add", op("mul", x, ir.Const(2.0, F32)), y),
+    )
+    x, y = torch.randn(sizes, device=DEV), torch.randn(sizes, device=DEV)
+    out = torch.empty(dense.sizes, device=DEV).permute(order)
+    assert out.shape == x.shape and out.stride() == out_lay.strides
+    src = run(k, x, y, out)
+    assert src.meta["mode"] == "pointwise2d" and "YBLOCK" in src.source
+    close(out, x * 2 + y)
+
+
 @pytest.mark.parametrize("transposed", [False, True])
 def test_row_broadcast_tile_gets_two_warps(transposed):
     """out[i, j] = x[i, j] * s[i]: the per-row vector s tiles the kernel in 2D, but nothing
