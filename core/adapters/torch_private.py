@@ -595,6 +595,33 @@ def non_size_symbols(values: Sequence[Any]) -> dict[str, int]:
     return out
 
 
+#: Where :func:`sym_size` puts the requirements it makes (``(expr, 0)``: ``expr <= 0``,
+#: over the IR's size symbols), while :func:`requiring` is active; None: it makes none.
+_requirements: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "sdk_size_requirements", default=None
+)
+
+
+@contextlib.contextmanager
+def requiring(sink: list) -> Iterator[None]:
+    """Within the block, :func:`sym_size` reads ``Max(c, e)`` (an integer ``c``) as the
+    side that holds at the traced sizes, and appends the requirement that it keeps holding
+    to ``sink``. torch computes a contiguous tensor's strides as products of ``Max(1,
+    size)``: Swin's windows of ``(s // 4 + 1) // 2`` patches make one that the size
+    symbols' ranges do not settle (it is 0 where ``s < 4``)."""
+    token = _requirements.set(sink)
+    try:
+        yield
+    finally:
+        _requirements.reset(token)
+
+
+def requirements_made() -> list:
+    """The requirements made so far under the innermost :func:`requiring` (none outside
+    one)."""
+    return list(_requirements.get() or ())
+
+
 def has_kernel(op: OpOverload, device_type: str) -> bool:
     """Whether ATen has a kernel of ``op`` for tensors of this device type."""
     try:
@@ -613,17 +640,22 @@ def sym_size(x: Any) -> Any:
     if isinstance(x, torch.SymInt):
         node = x.node
         expr = node.expr
-        if getattr(node, "shape_env", None) is not None:
-            expr = node.shape_env.simplify(expr) if hasattr(node.shape_env, "simplify") else expr
-        return _to_index_expr(expr)
+        env = getattr(node, "shape_env", None)
+        if env is not None:
+            expr = env.simplify(expr) if hasattr(env, "simplify") else expr
+        return _to_index_expr(expr, env)
     if isinstance(x, (bool, torch.SymBool, torch.SymFloat)):
         raise SymbolicUnsupported(f"{x!r} is not a size")
     return int(x)
 
 
-def _to_index_expr(e: Any) -> Any:
+def _to_index_expr(e: Any, env: Any = None) -> Any:
+    """``e`` over the IR's size symbols (``env``: the ShapeEnv, for the traced values)."""
     import sympy
     from torch.utils._sympy import functions as tf
+
+    def sub(x: Any) -> Any:
+        return _as_sympy(_to_index_expr(x, env))
 
     if e.is_Integer:
         return int(e)
@@ -638,28 +670,53 @@ def _to_index_expr(e: Any) -> Any:
             )
         return size_var(e.name)
     if e.is_Add or e.is_Mul:
-        args = [_as_sympy(_to_index_expr(a)) for a in e.args]
+        args = [sub(a) for a in e.args]
         return sympy.Add(*args) if e.is_Add else sympy.Mul(*args)
     if isinstance(e, (tf.FloorDiv, tf.CleanDiv)):
-        return FloorDiv(*(_as_sympy(_to_index_expr(a)) for a in e.args))
+        return FloorDiv(*(sub(a) for a in e.args))
     if isinstance(e, tf.CeilToInt) and isinstance(e.args[0], tf.IntTrueDiv):
         # ceil(a / b) of integers, b > 0: (a + b - 1) // b (attention pads its log-sum-exp
         # to a multiple of 32 this way)
-        a, b = (_as_sympy(_to_index_expr(x)) for x in e.args[0].args)
+        a, b = (sub(x) for x in e.args[0].args)
         if not (b.is_Integer and b > 0):
             raise SymbolicUnsupported(f"size {e} divides by {b}")
         return FloorDiv(a + b - 1, b)
     if isinstance(e, tf.ModularIndexing):
-        a, b, c = (_as_sympy(_to_index_expr(x)) for x in e.args)
+        a, b, c = (sub(x) for x in e.args)
         return Mod(FloorDiv(a, b), c)
     if isinstance(e, (tf.Mod, tf.PythonMod)):
-        return Mod(*(_as_sympy(_to_index_expr(a)) for a in e.args))
+        return Mod(*(sub(a) for a in e.args))
     if isinstance(e, tf.PowByNatural) or (e.is_Pow and e.exp.is_Integer and int(e.exp) > 0):
         base, exp = e.args
         if not exp.is_Integer:
             raise SymbolicUnsupported(f"size {e} has a symbolic exponent")
-        return _as_sympy(_to_index_expr(base)) ** int(exp)
+        return sub(base) ** int(exp)
+    if (
+        isinstance(e, (sympy.Max, getattr(tf, "Max", sympy.Max)))
+        and len(e.args) == 2
+        and any(a.is_Integer for a in e.args)
+    ):
+        c, other = sorted(e.args, key=lambda a: not a.is_Integer)
+        return _max_of(int(c), other, sub(other), env)
     raise SymbolicUnsupported(f"size expression {e} ({type(e).__name__})")
+
+
+def _max_of(c: int, traced: Any, expr: Any, env: Any) -> Any:
+    """``Max(c, expr)`` as the side that holds at the traced sizes, with the requirement
+    that it keeps holding (see :func:`requiring`); ``traced``: ``expr`` over the trace's
+    symbols, whose value ``env`` holds."""
+    sink = _requirements.get()
+    values = None if env is None else getattr(env, "backed_var_to_val", None)
+    if values is None and env is not None:
+        values = env.var_to_val  # (renamed in torch 2.13)
+    value = traced.xreplace(values) if values is not None else None
+    if sink is None or value is None or not value.is_Integer:
+        raise SymbolicUnsupported(f"size expression Max({c}, {traced}) (Max)")
+    if int(value) >= c:
+        sink.append((c - expr, 0))
+        return expr
+    sink.append((expr - c, 0))
+    return c
 
 
 def _as_sympy(x: Any) -> Any:

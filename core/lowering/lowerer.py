@@ -28,7 +28,14 @@ from sdk.errors import LoweringError
 from sdk.plugin import CompileContext
 from sdk.report import ExternReport, FallbackReport
 
-from ..adapters.torch_private import aten, saved_for_backward, sym_size, tree_flatten
+from ..adapters.torch_private import (
+    aten,
+    requirements_made,
+    requiring,
+    saved_for_backward,
+    sym_size,
+    tree_flatten,
+)
 from ..fallback import op_name
 from ..guards import is_symbolic
 from ..ir.expr import Const, Expr, IndexValue, Op, cast, subs_index
@@ -280,6 +287,13 @@ class Lowerer:
     # -- the walk -------------------------------------------------------------
 
     def run(self) -> None:
+        # a size's Max(1, ...) (see requiring): those of the input specs, made before
+        # (core.stages.build), and the graph's own
+        self.requires.extend(requirements_made())
+        with requiring(self.requires):
+            self._walk()
+
+    def _walk(self) -> None:
         placeholder = 0
         for n in self.gm.graph.nodes:
             self._fx = n

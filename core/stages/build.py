@@ -141,7 +141,8 @@ def _symbolic(
         # that may be negative) are specialized on their traced values, which the guard
         # reads from the int inputs they are and checks
         special = tp.non_size_symbols(example_inputs)
-        with tp.specializing(special):
+        made: list = []  # the specs' size requirements (a stride's Max(1, ...)), for the lowering's
+        with tp.specializing(special), tp.requiring(made):
             specs = tuple(symbolic_spec(x) for x in example_inputs)
         where = size_bindings(specs)
         hints = {
@@ -158,7 +159,7 @@ def _symbolic(
     before = tp.shape_env_state(env)
     notes = len(ctx.notes)
     try:
-        with size_hints(hints), tp.specializing(special):
+        with size_hints(hints), tp.specializing(special), tp.requiring(made):
             fn = build_variant(
                 session, ctx, gm, specs, report, per_shape_on_failure=True, keys=recipe.keys
             )

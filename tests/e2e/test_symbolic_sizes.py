@@ -697,6 +697,27 @@ def test_swin_patch_merging_over_image_sizes_is_symbolic(plugin, graph_reports):
     assert sizes and all(s.startswith("symbolic") for s in sizes), sizes
 
 
+def test_sizes_and_strides_of_max_are_symbolic_with_their_requirements(plugin, graph_reports):
+    # a stride-4 convolution (Swin's patch embedding) and a contiguous copy of its every
+    # other row: torch's sizes and strides hold Max(0, ...) and Max(1, ...) of sizes that
+    # are 0 for small images; the program takes the side that held in the trace and
+    # requires it of each call
+    dev = device_of(plugin)
+    w = torch.randn(8, 3, 4, 4, device=dev)
+
+    def fn(x):
+        y = torch.nn.functional.conv2d(x, w, stride=4)
+        return y[:, :, ::2, ::2].contiguous().flatten(1) * 2
+
+    f = torch.compile(fn, backend=sdk.backend(plugin), dynamic=True)
+    for size in (16, 24, 40, 28):
+        x = torch.randn(2, 3, size, size, device=dev)
+        torch.testing.assert_close(f(x), fn(x), atol=1e-4, rtol=1e-4)
+    sizes = [g.sizes for g in graph_reports]
+    assert sizes and all(s.startswith("symbolic") for s in sizes), sizes
+    assert all("requires" in s for s in sizes), sizes
+
+
 def test_a_requirement_the_check_cannot_read_compiles_per_shape(plugin, graph_reports, monkeypatch):
     # a size requirement over a symbol that is no input's size: its check cannot be built,
     # so the graph compiles per shape and says why (not an error at the user's call)
