@@ -592,6 +592,74 @@ def _t5(dev: Any, dtype: str, size: str) -> Case:
     )
 
 
+_BART = {
+    # (config, batch, source tokens, target tokens)
+    "small": (
+        {
+            "d_model": 64,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 128,
+            "decoder_ffn_dim": 128,
+            "vocab_size": 1000,
+            "max_position_embeddings": 64,
+        },
+        2,
+        32,
+        16,
+    ),
+    # bart-base's sizes (BartConfig's defaults are bart-large's)
+    "full": (
+        {
+            "d_model": 768,
+            "encoder_layers": 6,
+            "decoder_layers": 6,
+            "encoder_attention_heads": 12,
+            "decoder_attention_heads": 12,
+            "encoder_ffn_dim": 3072,
+            "decoder_ffn_dim": 3072,
+        },
+        8,
+        256,
+        128,
+    ),
+}
+
+
+def _bart(dev: Any, dtype: str, size: str) -> Case:
+    """An encoder-decoder training step the suite was not tuned on: learned positions,
+    post-norm LayerNorms, GELU, cross attention, a tied LM head with a final logits bias."""
+    tf = _transformers()
+    kw, b, s, t = _BART[size]
+    model, attn = _hf_model(
+        tf.BartForConditionalGeneration,
+        tf.BartConfig,
+        dict(
+            kw,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            use_cache=False,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            decoder_start_token_id=2,
+        ),
+    )
+    c = model.config
+    return _train_case(
+        dev,
+        dtype,
+        model,
+        {"input_ids": _ids(c.vocab_size, b, s), "labels": _ids(c.vocab_size, b, t)},
+        f"HF BartForConditionalGeneration d_model={c.d_model} layers={c.encoder_layers}+"
+        f"{c.decoder_layers} heads={c.encoder_attention_heads} vocab={c.vocab_size}, {attn} "
+        f"attention, {b}x{s} source and {b}x{t} target tokens",
+    )
+
+
 _MIXTRAL = {
     "small": (
         {

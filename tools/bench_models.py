@@ -14,7 +14,8 @@ Rows (``--list`` prints them; each in bf16 and fp32, named ``<model>_<dtype>``):
   classes, bs 16 at 224x224 (``--size full``);
   HF ``GPT2LMHeadModel``, ``DistilBertForMaskedLM``, ``Qwen2ForCausalLM`` (GQA decoder),
   ``WhisperForConditionalGeneration``, ``T5ForConditionalGeneration`` (encoder-decoder,
-  relative position bias) and ``MixtralForCausalLM`` (mixture of experts, top-2 routing); every dropout probability is 0 in the config, so
+  relative position bias), ``BartForConditionalGeneration`` (bart-base's sizes) and
+  ``MixtralForCausalLM`` (mixture of experts, top-2 routing); every dropout probability is 0 in the config, so
   a step is deterministic; ``attn_implementation="sdpa"`` where HF accepts it.
 
 Weights are random, built from configs (no downloads). A row whose package is missing
@@ -65,6 +66,7 @@ from sdk.tools.bench_launches import (
 )
 from sdk.tools.bench_model_cases import (
     Model,
+    _bart,
     _distilbert,
     _gpt2,
     _hf_convnext_train,
@@ -137,6 +139,7 @@ MODELS: tuple[Model, ...] = (
     Model("qwen2_train", "train", "transformers", _qwen2),
     Model("whisper_train", "train", "transformers", _whisper),
     Model("t5_train", "train", "transformers", _t5),
+    Model("bart_train", "train", "transformers", _bart),
     Model("mixtral_train", "train", "transformers", _mixtral),
     Model("hf_convnext_tiny_train", "train", "transformers", _hf_convnext_train),
 )

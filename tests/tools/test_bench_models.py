@@ -53,6 +53,7 @@ def test_every_model_has_a_bf16_and_an_fp32_row():
                 "qwen2_train_fp32",
                 "whisper_train_fp32",
                 "t5_train_fp32",
+                "bart_train_fp32",
                 "mixtral_train_fp32",
                 "hf_convnext_tiny_train_fp32",
             ],
