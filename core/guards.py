@@ -166,7 +166,8 @@ def _size_expr(node: ast.AST) -> sympy.Expr:
             return a - b
         if isinstance(node.op, ast.Div) and b.is_Integer and int(b) > 0:
             return a / b
-        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and b.is_positive:
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and not b.is_nonpositive:
+            # (a divisor of sizes, not provably positive: the check requires it is, first)
             return (FloorDiv if isinstance(node.op, ast.FloorDiv) else Mod)(a, b)
         if isinstance(node.op, ast.Pow) and b.is_Integer and 0 <= int(b) <= 8:
             return a**b
@@ -192,9 +193,24 @@ def _requires_lines(
         )
     lines = [] if bound else [f"    {n} = {where[n]}" for n in names]
     for expr, limit in parsed:
+        # a divisor of sizes that may not be positive (Swin's padded windows, ``w //
+        # (w // 4)``): the requirement does not hold where it is not, innermost first
+        for div in _symbolic_divisors(expr):
+            lines += [f"    if {print_size(div)} <= 0:", "        return False"]
         num, den = sympy.fraction(sympy.together(expr))
         lines += [f"    if {print_size(num)} > {limit * int(den)}:", "        return False"]
     return lines
+
+
+def _symbolic_divisors(expr: sympy.Expr) -> list[sympy.Expr]:
+    """The divisors of ``expr``'s floor divisions and remainders that are not integers,
+    the innermost first."""
+    out: list[sympy.Expr] = []
+    for node in sympy.postorder_traversal(expr):
+        divisor = node.args[1] if isinstance(node, (FloorDiv, Mod)) else None
+        if divisor is not None and not divisor.is_Integer and divisor not in out:
+            out.append(divisor)
+    return out
 
 
 def _symbolic_check(

@@ -65,6 +65,23 @@ def test_floor_division_and_remainder_of_sizes_are_checked_per_call():
     assert not check([torch.empty(5, 8)])  # 5 % 3 = 2
 
 
+def test_a_divisor_of_sizes_must_be_positive_for_the_requirement_to_hold():
+    """``1 - s0 // (s1 // 4) <= 0`` (Swin's backward divides by its padded windows' count,
+    which is 0 for small images) and ``s0 % (s1 // 4) <= 0``: where a divisor is not
+    positive the requirement does not hold (the call gets a program of its own sizes), and
+    the check raises nothing."""
+    requires = [("1 - ((s0) // ((s1) // (4)))", 0)]
+    check = make_check((ROWS,), dynamo_guarded=False, kernel_read=frozenset(), requires=requires)
+    assert check([torch.empty(8, 8)])  # 8 // 2 = 4
+    assert not check([torch.empty(1, 8)])  # 1 // 2 = 0
+    assert not check([torch.empty(8, 3)])  # a divisor of 3 // 4 = 0
+    mod = make_check(
+        (ROWS,), dynamo_guarded=False, kernel_read=frozenset(), requires=[("s0 % (s1 // 4)", 0)]
+    )
+    assert mod([torch.empty(6, 12)]) and not mod([torch.empty(7, 12)])
+    assert not mod([torch.empty(6, 2)])
+
+
 @pytest.mark.parametrize("dynamo_guarded", [False, True])
 def test_the_per_call_check_refuses_sizes_past_a_requirement(dynamo_guarded):
     """``s0*s1 + 100 <= 1000`` and ``(s1 + 3)/4 <= 50``: both must hold (the second in
