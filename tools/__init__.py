@@ -9,6 +9,7 @@ imports :mod:`sdk`); importable for scripts such as ``benchmarks/``.
   timed), :mod:`sdk.tools.bench_check` (the comparisons with eager) and
   :mod:`sdk.tools.bench_report` (setup, header, tables, JSON).
 - :mod:`sdk.tools.bench_models`: ``python -m sdk bench --suite models``, its rows;
-  :mod:`sdk.tools.bench_model_cases` (how each model is built), :mod:`sdk.tools.bench_launches`
+  :mod:`sdk.tools.bench_model_cases` (how each model is built; the HF transformers rows in
+  :mod:`sdk.tools.bench_hf_cases`), :mod:`sdk.tools.bench_launches`
   (CUDA launches per step) and :mod:`sdk.tools.bench_models_report` (its table and JSON).
 """

@@ -58,6 +58,16 @@ import fnmatch
 import sys
 
 from sdk.tools import bench_report, bench_timing
+from sdk.tools.bench_hf_cases import (
+    _bart,
+    _distilbert,
+    _gpt2,
+    _hf_convnext_train,
+    _mixtral,
+    _qwen2,
+    _t5,
+    _whisper,
+)
 from sdk.tools.bench_launches import (
     KERNEL_CLASSES,
     classify_kernel,
@@ -66,19 +76,11 @@ from sdk.tools.bench_launches import (
 )
 from sdk.tools.bench_model_cases import (
     Model,
-    _bart,
-    _distilbert,
-    _gpt2,
-    _hf_convnext_train,
     _import_error,
-    _mixtral,
-    _qwen2,
-    _t5,
     _timm,
     _timm_train,
     _torchvision,
     _torchvision_train,
-    _whisper,
 )
 from sdk.tools.bench_models_report import TARGET, _row_json, profile_text, table
 from sdk.tools.bench_timing import Case, Row, Skip
