@@ -231,14 +231,27 @@ def _t5(dev: Any, dtype: str, size: str) -> Case:
         ),
     )
     c = model.config
+    return _seq2seq_case(
+        dev,
+        dtype,
+        model,
+        (b, s, t),
+        f"HF T5ForConditionalGeneration d_model={c.d_model} layers={c.num_layers}+"
+        f"{c.num_decoder_layers} heads={c.num_heads} vocab={c.vocab_size}, {attn} attention",
+    )
+
+
+def _seq2seq_case(dev: Any, dtype: str, model: Any, tokens: tuple, desc: str) -> Case:
+    """An encoder-decoder's training step over random source and target ids (``tokens``:
+    batch, source and target lengths)."""
+    b, s, t = tokens
+    vocab = model.config.vocab_size
     return _train_case(
         dev,
         dtype,
         model,
-        {"input_ids": _ids(c.vocab_size, b, s), "labels": _ids(c.vocab_size, b, t)},
-        f"HF T5ForConditionalGeneration d_model={c.d_model} layers={c.num_layers}+"
-        f"{c.num_decoder_layers} heads={c.num_heads} vocab={c.vocab_size}, {attn} attention, "
-        f"{b}x{s} source and {b}x{t} target tokens",
+        {"input_ids": _ids(vocab, b, s), "labels": _ids(vocab, b, t)},
+        f"{desc}, {b}x{s} source and {b}x{t} target tokens",
     )
 
 
@@ -299,14 +312,14 @@ def _bart(dev: Any, dtype: str, size: str) -> Case:
         ),
     )
     c = model.config
-    return _train_case(
+    return _seq2seq_case(
         dev,
         dtype,
         model,
-        {"input_ids": _ids(c.vocab_size, b, s), "labels": _ids(c.vocab_size, b, t)},
+        (b, s, t),
         f"HF BartForConditionalGeneration d_model={c.d_model} layers={c.encoder_layers}+"
         f"{c.decoder_layers} heads={c.encoder_attention_heads} vocab={c.vocab_size}, {attn} "
-        f"attention, {b}x{s} source and {b}x{t} target tokens",
+        "attention",
     )
 
 

@@ -42,6 +42,9 @@ ADAPTERS = {
     # the first adapter (CONTRIBUTING.md names core/adapters/): Dynamo, AOTAutograd, decompositions, fake tensors,
     # OpOverload types, the OpInfo database; everything else calls its functions
     "core/adapters/torch_private.py",
+    # Dynamo's symbolic sizes (SymInts, their ShapeEnv, torch's sympy functions) as the IR's
+    # sizes; torch_private re-exports its names
+    "core/adapters/sizes.py",
     # the Dynamo/AOTAutograd side of it (aot_compile, Dynamo's counters, its backend registry,
     # what a torch.compile result was compiled with); torch_private re-exports its names
     "core/adapters/dynamo.py",
