@@ -29,12 +29,15 @@ from .views import clamped_to, reshape_reindex
 def _safe(i: sympy.Expr, lo: int, n: int, reach: int) -> sympy.Expr:
     """``i - lo`` folded into [0, n): exact where it is in range, in bounds elsewhere.
 
-    ``reach`` bounds how far below zero ``i - lo`` can go.
+    ``reach`` (>= 0: a number, or a sum of sizes) bounds how far below zero ``i - lo`` can
+    go. (Not its absolute value: sympy cannot always tell the sign of a polynomial in sizes,
+    BEiT's ``(2 * (s // 8) - 1) ** 2 + 3`` relative distances, and keeps an ``Abs`` that no
+    renderer prints.)
     """
     if is_static(n) and n <= 0:
         return sympy.Integer(0)
-    # a multiple of n at least |reach| (a symbolic n is >= 2: n * |reach| is one)
-    span = n * ((abs(reach) + n - 1) // n) if is_static(n) else n * abs(reach)
+    # a multiple of n at least reach (a symbolic n is >= 2: n * reach is one)
+    span = n * ((reach + n - 1) // n) if is_static(n) and is_static(reach) else n * reach
     return Mod(i - lo + span, n)
 
 
@@ -61,7 +64,8 @@ def _cat(L: Lowerer, xs: Any, dim: int = 0) -> Any:
         i = idx[dim]
         out: Expr | None = None if parts else Const(0, dtype)  # no element to compute
         for x, off in reversed(list(zip(parts, offsets))):
-            sub = idx[:dim] + (_safe(i, off, x.sizes[dim], acc),) + idx[dim + 1 :]
+            # (i >= 0: i - off goes at most off below zero)
+            sub = idx[:dim] + (_safe(i, off, x.sizes[dim], off),) + idx[dim + 1 :]
             v = cast(x.load(sub), dtype)
             if out is None:
                 out = v
@@ -89,7 +93,8 @@ def _pad(L: Lowerer, x: Any, pad: Any, value: Any = 0) -> Any:
             d = len(sizes) - 1 - k
             n = x.sizes[d]
             i = idx[d]
-            sub[d] = _safe(i, before, n, before)
+            # (a negative ``before`` crops: i - before is never below zero)
+            sub[d] = _safe(i, before, n, max(before, 0) if is_static(before) else abs(before))
             iv = IndexValue(i - before) if before else IndexValue(i)
             ge = Op("ge", (iv, Const(0, torch.int64)), torch.bool)
             lt = Op("lt", (iv, size_value(n, torch.int64)), torch.bool)

@@ -742,3 +742,28 @@ def test_a_requirement_the_check_cannot_read_compiles_per_shape(plugin, graph_re
         torch.testing.assert_close(f(x), fn(x))
     sizes = [g.sizes for g in graph_reports]
     assert sizes and all(s.startswith("per shape") and "s999" in s for s in sizes), sizes
+
+
+def test_a_cat_after_a_part_whose_length_is_a_polynomial_of_sizes(plugin, graph_reports):
+    """BEiT's relative-position table at another resolution: ``(2*w - 1) * (2*h - 1)``
+    interpolated rows, then the old table's last 3 (``cat``), with ``w`` and ``h`` sizes
+    divided by the patch size. sympy cannot tell the sign of the expanded length
+    ``4*w*h - 2*w - 2*h + 1``; the concatenation's indexing does not need it, and the graph
+    is one program at every size."""
+    dev = device_of(plugin)
+    table = torch.randn(7 * 7 + 3, 4, device=dev)
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        w, h = x.shape[-2] // 8, x.shape[-1] // 8
+        grid = table[:49].t().reshape(1, 4, 7, 7)
+        sub = torch.nn.functional.interpolate(grid, size=(2 * w - 1, 2 * h - 1), mode="bilinear")
+        sub = sub.reshape(4, -1).t()
+        full = torch.cat([sub, table[49:]])
+        return full.sum(-1) * x.mean()
+
+    compiled = torch.compile(f, backend=sdk.backend(plugin, fallback=False), dynamic=True)
+    for hw in ((64, 64), (80, 64), (96, 112), (72, 72)):
+        x = torch.randn(2, 3, *hw, device=dev)
+        torch.testing.assert_close(compiled(x), f(x))
+    sizes = [g.sizes for g in graph_reports]
+    assert sizes and all(s.startswith("symbolic") for s in sizes), sizes
