@@ -32,6 +32,16 @@ from .ops import (
 )
 from .planning import KernelPlan, StagePlan
 
+#: the integer ops :meth:`ExpressionWriter._narrow` computes in 32 bits (those with an
+#: interval rule in ``ir.value_bounds``; ``cast`` from another integer)
+_NARROW_OPS = frozenset(
+    {"add", "sub", "mul", "neg", "maximum", "minimum", "floordiv", "remainder", "where", "cast"}
+)
+
+
+def _fits_32_bits(bounds: tuple[int, int] | None) -> bool:
+    return bounds is not None and bounds[0] >= -(2**31) and bounds[1] < 2**31
+
 
 def py_size(x: object) -> str:
     """A size as Triton (Python) source: a number, or an expression over size arguments."""
@@ -70,6 +80,9 @@ class ExpressionWriter(KernelPlan):
         self.clamped = 0  # direct loads whose bounds could not be proven: clamped
         self.helpers: set[str] = set()
         self._n = 0
+        # int64 values computed in 32 bits (see _narrow); their 64-bit names, made on use
+        self._narrowed: dict[ir.Expr, bool] = {}
+        self._wide: dict[ir.Expr, str] = {}
 
     def _deps(self, node: ir.Expr, memo: dict) -> frozenset[str]:
         """The block axes ``node`` depends on: ``x`` (rows), ``r`` (the inner ranges)."""
@@ -115,11 +128,50 @@ class ExpressionWriter(KernelPlan):
         (self.body if "r" in deps else self.pre).append(line)
 
     def emit(self, node: ir.Expr) -> str:
+        """The name of ``node``'s value, of ``node``'s dtype."""
+        name = self._emit(node)
+        if not self._narrow(node):
+            return name
+        wide = self._wide.get(node)
+        if wide is None:
+            wide = self._wide[node] = self._tmp()
+            self._put(f"{wide} = {name}.to(tl.int64)", self._deps(node, self.depmemo))
+        return wide
+
+    def _narrow(self, node: ir.Expr) -> bool:
+        """Whether the int64 ``node`` is computed in 32 bits: in a kernel of 32-bit indices,
+        where its value and every int64 value it is computed from fit (``ir.value_bounds``;
+        a pooling window's rows and columns, floor divisions of an index). A GPU divides
+        64-bit integers in many instructions, 32-bit ones in a few."""
+        hit = self._narrowed.get(node)
+        if hit is None:
+            hit = self._narrowed[node] = (
+                not self.int64
+                and node.dtype == torch.int64
+                and (
+                    isinstance(node, (ir.Const, ir.IndexValue))
+                    or (
+                        isinstance(node, ir.Op)
+                        and node.name in _NARROW_OPS
+                        and all(
+                            self._narrow(a)
+                            for a in node.args[(1 if node.name == "where" else 0) :]
+                            if a.dtype == torch.int64
+                        )
+                    )
+                )
+                and _fits_32_bits(ir.value_bounds(node, self.ranges))
+            )
+        return hit
+
+    def _emit(self, node: ir.Expr) -> str:
+        """The name of ``node``'s value: of int32 where :meth:`_narrow`, else of its dtype."""
         deps = self._deps(node, self.depmemo)
         memo = self.memo_r if "r" in deps else self.memo_x
         hit = memo.get(node)
         if hit is not None:
             return hit
+        narrow = self._narrow(node)
         if isinstance(node, ir.Const):
             name = self._tmp()
             if _negative_zero(node):
@@ -131,21 +183,23 @@ class ExpressionWriter(KernelPlan):
                     f".to({tl_type(node.dtype)}, bitcast=True)"
                 )
             else:
+                dt = torch.int32 if narrow else node.dtype
                 self.consts.append(
                     f"{name} = tl.full({self.shape1}, {_literal(node.value, node.dtype)}, "
-                    f"{tl_type(node.dtype)})"
+                    f"{tl_type(dt)})"
                 )
         elif isinstance(node, ir.LocalRef):
             name = self.local[node.name]
         elif isinstance(node, ir.IndexValue):
             name = self._tmp()
+            dt = torch.int32 if narrow else node.dtype
             if deps:
                 text = ir.print_index(node.expr, "python")
-                self._put(f"{name} = ({text}).to({tl_type(node.dtype)})", deps)
+                self._put(f"{name} = ({text}).to({tl_type(dt)})", deps)
             else:
                 self._put(
                     f"{name} = tl.full({self.shape1}, "
-                    f"{ir.print_index(node.expr, 'python')}, {tl_type(node.dtype)})",
+                    f"{ir.print_index(node.expr, 'python')}, {tl_type(dt)})",
                     deps,
                 )
         elif isinstance(node, ir.Load):
@@ -172,7 +226,7 @@ class ExpressionWriter(KernelPlan):
         subs = {}
         empty = False
         for sym, e, extent in node.binds:
-            v = self.emit(e)
+            v = self._emit(e)  # (32 bits where narrowed: this kernel's indices are)
             edeps = self._deps(e, self.depmemo)
             n = ir.static(extent)  # an int, or a symbolic size (>= 2)
             known = ir.value_bounds(e, ranges) if ir.is_static(n) else None
@@ -230,10 +284,19 @@ class ExpressionWriter(KernelPlan):
 
     def _op(self, node: ir.Op) -> str:
         name = node.name
-        args = [self.emit(a) for a in node.args]
-        adt = [a.dtype for a in node.args]
+        args = [self._emit(a) for a in node.args]
+        adt = [torch.int32 if self._narrow(a) else a.dtype for a in node.args]
         out_cast = None
-        if name == "cast":
+        narrow = self._narrow(node)
+        if narrow:  # the op of 64-bit ints, on 32-bit ones
+            dt = torch.int32
+            first = 1 if name == "where" else 0
+            if first:
+                args[0] = args[0] if adt[0] == torch.bool else f"({args[0]} != 0)"
+            args[first:] = [
+                a if d == dt else cast_to(dt, a, d) for a, d in zip(args[first:], adt[first:])
+            ]
+        elif name == "cast":
             dt = node.dtype
         elif name in LOGICAL_OPS:
             args = [a if d == torch.bool else f"({a} != 0)" for a, d in zip(args, adt)]
@@ -266,7 +329,10 @@ class ExpressionWriter(KernelPlan):
         fn = table.get(name)
         if fn is None:
             raise NotImplementedError(f"op {name} on {dt} has no Triton rendering")
-        text = cast_to(dt, args[0], adt[0]) if name == "cast" else fn(dt, *args)
+        if name == "cast":
+            text = cast_to(dt, args[0], adt[0])
+        else:
+            text = fn(dt, *args)
         for h in re.findall(r"\b(_[a-z_]+)\(", text):
             self._need(h)
         return cast_to(out_cast, text) if out_cast is not None else text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import pathlib
+import re
 import stat
 import subprocess
 import sys
@@ -1546,3 +1547,31 @@ def test_a_long_column_sum_on_few_programs_splits():
     assert 2 * p.chunk * p.pre_config["XBLOCK"] >= heuristics.SPLIT_OUTER_MIN_CHUNK, p
     assert heuristics.plan(384, [256], True, outer=True).mode == "looped"
     assert heuristics.plan(8192, [12000], True, outer=True).mode == "looped"
+
+
+def test_int64_index_math_that_fits_runs_in_32_bits_and_what_does_not_in_64():
+    """A pooling window's row, ``(i + 1) // 2 - 1`` clamped: int64 in the IR, computed in 32
+    bits (a GPU's 64-bit division takes many instructions) where it and what it is computed
+    from fit, and widened where an int64 value is needed. A product of two values that fit,
+    which does not (``(i + 50000) ** 2``), is computed in 64 bits; so is everything after it."""
+    i = ir.var("i0")
+    n = 12
+    row = op("sub", op("floordiv", ir.IndexValue(i + 1), ir.Const(2, I64)), ir.Const(1, I64))
+    row = op("minimum", op("maximum", row, ir.Const(0, I64)), ir.Const(4, I64))
+    big = ir.IndexValue(i + 50000)
+    square = op("floordiv", op("mul", big, big), ir.Const(3, I64))
+    k = pointwise(
+        "narrow",
+        {},
+        lay((n,), I64),
+        lambda: op("add", op("mul", row, ir.Const(1000, I64)), square),
+    )
+    out = torch.empty(n, device=DEV, dtype=I64)
+    src = run(k, out)
+    want = [min(max((v + 1) // 2 - 1, 0), 4) * 1000 + (v + 50000) ** 2 // 3 for v in range(n)]
+    assert out.tolist() == want
+    body = src.source.split("def narrow", 1)[1]
+    assert "tl.full([1], 2, tl.int32)" in body, body  # the window's row: 32 bits
+    # the square: of the two values widened to 64 bits, as is the row for the sum
+    assert re.search(r"\((tmp\d+)\.to\(tl\.int64\) \* \1\.to\(tl\.int64\)\)", body), body
+    assert re.search(r"\(tmp\d+\.to\(tl\.int64\) \+ tmp\d+\)", body), body
