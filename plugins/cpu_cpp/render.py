@@ -25,7 +25,8 @@ __all__ = [
 ]  # fmt: skip
 
 #: cpu_cpp as a C-like target: C++17 spellings, its op tables, reductions accumulated in
-#: the type they compute in.
+#: the type they compute in, column reductions in double (a float column of n rows adds them
+#: in one chain: its error grows with n, where eager's cascade sums' grows with log n).
 TARGET = sdk.clike.CTarget(
     name="cpu_cpp",
     ops=CODE_FOR_OP,
@@ -33,6 +34,7 @@ TARGET = sdk.clike.CTarget(
     types=TYPE_MAP,
     half=HALF,
     accumulate=sdk.clike.as_computed,
+    accumulate_columns=sdk.clike.wide,
     spelling=sdk.clike.CXX,
     preludes=(toolchain.PRELUDE, RENDER_PRELUDE),
     checks=INDEX_CHECK_PRELUDE,

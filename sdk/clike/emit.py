@@ -438,6 +438,10 @@ class _KernelRenderer:
         in vector lanes, so the two may differ in the last bits."""
         em, t = self.em, self.t
         first, *rest = self.stages
+        if t.accumulate_columns is not None:  # (one chain of additions per column)
+            for i, red in enumerate(first.reds):
+                acc_dt = t.accumulate_columns(t.compute(red.r.dtype))
+                first.reds[i] = replace(red, acc_dt=acc_dt, T=t.ctype(acc_dt))
         x, r = dims.syms[0], first.dims.syms[0]
         xn, rn = dims.names[0], first.dims.names[0]
         cols, nrows = dims.sizes[0], first.dims.sizes[0]

@@ -70,7 +70,10 @@ class CTarget:
     :meth:`cast`. ``reducers``: reduction (:data:`sdk.ir.REDUCTIONS`) -> :class:`Reducer`.
     ``types``: dtype -> C type of storage. ``half``: dtypes stored as bits and computed in
     float -> (to float, from float) format strings over ``{x}``. ``accumulate``: the
-    accumulator dtype of a reduction computed in a dtype. ``preludes``: what every
+    accumulator dtype of a reduction computed in a dtype; ``accumulate_columns``: that of a
+    column reduction (a bias gradient: each column adds its rows in order, one chain of
+    additions as long as the column, where a row reduction's ``simd`` lanes split theirs),
+    None for ``accumulate``'s. ``preludes``: what every
     translation unit starts with; ``checks``: added when a kernel checks indirect indices
     (it defines ``sdk_index_errors``, ``sdk_index_error``, ``sdk_checked_index`` and
     :data:`sdk.clike.TAKE_INDEX_ERROR`). ``language``: ``"c"`` or ``"c++"``, for
@@ -82,6 +85,7 @@ class CTarget:
     types: Mapping[torch.dtype, str] = field(default_factory=lambda: dict(c.C_TYPES))
     half: Mapping[torch.dtype, tuple[str, str]] = field(default_factory=lambda: dict(c.C_HALF))
     accumulate: Callable[[torch.dtype], torch.dtype] = wide
+    accumulate_columns: Callable[[torch.dtype], torch.dtype] | None = None
     spelling: Spelling = C
     preludes: tuple[str, ...] = (C_PRELUDE,)
     checks: str = C_INDEX_CHECKS

@@ -62,3 +62,26 @@ def test_values_hoisted_out_of_every_loop_are_declared():
     (k,) = [k for k in _kernels(f, x, s) if "aten.sum.dim_IntList" in k.ops]
     assert COLUMN_FORM in k.source, k.source
     torch.testing.assert_close(torch.compile(f, backend="sdk:cpu_cpp")(x, s), f(x, s))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_column_adds_its_rows_in_double(dtype):
+    """Each column adds its rows in one chain, as long as the column: in float, 1e8 + 1 is
+    1e8, and ``[1e8, 1, ..., 1, -1e8]`` summed down 4096 rows gave 0 (eager's cascade sum
+    gives 4080). In double, the chain is exact here (4094), and a bias gradient's error no
+    longer grows with its rows (MobileViT's attention bias at 3x80 failed Dynamo's RMSE
+    rule against fp64 with 4 times eager's error)."""
+    x = torch.ones(4096, 64)
+    x[0], x[-1] = 1e8, -1e8
+
+    def f(x):
+        return (x * 1.0).sum(0)
+
+    (k,) = _kernels(f, x)
+    assert COLUMN_FORM in k.source and "double" in k.source, k.source
+    backend = sdk.backend("cpu_cpp", fallback=False)
+    assert torch.compile(f, backend=backend, dynamic=False)(x).tolist() == [4094.0] * 64
+    # random values: the double sum, rounded once (a float chain of 300 rounds each step)
+    y = torch.randn(300, 96, generator=torch.Generator().manual_seed(0)).to(dtype)
+    got = torch.compile(f, backend=backend, dynamic=False)(y)
+    torch.testing.assert_close(got, y.double().sum(0).to(dtype), rtol=0, atol=0)
