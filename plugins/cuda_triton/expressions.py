@@ -80,9 +80,7 @@ class ExpressionWriter(KernelPlan):
         self.clamped = 0  # direct loads whose bounds could not be proven: clamped
         self.helpers: set[str] = set()
         self._n = 0
-        # int64 values computed in 32 bits (see _narrow); their 64-bit names, made on use
-        self._narrowed: dict[ir.Expr, bool] = {}
-        self._wide: dict[ir.Expr, str] = {}
+        self._narrowed: dict[ir.Expr, bool] = {}  # int64 values computed in 32 bits (_narrow)
 
     def _deps(self, node: ir.Expr, memo: dict) -> frozenset[str]:
         """The block axes ``node`` depends on: ``x`` (rows), ``r`` (the inner ranges)."""
@@ -132,10 +130,13 @@ class ExpressionWriter(KernelPlan):
         name = self._emit(node)
         if not self._narrow(node):
             return name
-        wide = self._wide.get(node)
+        # (memoised where the 32-bit name is: a loop's names end with its stage)
+        deps = self._deps(node, self.depmemo)
+        memo = self.memo_r if "r" in deps else self.memo_x
+        wide = memo.get(("wide", node))
         if wide is None:
-            wide = self._wide[node] = self._tmp()
-            self._put(f"{wide} = {name}.to(tl.int64)", self._deps(node, self.depmemo))
+            wide = memo[("wide", node)] = self._tmp()
+            self._put(f"{wide} = {name}.to(tl.int64)", deps)
         return wide
 
     def _narrow(self, node: ir.Expr) -> bool:

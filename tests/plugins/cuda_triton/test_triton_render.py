@@ -1575,3 +1575,33 @@ def test_int64_index_math_that_fits_runs_in_32_bits_and_what_does_not_in_64():
     # the square: of the two values widened to 64 bits, as is the row for the sum
     assert re.search(r"\((tmp\d+)\.to\(tl\.int64\) \* \1\.to\(tl\.int64\)\)", body), body
     assert re.search(r"\(tmp\d+\.to\(tl\.int64\) \+ tmp\d+\)", body), body
+
+
+def test_an_index_value_widened_in_two_looped_stages_is_computed_in_each():
+    """``r // 3`` summed as int64 by two looped stages (each a loop over the row's chunks):
+    its 32-bit value, and its 64-bit one for the sum, belong to each loop; the second stage
+    reusing the first loop's name read the first loop's last chunk."""
+    (i,), (r,) = V("i"), V("r")
+    rows, cols = 3, 40000  # (several chunks: the last one's minimum is not 0)
+    third = op("floordiv", ir.IndexValue(r), ir.Const(3, I64))
+    outs = [lay((rows,), I64), lay((rows,), I64)]
+    stages = [
+        ir.Stage((r,), (cols,), [ir.Reduction("a", "sum", third, I64)]),
+        ir.Stage((r,), (cols,), [ir.Reduction("b", "min", third, I64)]),
+        ir.Stage(
+            (),
+            (),
+            [],
+            [
+                ir.Store("out_a", outs[0].linear((i,)), ir.LocalRef("a", I64)),
+                ir.Store("out_b", outs[1].linear((i,)), ir.LocalRef("b", I64)),
+            ],
+        ),
+    ]
+    args = [ir.BufferArg("out_a", outs[0], "out"), ir.BufferArg("out_b", outs[1], "out")]
+    k = ir.Kernel("two_loops", (i,), (rows,), stages, args)
+    a, b = (torch.empty(rows, device=DEV, dtype=I64) for _ in range(2))
+    src = run(k, a, b)
+    assert "for roffset" in src.source, src.source  # looped stages
+    want = torch.arange(cols) // 3
+    assert a.tolist() == [int(want.sum())] * rows and b.tolist() == [0] * rows
