@@ -6,6 +6,7 @@ step's case, the fp64 reference, the tolerances) is :mod:`sdk.tools.bench_model_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sdk.tools.bench_model_cases import (
@@ -62,31 +63,46 @@ _GPT2 = {
 }
 
 
-def _gpt2(dev: Any, dtype: str, size: str) -> Case:
-    tf = _transformers()
-    kw, (b, s) = _GPT2[size]
-    model, attn = _hf_model(
-        tf.GPT2LMHeadModel,
-        tf.GPT2Config,
-        dict(
-            kw,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            summary_first_dropout=0.0,
-            use_cache=False,
-        ),
-    )
-    ids = _ids(model.config.vocab_size, b, s)
+def _causal_lm(
+    dev: Any,
+    dtype: str,
+    table: dict,
+    size: str,
+    classes: tuple[Any, Any],
+    extra: dict[str, Any],
+    describe: Callable[[Any, str], str],
+    reference: Callable[[Any], None] | None = None,
+) -> Case:
+    """A decoder's training step on random tokens, ``labels=input_ids``: ``table[size]`` is
+    (config, (batch, tokens)); ``extra`` more config (dropout off); ``describe(config,
+    attention)`` the description's head."""
+    kw, (b, s) = table[size]
+    model, attn = _hf_model(*classes, dict(kw, use_cache=False, **extra))
     c = model.config
+    ids = _ids(c.vocab_size, b, s)
     return _train_case(
         dev,
         dtype,
         model,
         {"input_ids": ids, "labels": ids},
-        f"HF GPT2LMHeadModel n_layer={c.n_layer} n_embd={c.n_embd} "
-        f"n_head={c.n_head} vocab={c.vocab_size}, {attn} attention, dropout 0, "
-        f"{b}x{s} tokens, labels=input_ids",
+        f"{describe(c, attn)}, {b}x{s} tokens, labels=input_ids",
+        reference=reference,
+    )
+
+
+def _gpt2(dev: Any, dtype: str, size: str) -> Case:
+    tf = _transformers()
+    return _causal_lm(
+        dev,
+        dtype,
+        _GPT2,
+        size,
+        (tf.GPT2LMHeadModel, tf.GPT2Config),
+        dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0),
+        lambda c, attn: (
+            f"HF GPT2LMHeadModel n_layer={c.n_layer} n_embd={c.n_embd} n_head={c.n_head} "
+            f"vocab={c.vocab_size}, {attn} attention, dropout 0"
+        ),
     )
 
 
@@ -163,31 +179,24 @@ _QWEN2 = {
 
 def _qwen2(dev: Any, dtype: str, size: str) -> Case:
     tf = _transformers()
-    kw, (b, s) = _QWEN2[size]
-    model, attn = _hf_model(
-        tf.Qwen2ForCausalLM,
-        tf.Qwen2Config,
+    return _causal_lm(
+        dev,
+        dtype,
+        _QWEN2,
+        size,
+        (tf.Qwen2ForCausalLM, tf.Qwen2Config),
         dict(
-            kw,
             attention_dropout=0.0,
-            use_cache=False,
             use_sliding_window=False,
             bos_token_id=1,
             eos_token_id=2,
             pad_token_id=0,
         ),
-    )
-    c = model.config
-    ids = _ids(c.vocab_size, b, s)
-    return _train_case(
-        dev,
-        dtype,
-        model,
-        {"input_ids": ids, "labels": ids},
-        f"HF Qwen2ForCausalLM layers={c.num_hidden_layers} "
-        f"hidden={c.hidden_size} heads={c.num_attention_heads} "
-        f"kv_heads={c.num_key_value_heads} vocab={c.vocab_size}, {attn} "
-        f"attention, {b}x{s} tokens, labels=input_ids",
+        lambda c, attn: (
+            f"HF Qwen2ForCausalLM layers={c.num_hidden_layers} hidden={c.hidden_size} "
+            f"heads={c.num_attention_heads} kv_heads={c.num_key_value_heads} "
+            f"vocab={c.vocab_size}, {attn} attention"
+        ),
     )
 
 
@@ -358,38 +367,32 @@ def _mixtral(dev: Any, dtype: str, size: str) -> Case:
     """A mixture-of-experts decoder training step: top-2 routing over the experts (a
     data-dependent gather and scatter per expert), GQA attention, RMS norm."""
     tf = _transformers()
-    kw, (b, s) = _MIXTRAL[size]
-    model, attn = _hf_model(
-        tf.MixtralForCausalLM,
-        tf.MixtralConfig,
-        dict(
-            kw,
-            attention_dropout=0.0,
-            router_jitter_noise=0.0,
-            use_cache=False,
-            bos_token_id=1,
-            eos_token_id=2,
-            pad_token_id=0,
-        ),
-    )
-    c = model.config
-    ids = _ids(c.vocab_size, b, s)
 
     def loop_over_experts(m64: Any) -> None:
         # the default grouped matrix product (torch._grouped_mm) has no fp64 kernel: the
         # fp64 reference computes the same experts one by one
         m64.config._experts_implementation = "eager"
 
-    return _train_case(
+    return _causal_lm(
         dev,
         dtype,
-        model,
-        {"input_ids": ids, "labels": ids},
-        f"HF MixtralForCausalLM layers={c.num_hidden_layers} hidden={c.hidden_size} "
-        f"experts={c.num_local_experts} top-{c.num_experts_per_tok} "
-        f"heads={c.num_attention_heads} kv_heads={c.num_key_value_heads} "
-        f"vocab={c.vocab_size}, {attn} attention, "
-        f"{c._experts_implementation or 'default'} experts, {b}x{s} tokens, labels=input_ids",
+        _MIXTRAL,
+        size,
+        (tf.MixtralForCausalLM, tf.MixtralConfig),
+        dict(
+            attention_dropout=0.0,
+            router_jitter_noise=0.0,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+        lambda c, attn: (
+            f"HF MixtralForCausalLM layers={c.num_hidden_layers} hidden={c.hidden_size} "
+            f"experts={c.num_local_experts} top-{c.num_experts_per_tok} "
+            f"heads={c.num_attention_heads} kv_heads={c.num_key_value_heads} "
+            f"vocab={c.vocab_size}, {attn} attention, "
+            f"{c._experts_implementation or 'default'} experts"
+        ),
         reference=loop_over_experts,
     )
 

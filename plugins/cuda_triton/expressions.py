@@ -30,7 +30,7 @@ from .ops import (
     cast_to,
     tl_type,
 )
-from .planning import KernelPlan, StagePlan
+from .planning import INT32_LIMIT, KernelPlan, StagePlan
 
 #: the integer ops :meth:`ExpressionWriter._narrow` computes in 32 bits (those with an
 #: interval rule in ``ir.value_bounds``; ``cast`` from another integer)
@@ -40,7 +40,7 @@ _NARROW_OPS = frozenset(
 
 
 def _fits_32_bits(bounds: tuple[int, int] | None) -> bool:
-    return bounds is not None and bounds[0] >= -(2**31) and bounds[1] < 2**31
+    return bounds is not None and bounds[0] >= -INT32_LIMIT and bounds[1] <= INT32_LIMIT
 
 
 def py_size(x: object) -> str:
