@@ -124,6 +124,16 @@ def _when_large(work: Any) -> str:
     return "" if is_static(work) else f" if({c_size(work)} >= {PARALLEL_MIN_WORK})"
 
 
+def _above_one(stride: Any) -> bool:
+    """Whether a stride is known to be at least 2 in magnitude at every size: a number, or
+    a product of sizes (each symbolic size is at least ``MIN_SIZE``, 2) and a nonzero
+    integer."""
+    if is_static(stride):
+        return abs(int(stride)) >= 2
+    factors = sympy.Mul.make_args(stride)
+    return all(f.is_Symbol or (f.is_Integer and f != 0) for f in factors)
+
+
 def _slot(slot: str, thread: str) -> str:
     """Index of ``thread``'s partial in a double-buffered, padded partials array."""
     if slot == "0":
@@ -395,8 +405,9 @@ class _KernelRenderer:
         dimension, one stage reducing (sum, prod) over one inner dimension, then stages that
         only store once per row; every element it reads or writes is contiguous along the
         outer dimension and strided along the inner one (a bias gradient: a column sum of
-        a row-major matrix, fused with the stores of the matrix it sums). Static sizes, no
-        indirect loads."""
+        a row-major matrix, fused with the stores of the matrix it sums). Sizes static or
+        symbolic (``dynamic=True`` graphs sum a symbolic count of rows: the form is chosen
+        by the sizes' hints and right at every size), no indirect loads."""
         first, *rest = self.stages
         if len(dims.names) != 1 or not first.reds or len(first.dims.names) != 1:
             return False
@@ -405,7 +416,7 @@ class _KernelRenderer:
         if any(red.info.omp not in ("+", "*") or red.info.arg or red.nan for red in first.reds):
             return False
         cols, rows = dims.sizes[0], first.dims.sizes[0]
-        if not (is_static(cols) and is_static(rows)) or cols < 16 or rows < 2:
+        if numel_hint([cols]) < 16 or numel_hint([rows]) < 2:
             return False
         x, r = dims.syms[0], first.dims.syms[0]
         subs = {**self.outer_subs, **first.dims.subs}
@@ -415,16 +426,14 @@ class _KernelRenderer:
         strided = False
         for e in self._index_exprs([first.st]):
             e = sympy.expand(sympy.sympify(e).xreplace(subs))
-            if not e.free_symbols <= {x, r}:
-                return False
-            try:
+            try:  # (other symbols, sizes, are the coefficients')
                 poly = sympy.Poly(e, x, r)
             except sympy.PolynomialError:
                 return False
             if poly.total_degree() > 1:
                 return False
             cx, cr = poly.coeff_monomial(x), poly.coeff_monomial(r)
-            if (cx != 0 and cx != 1) or (cr != 0 and abs(cr) == 1):
+            if (cx != 0 and cx != 1) or (cr != 0 and not _above_one(cr)):
                 return False
             strided = strided or cr != 0
         return strided
@@ -479,7 +488,7 @@ class _KernelRenderer:
             last += em.take_block(1) + self._stores(si.st)
         em.forget_from(1)
         block += _loop(xn, "xb", "xe", last)
-        pragma = "#pragma omp parallel for schedule(static)" if parallel else None
+        pragma = "#pragma omp parallel for schedule(static)" + self.if_clause if parallel else None
         head = f"for (int64_t xb = 0; xb < {c_size(cols)}; xb += {COLUMNS}) {{"
         out = [f"// column blocks of up to {COLUMNS}: rows outer, the block's columns inner"]
         return out + ([pragma] if pragma else []) + [head, *_indent(block), "}"]

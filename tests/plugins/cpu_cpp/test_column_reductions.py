@@ -85,3 +85,27 @@ def test_a_column_adds_its_rows_in_double(dtype):
     y = torch.randn(300, 96, generator=torch.Generator().manual_seed(0)).to(dtype)
     got = torch.compile(f, backend=backend, dynamic=False)(y)
     torch.testing.assert_close(got, y.double().sum(0).to(dtype), rtol=0, atol=0)
+
+
+def test_a_column_over_a_symbolic_count_of_rows_adds_them_in_double():
+    """Under ``dynamic=True`` the rows (and here the columns) are sizes of the call (a bias
+    gradient over batch x tokens): one program, in the column form, in double, at every
+    count of rows. The rows
+    form's float ``simd`` sums lost MobileViT's attention bias gradient at 3x80 (4 times
+    eager's error against fp64)."""
+    w = torch.randn(96, generator=torch.Generator().manual_seed(1))
+
+    def f(x):
+        return (x * w).sum(0)
+
+    compiled = torch.compile(f, backend=sdk.backend("cpu_cpp", fallback=False), dynamic=True)
+    with sdk.collect_reports() as reports:
+        for rows in (300, 517, 4096):
+            x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(rows))
+            # each product rounded to float, as eager's; their sum in double, rounded once
+            want = (x * w).double().sum(0).float()
+            torch.testing.assert_close(compiled(x), want, rtol=0, atol=0)
+    (graph,) = reports.graphs
+    assert "symbolic" in graph.sizes, graph.sizes
+    (k,) = [k for k in graph.kernels if "aten.sum.dim_IntList" in k.ops]
+    assert COLUMN_FORM in k.source and "double" in k.source, k.source
