@@ -763,7 +763,7 @@ def test_a_cat_after_a_part_whose_length_is_a_polynomial_of_sizes(plugin, graph_
 
     compiled = torch.compile(f, backend=sdk.backend(plugin, fallback=False), dynamic=True)
     for hw in ((64, 64), (80, 64), (96, 112), (72, 72)):
-        x = torch.randn(2, 3, *hw, device=dev)
+        x = torch.randn(1, 1, *hw, device=dev)
         torch.testing.assert_close(compiled(x), f(x))
     sizes = [g.sizes for g in graph_reports]
     assert sizes and all(s.startswith("symbolic") for s in sizes), sizes
