@@ -130,10 +130,14 @@ def simplify_divmod(expr: sympy.Expr) -> sympy.Expr:
 
 
 def _divmod_factor(term: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
-    """``term`` as (coefficient, its one ``FloorDiv`` or ``Mod`` factor); a term with none
-    or several: (its numeric coefficient, the rest)."""
+    """``term`` as (coefficient, its one ``FloorDiv`` or ``Mod`` factor of a loop variable);
+    a term with none or several: (its numeric coefficient, the rest). Factors over size
+    symbols alone belong to the coefficient (a symbolic stride, ``(s - 1) // 64 + 1``
+    blocks of a dimension, expanded into the term)."""
     factors = sympy.Mul.make_args(term)
     found = [f for f in factors if isinstance(f, (FloorDiv, Mod))]
+    if len(found) > 1:
+        found = [f for f in found if any(not s.is_positive for s in f.free_symbols)]
     if len(found) != 1:
         return term.as_coeff_Mul()
     return sympy.Mul(*[f for f in factors if f is not found[0]]), found[0]
