@@ -355,7 +355,12 @@ ARG_KINDS: tuple[Variant, ...] = (
         (F("value", NUMBER),),
         "a Python number where the schema takes a Tensor (a wrapped number)",
     ),
-    Variant(6, "REG", (F("reg", REG_READ),), "a register's value: an int (a SymInt)"),
+    Variant(
+        6,
+        "REG",
+        (F("reg", REG_READ),),
+        "a register's value: an int (a SymInt), a wrapped number where the schema takes a Tensor",
+    ),
     Variant(7, "INTS", (F("values", STRIDES),), "a list of operands: an int[] (a SymInt[])"),
 )
 

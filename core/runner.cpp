@@ -98,6 +98,7 @@ Ops operands(const py::handle& h) {
 struct Arg {
   int kind = SLOT;
   int slot = -1;  // SLOT; REG: the register
+  bool wrap = false;  // REG where the schema takes a Tensor: pushed as a wrapped number
   c10::IValue value;
   std::vector<int> slots;
   Ops ints;       // INTS
@@ -832,9 +833,15 @@ class Program {
         case OPTIONAL_TENSORS:
           arg.slots = a[1].cast<std::vector<int>>();
           break;
-        case REG:
+        case REG: {
           arg.slot = a[1].cast<int>();
+          // a size where the schema takes a Tensor (x + x.size(1) run by ATen): a wrapped
+          // number, as NUMBER's and as torch's Python argument parser makes
+          c10::TypePtr type = formal.type();
+          if (auto opt = type->castRaw<c10::OptionalType>()) type = opt->getElementType();
+          arg.wrap = type->kind() == c10::TypeKind::TensorType;
           break;
+        }
         case INTS:
           arg.ints = operands(a[1]);
           break;
@@ -1015,7 +1022,13 @@ class Program {
               stack.push_back(a.value);
               break;
             case REG:
-              stack.emplace_back(regs[a.slot]);
+              if (a.wrap) {
+                at::Tensor w = c10::scalar_to_tensor(c10::Scalar(regs[a.slot]));
+                w.unsafeGetTensorImpl()->set_wrapped_number(true);
+                stack.emplace_back(std::move(w));
+              } else {
+                stack.emplace_back(regs[a.slot]);
+              }
               break;
             case INTS: {
               std::vector<int64_t> tmp;

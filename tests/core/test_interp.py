@@ -156,6 +156,33 @@ def test_every_opcode_as_the_runner_runs_it_bit_for_bit():
 
 
 @needs_runner
+def test_a_size_where_the_schema_takes_a_tensor_is_a_wrapped_number_in_both():
+    """``x + x.size(1)`` run by ATen (BEiT's relative positions on the host under torch 2.11,
+    beside a GPU's kernels): ``aten.add.Tensor`` takes a Tensor, the program gives a
+    register. As torch's Python binding does, both executors pass a wrapped number, which
+    takes no part in type promotion: a float16 or int32 tensor plus a size keeps its dtype.
+    The runner pushed the int itself ("Expected Tensor but got Int")."""
+    program = [
+        (st.INPUT, 0, 0),
+        (st.INPUT, 1, 1),
+        (st.INPUT_SIZE, 0, 0, 0, 1),
+        (st.CALL, aten.add.Tensor, [(st.SLOT, 0), (st.REG, 0), (st.DEFAULT,)], [2], False),
+        (st.CALL, aten.mul.Tensor, [(st.SLOT, 1), (st.REG, 0)], [3], False),
+        (st.CALL, aten.add.Tensor, [(st.SLOT, 1), (st.REG, 0), (st.VALUE, 2)], [4], False),
+        (st.RETURN, [(0, 2), (0, 3), (0, 4)]),
+    ]
+    mine, theirs = _both(program, 5, n_regs=1)
+    for x, i in (
+        (torch.randn(4, 6, dtype=torch.float16), torch.arange(3, dtype=torch.int32)),
+        (torch.randn(2, 9), torch.arange(5)),
+    ):
+        want = [x + x.size(1), i * x.size(1), i + 2 * x.size(1)]
+        for got in (mine([x, i]), theirs([x, i])):
+            for g, w in zip(got, want, strict=True):
+                _bits(g, w)
+
+
+@needs_runner
 def test_a_failure_after_a_write_marks_the_written_inputs_in_both():
     program = [
         (st.INPUT, 0, 0),
