@@ -122,6 +122,37 @@ _SIZE_FLOAT_OPS: dict[Any, str | None] = {
 }
 
 
+#: Python's arithmetic on ints of sizes, as the traced graph writes it
+_INT_OPS: dict[Any, Callable[..., Any]] = {
+    operator.add: operator.add,
+    operator.sub: operator.sub,
+    operator.mul: operator.mul,
+    operator.floordiv: operator.floordiv,
+    operator.mod: operator.mod,
+    operator.neg: operator.neg,
+}
+
+
+def _concrete_size(n: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> int | None:
+    """A size-valued node's value from its operands' values in this lowering, where they
+    are numbers: a tensor's size (``sym_size``, ``sym_numel``), an int input, Python's
+    arithmetic of those. None for anything else, or a value still symbolic. A variant
+    compiled for concrete sizes reads its sizes here, not from the trace's metadata,
+    which torch 2.11 leaves symbolic for a backward's size inputs when it re-derives them
+    (BEiT's backward, per shape on a GPU, failed: "no hint for size symbols")."""
+    args = [env[a] if isinstance(a, torch.fx.Node) else a for a in n.args]
+    if n.target in (torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default):
+        sizes = getattr(args[0], "sizes", None)
+        if sizes is None:
+            return None
+        value = sizes[args[1]] if n.target is torch.ops.aten.sym_size.int else math.prod(sizes)
+    elif n.target in _INT_OPS and all(type(a) is int or is_static(a) for a in args):
+        value = _INT_OPS[n.target](*(int(static(a)) for a in args))
+    else:
+        return None
+    return int(static(value)) if is_static(value) else None
+
+
 def _float_unsupported(n: torch.fx.Node) -> str | None:
     """Why a node computing a SymFloat or SymBool cannot be lowered, or None."""
     val = n.meta.get("val")
@@ -413,6 +444,9 @@ class Lowerer:
         if isinstance(val, (bool, int, float)):
             return val  # size arithmetic: the pipeline compiles every variant with concrete sizes
         if isinstance(val, torch.SymInt):
+            concrete = _concrete_size(n, self.env)
+            if concrete is not None:
+                return concrete  # (the operands' values: the metadata may be stale)
             return sym_size(val)  # size arithmetic over symbolic sizes: an expression
         if isinstance(val, (torch.SymFloat, torch.SymBool)):
             return self._size_float(n)
