@@ -2,7 +2,7 @@
 eager and with a float64 copy by Dynamo's accuracy rule (``sdk.tools.bench_check
 .dynamo_rmse_rule``: the compiled result's RMSE against fp64 within a multiple of eager's).
 
-    python benchmarks/hf_sweep.py vision [--backend sdk:cpu_cpp] [--dtype fp32,bf16]
+    python benchmarks/hf_sweep.py vision [--backend sdk:cuda_triton] [--dtype fp32,bf16]
         [--models resnet,vit,...] [--batch 8] [--size 64] [--seeds 0,1] [--options JSON]
     python benchmarks/hf_sweep.py text [--models bert,llama,...] [--batch 4]
         [--lengths 32] [--dynamic] ...
@@ -483,7 +483,11 @@ def _one(case: tuple[str, str, dict[str, Any]], args: argparse.Namespace, dtype,
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("family", choices=("vision", "text"))
-    ap.add_argument("--backend", default="sdk:cpu_cpp")
+    ap.add_argument(
+        "--backend",
+        default=None,
+        help="default: sdk:cuda_triton on a CUDA device, else sdk:cpu_cpp",
+    )
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--dtype", default="fp32,bf16")
     ap.add_argument("--models", default="")
@@ -496,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.batch is None:
         args.batch = 8 if args.family == "vision" else 4
+    if args.backend is None:  # (the plugin of the device: cpu_cpp hands CUDA graphs to ATen)
+        args.backend = "sdk:cuda_triton" if args.device.startswith("cuda") else "sdk:cpu_cpp"
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
