@@ -147,7 +147,10 @@ def _concrete_size(n: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> int | 
             return None
         value = sizes[args[1]] if n.target is torch.ops.aten.sym_size.int else math.prod(sizes)
     elif n.target in _INT_OPS and all(type(a) is int or is_static(a) for a in args):
-        value = _INT_OPS[n.target](*(int(static(a)) for a in args))
+        try:
+            value = _INT_OPS[n.target](*(int(static(a)) for a in args))
+        except ZeroDivisionError:
+            return None  # (the trace's own value, or its error)
     else:
         return None
     return int(static(value)) if is_static(value) else None

@@ -131,7 +131,7 @@ def _above_one(stride: Any) -> bool:
     if is_static(stride):
         return abs(int(stride)) >= 2
     factors = sympy.Mul.make_args(stride)
-    return all(f.is_Symbol or (f.is_Integer and f != 0) for f in factors)
+    return all((f.is_Symbol and f.is_positive) or (f.is_Integer and f != 0) for f in factors)
 
 
 def _slot(slot: str, thread: str) -> str:
