@@ -17,7 +17,8 @@ from ..ir.graph import (
 )
 from ..ir.index import is_static
 from .layouts import shape_of
-from .lowerer import Lowerer, cast, scalar_value, upcast
+from .lowerer import Lowerer, cast, upcast
+from .sizes import scalar_value
 
 
 def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -38,7 +38,7 @@ from ..adapters.torch_private import (
 )
 from ..fallback import op_name
 from ..guards import is_symbolic
-from ..ir.expr import Const, Expr, IndexValue, Op, cast, subs_index
+from ..ir.expr import Const, Expr, Op, cast, subs_index
 from ..ir.graph import (
     ComputedView,
     ExternNode,
@@ -75,6 +75,12 @@ from .optable import (
     Unsupported,
     lowering_for,
 )
+from .sizes import (
+    SIZE_FLOAT_OPS,
+    concrete_size,
+    float_unsupported,
+    scalar_value,
+)
 
 #: Loop variables that pointwise values are compared in (common subexpressions).
 _CSE_VARS = tuple(var(f"cse{k}") for k in range(16))
@@ -99,81 +105,6 @@ def upcast(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
 
-def size_value(n: Any, dtype: torch.dtype) -> Expr:
-    """A count (a reduction's element count, or a variance's divisor: a float for a
-    fractional correction) as a value of ``dtype``: a constant, or the run's value of a
-    symbolic size."""
-    if is_static(n) or isinstance(n, float):
-        return Const(n, dtype)
-    return cast(IndexValue(n), dtype)
-
-
-#: Python's arithmetic on a float computed from sizes (a SymFloat: BatchNorm's running
-#: variance scales by ``n / (n - 1)``, ``n`` its count) -> the IR op that computes it, in
-#: float64 as Python does; ``None``: a conversion.
-_SIZE_FLOAT_OPS: dict[Any, str | None] = {
-    operator.add: "add",
-    operator.sub: "sub",
-    operator.mul: "mul",
-    operator.truediv: "truediv",
-    operator.neg: "neg",
-    operator.pow: "pow",
-    torch.sym_float: None,
-}
-
-
-#: Python's arithmetic on ints of sizes, as the traced graph writes it
-_INT_OPS: dict[Any, Callable[..., Any]] = {
-    operator.add: operator.add,
-    operator.sub: operator.sub,
-    operator.mul: operator.mul,
-    operator.floordiv: operator.floordiv,
-    operator.mod: operator.mod,
-    operator.neg: operator.neg,
-}
-
-
-def _concrete_size(n: torch.fx.Node, env: Mapping[torch.fx.Node, Any]) -> int | None:
-    """A size-valued node's value from its operands' values in this lowering, where they
-    are numbers: a tensor's size (``sym_size``, ``sym_numel``), an int input, Python's
-    arithmetic of those. None for anything else, or a value still symbolic. A variant
-    compiled for concrete sizes reads its sizes here, not from the trace's metadata,
-    which torch 2.11 leaves symbolic for a backward's size inputs when it re-derives them
-    (BEiT's backward, per shape on a GPU, failed: "no hint for size symbols")."""
-    args = [env[a] if isinstance(a, torch.fx.Node) else a for a in n.args]
-    if n.target in (torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default):
-        sizes = getattr(args[0], "sizes", None)
-        if sizes is None:
-            return None
-        value = sizes[args[1]] if n.target is torch.ops.aten.sym_size.int else math.prod(sizes)
-    elif n.target in _INT_OPS and all(type(a) is int or is_static(a) for a in args):
-        try:
-            value = _INT_OPS[n.target](*(int(static(a)) for a in args))
-        except ZeroDivisionError:
-            return None  # (the trace's own value, or its error)
-    else:
-        return None
-    return int(static(value)) if is_static(value) else None
-
-
-def _float_unsupported(n: torch.fx.Node) -> str | None:
-    """Why a node computing a SymFloat or SymBool cannot be lowered, or None."""
-    val = n.meta.get("val")
-    if isinstance(val, torch.SymFloat) and n.target in _SIZE_FLOAT_OPS:
-        return None
-    return f"a size ({val}) that is not known when compiling, from {op_name(n.target)}"
-
-
-def scalar_value(x: Any, dtype: torch.dtype) -> Expr:
-    """A scalar operand as a value of ``dtype``: a computed value (a float of sizes), a
-    symbolic size (its run's value) or a number."""
-    if isinstance(x, Expr):
-        return cast(x, dtype)
-    if isinstance(x, sympy.Expr):
-        return size_value(x, dtype)
-    return Const(x, dtype)
-
-
 def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
     """Why a kernel-level plugin's program could not take call node ``n`` into its IR, or
     None when it can: the claim a kernel-level plugin makes in a chain's partitioning.
@@ -190,7 +121,7 @@ def refusal(n: torch.fx.Node, hooks: Any, ctx: CompileContext) -> str | None:
     if isinstance(val, (bool, int, float, torch.SymInt)):
         return None
     if isinstance(val, (torch.SymFloat, torch.SymBool)):
-        return _float_unsupported(n)
+        return float_unsupported(n)
     if n.target in EXTERN_OPS:
         return None
     elsewhere = foreign_device(n, ctx.device_type)
@@ -429,14 +360,14 @@ class Lowerer:
         """A float computed from sizes, as a float64 value that the kernels reading it
         compute from their size arguments (not a host value: the program stays symbolic);
         of concrete sizes (a variant compiled per shape), the float itself."""
-        why = _float_unsupported(n)
+        why = float_unsupported(n)
         if why is not None:
             raise Unsupported(why)
         raw = [self.env[a] if isinstance(a, torch.fx.Node) else a for a in n.args]
         if all(isinstance(x, (bool, int, float)) for x in raw):
             return n.target(*raw)  # a variant of concrete sizes: Python's own arithmetic
         args = [scalar_value(x, torch.float64) for x in raw]
-        name = _SIZE_FLOAT_OPS[n.target]
+        name = SIZE_FLOAT_OPS[n.target]
         return args[0] if name is None else Op(name, tuple(args), torch.float64)
 
     def _call(self, n: torch.fx.Node) -> Any:
@@ -447,7 +378,7 @@ class Lowerer:
         if isinstance(val, (bool, int, float)):
             return val  # size arithmetic: the pipeline compiles every variant with concrete sizes
         if isinstance(val, torch.SymInt):
-            concrete = _concrete_size(n, self.env)
+            concrete = concrete_size(n, self.env)
             if concrete is not None:
                 return concrete  # (the operands' values: the metadata may be stale)
             return sym_size(val)  # size arithmetic over symbolic sizes: an expression

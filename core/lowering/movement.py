@@ -21,8 +21,9 @@ from ..ir.graph import (
 from ..ir.index import MIN_SIZE, FloorDiv, Mod, is_static, static, var
 from .helpers import bload, broadcast_shapes
 from .layouts import channels_last_strides, shape_of
-from .lowerer import Lowerer, cast, size_value, upcast
+from .lowerer import Lowerer, cast, upcast
 from .optable import Unsupported, register
+from .sizes import size_value
 from .views import clamped_to, reshape_reindex
 
 

@@ -19,8 +19,9 @@ from ..ir.graph import (
 )
 from ..ir.index import is_static
 from .helpers import out_dtype
-from .lowerer import Lowerer, cast, size_value, upcast
+from .lowerer import Lowerer, cast, upcast
 from .optable import register
+from .sizes import size_value
 from .views import reshape_reindex
 
 

@@ -66,6 +66,7 @@ from sdk.ir import (
     is_static,
     numel_hint,
     print_index,
+    size_hint,
     static,
     var,
     walk,
@@ -416,7 +417,7 @@ class _KernelRenderer:
         if any(red.info.omp not in ("+", "*") or red.info.arg or red.nan for red in first.reds):
             return False
         cols, rows = dims.sizes[0], first.dims.sizes[0]
-        if numel_hint([cols]) < 16 or numel_hint([rows]) < 2:
+        if size_hint(cols) < 16 or size_hint(rows) < 2:
             return False
         x, r = dims.syms[0], first.dims.syms[0]
         subs = {**self.outer_subs, **first.dims.subs}

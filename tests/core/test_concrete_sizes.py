@@ -11,7 +11,7 @@ import sympy
 import torch
 import torch.fx
 
-from sdk.core.lowering.lowerer import _concrete_size
+from sdk.core.lowering.sizes import concrete_size
 from sdk.ir import size_var
 
 
@@ -30,13 +30,13 @@ def test_size_nodes_take_their_operands_values():
     quot = g.call_function(operator.floordiv, (prod, 4))
     env = {x: _Sized(8, 65, 64), k: 3}
     for node, want in ((n0, 8), (n1, 64), (numel, 8 * 65 * 64), (prod, 24), (quot, 6)):
-        env[node] = _concrete_size(node, env)
+        env[node] = concrete_size(node, env)
         assert env[node] == want and type(env[node]) is int, (node, env[node])
     # symbolic operands (a symbolic variant): left to the trace's expressions
     s = size_var("s40")
     env = {x: _Sized(s, 65, 64), k: 3}
-    assert _concrete_size(n0, env) is None
+    assert concrete_size(n0, env) is None
     env[n0] = s
-    assert _concrete_size(prod, env) is None
-    assert _concrete_size(n1, env) == 64
+    assert concrete_size(prod, env) is None
+    assert concrete_size(n1, env) == 64
     assert isinstance(s, sympy.Symbol)
