@@ -271,10 +271,12 @@ def cache_dir(
         return _checked(_process_root(), parts)
 
 
-#: the names of the files the SDK writes in a namespace: an entry, library, source or build
-#: lock named by :meth:`DiskCache.path_for` (sha256 hex, a ``.<16 hex>`` library digest, a
+#: the names of the files the SDK writes in a namespace: an entry, library, source, build
+#: lock or precompiled prelude (:mod:`sdk._prelude`) named by :meth:`DiskCache.path_for` (sha256 hex, a ``.<16 hex>`` library digest, a
 #: suffix), or a kernel source named by a digest with a one-letter prefix (``k<hex>.py``)
-_OWN_NAME = re.compile(r"[a-z]?[0-9a-f]{40,64}(\.[0-9a-f]{16})?\.(entry|so|c|cpp|py|lock)")
+_OWN_NAME = re.compile(
+    r"[a-z]?[0-9a-f]{40,64}(\.[0-9a-f]{16})?\.(entry|so|c|cpp|py|lock|h\.gch|h\.pch)"
+)
 
 
 def own_name(name: str) -> bool:

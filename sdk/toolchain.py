@@ -75,6 +75,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sdk import _config as config
+from sdk import _prelude
 from sdk.cache import DiskCache, make_room, read_regular, source_digest, stable_hash, write_atomic
 
 #: Default flags: optimized, position independent, OpenMP, this host's vector units; no
@@ -335,11 +336,15 @@ def compile_library(
     namespace: str = "clike",
     key: Sequence[Any] = (),
     cache_root: str | os.PathLike[str] | None = None,
+    prelude: str = "",
 ) -> Path:
     """Compile ``source`` into a shared library in ``cache_dir(namespace)``, or reuse a
     verified one built from the same source, compiler, flags and ``key``. ``cache_root``:
     a cache root of the caller's own instead of the SDK's (:func:`sdk.cache.cache_dir`'s
-    ``root``; the native runner's ``$SDK_RUNNER_DIR``).
+    ``root``; the native runner's ``$SDK_RUNNER_DIR``). ``prelude``: the text ``source``
+    starts with that every unit of the caller shares (its includes and helpers), parsed once
+    (a precompiled header, :mod:`sdk._prelude`) rather than by each compile; the library is
+    the same.
 
     Without a compiler, the library last built (or reused) on this host from the same
     source, flags and ``key``, where it is still there and verified.
@@ -371,7 +376,7 @@ def compile_library(
             with _build_lock(cache.path_for(digest_key, ".lock"), f"{src} with {compiler}"):
                 path = _verified(cache, digest_key)
                 if path is None:
-                    path = _build(cache, digest_key, source, compiler, language, flags)
+                    path = _build(cache, digest_key, source, compiler, language, flags, prelude)
         _record(cache, known, digest_key)
     data = read_regular(path)
     if data is not None:
@@ -436,6 +441,7 @@ def _build(
     compiler: str,
     language: str,
     flags: tuple[str, ...],
+    prelude: str = "",
 ) -> Path:
     src = cache.path_for(digest_key, _COMPILERS[language][3])
     write_atomic(src, source.encode())  # kept: errors and debugging point at it
@@ -444,9 +450,28 @@ def _build(
     build = Path(tempfile.mkdtemp(dir=src.parent, prefix=".tmp-build-"))
     try:
         unit = build / src.name
-        unit.write_bytes(source.encode())
+        head = None
+        if prelude and source.startswith(prelude):
+            shown = _COMPILERS[language][2]
+            head = _prelude.header(
+                cache,
+                prelude,
+                compiler,
+                compiler_identity(compiler, language),
+                language,
+                flags,
+                run=lambda cmd: _run(cmd, shown),
+                lock=_build_lock,
+                into=build,
+            )
+        if head is None:
+            unit.write_bytes(source.encode())
+            cmd = [compiler, str(unit)]
+        else:
+            unit.write_bytes(_prelude.remainder(source, prelude, src).encode())
+            cmd = [compiler, "-include", str(head), str(unit)]
         out = build / "lib.so"
-        cmd = [compiler, str(unit), "-o", str(out), *flags, "-lm"]
+        cmd += ["-o", str(out), *flags, "-lm"]
         try:
             proc = _run(cmd, _COMPILERS[language][2])
         except CompileError as exc:

