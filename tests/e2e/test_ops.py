@@ -340,14 +340,16 @@ def test_layer_norm_forward_is_one_kernel(plugin):
 
 def test_dropout_and_random(plugin):
     dev = device_of(plugin)
-    x = torch.ones(256, 512, device=dev)
+    # 32768 draws (each one interpreted without a GPU): every bound below is 5 standard
+    # deviations or more of its statistic
+    x = torch.ones(64, 512, device=dev)
     fn = torch.compile(lambda x: F.dropout(x, 0.3, training=True), backend=sdk.backend(plugin))
     y = fn(x)
     kept = (y != 0).float().mean().item()
-    assert abs(kept - 0.7) < 0.01
+    assert abs(kept - 0.7) < 0.0125
     torch.testing.assert_close(y[y != 0], torch.full_like(y[y != 0], 1 / 0.7))
     assert not torch.equal(fn(x), y), "two calls drew the same mask"
     r = torch.compile(lambda x: torch.rand_like(x), backend=sdk.backend(plugin))(x)
     assert r.min().item() >= 0 and r.max().item() < 1 and abs(r.mean().item() - 0.5) < 0.01
     n = torch.compile(lambda x: torch.randn_like(x), backend=sdk.backend(plugin))(x)
-    assert abs(n.mean().item()) < 0.02 and abs(n.std().item() - 1) < 0.02
+    assert abs(n.mean().item()) < 0.03 and abs(n.std().item() - 1) < 0.02
