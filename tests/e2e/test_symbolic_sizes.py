@@ -751,18 +751,19 @@ def test_a_cat_after_a_part_whose_length_is_a_polynomial_of_sizes(plugin, graph_
     ``4*w*h - 2*w - 2*h + 1``; the concatenation's indexing does not need it, and the graph
     is one program at every size."""
     dev = device_of(plugin)
-    table = torch.randn(7 * 7 + 3, 4, device=dev)
+    table = torch.randn(3 * 3 + 3, 4, device=dev)
 
     def f(x: torch.Tensor) -> torch.Tensor:
         w, h = x.shape[-2] // 8, x.shape[-1] // 8
-        grid = table[:49].t().reshape(1, 4, 7, 7)
+        grid = table[:9].t().reshape(1, 4, 3, 3)
         sub = torch.nn.functional.interpolate(grid, size=(2 * w - 1, 2 * h - 1), mode="bilinear")
         sub = sub.reshape(4, -1).t()
-        full = torch.cat([sub, table[49:]])
+        full = torch.cat([sub, table[9:]])
         return full.sum(-1) * x.mean()
 
     compiled = torch.compile(f, backend=sdk.backend(plugin, fallback=False), dynamic=True)
-    for hw in ((64, 64), (80, 64), (96, 112), (72, 72)):
+    # small tables: one interpreted Triton program per row without a GPU (1,400 rows took 18 s)
+    for hw in ((16, 16), (24, 16), (32, 40), (24, 24)):
         x = torch.randn(1, 1, *hw, device=dev)
         torch.testing.assert_close(compiled(x), f(x))
     sizes = [g.sizes for g in graph_reports]
