@@ -236,15 +236,25 @@ def _channels_last_inputs(gm: torch.fx.GraphModule) -> bool:
     saved so by its forward)."""
     for n in gm.graph.nodes:
         v = n.meta.get("val") if n.op == "placeholder" else None
-        if (
-            isinstance(v, torch.Tensor)
-            and v.ndim == 4
-            and v.shape[1] != 1
-            and v.is_contiguous(memory_format=torch.channels_last)
-            and not v.is_contiguous()
-        ):
+        if isinstance(v, torch.Tensor) and v.ndim == 4 and _only_channels_last(v):
             return True
     return False
+
+
+def _only_channels_last(v: torch.Tensor) -> bool:
+    """Whether ``v``'s strides are channels-last and not contiguous ones, read from its
+    sizes' expressions: a symbolic size is never guarded on (torch 2.11's ``is_contiguous``
+    of a symbolic tensor adds a guard to Dynamo's ShapeEnv, and a backward compile that adds
+    one runs per shape). An expression that is not provably the channels-last stride is not
+    (the trace's layout is kept)."""
+    n, c, h, w = (sym_size(d) for d in v.shape)
+    if c == 1 or (h == 1 and w == 1):  # (then contiguous too)
+        return False
+    want = (c * h * w, 1, c * w, c)
+    return all(
+        size == 1 or sympy.expand(sym_size(stride) - expected) == 0
+        for size, stride, expected in zip((n, c, h, w), v.stride(), want)
+    )
 
 
 def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
