@@ -4,6 +4,7 @@ later unit; a precompiled file that is not what was built is never used."""
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import shlex
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sdk import toolchain
+from sdk import _prelude, toolchain
 from sdk._diskcache import own_name
 from sdk.plugins.cpu_cpp import render
 from sdk.plugins.cpu_cpp.toolchain import LANGUAGE, compile_library
@@ -45,6 +46,7 @@ def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     )
     script.chmod(0o700)
     monkeypatch.setenv("CXX", str(script))
+    monkeypatch.setattr(_prelude, "PRECOMPILE_AT", 1)  # (the first unit precompiles)
     return log
 
 
@@ -60,19 +62,35 @@ def _call(path: Path, name: str) -> float:
     return x[0].item()
 
 
-def test_units_share_one_precompiled_prelude(runs: Path) -> None:
+def _runs(log: Path) -> tuple[int, int, int]:
+    """(precompiles, units against the precompiled prelude, whole units) in the log (the
+    compiler's identity queries, ``--version`` and ``-march=native -v -E``, left out)."""
+    lines = [
+        ln for ln in log.read_text().splitlines() if "--version" not in ln and " -E " not in ln
+    ]
+    headers = sum("-x c++-header" in ln for ln in lines)
+    against = sum("-include" in ln for ln in lines)
+    return headers, against, len(lines) - headers - against
+
+
+def test_the_fourth_unit_precompiles_and_later_processes_use_it_at_once(
+    runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_prelude, "PRECOMPILE_AT", 4)
+    values = [1.0, 2.0, -5.0, 0.5, -1.0]
     paths = [
         compile_library(PRELUDE + _kernel(f"k{i}", v), prelude=PRELUDE)
-        for i, v in enumerate([1.0, 2.0, -5.0])
+        for i, v in enumerate(values)
     ]
-    for i, (path, v) in enumerate(zip(paths, [1.0, 2.0, -5.0])):
+    for i, (path, v) in enumerate(zip(paths, values)):
         assert _call(path, f"k{i}") == pytest.approx(max(-3.0, v) + torch.e.__float__())
-    lines = runs.read_text().splitlines()
-    headers = [ln for ln in lines if "-x c++-header" in ln]
-    units = [ln for ln in lines if "-include" in ln]
-    assert len(headers) == 1 and len(units) == 3, lines
+    assert _runs(runs) == (1, 2, 3), runs.read_text()
     built = [p.name for p in paths[0].parent.iterdir() if p.name.endswith((".gch", ".pch"))]
     assert len(built) == 1 and own_name(built[0]), built  # (`sdk cache clear` removes it)
+    # a process that has built no unit yet finds it in the cache
+    monkeypatch.setattr(_prelude, "_needed", collections.Counter())
+    compile_library(PRELUDE + _kernel("k5", 3.0), prelude=PRELUDE)
+    assert _runs(runs)[:2] == (1, 3), runs.read_text()
 
 
 def test_the_same_library_with_or_without_the_prelude_precompiled(runs: Path) -> None:
@@ -93,8 +111,7 @@ def test_a_changed_precompiled_prelude_is_built_again_not_used(runs: Path) -> No
     built.write_bytes(bytes(data))
     second = compile_library(PRELUDE + _kernel("k", 3.0), prelude=PRELUDE)
     assert _call(second, "k") == pytest.approx(3.0 + torch.e.__float__())
-    headers = [ln for ln in runs.read_text().splitlines() if "-x c++-header" in ln]
-    assert len(headers) == 2, headers  # precompiled again
+    assert _runs(runs)[0] == 2, runs.read_text()  # precompiled again
     assert built.read_bytes() != bytes(data)
 
 
