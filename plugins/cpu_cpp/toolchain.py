@@ -44,8 +44,8 @@ being ``--version`` plus what ``-march=native`` expands to, stored as
 
 Every unit starts with :data:`PRELUDE` and the renderer's helpers (``render.TARGET.prelude``),
 which the plugin passes as ``prelude=``: the toolchain precompiles that text once (a
-precompiled header in the same cache, :mod:`sdk._prelude`), and each unit after is compiled
-against it. Measured (gcc 12): a unit of one kernel 0.32 s, against the precompiled prelude
+precompiled header in the same cache, :mod:`sdk._prelude`, at a process's fourth unit), and
+each unit after is compiled against it. Measured (gcc 12): a unit of one kernel 0.32 s, against the precompiled prelude
 0.11 s; parsing ``<cmath>``, ``<algorithm>`` and ``<vector>`` was the difference.
 """
 
