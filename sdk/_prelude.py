@@ -26,7 +26,6 @@ once per plugin version and flags.
 from __future__ import annotations
 
 import collections
-import contextlib
 import hashlib
 import os
 import shutil
@@ -91,12 +90,16 @@ def header(
         _needed[built] += 1
         if _needed[built] < PRECOMPILE_AT:
             return None
-        with lock(cache.path_for(key, ".lock"), f"the precompiled prelude {built}"):
-            if _recorded(cache, key, built) is None and not _precompile(
-                cache, key, built, prelude, compiler, language, flags, run
-            ):
-                _failed.add(key)
-                return None
+        try:
+            with lock(cache.path_for(key, ".lock"), f"the precompiled prelude {built}"):
+                done = _recorded(cache, key, built) is not None or _precompile(
+                    cache, key, built, prelude, compiler, language, flags, run
+                )
+        except (OSError, RuntimeError):  # a compiler run or a lock wait past its limit
+            done = False
+        if not done:  # (the units compile whole, as without a prelude)
+            _failed.add(key)
+            return None
     head = into / "prelude.h"
     linked = into / ("prelude" + _SUFFIX[kind])
     try:
@@ -161,8 +164,10 @@ def _precompile(
         return False
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    with contextlib.suppress(OSError):
+    try:
         cache.put(key, digest.encode())
+    except OSError:  # unrecorded, it could not be checked: not used, and not built again
+        return False
     return True
 
 

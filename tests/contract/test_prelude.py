@@ -124,3 +124,25 @@ def test_a_compiler_error_names_the_line_of_the_whole_source(runs: Path) -> None
     full = message.split("full source: ")[1].split()[0]
     assert f"{Path(full).name}:{line}:" in message.splitlines()[0], message[:500]
     assert Path(full).read_text() == source
+
+
+def test_a_compiler_that_cannot_precompile_builds_whole_units(
+    runs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed precompile is not an error, and is not tried again by the process: each unit
+    is compiled whole."""
+    script = tmp_path / "cxx-no-headers"
+    logged = _compiler()  # (the fixture's script: it logs, then runs the compiler)
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *-x\\ c++-header*)\n'
+        f'  echo "$*" >> {shlex.quote(str(runs))}; echo "no precompiled headers" >&2; exit 1 ;;\n'
+        "esac\n"
+        f'exec {shlex.quote(logged)} "$@"\n'
+    )
+    script.chmod(0o700)
+    monkeypatch.setenv("CXX", str(script))
+    for i, v in enumerate([1.0, 2.0, 4.0]):
+        path = compile_library(PRELUDE + _kernel(f"k{i}", v), prelude=PRELUDE)
+        assert _call(path, f"k{i}") == pytest.approx(v + torch.e.__float__())
+    assert _runs(runs) == (1, 0, 3), runs.read_text()
