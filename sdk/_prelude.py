@@ -31,6 +31,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,53 +65,73 @@ def family(identity: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Compiler:
+    """A compiler as :mod:`sdk.toolchain` runs it: its path, identity (``--version`` and what
+    ``-march=native`` means), language and flags, and ``run`` (a command's completed
+    process, within ``SDK_COMPILE_TIMEOUT``)."""
+
+    path: str
+    identity: str
+    language: str
+    flags: tuple[str, ...]
+    run: Callable[[list[str]], Any]
+
+
 def header(
     cache: DiskCache,
     prelude: str,
-    compiler: str,
-    identity: str,
-    language: str,
-    flags: tuple[str, ...],
+    compiler: Compiler,
     *,
-    run: Callable[[list[str]], Any],
     lock: Callable[[Path, str], Any],
     into: Path,
 ) -> Path | None:
     """The prelude as a header in ``into`` (a build's private directory) with its
     precompiled form beside it, built first where the cache holds none; None where there is
     none to use (the unit then holds the prelude's text)."""
-    kind = family(identity)
+    kind = family(compiler.identity)
     if kind is None or not prelude:
         return None
-    key = stable_hash("prelude", prelude, compiler, identity, language, flags)
+    key = stable_hash(
+        "prelude", prelude, compiler.path, compiler.identity, compiler.language, compiler.flags
+    )
     if key in _failed:
         return None
     built = cache.path_for(key, _SUFFIX[kind])
-    if _recorded(cache, key, built) is None:
+    linked = into / ("prelude" + _SUFFIX[kind])
+    if not _linked(cache, key, built, linked):
         _needed[built] += 1
         if _needed[built] < PRECOMPILE_AT:
             return None
         try:
             with lock(cache.path_for(key, ".lock"), f"the precompiled prelude {built}"):
                 done = _recorded(cache, key, built) is not None or _precompile(
-                    cache, key, built, prelude, compiler, language, flags, run
+                    cache, key, built, prelude, compiler
                 )
         except (OSError, RuntimeError):  # a compiler run or a lock wait past its limit
             done = False
         if not done:  # (the units compile whole, as without a prelude)
             _failed.add(key)
             return None
+        if not _linked(cache, key, built, linked):
+            return None
     head = into / "prelude.h"
-    linked = into / ("prelude" + _SUFFIX[kind])
-    try:
-        os.link(built, linked)  # (the build's own name: a clear cannot remove it midway)
-    except OSError:
-        return None
-    if _recorded(cache, key, linked) is None:  # replaced between the check and the link
-        linked.unlink()
-        return None
     head.write_text(prelude)
     return head
+
+
+def _linked(cache: DiskCache, key: str, built: Path, linked: Path) -> bool:
+    """Whether the precompiled prelude at ``built`` is now at ``linked`` too (a hard link in
+    the build's directory: a clear cannot remove it under the compiler) and is what was
+    recorded under ``key``."""
+    try:
+        os.link(built, linked)
+    except OSError:  # none yet (or no hard links here)
+        return False
+    if _recorded(cache, key, linked) is None:
+        linked.unlink()
+        return False
+    return True
 
 
 def _recorded(cache: DiskCache, key: str, path: Path) -> str | None:
@@ -136,16 +157,7 @@ def _recorded(cache: DiskCache, key: str, path: Path) -> str | None:
     return recorded.decode()
 
 
-def _precompile(
-    cache: DiskCache,
-    key: str,
-    built: Path,
-    prelude: str,
-    compiler: str,
-    language: str,
-    flags: tuple[str, ...],
-    run: Callable[[list[str]], Any],
-) -> bool:
+def _precompile(cache: DiskCache, key: str, built: Path, prelude: str, compiler: Compiler) -> bool:
     """Precompile ``prelude`` into ``built`` (in a private directory, then renamed into
     place) and record its digest under ``key``; False where the compiler refuses."""
     work = Path(tempfile.mkdtemp(dir=built.parent, prefix=".tmp-build-"))
@@ -153,7 +165,10 @@ def _precompile(
         head = work / "prelude.h"
         head.write_text(prelude)
         out = work / ("prelude" + built.name[built.name.index(".") :])
-        proc = run([compiler, "-x", f"{language}-header", str(head), "-o", str(out), *flags])
+        header_of = f"{compiler.language}-header"
+        proc = compiler.run(
+            [compiler.path, "-x", header_of, str(head), "-o", str(out), *compiler.flags]
+        )
         if proc.returncode != 0 or not out.is_file():
             return False
         os.chmod(out, 0o600)

@@ -453,17 +453,11 @@ def _build(
         head = None
         if prelude and source.startswith(prelude):
             shown = _COMPILERS[language][2]
-            head = _prelude.header(
-                cache,
-                prelude,
-                compiler,
-                compiler_identity(compiler, language),
-                language,
-                flags,
-                run=lambda cmd: _run(cmd, shown),
-                lock=_build_lock,
-                into=build,
+            identity = compiler_identity(compiler, language)
+            runs = _prelude.Compiler(
+                compiler, identity, language, flags, run=lambda cmd: _run(cmd, shown)
             )
+            head = _prelude.header(cache, prelude, runs, lock=_build_lock, into=build)
         if head is None:
             unit.write_bytes(source.encode())
             cmd = [compiler, str(unit)]

@@ -233,28 +233,18 @@ def _over_own_flat_buffer(n: torch.fx.Node) -> bool:
 
 def _channels_last_inputs(gm: torch.fx.GraphModule) -> bool:
     """Whether a 4-d input of the graph is channels-last (a backward graph's activations,
-    saved so by its forward)."""
+    saved so by its forward). Read from the strides' expressions (:func:`is_channels_last`):
+    torch 2.11's ``is_contiguous`` of a symbolic tensor adds a guard to Dynamo's ShapeEnv,
+    and a backward compile that adds one runs per shape."""
     for n in gm.graph.nodes:
         v = n.meta.get("val") if n.op == "placeholder" else None
-        if isinstance(v, torch.Tensor) and v.ndim == 4 and _only_channels_last(v):
+        if (
+            isinstance(v, torch.Tensor)
+            and v.ndim == 4
+            and is_channels_last(Layout(shape_of(v), strides_of(v), 0, v.dtype, v.device.type))
+        ):
             return True
     return False
-
-
-def _only_channels_last(v: torch.Tensor) -> bool:
-    """Whether ``v``'s strides are channels-last and not contiguous ones, read from its
-    sizes' expressions: a symbolic size is never guarded on (torch 2.11's ``is_contiguous``
-    of a symbolic tensor adds a guard to Dynamo's ShapeEnv, and a backward compile that adds
-    one runs per shape). An expression that is not provably the channels-last stride is not
-    (the trace's layout is kept)."""
-    n, c, h, w = (sym_size(d) for d in v.shape)
-    if c == 1 or (h == 1 and w == 1):  # (then contiguous too)
-        return False
-    want = (c * h * w, 1, c * w, c)
-    return all(
-        size == 1 or sympy.expand(sym_size(stride) - expected) == 0
-        for size, stride, expected in zip((n, c, h, w), v.stride(), want)
-    )
 
 
 def channels_last_wanted(gm: torch.fx.GraphModule, ctx: CompileContext) -> tuple[bool, str]:
