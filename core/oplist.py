@@ -291,6 +291,10 @@ _SAMPLES: dict[str, Callable[[], tuple[list[Any], dict[str, Any]]]] = {
     "aten._foreach_addcdiv.Tensor": lambda: ([[_meta(2, 3)] * 2] * 3 + [_meta(2)], {}),
     "aten._foreach_addcmul.Tensor": lambda: ([[_meta(2, 3)] * 2] * 3 + [_meta(2)], {}),
     "aten._foreach_mm.default": lambda: ([[_meta(2, 3)] * 2, [_meta(3, 2)] * 2], {}),
+    "aten.empty_permuted.default": lambda: (
+        [[2, 3], [1, 0]],
+        {"dtype": torch.float32, "device": torch.device(_PROBE_DEVICE)},
+    ),
     "aten.gather.default": lambda: ([_meta(2, 3), 1, _index(2, 2)], {}),
     "aten.max_pool2d_with_indices.default": lambda: ([_meta(1, 2, 4, 4), [2, 2], [2, 2]], {}),
     # grad_output, input, kernel, stride, padding, dilation, ceil_mode, indices
@@ -306,7 +310,7 @@ _SAMPLES: dict[str, Callable[[], tuple[list[Any], dict[str, Any]]]] = {
         {},
     ),
     "aten.repeat.default": lambda: ([_meta(2, 3), [2, 1]], {}),
-    # one index per row, the scatter the core lowers (others run through ATen)
+    # a few indices per row, the scatter the core lowers (others run through ATen)
     "aten.scatter.src": lambda: ([_meta(2, 3), 1, _index(2, 1), _meta(2, 1)], {}),
     "aten.scatter.value": lambda: ([_meta(2, 3), 1, _index(2, 1), 1.0], {}),
     "aten.split_with_sizes.default": lambda: ([_meta(2, 3), [1, 1]], {}),

@@ -32,6 +32,7 @@ def aot_compile(
     on_cache_refused: Callable[[str], None] = lambda why: None,
     cache_keys: Any = None,
     keep_input_mutations: bool = False,
+    joint_pass: Callable[[torch.fx.GraphModule], Any] | None = None,
 ) -> Callable[..., Any]:
     """Run AOTAutograd on a Dynamo graph.
 
@@ -47,14 +48,22 @@ def aot_compile(
     and the compilers; the backward is then compiled with the forward. A lookup whose
     entries are not safe to unpickle is a miss, and ``on_cache_refused(why)`` is called.
     ``cache_keys`` (an :class:`~core.adapters.aot_cache.KeyMemo`) remembers torch's keys.
+    ``joint_pass(joint)`` runs over the joint graph before the partition (where Inductor
+    runs its joint-graph passes); it may write the nodes' ``meta``, which the partitioner
+    carries into both graphs (a saved value's into the backward's input).
     """
     # imported here, not with this module: both import Dynamo (about a second and a half),
     # which commands that compile nothing (`python -m sdk list`, `ops`, `cache`) never need
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    def partition(joint: torch.fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
+        if joint_pass is not None:
+            joint_pass(joint)
+        return min_cut_rematerialization_partition(joint, *args, **kwargs)
+
     common = dict(
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=partition,
         decompositions=decompositions,
         keep_inference_input_mutations=keep_input_mutations,
     )

@@ -133,6 +133,19 @@ def sym_size(x: Any) -> Any:
     return int(x)
 
 
+def same_size(a: Any, b: Any) -> bool:
+    """Whether sizes ``a`` and ``b`` (ints or SymInts) are the same expression, without
+    asking the ShapeEnv (``a == b`` on a SymInt adds a guard, and specializes the graph)."""
+
+    def expr(x: Any) -> Any:
+        if isinstance(x, torch.SymInt):
+            return x.node.expr
+        return _as_sympy(x) if isinstance(x, int) and not isinstance(x, bool) else None
+
+    ea, eb = expr(a), expr(b)
+    return ea is not None and eb is not None and bool(ea == eb)
+
+
 def _to_index_expr(e: Any, env: Any = None) -> Any:
     """``e`` over the IR's size symbols (``env``: the ShapeEnv, for the traced values)."""
     import sympy

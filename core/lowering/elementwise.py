@@ -476,6 +476,7 @@ def _copy(L: Lowerer, x: Any, *rest: Any, **kw: Any) -> Any:
     aten.fill.Scalar,
     aten.empty_strided.default,
     aten.new_empty_strided.default,
+    aten.empty_permuted.default,  # (empty_like's decomposition)
 )
 def _full(L: Lowerer, *args: Any, **kw: Any) -> Any:
     target = L._fx.target
@@ -508,6 +509,7 @@ _EMPTY = (
     aten.empty_strided.default,
     aten.new_empty.default,
     aten.new_empty_strided.default,
+    aten.empty_permuted.default,
 )
 
 

@@ -567,36 +567,52 @@ def _select_scatter(L: Lowerer, x: Any, src: Any, dim: int, index: int) -> Any:
     return L.pointwise(shape_of(val), dtype, body)
 
 
+#: A scatter of at most this many indices per row is pointwise (``topk``'s backward: k)
+SCATTER_MAX_PER_ROW = 16
+
+
 @register(aten.scatter.value, aten.scatter.src)
 def _scatter(L: Lowerer, x: Any, dim: int, index: Any, value: Any) -> Any:
-    """One index per row (``index.size(dim) == 1``, the other dims as ``x``'s): pointwise,
-    ``out[i] = value if i[dim] == index[i, dim -> 0] else x[i]`` (the backward of a
-    cross-entropy loss). An index out of range still fails, as in eager: the written
-    arm also reads ``x`` at it through a checked indirect load. Other scatters stay
-    library calls (several writes may land on one element)."""
+    """A few indices per row (``index.size(dim) <= SCATTER_MAX_PER_ROW``, the other dims as
+    ``x``'s): pointwise, ``out[i] = value[i, dim -> m]`` for the last ``m`` whose index is
+    ``i[dim]``, else ``x[i]`` (the backward of a cross-entropy loss: one index; of ``topk``:
+    k). Where two indices of a row are equal, the last wins, as on eager's CPU (a GPU's
+    order is undefined). An index out of range still fails, as in eager: each written arm
+    also reads ``x`` at it through a checked indirect load. Other scatters stay library
+    calls."""
     val = L.meta()
     dim = dim % max(x.ndim, 1)
+    per_row = index.sizes[dim] if isinstance(index, TensorValue) and index.ndim == x.ndim else None
     if (
-        not isinstance(index, TensorValue)
-        or index.ndim != x.ndim
-        or index.sizes[dim] != 1
+        per_row is None
+        or not is_static(per_row)
+        or not 1 <= static(per_row) <= SCATTER_MAX_PER_ROW
         or any(a != b for d, (a, b) in enumerate(zip(index.sizes, x.sizes)) if d != dim)
         or (isinstance(value, TensorValue) and tuple(value.sizes) != tuple(index.sizes))
     ):
-        raise Unsupported("a scatter with several indices per row")
+        raise Unsupported(
+            "a scatter with many indices per row, or an index narrower than its target"
+        )
     dtype = val.dtype
     check = _indirect(L, x, list(x.sizes))
 
     def body(idx: Index) -> Expr:
-        row = tuple(sympy.Integer(0) if d == dim else i for d, i in enumerate(idx))
-        target = cast(index.load(row), torch.int64)
-        hit = Op("eq", (IndexValue(idx[dim]), target), torch.bool)
-        v = cast(value.load(row), dtype) if isinstance(value, TensorValue) else Const(value, dtype)
-        parts = list(idx)
-        parts[dim] = target
-        probe = cast(check(parts), torch.float32)  # asserts 0 <= target < size
-        v = Op("where", (Op("isnan", (probe,), torch.bool), v, v), dtype)
-        return Op("where", (hit, v, cast(x.load(idx), dtype)), dtype)
+        out = cast(x.load(idx), dtype)
+        for m in range(static(per_row)):  # the last index outermost: it wins
+            row = tuple(sympy.Integer(m) if d == dim else i for d, i in enumerate(idx))
+            target = cast(index.load(row), torch.int64)
+            hit = Op("eq", (IndexValue(idx[dim]), target), torch.bool)
+            v = (
+                cast(value.load(row), dtype)
+                if isinstance(value, TensorValue)
+                else Const(value, dtype)
+            )
+            parts = list(idx)
+            parts[dim] = target
+            probe = cast(check(parts), torch.float32)  # asserts 0 <= target < size
+            v = Op("where", (Op("isnan", (probe,), torch.bool), v, v), dtype)
+            out = Op("where", (hit, v, out), dtype)
+        return out
 
     return L.pointwise(shape_of(val), dtype, body)
 

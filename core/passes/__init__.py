@@ -26,7 +26,7 @@ from sdk.plugin import CompileContext, GraphPass
 from sdk.report import HookFault, PassReport
 
 from ..registry import Registry, strict
-from . import convolution, products
+from . import convolution, permutations, products
 from .needs import Needs
 
 
@@ -66,6 +66,13 @@ CORE_PASSES = (
         convolution.conv_bias_into_kernel,
         convolution.has_convolution_with_bias,
         "conv_bias_in_kernel",
+    ),
+    _CorePass(
+        "accumulate_over_permutations",
+        "an accumulating index_put through a permutation's indices (a mixture of experts' "
+        "routing) as writes that never meet: no sort, no atomics",
+        permutations.accumulate_over_permutations,
+        permutations.has_accumulation,
     ),
 )
 

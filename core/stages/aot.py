@@ -65,6 +65,7 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
             cache_tag=capture.cache_tag,
             on_cache_refused=warm.lookup_refused,
             cache_keys=warm.key_memo(),
+            joint_pass=_joint_pass(session, ctx),
             # writes into inputs stay in the graph for the core's programs to do in
             # their kernels (core/lowering/mutation.py); a graph-level plugin and a
             # chain's partitions get functional graphs
@@ -80,6 +81,18 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
         time.perf_counter() - capture.captured,
     )
     return compiled
+
+
+def _joint_pass(session: CompileSession, ctx: Any) -> Callable | None:
+    """The core's pass over AOTAutograd's joint graph (accumulations through a
+    permutation, :mod:`core.passes.permutations`), unless the plugin turned it off."""
+    try:
+        plan = passes.choose(session.hooks, ctx, {})  # (the passes' names: no graph yet)
+    except Exception:  # noqa: BLE001 - the plugin's bad answer fails each graph's compile,
+        return None  # which reports it (and falls back) as for any compile hook
+    if all(p.name != "accumulate_over_permutations" or by for p, by in plan.passes):
+        return None
+    return passes.permutations.on_joint_graph
 
 
 def _freezes(session: CompileSession) -> bool:

@@ -83,6 +83,8 @@ def sdk_graph_passes(ctx, passes):
         return None
     if answer == "relu_off":
         return [p for p in passes if p.name != "relu_into_addmm"]
+    if answer == "permutations_off":
+        return [p for p in passes if p.name != "accumulate_over_permutations"]
     mine = sdk.GraphPass("double_to_add", "x * 2 as x + x", double_to_add)
     if answer == "add":
         return [*passes, mine]
@@ -113,14 +115,15 @@ def _kernel_ops(report) -> list[str]:
 
 
 def test_explain_lists_the_core_passes_and_what_each_changed():
-    """cpu_cpp (no bias preferences) runs relu_into_addmm alone: two ReLUs fused in the
-    forward, none to fuse in the backward."""
+    """cpu_cpp (no bias preferences) runs relu_into_addmm and accumulate_over_permutations:
+    two ReLUs fused in the forward, none to fuse in the backward, no accumulation."""
     model, x = models.mlp(16, 32, 32, act=torch.nn.ReLU, act_last=True, seed=0), torch.randn(8, 16)
     report = sdk.explain(model, x, backend="sdk:cpu_cpp")
     passes = {g.kind: g.passes for g in report.graphs}
+    idle = PassReport("accumulate_over_permutations", 0)
     assert passes == {
-        "forward": [PassReport("relu_into_addmm", 2)],
-        "backward": [PassReport("relu_into_addmm", 0)],
+        "forward": [PassReport("relu_into_addmm", 2), idle],
+        "backward": [PassReport("relu_into_addmm", 0), idle],
     }, passes
     forward, backward = (str(g).splitlines() for g in report.graphs)
     assert "  passes: relu_into_addmm: 2 rewrites" in forward, str(report)
@@ -160,6 +163,7 @@ def test_preferences_add_the_bias_passes_to_the_list():
         PassReport("relu_into_addmm", 0),
         PassReport("mm_bias_into_kernel", 1),
         PassReport("conv_bias_into_kernel", 1),
+        PassReport("accumulate_over_permutations", 0),
     ], graph.passes
     assert sorted(_externs(report)) == [
         "aten.addmm.default",
@@ -179,11 +183,43 @@ def test_a_plugin_turning_off_relu_into_addmm_gets_an_unfused_relu(passy):
         on = sdk.explain(model, x, backend="sdk:passy")
     assert _externs(off) == ["aten.addmm.default"] * 2, str(off)
     assert _kernel_ops(off).count("aten.relu.default") == 2, str(off)
-    assert off.graphs[0].passes == [PassReport("relu_into_addmm", 0, off=True)]
+    assert off.graphs[0].passes == [
+        PassReport("accumulate_over_permutations", 0),
+        PassReport("relu_into_addmm", 0, off=True),
+    ]
     assert "passes: relu_into_addmm: off" in str(off)
     # the same plugin, the pass on: the ReLUs in the library calls
     assert _externs(on) == ["aten._addmm_activation.default"] * 2, str(on)
     assert "aten.relu.default" not in _kernel_ops(on)
+
+
+def _routed(x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    # each row of x gathered twice, in the order of a sort: the backward accumulates
+    # through the sort's indices over 2
+    perm = torch.sort(keys).indices
+    return (x[perm // 2] * keys.unsqueeze(1)).sum()
+
+
+def test_a_plugin_turning_off_the_permutation_pass_keeps_the_accumulation(passy):
+    """The pass runs on AOTAutograd's joint graph too: turned off, it is off there as well,
+    and the backward accumulates through ATen's index_put (the same result)."""
+    x, keys = torch.randn(100, 3), torch.randn(200)  # (over 64 rows: not the one-hot form)
+    grads = {}
+    for answer in ("permutations_off", "none"):
+        passy.MODE["answer"] = answer
+        torch._dynamo.reset()
+        report = sdk.explain(_routed, x.clone().requires_grad_(), keys, backend="sdk:passy")
+        xc = x.clone().requires_grad_()
+        torch.compile(_routed, backend=sdk.backend("passy"))(xc, keys).backward()
+        grads[answer] = (report.graphs[1], xc.grad)
+    off, on = grads["permutations_off"][0], grads["none"][0]
+    assert PassReport("accumulate_over_permutations", 0, off=True) in off.passes
+    assert PassReport("accumulate_over_permutations", 1) in on.passes
+    assert "index_put" in " ".join(e.op for e in off.externs), str(off)
+    xe = x.clone().requires_grad_()
+    _routed(xe, keys).backward()
+    for _, grad in grads.values():
+        torch.testing.assert_close(grad, xe.grad)
 
 
 def _doubled(x: torch.Tensor) -> torch.Tensor:
@@ -199,6 +235,7 @@ def test_a_plugin_adds_its_own_pass(passy):
     (graph,) = report.graphs
     assert graph.passes == [
         PassReport("relu_into_addmm", 0),
+        PassReport("accumulate_over_permutations", 0),
         PassReport("double_to_add", 1, "passy"),
     ], graph.passes
     assert "double_to_add (sdk:passy): 1 rewrite" in str(report)
@@ -232,7 +269,8 @@ def test_a_faulty_pass_is_the_plugins_fault_and_the_graph_compiles_without_it(pa
     assert (fault.plugin, fault.hook) == ("passy", "pass faulty (sdk_graph_passes)"), fault
     assert error in fault.error, fault
     assert isinstance(fault, HookFault)
-    assert [p.name for p in graph.passes] == ["relu_into_addmm", "double_to_add"]
+    names = ["relu_into_addmm", "accumulate_over_permutations", "double_to_add"]
+    assert [p.name for p in graph.passes] == names
     assert graph.kernels and not graph.fallbacks, str(report)
     assert "aten.sin.default" in _kernel_ops(report), str(report)
     torch._dynamo.reset()
@@ -280,7 +318,10 @@ def test_the_graph_cache_keys_a_program_on_its_passes(passy, tmp_path, monkeypat
             return sdk.explain(model, x, backend="sdk:passy").graphs[0]
 
     first = explain()
-    assert (first.cache, first.passes) == ("stored", [PassReport("relu_into_addmm", 2)])
+    assert (first.cache, first.passes) == (
+        "stored",
+        [PassReport("relu_into_addmm", 2), PassReport("accumulate_over_permutations", 0)],
+    )
     passy.MODE["answer"] = "relu_off"
     off = explain()
     assert off.cache == "stored", off.cache
@@ -321,4 +362,7 @@ def test_a_warm_start_serves_no_program_of_other_passes(passy, tmp_path, monkeyp
     off = explain()
     assert off.warm == "hit", off.warm
     assert [e.op for e in off.externs] == ["aten.addmm.default"] * 2, str(off)
-    assert off.passes == [PassReport("relu_into_addmm", 0, off=True)]
+    assert off.passes == [
+        PassReport("accumulate_over_permutations", 0),
+        PassReport("relu_into_addmm", 0, off=True),
+    ]

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import sdk
+from sdk.core.lowering.movement import SCATTER_MAX_PER_ROW
 from tests.plugins_under_test import PLUGINS, device_of
 
 
@@ -53,11 +54,13 @@ def test_select_scatter(plugin):
 @pytest.mark.parametrize("plugin", PLUGINS)
 @pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("tensor_src", [False, True])
-def test_scatter_one_index_per_row(plugin, dim, tensor_src):
+@pytest.mark.parametrize("per_row", [1, 3])
+def test_scatter_a_few_indices_per_row(plugin, dim, tensor_src, per_row):
+    """One index per row (a cross-entropy's backward), or k distinct ones (topk's)."""
     dev = device_of(plugin)
     x = torch.randn(8, 20, device=dev)
-    shape = (8, 1) if dim == 1 else (1, 20)
-    index = torch.randint(0, x.shape[dim], shape, device=dev)
+    shape = (8, per_row) if dim == 1 else (per_row, 20)
+    index = torch.rand(8, 20).argsort(dim=dim).narrow(dim, 0, per_row).to(dev)
     src = torch.randn(shape, device=dev)
 
     def fn(a, i, s):
@@ -123,9 +126,26 @@ def test_embedding_gradient_of_indices_made_in_the_graph(plugin):
     assert not any(g.fallbacks for g in reports.graphs)
 
 
-def test_scatter_with_several_indices_per_row_is_a_library_call():
-    x, index = torch.randn(8, 20), torch.randint(0, 20, (8, 3))
-    src = torch.randn(8, 3)
+def test_a_scatter_with_equal_indices_in_a_row_takes_the_last_as_eager_on_the_cpu():
+    x, index = torch.randn(8, 20), torch.randint(0, 4, (8, 6))  # repeats in every row
+    src = torch.randn(8, 6)
+
+    def fn(a, i, s):
+        return torch.scatter(a, 1, i, s)
+
+    torch.testing.assert_close(
+        _compiled(fn, "cpu_cpp")(x, index, src), fn(x, index, src), rtol=0, atol=0
+    )
+    assert not sdk.explain(fn, x, index, src, backend="sdk:cpu_cpp").fallbacks
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(8, SCATTER_MAX_PER_ROW + 1), (5, 3)],  # too many per row; fewer rows than the target
+)
+def test_other_scatters_are_library_calls(shape):
+    x, index = torch.randn(8, 20), torch.randint(0, 20, shape)
+    src = torch.randn(shape)
 
     def fn(a, i, s):
         return torch.scatter(a, 1, i, s)

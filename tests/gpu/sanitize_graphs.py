@@ -13,7 +13,7 @@ multi-stage (softmax, layer norm) forward and backward, indirect loads
 (embedding, gather, index), scatter (embedding backward), cat and pad (with
 empty parts), random numbers (dropout), odd sizes that leave partial blocks,
 column reductions, split reductions (BatchNorm's statistics and gradients as chains of
-split kernels, rows and columns), pointwise scatters, index_put as index_add, max-pooling and a
+split kernels, rows and columns), pointwise scatters, index_put as index_add, a mixture of experts' routing, max-pooling and a
 channels-last convolution.
 
 ``--dynamic``: graphs compiled once with ``dynamic=True`` (symbolic sizes: sizes are
@@ -35,6 +35,15 @@ import torch
 import torch.nn.functional as F
 
 DEV = "cuda"
+
+
+def _moe(x, router, k=2):
+    top_w, top_i = torch.topk(torch.softmax(x @ router, -1), k, dim=-1)
+    experts, perm = torch.sort(top_i.reshape(-1))
+    rows = x[perm // k] * (experts + 1).unsqueeze(-1) * top_w.reshape(-1)[perm].unsqueeze(-1)
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(perm.numel(), device=perm.device)
+    return rows[inv].view(x.shape[0], k, -1).sum(1)
 
 
 def graphs():
@@ -91,6 +100,10 @@ def graphs():
         lambda x, i, v: torch.index_put(x * 1, [i], v, True),
         (r(50, 7), torch.randint(-50, 50, (129,)), r(129, 7)),
     )
+    # a mixture of experts' routing: top-2 scattered back (topk's backward), rows sorted by
+    # expert and gathered through the sort's indices, their quotient by k and their inverse
+    # (the backward's accumulations through them as writes: core/passes/permutations.py)
+    yield ("moe_routing_fwbw", _moe, (r(75, 9, requires_grad=True), r(9, 4, requires_grad=True)))
     yield (
         "max_pool_bn_relu",
         lambda x, m, v: F.max_pool2d(
