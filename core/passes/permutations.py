@@ -200,7 +200,7 @@ def _rewrite(gm: torch.fx.GraphModule, mark: bool) -> int:
             continue
         x, index, values, _ = found
         if permutation_length(index, seen) is not None:
-            out = _distinct(gm, n, x, index, values)
+            out = _distinct(gm, n, x, index, values, seen)
         else:
             routed = _floordiv(index)
             out = None if routed is None else _routed(gm, n, x, *routed, values, seen)
@@ -227,19 +227,82 @@ def _call(
     return node
 
 
+def _inverse(gm: torch.fx.GraphModule, before: torch.fx.Node, p: Any, seen: dict) -> Any:
+    """A node of the graph holding the inverse of permutation ``p``: the graph's own
+    (``inv[p] = arange(N)`` ahead of ``before``; or ``p`` is one, of ``q``: then ``q``),
+    else one made before ``before`` (an ``index_put`` of ``arange`` through ``p``)."""
+    length = permutation_length(p, seen)
+    ahead = set()
+    for node in gm.graph.nodes:
+        if node is before:
+            break
+        ahead.add(node)
+    for user in p.users:
+        put = _index_of(user)
+        if (
+            user in ahead
+            and put is not None
+            and put[1] is p
+            and _same(permutation_length(user, seen), length)
+        ):
+            return user
+    put = _index_of(p) if p.op == "call_function" else None
+    if put is not None and not put[3] and permutation_length(put[1], seen) is not None:
+        return put[1]
+    pv = _val(p)
+    size = (
+        length
+        if _static(length) is not None
+        else _call(gm, before, aten.sym_size.int, (p, 0), length)
+    )
+    line = pv.new_empty(pv.shape)
+    arange = _call(
+        gm,
+        before,
+        aten.arange.start_step,
+        (0, size, 1),
+        line,
+        dtype=pv.dtype,
+        device=pv.device,
+    )
+    empty = _call(gm, before, aten.empty_like.default, (p,), line)
+    inverse = _call(gm, before, aten.index_put.default, (empty, [p], arange), line)
+    seen[inverse] = length
+    return inverse
+
+
+def _gather(gm: torch.fx.GraphModule, n: torch.fx.Node, values: Any, inverse: Any) -> torch.fx.Node:
+    """``values[inverse]``: each row read from where the permutation put it."""
+    vv = _val(values)
+    return _call(gm, n, aten.index.Tensor, (values, [inverse]), vv.new_empty(vv.shape))
+
+
 def _distinct(
-    gm: torch.fx.GraphModule, n: torch.fx.Node, x: Any, index: Any, values: Any
+    gm: torch.fx.GraphModule,
+    n: torch.fx.Node,
+    x: Any,
+    index: Any,
+    values: Any,
+    seen: dict[Any, Any],
 ) -> torch.fx.Node:
-    """``x[p] += v`` with ``p``'s values distinct: one write per row."""
+    """``x[p] += v`` with ``p`` a permutation: ``x + v[inv]`` where ``p`` covers ``x``'s
+    rows and ``v`` has a row per index (a gather, in the generated kernel); else one write
+    per row."""
     xv, vv = _val(x), _val(values)
-    if not _is_zeros(x):
-        picked = xv.new_empty((_val(index).shape[0], *xv.shape[1:]))
-        read = _call(gm, n, aten.index.Tensor, (x, [index]), picked)
-        values = _call(gm, n, aten.add.Tensor, (read, values), picked + vv)
-    put = _call(gm, n, aten.index_put.default, (x, [index], values), _val(n))
-    n.replace_all_uses_with(put)
+    length = permutation_length(index, seen)
+    if _same(xv.shape[0], length) and vv.ndim == xv.ndim and _same(vv.shape[0], length):
+        out = _gather(gm, n, values, _inverse(gm, n, index, seen))
+        if not _is_zeros(x):
+            out = _call(gm, n, aten.add.Tensor, (x, out), _val(n))
+    else:
+        if not _is_zeros(x):
+            picked = xv.new_empty((_val(index).shape[0], *xv.shape[1:]))
+            read = _call(gm, n, aten.index.Tensor, (x, [index]), picked)
+            values = _call(gm, n, aten.add.Tensor, (read, values), picked + vv)
+        out = _call(gm, n, aten.index_put.default, (x, [index], values), _val(n))
+    n.replace_all_uses_with(out)
     gm.graph.erase_node(n)
-    return put
+    return out
 
 
 def _routed(
@@ -252,7 +315,8 @@ def _routed(
     seen: dict[Any, Any],
 ) -> torch.fx.Node | None:
     """``x[p // k] += v`` with ``p`` a permutation of ``k * rows``: ``x`` plus the sum over
-    ``k`` of ``v`` written back to its unsorted rows; None where the sizes do not show it."""
+    ``k`` of ``v`` read back in its unsorted order (``v[inv]``, each row's k copies side by
+    side); None where the sizes do not show it."""
     xv, vv = _val(x), _val(values)
     length = permutation_length(perm, seen)
     rows, kv = xv.shape[0], _val(k) if isinstance(k, torch.fx.Node) else k
@@ -268,15 +332,7 @@ def _routed(
         for i, d in enumerate(rest)
     ]
     acc = torch.float32 if xv.dtype in (torch.float16, torch.bfloat16) else xv.dtype
-    zeros = _call(
-        gm,
-        n,
-        aten.zeros_like.default,
-        (values,),
-        vv.new_empty(vv.shape),
-        memory_format=torch.contiguous_format,  # (viewed as (rows, k, ...) next)
-    )
-    back = _call(gm, n, aten.index_put.default, (zeros, [perm], values), vv.new_empty(vv.shape))
+    back = _gather(gm, n, values, _inverse(gm, n, perm, seen))
     shaped = _call(
         gm, n, aten.view.default, (back, [-1, k, *sizes]), vv.new_empty((rows, kv, *rest))
     )
