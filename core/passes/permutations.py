@@ -1,4 +1,4 @@
-"""Accumulations through a permutation's indices, as writes that never meet.
+"""Accumulations through a permutation's indices, as gathers through its inverse.
 
 A mixture-of-experts layer sorts its tokens by expert (``argsort``), inverts that order
 (``inv[perm] = arange(n)``) and gathers rows by both. The backward of each gather is an
@@ -6,12 +6,16 @@ accumulating ``index_put``, which the lowering leaves to ATen's deterministic ke
 radix sort of the indices, bounds checks and a segmented sum, per call (issue 36: the sdk
 never adds with atomics). Yet a permutation's indices are all distinct, so nothing is summed:
 
-- ``index_put(x, [p], v, accumulate=True)`` with ``p`` a permutation is
-  ``index_put(x, [p], v)`` where ``x`` is zeros, and ``index_put(x, [p], x[p] + v)`` else;
+- ``index_put(x, [p], v, accumulate=True)`` with ``p`` a permutation of ``x``'s rows is
+  ``x + v[inv]``, ``inv`` its inverse: a gather, which the generated kernel does (where
+  ``p`` reaches only some rows, ``index_put(x, [p], x[p] + v)``: one write per row);
 - with ``p // k`` as the index (the token of each of ``k`` routed copies, ``p`` a
-  permutation of ``k * rows``), each row receives exactly ``k`` values. It is ``x`` plus
-  the sum over ``k`` of the values written back to their unsorted places: a sum in a fixed
-  order, as deterministic as before.
+  permutation of ``k * rows``), row ``t`` receives exactly ``k`` values,
+  ``v[inv[t * k + j]]``: ``x`` plus their sum, added in order of ``j`` (as deterministic
+  as before), in one pointwise kernel.
+
+The inverse is the graph's own where it has one (HF's MoE layers compute it), else one
+``index_put`` of ``arange`` through ``p`` that the rewrite adds.
 
 Where a graph holds a permutation is known from its ops (:func:`permutation_length`): the
 indices of a 1-d ``sort`` or ``randperm``, and an ``index_put`` of ``arange`` through one
@@ -41,6 +45,10 @@ from .needs import Needs
 #: ``node.meta[REWRITTEN]``: the node stands for an accumulation the joint graph's pass
 #: rewrote
 REWRITTEN = "sdk_accumulate_over_permutations"
+
+#: ``x[p // k] += v`` for a k up to this is k gathers added in order (one pointwise kernel);
+#: a larger or symbolic k, a gather and a sum over k
+ROUTED_MAX_K = 8
 
 _SORTS = (aten.sort.default, aten.sort.stable)
 _SAME_VALUES = (
@@ -315,8 +323,8 @@ def _routed(
     seen: dict[Any, Any],
 ) -> torch.fx.Node | None:
     """``x[p // k] += v`` with ``p`` a permutation of ``k * rows``: ``x`` plus the sum over
-    ``k`` of ``v`` read back in its unsorted order (``v[inv]``, each row's k copies side by
-    side); None where the sizes do not show it."""
+    ``k`` of ``v`` read back in its unsorted order (``v[inv]``: row ``t``'s k copies are
+    ``v[inv[t * k + j]]``), in fp32 for 16-bit values; None where the sizes do not show it."""
     xv, vv = _val(x), _val(values)
     length = permutation_length(perm, seen)
     rows, kv = xv.shape[0], _val(k) if isinstance(k, torch.fx.Node) else k
@@ -326,19 +334,32 @@ def _routed(
     shape = (rows * kv, *rest)
     if vv.ndim != len(shape) or not all(map(_same, vv.shape, shape)) or vv.dtype != xv.dtype:
         return None
-    # the view's sizes: numbers, or the graph's nodes of x's symbolic sizes
-    sizes = [
-        d if _static(d) is not None else _call(gm, n, aten.sym_size.int, (x, i + 1), d)
-        for i, d in enumerate(rest)
-    ]
     acc = torch.float32 if xv.dtype in (torch.float16, torch.bfloat16) else xv.dtype
-    back = _gather(gm, n, values, _inverse(gm, n, perm, seen))
-    shaped = _call(
-        gm, n, aten.view.default, (back, [-1, k, *sizes]), vv.new_empty((rows, kv, *rest))
-    )
+    inverse = _inverse(gm, n, perm, seen)
     total_val = xv.new_empty(xv.shape, dtype=acc)
-    summed = _call(gm, n, aten.sum.dim_IntList, (shaped, [1]), total_val, dtype=acc)
-    total = _call(gm, n, aten.add.Tensor, (x, summed), total_val)
+    if _static(k) is not None and k <= ROUTED_MAX_K:
+        # k gathers added in order: one pointwise kernel, no (rows * k)-row temporary
+        rows_of = _call(
+            gm, n, aten.view.default, (inverse, [-1, k]), _val(inverse).new_empty((rows, k))
+        )
+        total = _call(gm, n, prims.convert_element_type.default, (x, acc), total_val)
+        for j in range(k):
+            col = _call(gm, n, aten.select.int, (rows_of, 1, j), _val(inverse).new_empty((rows,)))
+            part = _call(gm, n, aten.index.Tensor, (values, [col]), xv.new_empty(xv.shape))
+            part = _call(gm, n, prims.convert_element_type.default, (part, acc), total_val)
+            total = _call(gm, n, aten.add.Tensor, (total, part), total_val)
+    else:
+        # the view's sizes: numbers, or the graph's nodes of x's symbolic sizes
+        sizes = [
+            d if _static(d) is not None else _call(gm, n, aten.sym_size.int, (x, i + 1), d)
+            for i, d in enumerate(rest)
+        ]
+        back = _gather(gm, n, values, inverse)
+        shaped = _call(
+            gm, n, aten.view.default, (back, [-1, k, *sizes]), vv.new_empty((rows, kv, *rest))
+        )
+        summed = _call(gm, n, aten.sum.dim_IntList, (shaped, [1]), total_val, dtype=acc)
+        total = _call(gm, n, aten.add.Tensor, (x, summed), total_val)
     out = total
     if acc != xv.dtype:
         out = _call(gm, n, prims.convert_element_type.default, (total, xv.dtype), _val(n))
