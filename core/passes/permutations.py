@@ -294,11 +294,12 @@ def _distinct(
     seen: dict[Any, Any],
 ) -> torch.fx.Node:
     """``x[p] += v`` with ``p`` a permutation: ``x + v[inv]`` where ``p`` covers ``x``'s
-    rows and ``v`` has a row per index (a gather, in the generated kernel); else one write
+    rows and ``v`` has ``x``'s shape (a gather, in the generated kernel); else one write
     per row."""
     xv, vv = _val(x), _val(values)
     length = permutation_length(index, seen)
-    if _same(xv.shape[0], length) and vv.ndim == xv.ndim and _same(vv.shape[0], length):
+    whole = vv.ndim == xv.ndim and all(map(_same, vv.shape, xv.shape))  # (no broadcast)
+    if whole and _same(xv.shape[0], length):
         out = _gather(gm, n, values, _inverse(gm, n, index, seen))
         if not _is_zeros(x):
             out = _call(gm, n, aten.add.Tensor, (x, out), _val(n))

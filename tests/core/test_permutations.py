@@ -111,14 +111,19 @@ def _check(fn, args, plugin, rewrites):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
-@pytest.mark.parametrize("rows", [300, 410])  # every row reached (a gather), or not
-def test_an_accumulation_into_a_tensor_through_a_permutation(plugin, rows):
+@pytest.mark.parametrize(
+    ("rows", "width"),
+    [(300, 5), (410, 5), (300, 1)],  # every row reached (a gather); not; values broadcast
+)
+def test_an_accumulation_into_a_tensor_through_a_permutation(plugin, rows, width):
     dev = device_of(plugin)
-    x, keys, v = torch.randn(rows, 5, device=dev), *(torch.randn(300, 5, device=dev) for _ in "kv")
+    x, keys = torch.randn(rows, 5, device=dev), torch.randn(300, 5, device=dev)
+    v = torch.randn(300, width, device=dev)
 
     def fn(x, keys, v):
         perm = torch.argsort(keys[:, 0])
-        return torch.index_put(x * 2, (perm,), v, accumulate=True)
+        base = x * 2 if width > 1 else torch.zeros_like(x)  # (zeros: the values alone)
+        return torch.index_put(base, (perm,), v, accumulate=True)
 
     _check(fn, (x, keys, v), plugin, 1)
 
