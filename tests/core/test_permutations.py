@@ -75,7 +75,12 @@ def test_a_mixture_of_experts_backward_accumulates_without_sorting(plugin, dtype
         torch.testing.assert_close(a.grad, b.grad, **tol)
     again = [a.clone().requires_grad_() for a in args]
     (fn(*again) * up).sum().backward()
-    for a, b in zip(mine, again):  # no atomics: the same bits every run
+    # no atomics: the same bits every run, for the gradients the rewritten accumulations
+    # reach (the tokens' and the router's). The experts' weights accumulate through ATen's
+    # index_put (the sorted expert ids repeat), whose CPU kernel adds in another order from
+    # run to run with several threads (eager too: 20 results in 20 runs under torch 2.11
+    # on 16 threads)
+    for a, b in zip(mine[:2], again[:2]):
         assert torch.equal(a.grad, b.grad)
 
     report = sdk.explain(
