@@ -139,7 +139,8 @@ class Preferences:
     """What a plugin prefers the core to make: the answer of ``sdk_preferences`` (hook API 6).
 
     The core's output computes the same with any of these; only its speed on the device
-    differs. Every field defaults to ``False``, the core's choice for a plugin that does not
+    differs (and, for ``ordered_index_add``, which library call gives the same bits in
+    every run). Every field defaults to ``False``, the core's choice for a plugin that does not
     answer (a CPU's). The core reads them as ``ctx.preferences`` (a plugin may too).
     """
 
@@ -170,6 +171,14 @@ class Preferences:
     #: uses them at every point of a larger reader that broadcasts it. Without it that value
     #: is stored once (the rotary embedding's cos/sin, read over every head)
     cheap_transcendentals: bool = False
+    #: ATen's ``index_add`` adds each row's values in index order on the plugin's device (the
+    #: CPU's does; CUDA's adds with atomics), while its accumulating ``index_put`` does not
+    #: (the CPU's splits the indices over threads: another order, other bits, in each run).
+    #: The core then accumulates into a table (an embedding's gradient) through
+    #: ``index_add``, not ``index_put``, so that every run gives the same bits. Leave it
+    #: False where ``index_put`` is the reproducible one (CUDA: a sort, then each row in
+    #: order)
+    ordered_index_add: bool = False
 
     def __post_init__(self) -> None:
         for f in fields(self):

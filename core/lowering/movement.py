@@ -435,6 +435,9 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
         and x.sizes[0] * math.prod(idx.sizes) <= ONE_HOT_MAX_ELEMENTS
     )
     if not small:
+        ordered = _through_index_add(L, x, idx, values) if accumulate else None
+        if ordered is not None:
+            return ordered
         return L.extern(target, (x, indices, values, accumulate), {})
     n, width = x.sizes
     flat_n = math.prod(idx.sizes)
@@ -465,6 +468,42 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
         return cast(s, dtype)
 
     return L.pointwise((n, width), dtype, body)
+
+
+def _through_index_add(L: Lowerer, x: Any, idx: Any, values: Any) -> Any:
+    """``x[idx] += values`` as ATen's ``index_add`` over the flattened indices (wrapped as
+    index_put wraps them: -1 is the last row) and values, where the plugin says its
+    device's index_add adds in index order (``Preferences.ordered_index_add``: the same
+    bits in every run) and the values have a row per index; else None. 16-bit values add in
+    float32, as ATen's index_put does."""
+    if not (
+        L.ctx.preferences.ordered_index_add
+        and isinstance(idx, TensorValue)
+        and isinstance(values, TensorValue)
+        and idx.dtype in (torch.int64, torch.int32)
+        and x.ndim >= 1
+        and tuple(values.sizes) == tuple(idx.sizes) + tuple(x.sizes[1:])
+    ):
+        return None
+    n, rest = x.sizes[0], tuple(x.sizes[1:])
+    flat_n = math.prod(idx.sizes) if idx.ndim else 1
+    at_idx = reshape_reindex(tuple(idx.sizes), (flat_n,))
+    at_val = reshape_reindex(tuple(values.sizes), (flat_n, *rest))
+
+    def row(i: Index) -> Expr:
+        return _from_the_end(cast(idx.load(at_idx(i)), torch.int64), n)
+
+    rows = L.pointwise((flat_n,), torch.int64, row)
+    # 16-bit values are added in float32 and rounded once (index_add itself would round after
+    # every add: a row of many indices would drift)
+    dtype = L.meta().dtype
+    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    vals = L.pointwise((flat_n, *rest), acc, lambda i: cast(values.load(at_val(i)), acc))
+    if acc == dtype:
+        return L.extern(aten.index_add.default, (x, 0, rows, vals), {})
+    wide = L.pointwise(tuple(x.sizes), acc, lambda i: cast(x.load(i), acc))
+    sums = L.extern(aten.index_add.default, (wide, 0, rows, vals), {}, out_dtype=acc)
+    return L.pointwise(tuple(x.sizes), dtype, lambda i: cast(sums.load(i), dtype))
 
 
 @register(aten.repeat.default)

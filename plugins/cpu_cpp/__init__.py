@@ -60,6 +60,13 @@ def sdk_plugin_status() -> str | None:
 
 
 @sdk.hookimpl
+def sdk_preferences() -> sdk.Preferences:
+    # ATen's CPU index_put with accumulate adds in a thread-dependent order; index_add adds
+    # in index order: the same bits in every run
+    return sdk.Preferences(ordered_index_add=True)
+
+
+@sdk.hookimpl
 def sdk_cache_key(ctx: sdk.CompileContext) -> str | None:
     """The compiler, its identity (version, what -march=native means here) and flags, and
     this plugin's sources."""

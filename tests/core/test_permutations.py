@@ -42,7 +42,10 @@ def _rewrites(report) -> dict[str, int]:
 
 
 def _tolerances(dtype):
-    return {} if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-2)
+    # bf16: the experts' weight gradients sum about 48 rows each; eager's CPU index_put rounds to
+    # bf16 after every add, the sdk adds in float32 and rounds once (as on CUDA): up to a
+    # rounding or two of eager's apart (test_index_add_in_place.py's bf16 bounds)
+    return {} if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-1)
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
