@@ -78,12 +78,11 @@ def test_a_mixture_of_experts_backward_accumulates_without_sorting(plugin, dtype
         torch.testing.assert_close(a.grad, b.grad, **tol)
     again = [a.clone().requires_grad_() for a in args]
     (fn(*again) * up).sum().backward()
-    # no atomics: the same bits every run, for the gradients the rewritten accumulations
-    # reach (the tokens' and the router's). The experts' weights accumulate through ATen's
-    # index_put (the sorted expert ids repeat), whose CPU kernel adds in another order from
-    # run to run with several threads (eager too: 20 results in 20 runs under torch 2.11
-    # on 16 threads)
-    for a, b in zip(mine[:2], again[:2]):
+    # no atomics: the same bits every run. (cuda_triton on CPU tensors, under Triton's
+    # interpreter, leaves the experts' weights to the CPU's ATen index_put, which adds in a
+    # thread-dependent order: its check is the gradients the rewrite reaches)
+    reached = 2 if plugin == "cuda_triton" and dev == "cpu" else len(args)
+    for a, b in zip(mine[:reached], again[:reached]):
         assert torch.equal(a.grad, b.grad)
 
     report = sdk.explain(
