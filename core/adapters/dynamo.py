@@ -48,9 +48,9 @@ def aot_compile(
     and the compilers; the backward is then compiled with the forward. A lookup whose
     entries are not safe to unpickle is a miss, and ``on_cache_refused(why)`` is called.
     ``cache_keys`` (an :class:`~core.adapters.aot_cache.KeyMemo`) remembers torch's keys.
-    ``joint_pass(joint)`` runs over the joint graph before the partition (where Inductor
-    runs its joint-graph passes); it may write the nodes' ``meta``, which the partitioner
-    carries into both graphs (a saved value's into the backward's input).
+    ``joint_pass(joint)`` rewrites the joint graph in place before the partition (where
+    Inductor runs its joint-graph passes), each node it adds with its ``meta["val"]``; the
+    partitioner carries each node's ``meta`` into the graph that gets the node.
     """
     # imported here, not with this module: both import Dynamo (about a second and a half),
     # which commands that compile nothing (`python -m sdk list`, `ops`, `cache`) never need
