@@ -417,34 +417,36 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
     ``x + one_hot(idx).T @ values``: a library product, computed in float64 for float32
     values and in float32 for 16-bit ones (exact one-hot and value operands: a TF32 product
     rounds neither; each row's sum is rounded once). Any other accumulation is ATen's
-    ``index_put`` (sort, then each row summed in index order), run in place over a
-    temporary it accumulates into (``IN_PLACE_FORMS``)."""
+    ``index_put`` (sort, then each row summed in index order), or its ``index_add`` where
+    the plugin declares that one adds in index order (``Preferences.ordered_index_add``:
+    :func:`_through_index_add`), run in place over a temporary it accumulates into
+    (``IN_PLACE_FORMS``)."""
     target = aten.index_put.default
     idx = indices[0] if isinstance(indices, (list, tuple)) and len(indices) == 1 else None
-    small = (
+    # one index tensor, and a row of values per index
+    rows = (
         accumulate
         and isinstance(idx, TensorValue)
         and isinstance(values, TensorValue)
         and idx.dtype in (torch.int64, torch.int32)
+        and tuple(values.sizes) == tuple(idx.sizes) + tuple(x.sizes[1:])
+    )
+    small = (
+        rows
         and x.ndim == 2
         and x.dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
-        and tuple(values.sizes) == tuple(idx.sizes) + tuple(x.sizes[1:])
         and is_static(x.sizes[0])
         and x.sizes[0] <= ONE_HOT_MAX_ROWS
         and all(is_static(s) for s in idx.sizes)
         and x.sizes[0] * math.prod(idx.sizes) <= ONE_HOT_MAX_ELEMENTS
     )
     if not small:
-        ordered = _through_index_add(L, x, idx, values) if accumulate else None
-        if ordered is not None:
-            return ordered
+        if rows and L.ctx.preferences.ordered_index_add:
+            return _through_index_add(L, x, idx, values)
         return L.extern(target, (x, indices, values, accumulate), {})
     n, width = x.sizes
-    flat_n = math.prod(idx.sizes)
+    flat_n, at_idx, at_val = _flat_rows(idx, values, (width,))
     acc = torch.float64 if x.dtype in (torch.float32, torch.float64) else torch.float32
-    at_idx = reshape_reindex(tuple(idx.sizes), (flat_n,))
-    at_val = reshape_reindex(tuple(values.sizes), (flat_n, width))
-
     # an index out of range fails, as in eager: each one-hot element also reads the
     # (small) table at its index through a checked indirect load
     check = _indirect(L, L.realize(x), [n, width], wrap=True)
@@ -470,25 +472,23 @@ def _index_put(L: Lowerer, x: Any, indices: Any, values: Any, accumulate: bool =
     return L.pointwise((n, width), dtype, body)
 
 
-def _through_index_add(L: Lowerer, x: Any, idx: Any, values: Any) -> Any:
-    """``x[idx] += values`` as ATen's ``index_add`` over the flattened indices (wrapped as
-    index_put wraps them: -1 is the last row) and values, where the plugin says its
-    device's index_add adds in index order (``Preferences.ordered_index_add``: the same
-    bits in every run) and the values have a row per index; else None. 16-bit values add in
-    float32, as ATen's index_put does."""
-    if not (
-        L.ctx.preferences.ordered_index_add
-        and isinstance(idx, TensorValue)
-        and isinstance(values, TensorValue)
-        and idx.dtype in (torch.int64, torch.int32)
-        and x.ndim >= 1
-        and tuple(values.sizes) == tuple(idx.sizes) + tuple(x.sizes[1:])
-    ):
-        return None
-    n, rest = x.sizes[0], tuple(x.sizes[1:])
-    flat_n = math.prod(idx.sizes) if idx.ndim else 1
+def _flat_rows(idx: Any, values: Any, rest: tuple) -> tuple[Any, Callable, Callable]:
+    """The indices and their rows of values flattened: ``(n, at_idx, at_val)``, ``at_idx``
+    mapping an index of ``(n,)`` into ``idx`` and ``at_val`` one of ``(n, *rest)`` into
+    ``values``."""
+    flat_n = math.prod(idx.sizes)
     at_idx = reshape_reindex(tuple(idx.sizes), (flat_n,))
-    at_val = reshape_reindex(tuple(values.sizes), (flat_n, *rest))
+    return flat_n, at_idx, reshape_reindex(tuple(values.sizes), (flat_n, *rest))
+
+
+def _through_index_add(L: Lowerer, x: Any, idx: Any, values: Any) -> Any:
+    """``x[idx] += values`` (a row of values per index) as ATen's ``index_add`` over the
+    flattened indices (wrapped as index_put wraps them: -1 is the last row) and values,
+    for a plugin whose device's index_add adds in index order
+    (``Preferences.ordered_index_add``: the same bits in every run). 16-bit values add in
+    float32, as ATen's index_put does."""
+    n, rest = x.sizes[0], tuple(x.sizes[1:])
+    flat_n, at_idx, at_val = _flat_rows(idx, values, rest)
 
     def row(i: Index) -> Expr:
         return _from_the_end(cast(idx.load(at_idx(i)), torch.int64), n)

@@ -75,9 +75,6 @@ def _static(x: Any) -> int | None:
     return x if isinstance(x, int) and not isinstance(x, bool) else None
 
 
-_same = same_size
-
-
 def _arange_of(n: Any) -> Any:
     """``n``'s length if ``n`` is ``arange(length)`` (start 0, step 1), else None."""
     if not (isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in _ARANGES):
@@ -134,8 +131,8 @@ def _permutation_length(n: torch.fx.Node, seen: dict[Any, Any]) -> Any:
         inner = permutation_length(index, seen)
         # ``inv[p] = arange(N)`` over all N rows of ``inv``: p's inverse
         arange = _arange_of(values)
-        whole = _same(inner, length) and _same(arange, length)
-        return length if whole and _same(_val(values).shape[0], length) else None
+        whole = same_size(inner, length) and same_size(arange, length)
+        return length if whole and same_size(_val(values).shape[0], length) else None
     return None
 
 
@@ -201,17 +198,18 @@ def accumulate_over_permutations(
 
 def _rewrite(gm: torch.fx.GraphModule, mark: bool) -> int:
     count = 0
-    seen: dict[Any, Any] = {}
+    seen: dict[Any, Any] = {}  # what permutation_length found, by node
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}  # (for _inverse)
     for n in list(gm.graph.nodes):
         found = _index_of(n)
         if found is None or not found[3]:
             continue
         x, index, values, _ = found
         if permutation_length(index, seen) is not None:
-            out = _distinct(gm, n, x, index, values, seen)
+            out = _distinct(gm, n, x, index, values, seen, order)
         else:
             routed = _floordiv(index)
-            out = None if routed is None else _routed(gm, n, x, *routed, values, seen)
+            out = None if routed is None else _routed(gm, n, x, *routed, values, seen, order)
         if out is not None:
             count += 1
             if mark:
@@ -235,26 +233,25 @@ def _call(
     return node
 
 
-def _inverse(gm: torch.fx.GraphModule, before: torch.fx.Node, p: Any, seen: dict) -> Any:
+def _inverse(
+    gm: torch.fx.GraphModule, before: torch.fx.Node, p: Any, seen: dict, order: dict
+) -> Any:
     """A node of the graph holding the inverse of permutation ``p``: the graph's own
     (``inv[p] = arange(N)`` ahead of ``before``; or ``p`` is one, of ``q``: then ``q``),
-    else one made before ``before`` (an ``index_put`` of ``arange`` through ``p``)."""
+    else one made before ``before`` (an ``index_put`` of ``arange`` through ``p``).
+    ``order``: the graph's nodes' positions before the rewrite (a node the rewrite made is
+    ahead of every node it rewrites later)."""
     length = permutation_length(p, seen)
-    ahead = set()
-    for node in gm.graph.nodes:
-        if node is before:
-            break
-        ahead.add(node)
     for user in p.users:
         put = _index_of(user)
         if (
-            user in ahead
+            order.get(user, -1) < order[before]
             and put is not None
             and put[1] is p
-            and _same(permutation_length(user, seen), length)
+            and same_size(permutation_length(user, seen), length)
         ):
             return user
-    put = _index_of(p) if p.op == "call_function" else None
+    put = _index_of(p)
     if put is not None and not put[3] and permutation_length(put[1], seen) is not None:
         return put[1]
     pv = _val(p)
@@ -292,15 +289,16 @@ def _distinct(
     index: Any,
     values: Any,
     seen: dict[Any, Any],
+    order: dict[Any, int],
 ) -> torch.fx.Node:
     """``x[p] += v`` with ``p`` a permutation: ``x + v[inv]`` where ``p`` covers ``x``'s
     rows and ``v`` has ``x``'s shape (a gather, in the generated kernel); else one write
     per row."""
     xv, vv = _val(x), _val(values)
     length = permutation_length(index, seen)
-    whole = vv.ndim == xv.ndim and all(map(_same, vv.shape, xv.shape))  # (no broadcast)
-    if whole and _same(xv.shape[0], length):
-        out = _gather(gm, n, values, _inverse(gm, n, index, seen))
+    whole = vv.ndim == xv.ndim and all(map(same_size, vv.shape, xv.shape))  # (no broadcast)
+    if whole and same_size(xv.shape[0], length):
+        out = _gather(gm, n, values, _inverse(gm, n, index, seen, order))
         if not _is_zeros(x):
             out = _call(gm, n, aten.add.Tensor, (x, out), _val(n))
     else:
@@ -322,6 +320,7 @@ def _routed(
     k: Any,
     values: Any,
     seen: dict[Any, Any],
+    order: dict[Any, int],
 ) -> torch.fx.Node | None:
     """``x[p // k] += v`` with ``p`` a permutation of ``k * rows``: ``x`` plus the sum over
     ``k`` of ``v`` read back in its unsorted order (``v[inv]``: row ``t``'s k copies are
@@ -329,14 +328,14 @@ def _routed(
     xv, vv = _val(x), _val(values)
     length = permutation_length(perm, seen)
     rows, kv = xv.shape[0], _val(k) if isinstance(k, torch.fx.Node) else k
-    if not _same(length, rows * kv):
+    if not same_size(length, rows * kv):
         return None
     rest = tuple(xv.shape[1:])
     shape = (rows * kv, *rest)
-    if vv.ndim != len(shape) or not all(map(_same, vv.shape, shape)) or vv.dtype != xv.dtype:
+    if vv.ndim != len(shape) or not all(map(same_size, vv.shape, shape)) or vv.dtype != xv.dtype:
         return None
     acc = torch.float32 if xv.dtype in (torch.float16, torch.bfloat16) else xv.dtype
-    inverse = _inverse(gm, n, perm, seen)
+    inverse = _inverse(gm, n, perm, seen, order)
     total_val = xv.new_empty(xv.shape, dtype=acc)
     if _static(k) is not None and k <= ROUTED_MAX_K:
         # k gathers added in order: one pointwise kernel, no (rows * k)-row temporary
