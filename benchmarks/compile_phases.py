@@ -21,13 +21,23 @@ step is split by wall time spent in its phases:
 * the rest of the step: Dynamo, AOTAutograd, decompositions, the first run.
 
 The native runner is built (or loaded from its cache) before the rows: it is built once per
-machine and torch version, not per compile.
+machine and torch version, not per compile. Then, as ``sdk bench`` does, each backend compiles
+a trivial function, so that the first row's Inductor step does not pay the process's first
+imports, CUDA libraries and Inductor's worker pool. (Until 2026-12-01 this script did not, and
+its sdk/Inductor ratios read lower than the models suite's: resnet50 training 0.54 here against
+0.82 in the suite, on one H200 in two calls of one session.)
+
+``--cprofile DIR`` runs each sdk step under cProfile (its times then grow; the compile's
+threads are not seen) and writes its top functions to ``DIR/<row>.prof.txt``. Each sdk line
+says when in the step the compile workers first answered: kernels rendered before that
+compile in this process's threads.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +46,7 @@ import torch
 
 from sdk.core import lowering, native, program, scheduler
 from sdk.core.adapters import torch_private
-from sdk.tools import bench
+from sdk.tools import bench, bench_timing
 from sdk.tools import bench_models as bm
 
 spent: collections.Counter[str] = collections.Counter()
@@ -71,18 +81,42 @@ def _instrument(plugin: str) -> None:
         _timed(toolchain, "compile_library", "build")
 
 
+#: seconds into the last sdk step at which its compile workers first answered (None: never)
+workers_ready: list[float | None] = [None]
+
+
+def _watch_workers(t0: float, stop: threading.Event) -> None:
+    from sdk.workers import compile_workers
+
+    workers_ready[0] = None
+    while not stop.wait(0.05):
+        if compile_workers().ready:
+            workers_ready[0] = time.perf_counter() - t0
+            return
+
+
 def _in_workers(plugin: str) -> str:
-    """How many kernels cuda_triton compiled in the compile workers since the last call."""
+    """How many kernels cuda_triton compiled in the compile workers since the last call,
+    and when in the step the workers were ready."""
     if plugin != "cuda_triton":
         return ""
     from sdk.plugins.cuda_triton import offline
 
     done = dict(offline.WORKER_COMPILES)
     offline.WORKER_COMPILES.update(compiled=0, failed=0)
-    return f"; in compile workers {done['compiled']} kernels ({done['failed']} failed)"
+    ready = workers_ready[0]
+    when = "never" if ready is None else f"{ready:.1f} s into the step"
+    return (
+        f"; in compile workers {done['compiled']} kernels ({done['failed']} failed), "
+        f"workers ready {when}"
+    )
 
 
-def _cold(case: bench.Case, backend: Any, dev: torch.device) -> float:
+def _cold(
+    case: bench.Case, backend: Any, dev: torch.device, profile_to: str | None = None
+) -> float:
+    """One cold step's wall seconds; with ``profile_to``, under cProfile, its top functions
+    (by own and by cumulative time) written to that file."""
     torch_private.reset_dynamo()
     bench._fresh_cache_dirs()
     if torch.cuda.is_available():
@@ -93,7 +127,30 @@ def _cold(case: bench.Case, backend: Any, dev: torch.device) -> float:
 
         launch._MODULES.clear()
     f = torch.compile(case.target, backend=backend)
-    secs, _ = bench._Clock(dev.type == "cuda", 0).wall(lambda: case.step(f))
+    stop = threading.Event()
+    threading.Thread(target=_watch_workers, args=(time.perf_counter(), stop), daemon=True).start()
+    try:
+        return _step(case, f, dev, profile_to)
+    finally:
+        stop.set()
+
+
+def _step(case: bench.Case, f: Any, dev: torch.device, profile_to: str | None) -> float:
+    if profile_to is None:
+        secs, _ = bench._Clock(dev.type == "cuda", 0).wall(lambda: case.step(f))
+        return secs
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    secs, _ = bench._Clock(dev.type == "cuda", 0).wall(lambda: prof.runcall(case.step, f))
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("cumulative").print_stats(60)
+    stats.sort_stats("tottime").print_stats(40)
+    with open(profile_to, "w") as fh:
+        fh.write(out.getvalue())
     return secs
 
 
@@ -112,6 +169,12 @@ def main() -> None:
         default=None,
         metavar="K=V",
         help="also a cold sdk step with this environment variable set, e.g. TRITON_DEFAULT_FP_FUSION=0",
+    )
+    ap.add_argument(
+        "--cprofile",
+        default=None,
+        metavar="DIR",
+        help="profile each sdk step (cProfile: its times grow) into DIR/<row>.prof.txt",
     )
     args = ap.parse_args()
     import ast
@@ -135,6 +198,10 @@ def main() -> None:
     print(
         f"the native runner, built or loaded once (not in the rows): {time.perf_counter() - t0:.1f} s"
     )
+    # as `sdk bench` does: a trivial compile with each backend first, so that the first
+    # row's Inductor step is not charged with imports and worker pools that the sdk's
+    # step then finds ready
+    print(f"prewarm (not in the rows): {bench_timing._prewarm(dev, f'sdk:{plugin}'):.1f} s")
     _instrument(plugin)
     table = bm.rows()
     try:
@@ -149,11 +216,13 @@ def main() -> None:
                 runs.append((f"sdk {args.options}", sdk.backend(plugin, **options), None))
             if args.also_env:
                 runs.append((f"sdk {args.also_env}", f"sdk:{plugin}", args.also_env))
-            for label, backend, env in runs:
+            for i, (label, backend, env) in enumerate(runs):
                 spent.clear()
                 key, _, value = (env or "").partition("=")
                 with mock.patch.dict(os.environ, {key: value} if env else {}):
-                    sdk_s = _cold(case, backend, dev)
+                    tag = f"_{i}" if i else ""
+                    where = args.cprofile and os.path.join(args.cprofile, f"{name}{tag}.prof.txt")
+                    sdk_s = _cold(case, backend, dev, where or None)
                 parts = ", ".join(
                     f"{k} {spent[k]:.2f}"
                     for k in ("lower", "schedule", "render", "build", "program")
