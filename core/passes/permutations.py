@@ -211,6 +211,8 @@ def _rewrite(gm: torch.fx.GraphModule, mark: bool) -> int:
             routed = _floordiv(index)
             out = None if routed is None else _routed(gm, n, x, *routed, values, seen, order)
         if out is not None:
+            n.replace_all_uses_with(out)
+            gm.graph.erase_node(n)
             count += 1
             if mark:
                 out.meta[REWRITTEN] = True
@@ -293,22 +295,21 @@ def _distinct(
 ) -> torch.fx.Node:
     """``x[p] += v`` with ``p`` a permutation: ``x + v[inv]`` where ``p`` covers ``x``'s
     rows and ``v`` has ``x``'s shape (a gather, in the generated kernel); else one write
-    per row."""
+    per row. Returns the node that stands for ``n``."""
     xv, vv = _val(x), _val(values)
+    zeros = _is_zeros(x)
     length = permutation_length(index, seen)
     whole = vv.ndim == xv.ndim and all(map(same_size, vv.shape, xv.shape))  # (no broadcast)
     if whole and same_size(xv.shape[0], length):
         out = _gather(gm, n, values, _inverse(gm, n, index, seen, order))
-        if not _is_zeros(x):
+        if not zeros:
             out = _call(gm, n, aten.add.Tensor, (x, out), _val(n))
     else:
-        if not _is_zeros(x):
+        if not zeros:
             picked = xv.new_empty((_val(index).shape[0], *xv.shape[1:]))
             read = _call(gm, n, aten.index.Tensor, (x, [index]), picked)
             values = _call(gm, n, aten.add.Tensor, (read, values), picked + vv)
         out = _call(gm, n, aten.index_put.default, (x, [index], values), _val(n))
-    n.replace_all_uses_with(out)
-    gm.graph.erase_node(n)
     return out
 
 
@@ -324,7 +325,8 @@ def _routed(
 ) -> torch.fx.Node | None:
     """``x[p // k] += v`` with ``p`` a permutation of ``k * rows``: ``x`` plus the sum over
     ``k`` of ``v`` read back in its unsorted order (``v[inv]``: row ``t``'s k copies are
-    ``v[inv[t * k + j]]``), in fp32 for 16-bit values; None where the sizes do not show it."""
+    ``v[inv[t * k + j]]``), in fp32 for 16-bit values: the node that stands for ``n``;
+    None where the sizes do not show it."""
     xv, vv = _val(x), _val(values)
     length = permutation_length(perm, seen)
     rows, kv = xv.shape[0], _val(k) if isinstance(k, torch.fx.Node) else k
@@ -363,6 +365,4 @@ def _routed(
     out = total
     if acc != xv.dtype:
         out = _call(gm, n, prims.convert_element_type.default, (total, xv.dtype), _val(n))
-    n.replace_all_uses_with(out)
-    gm.graph.erase_node(n)
     return out
