@@ -103,12 +103,12 @@ def _in_workers(plugin: str) -> str:
     from sdk.plugins.cuda_triton import offline
 
     done = dict(offline.WORKER_COMPILES)
-    offline.WORKER_COMPILES.update(compiled=0, failed=0)
+    offline.WORKER_COMPILES.update(compiled=0, records=0, failed=0)
     ready = workers_ready[0]
     when = "never" if ready is None else f"{ready:.1f} s into the step"
     return (
-        f"; in compile workers {done['compiled']} kernels ({done['failed']} failed), "
-        f"workers ready {when}"
+        f"; in compile workers {done['compiled']} kernels ({done['records']} launched from "
+        f"their records, {done['failed']} failed), workers ready {when}"
     )
 
 

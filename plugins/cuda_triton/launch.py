@@ -530,8 +530,16 @@ def bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callabl
     return _bind(canonical(src), config)
 
 
-def _bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callable[..., None]:
-    """:func:`bind` of a source already under its :func:`canonical` names."""
+def _bind(
+    src: sdk.KernelSource,
+    config: dict[str, Any] | None = None,
+    fresh: dict[str, records.KernelRecord] | None = None,
+) -> Callable[..., None]:
+    """:func:`bind` of a source already under its :func:`canonical` names; ``fresh``: records
+    just made (by the compile workers), by record key, looked up before the disk cache.
+
+    A launcher of kernels with no record yet has ``precompile`` (the caller's warm-up) and
+    ``offline`` (the kernels as the compile workers take them, :data:`.offline.Offline`)."""
     meta = src.meta
     cfg = dict(meta["config"] if config is None else config)
     consts, opts = _split_config(meta, cfg, meta["constexprs"])
@@ -547,16 +555,16 @@ def _bind(src: sdk.KernelSource, config: dict[str, Any] | None = None) -> Callab
     dtypes = [getattr(torch, dt) for dt in names]
     if meta["mode"] != "split":
         kw = {**consts, **opts}
-        ((key, rec),) = _records(src.source, [(src.entry, grid, kw)], dtypes)
+        ((key, rec),) = _records(src.source, [(src.entry, grid, kw)], dtypes, fresh)
         jit = _LazyJit(src.source, src.entry)
         if rec is None:
             jit.fn  # noqa: B018 - imported now where the kernel compiles through Triton
         main = kernel_call(jit, grid, consts, opts, len(dtypes), record_key=key, record=rec)
         if rec is None:
             main.precompile = lambda: [main.warmup(dtypes)]  # type: ignore[attr-defined]
-            main.offline = [(src.source, src.entry, names, grid, kw)]  # type: ignore[attr-defined]
+            main.offline = [(src.source, src.entry, names, grid, kw, key)]  # type: ignore[attr-defined]
         return main
-    return _bind_split(src, meta, cfg, consts, opts, grid, dtypes)
+    return _bind_split(src, meta, cfg, consts, opts, grid, dtypes, fresh)
 
 
 def _bind_split(
@@ -567,6 +575,7 @@ def _bind_split(
     opts: dict[str, Any],
     grid: tuple[int, int, int],
     dtypes: list[torch.dtype],
+    fresh: dict[str, records.KernelRecord] | None,
 ) -> Callable[..., None]:
     """The launcher of a split reduction's chain (:mod:`.split`): every kernel in
     ``meta["chain"]`` order, each on the arguments then the scratch buffers."""
@@ -579,7 +588,9 @@ def _bind_split(
     both = dtypes + [dt for _n, dt in specs]
     launches = [(fn, *kinds[kind]) for fn, kind in meta["chain"]]
     kws = [{**c, **o} for _fn, _g, c, o in launches]
-    recs = _records(src.source, [(fn, g, kw) for (fn, g, _c, _o), kw in zip(launches, kws)], both)
+    recs = _records(
+        src.source, [(fn, g, kw) for (fn, g, _c, _o), kw in zip(launches, kws)], both, fresh
+    )
     jits = [_LazyJit(src.source, fn) for fn, _g, _c, _o in launches]
     if any(rec is None for _key, rec in recs):
         jits[0].fn  # noqa: B018 - imported now where a kernel compiles through Triton
@@ -606,23 +617,28 @@ def _bind_split(
 
     if chain is not None and chain.entry is not None:
         launch.native = chain.entry  # type: ignore[attr-defined]
+    launch.natives = [getattr(c, "native_state", None) for c in calls]  # type: ignore[attr-defined]
 
     cold = [call for call, (_key, rec) in zip(calls, recs) if rec is None]
     launch.precompile = lambda: [k.warmup(both) for k in cold]  # type: ignore[attr-defined]
     names = tuple(str(dt).removeprefix("torch.") for dt in both)
     launch.offline = [  # type: ignore[attr-defined]
-        (src.source, fn, names, g, kw)
-        for (fn, g, _c, _o), kw, (_key, rec) in zip(launches, kws, recs)
+        (src.source, fn, names, g, kw, key)
+        for (fn, g, _c, _o), kw, (key, rec) in zip(launches, kws, recs)
         if rec is None
     ]
     return launch
 
 
 def _records(
-    source: str, kernels: list[tuple[str, tuple[int, int, int], dict[str, Any]]], dtypes: list
+    source: str,
+    kernels: list[tuple[str, tuple[int, int, int], dict[str, Any]]],
+    dtypes: list,
+    fresh: dict[str, records.KernelRecord] | None = None,
 ) -> list[tuple[str | None, records.KernelRecord | None]]:
-    """Each kernel's record key and record (:mod:`.records`) on the current CUDA device;
-    ``(None, None)`` each under the interpreter or without a GPU."""
+    """Each kernel's record key and record (:mod:`.records`) on the current CUDA device, from
+    ``fresh`` or the disk cache; ``(None, None)`` each under the interpreter or without a
+    GPU."""
     if interpreting() or not torch.cuda.is_available():
         return [(None, None)] * len(kernels)
     from . import device_cache_key
@@ -634,7 +650,8 @@ def _records(
     out = []
     for fn, grid, kw in kernels:
         key = records.key(source, fn, kw, grid, names, device)
-        out.append((key, records.load(key, major * 10 + minor)))
+        rec = (fresh or {}).get(key) or records.load(key, major * 10 + minor)
+        out.append((key, rec))
     return out
 
 
@@ -661,33 +678,50 @@ def kernel_choices(src: sdk.KernelSource, many: bool = False) -> sdk.KernelChoic
 
 def compile_sources(sources: list[sdk.KernelSource]) -> list[Callable[..., None]]:
     """One launcher per source, in order (what ``sdk_compile_kernels`` returns), each with
-    the launch configuration of its ``meta["config"]``."""
-    out = []
-    first: dict[str, Callable[..., None]] = {}
+    the launch configuration of its ``meta["config"]``.
+
+    On a GPU, the kernels with no record yet go to the compile workers (:mod:`.offline`);
+    a launcher whose every kernel came back with its record is bound again to launch from
+    them, as in a warm process. The rest compile here (:func:`_precompile`)."""
     for src in sources:
         if src.language != "triton":
             raise ValueError(f"kernel {src.name} is {src.language}, not triton")
-        same = canonical(src)
-        fn = _bind(same)
-        # kernels the same up to names share a module: the first of them precompiles (two
-        # threads would compile the same kernel), the others then find it compiled
+    same = [canonical(src) for src in sources]
+    out = [_bind(s) for s in same]
+    if not torch.cuda.is_available() or interpreting():
+        return out
+    from .offline import compile_in_workers
+
+    made = compile_in_workers([k for fn in out for k in getattr(fn, "offline", ())])
+    for i, fn in enumerate(out):
+        kernels = getattr(fn, "offline", ())
+        if made and kernels and all(k[5] in made for k in kernels):
+            again = _bind(same[i], fresh=made)
+            if _adopted(again):  # (else it compiles here, from Triton's cache)
+                out[i] = again
+    # kernels the same up to names share a module: the first of them precompiles (two
+    # threads would compile the same kernel), the others then find it compiled
+    first: dict[str, Callable[..., None]] = {}
+    for src, canon, fn in zip(sources, same, out):
         meta = src.meta
         compiled_as = (meta.get("config"), [a[2] for a in meta["args"]], meta.get("scratch"))
-        key = stable_hash("cuda_triton-compile", same.source, repr(compiled_as))
-        out.append(fn)
-        first.setdefault(key, fn)
-    if torch.cuda.is_available() and not interpreting():
-        _precompile(list(first.values()))
+        first.setdefault(stable_hash("cuda_triton-compile", canon.source, repr(compiled_as)), fn)
+    _precompile(list(first.values()))
     return out
+
+
+def _adopted(fn: Callable[..., None]) -> bool:
+    """Whether each kernel of launcher ``fn`` launches from its record (the shim took it)."""
+    natives = getattr(fn, "natives", None) or [getattr(fn, "native_state", None)]
+    return all(n is not None and n.record is not None for n in natives)
 
 
 def _precompile(launchers: list[Callable[..., None]]) -> list[Any]:
     """Compile every kernel now, several at a time, instead of one by one at first launch.
 
-    First, where the SDK's compile workers are ready (``sdk.workers``, unless
-    ``SDK_COMPILE_WORKERS`` is 0), every kernel compiles in a worker process
-    (:mod:`.offline`) into Triton's cache, where step 1 then finds it. Then two steps, each
-    in a thread pool (part of either runs outside the GIL):
+    These are the kernels with no record (:func:`compile_sources` sent them to the compile
+    workers first: a kernel a worker compiled is in Triton's cache, where step 1 finds it).
+    Two steps, each in a thread pool (part of either runs outside the GIL):
 
     1. Triton compiles each kernel (LLVM, ptxas) for the arguments' dtypes, with
        pointers taken as 16-byte aligned, as the guards require of every input a
@@ -707,9 +741,6 @@ def _precompile(launchers: list[Callable[..., None]]) -> list[Any]:
     jobs = [fn.precompile for fn in launchers if hasattr(fn, "precompile")]
     if not jobs:
         return []
-    from .offline import compile_in_workers
-
-    compile_in_workers([spec for fn in launchers for spec in getattr(fn, "offline", ())])
     device = torch.cuda.current_device()
 
     def run(job: Callable[[], Any]) -> list[Any]:

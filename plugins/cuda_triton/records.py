@@ -197,6 +197,21 @@ def device_key(plugin_key: str) -> str:
     return stable_hash(plugin_key, _triton_env())
 
 
+def usable(data: bytes | None, arch: int) -> KernelRecord | None:
+    """The record of ``data`` where it is one for a device of compute capability ``arch``
+    and this process's Triton; None for anything else (logged)."""
+    if data is None:
+        return None
+    try:
+        rec = KernelRecord.from_bytes(data)
+    except ValueError as exc:
+        _log.info("cuda_triton: a kernel record unreadable (%s): compiling through Triton", exc)
+        return None
+    if rec.arch != arch or rec.triton != _triton_env()[0]:
+        return None
+    return rec
+
+
 def load(record_key: str, arch: int) -> KernelRecord | None:
     """The record under ``record_key`` for a device of compute capability ``arch``, or
     None (missing, unreadable, of another arch or Triton)."""
@@ -205,20 +220,7 @@ def load(record_key: str, arch: int) -> KernelRecord | None:
     except OSError as exc:  # a cache directory refused: Triton's path
         _log.info("cuda_triton: kernel records not read: %s", exc)
         return None
-    if data is None:
-        return None
-    try:
-        rec = KernelRecord.from_bytes(data)
-    except ValueError as exc:
-        _log.info(
-            "cuda_triton: kernel record %s unreadable (%s): compiling through Triton",
-            record_key[:12],
-            exc,
-        )
-        return None
-    if rec.arch != arch or rec.triton != _triton_env()[0]:
-        return None
-    return rec
+    return usable(data, arch)
 
 
 def save(record_key: str, rec: KernelRecord) -> None:

@@ -1,6 +1,6 @@
-"""On a GPU: a compile's kernels go to the compile workers (``sdk.workers``), and the caller's
-own warm-up then finds every one of them in Triton's cache: it compiles none again. The
-results match eager. The workers' side is checked on any machine by
+"""On a GPU: a compile's kernels go to the compile workers (``sdk.workers``), which answer each
+kernel's record; the caller launches them from those records, as a warm process does: it
+compiles none again and takes none through Triton's JIT path. The results match eager. The workers' side is checked on any machine by
 tests/plugins/cuda_triton/test_compile_workers.py.
 """
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from sdk.plugins.cuda_triton import offline
+from sdk.plugins.cuda_triton import native, offline
 from sdk.workers import compile_workers
 from tests.plugins_under_test import wait_for_workers
 
@@ -42,11 +42,13 @@ def test_a_training_step_compiles_in_the_workers_and_the_caller_finds_each_kerne
     def watched(specs):
         nonlocal seen
         by_caller.update(_cubins(cache) - seen)
-        real(specs)
+        made = real(specs)
         seen = _cubins(cache)
+        return made
 
     monkeypatch.setattr(offline, "compile_in_workers", watched)
     before = dict(offline.WORKER_COMPILES)
+    counts = native.counts()
 
     torch.manual_seed(0)
     model = nn.Sequential(
@@ -72,7 +74,13 @@ def test_a_training_step_compiles_in_the_workers_and_the_caller_finds_each_kerne
     done = offline.WORKER_COMPILES["compiled"] - before["compiled"]
     assert offline.WORKER_COMPILES["failed"] == before["failed"]
     assert done >= 4, offline.WORKER_COMPILES
+    assert offline.WORKER_COMPILES["records"] - before["records"] == done
     assert not by_caller, f"the caller compiled {len(by_caller)} kernels the workers had not"
+    after = native.counts()
+    assert after["triton"] == counts["triton"], after["triton_kernels"][
+        len(counts["triton_kernels"]) :
+    ]
+    assert after["record"] >= done, after
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
     for p, g in zip(model.parameters(), ref_grads, strict=True):
         torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-4)

@@ -111,7 +111,8 @@ def _child(root: Path, mode: str, runner: str) -> dict:
 @pytest.mark.parametrize("runner", ["native", "python"])
 def test_a_warm_start_loads_every_kernel_from_its_record(tmp_path, runner):
     cold = _child(tmp_path, "cold", runner)
-    assert cold["counts"]["triton"] > 0, cold["counts"]
+    # through Triton, or from the records the compile workers answered
+    assert cold["counts"]["triton"] + cold["counts"]["record"] > 0, cold["counts"]
     assert max(cold["errors"]) < 1e-3, cold["errors"]
     warm = _child(tmp_path, "warm", runner)
     assert warm["cache"] and all(c == "hit" for c in warm["cache"]), warm["cache"]

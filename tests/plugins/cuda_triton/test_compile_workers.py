@@ -120,17 +120,19 @@ def test_a_bad_worker_count_warns_naming_the_variable_and_the_fix(monkeypatch):
     assert "SDK_COMPILE_WORKERS is 'lots'" in pool.why_not()
 
 
-def _specs(monkeypatch) -> list[offline.Spec]:
-    """The kernels cuda_triton binds for a training step of a small block (pointwise,
-    reductions over rows and columns, their backward), as the caller hands them to the
-    workers, for an sm_90 target."""
-    from triton.backends.compiler import GPUTarget
+SM90 = ("cuda", 90, 32)
 
+
+def _kernels(monkeypatch) -> list[offline.Offline]:
+    """The kernels cuda_triton binds for a training step of a small block (pointwise,
+    reductions over rows and columns, their backward), as its launchers hand them over
+    (``fn.offline``), each under a record key of its own (without a GPU, a kernel has
+    none)."""
     bound = []
     real = launch._bind
 
-    def record(src, config=None):
-        fn = real(src, config)
+    def record(src, config=None, **kw):
+        fn = real(src, config, **kw)
         bound.extend(getattr(fn, "offline", ()))
         return fn
 
@@ -146,8 +148,15 @@ def _specs(monkeypatch) -> list[offline.Spec]:
     w = torch.randn(40, 40, device=dev, requires_grad=True)
     torch.compile(block, backend="sdk:cuda_triton")(x, w).backward()
     assert len(bound) >= 3, bound
-    target = GPUTarget("cuda", 90, 32)
-    return [offline.Spec(*spec, target) for spec in {repr(s): s for s in bound}.values()]
+    unique = {repr(k[:5]): k for k in bound}.values()
+    return [(*k[:5], f"record{i}") for i, k in enumerate(unique)]
+
+
+def _specs(monkeypatch) -> list[offline.Spec]:
+    """:func:`_kernels` as the caller hands them to the workers, for an sm_90 target."""
+    from triton.backends.compiler import GPUTarget
+
+    return [offline.Spec(*k[:5], GPUTarget(*SM90)) for k in _kernels(monkeypatch)]
 
 
 def _cubins(cache: Path) -> set[str]:
@@ -167,8 +176,51 @@ def test_kernels_compile_in_the_workers_for_the_callers_target(workers, monkeypa
     cache = tmp_path / "triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
     first = workers.map(offline.compile_in_worker, specs, env_prefixes=offline.ENV_PREFIXES)
-    assert all(isinstance(h, str) for h in first), first
-    assert len(_cubins(cache)) == len(set(first)) == len(specs)
+    assert all(isinstance(c, offline.Compiled) for c in first), first
+    hashes = [c.hash for c in first]
+    assert len(_cubins(cache)) == len(set(hashes)) == len(specs)
     again = workers.map(offline.compile_in_worker, specs, env_prefixes=offline.ENV_PREFIXES)
-    assert again == first
+    assert [c.hash for c in again] == hashes
     assert len(_cubins(cache)) == len(specs)
+
+
+def test_the_workers_answer_each_kernels_record_and_the_caller_keeps_it(
+    workers, monkeypatch, tmp_path
+):
+    """What the caller of a GPU of sm_90 gets back (:func:`offline.compile_in_workers`): each
+    kernel's record, its cubin and launch metadata as the shim launches it, with every
+    pointer taken as aligned; stored under the kernel's record key, where a later bind of
+    the kernel finds it. A record for another arch is not taken."""
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+
+    from sdk import workers as workers_module
+    from sdk.plugins.cuda_triton import records
+
+    monkeypatch.setenv("SDK_CACHE_DIR", str(tmp_path / "sdk"))
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    kernels = _kernels(monkeypatch)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setattr(workers_module, "compile_workers", lambda: workers)
+    # the caller's GPU, an H100, as the caller's Triton and torch would answer for it
+    monkeypatch.setattr(driver, "_active", offline._Target(GPUTarget(*SM90)))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    before = dict(offline.WORKER_COMPILES)
+
+    made = offline.compile_in_workers(kernels)
+
+    assert set(made) == {k[5] for k in kernels}
+    assert offline.WORKER_COMPILES["records"] - before["records"] == len(kernels)
+    for _source, fn, dtypes, grid, _kw, key in kernels:
+        rec = made[key]
+        assert rec.arch == 90 and rec.grid == tuple(grid)
+        assert rec.nargs == len(dtypes) and all(rec.aligned)
+        assert rec.cubin.startswith(b"\x7fELF") and rec.threads % 32 == 0
+        assert rec.name == fn
+        assert records.load(key, 90) == rec  # stored: the next bind finds it
+        assert records.load(key, 80) is None  # not for another arch
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    assert offline.compile_in_workers(kernels) == {}  # sm_90 records on an sm_80 GPU

@@ -45,9 +45,9 @@ def _sources(monkeypatch, fn, *shapes) -> list:
     seen = []
     real = launch._bind
 
-    def record(src, config=None):
+    def record(src, config=None, **kw):
         seen.append(src)
-        return real(src, config)
+        return real(src, config, **kw)
 
     monkeypatch.setattr(launch, "_bind", record)
     torch._dynamo.reset()
