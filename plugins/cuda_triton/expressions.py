@@ -19,6 +19,7 @@ import torch
 
 from sdk import ir
 
+from . import heuristics
 from .ops import (
     CODE_FOR_OP,
     CODE_FOR_OP_F64,
@@ -59,6 +60,33 @@ def _literal(value: object, dt: torch.dtype) -> str:
     if dt == torch.bool:
         return "1" if value else "0"
     return str(int(value))  # type: ignore[call-overload]
+
+
+#: the eviction hint of a streaming load until :func:`settle_evictions` decides it
+_STREAM = "stream:"
+_STREAM_RE = re.compile(r"eviction_policy='" + _STREAM + r"(\w+)'")
+
+
+def settle_evictions(lines: list[str]) -> list[str]:
+    """The body of one kernel function with each streaming load's eviction hint decided:
+    ``evict_first`` on the last load of its buffer, ``evict_last`` on the loads before it
+    (the buffer is read again in this kernel: Inductor's rule)."""
+    last: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        for m in _STREAM_RE.finditer(line):
+            last[m.group(1)] = i
+
+    def settle(i: int, line: str) -> str:
+        return _STREAM_RE.sub(
+            lambda m: (
+                "eviction_policy='evict_first'"
+                if last[m.group(1)] == i
+                else "eviction_policy='evict_last'"
+            ),
+            line,
+        )
+
+    return [settle(i, ln) if _STREAM in ln else ln for i, ln in enumerate(lines)]
 
 
 def _negative_zero(node: ir.Const) -> bool:
@@ -277,11 +305,29 @@ class ExpressionWriter(KernelPlan):
             self.clamped += 1
         mask = self._mask(deps)
         ptr = self.ptr[node.buffer]
+        hint = self._eviction(index, ptr) if self.looping and "r" in deps else ""
         if mask:
-            self._put(f"{name} = tl.load({ptr} + {text}, {mask}, other=0)", deps)
+            self._put(f"{name} = tl.load({ptr} + {text}, {mask}, other=0{hint})", deps)
         else:
-            self._put(f"{name} = tl.load({ptr} + {text})", deps)
+            self._put(f"{name} = tl.load({ptr} + {text}{hint})", deps)
         return name
+
+    def _eviction(self, index: sympy.Expr, ptr: str) -> str:
+        """The L2 eviction hint of a load inside a reduction loop that moves with the loop
+        (:data:`.heuristics.EVICTION_HINTS`), as Inductor gives it: a load contiguous along
+        one of the kernel's variables streams, so ``evict_first`` where it is the buffer's
+        last load in the kernel and ``evict_last`` where a later one reads it again (both
+        settled by :func:`settle_evictions`, once the kernel's body is whole); any other
+        load (strided, gathered) ``evict_last``, as its lines are likely read again."""
+        if not heuristics.EVICTION_HINTS:
+            return ""
+        terms = sympy.Add.make_args(
+            index if index.has(ir.FloorDiv, ir.Mod) else sympy.expand(index)
+        )
+        syms = self.xsyms | self.rsyms
+        if any(c == 1 and rest in syms for c, rest in (t.as_coeff_Mul() for t in terms)):
+            return f", eviction_policy='{_STREAM}{ptr}'"
+        return ", eviction_policy='evict_last'"
 
     def _op(self, node: ir.Op) -> str:
         name = node.name
@@ -383,6 +429,7 @@ class ExpressionWriter(KernelPlan):
         self.rb = "RBLOCK"
         self.cur_group = -1
         self.partial = False
+        self.looping = False  # emitting the body of a reduction loop
         self.rfirst = "rbase"  # a lane's first inner index (split: its chunk's)
 
     def _xheader(self, lines: list[str], pid: str = "tl.program_id(0)") -> None:

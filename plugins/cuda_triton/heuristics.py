@@ -174,6 +174,18 @@ SPLIT_FLAT_STORES = True
 #: Columns of a flat kernel's tile where the chain is a column reduction's (128 bytes of
 #: bf16): [64, 16] tiles of 1024 elements.
 FLAT_COLUMNS = 64
+#: L2 eviction hints on the loads of a reduction loop, as Inductor gives them
+#: (:meth:`.expressions.ExpressionWriter._eviction`): a streaming load ``evict_first``
+#: where it is its buffer's last in the kernel, ``evict_last`` where the kernel reads the
+#: buffer again. Off: measured on an H200 (torch 2.11, Triton 3.6; BENCHMARKS.md "Issue 49,
+#: twenty-ninth session"), they speed a kernel that reads from DRAM and slow the next one:
+#: BatchNorm's backward sums over 16x64x112x112 channels-last bf16 36.1 -> 31.3 us, but the
+#: input-gradient kernel after them, which reads the same tensors, 21.2 -> 22.9 and the
+#: forward's variance pass 8.9 -> 10.8 (``bn_chains.py``, nine shapes: 390.5 us without,
+#: 393.0 with); column sums of a gradient still in L2 (``column_sums.py``, hot) took longer
+#: (bias 12000x1536: 9.3 -> 13.3 us), flushed ones less (19.9 -> 17.7); resnet50 training
+#: 4.183 ms of device time a step with them, 4.180 without (the last session's run).
+EVICTION_HINTS = False
 
 
 def next_power_of_2(n: int) -> int:

@@ -174,12 +174,14 @@ class ReductionWriter(ExpressionWriter):
         self.rmask = "rmask"
         self.cur_group = st.group
         post: list[str] = []
+        self.looping = True
         if second is not None:
             self._reduction_online(st, second, post)
         else:
             for local, op, value, dtype in st.reductions:
                 self._reduction_looped(local, op, value, dtype, post)
         self._stores(st)
+        self.looping = False
         body_head: list[str] = []
         if split:
             header = f"for roffset in range(0, {self.plan.chunk}, RBLOCK):"

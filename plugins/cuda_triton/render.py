@@ -46,7 +46,7 @@ import sdk
 from sdk import ir
 
 from . import heuristics
-from .expressions import py_size
+from .expressions import py_size, settle_evictions
 from .ops import HELPERS, PRELUDE
 from .split import FIRST, FLAT, SplitWriter
 
@@ -114,6 +114,7 @@ class _Writer(SplitWriter):
 
     def _fn(self, name: str, params: list[str], body: list[str]) -> str:
         sig = ", ".join(params)
+        body = settle_evictions(body)
         return f"@triton.jit\ndef {name}({sig}):\n" + "".join(f"    {ln}\n" for ln in body)
 
     def render(self) -> sdk.KernelSource:

@@ -519,6 +519,50 @@ def test_looped_softmax_reads_max_and_sum_in_one_loop():
     close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
 
 
+def _hints(source: str) -> list[str]:
+    return re.findall(r"eviction_policy='(\w+)'", source)
+
+
+def test_eviction_hints_follow_inductors_rule_where_turned_on(monkeypatch):
+    """Off by default (measured: they cost the kernel after the one they speed), no load has
+    a hint. On (``EVICTION_HINTS``): a load inside a reduction loop that streams is
+    ``evict_last`` where a later loop of the kernel reads its buffer again and
+    ``evict_first`` on the last one; a strided load ``evict_last``. The values stay
+    softmax's and the sums'."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    x = torch.randn(4, 5000, device=DEV) * 3
+    y = torch.empty_like(x)
+    assert _hints(run(softmax_kernel(4, 5000), x, y).source) == []
+    monkeypatch.setattr(heuristics, "EVICTION_HINTS", True)
+    src = run(softmax_kernel(4, 5000), x, y)
+    assert src.meta["mode"] == "looped"
+    assert _hints(src.source) == ["evict_last", "evict_first"], src.source
+    close(y, x.softmax(-1), rtol=1e-5, atol=1e-6)
+
+    # every second column of every row: no variable with a step of one element
+    (i,), (r,) = V("i"), V("r")
+    rows, cols = 4, 6000
+    X, O = lay((rows, cols), strides=(2 * cols, 2)), lay((rows,))
+    k = ir.Kernel(
+        "strided_sum",
+        (i,),
+        (rows,),
+        [
+            ir.Stage(
+                (r,), (cols,), [ir.Reduction("s", "sum", ir.Load("x", X.linear((i, r)), F32), F32)]
+            ),
+            ir.Stage((), (), [], [ir.Store("out", O.linear((i,)), ir.LocalRef("s", F32))]),
+        ],
+        [ir.BufferArg("x", X, "in"), ir.BufferArg("out", O, "out")],
+    )
+    base = torch.randn(rows, 2 * cols, device=DEV)
+    out = torch.empty(rows, device=DEV)
+    src = run(k, base, out)
+    assert src.meta["mode"] == "looped" and _hints(src.source) == ["evict_last"], src.source
+    close(out, base[:, ::2].double().sum(-1).float(), rtol=1e-5, atol=1e-4)
+
+
 def test_online_softmax_special_values():
     """Rows with -inf entries (masked attention), all -inf (NaN, as eager), a NaN, a +inf,
     and the maximum in the last chunk (the running sum is rescaled)."""
