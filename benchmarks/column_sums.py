@@ -23,7 +23,10 @@ The settings are ``sdk.plugins.cuda_triton.heuristics`` constants:
   programs;
 * ``tgt1024`` / ``chunk64k``: ``SPLIT_OUTER_TARGET_PROGRAMS`` 1024 / ``SPLIT_OUTER_MIN_CHUNK``
   65536;
-* ``floor128``: ``SPLIT_OUTER_MIN_PROGRAMS`` 128.
+* ``floor128``: ``SPLIT_OUTER_MIN_PROGRAMS`` 128;
+* ``evict``: L2 eviction hints on the loads, as Inductor gives them (``EVICTION_HINTS`` 1);
+* ``x64``: [64, 64] tiles of 64 columns on about 256 programs (``SPLIT_OUTER_XBLOCK`` 64,
+  ``SPLIT_OUTER_TARGET_PROGRAMS`` 256).
 
 ``--settings`` times some of them only (``split,nofloor``, for example).
 
@@ -50,6 +53,8 @@ SETTINGS: dict[str, dict[str, int]] = {
     "tgt1024": {"SPLIT_OUTER_TARGET_PROGRAMS": 1024},
     "chunk64k": {"SPLIT_OUTER_MIN_CHUNK": 65536},
     "floor128": {"SPLIT_OUTER_MIN_PROGRAMS": 128},
+    "evict": {"EVICTION_HINTS": 1},
+    "x64": {"SPLIT_OUTER_XBLOCK": 64, "SPLIT_OUTER_TARGET_PROGRAMS": 256},
 }
 
 
