@@ -31,7 +31,7 @@ from .ops import (
     cast_to,
     tl_type,
 )
-from .planning import INT32_LIMIT, KernelPlan, StagePlan
+from .planning import INT32_LIMIT, KernelPlan, StagePlan, unit_step
 
 #: the integer ops :meth:`ExpressionWriter._narrow` computes in 32 bits (those with an
 #: interval rule in ``ir.value_bounds``; ``cast`` from another integer)
@@ -71,6 +71,8 @@ def settle_evictions(lines: list[str]) -> list[str]:
     """The body of one kernel function with each streaming load's eviction hint decided:
     ``evict_first`` on the last load of its buffer, ``evict_last`` on the loads before it
     (the buffer is read again in this kernel: Inductor's rule)."""
+    if not any(_STREAM in line for line in lines):
+        return lines  # (the hints off, or no loop)
     last: dict[str, int] = {}
     for i, line in enumerate(lines):
         for m in _STREAM_RE.finditer(line):
@@ -321,11 +323,8 @@ class ExpressionWriter(KernelPlan):
         load (strided, gathered) ``evict_last``, as its lines are likely read again."""
         if not heuristics.EVICTION_HINTS:
             return ""
-        terms = sympy.Add.make_args(
-            index if index.has(ir.FloorDiv, ir.Mod) else sympy.expand(index)
-        )
-        syms = self.xsyms | self.rsyms
-        if any(c == 1 and rest in syms for c, rest in (t.as_coeff_Mul() for t in terms)):
+        plain = index if index.has(ir.FloorDiv, ir.Mod) else sympy.expand(index)
+        if unit_step(plain, self.xsyms | self.rsyms) is not None:
             return f", eviction_policy='{_STREAM}{ptr}'"
         return ", eviction_policy='evict_last'"
 

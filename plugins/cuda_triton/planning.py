@@ -110,6 +110,16 @@ def _ident(name: str, taken: set[str]) -> str:
 # ---------------------------------------------------------------------------
 
 
+def unit_step(index: sympy.Expr, syms: set[sympy.Symbol]) -> sympy.Symbol | None:
+    """A variable of ``syms`` that is a term of ``index`` with coefficient 1 (``index``
+    moves by one element as it does), or None; the terms are ``index``'s own, not expanded."""
+    for term in sympy.Add.make_args(index):
+        c, rest = term.as_coeff_Mul()
+        if c == 1 and rest in syms:
+            return rest
+    return None
+
+
 @dataclass
 class StagePlan:
     """One stage of the kernel under the canonical names: its inner ranges, reductions and
@@ -353,23 +363,15 @@ class KernelPlan:
         if best is None:
             return False
         index = sympy.expand(sympy.sympify(best[1].index))
-        if self._unit_var(index) is None:
+        if self._unit_var(index) is None or unit_step(index, self.rsyms) is not None:
             return False
-        for term in sympy.Add.make_args(index):
-            c, rest = term.as_coeff_Mul()
-            if c == 1 and rest in self.rsyms:
-                return False
         return bool(index.free_symbols & self.rsyms)
 
     def _unit_var(self, index: sympy.Expr) -> sympy.Symbol | None:
         """The outer variable along which ``index`` is contiguous (coefficient 1), if plain."""
         if index.has(ir.FloorDiv, ir.Mod):
             return None
-        for term in sympy.Add.make_args(sympy.expand(index)):
-            c, rest = term.as_coeff_Mul()
-            if c == 1 and rest in self.xsyms:
-                return rest
-        return None
+        return unit_step(sympy.expand(index), self.xsyms)
 
     def _plan_tile(self) -> None:
         """Tile a pointwise kernel in 2D when a load or a store is contiguous along a
