@@ -6,11 +6,12 @@ meet the same conditions, and compare each row's sdk step (and its cold compile,
 device time per step) with the other tree's, eager timed beside it in each process as the
 yardstick of that process's conditions.
 
-    run     [--lock PATH] [--with-inductor] [bench options]
+    run     [--lock PATH] [--pair DIR SIDE] [--with-inductor] [bench options]
                               ``python -m sdk bench --suite models`` of whatever ``sdk`` this
                               process imports, without Inductor (half the compile time of a
                               row; every other step of the suite, its check included, is the
-                              suite's own); with --lock, timed alone (see run())
+                              suite's own); with --lock, timed alone; with --pair, round by
+                              round in turn with the other tree's process (see run())
     compare OLD.json NEW.json the rows both hold: sdk ms, sdk/eager, cold s, device ms
 
 Install each tree into a directory of its own and run one process per tree and half of the
@@ -23,13 +24,23 @@ rows, pinned with taskset, both trees at once, each row timed alone on the GPU (
     PYTHONPATH=/tmp/new taskset -c 2,3 python benchmarks/tree_vs_tree.py run --lock /tmp/l \
         --only ROWS --dtype all --profile --json new.json &
     python benchmarks/tree_vs_tree.py compare old*.json -- new*.json
+
+Host-bound rows drift with the machine's load (other processes compiling beside them): a row
+timed in one process minutes after the other tree's reads that drift as a difference between
+the trees. ``--pair DIR old`` and ``--pair DIR new`` (two processes, one per tree, the same
+rows in the same order) time each row in turn, one round each: old's round 1, new's round 1,
+old's round 2, ... so each pair of rounds meets the same conditions, and ``compare`` prints
+each row's new/old per round (``rounds``) beside the medians.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import statistics
 import sys
+import time
 from typing import Any
 
 
@@ -48,6 +59,10 @@ def run(argv: list[str]) -> int:
     if "--lock" in argv:
         at = argv.index("--lock")
         lock, argv = argv[at + 1], argv[:at] + argv[at + 2 :]
+    pair = None
+    if "--pair" in argv:
+        at = argv.index("--pair")
+        pair, argv = _Pair(argv[at + 1], argv[at + 2]), argv[:at] + argv[at + 3 :]
     with_inductor = "--with-inductor" in argv
     argv = [a for a in argv if a != "--with-inductor"]
     prepare, time_interleaved = bench_timing._prepare, bench_timing._time_interleaved
@@ -56,22 +71,114 @@ def run(argv: list[str]) -> int:
         # Inductor is the one compiled backend the suite prepares without a report sink.
         if compile_fn is not None and sink is None and not with_inductor:
             return bench_timing.Result(), None, None
-        return prepare(name, case, clock, compile_fn, ref, fp64, sink, **kw)
+        res, out, step = prepare(name, case, clock, compile_fn, ref, fp64, sink, **kw)
+        if pair is not None and step is None:
+            pair.gone(name)  # this side's row will not be timed: the other goes on alone
+        return res, out, step
 
-    def alone(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+    def locked(fn, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
         if lock is None:
-            return time_interleaved(*args, **kw)
+            return fn(*args, **kw)
         with open(lock, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
-                return time_interleaved(*args, **kw)
+                return fn(*args, **kw)
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
+
+    def alone(name, case, clock, entries, probe):  # noqa: ANN001, ANN202
+        if pair is None:
+            return locked(time_interleaved, name, case, clock, entries, probe)
+        # one round at a time, in turn with the other tree's process: bench_timing's own
+        # loop (_time_interleaved) called once per round, with ROUNDS at 1 and each round's
+        # share of the samples what it is in ROUNDS rounds
+        rounds, bench_timing.ROUNDS = bench_timing.ROUNDS, 1
+        per_round = _Share(clock, 1 / rounds)
+        try:
+            pair.meet(name)
+            for k in range(rounds):
+                live = [(r, s) for r, s in entries if not r.error]
+                pair.wait_turn(name, k)
+                try:
+                    locked(time_interleaved, name, case, per_round, live, None)
+                finally:
+                    pair.pass_turn(name, k)
+        finally:
+            bench_timing.ROUNDS = rounds
+        for res, step in entries:
+            if res.samples_ms:
+                res.ms = statistics.median(res.samples_ms)
+                if probe is not None:
+                    try:
+                        res.profile = locked(probe, step)
+                    except Exception as e:  # noqa: BLE001 - a probe never fails the row
+                        res.profile = {"error": f"{type(e).__name__}: {e}"[:300]}
+        return None
 
     bench_timing._prepare = without_inductor
     bench_timing._time_interleaved = alone
     print(f"sdk from {sdk.__file__}", flush=True)
     return main(["bench", "--suite", "models", *argv])
+
+
+class _Share:
+    """A bench clock whose ``samples`` take ``share`` of what they would take."""
+
+    def __init__(self, clock: Any, share: float) -> None:
+        self.clock, self.share = clock, share
+
+    def samples(self, call: Any, share: float = 1.0) -> list[float]:
+        return self.clock.samples(call, share=share * self.share)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.clock, name)
+
+
+class _Pair:
+    """Turns between the two trees' processes of ``--pair DIR SIDE`` (``old`` or ``new``), as
+    files in DIR: ``ROW.SIDE.ready`` once SIDE has compiled and checked ROW, ``ROW.SIDE.K``
+    once SIDE has timed its round K of ROW. old times round K once new has timed round K-1;
+    new, once old has timed round K. A side that waits longer than ``patience`` seconds for
+    the other (it failed, or its row errored) goes on alone and says so."""
+
+    def __init__(self, folder: str, side: str, patience: float = 600.0) -> None:
+        if side not in ("old", "new"):
+            raise SystemExit(f"--pair DIR SIDE: SIDE is old or new, not {side!r}")
+        os.makedirs(folder, exist_ok=True)
+        self.folder, self.side, self.patience = folder, side, patience
+        self.other = "new" if side == "old" else "old"
+
+    def _path(self, row: str, side: str, what: str) -> str:
+        return os.path.join(self.folder, f"{row}.{side}.{what}")
+
+    def _wait(self, path: str) -> None:
+        end = time.monotonic() + self.patience
+        row = os.path.basename(path).split(".")[0]
+        gone = self._path(row, self.other, "gone")
+        while not os.path.exists(path):
+            if os.path.exists(gone):
+                return
+            if time.monotonic() > end:
+                print(f"pair: no {path} after {self.patience:.0f} s; going on alone", flush=True)
+                return
+            time.sleep(0.002)
+
+    def gone(self, row: str) -> None:
+        """This side will not time ``row`` (its compile or check failed)."""
+        open(self._path(row, self.side, "gone"), "w").close()
+
+    def meet(self, row: str) -> None:
+        open(self._path(row, self.side, "ready"), "w").close()
+        self._wait(self._path(row, self.other, "ready"))
+
+    def wait_turn(self, row: str, k: int) -> None:
+        if self.side == "old" and k > 0:
+            self._wait(self._path(row, "new", str(k - 1)))
+        elif self.side == "new":
+            self._wait(self._path(row, "old", str(k)))
+
+    def pass_turn(self, row: str, k: int) -> None:
+        open(self._path(row, self.side, str(k)), "w").close()
 
 
 def _rows(paths: list[str]) -> dict[str, dict[str, Any]]:
@@ -111,6 +218,7 @@ def compare(old_paths: list[str], new_paths: list[str]) -> int:
         "device ms old",
         "new",
         "new/old",
+        "rounds new/old",
     )
     print(" | ".join(head))
     cols: dict[str, list[float]] = {"ms": [], "rel": [], "cold": [], "dev": []}
@@ -142,6 +250,8 @@ def compare(old_paths: list[str], new_paths: list[str]) -> int:
             cells += [f"{do:.3f}", f"{dw:.3f}", f"{dw / do:.2f}"]
         else:
             cells += ["-", "-", "-"]
+        rounds = zip(o["sdk"].get("round_ms") or [], w["sdk"].get("round_ms") or [])
+        cells.append(", ".join(f"{b / a:.2f}" for a, b in rounds) or "-")
         print(" | ".join(cells))
     print(
         f"geomean new/old over {len(names)} rows: sdk ms {_geomean(cols['ms']):.3f}, "
