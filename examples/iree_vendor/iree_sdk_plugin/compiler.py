@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from iree import runtime as ireert
-from iree.compiler import compile_str, ir
-from iree.compiler.extras.fx_importer import FxImporter
+
+# IREE's compiler and runtime are imported where they are used, not here: the registry loads
+# every installed plugin when any sdk backend is looked up, and importing them takes about a
+# second (ml_dtypes, the MLIR bindings) that a process compiling with another plugin would pay.
 
 # Without target-cpu=host the code was 4-5x slower (notes of the feasibility run); the binary
 # is then tied to this CPU's features, which a cache key must include.
@@ -44,10 +45,20 @@ def _strip_none_outputs(gm: torch.fx.GraphModule) -> list[int | None]:
     return where
 
 
+def _importer() -> Any:
+    """IREE's FX importer, in a new MLIR context."""
+    from iree.compiler import ir
+    from iree.compiler.extras.fx_importer import FxImporter
+
+    return FxImporter(context=ir.Context())
+
+
 def compile_vmfb(gm: torch.fx.GraphModule) -> tuple[bytes, list[int | None]]:
     """Import gm to MLIR with IREE's FX importer and compile it; return (vmfb, output map)."""
+    from iree.compiler import compile_str
+
     where = _strip_none_outputs(gm)
-    importer = FxImporter(context=ir.Context())
+    importer = _importer()
     importer.import_stateless_graph(gm.graph, func_name="main")
     vmfb = compile_str(str(importer.module), input_type="torch", extra_args=list(COMPILE_FLAGS))
     return vmfb, where
@@ -57,6 +68,8 @@ class _Loaded:
     """One loaded module: the IREE runtime objects a compiled partition calls."""
 
     def __init__(self, vmfb: bytes) -> None:
+        from iree import runtime as ireert
+
         self.config = ireert.Config("local-task")
         module = ireert.VmModule.copy_buffer(self.config.vm_instance, vmfb)
         self.context = ireert.SystemContext(vm_modules=[module], config=self.config)
@@ -152,7 +165,9 @@ def tensor_valued(node: torch.fx.Node) -> str | None:
 
 def _to_input(graph: torch.fx.Graph) -> None:
     """Import ``graph`` and take it through IREE's torch input path; raises if it fails."""
-    importer = FxImporter(context=ir.Context())
+    from iree.compiler import compile_str
+
+    importer = _importer()
     importer.import_stateless_graph(graph, func_name="main")
     compile_str(
         str(importer.module), input_type="torch", extra_args=[*COMPILE_FLAGS, "--compile-to=input"]
