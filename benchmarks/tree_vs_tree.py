@@ -35,12 +35,13 @@ each row's new/old per round (``rounds``) beside the medians.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
-import statistics
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -48,9 +49,8 @@ def run(argv: list[str]) -> int:
     """``--lock PATH``: time each row (its timed rounds and its profiled step) holding an
     exclusive lock on PATH, so that processes side by side compile at the same time but
     never time at the same time: each row's steps have the GPU to themselves.
+    ``--pair DIR SIDE``: see the module's doc (:class:`_Pair`, :class:`_Turns`).
     ``--with-inductor``: keep Inductor in the rows."""
-    import fcntl
-
     import sdk
     from sdk.cli import main
     from sdk.tools import bench_timing
@@ -76,44 +76,16 @@ def run(argv: list[str]) -> int:
             pair.gone(name)  # this side's row will not be timed: the other goes on alone
         return res, out, step
 
-    def locked(fn, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
-        if lock is None:
-            return fn(*args, **kw)
-        with open(lock, "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                return fn(*args, **kw)
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
-
     def alone(name, case, clock, entries, probe):  # noqa: ANN001, ANN202
         if pair is None:
-            return locked(time_interleaved, name, case, clock, entries, probe)
-        # one round at a time, in turn with the other tree's process: bench_timing's own
-        # loop (_time_interleaved) called once per round, with ROUNDS at 1 and each round's
-        # share of the samples what it is in ROUNDS rounds
-        rounds, bench_timing.ROUNDS = bench_timing.ROUNDS, 1
-        per_round = _Share(clock, 1 / rounds)
+            with _holding(lock):
+                return time_interleaved(name, case, clock, entries, probe)
+        pair.meet(name)
+        turns = _Turns(clock, pair, name, lock)
         try:
-            pair.meet(name)
-            for k in range(rounds):
-                live = [(r, s) for r, s in entries if not r.error]
-                pair.wait_turn(name, k)
-                try:
-                    locked(time_interleaved, name, case, per_round, live, None)
-                finally:
-                    pair.pass_turn(name, k)
+            return time_interleaved(name, case, turns, entries, probe)
         finally:
-            bench_timing.ROUNDS = rounds
-        for res, step in entries:
-            if res.samples_ms:
-                res.ms = statistics.median(res.samples_ms)
-                if probe is not None:
-                    try:
-                        res.profile = locked(probe, step)
-                    except Exception as e:  # noqa: BLE001 - a probe never fails the row
-                        res.profile = {"error": f"{type(e).__name__}: {e}"[:300]}
-        return None
+            turns.close(bench_timing.ROUNDS)
 
     bench_timing._prepare = without_inductor
     bench_timing._time_interleaved = alone
@@ -121,14 +93,53 @@ def run(argv: list[str]) -> int:
     return main(["bench", "--suite", "models", *argv])
 
 
-class _Share:
-    """A bench clock whose ``samples`` take ``share`` of what they would take."""
+@contextlib.contextmanager
+def _holding(lock: str | None) -> Iterator[None]:
+    """An exclusive lock on the file ``lock`` while the block runs (none if it is None)."""
+    if lock is None:
+        yield
+        return
+    import fcntl
 
-    def __init__(self, clock: Any, share: float) -> None:
-        self.clock, self.share = clock, share
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class _Turns:
+    """A bench clock that times a row one round at a time, in turn with the other tree's
+    process (:class:`_Pair`), each round holding ``lock``. bench_timing's loop asks for each
+    step's samples once per round, so a step asked for again starts the next round; the
+    profiled step after the last round runs within it."""
+
+    def __init__(self, clock: Any, pair: _Pair, row: str, lock: str | None) -> None:
+        self.clock, self.pair, self.row, self.lock = clock, pair, row, lock
+        self.round, self.timed = -1, []
+        self.held = contextlib.ExitStack()
 
     def samples(self, call: Any, share: float = 1.0) -> list[float]:
-        return self.clock.samples(call, share=share * self.share)
+        if self.round < 0 or any(c is call for c in self.timed):
+            self._end()
+            self.round, self.timed = self.round + 1, []
+            self.pair.wait_turn(self.row, self.round)
+            self.held.enter_context(_holding(self.lock))
+        self.timed.append(call)
+        return self.clock.samples(call, share=share)
+
+    def _end(self) -> None:
+        if self.round >= 0:
+            self.held.close()
+            self.pair.pass_turn(self.row, self.round)
+
+    def close(self, rounds: int) -> None:
+        """The row is done: its last round, and any it did not time (a step that failed),
+        passed to the other side, so that it does not wait for them."""
+        self._end()
+        for k in range(self.round + 1, rounds):
+            self.pair.pass_turn(self.row, k)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.clock, name)
@@ -151,10 +162,10 @@ class _Pair:
     def _path(self, row: str, side: str, what: str) -> str:
         return os.path.join(self.folder, f"{row}.{side}.{what}")
 
-    def _wait(self, path: str) -> None:
+    def _wait(self, row: str, what: str) -> None:
+        """Until the other side has written ``ROW.OTHER.WHAT`` (or given the row up)."""
         end = time.monotonic() + self.patience
-        row = os.path.basename(path).split(".")[0]
-        gone = self._path(row, self.other, "gone")
+        path, gone = self._path(row, self.other, what), self._path(row, self.other, "gone")
         while not os.path.exists(path):
             if os.path.exists(gone):
                 return
@@ -169,13 +180,13 @@ class _Pair:
 
     def meet(self, row: str) -> None:
         open(self._path(row, self.side, "ready"), "w").close()
-        self._wait(self._path(row, self.other, "ready"))
+        self._wait(row, "ready")
 
     def wait_turn(self, row: str, k: int) -> None:
         if self.side == "old" and k > 0:
-            self._wait(self._path(row, "new", str(k - 1)))
+            self._wait(row, str(k - 1))
         elif self.side == "new":
-            self._wait(self._path(row, "old", str(k)))
+            self._wait(row, str(k))
 
     def pass_turn(self, row: str, k: int) -> None:
         open(self._path(row, self.side, str(k)), "w").close()
