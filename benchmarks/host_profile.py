@@ -11,9 +11,12 @@ one step under ``torch.profiler`` (CPU activities, top 30 by self CPU time). Wri
 
 from __future__ import annotations
 
+import cProfile
 import functools
 import gc
+import io
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -40,6 +43,20 @@ def _timed(case, f) -> tuple[list[float], list[int]]:
     times = [CLOCK.wall(functools.partial(case.step, f))[0] for _ in range(30)]
     gc.callbacks.remove(count)
     return times, counts
+
+
+def _cprofile(call, calls: int, top: int) -> str:
+    """A cProfile of ``calls`` calls, synchronized after the last: the ``top`` functions by
+    their own time (here, not the tree's clock: an older tree's has no profile)."""
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    pr.disable()
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
 
 
 def main(row: str, outdir: str) -> None:
@@ -72,7 +89,7 @@ def main(row: str, outdir: str) -> None:
                 f"{min(times) * 1e3:.2f}); 10 steps unsynced: host {host * 1e3:.2f} ms/step; "
                 f"gc {counts}; objects {len(gc.get_objects())}"
             )
-            say(CLOCK.profile(functools.partial(case.step, f), 10, 30)[:7000])
+            say(_cprofile(functools.partial(case.step, f), 10, 30)[:7000])
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 case.step(f)
                 torch.cuda.synchronize()
