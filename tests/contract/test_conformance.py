@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import pytest
+
+from tests import fresh
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +45,7 @@ def acme_env(tmp_path: Path) -> dict[str, str]:
     )
     path = [str(site), str(ROOT / "examples" / "acme_vendor"), os.environ.get("PYTHONPATH", "")]
     return {
-        **os.environ,
+        **fresh.one_thread(),
         "PYTHONPATH": os.pathsep.join(p for p in path if p),
         "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1"),
         "SDK_CACHE_DIR": str(tmp_path / "cache"),
@@ -88,15 +90,7 @@ def test_conformance_of_the_builtin_plugins_and_the_example_vendor(tmp_path):
         # by test_conformance_compares_more_than_the_first_sample
         "--sdk-samples=1",
     ]
-    proc = subprocess.run(
-        cmd,
-        cwd=tmp_path,
-        env=acme_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = fresh.run(cmd, cwd=tmp_path, env=acme_env(tmp_path), timeout=600)
     out = proc.stdout + proc.stderr
     assert "sdk conformance summary" in out, out[-3000:]
     failed = set(re.findall(r"^FAILED (\w+): (\S+)$", out, re.MULTILINE))
@@ -211,23 +205,15 @@ def graph_plugins_env(tmp_path: Path, plugins: dict[str, dict]) -> dict[str, str
     installed_as_wheel(site, "graph-plugins", "0.1", f"[sdk.plugins]\n{entry_points}")
     path = [str(site), os.environ.get("PYTHONPATH", "")]
     return {
-        **os.environ,
+        **fresh.one_thread(),
         "PYTHONPATH": os.pathsep.join(p for p in path if p),
         "SDK_CACHE_DIR": str(tmp_path / "cache"),
     }
 
 
-def run_suite(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+def run_suite(tmp_path: Path, env: dict[str, str], *args: str) -> CompletedProcess:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:logging"]
-    return subprocess.run(
-        [*cmd, "--sdk-compare=none", *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return fresh.run([*cmd, "--sdk-compare=none", *args], cwd=tmp_path, env=env, timeout=600)
 
 
 def test_conformance_of_graph_level_plugins(tmp_path):
@@ -321,14 +307,11 @@ def test_conformance_cli_verbose_names_each_check(tmp_path):
     gave way): a check that kills the process is the last name printed."""
     env = graph_plugins_env(tmp_path, {"rightg": {}})
     cmd = [sys.executable, "-m", "sdk", "conformance", "rightg", "--compare", "none"]
-    proc = subprocess.run(
+    proc = fresh.run(
         [*cmd, "--opinfo", "add", "--samples", "1", "--", "-v", "-k", "opinfo and float32"],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
-        check=False,
     )
     out = proc.stdout + proc.stderr
     assert re.search(r"test_opinfo\[rightg-add-float32-fw\] PASSED", out), out[-3000:]

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import sdk
+from tests import fresh
 from tests.conftest import ROOT, builtin_entry_points
 
 from .test_conformance import installed_as_wheel, run_suite, summary
@@ -230,7 +231,7 @@ def torchscript_env(tmp_path: Path, refuse: set[str], known: dict[str, str]) -> 
     )
     path = [str(site), os.environ.get("PYTHONPATH", "")]
     return {
-        **os.environ,
+        **fresh.one_thread(),
         "PYTHONPATH": os.pathsep.join(p for p in path if p),
         "SDK_CACHE_DIR": str(tmp_path / "cache"),
     }

@@ -9,7 +9,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
 import sys
 import textwrap
 import warnings
@@ -19,6 +18,7 @@ import torch
 
 import sdk
 from sdk.core import graph_cache, warm
+from tests import fresh
 
 CHILD = textwrap.dedent(
     r"""
@@ -130,16 +130,11 @@ def _run(tmp_path, mode, sdk_dir, torch_dir):
         "TORCHINDUCTOR_CACHE_DIR": str(torch_dir),
         "SDK_GRAPH_CACHE": "1",
         "ARTIFACTS": str(tmp_path / "artifacts.bin"),
+        "OMP_NUM_THREADS": "1",
     }
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    proc = subprocess.run(
-        [sys.executable, str(script), mode, str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = fresh.run([sys.executable, str(script), mode, str(out)], env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("INFO "))
     return json.loads(line[5:]), torch.load(out)
@@ -350,13 +345,7 @@ def _child_info(root, code, *args):
         "SDK_GRAPH_CACHE": "1",
         "OMP_NUM_THREADS": "1",
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", code, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = fresh.run([sys.executable, "-c", code, *args], env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("INFO "))
     return json.loads(line[5:])

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import sdk
+from tests import fresh
 
 BAD = {
     "bad-type": (
@@ -63,7 +64,7 @@ def test_the_user_sees_a_short_error():
         "f = torch.compile(lambda x: x * 2, backend='sdk:cpu_cpp', options={'fusion': 1})\n"
         "f(torch.randn(3))\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    run = fresh.run([sys.executable, "-c", code], env=fresh.one_thread(), timeout=120)
     assert run.returncode == 1
     err = run.stderr.strip().splitlines()
     assert any(
@@ -151,9 +152,7 @@ def test_graphs_on_an_undeclared_device_run_through_aten():
     eager does (it crashed the process), and says why in explain; fallback=False raises
     naming the device and the plugin. A CPU graph that moves a value to meta runs that part
     through ATen."""
-    run = subprocess.run(
-        [sys.executable, "-c", ON_META], capture_output=True, text=True, timeout=300
-    )
+    run = fresh.run([sys.executable, "-c", ON_META], env=fresh.one_thread(), timeout=300)
     assert run.returncode == 0, f"exit status {run.returncode}\n{run.stderr[-3000:]}"
     rows = {r["case"]: r for r in map(json.loads, run.stdout.splitlines())}
     assert [rows[c]["out"] for c in ("sum", "relu", "moved")] == [

@@ -2,7 +2,8 @@
 concurrent processes, ``cache clear`` racing them, ``kill -9`` mid-compile (issue 24).
 
 Every case is a fresh process compiling one small graph with ``sdk:cpu_cpp``, the whole-graph
-cache on, over the cache under test. What must hold each time: the result equals eager, the
+cache on, over the cache under test (forked from ``tests/fresh.py``'s server, which imported
+torch and the sdk and did nothing else). What must hold each time: the result equals eager, the
 graph is generated kernels (not a whole-graph fallback to ATen), nothing hangs, and a refused
 directory says so in exactly one warning that names the directory and the fix.
 """
@@ -24,6 +25,7 @@ import pytest
 
 import sdk
 from sdk.cache import DiskCache, cache_dir
+from tests import fresh
 
 CHILD = r"""
 import json, sys, warnings
@@ -80,12 +82,8 @@ def compile_in_child(
     prelude: str = "",
     env: dict[str, str] | None = None,
 ) -> dict:
-    run = subprocess.run(
-        [sys.executable, "-c", prelude + CHILD, str(seed)],
-        env=env or _env(root),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    run = fresh.run(
+        [sys.executable, "-c", prelude + CHILD, str(seed)], env=env or _env(root), timeout=timeout
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -496,16 +494,7 @@ def test_eight_processes_and_a_racing_clear(tmp_path, monkeypatch):
 
     racer = threading.Thread(target=clear_loop, daemon=True)
     racer.start()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(i)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(8)
-    ]
+    procs = [fresh.start([sys.executable, "-c", CHILD, str(i)], env=env) for i in range(8)]
     outs = [p.communicate(timeout=600) for p in procs]
     done.set()
     racer.join(120)
@@ -518,12 +507,7 @@ def test_eight_processes_and_a_racing_clear(tmp_path, monkeypatch):
 @pytest.mark.parametrize("after", [1.0, 3.0])
 def test_kill_9_mid_compile_then_a_rerun_holds(tmp_path, monkeypatch, capsys, after):
     root = tmp_path / "cache"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
-        env=_env(root),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = fresh.start([sys.executable, "-c", CHILD], env=_env(root))
     time.sleep(after)
     proc.send_signal(signal.SIGKILL)
     proc.wait(60)

@@ -1,0 +1,304 @@
+"""Fresh processes without their imports: ``python -c CODE``, ``python SCRIPT`` and
+``python -m MODULE`` as children of a fork server that imported torch, Dynamo and the sdk once.
+
+A test that starts a Python process to see what a new process does (a cold cache, a warm
+start, a refused directory, a kill mid-compile) paid about 4 CPU-seconds of imports before
+its first line; CI's two cores ran about 140 of them. Here the standard library's
+``multiprocessing`` fork server imports torch, ``torch._dynamo`` and ``sdk`` once per pytest
+worker, and each run is a child forked from it: a new process (its own pid, memory,
+environment, working directory, file descriptors 1 and 2, exit status, ``kill -9``) that has
+compiled nothing, loaded no plugin and read no SDK variable, since the server did none of
+that. What it shares with the server is what an import does.
+
+So a run goes through the server only where that difference cannot show (:func:`_forkable`):
+
+* the child's environment equals the server's but for variables read where they are used,
+  after the imports (:data:`READ_EARLY` names those read at startup or import: ``TORCH_LOGS``,
+  ``TORCHDYNAMO_*``, ``OMP_NUM_THREADS``, ...; a child that sets one otherwise runs in a real
+  process); ``PYTHONPATH`` goes on ``sys.path`` as the interpreter puts it;
+* no stdin;
+* ``SDK_TESTS_REAL_PROCESSES=1`` sends every run to a real process (to compare).
+
+Children of one server share its hash seed (``PYTHONHASHSEED``): a test that two processes
+give the same bits keeps real processes, whose seeds differ.
+
+A test of what an import does (the CLI's startup, the first lookup before ``import sdk``, a
+missing compiler found at import) keeps :mod:`subprocess`. As a process does at exit, a
+child runs its ``atexit`` handlers, flushes its streams and ends with the status that
+``sys.exit``, an uncaught exception (1, its traceback on stderr) or a signal gives it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import os
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: what the fork server imports once (``torch._dynamo``: what ``torch.compile`` imports at its
+#: first call, 2 to 3 s of the 4)
+PRELOAD = ["torch", "torch._dynamo", "sdk"]
+
+#: variables that the interpreter or a module the server imported reads at startup or import
+#: (prefixes): a child whose value differs runs in a real process. Any other variable (the
+#: SDK's own, a test's own, ``CXX``, ``HOME``) is read where it is used, after the fork.
+READ_EARLY = (
+    "PYTHON",  # but PYTHONPATH, which the child puts on sys.path as the interpreter would
+    "TORCH",  # but the two cache directories below, read at each use
+    "PYTORCH",
+    "TRITON",  # but TRITON_CACHE_DIR
+    "OMP_",
+    "KMP_",
+    "GOMP_",
+    "MKL_",
+    "OPENBLAS",
+    "NPY_",
+    "NUMPY",
+    "SYMPY",
+    "CUDA",
+    "NCCL",
+    "LD_",
+    "MALLOC",
+    "GLIBC",
+    "LANG",
+    "LC_",
+    "TZ",
+)
+READ_LATE = {"PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
+
+#: the server's environment: the worker's when it started the server, with one OpenMP thread
+#: (what the tests' children ask for; libgomp reads it when torch loads it)
+SERVER_ENV_SET = {"OMP_NUM_THREADS": "1"}
+
+_lock = threading.Lock()
+_server: dict[str, Any] = {}
+
+
+def _context() -> tuple[Any, dict[str, str]]:
+    """The fork server's context and the environment it started with (started here, once)."""
+    with _lock:
+        if not _server:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(PRELOAD)
+            saved = {k: os.environ.get(k) for k in SERVER_ENV_SET}
+            os.environ.update(SERVER_ENV_SET)
+            try:
+                from multiprocessing import forkserver
+
+                forkserver.ensure_running()
+                _server["env"] = dict(os.environ)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            _server["ctx"] = ctx
+        return _server["ctx"], _server["env"]
+
+
+def one_thread(**values: str) -> dict[str, str]:
+    """This process's environment now, with one OpenMP thread (as the server has) and
+    ``values``: for a child that would otherwise inherit the environment, and so fork."""
+    return {**os.environ, **SERVER_ENV_SET, **values}
+
+
+def _late(name: str) -> bool:
+    return name in READ_LATE or not name.startswith(READ_EARLY)
+
+
+def _forkable(argv: Sequence[str], env: Mapping[str, str] | None) -> bool:
+    if os.environ.get("SDK_TESTS_REAL_PROCESSES") == "1" or sys.platform != "linux":
+        return False
+    if len(argv) < 2 or argv[0] != sys.executable or (argv[1] in ("-m", "-c") and len(argv) < 3):
+        return False
+    if argv[1].startswith("-") and argv[1] not in ("-m", "-c"):
+        return False
+    _, server_env = _context()
+    child = dict(os.environ if env is None else env)
+    differ = {k for k in child.keys() | server_env.keys() if child.get(k) != server_env.get(k)}
+    return all(_late(k) for k in differ)
+
+
+def _on_path(first: str, env: Mapping[str, str]) -> None:
+    """``sys.path`` as the interpreter starts it: ``first`` (the script's directory, the
+    working directory or ""), then ``$PYTHONPATH``'s entries, then the rest."""
+    extra = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[0:0] = [first, *extra]
+
+
+def _child(argv: list[str], env: dict[str, str], cwd: str | None, out: str, err: str) -> None:
+    """In the forked child: its streams, environment and directory, then ``argv`` as the
+    interpreter would run it; the exit status as the interpreter would give it."""
+    for fd, path in ((1, out), (2, err)):
+        f = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        os.dup2(f, fd)
+        os.close(f)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.environ.clear()
+    os.environ.update(env)
+    if cwd is not None:
+        os.chdir(cwd)
+    status = 0
+    try:
+        how, what, args = argv[1], argv[2] if argv[1] in ("-m", "-c") else argv[1], argv[2:]
+        if how == "-c":
+            sys.argv = ["-c", *args[1:]]
+            _on_path("", env)
+            exec(compile(what, "<string>", "exec"), {"__name__": "__main__"})
+        elif how == "-m":
+            sys.argv = [what, *args[1:]]
+            _on_path(os.getcwd(), env)
+            runpy.run_module(what, run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [what, *args]
+            _on_path(os.path.dirname(os.path.abspath(what)), env)
+            runpy.run_path(what, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    except BaseException as exc:  # noqa: BLE001 (the interpreter's: traceback, status 1)
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next  # (this module's frames: the interpreter's traceback has none)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        status = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # (a closed stream at exit, as ever)
+                stream.flush()
+        os._exit(status & 0xFF)
+
+
+class Process:
+    """A started run: ``subprocess.Popen``'s ``pid``, ``returncode``, ``wait``, ``poll``,
+    ``send_signal``, ``kill`` and ``communicate`` (text), whichever way it runs."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str] | None, cwd: Any) -> None:
+        self.args = list(argv)
+        self._popen: subprocess.Popen | None = None
+        self._proc: Any = None
+        cwd = None if cwd is None else str(cwd)
+        if not _forkable(argv, env):
+            self._popen = subprocess.Popen(
+                self.args,
+                env=None if env is None else dict(env),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            self.pid = self._popen.pid
+            return
+        ctx, _ = _context()
+        self._dir = tempfile.mkdtemp(prefix="sdk-fresh-")
+        self._out = os.path.join(self._dir, "out")
+        self._err = os.path.join(self._dir, "err")
+        for path in (self._out, self._err):
+            open(path, "w").close()
+        weakref.finalize(self, shutil.rmtree, self._dir, True)
+        child_env = dict(os.environ if env is None else env)
+        self._proc = ctx.Process(
+            target=_child, args=(self.args, child_env, cwd, self._out, self._err), daemon=False
+        )
+        self._proc.start()
+        self.pid = self._proc.pid
+
+    @property
+    def forked(self) -> bool:
+        return self._proc is not None
+
+    @property
+    def returncode(self) -> int | None:
+        if self._popen is not None:
+            return self._popen.returncode
+        return self._proc.exitcode
+
+    def poll(self) -> int | None:
+        if self._popen is not None:
+            return self._popen.poll()
+        return self._proc.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self._popen is not None:
+            return self._popen.wait(timeout)
+        self._proc.join(timeout)
+        if self._proc.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self._proc.exitcode
+
+    def send_signal(self, sig: int) -> None:
+        if self._popen is not None:
+            self._popen.send_signal(sig)
+        elif self._proc.exitcode is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        if self._popen is not None:
+            return self._popen.communicate(timeout=timeout)
+        try:
+            self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            self._proc.join()
+            raise
+        return self._read()
+
+    def _read(self) -> tuple[str, str]:
+        texts = []
+        for path in (self._out, self._err):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                texts.append(f.read())
+        return texts[0], texts[1]
+
+
+def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Any = None) -> Process:
+    """``argv`` (``[sys.executable, ...]``) started, as ``subprocess.Popen`` with stdout and
+    stderr piped as text and no stdin: forked from the server where :func:`_forkable`."""
+    return Process(argv, env, cwd)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Any = None,
+    timeout: float | None = None,
+    check: bool = False,
+) -> subprocess.CompletedProcess:
+    """``subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True,
+    timeout=timeout, check=check)``, forked from the server where :func:`_forkable`; a run
+    past ``timeout`` is killed and raises ``subprocess.TimeoutExpired``."""
+    proc = start(argv, env=env, cwd=cwd)
+    try:
+        out, err = proc.communicate(timeout)
+    except subprocess.TimeoutExpired:
+        if proc._popen is not None:
+            proc.kill()
+            proc._popen.communicate()
+        raise
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    if check:
+        done.check_returncode()
+    return done
