@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sdk.scaffold import generate
+from tests import fresh
 from tests.contract.test_conformance import counts, installed_as_wheel, summary
 
 #: The issue's budget for the C-like scaffold plugin (its .py files), fusion, training and
@@ -49,22 +50,14 @@ def _install(tmp_path: Path, name: str, flag: str | None) -> dict[str, str]:
     # the entry points written match those of the generated pyproject.toml
     assert f'{name} = "{name}_sdk_plugin"' in (root / "pyproject.toml").read_text()
     return {
-        **os.environ,
+        **fresh.one_thread(),
         "PYTHONPATH": os.pathsep.join([str(site), str(root)]),
         "SDK_CACHE_DIR": str(tmp_path / "cache"),
     }
 
 
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return fresh.run([sys.executable, *args], env=env, cwd=cwd, timeout=600)
 
 
 def test_c_like_plugin_is_small_and_the_guide_states_its_size(tmp_path):

@@ -4,11 +4,11 @@ the error once, not once per op it sent to ATen."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from tests import fresh
 
 BROKEN = """#!/bin/sh
 echo "g++: fatal error: cannot execute 'as'" >&2
@@ -47,15 +47,12 @@ def test_a_broken_compiler_is_quoted_and_its_error_reported_once(tmp_path: Path)
     cxx = tmp_path / "g++"
     cxx.write_text(BROKEN)
     cxx.chmod(0o755)
-    env = {
-        **os.environ,
-        "SDK_CACHE_DIR": str(tmp_path / "sdk"),
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-        "CXX": str(cxx),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", MLP], env=env, capture_output=True, text=True, timeout=600
+    env = fresh.one_thread(
+        SDK_CACHE_DIR=str(tmp_path / "sdk"),
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+        CXX=str(cxx),
     )
+    proc = fresh.run([sys.executable, "-c", MLP], env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
     lines = proc.stdout.splitlines()
     warned = [ln for ln in lines if ln.startswith("WARNING PluginFallbackWarning")]

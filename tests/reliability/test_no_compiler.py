@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests import fresh
 
 #: The training step, in a process of its own: ``argv[1]`` "same" or "other" (its head
 #: computes something else: those graphs are not in the cache); ``argv[2]``, if given, a file
@@ -78,12 +79,9 @@ STEP = textwrap.dedent(
 
 
 def _run(script: str, env: dict[str, str], *args: str) -> tuple[dict, str]:
-    proc = subprocess.run(
-        [sys.executable, "-c", script, *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    # one OpenMP thread, as tests/fresh.py's server has: the child forks from it
+    proc = fresh.run(
+        [sys.executable, "-c", script, *args], env={**env, **fresh.SERVER_ENV_SET}, timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     first, _, rest = proc.stdout.partition("\n")
