@@ -20,7 +20,9 @@ So a run goes through the server only where that difference cannot show (:func:`
 * ``SDK_TESTS_REAL_PROCESSES=1`` sends every run to a real process (to compare).
 
 Children of one server share its hash seed (``PYTHONHASHSEED``): a test that two processes
-give the same bits keeps real processes, whose seeds differ.
+give the same bits keeps real processes, whose seeds differ. A child ends without the
+interpreter's finalization (no module teardown, no last collection, no leak report of a
+binding at exit): a test of what a process prints at exit keeps a real one too.
 
 A test of what an import does (the CLI's startup, the first lookup before ``import sdk``, a
 missing compiler found at import) keeps :mod:`subprocess`. As a process does at exit, a
