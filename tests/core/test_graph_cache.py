@@ -16,6 +16,7 @@ import torch
 import sdk
 from sdk.core import graph_cache
 from sdk.plugins.cpu_cpp import render as cpp_render
+from tests import fresh
 
 
 @pytest.fixture
@@ -174,18 +175,8 @@ def test_a_second_process_hits(cache_on, tmp_path):
         gc.freeze()
     """)
     )
-    env = {**os.environ, "SDK_CACHE_DIR": str(cache_on), "SDK_GRAPH_CACHE": "1"}
-    runs = [
-        subprocess.run(
-            [sys.executable, str(script)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        for _ in range(2)
-    ]
+    env = fresh.one_thread(SDK_CACHE_DIR=str(cache_on), SDK_GRAPH_CACHE="1")
+    runs = [fresh.run([sys.executable, str(script)], env=env, timeout=300) for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
     assert "cache: stored" in runs[0].stdout and "cache: hit" in runs[1].stdout
