@@ -504,7 +504,9 @@ def test_eight_processes_and_a_racing_clear(tmp_path, monkeypatch):
     assert clears and not [e for e in clears if e is not None], clears
 
 
-@pytest.mark.parametrize("after", [1.0, 3.0])
+# a forked child (tests/fresh.py) compiles CHILD in about 3 s on CI's cores: killed at 1 s and
+# at 2 s, mid-compile (a process that imports torch itself was still importing at 1 s)
+@pytest.mark.parametrize("after", [1.0, 2.0])
 def test_kill_9_mid_compile_then_a_rerun_holds(tmp_path, monkeypatch, capsys, after):
     root = tmp_path / "cache"
     proc = fresh.start([sys.executable, "-c", CHILD], env=_env(root))
