@@ -90,21 +90,15 @@ def _context() -> tuple[Any, dict[str, str]]:
     """The fork server's context and the environment it started with (started here, once)."""
     with _lock:
         if not _server:
+            from multiprocessing import forkserver
+
+            from sdk._config import overridden
+
             ctx = multiprocessing.get_context("forkserver")
             ctx.set_forkserver_preload(PRELOAD)
-            saved = {k: os.environ.get(k) for k in SERVER_ENV_SET}
-            os.environ.update(SERVER_ENV_SET)
-            try:
-                from multiprocessing import forkserver
-
+            with overridden(**SERVER_ENV_SET):
                 forkserver.ensure_running()
                 _server["env"] = dict(os.environ)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
             _server["ctx"] = ctx
         return _server["ctx"], _server["env"]
 
@@ -119,7 +113,7 @@ def _late(name: str) -> bool:
     return name in READ_LATE or not name.startswith(READ_EARLY)
 
 
-def _forkable(argv: Sequence[str], env: Mapping[str, str] | None) -> bool:
+def _forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
     if os.environ.get("SDK_TESTS_REAL_PROCESSES") == "1" or sys.platform != "linux":
         return False
     if len(argv) < 2 or argv[0] != sys.executable or (argv[1] in ("-m", "-c") and len(argv) < 3):
@@ -127,8 +121,7 @@ def _forkable(argv: Sequence[str], env: Mapping[str, str] | None) -> bool:
     if argv[1].startswith("-") and argv[1] not in ("-m", "-c"):
         return False
     _, server_env = _context()
-    child = dict(os.environ if env is None else env)
-    differ = {k for k in child.keys() | server_env.keys() if child.get(k) != server_env.get(k)}
+    differ = {k for k in env.keys() | server_env.keys() if env.get(k) != server_env.get(k)}
     return all(_late(k) for k in differ)
 
 
@@ -153,19 +146,18 @@ def _child(argv: list[str], env: dict[str, str], cwd: str | None, out: str, err:
         os.chdir(cwd)
     status = 0
     try:
-        how, what, args = argv[1], argv[2] if argv[1] in ("-m", "-c") else argv[1], argv[2:]
-        if how == "-c":
-            sys.argv = ["-c", *args[1:]]
+        if argv[1] == "-c":
+            sys.argv = ["-c", *argv[3:]]
             _on_path("", env)
-            exec(compile(what, "<string>", "exec"), {"__name__": "__main__"})
-        elif how == "-m":
-            sys.argv = [what, *args[1:]]
+            exec(compile(argv[2], "<string>", "exec"), {"__name__": "__main__"})
+        elif argv[1] == "-m":
+            sys.argv = [argv[2], *argv[3:]]
             _on_path(os.getcwd(), env)
-            runpy.run_module(what, run_name="__main__", alter_sys=True)
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
         else:
-            sys.argv = [what, *args]
-            _on_path(os.path.dirname(os.path.abspath(what)), env)
-            runpy.run_path(what, run_name="__main__")
+            sys.argv = argv[1:]
+            _on_path(os.path.dirname(os.path.abspath(argv[1])), env)
+            runpy.run_path(argv[1], run_name="__main__")
     except SystemExit as exc:
         if exc.code is None:
             status = 0
@@ -198,10 +190,11 @@ class Process:
         self._popen: subprocess.Popen | None = None
         self._proc: Any = None
         cwd = None if cwd is None else str(cwd)
+        env = dict(os.environ if env is None else env)
         if not _forkable(argv, env):
             self._popen = subprocess.Popen(
                 self.args,
-                env=None if env is None else dict(env),
+                env=env,
                 cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -217,9 +210,8 @@ class Process:
         for path in (self._out, self._err):
             open(path, "w").close()
         weakref.finalize(self, shutil.rmtree, self._dir, True)
-        child_env = dict(os.environ if env is None else env)
         self._proc = ctx.Process(
-            target=_child, args=(self.args, child_env, cwd, self._out, self._err), daemon=False
+            target=_child, args=(self.args, env, cwd, self._out, self._err), daemon=False
         )
         self._proc.start()
         self.pid = self._proc.pid
@@ -257,13 +249,15 @@ class Process:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
-        if self._popen is not None:
-            return self._popen.communicate(timeout=timeout)
+        """stdout and stderr once it has ended; past ``timeout``, killed (either way) and
+        ``subprocess.TimeoutExpired`` raised."""
         try:
+            if self._popen is not None:
+                return self._popen.communicate(timeout=timeout)
             self.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            self._proc.join()
+            self.wait()
             raise
         return self._read()
 
@@ -293,13 +287,7 @@ def run(
     timeout=timeout, check=check)``, forked from the server where :func:`_forkable`; a run
     past ``timeout`` is killed and raises ``subprocess.TimeoutExpired``."""
     proc = start(argv, env=env, cwd=cwd)
-    try:
-        out, err = proc.communicate(timeout)
-    except subprocess.TimeoutExpired:
-        if proc._popen is not None:
-            proc.kill()
-            proc._popen.communicate()
-        raise
+    out, err = proc.communicate(timeout)
     done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if check:
         done.check_returncode()

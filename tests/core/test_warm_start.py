@@ -124,14 +124,12 @@ CHILD = textwrap.dedent(
 
 def _run(tmp_path, mode, sdk_dir, torch_dir):
     out = tmp_path / f"{mode}.pt"
-    env = {
-        **os.environ,
-        "SDK_CACHE_DIR": str(sdk_dir),
-        "TORCHINDUCTOR_CACHE_DIR": str(torch_dir),
-        "SDK_GRAPH_CACHE": "1",
-        "ARTIFACTS": str(tmp_path / "artifacts.bin"),
-        "OMP_NUM_THREADS": "1",
-    }
+    env = fresh.one_thread(
+        SDK_CACHE_DIR=str(sdk_dir),
+        TORCHINDUCTOR_CACHE_DIR=str(torch_dir),
+        SDK_GRAPH_CACHE="1",
+        ARTIFACTS=str(tmp_path / "artifacts.bin"),
+    )
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     proc = fresh.run([sys.executable, str(script), mode, str(out)], env=env, timeout=600)
