@@ -115,6 +115,27 @@ def test_a_changed_precompiled_prelude_is_built_again_not_used(runs: Path) -> No
     assert built.read_bytes() != bytes(data)
 
 
+def test_a_process_reads_and_hashes_the_precompiled_prelude_once(
+    runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each unit hard-links the precompiled prelude into its build directory (which changes
+    the file's ctime); the process checks the file against its digest once, not per unit."""
+    reads: list[Path] = []
+    read = _prelude.read_regular
+
+    def counted(path):
+        reads.append(Path(path))
+        return read(path)
+
+    monkeypatch.setattr(_prelude, "read_regular", counted)
+    monkeypatch.setattr(_prelude, "_checked", set())
+    for i in range(3):
+        path = compile_library(PRELUDE + _kernel(f"k{i}", float(i)), prelude=PRELUDE)
+        assert _call(path, f"k{i}") == pytest.approx(max(-3.0, i) + torch.e.__float__())
+    assert _runs(runs) == (1, 3, 0), runs.read_text()
+    assert len(reads) == 1, reads
+
+
 def test_a_compiler_error_names_the_line_of_the_whole_source(runs: Path) -> None:
     source = PRELUDE + 'extern "C" void k(float* x) {\n  x[0] = not_declared_anywhere;\n}\n'
     with pytest.raises(toolchain.CompileError) as err:
