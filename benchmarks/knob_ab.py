@@ -19,6 +19,13 @@ time) on a host-bound training step:
     python benchmarks/knob_ab.py mobilenet_v3_large_train_bf16,resnet50_train_bf16 \\
         sdk.plugins.cuda_triton.heuristics:SPLIT_MIN_INNER_COLUMNS 8192
 
+Several settings on the second side at once: more ``TARGET VALUE`` pairs (options and
+constants mixed), e.g. the layout and the split of a tree before both (NCHW, BatchNorm's sums
+unsplit) against the default:
+
+    python benchmarks/knob_ab.py resnet50_train_fp32 options:channels_last False \\
+        sdk.plugins.cuda_triton.heuristics:SPLIT_BY_GRID False
+
 ``--host-ops N``: one more step of each (eager's too) under ``torch.profiler``, and the N ops
 that took the most host time of their own, with their calls: whether a layout costs more per
 library call, for example (mobilenet_v3 training in channels-last or NCHW, on a host-bound
@@ -81,8 +88,9 @@ def _set(mod: Any, attr: str, value: Any) -> None:
         setattr(mod, n, v)
 
 
-def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[str, Any]:
-    """``mod`` None: ``attr`` is a backend option, given ``value`` on the second side."""
+def _row(name: str, knobs: list[tuple[Any, str, Any]], host_ops: int = 0) -> dict[str, Any]:
+    """``knobs``: (module, name, value) set on the second side; module None: ``name`` is a
+    backend option, given ``value`` on the second side."""
     import torch
 
     import sdk
@@ -100,12 +108,17 @@ def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[
     fp64 = case.fp64_outputs() if case.fp64_outputs is not None else None
     results: dict[str, Any] = {"eager": eager}
     steps = [(eager, eager_step)]
-    default = _get(mod, attr) if mod is not None else "(unset)"
-    for label, v in (("default", default), ("knob", value)):
-        options = {attr: v} if mod is None and label == "knob" else {}
+    constants = [(mod, attr, value) for mod, attr, value in knobs if mod is not None]
+    defaults = [(mod, attr, _get(mod, attr)) for mod, attr, _ in constants]
+    setting = ", ".join(
+        f"{mod.__name__ if mod is not None else 'options'}:{attr}={v}" for mod, attr, v in knobs
+    )
+    for label in ("default", "knob"):
+        options = {a: v for m, a, v in knobs if m is None} if label == "knob" else {}
         backend = sdk.backend(plugin, **options)
-        if mod is not None:
-            _set(mod, attr, v)
+        if label == "knob":
+            for mod, attr, v in constants:
+                _set(mod, attr, v)
         try:
             res, _, step = bench_timing._prepare(
                 name,
@@ -118,16 +131,20 @@ def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[
                 reset=False,
             )
         finally:
-            if mod is not None:
-                _set(mod, attr, default)
-        print(f"  {label} ({attr}={v}): cold {res.cold_s} s, {res.check} {res.error}", flush=True)
+            for mod, attr, v in defaults:
+                _set(mod, attr, v)
+        shown = setting if label == "knob" else "defaults"
+        print(f"  {label} ({shown}): cold {res.cold_s} s, {res.check} {res.error}", flush=True)
         results[label] = res
         if step is not None:
             steps.append((res, step))
     bench_timing._time_interleaved(name, case, clock, steps, cuda_launches if cuda else None)
-    # ("knob" is the second setting's results below; the knob's name is "setting")
-    where = mod.__name__ if mod is not None else "options"
-    out: dict[str, Any] = {"row": name, "setting": f"{where}:{attr}", "value": value}
+    # ("knob" is the second setting's results below; the knobs' names are "setting")
+    first_mod, first_attr, first_value = knobs[0]
+    where = first_mod.__name__ if first_mod is not None else "options"
+    out: dict[str, Any] = {"row": name, "setting": f"{where}:{first_attr}", "value": first_value}
+    if len(knobs) > 1:
+        out["settings"] = setting
     ops: dict[int, list[dict[str, Any]]] = {}
     if host_ops:
         for res, step in steps:
@@ -159,7 +176,7 @@ def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[
     launches = [(results[k].profile or {}).get("launches") for k in ("default", "knob")]
     if launches[0] is not None and launches[0] == launches[1]:
         print(
-            f"  the same launches per step on both sides: {attr} may have changed nothing "
+            f"  the same launches per step on both sides: {setting} may have changed nothing "
             "(a constant read when the plugin loads is no knob; a compile option is "
             "options:NAME)",
             flush=True,
@@ -168,21 +185,27 @@ def _row(name: str, mod: Any, attr: str, value: Any, host_ops: int = 0) -> dict[
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    rows, target, raw = argv[0].split(","), argv[1], argv[2]
+    flags = {"--json", "--host-ops"}
     path = argv[argv.index("--json") + 1] if "--json" in argv else None
     host_ops = int(argv[argv.index("--host-ops") + 1]) if "--host-ops" in argv else 0
-    module, attr = target.split(":")
+    plain = [
+        a for i, a in enumerate(argv) if a not in flags and (i == 0 or argv[i - 1] not in flags)
+    ]
+    if len(plain) < 3 or len(plain) % 2 == 0:
+        print(__doc__, file=sys.stderr)
+        return 2
+    rows = plain[0].split(",")
     import sdk.cache
 
     sdk.cache.cold_compiles()
-    mod = None if module == "options" else importlib.import_module(module)
-    value = ast.literal_eval(raw)
+    knobs = []
+    for target, raw in zip(plain[1::2], plain[2::2]):
+        module, attr = target.split(":")
+        mod = None if module == "options" else importlib.import_module(module)
+        knobs.append((mod, attr, ast.literal_eval(raw)))
     done = []
     for name in rows:
-        done.append(_row(name, mod, attr, value, host_ops))
+        done.append(_row(name, knobs, host_ops))
         if path:
             with open(path, "w") as f:
                 json.dump(done, f, indent=1, default=str)
