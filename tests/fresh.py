@@ -47,9 +47,24 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: what the fork server imports once (``torch._dynamo``: what ``torch.compile`` imports at its
-#: first call, 2 to 3 s of the 4)
-PRELOAD = ["torch", "torch._dynamo", "sdk"]
+#: what the fork server imports once: torch, ``torch._dynamo`` (what ``torch.compile`` imports at
+#: its first call, 2 to 3 s of the 4) and sdk; then what a child's first compile imported
+#: (sampled over the CPU suite, about half of the children's time before these: the sdk's
+#: compile pipeline, and through torch's decompositions Inductor's lowering, which registers
+#: its code generators; Dynamo's repro and DTensor helpers). Nothing here touches CUDA at
+#: import (the children of a GPU machine start CUDA each on its own: ``test_fresh``), loads a
+#: plugin or the native runner, or reads an SDK variable. Not torch's OpInfo database: it asks
+#: CUDA whether a device is there, at import.
+PRELOAD = [
+    "torch",
+    "torch._dynamo",
+    "sdk",
+    "sdk.core.pipeline",
+    "torch._inductor.lowering",
+    "torch._inductor.debug",
+    "torch._dynamo.repro.after_dynamo",
+    "torch.distributed.tensor.experimental",
+]
 
 #: variables that the interpreter or a module the server imported reads at startup or import
 #: (prefixes): a child whose value differs runs in a real process. Any other variable (the

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from tests import fresh
 
@@ -63,10 +64,21 @@ def test_a_child_has_compiled_nothing_and_loaded_no_plugin():
         "import sys, torch, sdk\n"
         "from torch._dynamo.utils import counters\n"
         "print(sum(map(len, counters.values())), "
-        "[m for m in sys.modules if m.startswith('sdk.plugins.') or m == 'sdk.core.native'])\n"
+        "[m for m in sys.modules if m.startswith('sdk.plugins.') or m == '_sdk_runner'])\n"
     )
     run = fresh.run([sys.executable, "-c", code], env=fresh.one_thread(), timeout=60)
     assert run.stdout == "0 []\n", run.stderr
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_child_starts_cuda_on_its_own():
+    """The server imported nothing that starts CUDA (a forked child of a process that did
+    cannot use it): a child allocates, runs a kernel and reads the result back."""
+    code = "import torch\nprint(torch.arange(4, device='cuda').sum().item())\n"
+    for _ in range(2):
+        run = fresh.run([sys.executable, "-c", code], env=fresh.one_thread(), timeout=120)
+        assert (run.returncode, run.stdout) == (0, "6\n"), run.stderr
+        assert run.forked or os.environ.get("SDK_TESTS_REAL_PROCESSES") == "1"
 
 
 def test_kill_and_timeout():
