@@ -47,24 +47,32 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-#: what the fork server imports once: torch, ``torch._dynamo`` (what ``torch.compile`` imports at
-#: its first call, 2 to 3 s of the 4) and sdk; then what a child's first compile imported
-#: (sampled over the CPU suite, about half of the children's time before these: the sdk's
-#: compile pipeline, and through torch's decompositions Inductor's lowering, which registers
-#: its code generators; Dynamo's repro and DTensor helpers). Nothing here touches CUDA at
-#: import (the children of a GPU machine start CUDA each on its own: ``test_fresh``), loads a
-#: plugin or the native runner, or reads an SDK variable. Not torch's OpInfo database: it asks
-#: CUDA whether a device is there, at import.
-PRELOAD = [
-    "torch",
-    "torch._dynamo",
-    "sdk",
+#: what the fork server imports once (``torch._dynamo``: what ``torch.compile`` imports at its
+#: first call, 2 to 3 s of the 4)
+PRELOAD = ["torch", "torch._dynamo", "sdk"]
+#: ... and, where torch is built without CUDA and ROCm (the CPU wheels CI runs), what a child's
+#: first compile imported: the sdk's compile pipeline, and through torch's decompositions
+#: Inductor's lowering, which registers its code generators; Dynamo's repro and DTensor
+#: helpers. Sampled over the CPU suite, imports were about half of the children's time before
+#: these; four fork-heavy test files took 94 s against 114. None loads a plugin or the native
+#: runner, or reads an SDK variable. Not on a GPU machine: there one of them starts CUDA at
+#: import (H200, torch 2.11: each child's first CUDA call then failed, "Cannot re-initialize
+#: CUDA in forked subprocess"; ``test_fresh`` checks that a child starts CUDA itself).
+FIRST_COMPILE = [
     "sdk.core.pipeline",
     "torch._inductor.lowering",
     "torch._inductor.debug",
     "torch._dynamo.repro.after_dynamo",
     "torch.distributed.tensor.experimental",
 ]
+
+
+def _preload() -> list[str]:
+    import torch
+
+    gpu_built = torch.version.cuda is not None or torch.version.hip is not None
+    return PRELOAD if gpu_built else PRELOAD + FIRST_COMPILE
+
 
 #: variables that the interpreter or a module the server imported reads at startup or import
 #: (prefixes): a child whose value differs runs in a real process. Any other variable (the
@@ -110,7 +118,7 @@ def _context() -> tuple[Any, dict[str, str]]:
             from sdk._config import overridden
 
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(PRELOAD)
+            ctx.set_forkserver_preload(_preload())
             with overridden(**SERVER_ENV_SET):
                 forkserver.ensure_running()
                 _server["env"] = dict(os.environ)
