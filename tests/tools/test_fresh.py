@@ -76,9 +76,10 @@ def test_a_child_starts_cuda_on_its_own():
     cannot use it): a child allocates, runs a kernel and reads the result back."""
     code = "import torch\nprint(torch.arange(4, device='cuda').sum().item())\n"
     for _ in range(2):
-        run = fresh.run([sys.executable, "-c", code], env=fresh.one_thread(), timeout=120)
-        assert (run.returncode, run.stdout) == (0, "6\n"), run.stderr
-        assert run.forked or os.environ.get("SDK_TESTS_REAL_PROCESSES") == "1"
+        proc = fresh.start([sys.executable, "-c", code], env=fresh.one_thread())
+        out, err = proc.communicate(120)
+        assert (proc.returncode, out) == (0, "6\n"), err
+        assert proc.forked or os.environ.get("SDK_TESTS_REAL_PROCESSES") == "1"
 
 
 def test_kill_and_timeout():
