@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import sdk
+from tests import fresh
 
 PICKY = """
     import torch
@@ -307,12 +308,8 @@ def test_a_kernel_level_plugin_of_another_device_claims_nothing(
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sdk", "explain", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    return fresh.run(
+        [sys.executable, "-m", "sdk", "explain", *args], env=fresh.one_thread(), timeout=600
     )
 
 

@@ -5,7 +5,6 @@ eager on fresh inputs; corrupt, foreign and stale entries are misses."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -184,34 +183,15 @@ def test_a_second_process_hits(cache_on, tmp_path):
 
 def test_cli_cache_info_and_clear(cache_on):
     _explain(f, torch.randn(4, 3), torch.randn(4, 3))
-    env = {**os.environ, "SDK_CACHE_DIR": str(cache_on)}
-    info = subprocess.run(
-        [sys.executable, "-m", "sdk", "cache", "info"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    env = fresh.one_thread(SDK_CACHE_DIR=str(cache_on))
+    info = fresh.run([sys.executable, "-m", "sdk", "cache", "info"], env=env, timeout=120)
     assert info.returncode == 0, info.stderr
     assert str(cache_on) in info.stdout and graph_cache.NAMESPACE in info.stdout
-    clear = subprocess.run(
-        [sys.executable, "-m", "sdk", "cache", "clear"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    clear = fresh.run([sys.executable, "-m", "sdk", "cache", "clear"], env=env, timeout=120)
     assert clear.returncode == 0, clear.stderr
     assert not any((cache_on / graph_cache.NAMESPACE).iterdir())
-    bad = subprocess.run(
-        [sys.executable, "-m", "sdk", "cache", "clear", "--namespace", "../x"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
+    bad = fresh.run(
+        [sys.executable, "-m", "sdk", "cache", "clear", "--namespace", "../x"], env=env, timeout=120
     )
     assert bad.returncode == 2 and "namespace" in bad.stderr
 

@@ -6,7 +6,6 @@ version. A fuzz (tests/isa_fuzz_worker.py, in a process of its own) mutates real
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import sdk
 from sdk import _diskcache as cache
 from sdk.core import graph_cache, isa, native
 from sdk.core import steps as st
+from tests import fresh
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -156,13 +156,11 @@ def test_fuzzed_programs_the_two_verifiers_agree_and_nothing_crashes():
     """Real programs (and one written by hand with the opcodes they lack), mutated 400
     times: the runner's verifier refuses a mutant iff steps.check does, at the same step, and
     the process does not crash (a segfault fails here, as a negative return code)."""
-    proc = subprocess.run(
+    proc = fresh.run(
         [sys.executable, "-m", "tests.isa_fuzz_worker", "--seed", "0", "--mutations", "400"],
+        env=fresh.one_thread(),
         cwd=ROOT,
-        capture_output=True,
-        text=True,
         timeout=600,
-        check=False,
     )
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
     report = json.loads(proc.stdout.strip().splitlines()[-1])

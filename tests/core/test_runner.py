@@ -27,7 +27,7 @@ import sdk.clike
 from sdk.core import native
 from sdk.core import steps as st
 from sdk.errors import OptionError
-from tests import models
+from tests import fresh, models
 
 pytestmark = pytest.mark.skipif(
     native.module() is None, reason=f"the native runner does not build here: {native.why_not()}"
@@ -333,15 +333,12 @@ def test_no_compiler_one_warning_and_the_python_program(tmp_path):
         'exec g++ "$@"\n'
     )
     cxx.chmod(0o755)
-    env = {
-        **os.environ,
-        "SDK_RUNNER_DIR": str(tmp_path / "runner"),
-        "SDK_CACHE_DIR": str(tmp_path / "cache"),
-        "CXX": str(cxx),
-    }
-    proc = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    env = fresh.one_thread(
+        SDK_RUNNER_DIR=str(tmp_path / "runner"),
+        SDK_CACHE_DIR=str(tmp_path / "cache"),
+        CXX=str(cxx),
     )
+    proc = fresh.run([sys.executable, "-c", script], env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "WARNINGS 1" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert "Fix: install a C++ compiler" in proc.stdout
