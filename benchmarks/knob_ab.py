@@ -88,6 +88,11 @@ def _set(mod: Any, attr: str, value: Any) -> None:
         setattr(mod, n, v)
 
 
+def _target(mod: Any, attr: str) -> str:
+    """A setting's name as the command line gives it: ``MODULE:NAME`` or ``options:NAME``."""
+    return f"{mod.__name__ if mod is not None else 'options'}:{attr}"
+
+
 def _row(name: str, knobs: list[tuple[Any, str, Any]], host_ops: int = 0) -> dict[str, Any]:
     """``knobs``: (module, name, value) set on the second side; module None: ``name`` is a
     backend option, given ``value`` on the second side."""
@@ -110,9 +115,7 @@ def _row(name: str, knobs: list[tuple[Any, str, Any]], host_ops: int = 0) -> dic
     steps = [(eager, eager_step)]
     constants = [(mod, attr, value) for mod, attr, value in knobs if mod is not None]
     defaults = [(mod, attr, _get(mod, attr)) for mod, attr, _ in constants]
-    setting = ", ".join(
-        f"{mod.__name__ if mod is not None else 'options'}:{attr}={v}" for mod, attr, v in knobs
-    )
+    setting = ", ".join(f"{_target(mod, attr)}={v}" for mod, attr, v in knobs)
     for label in ("default", "knob"):
         options = {a: v for m, a, v in knobs if m is None} if label == "knob" else {}
         backend = sdk.backend(plugin, **options)
@@ -141,8 +144,11 @@ def _row(name: str, knobs: list[tuple[Any, str, Any]], host_ops: int = 0) -> dic
     bench_timing._time_interleaved(name, case, clock, steps, cuda_launches if cuda else None)
     # ("knob" is the second setting's results below; the knobs' names are "setting")
     first_mod, first_attr, first_value = knobs[0]
-    where = first_mod.__name__ if first_mod is not None else "options"
-    out: dict[str, Any] = {"row": name, "setting": f"{where}:{first_attr}", "value": first_value}
+    out: dict[str, Any] = {
+        "row": name,
+        "setting": _target(first_mod, first_attr),
+        "value": first_value,
+    }
     if len(knobs) > 1:
         out["settings"] = setting
     ops: dict[int, list[dict[str, Any]]] = {}
