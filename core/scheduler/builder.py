@@ -149,6 +149,11 @@ class _Builder:
                 found = self._permuted_mapping(node)
                 if found is not None:
                     return found
+                if self._mapping_stack:
+                    # asked while another member's mapping is being found (through the
+                    # reads of this one): by position it may be the wrong one, and the
+                    # asker would take it on; the asker tries its other reads instead
+                    raise _NotFusable(f"{node.name}'s loops are not decided yet")
                 own = False  # (another group's members may give one)
             if plain:
                 coords = iter(gvars)
