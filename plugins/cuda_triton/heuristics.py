@@ -153,11 +153,15 @@ SPLIT_COMBINE_BLOCK = 64
 #: Chunk of the first kernel of a split reduction.
 SPLIT_RBLOCK = 2048
 #: Columns per block of a split column reduction's first kernel (128 bytes of fp32 a row),
-#: and elements per tile: [32, 128] with 8 warps. Not measured: between the tiles measured
-#: for unsplit column sums above ([32, 64] for many programs, [16, 1024] for few), each
-#: program looping over a chunk of about ``SPLIT_OUTER_MIN_CHUNK // XBLOCK`` rows or more.
+#: and elements per tile: [32, 64] with 8 warps, each program looping over a chunk of about
+#: ``SPLIT_OUTER_MIN_CHUNK // XBLOCK`` rows or more. [32, 64] rather than [32, 128] (H200,
+#: torch 2.11, Triton 3.6; ``bn_chains.py``, BatchNorm + ReLU training over channels-last
+#: bf16, 16 shapes; BENCHMARKS.md "Issue 49, thirty-third session"): ResNet-50's nine shapes
+#: 367.8 us against 388.4 (Inductor: 358.7), the backward's sums at 16x256x56x56 30.6 us
+#: against 39.1, at 16x256x14x14 6.0 against 7.1; no shape more than 1.8 us slower
+#: (16x72x56x56). Wider tiles ([64, 64]) were quicker at the largest shapes only.
 SPLIT_OUTER_XBLOCK = 32
-SPLIT_OUTER_TILE = 4096
+SPLIT_OUTER_TILE = 2048
 #: Warps of each kernel of a split column reduction's chain.
 SPLIT_OUTER_WARPS = 8
 #: A split column reduction's chunk rounded up to whole tiles (fewer chunks): 784 rows in
