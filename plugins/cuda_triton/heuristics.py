@@ -156,7 +156,7 @@ SPLIT_RBLOCK = 2048
 #: and elements per tile: [32, 64] with 8 warps, each program looping over a chunk of about
 #: ``SPLIT_OUTER_MIN_CHUNK // XBLOCK`` rows or more. [32, 64] rather than [32, 128] (H200,
 #: torch 2.11, Triton 3.6; ``bn_chains.py``, BatchNorm + ReLU training over channels-last
-#: bf16, 16 shapes; BENCHMARKS.md "Issue 49, thirty-third session"): ResNet-50's nine shapes
+#: bf16, 14 shapes; BENCHMARKS.md "Issue 49, thirty-third session"): ResNet-50's nine shapes
 #: 367.7 us against 388.2 (Inductor: 358.6), the backward's sums at 16x256x56x56 30.6 us
 #: against 39.1, at 16x256x14x14 6.0 against 7.1; no shape more than 1.8 us slower
 #: (16x72x56x56). Wider tiles ([64, 64]) were quicker at the largest shapes only.
