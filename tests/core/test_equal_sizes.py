@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import sdk
+from tests.opcheck import check
 from tests.plugins_under_test import PLUGINS, device_of
 
 
@@ -33,6 +34,8 @@ def _centered(x, w, b):
 
 
 def _run(plugin, fn, shape, dtype, channels_last, seed):
+    """``fn`` compiled against eager (forward and gradients, tests/opcheck.py), and the
+    report of the graphs it compiled."""
     dev = device_of(plugin)
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(*shape, generator=g) * 2 + 1).to(dev, dtype)
@@ -40,20 +43,8 @@ def _run(plugin, fn, shape, dtype, channels_last, seed):
         x = x.to(memory_format=torch.channels_last)
     w = torch.randn(shape[1], generator=g).to(dev, dtype)
     b = torch.randn(shape[1], generator=g).to(dev, dtype)
-    up = torch.randn(*shape, generator=g).to(dev, dtype)
-    compiled = torch.compile(fn, backend=sdk.backend(plugin, fallback=False))
-    mine = [t.clone().requires_grad_() for t in (x, w, b)]
-    ref = [t.clone().requires_grad_() for t in (x, w, b)]
-    got = compiled(*mine)
-    (got.float() * up.float()).sum().backward()
-    want = fn(*ref)
-    (want.float() * up.float()).sum().backward()
-    tol = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 5e-2}
-    torch.testing.assert_close(got, want, **tol)
-    grad_tol = {} if dtype == torch.float32 else {"rtol": 2e-2, "atol": 2e-1}
-    for a, r in zip(mine, ref):
-        torch.testing.assert_close(a.grad, r.grad, **grad_tol)
-    report = sdk.explain(compiled, *[t.clone().requires_grad_() for t in (x, w, b)])
+    with sdk.collect_reports() as report:
+        check(fn, [t.requires_grad_() for t in (x, w, b)], plugin=plugin)
     return report
 
 
