@@ -178,6 +178,15 @@ SPLIT_FLAT_STORES = True
 #: Columns of a flat kernel's tile where the chain is a column reduction's (128 bytes of
 #: bf16): [64, 16] tiles of 1024 elements.
 FLAT_COLUMNS = 64
+#: A split column reduction's kernels (its first kernels and its flat one) take their blocks
+#: of columns from the grid's first axis, which the GPU schedules fastest: programs that run
+#: together read neighbouring columns of the same rows (a 256-channel bf16 row is 512 bytes,
+#: a block of 32 columns 64 of them), not one block's strip over many rows. Off: chunks
+#: (first kernels) and blocks of rows (flat kernels) first, as before. A flat kernel keeps
+#: that order where its blocks of rows outnumber the second axis' limit (:data:`GRID_Y_MAX`).
+SPLIT_COLUMNS_FIRST = True
+#: The most programs on a CUDA grid's second (and third) axis.
+GRID_Y_MAX = 65535
 #: L2 eviction hints on the loads of a reduction loop, as Inductor gives them
 #: (:meth:`.expressions.ExpressionWriter._eviction`): a streaming load ``evict_first``
 #: where it is its buffer's last in the kernel, ``evict_last`` where the kernel reads the
@@ -244,7 +253,7 @@ def tile_2d(ynumel: int, xnumel: int, broadcast: bool = False) -> dict[str, int]
     if ynumel < 16 or xnumel < 16:
         return None
     yb, xb = min(TILE, next_power_of_2(ynumel)), min(TILE, next_power_of_2(xnumel))
-    if cdiv(ynumel, yb) > 65535:
+    if cdiv(ynumel, yb) > GRID_Y_MAX:
         return None
     warps = 2 if broadcast else (4 if xb * yb >= 2048 else 2)
     return {"XBLOCK": xb, "YBLOCK": yb, "num_warps": warps}
@@ -314,6 +323,12 @@ def flat_config(split: Plan) -> dict[str, int]:
     reduction's along one row."""
     xblock = min(FLAT_COLUMNS, next_power_of_2(split.xnumel)) if split.outer else 1
     return {"XBLOCK": xblock, "RBLOCK": POINTWISE_XBLOCK // xblock, "num_warps": POINTWISE_WARPS}
+
+
+def columns_first(split: Plan, programs_along_rows: int) -> bool:
+    """Do the kernels of ``split`` put its blocks of columns on the grid's first axis
+    (:data:`SPLIT_COLUMNS_FIRST`), with ``programs_along_rows`` on its second?"""
+    return SPLIT_COLUMNS_FIRST and split.outer and programs_along_rows <= GRID_Y_MAX
 
 
 def plan(

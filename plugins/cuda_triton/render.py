@@ -117,6 +117,12 @@ class _Writer(SplitWriter):
         body = settle_evictions(body)
         return f"@triton.jit\ndef {name}({sig}):\n" + "".join(f"    {ln}\n" for ln in body)
 
+    def _split_grid(self, axes: tuple[str, str], along: list) -> list[list]:
+        """A split chain's grid: its blocks of rows and ``along`` (chunks, or blocks of inner
+        indices), in the order of ``axes``, the program ids the kernel reads them from."""
+        rows = [self.xnumel, "XBLOCK"]
+        return [rows, along] if axes[0] == "tl.program_id(0)" else [along, rows]
+
     def render(self) -> sdk.KernelSource:
         ptrs = [self.ptr[a.name] for a in self.k.args] + self.sizes
         mode = self.plan.mode
@@ -184,14 +190,14 @@ class _Writer(SplitWriter):
             kernels, scratch = self.split_kernels()
             names = [n for n, _, _ in scratch]
             meta["pre"] = {
-                "grid": [[self.plan.split, None], [self.xnumel, "XBLOCK"]],
+                "grid": self._split_grid(self.pre_axes, [self.plan.split, None]),
                 "constexprs": ["XBLOCK", "RBLOCK"],
             }
             meta["constexprs"] = ["XBLOCK"]
             meta["chain"] = [[name, kind] for name, kind, _ in kernels]
             if any(kind == FLAT for _n, kind, _b in kernels):
                 meta["flat"] = {
-                    "grid": [[self.plan.rnumel, "RBLOCK"], [self.xnumel, "XBLOCK"]],
+                    "grid": self._split_grid(self.flat_axes, [self.plan.rnumel, "RBLOCK"]),
                     "constexprs": ["XBLOCK", "RBLOCK"],
                 }
                 meta["config"]["flat"] = heuristics.flat_config(self.plan)

@@ -3,7 +3,8 @@ for the GPU (``split`` in :func:`.heuristics.plan`) runs as a chain of kernels, 
 :class:`.reductions.ReductionWriter`'s looped stages.
 
 * Each stage with inner ranges is a *first* kernel on a grid of (chunks, blocks of
-  ``XBLOCK`` rows): program ``(s, b)`` runs the stage over chunk ``s`` of its rows (the
+  ``XBLOCK`` rows), a column reduction's axes swapped (:func:`.heuristics.columns_first`):
+  program ``(s, b)`` runs the stage over chunk ``s`` of its rows (the
   plan's ``chunk`` consecutive inner indices, in ``RBLOCK`` steps), as a looped kernel runs
   the whole row, and stores each reduction's partial to scratch at ``s * xnumel + row``
   (contiguous along the rows: a column reduction's [XBLOCK, RBLOCK] tiles run along the
@@ -22,7 +23,8 @@ for the GPU (``split`` in :func:`.heuristics.plan`) runs as a chain of kernels, 
 
 * A stage that only stores, last in the chain (BatchNorm's normalization, its input
   gradient), is a *flat* kernel (``heuristics.SPLIT_FLAT_STORES``): one [XBLOCK, RBLOCK]
-  tile a program, no loop, on a grid of (blocks of RBLOCK inner indices, blocks of rows).
+  tile a program, no loop, on a grid of (blocks of RBLOCK inner indices, blocks of rows),
+  swapped as the first kernels' are.
 
 The stages run in order over the whole grid: each kernel sees every earlier stage done, the
 order a one-kernel form keeps per row. The values are those of the looped form, reduced in
@@ -66,6 +68,11 @@ class SplitWriter(ReductionWriter):
         body) of each kernel; and the scratch buffers: (parameter, numel, dtype)."""
         phases = self.split_phases()
         split, xnumel = self.plan.split, self.xnumel
+        flat_rows = heuristics.cdiv(self.plan.rnumel, heuristics.flat_config(self.plan)["RBLOCK"])
+        #: the grid axes (blocks of rows, then chunks or blocks of inner indices) of the
+        #: first kernels and of the flat one: see :func:`.heuristics.columns_first`
+        self.pre_axes = self._axes(heuristics.columns_first(self.plan, split))
+        self.flat_axes = self._axes(heuristics.columns_first(self.plan, flat_rows))
         scratch: list[tuple[str, int, torch.dtype]] = []
         computed: dict[str, int] = {}  # a reduction's local -> its phase
         for p, (i, _tail) in enumerate(phases):
@@ -112,6 +119,11 @@ class SplitWriter(ReductionWriter):
         self.flat = [name for name, kind, _b in kernels if kind == FLAT]
         return kernels, scratch
 
+    @staticmethod
+    def _axes(columns_first: bool) -> tuple[str, str]:
+        """The program ids of a block of rows and of a chunk (or block of inner indices)."""
+        return ("tl.program_id(0)", "tl.program_id(1)")[:: 1 if columns_first else -1]
+
     def flat_stage(self, i: int, tail: list[int]) -> bool:
         """Does stage ``i`` (followed by the stages ``tail``) run as a flat pointwise kernel
         (:data:`.heuristics.SPLIT_FLAT_STORES`)? It only stores: no reduction, nothing after."""
@@ -126,7 +138,8 @@ class SplitWriter(ReductionWriter):
         self._begin()
         st = self.stages[i]
         out: list[str] = []
-        self._xheader(out, pid="tl.program_id(1)")
+        rows, inner = self.flat_axes
+        self._xheader(out, pid=rows)
         to64 = ".to(tl.int64)" if self.int64 else ""
         self._load_rows(out, reads)
         self.pre, self.body, self.memo_r = [], [], {}
@@ -134,7 +147,7 @@ class SplitWriter(ReductionWriter):
         self.cur_group = st.group
         self._stores(st)
         head = [
-            f"rindex = tl.program_id(0){to64} * RBLOCK + tl.arange(0, RBLOCK)[None, :]{to64}",
+            f"rindex = {inner}{to64} * RBLOCK + tl.arange(0, RBLOCK)[None, :]{to64}",
             f"rmask = rindex < {py_size(st.numel)}",
         ]
         self._decompose(head, "rindex", self._stage_vars(st))
@@ -150,9 +163,10 @@ class SplitWriter(ReductionWriter):
         blocks), each reduction's partial to scratch."""
         self._begin()
         out: list[str] = []
-        self._xheader(out, pid="tl.program_id(1)")
+        rows, chunk = self.pre_axes
+        self._xheader(out, pid=rows)
         to64 = ".to(tl.int64)" if self.int64 else ""
-        out.append(f"split = tl.program_id(0){to64}")
+        out.append(f"split = {chunk}{to64}")
         out.append(f"rbase = tl.arange(0, RBLOCK)[None, :]{to64}")
         self._load_rows(out, reads)
         self.pre = self.body = out
@@ -185,7 +199,8 @@ class SplitWriter(ReductionWriter):
         depend on which program is last."""
         s = self.plan.split
         self._begin()
-        inner: list[str] = ["tl.debug_barrier()", f"tl.store({COUNTS} + tl.program_id(1), 0)"]
+        rows = self.pre_axes[0]
+        inner: list[str] = ["tl.debug_barrier()", f"tl.store({COUNTS} + {rows}, 0)"]
         self._load_rows(inner, reads)
         st = self.stages[i]
         sblock = min(heuristics.next_power_of_2(s), heuristics.SPLIT_COMBINE_BLOCK)
@@ -236,7 +251,7 @@ class SplitWriter(ReductionWriter):
             inner += ["    " + line for line in loop]
             inner += post
         self._rows_then_tail(inner, keep, tail)
-        ticket = f"tl.atomic_add({COUNTS} + tl.program_id(1), 1, sem='acq_rel', scope='gpu')"
+        ticket = f"tl.atomic_add({COUNTS} + {rows}, 1, sem='acq_rel', scope='gpu')"
         head = ["tl.debug_barrier()", f"ticket = {ticket}", f"if ticket == {s - 1}:"]
         return head + ["    " + line for line in self.consts + inner]
 

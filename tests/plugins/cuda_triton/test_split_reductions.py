@@ -250,3 +250,41 @@ def test_layernorm_gamma_beta_gradients_split(plugin, _small_split):
     assert all(_chain(k.source) == ["pre"] for k in columns)
     rows = _per_row(report, "forward", 300) + _per_row(report, "backward", 300)
     assert rows and all(_chain(k.source) is None for k in rows)
+
+
+@pytest.mark.parametrize("plugin", _TRITON)
+@pytest.mark.parametrize("columns_first", [True, False], ids=["columns_first", "chunks_first"])
+def test_channels_last_batchnorm_over_several_blocks_of_columns(
+    plugin, columns_first, _small_split, monkeypatch
+):
+    """Channels-last BatchNorm2d in training over 70 channels: three blocks of 32 columns, the
+    last one partial, each with its own chunks and its own last program's counter, whichever
+    grid axis the blocks take (``SPLIT_COLUMNS_FIRST``). Loss, gradients and running
+    statistics as eager's, at a second call too; the first kernels read the chunk from the
+    other axis than the block."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    monkeypatch.setattr(heuristics, "SPLIT_COLUMNS_FIRST", columns_first)
+    bn, ref = _pair(torch.nn.BatchNorm2d, 70)
+    x = (torch.randn(2, 70, 12, 12, device=DEV) * 2 + 1).to(memory_format=torch.channels_last)
+    w = torch.randn(2, 70, 12, 12, device=DEV).to(memory_format=torch.channels_last)
+    report = _compare(bn, ref, x, w)
+    kernels = _per_row(report, "forward", 70) + _per_row(report, "backward", 70)
+    assert kernels and all(_chain(k.source) is not None for k in kernels)
+    chunk_axis = "tl.program_id(1)" if columns_first else "tl.program_id(0)"
+    for k in kernels:
+        assert re.search(rf"^    split = {re.escape(chunk_axis)}$", k.source, re.M), k.source
+
+
+def test_a_flat_kernel_keeps_its_blocks_of_rows_first_past_the_grids_second_axis():
+    """A column reduction's kernels take their blocks of columns from the first grid axis,
+    unless what goes on the second (a flat kernel's blocks of rows) is more than CUDA's
+    65535 programs; a row reduction's keep chunks first."""
+    from sdk.plugins.cuda_triton import heuristics
+
+    columns = heuristics.Plan("split", 64, 3_211_264, {}, split=256, chunk=12544, outer=True)
+    rows = heuristics.Plan("split", 64, 3_211_264, {}, split=256, chunk=12544, outer=False)
+    assert heuristics.columns_first(columns, 256) == heuristics.SPLIT_COLUMNS_FIRST
+    assert heuristics.columns_first(columns, 65535) == heuristics.SPLIT_COLUMNS_FIRST
+    assert not heuristics.columns_first(columns, 65536)
+    assert not heuristics.columns_first(rows, 256)
