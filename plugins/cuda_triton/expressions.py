@@ -306,6 +306,10 @@ class ExpressionWriter(KernelPlan):
             text = f"tl.minimum(tl.maximum({text}, {py_size(lo)}), {py_size(hi)})"
             self.clamped += 1
         mask = self._mask(deps)
+        if mask and not index.free_symbols:
+            # one element for every point (a gathered load of an expanded scalar, sum's
+            # gradient): the pointer a block, as the mask is
+            text = f"tl.full({self._shape(deps)}, {text}, {self.itype})"
         ptr = self.ptr[node.buffer]
         hint = self._eviction(index, ptr) if self.looping and "r" in deps else ""
         if mask:
