@@ -506,6 +506,26 @@ def test_max_pool2d_gradient(plugin, dtype, case):
 
 
 @pytest.mark.parametrize("plugin", PLUGINS)
+def test_max_pool2d_gradient_of_a_sum(plugin):
+    """``max_pool2d(x).sum()``, indices returned too: the gradient gathered from the sum's,
+    one element expanded to every window (a load of one address under a block mask, which
+    Triton refused for a scalar pointer); eager's bits, eager's indices."""
+    dev = device_of(plugin)
+    x = torch.randn(2, 3, 9, 9, device=dev, requires_grad=True)
+
+    def f(t):
+        v, i = torch.nn.functional.max_pool2d(t * 2, 3, 2, 1, return_indices=True)
+        return v.sum(), i
+
+    loss, idx = torch.compile(f, backend=sdk.backend(plugin, fallback=False))(x)
+    (grad,) = torch.autograd.grad(loss, x)
+    want_loss, want_idx = f(x)
+    (want,) = torch.autograd.grad(want_loss, x)
+    assert torch.equal(idx, want_idx)
+    assert torch.equal(grad, want)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
 def test_max_pool2d_of_symbolic_sizes(plugin):
     """Pooled sizes are floor divisions of the input's symbols: the sum over the pooled
     output (its mask, of the reduction's symbolic numel) and the gathered gradient compile
