@@ -447,6 +447,24 @@ class Lowerer:
                 return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
         return Layout(tuple(sizes), contiguous_strides(sizes), 0, dtype, self.ctx.device_type)
 
+    def output_layout(
+        self, index: int, sizes: tuple[int, ...], dtype: torch.dtype
+    ) -> Layout | None:
+        """Eager's layout for output ``index`` of the multi-output op being lowered, where
+        that output leaves the graph (as :meth:`_layout_for` gives a single-output op's);
+        None where it does not, or eager's strides are not dense."""
+        val = self._fx.meta.get("val") if self._fx is not None else None
+        if not isinstance(val, (tuple, list)) or not isinstance(val[index], torch.Tensor):
+            return None
+        leaves = any(
+            u.target is operator.getitem and u.args[1] == index and u in self._graph_outputs
+            for u in self._fx.users
+        )
+        strides = strides_of(val[index])
+        if not leaves or shape_of(val[index]) != tuple(sizes) or not _dense(sizes, strides):
+            return None
+        return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
+
     def pointwise(
         self,
         sizes: tuple[int, ...],

@@ -209,8 +209,19 @@ def _max_pool2d(
             pos = Op("where", (take, p, pos), torch.int64)
         return best, pos
 
-    values = L.pointwise(sizes, dtype, lambda idx: cast(scan(idx)[0], dtype))
-    indices = L.pointwise(sizes, torch.int64, lambda idx: scan(idx)[1])
+    # outputs that leave the graph in eager's strides (channels-last in, channels-last out)
+    values = L.pointwise(
+        sizes,
+        dtype,
+        lambda idx: cast(scan(idx)[0], dtype),
+        layout=L.output_layout(0, sizes, dtype),
+    )
+    indices = L.pointwise(
+        sizes,
+        torch.int64,
+        lambda idx: scan(idx)[1],
+        layout=L.output_layout(1, sizes, torch.int64),
+    )
     return values, indices
 
 

@@ -448,6 +448,26 @@ def test_max_pool2d_values_and_indices_match_eager(plugin, case):
     assert torch.equal(i, ri)
 
 
+@pytest.mark.parametrize("plugin", PLUGINS)
+@pytest.mark.parametrize("indices", [False, True], ids=["values", "with_indices"])
+def test_max_pool2d_of_channels_last_leaves_in_eager_strides(plugin, indices):
+    """A graph without convolutions pooling a channels-last input: eager answers
+    channels-last values (and indices); so does the compiled graph, whose pool has two
+    outputs (the lowering chose contiguous strides for them, unlike for a one-output op)."""
+    dev = device_of(plugin)
+    x = torch.randn(2, 8, 12, 10, device=dev).to(memory_format=torch.channels_last)
+
+    def f(t):
+        out = torch.nn.functional.max_pool2d(t.relu(), 3, 2, 1, return_indices=indices)
+        return out if indices else (out,)
+
+    got = torch.compile(f, backend=sdk.backend(plugin, fallback=False))(x)
+    want = f(x)
+    for a, b in zip(got, want, strict=True):
+        assert a.stride() == b.stride(), (a.stride(), b.stride())
+        assert torch.equal(a, b)
+
+
 _POOL_GRAD_CASES = [
     # kernel, stride, padding, dilation, ceil_mode, shape
     (3, 2, 1, 1, False, (2, 3, 9, 9)),  # a ResNet stem's: windows overlap
