@@ -10,7 +10,10 @@ statistics) show what the statistics' passes cost:
 
 * ``two-pass``: the mean, then the mean of squared deviations, as the sdk lowers ``var_mean``;
 * ``shifted``: one pass of two sums about the channel's first element (the shifted-data
-  variance), then the normalization.
+  variance), then the normalization;
+* ``stem``: the ATen op, the ReLU and ResNet's 3x3 stride-2 max pool after them (at
+  16x64x112x112: the stem of a ResNet-50 training step), whose gradient BatchNorm's backward
+  reads.
 
 Every backend compiles afresh, from empty cache directories; its output and gradients are checked against fp64 on fresh
 random inputs, and its kernels' device time is read from ``torch.profiler`` over 20 calls.
@@ -73,15 +76,22 @@ def shifted(x, w, b):
     return y.to(x.dtype).relu()
 
 
-FORMS = {"aten": aten_bn, "two-pass": two_pass, "shifted": shifted}
+def stem(x, w, b):
+    """ResNet's stem after its convolution: BatchNorm, ReLU, a 3x3 stride-2 max pool (the
+    pool's gradient gathered from the windows holding each element, in the backward)."""
+    return F.max_pool2d(aten_bn(x, w, b), 3, 2, 1)
 
 
-def _inputs(shape, dev):
+FORMS = {"aten": aten_bn, "two-pass": two_pass, "shifted": shifted, "stem": stem}
+
+
+def _inputs(shape, dev, form="aten"):
     x = torch.randn(*shape, device=dev).to(torch.bfloat16).to(memory_format=torch.channels_last)
     w = torch.randn(shape[1], device=dev).to(torch.bfloat16)
     b = torch.randn(shape[1], device=dev).to(torch.bfloat16)
-    g = torch.randn(*shape, device=dev).to(torch.bfloat16).to(memory_format=torch.channels_last)
-    return x, w, b, g
+    out = FORMS[form](x[:1], w, b).shape[2:]  # (the pooled size, for the stem)
+    g = torch.randn(*shape[:2], *out, device=dev).to(torch.bfloat16)
+    return x, w, b, g.to(memory_format=torch.channels_last)
 
 
 def _step(fn, x, w, b, g):
@@ -151,7 +161,7 @@ def main() -> None:
                 be, _, setting = side.partition(" ")
                 be = "sdk:cuda_triton" if be == "sdk" else be
                 torch.manual_seed(0)
-                args = _inputs(shape, dev)
+                args = _inputs(shape, dev, form)
                 sdk.reset()
                 torch._dynamo.reset()
                 sdk.cache.fresh_directories()  # a setting's kernels never load another's
@@ -161,7 +171,9 @@ def main() -> None:
                         _step(f, *args)
                 us, launches, kernels = _kernels(f, args)
                 row[side] = {"us": us, "launches": launches, "kernels": kernels}
-                row[side]["check"] = _check(fn, f, _inputs(shape, dev)) if be != "eager" else ""
+                row[side]["check"] = (
+                    _check(fn, f, _inputs(shape, dev, form)) if be != "eager" else ""
+                )
             cells = "  ".join(
                 f"{side} {row[side]['us']:7.1f} ({row[side]['launches']}) {row[side]['check']}"
                 for side in sides
