@@ -429,16 +429,11 @@ class Lowerer:
         value: Expr | None = None,
         vars: tuple[sympy.Symbol, ...] = (),
     ) -> Layout:
-        if (
-            meta is not None
-            and self._fx is not None
-            and self._fx in self._graph_outputs
-            and shape_of(meta) == tuple(sizes)
-        ):
+        if meta is not None and self._fx is not None and self._fx in self._graph_outputs:
             # a graph output gets the strides eager would give it
-            strides = strides_of(meta)
-            if _dense(sizes, strides):
-                return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
+            eager = self._eager_layout(meta, sizes, dtype)
+            if eager is not None:
+                return eager
         if self.channels_last and len(sizes) == 4 and value is not None:
             # follow the activations' layout: kernels over a channels-last tensor store
             # channels-last too, so the next convolution needs no conversion
@@ -446,6 +441,15 @@ class Lowerer:
             if strides is not None:
                 return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
         return Layout(tuple(sizes), contiguous_strides(sizes), 0, dtype, self.ctx.device_type)
+
+    def _eager_layout(
+        self, meta: torch.Tensor, sizes: tuple[int, ...], dtype: torch.dtype
+    ) -> Layout | None:
+        """``meta``'s strides (eager's), where it has these sizes and they are dense."""
+        strides = strides_of(meta)
+        if shape_of(meta) != tuple(sizes) or not _dense(sizes, strides):
+            return None
+        return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
 
     def output_layout(
         self, index: int, sizes: tuple[int, ...], dtype: torch.dtype
@@ -456,14 +460,12 @@ class Lowerer:
         val = self._fx.meta.get("val") if self._fx is not None else None
         if not isinstance(val, (tuple, list)) or not isinstance(val[index], torch.Tensor):
             return None
-        leaves = any(
+        if not any(
             u.target is operator.getitem and u.args[1] == index and u in self._graph_outputs
             for u in self._fx.users
-        )
-        strides = strides_of(val[index])
-        if not leaves or shape_of(val[index]) != tuple(sizes) or not _dense(sizes, strides):
+        ):
             return None
-        return Layout(tuple(sizes), strides, 0, dtype, self.ctx.device_type)
+        return self._eager_layout(val[index], sizes, dtype)
 
     def pointwise(
         self,

@@ -117,11 +117,11 @@ class _Writer(SplitWriter):
         body = settle_evictions(body)
         return f"@triton.jit\ndef {name}({sig}):\n" + "".join(f"    {ln}\n" for ln in body)
 
-    def _split_grid(self, axes: tuple[str, str], along: list) -> list[list]:
+    def _split_grid(self, rows_first: bool, along: list) -> list[list]:
         """A split chain's grid: its blocks of rows and ``along`` (chunks, or blocks of inner
-        indices), in the order of ``axes``, the program ids the kernel reads them from."""
+        indices), the rows first where ``rows_first`` (as the kernel reads its program ids)."""
         rows = [self.xnumel, "XBLOCK"]
-        return [rows, along] if axes[0] == "tl.program_id(0)" else [along, rows]
+        return [rows, along] if rows_first else [along, rows]
 
     def render(self) -> sdk.KernelSource:
         ptrs = [self.ptr[a.name] for a in self.k.args] + self.sizes
@@ -190,14 +190,14 @@ class _Writer(SplitWriter):
             kernels, scratch = self.split_kernels()
             names = [n for n, _, _ in scratch]
             meta["pre"] = {
-                "grid": self._split_grid(self.pre_axes, [self.plan.split, None]),
+                "grid": self._split_grid(self.pre_rows_first, [self.plan.split, None]),
                 "constexprs": ["XBLOCK", "RBLOCK"],
             }
             meta["constexprs"] = ["XBLOCK"]
             meta["chain"] = [[name, kind] for name, kind, _ in kernels]
             if any(kind == FLAT for _n, kind, _b in kernels):
                 meta["flat"] = {
-                    "grid": self._split_grid(self.flat_axes, [self.plan.rnumel, "RBLOCK"]),
+                    "grid": self._split_grid(self.flat_rows_first, [self.plan.rnumel, "RBLOCK"]),
                     "constexprs": ["XBLOCK", "RBLOCK"],
                 }
                 meta["config"]["flat"] = heuristics.flat_config(self.plan)

@@ -69,10 +69,11 @@ class SplitWriter(ReductionWriter):
         phases = self.split_phases()
         split, xnumel = self.plan.split, self.xnumel
         flat_rows = heuristics.cdiv(self.plan.rnumel, heuristics.flat_config(self.plan)["RBLOCK"])
-        #: the grid axes (blocks of rows, then chunks or blocks of inner indices) of the
-        #: first kernels and of the flat one: see :func:`.heuristics.columns_first`
-        self.pre_axes = self._axes(heuristics.columns_first(self.plan, split))
-        self.flat_axes = self._axes(heuristics.columns_first(self.plan, flat_rows))
+        #: whether the first kernels, and the flat one, take their blocks of rows from the
+        #: grid's first axis (:func:`.heuristics.columns_first`; else chunks, or blocks of
+        #: inner indices, come first)
+        self.pre_rows_first = heuristics.columns_first(self.plan, split)
+        self.flat_rows_first = heuristics.columns_first(self.plan, flat_rows)
         scratch: list[tuple[str, int, torch.dtype]] = []
         computed: dict[str, int] = {}  # a reduction's local -> its phase
         for p, (i, _tail) in enumerate(phases):
@@ -120,9 +121,9 @@ class SplitWriter(ReductionWriter):
         return kernels, scratch
 
     @staticmethod
-    def _axes(columns_first: bool) -> tuple[str, str]:
+    def _axes(rows_first: bool) -> tuple[str, str]:
         """The program ids of a block of rows and of a chunk (or block of inner indices)."""
-        return ("tl.program_id(0)", "tl.program_id(1)")[:: 1 if columns_first else -1]
+        return ("tl.program_id(0)", "tl.program_id(1)")[:: 1 if rows_first else -1]
 
     def flat_stage(self, i: int, tail: list[int]) -> bool:
         """Does stage ``i`` (followed by the stages ``tail``) run as a flat pointwise kernel
@@ -138,7 +139,7 @@ class SplitWriter(ReductionWriter):
         self._begin()
         st = self.stages[i]
         out: list[str] = []
-        rows, inner = self.flat_axes
+        rows, inner = self._axes(self.flat_rows_first)
         self._xheader(out, pid=rows)
         to64 = ".to(tl.int64)" if self.int64 else ""
         self._load_rows(out, reads)
@@ -163,7 +164,7 @@ class SplitWriter(ReductionWriter):
         blocks), each reduction's partial to scratch."""
         self._begin()
         out: list[str] = []
-        rows, chunk = self.pre_axes
+        rows, chunk = self._axes(self.pre_rows_first)
         self._xheader(out, pid=rows)
         to64 = ".to(tl.int64)" if self.int64 else ""
         out.append(f"split = {chunk}{to64}")
@@ -199,7 +200,7 @@ class SplitWriter(ReductionWriter):
         depend on which program is last."""
         s = self.plan.split
         self._begin()
-        rows = self.pre_axes[0]
+        rows = self._axes(self.pre_rows_first)[0]
         inner: list[str] = ["tl.debug_barrier()", f"tl.store({COUNTS} + {rows}, 0)"]
         self._load_rows(inner, reads)
         st = self.stages[i]
