@@ -16,7 +16,7 @@ import sympy
 
 from sdk.plugin import Capability, CompileContext, KernelLimits, Support
 
-from ..ir.expr import Expr, Load, loads
+from ..ir.expr import Expr, IndexValue, Load, loads, walk
 from ..ir.graph import ExternNode, Node
 from ..ir.index import numel_hint
 from ..ir.kernel import FusionGroup
@@ -438,11 +438,13 @@ class Scheduler:
             or any(r.name not in names for r in self._readers.get(n.name, ()))
         ]
         kept = set(outputs)
+        along = False
         try:
             roots: list[Expr] = [
                 builder.resolved(n) for n in g.members if n.is_reduction or n.name in kept
             ]
             inputs = sorted(_loaded(roots))
+            along = _gathers_along(roots, set(builder.rs))
         except _NotFusable:  # pragma: no cover - a group the search made always builds
             inputs = sorted({buf for n in g.members for buf in n.reads} - names)
         return FusionGroup(
@@ -454,6 +456,7 @@ class Scheduler:
             num_nodes=len(g.members),
             inputs=tuple(inputs),
             outputs=tuple(outputs),
+            gathers_along_reduction=along,
         )
 
     def _label(self, g: Group) -> str:
@@ -496,10 +499,24 @@ def _write_hazard(g: Group, builder: _Builder) -> str | None:
     return None
 
 
-def _loaded(roots: list[Expr]) -> set[str]:
-    """The buffers the expressions load (each shared subexpression visited once)."""
+def _gathers_along(roots: list[Expr], rvars: set[sympy.Symbol]) -> bool:
+    """Does a load of ``roots`` take an index computed from values that change along the
+    reduction loops ``rvars`` (a pooling window's backward summed over the points it
+    writes)? A gather whose index is the same along the reduction (an embedding's row,
+    summed over its features) is not one."""
+    if not rvars:
+        return False
+    for ld in _walk_loads(roots):
+        for _sym, value, _extent in ld.binds:
+            if _index_symbols([value]) & rvars:
+                return True
+    return False
+
+
+def _walk_loads(roots: list[Expr]) -> list[Load]:
+    """The loads of the expressions (each shared subexpression visited once)."""
     seen: set[int] = set()
-    out: set[str] = set()
+    out: list[Load] = []
     stack = list(roots)
     while stack:
         e = stack.pop()
@@ -507,9 +524,28 @@ def _loaded(roots: list[Expr]) -> set[str]:
             continue
         seen.add(id(e))
         if isinstance(e, Load):
-            out.add(e.buffer)
+            out.append(e)
         stack.extend(e.children())
     return out
+
+
+def _index_symbols(exprs: list[Expr]) -> set[sympy.Symbol]:
+    """The loop variables the expressions' values depend on: in index values and in the
+    indices of their loads."""
+    out: set[sympy.Symbol] = set()
+    for e in walk(exprs):
+        if isinstance(e, IndexValue):
+            out |= e.expr.free_symbols
+        elif isinstance(e, Load):
+            index = e.index if isinstance(e.index, tuple) else (e.index,)
+            for i in index:
+                out |= sympy.sympify(i).free_symbols
+    return out
+
+
+def _loaded(roots: list[Expr]) -> set[str]:
+    """The buffers the expressions load."""
+    return {ld.buffer for ld in _walk_loads(roots)}
 
 
 def kernel_limits(ctx: CompileContext, hooks: Any) -> KernelLimits | None:

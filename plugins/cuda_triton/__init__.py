@@ -213,6 +213,32 @@ def _tensors(val: object) -> list[torch.Tensor]:
 
 
 @sdk.hookimpl
+def sdk_can_fuse(
+    ctx: sdk.CompileContext,
+    first: sdk.ir.FusionGroup,
+    second: sdk.ir.FusionGroup,
+    merged: sdk.ir.FusionGroup,
+) -> sdk.Support | None:
+    """No fusion makes a reduction gather along what it reduces.
+
+    Triton 3.6 on an H200 computed wrong sums in such kernels: a max pool's backward (each
+    element gathered from its windows) inside BatchNorm's backward over NCHW, fp32 and bf16,
+    at 1, 2 or 4 warps by the shape, while the same kernel was exact under the interpreter,
+    with another warp count, or with a debug store added (the layouts of its gathered and
+    plain loads meet in conversions within a warp). Stored by its own kernel, the gathered
+    value is read by the reduction at plain indices, as Inductor keeps it. A group that
+    gathers so before any fusion is left as it is."""
+    if merged.gathers_along_reduction and not (
+        first.gathers_along_reduction or second.gathers_along_reduction
+    ):
+        return sdk.Support.no(
+            "the fused reduction would gather along what it reduces (Triton 3.6 computed "
+            "wrong sums in such kernels); the gathered values are stored instead"
+        )
+    return None
+
+
+@sdk.hookimpl
 def sdk_render_kernel(ctx: sdk.CompileContext, kernel: object) -> sdk.KernelSource:
     from .render import render
 

@@ -251,6 +251,11 @@ class FusionGroup:
     #: the distinct buffers the kernel writes: what later kernels, library calls or the
     #: graph's outputs need (a buffer only its own group reads is not stored)
     outputs: tuple[str, ...] = ()
+    #: whether the kernel loads at an index computed from values that change along its
+    #: reduction (a max pool's backward, gathered from its windows, summed by BatchNorm's
+    #: backward over the points it writes); an embedding's rows summed over their features
+    #: are gathered the same way at every step of the reduction, and do not count
+    gathers_along_reduction: bool = False
 
     @property
     def is_reduction(self) -> bool:
