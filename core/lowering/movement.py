@@ -23,6 +23,7 @@ from .helpers import bload, broadcast_shapes
 from .layouts import channels_last_strides, shape_of
 from .lowerer import Lowerer, cast, upcast
 from .optable import Unsupported, register
+from .pool_offsets import OFFSETS, OFFSETS_BACKWARD
 from .sizes import size_value
 from .views import clamped_to, reshape_reindex
 
@@ -159,20 +160,38 @@ def _max_pool2d(
     its input (BatchNorm + ReLU in a ResNet stem). The indices are a second node, stored
     only if something reads them (training). ATen's semantics: positions outside the
     input are skipped, the first maximum wins, NaN beats everything."""
+    if _pair(dilation, 1) != (1, 1):
+        raise Unsupported("max pooling with dilation")
+    return _max_pool(L, x, kernel_size, stride, padding, offsets=False)
 
+
+@register(OFFSETS)
+def _max_pool2d_offsets(
+    L: Lowerer, x: Any, kernel_size: Any, stride: Any, padding: Any, ceil_mode: bool
+) -> Any:
+    """As ``max_pool2d_with_indices``, each maximum's position given as its offset in the
+    window (``a * kw + b``, int8: :mod:`.pool_offsets`)."""
+    return _max_pool(L, x, kernel_size, stride, padding, offsets=True)
+
+
+def _max_pool(
+    L: Lowerer, x: Any, kernel_size: Any, stride: Any, padding: Any, offsets: bool
+) -> Any:
     kh, kw = _pair(kernel_size, None)
     sh, sw = _pair(stride, (kh, kw))
     ph, pw = _pair(padding, 0)
-    if _pair(dilation, 1) != (1, 1) or kh * kw > 64 or not x.dtype.is_floating_point:
-        raise Unsupported("max pooling with dilation, windows over 64 or integers")
+    if kh * kw > 64 or not x.dtype.is_floating_point:
+        raise Unsupported("max pooling of windows over 64 or of integers")
     out, _ = L.meta()
     sizes = shape_of(out)
     h, w = x.sizes[-2:]
     dtype = x.dtype
     acc = upcast(dtype)
+    pos_dtype = torch.int8 if offsets else torch.int64
 
     def window(idx: Index) -> list[tuple[Expr | None, Expr, Expr]]:
-        """(inside, value, flat position) per window element, in ATen's scan order."""
+        """(inside, value, position) per window element, in ATen's scan order: the
+        position in the input plane, or in the window (``offsets``)."""
         *pre, i, j = idx
         items = []
         for a in range(kh):
@@ -188,15 +207,16 @@ def _max_pool2d(
                 for c in conds[1:]:
                     inside = Op("logical_and", (inside, c), torch.bool)
                 at = (*pre, _safe(hi, 0, h, ph), _safe(wi, 0, w, pw))
-                items.append((inside, cast(x.load(at), acc), IndexValue(hi * w + wi)))
+                pos = Const(a * kw + b, pos_dtype) if offsets else IndexValue(hi * w + wi)
+                items.append((inside, cast(x.load(at), acc), pos))
         return items
 
     def scan(idx: Index) -> tuple[Expr, Expr]:
         items = window(idx)
         # ATen starts at the window's first position inside the input, value -inf
-        pos: Expr = Const(0, torch.int64)
+        pos: Expr = Const(0, pos_dtype)
         for inside, _v, p in reversed(items):
-            pos = Op("where", (inside, p, pos), torch.int64)
+            pos = Op("where", (inside, p, pos), pos_dtype)
         best: Expr = Const(float("-inf"), acc)
         for inside, v, p in items:
             take = Op(
@@ -206,7 +226,7 @@ def _max_pool2d(
             )
             take = Op("logical_and", (inside, take), torch.bool)
             best = Op("where", (take, v, best), acc)
-            pos = Op("where", (take, p, pos), torch.int64)
+            pos = Op("where", (take, p, pos), pos_dtype)
         return best, pos
 
     # outputs that leave the graph in eager's strides (channels-last in, channels-last out)
@@ -216,13 +236,13 @@ def _max_pool2d(
         lambda idx: cast(scan(idx)[0], dtype),
         layout=L.output_layout(0, sizes, dtype),
     )
-    indices = L.pointwise(
+    positions = L.pointwise(
         sizes,
-        torch.int64,
+        pos_dtype,
         lambda idx: scan(idx)[1],
-        layout=L.output_layout(1, sizes, torch.int64),
+        layout=L.output_layout(1, sizes, pos_dtype),
     )
-    return values, indices
+    return values, positions
 
 
 #: A max-pooling gradient in generated code reads at most this many windows per input
@@ -248,18 +268,56 @@ def _max_pool2d_backward(
     columns), as ATen's CUDA kernel adds them, so the bits are the library's. Dilation
     and windows that overlap more than :data:`MAX_POOL_BACKWARD_WINDOWS` times stay a
     library call."""
+    dilated = _pair(dilation, 1) != (1, 1)
+    out = None if dilated else _pool_backward(L, grad, kernel_size, stride, padding, indices, False)
+    if out is None:
+        args = (grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices)
+        return L.extern(aten.max_pool2d_with_indices_backward.default, args, {})
+    return out
+
+
+@register(OFFSETS_BACKWARD)
+def _max_pool2d_offsets_backward(
+    L: Lowerer,
+    grad: Any,
+    x: Any,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    ceil_mode: bool,
+    offsets: Any,
+) -> Any:
+    """As ``max_pool2d_with_indices_backward``, from the maxima's offsets in their windows
+    (:mod:`.pool_offsets`): a window holds the element where its offset is the element's."""
+    out = _pool_backward(L, grad, kernel_size, stride, padding, offsets, True)
+    if out is None:
+        args = (grad, x, kernel_size, stride, padding, ceil_mode, offsets)
+        return L.extern(OFFSETS_BACKWARD, args, {})
+    return out
+
+
+def _pool_backward(
+    L: Lowerer,
+    grad: Any,
+    kernel_size: Any,
+    stride: Any,
+    padding: Any,
+    positions: Any,
+    offsets: bool,
+) -> Any:
+    """The gradient of max pooling as a pointwise node (None: too many windows hold an
+    element); ``positions``: the maxima's indices in the input plane, or their offsets in
+    the window (``offsets``)."""
     kh, kw = _pair(kernel_size, None)
     sh, sw = _pair(stride, (kh, kw))
     ph, pw = _pair(padding, 0)
     nh, nw = -(-kh // sh), -(-kw // sw)  # windows holding one element, per dim, at most
     if (
-        _pair(dilation, 1) != (1, 1)
-        or nh * nw > MAX_POOL_BACKWARD_WINDOWS
+        nh * nw > MAX_POOL_BACKWARD_WINDOWS
         or not isinstance(grad, TensorValue)
-        or not isinstance(indices, TensorValue)
+        or not isinstance(positions, TensorValue)
     ):
-        args = (grad, x, kernel_size, stride, padding, dilation, ceil_mode, indices)
-        return L.extern(aten.max_pool2d_with_indices_backward.default, args, {})
+        return None
     val = L.meta()
     dtype, sizes = val.dtype, shape_of(val)
     w = sizes[-1]
@@ -267,7 +325,7 @@ def _max_pool2d_backward(
     acc = upcast(dtype)
     i64 = torch.int64
     load_grad = _indirect(L, grad, list(grad.sizes))
-    load_index = _indirect(L, indices, list(indices.sizes))
+    load_position = _indirect(L, positions, list(positions.sizes))
 
     def span(i: Any, k: int, s: int, p: int, n_out: Any) -> tuple[Expr, Expr]:
         """The first and one past the last window (along one dim) holding position i."""
@@ -283,6 +341,10 @@ def _max_pool2d_backward(
         first = Op("maximum", (first, Const(0, i64)), i64)
         end = Op("add", (Op("floordiv", (at, Const(s, i64)), i64), Const(1, i64)), i64)
         return first, Op("minimum", (end, size_value(n_out, i64)), i64)
+
+    def in_window(i: Any, p: Expr, s: int, pad: int) -> Expr:
+        """Where position ``i`` falls in window ``p`` (along one dim): ``i + pad - p * s``."""
+        return Op("sub", (IndexValue(i + pad), Op("mul", (p, Const(s, i64)), i64)), i64)
 
     def body(idx: Index) -> Expr:
         *pre, i, j = idx
@@ -303,7 +365,12 @@ def _max_pool2d_backward(
                 pc = Op("minimum", (p, Op("sub", (h1, Const(1, i64)), i64)), i64)
                 qc = Op("minimum", (q, Op("sub", (w1, Const(1, i64)), i64)), i64)
                 at = [*pre, pc, qc]
-                hit = Op("eq", (cast(load_index(at), i64), me), torch.bool)
+                if offsets:  # (the element's row in window p) * kw + its column in window q
+                    rows = Op("mul", (in_window(i, p, sh, ph), Const(kw, i64)), i64)
+                    mine: Expr = Op("add", (rows, in_window(j, q, sw, pw)), i64)
+                else:
+                    mine = me
+                hit = Op("eq", (cast(load_position(at), i64), mine), torch.bool)
                 take = Op("logical_and", (inside, hit), torch.bool)
                 g = cast(load_grad(at), acc)
                 total = Op("add", (total, Op("where", (take, g, Const(0.0, acc)), acc)), acc)

@@ -26,7 +26,7 @@ from sdk.plugin import CompileContext, GraphPass
 from sdk.report import HookFault, PassReport
 
 from ..registry import Registry, strict
-from . import convolution, permutations, products
+from . import convolution, max_pool, permutations, products
 from .needs import Needs
 
 
@@ -74,7 +74,22 @@ CORE_PASSES = (
         permutations.accumulate_over_permutations,
         permutations.has_accumulation,
     ),
+    _CorePass(
+        "max_pool_offsets",
+        "max pooling whose indices only its backward reads saves int8 offsets in the window, "
+        "not int64 indices (sdk::max_pool2d_offsets and its backward; a plugin that lowers "
+        "max_pool2d_with_indices itself turns this off)",
+        max_pool.count_offsets,
+        max_pool.has_offsets,
+    ),
 )
+
+#: The passes that rewrite AOTAutograd's joint graph, before the partition, by the name of
+#: the pass (of :data:`CORE_PASSES`) that reports them and that a plugin turns off.
+JOINT_PASSES = {
+    "accumulate_over_permutations": permutations.on_joint_graph,
+    "max_pool_offsets": max_pool.on_joint_graph,
+}
 
 
 @dataclass

@@ -84,15 +84,25 @@ def run(session: CompileSession, gm: torch.fx.GraphModule, example_inputs: list[
 
 
 def _joint_pass(session: CompileSession, ctx: Any) -> Callable | None:
-    """The core's pass over AOTAutograd's joint graph (accumulations through a
-    permutation, :mod:`core.passes.permutations`), unless the plugin turned it off."""
+    """The core's passes over AOTAutograd's joint graph (:data:`core.passes.JOINT_PASSES`:
+    accumulations through a permutation, max pooling's offsets), those the plugin left on."""
     try:
         plan = passes.choose(session.hooks, ctx, {})  # (the passes' names: no graph yet)
     except Exception:  # noqa: BLE001 - the plugin's bad answer fails each graph's compile,
         return None  # which reports it (and falls back) as for any compile hook
-    if all(p.name != "accumulate_over_permutations" or by for p, by in plan.passes):
+    chosen = [
+        passes.JOINT_PASSES[p.name]
+        for p, by in plan.passes
+        if not by and p.name in passes.JOINT_PASSES
+    ]
+    if not chosen:
         return None
-    return passes.permutations.on_joint_graph
+
+    def joint(gm: Any) -> None:
+        for rewrite in chosen:
+            rewrite(gm)
+
+    return joint
 
 
 def _freezes(session: CompileSession) -> bool:
