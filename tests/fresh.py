@@ -99,7 +99,17 @@ READ_EARLY = (
     "LC_",
     "TZ",
 )
-READ_LATE = {"PYTHONPATH", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
+#: ... but these, read at each use. Inductor's first Triton compile in a process sets the
+#: last two for its compile workers (the ptxas and libdevice it ships): a fork server started
+#: before it had them unset, and every later child ran in a real process (a GPU suite's
+#: ``test_a_child_starts_cuda_on_its_own`` after a worker's Inductor compile).
+READ_LATE = {
+    "PYTHONPATH",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "TRITON_PTXAS_PATH",
+    "TRITON_LIBDEVICE_PATH",
+}
 
 #: the server's environment: the worker's when it started the server, with one OpenMP thread
 #: (what the tests' children ask for; libgomp reads it when torch loads it)
@@ -143,9 +153,15 @@ def _forkable(argv: Sequence[str], env: Mapping[str, str]) -> bool:
         return False
     if argv[1].startswith("-") and argv[1] not in ("-m", "-c"):
         return False
+    return not early_differences(env)
+
+
+def early_differences(env: Mapping[str, str]) -> list[str]:
+    """The variables read early whose value in ``env`` is not the server's: what sends a
+    run with ``env`` to a real process."""
     _, server_env = _context()
     differ = {k for k in env.keys() | server_env.keys() if env.get(k) != server_env.get(k)}
-    return all(_late(k) for k in differ)
+    return sorted(k for k in differ if not _late(k))
 
 
 def _on_path(first: str, env: Mapping[str, str]) -> None:
