@@ -304,6 +304,17 @@ _SAMPLES: dict[str, Callable[[], tuple[list[Any], dict[str, Any]]]] = {
         {},
     ),
     "aten.permute.default": lambda: ([_meta(2, 3), [1, 0]], {}),
+    # the core's max pooling with int8 offsets in the window (core.lowering.pool_offsets):
+    # input, kernel, stride, padding, ceil_mode; the backward's grad_output first, offsets last
+    "sdk.max_pool2d_offsets.default": lambda: (
+        [_meta(1, 2, 4, 4), [2, 2], [2, 2], [0, 0], False],
+        {},
+    ),
+    "sdk.max_pool2d_offsets_backward.default": lambda: (
+        [_meta(1, 2, 2, 2), _meta(1, 2, 4, 4), [2, 2], [2, 2], [0, 0], False]
+        + [_meta(1, 2, 2, 2, dtype=torch.int8)],
+        {},
+    ),
     # grad_output, input, padding (left, right, top, bottom)
     "aten.replication_pad2d_backward.default": lambda: (
         [_meta(1, 2, 5, 6), _meta(1, 2, 3, 3), [1, 2, 1, 1]],

@@ -4,13 +4,13 @@
 lowerings (``LOWERINGS``, filled by ``@register``) and of library calls; :mod:`.layouts` chooses strides and views'
 layouts; :mod:`.helpers` is what the op lowerings share. The op families register
 themselves on import: :mod:`.elementwise`, :mod:`.reductions`, :mod:`.views`,
-:mod:`.movement` (data movement with computed indices) and :mod:`.mutation` (copies into
-graph inputs). This package exports what the rest of the core uses.
+:mod:`.movement` (data movement with computed indices), :mod:`.pooling` and
+:mod:`.mutation` (copies into graph inputs). This package exports what the rest of the core uses.
 """
 
 from __future__ import annotations
 
-from . import elementwise, movement, mutation, reductions, views  # noqa: F401 - register
+from . import elementwise, movement, mutation, pooling, reductions, views  # noqa: F401 - register
 from .elementwise import SEED_BUFFER
 from .layouts import _dense, _meta_view, channels_last_wanted, same_strides, shape_of, strides_of
 from .lowerer import (

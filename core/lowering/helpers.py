@@ -1,24 +1,27 @@
-"""What op lowerings share: broadcasting, broadcast loads, result dtypes, and
-:func:`elementwise`, the one pointwise node most lowerings build."""
+"""What op lowerings share: broadcasting, broadcast loads, result dtypes,
+:func:`elementwise`, the one pointwise node most lowerings build, and the indices that
+data movement computes (:func:`index_in_range`, :func:`indirect_loader`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sympy
 import torch
 
 from ..ir.expr import PREDICATES as _PRED
-from ..ir.expr import Expr, Op
+from ..ir.expr import Const, Expr, Load, Op
 from ..ir.graph import (
     ComputedView,
     Index,
     TensorValue,
 )
-from ..ir.index import is_static
+from ..ir.index import Mod, is_static, var
 from .layouts import shape_of
 from .lowerer import Lowerer, cast, upcast
-from .sizes import scalar_value
+from .optable import Unsupported
+from .sizes import scalar_value, size_value
 
 
 def broadcast_shapes(*shapes: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -97,3 +100,68 @@ def elementwise(
         return cast(Op(name, tuple(bload(x, sizes, idx, compute) for x in xs), res), dtype)
 
     return L.pointwise(sizes, dtype, body)
+
+
+def index_in_range(i: sympy.Expr, lo: int, n: int, reach: int) -> sympy.Expr:
+    """``i - lo`` folded into [0, n): exact where it is in range, in bounds elsewhere.
+
+    ``reach`` (>= 0: a number, or a sum of sizes) bounds how far below zero ``i - lo`` can
+    go. (Not its absolute value: sympy cannot always tell the sign of a polynomial in sizes,
+    BEiT's ``(2 * (s // 8) - 1) ** 2 + 3`` relative distances, and keeps an ``Abs`` that no
+    renderer prints.)
+    """
+    if is_static(n) and n <= 0:
+        return sympy.Integer(0)
+    # a multiple of n at least reach (a symbolic n is >= 2: n * reach is one)
+    span = n * ((reach + n - 1) // n) if is_static(n) and is_static(reach) else n * reach
+    return Mod(i - lo + span, n)
+
+
+def from_the_end(v: Expr, n: Any) -> Expr:
+    """An int64 index ``v`` into a dim of size ``n``, Python's way: -1 is the last element."""
+    return Op(
+        "where",
+        (
+            Op("lt", (v, Const(0, torch.int64)), torch.bool),
+            Op("add", (v, size_value(n, torch.int64)), torch.int64),
+            v,
+        ),
+        torch.int64,
+    )
+
+
+def indirect_loader(L: Lowerer, x: TensorValue, extents: list[int], wrap: bool = False) -> Callable:
+    """Loader of ``x`` where some dims take computed (indirect) indices.
+
+    ``wrap``: negative indices count from the end (``x[idx]``); otherwise they
+    are out of range, as for embedding, gather and index_select in eager.
+    """
+    src = x.storage
+    # a whole computed node is read at its own index (linearized when scheduled), so the
+    # scheduler can recompute the few gathered elements instead of storing the node
+    whole = (
+        isinstance(x, ComputedView) and x.reindex is None and tuple(x.sizes) == tuple(x.node.sizes)
+    )
+    if src is None and not whole:
+        # a view that is no strided buffer (RoBERTa gathers from an expanded buffer of
+        # token types): its elements stored in its own shape, then gathered from
+        src = L.realize(x)
+    if src is None:
+        raise Unsupported("indexing into a non-strided view")
+
+    def load(idx_parts: list[Any]) -> Expr:
+        binds, full = [], []
+        for part, n in zip(idx_parts, extents):
+            if isinstance(part, Expr):
+                sym = var(L.fresh("ind"))
+                v = cast(part, torch.int64)
+                if wrap:
+                    v = from_the_end(v, n)
+                binds.append((sym, v, n))
+                full.append(sym)
+            else:
+                full.append(part)
+        index = tuple(full) if whole else src.layout.linear(tuple(full))
+        return Load(src.buffer, index, src.dtype, tuple(binds))
+
+    return load

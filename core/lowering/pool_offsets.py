@@ -8,7 +8,7 @@ window won: ``sdk::max_pool2d_offsets`` answers that, ``kh * kw`` positions in i
 takes it. A training graph saves them for its backward instead of the indices: an eighth of
 the bytes, stored once and gathered four times (Inductor's low-memory max pooling does the
 same). :mod:`core.passes.max_pool` puts them in AOTAutograd's joint graph where the indices
-feed only the backward; the core lowers both (:mod:`core.lowering.movement`), and where a
+feed only the backward; the core lowers both (:mod:`core.lowering.pooling`), and where a
 graph runs through ATen their kernels below are ATen's, the indices converted.
 
 Dilation stays ATen's (the pass leaves those graphs as they are).
