@@ -115,15 +115,16 @@ def _kernel_ops(report) -> list[str]:
 
 
 def test_explain_lists_the_core_passes_and_what_each_changed():
-    """cpu_cpp (no bias preferences) runs relu_into_addmm and accumulate_over_permutations:
-    two ReLUs fused in the forward, none to fuse in the backward, no accumulation."""
+    """cpu_cpp (no bias preferences) runs relu_into_addmm, accumulate_over_permutations and
+    max_pool_offsets: two ReLUs fused in the forward, none to fuse in the backward, no
+    accumulation, no max pooling."""
     model, x = models.mlp(16, 32, 32, act=torch.nn.ReLU, act_last=True, seed=0), torch.randn(8, 16)
     report = sdk.explain(model, x, backend="sdk:cpu_cpp")
     passes = {g.kind: g.passes for g in report.graphs}
-    idle = PassReport("accumulate_over_permutations", 0)
+    idle = [PassReport("accumulate_over_permutations", 0), PassReport("max_pool_offsets", 0)]
     assert passes == {
-        "forward": [PassReport("relu_into_addmm", 2), idle],
-        "backward": [PassReport("relu_into_addmm", 0), idle],
+        "forward": [PassReport("relu_into_addmm", 2), *idle],
+        "backward": [PassReport("relu_into_addmm", 0), *idle],
     }, passes
     forward, backward = (str(g).splitlines() for g in report.graphs)
     assert "  passes: relu_into_addmm: 2 rewrites" in forward, str(report)
@@ -164,6 +165,7 @@ def test_preferences_add_the_bias_passes_to_the_list():
         PassReport("mm_bias_into_kernel", 1),
         PassReport("conv_bias_into_kernel", 1),
         PassReport("accumulate_over_permutations", 0),
+        PassReport("max_pool_offsets", 0),
     ], graph.passes
     assert sorted(_externs(report)) == [
         "aten.addmm.default",
@@ -185,6 +187,7 @@ def test_a_plugin_turning_off_relu_into_addmm_gets_an_unfused_relu(passy):
     assert _kernel_ops(off).count("aten.relu.default") == 2, str(off)
     assert off.graphs[0].passes == [
         PassReport("accumulate_over_permutations", 0),
+        PassReport("max_pool_offsets", 0),
         PassReport("relu_into_addmm", 0, off=True),
     ]
     assert "passes: relu_into_addmm: off" in str(off)
@@ -236,6 +239,7 @@ def test_a_plugin_adds_its_own_pass(passy):
     assert graph.passes == [
         PassReport("relu_into_addmm", 0),
         PassReport("accumulate_over_permutations", 0),
+        PassReport("max_pool_offsets", 0),
         PassReport("double_to_add", 1, "passy"),
     ], graph.passes
     assert "double_to_add (sdk:passy): 1 rewrite" in str(report)
@@ -269,7 +273,7 @@ def test_a_faulty_pass_is_the_plugins_fault_and_the_graph_compiles_without_it(pa
     assert (fault.plugin, fault.hook) == ("passy", "pass faulty (sdk_graph_passes)"), fault
     assert error in fault.error, fault
     assert isinstance(fault, HookFault)
-    names = ["relu_into_addmm", "accumulate_over_permutations", "double_to_add"]
+    names = ["relu_into_addmm", "accumulate_over_permutations", "max_pool_offsets", "double_to_add"]
     assert [p.name for p in graph.passes] == names
     assert graph.kernels and not graph.fallbacks, str(report)
     assert "aten.sin.default" in _kernel_ops(report), str(report)
@@ -320,7 +324,11 @@ def test_the_graph_cache_keys_a_program_on_its_passes(passy, tmp_path, monkeypat
     first = explain()
     assert (first.cache, first.passes) == (
         "stored",
-        [PassReport("relu_into_addmm", 2), PassReport("accumulate_over_permutations", 0)],
+        [
+            PassReport("relu_into_addmm", 2),
+            PassReport("accumulate_over_permutations", 0),
+            PassReport("max_pool_offsets", 0),
+        ],
     )
     passy.MODE["answer"] = "relu_off"
     off = explain()
@@ -364,5 +372,6 @@ def test_a_warm_start_serves_no_program_of_other_passes(passy, tmp_path, monkeyp
     assert [e.op for e in off.externs] == ["aten.addmm.default"] * 2, str(off)
     assert off.passes == [
         PassReport("accumulate_over_permutations", 0),
+        PassReport("max_pool_offsets", 0),
         PassReport("relu_into_addmm", 0, off=True),
     ]
