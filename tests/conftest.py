@@ -17,6 +17,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from importlib.metadata import EntryPoint, PathDistribution, entry_points
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -53,8 +54,9 @@ _module_ids = itertools.count()
 
 #: Modules whose tests share a costly module- or session-scoped fixture (processes that fill
 #: a cache, one g++ build of all the file's kernels, wheels and a venv). Under pytest-xdist
-#: (``-n auto --dist loadgroup``, pyproject's addopts) each runs on one worker, so that
-#: fixture runs once per suite, not once on each worker that drew one of its tests.
+#: (``-n auto --dist loadgroup``, pyproject's addopts) each runs on one worker
+#: (:func:`pytest_xdist_make_scheduler`), so that fixture runs once per suite, not once on
+#: each worker that drew one of its tests.
 SHARED_FIXTURE_MODULES = (
     "tests/reliability/test_cache_hostile.py",
     "tests/reliability/test_no_compiler.py",
@@ -82,14 +84,28 @@ LONG_TESTS_FIRST = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # (before xdist's own hook reads the groups)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` (pyproject's addopts) with each of :data:`SHARED_FIXTURE_MODULES`
+    a group of its own. Not through ``xdist_group`` marks: pytest-xdist 3.8 groups those by
+    adding the group to each test's id, which pytest 9.2 no longer lets it change
+    (pytest-xdist#1386), and every worker then ran those modules' fixtures."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ByModule(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in SHARED_FIXTURE_MODULES else super()._split_scope(nodeid)
+
+    return ByModule(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def module(item: pytest.Item) -> str:
         return item.nodeid.split("::", 1)[0]
 
-    for item in items:
-        if module(item) in SHARED_FIXTURE_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module(item)))
     first = {m: i for i, m in enumerate(LONG_TESTS_FIRST)}
     # stable: each module's tests stay together and in their order
     items.sort(key=lambda item: first.get(module(item), len(first)))
