@@ -220,17 +220,22 @@ def checking_bounds(name: str, tensors: list[Any], *, asserts: bool = False) -> 
 
 @contextlib.contextmanager
 def _asserts(on: bool) -> Iterator[None]:
+    """The interpreter's options for one launch: ``debug`` where ``on``, and never Triton's
+    integer-overflow check. A compiled kernel has no such check (:mod:`.launch` turns it off
+    with ``debug`` too); the interpreter's default has it on, and without ``debug`` computed
+    every int32 add, sub and mul again in int64 with two comparisons, then dropped the assert
+    that would have read them: about half of an interpreted kernel's time, for nothing."""
     try:
         from triton.runtime.interpreter import interpreter_builder as builder
     except ImportError:
         builder = None
-    if not on or builder is None or not hasattr(builder, "options"):
+    if builder is None or not hasattr(builder, "options"):
         yield
         return
     import dataclasses
 
     saved = builder.options
-    builder.options = dataclasses.replace(saved, debug=True, sanitize_overflow=False)
+    builder.options = dataclasses.replace(saved, debug=on or saved.debug, sanitize_overflow=False)
     try:
         yield
     finally:
